@@ -1,0 +1,1 @@
+"""Jepsen-style fault injection: client, generator, nemesis, checker, history. Arrives with the chaos issue."""

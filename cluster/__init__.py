@@ -1,0 +1,1 @@
+"""Cluster connections between groups (bridges, topology, load balancing). Arrives with the clustering issue."""

@@ -1,0 +1,3 @@
+from raftmq.cli import main
+
+main()

@@ -1,0 +1,142 @@
+"""Commands: the only input of the broker core, and what the replicated log carries.
+
+Each command is a frozen value. Time (`now`, ms since the epoch) and ids arrive inside the
+command so that `Broker.apply` stays deterministic. `session` is an opaque id the node that
+owns the connection assigns; it is unique across nodes and restarts.
+
+`receipt` (when not None) asks the core to emit a `Receipt` effect once the command is applied,
+which, because commands are applied only after they are committed, is after commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Headers = tuple[tuple[str, str], ...]
+
+ACK_AUTO = "auto"
+ACK_CLIENT = "client"  # cumulative
+ACK_CLIENT_INDIVIDUAL = "client-individual"
+ACK_MODES = (ACK_AUTO, ACK_CLIENT, ACK_CLIENT_INDIVIDUAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    session: str
+    now: int
+    login: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """The session is gone (DISCONNECT frame, socket closed, ERROR sent, or its node lost leadership).
+
+    Non-durable subscriptions end, durable ones go inactive, open transactions abort, and every
+    unacknowledged delivery returns to its queue flagged redelivered.
+    """
+
+    session: str
+    now: int
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    session: str
+    sub_id: str
+    destination: str  # "/queue/NAME" or "/topic/NAME"
+    now: int
+    ack: str = ACK_AUTO
+    selector: str | None = None
+    prefetch: int = 0  # 0 = the core's default prefetch
+    exclusive: bool = False
+    durable_name: str | None = None  # topic subscriptions only: survives disconnects
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    session: str
+    sub_id: str
+    now: int
+    drop_durable: bool = False  # also delete the durable subscription and its messages
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    session: str
+    destination: str
+    headers: Headers  # user headers; the core reads priority, expires, persistent, JMSXGroupID, _AMQ_DUPL_ID
+    body: object  # bytes, or a body reference once bodies live in journal segments
+    now: int
+    transaction: str | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Acknowledge a delivery.
+
+    STOMP 1.2 names the delivery by `ack_id` (the MESSAGE frame's `ack` header); 1.0/1.1 name it
+    by `message_id` and, in 1.1, `subscription`. Exactly one of `ack_id` / `message_id` is set.
+    """
+
+    session: str
+    now: int
+    ack_id: str | None = None
+    message_id: str | None = None
+    subscription: str | None = None
+    transaction: str | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Refuse a delivery: it returns to its queue (redelivered), or to the dead-letter queue
+    once its delivery count reaches the configured maximum."""
+
+    session: str
+    now: int
+    ack_id: str | None = None
+    message_id: str | None = None
+    subscription: str | None = None
+    transaction: str | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    session: str
+    transaction: str
+    now: int
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    session: str
+    transaction: str
+    now: int
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    session: str
+    transaction: str
+    now: int
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passes: expire messages whose `expires` is at or before `now`."""
+
+    now: int
+
+
+Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick
+
+COMMAND_TYPES: tuple[type, ...] = (Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick)

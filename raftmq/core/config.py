@@ -1,0 +1,17 @@
+"""Settings of the broker core. Part of the replicated state's definition: every replica of a
+group must apply commands with the same `CoreConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    broker_name: str = "raftmq"  # prefix of generated message ids
+    max_delivery_count: int = 10  # a message delivered this many times and nacked goes to the DLQ
+    dead_letter_queue: str = "/queue/DLQ"
+    expiry_queue: str = "/queue/ExpiryQueue"
+    dedup_cache_size: int = 20_000  # _AMQ_DUPL_ID ids remembered (oldest forgotten first)
+    default_prefetch: int = 1000  # deliveries in flight per subscription when SUBSCRIBE names none
+    selector_scan_limit: int = 10_000  # messages a dispatch pass looks past for a selector match

@@ -1,0 +1,48 @@
+"""Effects: the only output of the broker core. The node's asyncio shell executes them.
+
+Every replica computes the same effects; only the node that owns `session` acts on them, the
+others drop them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftmq.core.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Send `message` to subscription `sub_id` of `session` as a MESSAGE frame.
+
+    `ack_id` goes in the STOMP 1.2 `ack` header (None for ack mode auto, which needs no ack).
+    `redelivered` and `delivery_count` tell the consumer it may have seen this message before.
+    """
+
+    session: str
+    sub_id: str
+    destination: str  # the subscription's destination (for a topic copy: the topic)
+    message: Message
+    ack_id: str | None
+    redelivered: bool
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    session: str
+    receipt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionError:
+    """The command broke a rule the core checks (unknown transaction, unknown ack id, duplicate
+    subscription id, ...). The shell sends an ERROR frame and closes the connection."""
+
+    session: str
+    message: str
+    detail: str = ""
+    receipt_id: str | None = None
+
+
+Effect = Deliver | Receipt | SessionError

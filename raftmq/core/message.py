@@ -1,0 +1,32 @@
+"""The message value the core stores and hands out in Deliver effects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Headers that belong to the transport or to one hop, never stored with a message.
+TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription", "ack"})
+
+DEFAULT_PRIORITY = 4
+
+
+@dataclass(slots=True)
+class Message:
+    """A stored message.
+
+    `body` is opaque to the core: plain `bytes` with the in-memory log, a reference into a
+    journal segment once bodies live on disk. The core never looks inside it.
+    `headers` are the user headers as sent (first occurrence wins), transport headers removed.
+    """
+
+    message_id: str
+    destination: str
+    headers: tuple[tuple[str, str], ...]
+    body: Any
+    priority: int = DEFAULT_PRIORITY
+    expires: int = 0  # ms since the epoch; 0 = never
+    timestamp: int = 0  # ms since the epoch, from the Send command
+    group: str | None = None  # JMSXGroupID
+    persistent: bool = False
+    delivery_count: int = 0  # how many times it was handed to a consumer

@@ -1,0 +1,1 @@
+"""STOMP 1.0/1.1/1.2 wire protocol, sans-I/O: bytes in, frames out; frames in, bytes out."""

@@ -1,0 +1,41 @@
+"""The STOMP frame value shared by the codec, the server and the clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Client frames (STOMP 1.2 §"Client Frames"); STOMP is the 1.1+ alias of CONNECT.
+CLIENT_COMMANDS = frozenset(
+    {"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"}
+)
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+ALL_COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
+
+SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+
+
+@dataclass(slots=True)
+class Frame:
+    """One STOMP frame.
+
+    `headers` keeps every header in wire order, repeats included, as decoded (unescaped)
+    strings; STOMP says the first occurrence of a repeated header wins, which `get` honours.
+    """
+
+    command: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+    def header_dict(self) -> dict[str, str]:
+        """Headers as a dict where the first occurrence of a name wins."""
+        out: dict[str, str] = {}
+        for key, value in self.headers:
+            if key not in out:
+                out[key] = value
+        return out

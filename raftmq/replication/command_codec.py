@@ -1,0 +1,84 @@
+"""A versioned binary codec for batches of core commands (msgpack, never pickle).
+
+What a log stores must stay readable by the next release, and must never execute code when
+read (pickle does both wrong). A batch is `[FORMAT_VERSION, [[type_code, field, ...], ...]]`;
+fields follow the order pinned in `SCHEMA` for that version, so changing a command's fields
+means a new version here, which `tests/replication/test_command_codec.py` enforces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from raftmq.core import commands as c
+from raftmq.errors import CommandCodecError
+
+FORMAT_VERSION = 1
+
+# type code -> (command class, field names in wire order). Codes are forever: never reuse one.
+SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
+    1: (c.Connect, ("session", "now", "login", "client_id")),
+    2: (c.Disconnect, ("session", "now", "receipt")),
+    3: (c.Subscribe, ("session", "sub_id", "destination", "now", "ack", "selector", "prefetch", "exclusive", "durable_name", "receipt")),
+    4: (c.Unsubscribe, ("session", "sub_id", "now", "drop_durable", "receipt")),
+    5: (c.Send, ("session", "destination", "headers", "body", "now", "transaction", "receipt")),
+    6: (c.Ack, ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")),
+    7: (c.Nack, ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")),
+    8: (c.Begin, ("session", "transaction", "now", "receipt")),
+    9: (c.Commit, ("session", "transaction", "now", "receipt")),
+    10: (c.Abort, ("session", "transaction", "now", "receipt")),
+    11: (c.Tick, ("now",)),
+}
+_CODE_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
+
+
+def encode_batch(commands: Sequence[c.Command]) -> bytes:
+    rows: list[list[Any]] = []
+    for command in commands:
+        try:
+            code, names = _CODE_OF[type(command)]
+        except KeyError:
+            raise CommandCodecError(f"not a command: {type(command).__name__}") from None
+        row: list[Any] = [code]
+        row.extend(getattr(command, name) for name in names)
+        rows.append(row)
+    try:
+        return msgpack.packb([FORMAT_VERSION, rows], use_bin_type=True)
+    except (TypeError, ValueError) as exc:
+        raise CommandCodecError(f"cannot encode batch: {exc}") from exc
+
+
+def decode_batch(data: bytes) -> list[c.Command]:
+    try:
+        envelope = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise CommandCodecError(f"not a command batch: {exc}") from exc
+    if not isinstance(envelope, list) or len(envelope) != 2:
+        raise CommandCodecError("not a command batch: bad envelope")
+    version, rows = envelope
+    if version != FORMAT_VERSION:
+        raise CommandCodecError(f"unsupported command format version {version!r} (this build reads {FORMAT_VERSION})")
+    if not isinstance(rows, list):
+        raise CommandCodecError("not a command batch: rows are not a list")
+    return [_decode_row(row) for row in rows]
+
+
+def _decode_row(row: Any) -> c.Command:
+    if not isinstance(row, list) or not row:
+        raise CommandCodecError("bad command row")
+    entry = SCHEMA.get(row[0])
+    if entry is None:
+        raise CommandCodecError(f"unknown command type code {row[0]!r}")
+    cls, names = entry
+    if len(row) != len(names) + 1:
+        raise CommandCodecError(f"{cls.__name__}: expected {len(names)} fields, got {len(row) - 1}")
+    values = dict(zip(names, row[1:]))
+    if cls is c.Send:
+        headers = values["headers"]
+        if not isinstance(headers, list) or not all(isinstance(h, list) and len(h) == 2 for h in headers):
+            raise CommandCodecError("Send: headers must be a list of pairs")
+        values["headers"] = tuple((str(k), str(v)) for k, v in headers)
+    return cls(**values)

@@ -1,0 +1,1 @@
+"""PySpark audit of journals and client histories. Arrives with the audit issue."""
