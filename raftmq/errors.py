@@ -62,3 +62,21 @@ class CommitFailed(RaftmqError):
 
 class SelectorError(RaftmqError):
     """A JMS selector on SUBSCRIBE could not be parsed."""
+
+
+class JournalCorrupt(RaftmqError):
+    """A journal segment failed verification where a torn write cannot explain it.
+
+    Bad CRC, bad magic, an unsupported format or inconsistent batch contents. `path` and
+    `offset` name the segment file and the byte offset of the batch. Corrupt bytes are never
+    served: the node refuses to start or repairs the segment from a peer.
+    """
+
+    def __init__(self, reason: str, path: str | None = None, offset: int | None = None) -> None:
+        where = path or "<buffer>"
+        if offset is not None:
+            where = f"{where} at offset {offset}"
+        super().__init__(f"journal corrupt: {where}: {reason}")
+        self.reason = reason
+        self.path = path
+        self.offset = offset
