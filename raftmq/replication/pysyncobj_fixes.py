@@ -1,0 +1,691 @@
+"""pysyncobj 0.3.17 made safe for raftmq, in our code (design.md §3 lists the holes).
+
+Nothing here copies pysyncobj: we pass our own journal through its `journalFile` hook (via a
+wrapped `createJournal`), a `TCPTransport` subclass through `transportClass`, our own snapshot
+format through its `serializer`/`deserializer` hooks, override `_onTick` and
+`_checkCommandsToApply` in a `SyncObj` subclass (both call the original), and swap three
+module-level names (the pickle protocol, the zlib used on the wire, the rename used for
+snapshot files). Importing this module with any pysyncobj but 0.3.17 raises ImportError.
+
+| fix (name in `enabled`) | hole it closes |
+|---|---|
+| `fsync`             | journal fsynced (one fdatasync per replication message / tick) before an append-entries response or a vote leaves a node and before the leader counts its own entries |
+| `durable_rename`    | snapshot files fsynced, renamed, directory fsynced |
+| `dump_always`       | a journal is never configured without a snapshot file (state lost after compaction + restart) |
+| `dump_journal_race` | a journal not yet trimmed after its snapshot is aligned to it, instead of being discarded |
+| `entry_size`        | append-entries batches of 4 MiB, so no entry takes the broken chunking path (>64 KiB) |
+| `pickle`            | pickle protocol 5 (bytes are not inflated) and stored zlib on the wire (lz4 already compressed) |
+| `never_raise`       | the replicated apply and every callback never raise in the tick thread |
+| `fallback`          | a leader without quorum steps down after one minimum election timeout, not 30 s |
+| `bind`              | the Raft port is bound to its configured address; off loopback a password is required |
+| `no_spurious_truncation` | a follower no longer deletes entries it already holds when a late or repeated append-entries arrives |
+
+`enabled` exists so a regression test can turn one fix off and show that it then fails; the
+product never changes it.
+
+Not closed here: one shared send budget per heartbeat can still starve a slow follower (§3.7);
+the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a torn or
+corrupt journal record is cut off at open with everything after it (the leader re-sends it).
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import logging
+import os
+import pickle
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import crc32c
+import msgpack
+import pysyncobj.pickle as pso_pickle
+import pysyncobj.serializer as pso_serializer
+import pysyncobj.syncobj as pso_syncobj
+import pysyncobj.tcp_connection as pso_tcp
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.journal import Journal
+from pysyncobj.transport import TCPTransport
+from pysyncobj.version import VERSION
+
+from raftmq.errors import ConfigError, RaftmqError
+
+PINNED_VERSION = "0.3.17"
+if VERSION != PINNED_VERSION:  # every patch below relies on 0.3.17's internals
+    raise ImportError(f"raftmq needs pysyncobj=={PINNED_VERSION} exactly (its hardening patches are written against it); found {VERSION}")
+
+logger = logging.getLogger(__name__)
+
+FIX_NAMES = (
+    "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
+    "no_spurious_truncation",
+)
+enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
+
+STOCK_APPEND_ENTRIES_BATCH_BYTES = 2**16
+APPEND_ENTRIES_BATCH_BYTES = 4 * 2**20
+STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
+WIRE_PICKLE_PROTOCOL = 5
+
+
+class JournalError(RaftmqError):
+    """The Raft journal or snapshot on disk is unreadable; the node refuses to start."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Module-level swaps (pickle protocol, wire zlib, snapshot rename, journal factory)
+
+
+def fsync_directory(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_replace(src: str, dst: str) -> None:
+    """Rename that survives power loss: the file's bytes, then the directory entry."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, dst)
+    fsync_directory(dst)
+
+
+class _StoredZlib:
+    """Stands in for `zlib` in pysyncobj's connection code: our entries are lz4 already, and
+    level 3 on top costs ~10 MB/s per follower for nothing. Level 0 stays readable by zlib."""
+
+    @staticmethod
+    def compress(data: bytes, level: int = -1) -> bytes:
+        return zlib.compress(data, 0)
+
+    decompress = staticmethod(zlib.decompress)
+
+
+_ORIGINALS: dict[str, Any] = {
+    "pickle": pso_pickle.__dict__["__protocol"],
+    "zlib": pso_tcp.zlib,
+    "durable_rename": pso_serializer.atomicReplace,
+    "createJournal": pso_syncobj.createJournal,
+}
+_patch_lock = threading.Lock()
+
+
+def _create_journal(journal_file: Any) -> Journal:
+    # conf.journalFile carries our already-open journal; anything else keeps stock behaviour.
+    if isinstance(journal_file, Journal):
+        return journal_file
+    return _ORIGINALS["createJournal"](journal_file)
+
+
+def apply_module_fixes() -> None:
+    """Make pysyncobj's module-level names match `enabled` (idempotent, process-wide)."""
+    with _patch_lock:
+        pso_syncobj.createJournal = _create_journal
+        pso_pickle.__dict__["__protocol"] = WIRE_PICKLE_PROTOCOL if enabled["pickle"] else _ORIGINALS["pickle"]
+        pso_tcp.zlib = _StoredZlib if enabled["pickle"] else _ORIGINALS["zlib"]
+        pso_serializer.atomicReplace = durable_replace if enabled["durable_rename"] else _ORIGINALS["durable_rename"]
+
+
+assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
+
+
+# ---------------------------------------------------------------------------------------------
+# The journal
+
+
+_JOURNAL_MAGIC = b"RAFTMQ-RAFT-JOURNAL-1\n"
+# payload length, crc32c(index, term, payload), index, term
+_RECORD = struct.Struct("<IIQQ")
+_INDEX_TERM = struct.Struct("<QQ")
+Entry = tuple[bytes, int, int]  # (command, index, term), pysyncobj's entry shape
+
+
+def _record_crc(index: int, term: int, command: bytes) -> int:
+    return crc32c.crc32c(command, crc32c.crc32c(_INDEX_TERM.pack(index, term)))
+
+
+class DurableJournal(Journal):
+    """pysyncobj's Raft log on disk: our record format, CRC32C per record, made durable with
+    one fdatasync per `sync()` however many entries were added since the last one.
+
+    Records are appended with `os.write` as entries arrive; `sync()` is what the transport and
+    the tick call before anything that promises durability leaves the node. currentTerm and
+    votedFor are stored (fsynced, renamed, directory fsynced) before `setCurrentTerm` returns.
+    A torn tail (a crash mid-write: never acknowledged) is cut off at open; anything else that
+    does not parse raises `JournalError`.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._meta_path = path + ".meta"
+        self._entries: list[Entry] = []
+        self._ends: list[int] = []  # file offset just past each record
+        self._dirty = False
+        self._meta_dirty = False
+        self.durable_index = 0  # last index whose record is known to be on stable storage
+        self.fsyncs = 0
+        self._meta = self._load_meta()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._load_records()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # -- loading
+
+    def _load_meta(self) -> dict[str, Any]:
+        try:
+            with open(self._meta_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            meta = msgpack.unpackb(raw, raw=False)
+        except Exception as exc:
+            raise JournalError(f"{self._meta_path}: unreadable Raft metadata ({exc}); restore it or remove the node's data directory to resync it from its peers") from None
+        if not isinstance(meta, dict):
+            raise JournalError(f"{self._meta_path}: unreadable Raft metadata")
+        return meta
+
+    def _load_records(self) -> None:
+        size = os.fstat(self._fd).st_size
+        data = os.pread(self._fd, size, 0) if size else b""
+        if not data:
+            os.write(self._fd, _JOURNAL_MAGIC)
+            os.fsync(self._fd)
+            fsync_directory(self.path)
+            self._size = len(_JOURNAL_MAGIC)
+            return
+        if not data.startswith(_JOURNAL_MAGIC):
+            raise JournalError(f"{self.path}: not a raftmq Raft journal")
+        offset = len(_JOURNAL_MAGIC)
+        view = memoryview(data)
+        while offset + _RECORD.size <= len(data):
+            length, crc, index, term = _RECORD.unpack_from(data, offset)
+            end = offset + _RECORD.size + length
+            if end > len(data):
+                break
+            command = bytes(view[offset + _RECORD.size:end])
+            if _record_crc(index, term, command) != crc:
+                break
+            if self._entries and index != self._entries[-1][1] + 1:
+                raise JournalError(f"{self.path}: Raft index {index} follows {self._entries[-1][1]} at offset {offset}")
+            self._entries.append((command, index, term))
+            self._ends.append(end)
+            offset = end
+        if offset < len(data):
+            logger.warning("%s: cutting a torn tail of %d bytes at offset %d", self.path, len(data) - offset, offset)
+            os.ftruncate(self._fd, offset)
+            os.fsync(self._fd)
+        self._size = offset
+        os.lseek(self._fd, offset, os.SEEK_SET)
+        self.durable_index = self._entries[-1][1] if self._entries else 0
+
+    # -- pysyncobj's Journal interface
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        command = bytes(command)
+        record = _RECORD.pack(len(command), _record_crc(idx, term, command), idx, term) + command
+        self._write_all(record)
+        self._entries.append((command, idx, term))
+        self._size += len(record)
+        self._ends.append(self._size)
+        self._dirty = True
+
+    def clear(self) -> None:
+        self._truncate(0)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        if entryFrom < len(self._entries):
+            self._truncate(entryFrom)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        """Drop the first `entryTo` entries (compaction): rewrite the rest to a new file and
+        rename it into place, so a crash leaves either the old journal or the new one."""
+        if entryTo <= 0:
+            return
+        keep = self._entries[entryTo:]
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        ends: list[int] = []
+        try:
+            chunks = [_JOURNAL_MAGIC]
+            size = len(_JOURNAL_MAGIC)
+            for command, idx, term in keep:
+                chunks.append(_RECORD.pack(len(command), _record_crc(idx, term, command), idx, term))
+                chunks.append(command)
+                size += _RECORD.size + len(command)
+                ends.append(size)
+            _write_fd(fd, b"".join(chunks))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_directory(self.path)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        os.lseek(self._fd, size, os.SEEK_SET)
+        self._entries, self._ends, self._size = keep, ends, size
+        self.fsyncs += 1
+        self._dirty = False
+        self.durable_index = keep[-1][1] if keep else 0
+
+    def __getitem__(self, item: Any) -> Any:
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _destroy(self) -> None:
+        if self._fd < 0:
+            return
+        self.sync()
+        if self._meta_dirty:
+            self._store_meta()
+        os.close(self._fd)
+        self._fd = -1
+
+    def flush(self) -> None:
+        self.sync()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        if self._meta.get("commit_index") != raftCommitIndex:
+            self._meta["commit_index"] = raftCommitIndex
+            self._meta_dirty = True
+
+    def getRaftCommitIndex(self) -> int:
+        return int(self._meta.get("commit_index", 1))
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        # Raft: term and vote are durable before any message that reflects them is sent.
+        self._meta["term"] = term
+        self._meta["voted_for"] = None if votedForNodeId is None else str(votedForNodeId)
+        self._store_meta()
+
+    def getCurrentTerm(self) -> int:
+        return int(self._meta.get("term", 0))
+
+    def getVotedForNodeId(self) -> Any:
+        return self._meta.get("voted_for")
+
+    def onOneSecondTimer(self) -> None:
+        if self._meta_dirty:
+            self._store_meta()
+
+    # -- ours
+
+    def sync(self) -> None:
+        """Make every entry added so far durable: one fdatasync for all of them."""
+        if self._dirty and self._fd >= 0:
+            os.fdatasync(self._fd)
+            self.fsyncs += 1
+            self._dirty = False
+        self.durable_index = self._entries[-1][1] if self._entries else 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def align_to_snapshot(self, last: Entry, previous: Entry) -> bool:
+        """Fix for the dump/journal load race: if the node died after writing its snapshot but
+        before trimming the journal, the journal still holds the snapshot's two entries further
+        in. pysyncobj would then clear the journal, losing every entry past the snapshot; we trim
+        the prefix instead, so pysyncobj finds the journal starting at the snapshot."""
+        if len(self._entries) < 2 or (self._entries[0] == previous and self._entries[1] == last):
+            return False
+        position = previous[1] - self._entries[0][1]
+        if not 0 < position < len(self._entries) - 1:
+            return False
+        if self._entries[position] != previous or self._entries[position + 1] != last:
+            return False
+        logger.info("%s: journal not yet trimmed after snapshot at index %d; trimming it now", self.path, previous[1])
+        self.deleteEntriesTo(position)
+        return True
+
+    def _truncate(self, keep: int) -> None:
+        new_size = self._ends[keep - 1] if keep > 0 else len(_JOURNAL_MAGIC)
+        os.ftruncate(self._fd, new_size)
+        os.lseek(self._fd, new_size, os.SEEK_SET)
+        del self._entries[keep:]
+        del self._ends[keep:]
+        self._size = new_size
+        self._dirty = True
+        last = self._entries[-1][1] if self._entries else 0
+        self.durable_index = min(self.durable_index, last)
+
+    def _store_meta(self) -> None:
+        self.sync()  # a stored commit index never covers entries that are not durable
+        tmp = self._meta_path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(msgpack.packb(self._meta, use_bin_type=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._meta_path)
+        fsync_directory(self._meta_path)
+        self.fsyncs += 2
+        self._meta_dirty = False
+
+    def _write_all(self, data: bytes) -> None:
+        _write_fd(self._fd, data)
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshot file (pysyncobj's serializer hooks)
+
+_SNAPSHOT_MAGIC = b"RAFTMQ-RAFT-SNAPSHOT-1\n"
+_SNAPSHOT_HEADER = struct.Struct("<IQ")  # crc32c(body), len(body)
+
+
+def write_snapshot_file(path: str, last: Entry, previous: Entry, cluster: Sequence[str], state: bytes) -> None:
+    body = msgpack.packb([list(last), list(previous), list(cluster), state], use_bin_type=True)
+    with open(path, "wb") as f:
+        f.write(_SNAPSHOT_MAGIC + _SNAPSHOT_HEADER.pack(crc32c.crc32c(body), len(body)) + body)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_snapshot_file(path: str) -> tuple[Entry, Entry, list[str], bytes]:
+    with open(path, "rb") as f:
+        data = f.read()
+    head = len(_SNAPSHOT_MAGIC) + _SNAPSHOT_HEADER.size
+    if not data.startswith(_SNAPSHOT_MAGIC) or len(data) < head:
+        raise JournalError(f"{path}: not a raftmq Raft snapshot")
+    crc, length = _SNAPSHOT_HEADER.unpack_from(data, len(_SNAPSHOT_MAGIC))
+    body = data[head:head + length]
+    if len(body) != length or crc32c.crc32c(body) != crc:
+        raise JournalError(f"{path}: Raft snapshot fails its checksum")
+    last, previous, cluster, state = msgpack.unpackb(body, raw=False)
+    return _entry(last), _entry(previous), [str(n) for n in cluster], bytes(state)
+
+
+def _entry(row: list[Any]) -> Entry:
+    command, idx, term = row
+    return (bytes(command), int(idx), int(term))
+
+
+# ---------------------------------------------------------------------------------------------
+# Addresses
+
+
+def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
+    """The Raft port unpickles what it receives: off loopback only peers holding the password
+    may talk to it. Returns (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"Raft address {address!r}: expected host:port")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not password and enabled["bind"]:
+        raise ConfigError(f"Raft address {address}: not a loopback address, so a password is required (the Raft port runs pickle on what it receives)")
+    return host, int(port)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transport: durable before it speaks
+
+_DURABLE_BEFORE_SENDING = frozenset({"next_node_idx", "response_vote", "request_vote"})
+
+
+class DurableTransport(TCPTransport):
+    """Syncs the journal before an append-entries response or a vote leaves this node. A
+    follower answers once per append-entries message, so that is one fdatasync per message,
+    covering every entry it carried."""
+
+    def send(self, node: Any, message: Any) -> bool:
+        if enabled["fsync"] and isinstance(message, dict) and message.get("type") in _DURABLE_BEFORE_SENDING:
+            self._syncObj.durable_journal.sync()
+        return super().send(node, message)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        if enabled["no_spurious_truncation"] and isinstance(message, dict) and message.get("type") == "append_entries":
+            message = trim_known_entries(self._syncObj.durable_journal, message)
+            if message is None:
+                return
+        super()._onMessageReceived(node, message)
+
+
+def trim_known_entries(log: DurableJournal, message: dict[str, Any]) -> dict[str, Any] | None:
+    """A follower in pysyncobj deletes every entry after `prevLogIdx` before appending, even
+    entries that match: a late or repeated append-entries (the leader re-sends after a stale
+    `reset` reply) truncates entries this node already acknowledged (logged as "truncating
+    already-applied log entries"). Raft deletes only on conflict. So we drop from the message the
+    entries this log already holds with the same term (Log Matching: they are identical), moving
+    `prevLogIdx` up; a message that then carries nothing new while our log extends past it is
+    dropped (the leader has already moved its next index past it; later messages follow)."""
+    entries = message.get("entries")
+    if not entries or "prevLogIdx" not in message or "transmission" in message or len(log) == 0:
+        return message
+    first, last = log[0][1], log[-1][1]
+    prev = message["prevLogIdx"]
+    if prev < first or prev > last or log[prev - first][2] != message["prevLogTerm"]:
+        return message  # pysyncobj's own reset path
+    known = 0
+    for _command, idx, term in entries:
+        if idx > last or log[idx - first][2] != term:
+            break
+        known += 1
+    if known == 0:
+        return message
+    _command, new_prev, new_prev_term = entries[known - 1]
+    if known == len(entries) and new_prev < last:
+        return None
+    trimmed = dict(message)
+    trimmed["prevLogIdx"], trimmed["prevLogTerm"], trimmed["entries"] = new_prev, new_prev_term, entries[known:]
+    return trimmed
+
+
+# ---------------------------------------------------------------------------------------------
+# SyncObj
+
+
+OnApply = Callable[[int, int, bytes], Any]  # (raft index, term, entry) -> result for callbacks
+Snapshotter = Callable[[], bytes]
+Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
+
+
+def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseException], None] | None = None) -> Callable[..., Any]:
+    """Wrap a function that pysyncobj calls in its tick thread: an exception there makes it
+    apply an entry twice (callbacks) or retry it forever (apply). We log and go on."""
+
+    def guarded(*args: Any) -> Any:
+        if not enabled["never_raise"]:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except Exception as exc:
+            logger.exception("%s raised in the Raft tick thread; logged and skipped", what)
+            if on_error is not None:
+                try:
+                    on_error(exc)
+                except Exception:
+                    logger.exception("error handler of %s raised", what)
+            return None
+
+    return guarded
+
+
+class HardenedSyncObj(SyncObj):
+    """One Raft member with every fix of this module applied and one replicated method, which
+    takes one `bytes` entry. `on_apply(index, term, entry)` runs for every committed entry, on
+    every member, in log order, in the tick thread; what it returns reaches the submitter's
+    callback.
+
+    Timings default to the tuned values of design.md §3 (5 ms tick, 20 ms heartbeats,
+    0.3-0.6 s election timeouts). Shorter timeouts fail over faster but elect spuriously when a
+    member stalls (GC, fsync, a busy CPU) for longer than the minimum timeout.
+    """
+
+    def __init__(
+        self,
+        self_address: str,
+        peers: Sequence[str],
+        *,
+        data_dir: str,
+        on_apply: OnApply,
+        snapshot: Snapshotter | None = None,
+        restore: Restorer | None = None,
+        on_state_changed: Callable[[int, int], None] | None = None,
+        password: str | None = None,
+        tick_period: float = 0.005,
+        append_entries_period: float = 0.02,
+        election_timeout_min: float = 0.3,
+        election_timeout_max: float = 0.6,
+        leader_fallback_timeout: float | None = None,  # default: election_timeout_min
+        connection_timeout: float = 1.5,
+        connection_retry: float = 0.25,
+        append_entries_batch_bytes: int = APPEND_ENTRIES_BATCH_BYTES,
+        compact_after_bytes: int = 64 * 2**20,
+        journal: DurableJournal | None = None,
+    ) -> None:
+        apply_module_fixes()
+        check_raft_address(self_address, password)
+        for peer in peers:
+            check_raft_address(peer, password)
+        os.makedirs(data_dir, exist_ok=True)
+        self.apply_errors = 0
+        self.last_apply_error: str | None = None
+        self._on_apply = on_apply
+        self._snapshot = snapshot
+        self._restore = restore
+        self._compact_after_bytes = compact_after_bytes if snapshot is not None else None
+        self._compaction_retry_at = 0.0
+        self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
+        self.durable_journal = journal if journal is not None else DurableJournal(os.path.join(data_dir, "raft.journal"))
+        self.snapshot_path = os.path.join(data_dir, "raft.snapshot")
+        journal_path: Any = self.durable_journal
+        dump_path: str | None = self.snapshot_path
+        if not enabled["dump_always"]:
+            dump_path = None  # stock: journal without a dump file (regression test only)
+        if dump_path is not None and os.path.exists(dump_path):
+            # Read (and checksum) it now: pysyncobj would log a bad snapshot and start empty.
+            last, previous, _cluster, _state = read_snapshot_file(dump_path)
+            if enabled["dump_journal_race"]:
+                self.durable_journal.align_to_snapshot(last, previous)
+        fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
+        conf = SyncObjConf(
+            password=password,
+            autoTickPeriod=tick_period,
+            appendEntriesPeriod=append_entries_period,
+            raftMinTimeout=election_timeout_min,
+            raftMaxTimeout=election_timeout_max,
+            leaderFallbackTimeout=fallback if enabled["fallback"] else STOCK_LEADER_FALLBACK_TIMEOUT,
+            connectionTimeout=max(connection_timeout, election_timeout_max),
+            connectionRetryTime=connection_retry,
+            # Our group commit coalesces; pysyncobj sends each entry at once (the low-latency path).
+            appendEntriesUseBatch=False,
+            appendEntriesBatchSizeBytes=append_entries_batch_bytes if enabled["entry_size"] else STOCK_APPEND_ENTRIES_BATCH_BYTES,
+            sendBufferSize=2**21,
+            recvBufferSize=2**21,
+            bindAddress=self_address if enabled["bind"] else None,
+            journalFile=journal_path,
+            fullDumpFile=dump_path,
+            serializer=self._write_snapshot if dump_path else None,
+            deserializer=self._read_snapshot if dump_path else None,
+            # Compaction is ours, by journal bytes (see _onTick), not by entry count or time.
+            logCompactionMinEntries=2**62,
+            logCompactionMinTime=10**9,
+            logCompactionBatchSize=2**18,
+            commandsWaitLeader=False,
+            onStateChanged=never_raise(on_state_changed, "onStateChanged") if on_state_changed else None,
+            dynamicMembershipChange=False,
+            maxBindRetries=5,
+            bindRetryTime=0.2,
+        )
+        self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
+        super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
+
+    # -- the one replicated method
+
+    @replicated
+    def _apply_entry(self, entry: bytes) -> Any:
+        index = self.raftLastApplied + 1  # pysyncobj counts an entry applied after this returns
+        log = self.durable_journal
+        term = log[index - log[0][1]][2]
+        return never_raise(self._on_apply, "replicated apply", self._apply_failed)(index, term, entry)
+
+    def submit(self, entry: bytes, callback: Callable[[Any, int], None]) -> None:
+        """Queue one entry (thread-safe). `callback(result, FAIL_REASON)` runs in the tick thread."""
+        if enabled["entry_size"] and len(entry) > self.entry_limit_bytes:
+            raise ValueError(f"Raft entry of {len(entry)} bytes exceeds {self.entry_limit_bytes}")
+        self._apply_entry(entry, callback=never_raise(callback, "commit callback"))
+
+    def run_in_tick_thread(self, fn: Callable[[], None]) -> None:
+        """Run `fn` in the tick thread at its next tick (pysyncobj is not thread-safe)."""
+        self._tick_tasks.append(never_raise(fn, "tick task"))
+
+    def _apply_failed(self, exc: BaseException) -> None:
+        self.apply_errors += 1
+        self.last_apply_error = f"{type(exc).__name__}: {exc}"
+
+    # -- overridden ticks: durability before counting, compaction by bytes
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        if enabled["fsync"]:
+            # Entries added since the last tick (the no-op of a new leader, appends received
+            # while polling) are durable before this tick's commit count includes us.
+            self.durable_journal.sync()
+        while self._tick_tasks:
+            self._tick_tasks.popleft()()
+        limit = self._compact_after_bytes
+        if limit is not None and self.durable_journal.size_bytes > limit and time.monotonic() >= self._compaction_retry_at:
+            self.forceLogCompaction()
+        super()._onTick(timeToWait)
+
+    def _checkCommandsToApply(self) -> None:
+        super()._checkCommandsToApply()
+        if enabled["fsync"]:
+            # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
+            self.durable_journal.sync()
+
+    # -- snapshot hooks
+
+    def _write_snapshot(self, path: str, raft_data: tuple[Any, ...]) -> None:
+        # pysyncobj catches what this raises, keeps the journal and reports a failed snapshot.
+        try:
+            last, previous, cluster = raft_data
+            state = self._snapshot() if self._snapshot is not None else b""
+            write_snapshot_file(path, tuple(last), tuple(previous), sorted(str(n) for n in cluster), state)
+        except Exception:
+            logger.exception("Raft snapshot failed; journal kept, next try in 1 s")
+            self._compaction_retry_at = time.monotonic() + 1.0
+            raise
+
+    def _read_snapshot(self, path: str) -> tuple[Entry, Entry, list[str]]:
+        last, previous, cluster, state = read_snapshot_file(path)
+        if self._restore is not None:
+            never_raise(self._restore, "snapshot restore", self._apply_failed)(state, last[1])
+        return last, previous, cluster
+
+    # -- status (plain attribute reads: safe from any thread)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._isLeader())
+
+    @property
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else str(leader.id)
+
+
+SUCCESS = FAIL_REASON.SUCCESS

@@ -1,0 +1,378 @@
+"""RaftLog: group commit, futures, leadership, snapshots; faults with real processes.
+
+In-process tests run several RaftLog members on one event loop (each has its own tick thread
+and real TCP on 127.0.0.1). Fault tests (kill -9, SIGSTOP) run members as processes through
+the harness of bench/raft_bench.py, which kills them by pid at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from raftmq.core.commands import Command, Send
+from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
+from raftmq.replication import raft_log
+from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.raft_log import RaftLog, RaftSettings, decode_entry, encode_entry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_harness() -> Any:
+    spec = importlib.util.spec_from_file_location("raft_bench", ROOT / "bench" / "raft_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = load_harness()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def send(ident: str, body: bytes = b"b" * 100) -> Send:
+    return Send("s1", "/queue/q", (("id", ident),), body, 0)
+
+
+class StateMachine:
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.commit_calls = 0
+        self.restores = 0
+
+    def on_commit(self, commands: Any) -> None:
+        self.commit_calls += 1
+        self.ids.extend(dict(c.headers)["id"] for c in commands)
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb(self.ids)
+
+    def restore(self, state: bytes) -> None:
+        self.restores += 1
+        self.ids = list(msgpack.unpackb(state))
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.005)
+    return bool(predicate())
+
+
+class InProcessGroup:
+    def __init__(self, root: Path, size: int, **settings: Any) -> None:
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(size)]
+        self.clients = {a: f"127.0.0.1:{61000 + i}" for i, a in enumerate(self.addresses)}
+        self.root, self.settings = root, settings
+        self.machines = [StateMachine() for _ in self.addresses]
+        self.logs: list[RaftLog | None] = [None] * size
+
+    async def start(self, i: int) -> RaftLog:
+        machine = self.machines[i] = StateMachine()
+        settings = RaftSettings(self.addresses[i], tuple(self.addresses), str(self.root / f"m{i}"), **self.settings)
+        log = RaftLog(settings, snapshot=machine.snapshot, restore=machine.restore, client_addresses=self.clients)
+        await log.start(machine.on_commit)
+        self.logs[i] = log
+        return log
+
+    async def start_all(self) -> InProcessGroup:
+        for i in range(len(self.addresses)):
+            await self.start(i)
+        return self
+
+    async def stop(self, i: int) -> None:
+        log, self.logs[i] = self.logs[i], None
+        if log is not None:
+            await log.stop()
+
+    async def leader(self, timeout: float = 5.0) -> RaftLog:
+        assert await eventually(lambda: any(log is not None and log.is_leader for log in self.logs), timeout), "no leader"
+        return next(log for log in self.logs if log is not None and log.is_leader)
+
+    async def close(self) -> None:
+        for i in range(len(self.logs)):
+            await self.stop(i)
+
+
+def run_group(tmp_path: Path, size: int, body: Callable[[InProcessGroup], Awaitable[None]], **settings: Any) -> None:
+    async def main() -> None:
+        group = InProcessGroup(tmp_path, size, **settings)
+        try:
+            await group.start_all()
+            await body(group)
+        finally:
+            await group.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+# -- entry format ---------------------------------------------------------------------------------
+
+
+def test_entry_round_trip_and_refusals() -> None:
+    commands: list[Command] = [send("a"), send("b", b"\x00" * 5000)]
+    entry = encode_entry([encode_batch(commands[:1]), encode_batch(commands[1:])])
+    assert decode_entry(entry) == commands
+    assert len(entry) < 600  # lz4 on the repeated body
+    for garbage in (b"", b"\x07abc", b"\x01\x00", b"\x01\xff\xff\xff\x7fjunk"):
+        with pytest.raises(CommandCodecError):
+            decode_entry(garbage)
+
+
+# -- group commit, ordering, futures ---------------------------------------------------------------
+
+
+def test_appends_commit_in_order_and_coalesce(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("first")])
+        index_before = leader.status().commit_index
+        resolved: list[str] = []
+        futures = []
+        for k in range(500):
+            future = leader.append([send(f"c{k}")])
+            future.add_done_callback(lambda f, k=k: resolved.append(f"c{k}"))
+            futures.append(future)
+        await asyncio.gather(*futures)
+        expected = ["first"] + [f"c{k}" for k in range(500)]
+        machine = group.machines[group.logs.index(leader)]
+        assert machine.ids == expected
+        assert resolved == expected[1:]
+        entries = leader.status().commit_index - index_before
+        assert entries <= 20, f"500 appends took {entries} Raft entries"
+        assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
+
+    run_group(tmp_path, 3, body)
+
+
+def test_entries_stay_within_max_entry_bytes(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        machine = group.machines[0]
+        calls_before = machine.commit_calls
+        await asyncio.gather(*(leader.append([send(f"big{k}", os.urandom(10_000))]) for k in range(40)))
+        # 40 x ~10 KB with 64 KB entries: at least 7 entries, each one on_commit call.
+        assert machine.commit_calls - calls_before >= 7
+
+    run_group(tmp_path, 1, body, max_entry_bytes=64 * 1024)
+
+
+def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("x")])
+        follower = next(log for log in group.logs if log is not None and log is not leader)
+        with pytest.raises(NotLeader) as refused:
+            await follower.append([send("y")])
+        assert refused.value.leader == group.clients[leader.settings.self_address]
+        assert follower.leader_hint == refused.value.leader
+
+    run_group(tmp_path, 3, body)
+
+
+def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_decode = raft_log.decode_entry
+
+    def decode_refusing_poison(entry: bytes) -> list[Command]:
+        commands = real_decode(entry)
+        if any(dict(c.headers)["id"] == "poison" for c in commands):  # type: ignore[union-attr]
+            raise CommandCodecError("unknown command format version 99")
+        return commands
+
+    monkeypatch.setattr(raft_log, "decode_entry", decode_refusing_poison)
+
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        with pytest.raises(CommitFailed):
+            await leader.append([send("poison")])
+        await leader.append([send("after")])
+        assert group.machines[0].ids == ["after"]
+        status = leader.status()
+        assert status.apply_errors == 1
+        assert "version 99" in (status.last_apply_error or "")
+
+    run_group(tmp_path, 1, body)
+
+
+def test_a_leader_cut_off_from_its_followers_fails_appends_never_succeeds(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("committed")])
+        for i, log in enumerate(group.logs):
+            if log is not leader:
+                await group.stop(i)
+        started = time.monotonic()
+        with pytest.raises((CommitFailed, NotLeader)):
+            await leader.append([send("orphan")])
+        assert time.monotonic() - started < 2.0
+        assert await eventually(lambda: not leader.is_leader, 2.0)
+        with pytest.raises(NotLeader):
+            await leader.append([send("refused")])
+        machine = group.machines[group.logs.index(leader)]
+        assert "orphan" not in machine.ids
+
+    run_group(tmp_path, 3, body)
+
+
+def test_transfer_leadership_hands_over(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("x")])
+        assert await leader.transfer_leadership(timeout=2.0)
+        new_leader = await group.leader()
+        assert new_leader is not leader
+        await new_leader.append([send("y")])
+
+    run_group(tmp_path, 3, body)
+
+
+def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        for k in range(30):
+            await leader.append([send(f"m{k}", os.urandom(2000))])
+        assert await eventually(lambda: leader.status().journal_entries < 10, 5), leader.status()
+        await leader.append([send("tail")])
+        await group.stop(0)
+        log = await group.start(0)
+        expected = [f"m{k}" for k in range(30)] + ["tail"]
+        assert await eventually(lambda: group.machines[0].ids == expected, 5), group.machines[0].ids
+        await (await group.leader()).append([send("after restart")])
+        assert group.machines[0].ids[-1] == "after restart"
+        assert log.status().delivered_index == log.status().last_applied
+
+    run_group(tmp_path, 1, body, compact_after_bytes=20_000)
+
+
+def test_a_follower_behind_a_compaction_catches_up_by_snapshot(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("before")])
+        lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
+        await group.stop(lagging)
+        for k in range(40):
+            await leader.append([send(f"m{k}", os.urandom(2000))])
+        assert await eventually(lambda: leader.status().journal_entries < 10, 5), "leader did not compact"
+        log = await group.start(lagging)
+        expected = ["before"] + [f"m{k}" for k in range(40)]
+        assert await eventually(lambda: group.machines[lagging].ids == expected, 10), group.machines[lagging].ids[:5]
+        await leader.append([send("after")])
+        assert await eventually(lambda: group.machines[lagging].ids[-1:] == ["after"], 5)
+        assert log.status().apply_errors == 0
+        assert group.machines[lagging].restores == 1  # brought up to date by the leader's snapshot
+
+    run_group(tmp_path, 3, body, compact_after_bytes=20_000)
+
+
+def test_start_refuses_a_busy_port_and_an_open_address(tmp_path: Path) -> None:
+    async def main() -> None:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            address = f"127.0.0.1:{busy.getsockname()[1]}"
+            log = RaftLog(RaftSettings(address, (address,), str(tmp_path / "busy")))
+            with pytest.raises(RaftmqError, match="cannot bind"):
+                await log.start(lambda commands: None)
+        exposed = RaftLog(RaftSettings("10.1.2.3:7000", ("10.1.2.3:7000",), str(tmp_path / "open")))
+        with pytest.raises(ConfigError, match="password"):
+            await exposed.start(lambda commands: None)
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+# -- faults with real processes -------------------------------------------------------------------
+
+
+@pytest.fixture
+def process_group(tmp_path: Path) -> Iterator[Any]:
+    group = harness.Group(3, root=str(tmp_path))
+    try:
+        yield group.start()
+    finally:
+        group.close()
+
+
+def committed_ids(member: Any) -> list[str]:
+    return member.request("ids")["ids"]
+
+
+@pytest.mark.integration
+def test_kill_9_of_the_leader_loses_no_acknowledged_append(process_group: Any) -> None:
+    leader = process_group.leader()
+    stream = leader.send("stream", prefix="a", count=100_000, concurrency=20, body=512)
+    time.sleep(1.0)
+    acked_before_kill = list(leader.acked)
+    leader.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    new_leader = process_group.leader(timeout=5, exclude=leader)
+    reply = new_leader.request("append", ids=["after-kill"], timeout=5)
+    assert reply["acked"] == ["after-kill"]
+    assert time.monotonic() - killed_at < 3.0
+    acked = set(leader.acked)
+    assert len(acked_before_kill) > 100
+    ids = committed_ids(new_leader)
+    assert acked <= set(ids), f"{len(acked - set(ids))} acknowledged appends lost"
+    assert len(ids) == len(set(ids)), "an append was stored twice"
+    del stream
+
+
+@pytest.mark.integration
+def test_kill_9_of_every_member_then_restart_keeps_every_acknowledged_append(process_group: Any) -> None:
+    leader = process_group.leader()
+    leader.send("stream", prefix="b", count=100_000, concurrency=20, body=512)
+    time.sleep(1.0)
+    for member in process_group.members:
+        member.signal(signal.SIGKILL)
+    acked = set(leader.acked)
+    assert len(acked) > 100
+    for member in process_group.members:
+        member.start()
+    new_leader = process_group.leader(timeout=10)
+    assert new_leader.request("append", ids=["after-restart"], timeout=5)["acked"] == ["after-restart"]
+    for member in process_group.members:
+        deadline = time.monotonic() + 5
+        while "after-restart" not in (ids := committed_ids(member)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert acked <= set(ids), f"{member.address} lost {len(acked - set(ids))} acknowledged appends"
+        assert len(ids) == len(set(ids))
+
+
+@pytest.mark.integration
+def test_a_paused_leader_acknowledges_nothing_uncommitted_and_steps_down(process_group: Any) -> None:
+    leader = process_group.leader()
+    leader.send("stream", prefix="c", count=100_000, concurrency=20, body=512)
+    time.sleep(0.5)
+    leader.signal(signal.SIGSTOP)
+    try:
+        new_leader = process_group.leader(timeout=5, exclude=leader)
+        assert new_leader.request("append", ids=["while-paused"], timeout=5)["acked"] == ["while-paused"]
+    finally:
+        leader.signal(signal.SIGCONT)
+    deadline = time.monotonic() + 3
+    while leader.request("status")["status"]["is_leader"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    leaders = [m for m in process_group.members if m.request("status")["status"]["is_leader"]]
+    assert len(leaders) == 1 and leaders[0] is not leader
+    time.sleep(0.3)  # acks the resumed old leader might still emit
+    ids = committed_ids(leaders[0])
+    acked = set(leader.acked)
+    assert acked <= set(ids), f"{len(acked - set(ids))} appends acknowledged by the paused leader were not committed"
+    assert len(ids) == len(set(ids))
