@@ -1,0 +1,71 @@
+"""What one bench run does: a picklable description shared by every worker process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+ACK_MODES = ("client-individual", "client", "auto")
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """`stomp://host:port` (also `tcp://`, or bare `host:port`) to (host, port)."""
+    text = url if "://" in url else f"stomp://{url}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("stomp", "tcp"):
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} (use stomp://host:port)")
+    try:
+        port = parts.port or 61613
+    except ValueError as exc:
+        raise ValueError(f"bad port in {url!r}") from exc
+    if not parts.hostname:
+        raise ValueError(f"no host in {url!r}")
+    return parts.hostname, port
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` split into `parts` shares that differ by at most one, larger first."""
+    if parts <= 0:
+        return []
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    host: str = "127.0.0.1"
+    port: int = 61613
+    login: str | None = None
+    passcode: str | None = None
+    vhost: str | None = None
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    destination: str = "/queue/bench"
+    producers: int = 1
+    consumers: int = 1
+    size: int = 1024
+    messages: int | None = 10_000  # total measured messages, over all producers
+    duration: float | None = None  # seconds of sending instead of a message count
+    persistent: bool = True
+    receipt_window: int = 1  # receipts in flight per producer; 0 = send without receipts
+    prefetch: int | None = None
+    ack: str = "client-individual"
+    processes: int = 1
+    warmup: int = 0  # total messages sent before measuring, over all producers
+    drain_timeout: float = 10.0  # seconds consumers keep waiting after the producers finished
+    connect_timeout: float = 10.0
+    run_id: str = "run"
+    heartbeat_ms: int = 0
+
+    def producers_of(self, process: int) -> list[int]:
+        return [p for p in range(self.producers) if p % self.processes == process]
+
+    def consumers_of(self, process: int) -> list[int]:
+        return [c for c in range(self.consumers) if c % self.processes == process]
+
+    def messages_of(self, producer: int) -> int | None:
+        if self.messages is None:
+            return None
+        return split_evenly(self.messages, self.producers)[producer]
+
+    def warmup_of(self, producer: int) -> int:
+        return split_evenly(self.warmup, self.producers)[producer]

@@ -1,0 +1,50 @@
+"""The `raftmq` command: the composition root that wires config, node and tools together."""
+
+from __future__ import annotations
+
+import click
+
+from raftmq import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="raftmq")
+def main() -> None:
+    """raftmq: a STOMP 1.2 message broker in which every logical broker is a Raft group."""
+
+
+def _parse_listen(value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint="--listen")
+    return host, int(port)
+
+
+@main.command()
+@click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node configuration (TOML).")
+def node(listen: str | None, config_path: str | None) -> None:
+    """Run one broker node in the foreground (Ctrl-C stops it)."""
+    from raftmq.config import NodeConfig, load_node_config
+    from raftmq.errors import ConfigError
+    from raftmq.server.node import serve
+
+    try:
+        config = load_node_config(config_path) if config_path else NodeConfig()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    address = _parse_listen(listen)
+    if address is not None:
+        config = config.with_address(*address)
+    serve(config)
+
+
+def _register_optional_commands() -> None:
+    from raftmq.bench.cli import bench_command
+
+    main.add_command(bench_command, name="bench")
+
+
+_register_optional_commands()

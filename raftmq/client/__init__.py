@@ -1,0 +1,56 @@
+"""raftmq's asyncio STOMP 1.0/1.1/1.2 client.
+
+    client = await connect("127.0.0.1", 61613)
+    await client.send("/queue/a", b"hello", receipt=True)
+    async for frame in client.subscribe("/queue/a", ack="client-individual"):
+        await client.ack(frame)
+
+`connect_failover(url)` gives a `FailoverClient` that follows leader redirects and reconnects
+(see raftmq.client.failover); `raftmq.client.sync.Client` is its blocking facade.
+"""
+
+from __future__ import annotations
+
+from raftmq.client.connection import StompClient, connect
+from raftmq.client.failover import (
+    FailoverClient,
+    FailoverEvent,
+    FailoverExhausted,
+    RedirectLimitExceeded,
+    TransactionRolledBack,
+    connect_failover,
+)
+from raftmq.client.failover_subscription import Delivery, FailoverSubscription
+from raftmq.client.failover_url import (
+    Address,
+    FailoverOptions,
+    FailoverTarget,
+    InvalidFailoverUrl,
+    parse_failover_url,
+)
+from raftmq.client.heartbeat import negotiate_heartbeat
+from raftmq.client.policies import POLICY_NAMES, make_policy
+from raftmq.client.subscription import Subscription, SubscriptionEnded
+
+__all__ = [
+    "POLICY_NAMES",
+    "Address",
+    "Delivery",
+    "FailoverClient",
+    "FailoverEvent",
+    "FailoverExhausted",
+    "FailoverOptions",
+    "FailoverSubscription",
+    "FailoverTarget",
+    "InvalidFailoverUrl",
+    "RedirectLimitExceeded",
+    "StompClient",
+    "Subscription",
+    "SubscriptionEnded",
+    "TransactionRolledBack",
+    "connect",
+    "connect_failover",
+    "make_policy",
+    "negotiate_heartbeat",
+    "parse_failover_url",
+]

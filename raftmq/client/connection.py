@@ -1,0 +1,405 @@
+"""`connect()` and `StompClient`: one STOMP 1.0/1.1/1.2 connection on asyncio.
+
+The client is a thin layer over `StompTransport`: it matches RECEIPTs to futures, routes
+MESSAGEs to subscriptions and keeps heart-beats. It holds no reconnect logic; a failover client
+can wrap it, watching `closed` and re-issuing subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable, Mapping
+
+from raftmq.client.heartbeat import HeartbeatTimers, negotiate_heartbeat
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
+from raftmq.client.transport import StompTransport
+from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.codec import encode_frame
+from raftmq.protocol.frame import SUPPORTED_VERSIONS, Frame
+from raftmq.protocol.limits import Limits
+
+HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+def _header_list(headers: HeadersArg) -> list[tuple[str, str]]:
+    if headers is None:
+        return []
+    if type(headers) is list:
+        return headers  # the hot path: callers building lists of pairs already have str pairs
+    if isinstance(headers, Mapping):
+        return [(str(k), str(v)) for k, v in headers.items()]
+    return [(str(k), str(v)) for k, v in headers]
+
+
+def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        # The cause also reaches `closed`; a dropped receipt future need not log it again.
+        fut.exception()
+
+
+class StompClient:
+    """A connected STOMP session. Build one with `connect()`."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._transport = StompTransport(self._on_frame, self._on_lost, limits)
+        self._connected: asyncio.Future[Frame] = self._loop.create_future()
+        self._receipts: dict[str, asyncio.Future[Frame]] = {}
+        self._receipt_ids = itertools.count(1)
+        self._sub_ids = itertools.count(1)
+        self._subscriptions: dict[str, Subscription] = {}
+        self._version = "1.2"
+        self._closing = False
+        self._heartbeat: HeartbeatTimers | None = None
+        self.server_headers: dict[str, str] = {}
+        self.last_receipt_id: str | None = None
+        """The receipt id of the latest frame sent with a receipt: lets a wrapper (the failover
+        client) tell which of its frames an ERROR's `receipt-id` refers to."""
+        self.closed: asyncio.Future[BaseException | None] = self._loop.create_future()
+        """Resolves when the connection is gone: `None` after `disconnect()`, else the cause."""
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        """The negotiated STOMP version."""
+        return self._version
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed.done()
+
+    @property
+    def receipts_in_flight(self) -> int:
+        return len(self._receipts)
+
+    # -- sending ------------------------------------------------------------------------------
+    def send_nowait(
+        self,
+        destination: str,
+        body: bytes,
+        headers: HeadersArg = None,
+        receipt: bool = False,
+        *,
+        transaction: str | None = None,
+    ) -> asyncio.Future[Frame] | None:
+        """Queue a SEND; returns the future of its RECEIPT when `receipt` is true, else None."""
+        frame_headers = [("destination", destination)]
+        if transaction is not None:
+            frame_headers.append(("transaction", transaction))
+        frame_headers.extend(_header_list(headers))
+        return self._send_frame(Frame("SEND", frame_headers, body), receipt)
+
+    async def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: HeadersArg = None,
+        receipt: bool = False,
+        *,
+        transaction: str | None = None,
+    ) -> Frame | None:
+        """Send a message; with `receipt`, return once the broker's RECEIPT arrived.
+
+        Raises `BrokerRefused` when the broker answers ERROR, `ClientError` when the connection
+        is lost first. Without a receipt it only waits while the socket buffer is full.
+        """
+        fut = self.send_nowait(destination, body, headers, receipt, transaction=transaction)
+        if fut is not None:
+            return await fut
+        await self.drain()
+        return None
+
+    async def drain(self) -> None:
+        """Wait while the socket's send buffer is full (flow control for unreceipted sends)."""
+        self._check_open()
+        await self._transport.drain()
+        self._check_open()
+
+    # -- subscriptions --------------------------------------------------------------------------
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        id: str | None = None,  # noqa: A002 - the STOMP header is called id
+        ack: str = "auto",
+        headers: HeadersArg = None,
+        prefetch: int | None = None,
+        callback: MessageCallback | None = None,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        receipt: bool = False,
+    ) -> Subscription:
+        """Subscribe; iterate the returned `Subscription` (or pass `callback`).
+
+        `prefetch` is sent under the names ActiveMQ (`activemq.prefetchSize`) and RabbitMQ
+        (`prefetch-count`) use; raftmq accepts both.
+        """
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
+        self._check_open()
+        sub_id = id if id is not None else f"sub-{next(self._sub_ids)}"
+        if sub_id in self._subscriptions:
+            raise ClientError(f"subscription id {sub_id!r} is already in use")
+        if queue_size == DEFAULT_QUEUE_SIZE and prefetch:
+            queue_size = max(prefetch, 1)
+        subscription = Subscription(self, sub_id, destination, ack, callback, queue_size)
+        frame_headers = [("destination", destination), ("id", sub_id), ("ack", ack)]
+        if prefetch is not None:
+            frame_headers.append(("activemq.prefetchSize", str(prefetch)))
+            frame_headers.append(("prefetch-count", str(prefetch)))
+        frame_headers.extend(_header_list(headers))
+        self._subscriptions[sub_id] = subscription
+        fut = self._send_frame(Frame("SUBSCRIBE", frame_headers), receipt)
+        subscription.receipt = fut
+        return subscription
+
+    def _unsubscribe(self, subscription: Subscription, receipt: bool) -> asyncio.Future[Frame] | None:
+        self._subscriptions.pop(subscription.id, None)
+        if self._closing or self.closed.done():
+            return None
+        return self._send_frame(Frame("UNSUBSCRIBE", [("id", subscription.id)]), receipt)
+
+    # -- acknowledgement ------------------------------------------------------------------------
+    def ack_nowait(
+        self, frame: Frame, *, receipt: bool = False, transaction: str | None = None
+    ) -> asyncio.Future[Frame] | None:
+        """ACK a received MESSAGE (cumulative in `client` mode, as STOMP defines)."""
+        return self._send_frame(Frame("ACK", self._ack_headers(frame, transaction)), receipt)
+
+    def nack_nowait(
+        self, frame: Frame, *, receipt: bool = False, transaction: str | None = None
+    ) -> asyncio.Future[Frame] | None:
+        if self._version == "1.0":
+            raise ClientError("NACK does not exist in STOMP 1.0")
+        return self._send_frame(Frame("NACK", self._ack_headers(frame, transaction)), receipt)
+
+    async def ack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> None:
+        fut = self.ack_nowait(frame, receipt=receipt, transaction=transaction)
+        if fut is not None:
+            await fut
+
+    async def nack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> None:
+        fut = self.nack_nowait(frame, receipt=receipt, transaction=transaction)
+        if fut is not None:
+            await fut
+
+    def _ack_headers(self, frame: Frame, transaction: str | None) -> list[tuple[str, str]]:
+        if self._version == "1.2":
+            ack_id = frame.get("ack")
+            if ack_id is None:
+                raise ClientError("MESSAGE has no ack header (subscribed with ack:auto?)")
+            headers = [("id", ack_id)]
+        else:
+            message_id = frame.get("message-id")
+            if message_id is None:
+                raise ClientError("MESSAGE has no message-id header")
+            headers = [("message-id", message_id)]
+            subscription = frame.get("subscription")
+            if self._version == "1.1" and subscription is not None:
+                headers.append(("subscription", subscription))
+        if transaction is not None:
+            headers.append(("transaction", transaction))
+        return headers
+
+    # -- transactions ---------------------------------------------------------------------------
+    async def begin(self, txid: str, *, receipt: bool = False) -> None:
+        await self._command("BEGIN", txid, receipt)
+
+    async def commit(self, txid: str, *, receipt: bool = True) -> None:
+        await self._command("COMMIT", txid, receipt)
+
+    async def abort(self, txid: str, *, receipt: bool = False) -> None:
+        await self._command("ABORT", txid, receipt)
+
+    async def _command(self, command: str, txid: str, receipt: bool) -> None:
+        fut = self._send_frame(Frame(command, [("transaction", txid)]), receipt)
+        if fut is not None:
+            await fut
+        else:
+            await self.drain()
+
+    # -- closing --------------------------------------------------------------------------------
+    async def disconnect(self, timeout: float = 10.0) -> None:
+        """DISCONNECT with a receipt (so everything sent before it was processed), then close."""
+        if self.closed.done() or self._closing:
+            await asyncio.shield(self.closed)
+            return
+        fut = self._send_frame(Frame("DISCONNECT"), True)
+        self._closing = True
+        try:
+            if fut is not None:
+                async with asyncio.timeout(timeout):
+                    await fut
+        except (ClientError, TimeoutError):
+            pass  # closing anyway; a lost connection is what we asked for
+        finally:
+            self._transport.close()
+            self._finish(None)
+
+    def abort_connection(self, reason: str = "aborted by the client") -> None:
+        """Drop the socket without DISCONNECT (tests, and failover later)."""
+        self._transport.abort(ClientError(reason))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed.done():
+            cause = self.closed.result()
+            raise ClientError(f"connection closed: {cause}" if cause else "connection closed") from cause
+        if self._closing:
+            raise ClientError("connection is closing")
+
+    def _send_frame(self, frame: Frame, receipt: bool) -> asyncio.Future[Frame] | None:
+        self._check_open()
+        fut: asyncio.Future[Frame] | None = None
+        if receipt:
+            receipt_id = str(next(self._receipt_ids))
+            self.last_receipt_id = receipt_id
+            frame.headers.append(("receipt", receipt_id))
+            fut = self._loop.create_future()
+            self._receipts[receipt_id] = fut
+        self._transport.write(encode_frame(frame, self._version))
+        return fut
+
+    def _on_frame(self, frame: Frame) -> None:
+        command = frame.command
+        if command == "MESSAGE":
+            sub_id = frame.get("subscription")
+            subscription = self._subscriptions.get(sub_id) if sub_id is not None else None
+            if subscription is None and sub_id is None and len(self._subscriptions) == 1:
+                subscription = next(iter(self._subscriptions.values()))  # STOMP 1.0 brokers
+            if subscription is not None:
+                try:
+                    subscription._deliver(frame)
+                except Exception as exc:  # a raising callback must not kill the connection
+                    self._loop.call_exception_handler(
+                        {"message": "subscription callback raised", "exception": exc, "frame": frame}
+                    )
+        elif command == "RECEIPT":
+            fut = self._receipts.pop(frame.get("receipt-id", ""), None)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+        elif command == "CONNECTED":
+            if not self._connected.done():
+                self._connected.set_result(frame)
+        elif command == "ERROR":
+            self._on_error(frame)
+
+    def _on_error(self, frame: Frame) -> None:
+        message = frame.get("message") or frame.body.decode("utf-8", "replace").strip() or "ERROR"
+        refused = BrokerRefused(message, frame.header_dict(), frame.body)
+        if not self._connected.done():
+            _fail(self._connected, refused)
+        fut = self._receipts.pop(frame.get("receipt-id", ""), None)
+        if fut is not None:
+            _fail(fut, refused)
+        # The broker closes after ERROR and processes nothing after the offending frame.
+        self._transport.abort(refused)
+
+    def _on_lost(self, exc: BaseException | None) -> None:
+        if self._closing:
+            self._finish(None)
+            return
+        if isinstance(exc, ClientError):
+            cause: BaseException = exc
+        else:
+            cause = ClientError(f"connection lost: {exc}" if exc else "connection closed by the broker")
+            cause.__cause__ = exc
+        self._finish(cause)
+
+    def _finish(self, cause: BaseException | None) -> None:
+        if self.closed.done():
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        error = cause or ClientError("connection closed")
+        _fail(self._connected, error)
+        receipts, self._receipts = self._receipts, {}
+        for fut in receipts.values():
+            _fail(fut, error)
+        for subscription in list(self._subscriptions.values()):
+            subscription._end(cause)
+        self.closed.set_result(cause)
+
+    async def _handshake(
+        self,
+        host: str,
+        *,
+        login: str | None,
+        passcode: str | None,
+        vhost: str | None,
+        version: str,
+        heartbeat: tuple[int, int],
+        headers: HeadersArg,
+    ) -> None:
+        if version not in SUPPORTED_VERSIONS:
+            raise ValueError(f"version must be one of {SUPPORTED_VERSIONS}, got {version!r}")
+        accepted = SUPPORTED_VERSIONS[: SUPPORTED_VERSIONS.index(version) + 1]
+        frame_headers = [
+            ("accept-version", ",".join(accepted)),
+            ("host", vhost if vhost is not None else host),
+            ("heart-beat", f"{int(heartbeat[0])},{int(heartbeat[1])}"),
+        ]
+        if login is not None:
+            frame_headers.append(("login", login))
+        if passcode is not None:
+            frame_headers.append(("passcode", passcode))
+        frame_headers.extend(_header_list(headers))
+        self._transport.write(encode_frame(Frame("CONNECT", frame_headers), "1.2"))
+        connected = await self._connected
+        negotiated = connected.get("version", "1.0")
+        if negotiated not in accepted:
+            raise ClientError(f"broker chose STOMP {negotiated}, we offered {','.join(accepted)}")
+        self._version = negotiated
+        self._transport.version = negotiated
+        self.server_headers = connected.header_dict()
+        send_ms, receive_ms = negotiate_heartbeat(heartbeat, connected.get("heart-beat", "0,0"))
+        if send_ms or receive_ms:
+            self._heartbeat = HeartbeatTimers(self._transport, send_ms, receive_ms)
+            self._heartbeat.start()
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    login: str | None = None,
+    passcode: str | None = None,
+    vhost: str | None = None,
+    version: str = "1.2",
+    heartbeat: tuple[int, int] = (0, 0),
+    headers: HeadersArg = None,
+    timeout: float = 10.0,
+    limits: Limits | None = None,
+) -> StompClient:
+    """Open a TCP connection and complete the STOMP handshake.
+
+    `version` is the highest STOMP version offered (lower ones are offered too); `vhost` goes
+    in the CONNECT `host` header (RabbitMQ wants `/`). `heartbeat` is (can send every ms,
+    want to receive every ms). Raises `BrokerRefused` when the broker answers ERROR,
+    `ClientError` on connection failure or timeout.
+    """
+    loop = asyncio.get_running_loop()
+    client = StompClient(limits)
+    try:
+        async with asyncio.timeout(timeout):
+            await loop.create_connection(lambda: client._transport, host, port)
+            await client._handshake(
+                host,
+                login=login,
+                passcode=passcode,
+                vhost=vhost,
+                version=version,
+                heartbeat=heartbeat,
+                headers=headers,
+            )
+    except TimeoutError as exc:
+        client._transport.abort(ClientError("handshake timed out"))
+        raise ClientError(f"connecting to {host}:{port} timed out after {timeout} s") from exc
+    except OSError as exc:
+        raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
+    except BaseException:
+        client._transport.abort(ClientError("handshake failed"))
+        raise
+    return client

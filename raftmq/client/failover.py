@@ -1,0 +1,691 @@
+"""`FailoverClient`: a STOMP client that finds a group's leader and survives node failures.
+
+    client = await connect_failover("failover:(stomp://h1:61613,stomp://h2:61613)?randomize=false")
+    await client.send("/queue/a", b"hello")             # returns the RECEIPT frame
+    async for message in client.subscribe("/queue/a", ack="client-individual"):
+        await client.ack(message)
+
+It wraps one `StompClient` at a time. A follower refuses CONNECT with `not the leader` and a
+`leader` header; the client connects there next (at most `maxRedirects` hops in a row). When
+the connection breaks it reconnects with ActiveMQ's back-off (see `failover_url`): the group it
+was on first, its other nodes before the one that broke, then the other groups in turn.
+
+What survives a reconnect:
+- SENDs. Each carries an `_AMQ_DUPL_ID` (ours unless the caller set one). A SEND whose RECEIPT
+  had not arrived when the connection broke is written again on the next connection with the
+  same id, in the original order and before any newer SEND, so the broker's duplicate
+  detection stores it once. Only a RECEIPT completes a send: if the client gives up, closes or
+  the `timeout` option runs out first, the send fails with `ClientError` (outcome unknown).
+  A SEND the broker refused (an ERROR naming its receipt) fails with `BrokerRefused` and is
+  not retried. Duplicate detection is per group: a SEND retried on another group may be
+  stored by both.
+- Subscriptions: subscribed again with the same destination, id, ack mode and headers.
+  Messages a broken connection delivered are never ACKed on another one; `ack` on them returns
+  False and the broker redelivers them.
+- Not transactions: the broker aborts them with the connection; `commit` then raises
+  `TransactionRolledBack`, and their unconfirmed SENDs fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from raftmq.client.connection import ACK_MODES, StompClient, connect
+from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
+from raftmq.client.failover_url import (
+    Address,
+    FailoverOptions,
+    InvalidFailoverUrl,
+    attempt_plan_ms,
+    normalize_groups,
+    parse_address,
+    parse_failover_url,
+)
+from raftmq.client.policies import make_policy, rotated
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
+from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.frame import Frame
+from raftmq.protocol.limits import Limits
+
+DUPL_ID_HEADER = "_AMQ_DUPL_ID"
+# Heart-beats on by default: without them a leader that hangs (SIGSTOP, a partition) is never
+# noticed and nothing fails over. 10 s matches the node's default; the client gives up on a
+# silent broker after twice its interval.
+DEFAULT_HEARTBEAT = (10_000, 10_000)
+NOT_LEADER = "not the leader"
+HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
+GroupsArg = Sequence[Sequence[Address | tuple[str, int] | str]]
+
+
+class TransactionRolledBack(ClientError):
+    """The connection carrying the transaction broke; the broker rolled it back."""
+
+
+class RedirectLimitExceeded(ClientError):
+    """A group's nodes kept naming other nodes as leader for more than `maxRedirects` hops."""
+
+
+class FailoverExhausted(ClientError):
+    """Every reconnect attempt allowed by `maxReconnectAttempts` failed."""
+
+
+@dataclass(frozen=True)
+class FailoverEvent:
+    """What a listener in `FailoverClient.events` is told.
+
+    kind: `connected` (address, group, resent: the `_AMQ_DUPL_ID`s written again),
+    `disconnected` (address, error), `redirected` (address refused, target named leader),
+    `attempt_failed` (attempt number, error), `failed` (error: the client gave up),
+    `closed`.
+    """
+
+    kind: str
+    address: Address | None = None
+    group: int | None = None
+    target: Address | None = None
+    error: BaseException | None = None
+    attempt: int = 0
+    resent: tuple[str, ...] = ()
+
+
+EventListener = Callable[[FailoverEvent], None]
+
+
+@dataclass(eq=False)
+class _PendingSend:
+    seq: int
+    destination: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    receipt: bool
+    transaction: str | None
+    dupl_id: str
+    future: asyncio.Future[Frame | None]
+    generation: int = 0  # the connection it is in flight on; 0 while it waits to be written
+    writes: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+def _new_dupl_id() -> str:
+    return f"raftmq-{uuid.uuid4().hex}"
+
+
+def _header_pairs(headers: HeadersArg) -> list[tuple[str, str]]:
+    if headers is None:
+        return []
+    if isinstance(headers, Mapping):
+        return [(str(k), str(v)) for k, v in headers.items()]
+    return [(str(k), str(v)) for k, v in headers]
+
+
+class FailoverClient:
+    """Build with `connect_failover()` (or construct in a running loop, then `await start()`)."""
+
+    def __init__(
+        self,
+        groups: GroupsArg,
+        options: FailoverOptions | None = None,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        vhost: str | None = None,
+        version: str = "1.2",
+        heartbeat: tuple[int, int] = DEFAULT_HEARTBEAT,
+        connect_headers: HeadersArg = None,
+        limits: Limits | None = None,
+        rng: random.Random | None = None,
+        dupl_id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.groups = normalize_groups(groups)
+        self.options = options or FailoverOptions()
+        policy = self.options.effective_policy
+        rng = rng if rng is not None else random.Random()
+        self._group_policy = make_policy(policy, rng)
+        self._node_policies = [make_policy(policy, rng) for _ in self.groups]
+        self._connect_kwargs: dict[str, Any] = {
+            "login": login,
+            "passcode": passcode,
+            "vhost": vhost,
+            "version": version,
+            "heartbeat": heartbeat,
+            "headers": _header_pairs(connect_headers),
+            "limits": limits,
+            "timeout": self.options.connect_timeout_ms / 1000,
+        }
+        self._new_dupl_id = dupl_id_factory or _new_dupl_id
+        self.events: list[EventListener] = []
+        self._state = "new"  # new, connecting, connected, reconnecting, closing, closed, failed
+        self._client: StompClient | None = None
+        self._generation = 0
+        self.address: Address | None = None
+        self.group: int | None = None
+        self._broken_address: Address | None = None
+        self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
+        self._seq = itertools.count(1)
+        self._pending: dict[int, _PendingSend] = {}
+        self._inner_receipts: dict[str, _PendingSend | FailoverSubscription] = {}
+        self._subscriptions: dict[str, FailoverSubscription] = {}
+        self._sub_ids = itertools.count(1)
+        self._transactions: dict[str, int] = {}  # id -> the connection it was begun on
+        self._state_change: asyncio.Future[None] = self._loop.create_future()
+        self._supervisor: asyncio.Task[None] | None = None
+        self.closed: asyncio.Future[BaseException | None] = self._loop.create_future()
+        """`None` after `close()`, the `ClientError` if the client gave up reconnecting."""
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> FailoverClient:
+        """Keyword arguments named like `FailoverOptions` fields override the URL's options;
+        the rest go to the constructor."""
+        target = parse_failover_url(url)
+        option_names = {field.name for field in dataclasses.fields(FailoverOptions)}
+        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in option_names}
+        options = target.options.replace(**overrides) if overrides else target.options
+        return cls(target.groups, options, **kwargs)
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        return self._state == "connected"
+
+    @property
+    def connection_number(self) -> int:
+        """Counts connections made; a `Delivery` carries the number of the one that made it."""
+        return self._generation
+
+    @property
+    def pending_sends(self) -> int:
+        """SENDs without their RECEIPT yet (in flight or waiting for a connection)."""
+        return len(self._pending)
+
+    @property
+    def stomp_client(self) -> StompClient | None:
+        """The current connection, if any."""
+        return self._client
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            while self._state != "connected":
+                self._check_usable()
+                await asyncio.shield(self._state_change)
+
+    # -- connecting -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect (within `startupMaxReconnectAttempts`); raises `ClientError` on failure."""
+        if self._state != "new":
+            raise ClientError(f"start() on a client that is {self._state}")
+        self._set_state("connecting")
+        try:
+            client, group, address = await self._establish(startup=True)
+        except BaseException as exc:
+            if self._state == "connecting":
+                error = exc if isinstance(exc, ClientError) else ClientError(f"connect interrupted: {exc!r}")
+                self._give_up(error)
+            raise
+        if self._state != "connecting":  # closed while connecting
+            await client.disconnect()
+            raise ClientError("client closed while connecting")
+        self._on_connected(client, group, address)
+        self._supervisor = self._loop.create_task(self._supervise())
+
+    async def _supervise(self) -> None:
+        while True:
+            client = self._client
+            assert client is not None
+            await asyncio.wait([client.closed])
+            if self._state != "connected":
+                return  # closing
+            self._on_break(client)
+            try:
+                client, group, address = await self._establish(startup=False)
+            except ClientError as exc:
+                self._give_up(exc)
+                return
+            self._on_connected(client, group, address)
+
+    async def _establish(self, *, startup: bool) -> tuple[StompClient, int, Address]:
+        """Attempts (passes over every address) with back-off between them."""
+        errors: list[BaseException] = []
+        attempt = 0
+        for wait_ms in attempt_plan_ms(self.options, startup=startup):
+            await asyncio.sleep(wait_ms / 1000)
+            if self._state in ("closing", "closed"):
+                raise ClientError("client closed while connecting")
+            attempt += 1
+            try:
+                return await self._attempt()
+            except ClientError as exc:
+                errors.append(exc)
+                self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
+        if not errors:
+            raise FailoverExhausted("connection lost and reconnecting is off (maxReconnectAttempts=0)")
+        raise FailoverExhausted(f"gave up after {attempt} connect attempt(s); last: {errors[-1]}") from errors[-1]
+
+    async def _attempt(self) -> tuple[StompClient, int, Address]:
+        """One pass: the groups in policy order (the current group first), each group's nodes."""
+        count = len(self.groups)
+        start = self.group if self.group is not None else self._group_policy.select(count)
+        failures: list[str] = []
+        for group in rotated(range(count), start):
+            nodes = self.groups[group]
+            order = rotated(nodes, self._node_policies[group].select(len(nodes)))
+            if self._broken_address in order:
+                # The node whose connection just broke is the least likely to be the leader now.
+                order.remove(self._broken_address)
+                order.append(self._broken_address)
+            hint = self._leader_hint
+            if hint is not None and group == self.group:
+                # A deposed leader named its successor: go there first.
+                order = [hint, *(address for address in order if address != hint)]
+            for address in order:
+                try:
+                    client, landed = await self._connect_following_redirects(group, address)
+                except RedirectLimitExceeded as exc:
+                    failures.append(str(exc))
+                    break  # the group is mid-election or misconfigured: try the next group
+                except ClientError as exc:
+                    failures.append(f"{address}: {exc}")
+                    continue
+                return client, group, landed
+        raise ClientError("no leader reachable: " + "; ".join(failures))
+
+    async def _connect_following_redirects(self, group: int, address: Address) -> tuple[StompClient, Address]:
+        target = address
+        path = [address]
+        while True:
+            try:
+                client = await connect(target.host, target.port, **self._connect_kwargs)
+            except BrokerRefused as exc:
+                leader = self._hinted_leader(exc)
+                if leader is None:
+                    raise
+                if len(path) > self.options.max_redirects:
+                    hops = " -> ".join(str(a) for a in [*path, leader])
+                    raise RedirectLimitExceeded(
+                        f"more than {self.options.max_redirects} leader redirect(s) in group {group}: {hops}"
+                    ) from exc
+                self._emit(FailoverEvent("redirected", address=target, group=group, target=leader))
+                path.append(leader)
+                target = leader
+                continue
+            return client, target
+
+    @staticmethod
+    def _hinted_leader(refusal: BrokerRefused) -> Address | None:
+        """The `leader` address of a `not the leader` ERROR, if it names a usable one."""
+        hint = refusal.headers.get("leader")
+        if refusal.headers.get("message") != NOT_LEADER or not hint:
+            return None
+        try:
+            return parse_address(hint)
+        except InvalidFailoverUrl:
+            return None
+
+    def _on_connected(self, client: StompClient, group: int, address: Address) -> None:
+        self._generation += 1
+        self._client = client
+        self.group = group
+        self.address = address
+        self._broken_address = None
+        self._leader_hint = None
+        self._inner_receipts = {}
+        self._set_state("connected")
+        for subscription in list(self._subscriptions.values()):
+            if not self._attach(subscription):
+                break
+        resent = tuple(p.dupl_id for p in self._pending.values() if p.writes)
+        for pending in list(self._pending.values()):
+            if not self._write(pending):
+                break
+        self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
+
+    def _on_break(self, client: StompClient) -> None:
+        cause = client.closed.result()
+        self._client = None
+        self._broken_address = self.address
+        self._set_state("reconnecting")
+        culprit = None
+        if isinstance(cause, BrokerRefused):
+            culprit = self._inner_receipts.get(cause.headers.get("receipt-id", ""))
+            self._leader_hint = self._hinted_leader(cause)
+        self._inner_receipts = {}
+        if isinstance(culprit, FailoverSubscription):
+            self._subscriptions.pop(culprit.id, None)
+            culprit._end(cause)
+        elif culprit is not None:
+            self._settle(culprit, error=cause)
+        self._transactions.clear()
+        for pending in list(self._pending.values()):
+            pending.generation = 0
+            if pending.transaction is not None:
+                self._settle(pending, error=TransactionRolledBack(
+                    f"connection lost; transaction {pending.transaction!r} was rolled back"))
+        for subscription in self._subscriptions.values():
+            subscription._detach()
+        self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
+        if self._leader_hint is not None:
+            self._emit(FailoverEvent("redirected", address=self.address, group=self.group, target=self._leader_hint))
+
+    def _give_up(self, error: ClientError) -> None:
+        self._set_state("failed")
+        self._client = None
+        for pending in list(self._pending.values()):
+            self._settle(pending, error=ClientError(f"send not confirmed, the client gave up: {error}"))
+        for subscription in list(self._subscriptions.values()):
+            subscription._end(error)
+        self._subscriptions.clear()
+        if not self.closed.done():
+            self.closed.set_result(error)
+        self._emit(FailoverEvent("failed", error=error))
+
+    # -- sending --------------------------------------------------------------------------------
+    def send_nowait(
+        self,
+        destination: str,
+        body: bytes,
+        headers: HeadersArg = None,
+        receipt: bool = True,
+        *,
+        transaction: str | None = None,
+    ) -> asyncio.Future[Frame | None]:
+        """Queue a SEND; the future gets the RECEIPT (or None once written, without `receipt`)."""
+        self._check_usable()
+        if transaction is not None:
+            self._check_transaction(transaction)
+        # An empty id would come first and switch duplicate detection off: replace it.
+        header_list = [h for h in _header_pairs(headers) if h[0] != DUPL_ID_HEADER or h[1]]
+        dupl_id = next((value for name, value in header_list if name == DUPL_ID_HEADER), None)
+        if not dupl_id:
+            dupl_id = self._new_dupl_id()
+            header_list.append((DUPL_ID_HEADER, dupl_id))
+        future: asyncio.Future[Frame | None] = self._loop.create_future()
+        pending = _PendingSend(next(self._seq), destination, header_list, body, receipt, transaction, dupl_id, future)
+        self._pending[pending.seq] = pending
+        future.add_done_callback(partial(self._forget_send, pending))
+        if self.options.timeout_ms > 0:
+            pending.timer = self._loop.call_later(self.options.timeout_ms / 1000, self._expire, pending)
+        if self._state == "connected":
+            self._write(pending)
+        return future
+
+    async def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: HeadersArg = None,
+        receipt: bool = True,
+        *,
+        transaction: str | None = None,
+    ) -> Frame | None:
+        """Send and, with `receipt`, return the RECEIPT; raises `ClientError` when the outcome
+        is unknown and `BrokerRefused` when the broker refused this SEND."""
+        result = await self.send_nowait(destination, body, headers, receipt, transaction=transaction)
+        client = self._client
+        if not receipt and client is not None and not client.is_closed:
+            try:
+                await client.drain()  # flow control for sends nobody waits for
+            except ClientError:
+                pass
+        return result
+
+    def _write(self, pending: _PendingSend) -> bool:
+        """Write a SEND on the current connection; False if that connection is already gone."""
+        client = self._client
+        if client is None or pending.future.done():
+            return client is not None
+        try:
+            inner = client.send_nowait(
+                pending.destination, pending.body, pending.headers, pending.receipt, transaction=pending.transaction
+            )
+        except ClientError:
+            return False  # broken: the supervisor notices and this SEND waits for the next one
+        pending.generation = self._generation
+        pending.writes += 1
+        if inner is None:
+            self._settle(pending, result=None)
+        else:
+            assert client.last_receipt_id is not None
+            self._inner_receipts[client.last_receipt_id] = pending
+            inner.add_done_callback(partial(self._on_send_receipt, pending, self._generation))
+        return True
+
+    def _on_send_receipt(self, pending: _PendingSend, generation: int, inner: asyncio.Future[Frame]) -> None:
+        if pending.generation != generation or inner.cancelled():
+            return
+        if inner.exception() is None:
+            self._settle(pending, result=inner.result())
+        # Otherwise the connection broke: `_on_break` decides between retry and refusal.
+
+    def _expire(self, pending: _PendingSend) -> None:
+        pending.timer = None
+        if pending.writes:
+            message = f"no RECEIPT within {self.options.timeout_ms:g} ms; the message may or may not be stored"
+        else:
+            message = f"not sent within {self.options.timeout_ms:g} ms (no connection)"
+        self._settle(pending, error=ClientError(message))
+
+    def _settle(self, pending: _PendingSend, *, result: Frame | None = None, error: BaseException | None = None) -> None:
+        future = pending.future
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+            future.exception()  # like StompClient: a dropped future need not log it again
+        else:
+            future.set_result(result)
+
+    def _forget_send(self, pending: _PendingSend, future: asyncio.Future[Frame | None]) -> None:
+        # Runs however the future ended, a caller's cancellation included: never resend it then.
+        self._pending.pop(pending.seq, None)
+        if pending.timer is not None:
+            pending.timer.cancel()
+            pending.timer = None
+
+    # -- subscriptions ----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        id: str | None = None,  # noqa: A002 - the STOMP header is called id
+        ack: str = "auto",
+        headers: HeadersArg = None,
+        prefetch: int | None = None,
+        callback: DeliveryCallback | None = None,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+    ) -> FailoverSubscription:
+        """Subscribe now (or on the next connection); every reconnect subscribes again."""
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
+        self._check_usable()
+        sub_id = id if id is not None else f"sub-{next(self._sub_ids)}"
+        if sub_id in self._subscriptions:
+            raise ClientError(f"subscription id {sub_id!r} is already in use")
+        subscription = FailoverSubscription(
+            self, sub_id, destination, ack, _header_pairs(headers), prefetch, callback, queue_size
+        )
+        self._subscriptions[sub_id] = subscription
+        if self._state == "connected":
+            self._attach(subscription)
+        return subscription
+
+    def _attach(self, subscription: FailoverSubscription) -> bool:
+        client = self._client
+        if client is None:
+            return False
+        try:
+            receipt_id = subscription._attach(client, self._generation)
+        except ClientError:
+            return False
+        if receipt_id is not None:
+            self._inner_receipts[receipt_id] = subscription
+        return True
+
+    def _forget_subscription(self, subscription: FailoverSubscription) -> None:
+        self._subscriptions.pop(subscription.id, None)
+
+    # -- acknowledgement --------------------------------------------------------------------------
+    def ack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
+        """ACK on the connection that delivered `frame`; False if that connection is gone
+        (the broker redelivers the message)."""
+        client = self._client_for(frame)
+        if client is None:
+            return False
+        try:
+            client.ack_nowait(frame, transaction=transaction)
+        except ClientError:
+            return False
+        return True
+
+    def nack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
+        client = self._client_for(frame)
+        if client is None:
+            return False
+        try:
+            client.nack_nowait(frame, transaction=transaction)
+        except ClientError:
+            return False
+        return True
+
+    async def ack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
+        """Like `ack_nowait`; with `receipt`, returns after the RECEIPT (a break while waiting
+        raises `ClientError`: the outcome is unknown)."""
+        return await self._acknowledge("ack", frame, receipt, transaction)
+
+    async def nack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
+        return await self._acknowledge("nack", frame, receipt, transaction)
+
+    async def _acknowledge(self, kind: str, frame: Frame, receipt: bool, transaction: str | None) -> bool:
+        client = self._client_for(frame)
+        if client is None:
+            return False
+        method = client.ack_nowait if kind == "ack" else client.nack_nowait
+        try:
+            fut = method(frame, receipt=receipt, transaction=transaction)
+        except ClientError:
+            if client.is_closed:
+                return False
+            raise
+        if fut is not None:
+            await fut
+        return True
+
+    def _client_for(self, frame: Frame) -> StompClient | None:
+        self._check_usable()
+        if isinstance(frame, Delivery) and frame.connection != self._generation:
+            return None
+        return self._client
+
+    # -- transactions -----------------------------------------------------------------------------
+    async def begin(self, txid: str, *, receipt: bool = True) -> None:
+        """BEGIN on the current connection (waiting for one if reconnecting)."""
+        await self.wait_connected()
+        client = self._client
+        assert client is not None
+        self._transactions[txid] = self._generation
+        await client.begin(txid, receipt=receipt)
+
+    async def commit(self, txid: str, *, receipt: bool = True) -> None:
+        """COMMIT; `TransactionRolledBack` if its connection broke since BEGIN."""
+        client = self._take_transaction(txid)
+        await client.commit(txid, receipt=receipt)
+
+    async def abort(self, txid: str, *, receipt: bool = False) -> None:
+        try:
+            client = self._take_transaction(txid)
+        except TransactionRolledBack:
+            return  # already rolled back by the broker
+        await client.abort(txid, receipt=receipt)
+
+    def _check_transaction(self, txid: str) -> None:
+        if self._transactions.get(txid) != self._generation or self._client is None:
+            raise TransactionRolledBack(f"transaction {txid!r} is not open on the current connection")
+
+    def _take_transaction(self, txid: str) -> StompClient:
+        self._check_usable()
+        self._check_transaction(txid)
+        del self._transactions[txid]
+        assert self._client is not None
+        return self._client
+
+    # -- closing ----------------------------------------------------------------------------------
+    async def close(self, timeout: float = 10.0) -> None:
+        """DISCONNECT (everything written before it is processed), then fail what is left."""
+        if self._state in ("closing", "closed", "failed"):
+            await asyncio.shield(self.closed)
+            return
+        self._set_state("closing")
+        supervisor = self._supervisor
+        if supervisor is not None and not supervisor.done():
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            await client.disconnect(timeout)
+            await asyncio.sleep(0)  # let the RECEIPT callbacks that arrived before it run
+        for pending in list(self._pending.values()):
+            state = "outcome unknown" if pending.writes else "it was never sent"
+            self._settle(pending, error=ClientError(f"client closed before the RECEIPT; {state}"))
+        for subscription in list(self._subscriptions.values()):
+            subscription._end(None)
+        self._subscriptions.clear()
+        self._set_state("closed")
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._emit(FailoverEvent("closed", address=self.address, group=self.group))
+
+    disconnect = close
+
+    async def __aenter__(self) -> FailoverClient:
+        if self._state == "new":
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals --------------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._state in ("connected", "connecting", "reconnecting"):
+            return
+        if self._state == "failed":
+            cause = self.closed.result() if self.closed.done() else None
+            raise ClientError(f"client failed: {cause}") from cause
+        raise ClientError(f"client is {self._state}")
+
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        change, self._state_change = self._state_change, self._loop.create_future()
+        if not change.done():
+            change.set_result(None)
+
+    def _emit(self, event: FailoverEvent) -> None:
+        for listener in list(self.events):
+            try:
+                listener(event)
+            except Exception as exc:  # a listener's bug must not break failover
+                self._loop.call_exception_handler(
+                    {"message": "failover event listener raised", "exception": exc, "event": event}
+                )
+
+
+async def connect_failover(target: str | GroupsArg, **kwargs: Any) -> FailoverClient:
+    """Build a `FailoverClient` from a URL (or a list of groups) and connect it.
+
+    Keyword arguments named like `FailoverOptions` fields override the URL's options."""
+    if isinstance(target, str):
+        client = FailoverClient.from_url(target, **kwargs)
+    else:
+        option_names = {field.name for field in dataclasses.fields(FailoverOptions)}
+        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in option_names}
+        options = kwargs.pop("options", None) or FailoverOptions()
+        client = FailoverClient(target, options.replace(**overrides) if overrides else options, **kwargs)
+    await client.start()
+    return client

@@ -1,0 +1,201 @@
+"""One subscription of a `FailoverClient`: survives reconnects by subscribing again.
+
+Each connection gets its own `Subscription` (same destination, id, ack mode and headers); this
+object hands out their messages as `Delivery` frames that remember which connection delivered
+them, so the client never ACKs a message on a connection that did not deliver it.
+
+When a connection breaks, messages it delivered in a client ack mode that were not yet taken
+from the queue are dropped: the broker never saw an ACK for them and redelivers them (flagged
+`redelivered`). In `auto` mode the broker considers them consumed, so they are still handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, Subscription, SubscriptionEnded
+from raftmq.errors import ClientError
+from raftmq.protocol.frame import Frame
+
+if TYPE_CHECKING:
+    from raftmq.client.connection import StompClient
+    from raftmq.client.failover import FailoverClient
+
+DeliveryCallback = Callable[["Delivery"], None]
+
+
+@dataclass(slots=True)
+class Delivery(Frame):
+    """A MESSAGE frame plus the number of the connection that delivered it."""
+
+    connection: int = 0
+
+    @classmethod
+    def of(cls, frame: Frame, connection: int) -> Delivery:
+        return cls(frame.command, frame.headers, frame.body, connection)
+
+
+class FailoverSubscription:
+    """Iterate it (or pass a callback) like a `Subscription`; it lasts across failovers."""
+
+    def __init__(
+        self,
+        owner: FailoverClient,
+        sub_id: str,
+        destination: str,
+        ack: str,
+        headers: list[tuple[str, str]],
+        prefetch: int | None,
+        callback: DeliveryCallback | None,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+    ) -> None:
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        self._owner = owner
+        self.id = sub_id
+        self.destination = destination
+        self.ack_mode = ack
+        self.headers = headers
+        self.prefetch = prefetch
+        self._callback = callback
+        self._queue_size = queue_size
+        self._inner: Subscription | None = None
+        self._inner_connection = 0
+        self._leftover: deque[Delivery] = deque()
+        self._ended = False
+        self._error: BaseException | None = None
+        self._change: asyncio.Future[None] | None = None
+        self.attachments = 0  # how many connections this subscription was sent on
+        self.receipt: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        """Completes with the first RECEIPT of the SUBSCRIBE (fails if the broker refused it)."""
+
+    @property
+    def active(self) -> bool:
+        return not self._ended
+
+    @property
+    def attached(self) -> bool:
+        return self._inner is not None
+
+    def qsize(self) -> int:
+        inner = self._inner
+        return len(self._leftover) + (inner.qsize() if inner is not None else 0)
+
+    def __aiter__(self) -> FailoverSubscription:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        try:
+            return await self.get()
+        except SubscriptionEnded:
+            raise StopAsyncIteration from None
+
+    async def get(self) -> Delivery:
+        """The next message; raises `SubscriptionEnded` once unsubscribed or closed, or the
+        `ClientError` that ended it (the broker refused it, the client gave up reconnecting)."""
+        if self._callback is not None:
+            raise ClientError("this subscription delivers to a callback")
+        while True:
+            if self._leftover:
+                return self._leftover.popleft()
+            inner = self._inner
+            if inner is None:
+                if self._ended:
+                    raise self._error if self._error is not None else SubscriptionEnded(f"subscription {self.id} ended")
+                await self._wait_change()
+                continue
+            connection = self._inner_connection
+            try:
+                frame = await inner.get()
+            except ClientError:
+                # The connection broke; the client detaches us shortly and subscribes again.
+                if self._inner is inner:
+                    await self._wait_change()
+                continue
+            if not inner.active and self.ack_mode != "auto":
+                continue  # its connection is gone, so is any chance to ack it: it is redelivered
+            return Delivery.of(frame, connection)
+
+    def get_nowait(self) -> Delivery | None:
+        if self._leftover:
+            return self._leftover.popleft()
+        inner = self._inner
+        if inner is None:
+            return None
+        frame = inner.get_nowait()
+        return None if frame is None else Delivery.of(frame, self._inner_connection)
+
+    async def unsubscribe(self, *, receipt: bool = False) -> None:
+        """UNSUBSCRIBE (if connected); messages already queued can still be read."""
+        if self._ended:
+            return
+        inner = self._inner
+        self._owner._forget_subscription(self)
+        self._end(None, keep_queued=True)
+        if inner is not None and inner.active:
+            await inner.unsubscribe(receipt=receipt)
+
+    # -- called by the failover client --------------------------------------------------------
+    def _attach(self, client: StompClient, connection: int) -> str | None:
+        """SUBSCRIBE on a new connection; returns the receipt id of that SUBSCRIBE."""
+        callback = None
+        if self._callback is not None:
+            user_callback = self._callback
+
+            def callback(frame: Frame) -> None:
+                user_callback(Delivery.of(frame, connection))
+
+        inner = client.subscribe(
+            self.destination,
+            id=self.id,
+            ack=self.ack_mode,
+            headers=list(self.headers),
+            prefetch=self.prefetch,
+            callback=callback,
+            queue_size=self._queue_size,
+            receipt=True,
+        )
+        self._inner = inner
+        self._inner_connection = connection
+        self.attachments += 1
+        if inner.receipt is not None:
+            inner.receipt.add_done_callback(self._on_inner_receipt)
+        self._wake()
+        return client.last_receipt_id
+
+    def _on_inner_receipt(self, fut: asyncio.Future[Frame]) -> None:
+        if self.receipt.done() or fut.cancelled() or fut.exception() is not None:
+            return  # a refusal reaches us through `_end`; a break means a later SUBSCRIBE
+        self.receipt.set_result(fut.result())
+
+    def _detach(self, keep_queued: bool = False) -> None:
+        inner, self._inner = self._inner, None
+        if inner is not None and (keep_queued or self.ack_mode == "auto"):
+            while (frame := inner.get_nowait()) is not None:
+                self._leftover.append(Delivery.of(frame, self._inner_connection))
+        self._wake()
+
+    def _end(self, error: BaseException | None, keep_queued: bool = False) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._error = error
+        self._detach(keep_queued)
+        if not self.receipt.done():
+            self.receipt.set_exception(error or SubscriptionEnded(f"subscription {self.id} ended"))
+            self.receipt.exception()  # nobody has to look at it
+        self._wake()
+
+    def _wake(self) -> None:
+        change, self._change = self._change, None
+        if change is not None and not change.done():
+            change.set_result(None)
+
+    async def _wait_change(self) -> None:
+        if self._change is None:
+            self._change = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._change)

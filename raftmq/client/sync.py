@@ -1,0 +1,254 @@
+"""A blocking facade over `FailoverClient`, for scripts, the CLI and tests.
+
+    with Client.connect("failover:(stomp://127.0.0.1:61613)?randomize=false") as client:
+        client.send("/queue/a", "hello")                 # waits for the RECEIPT
+        subscription = client.subscribe("/queue/a", ack="client-individual")
+        message = subscription.receive(timeout=5)        # None when nothing came in time
+        subscription.ack(message)
+
+The asyncio client runs on an event loop in a background thread owned by this object; every
+method hands a coroutine to that loop and waits for its result. Event listeners added with
+`add_listener` run on that thread and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from raftmq.client.failover import EventListener, FailoverClient, HeadersArg
+from raftmq.client.failover_subscription import Delivery, FailoverSubscription
+from raftmq.client.failover_url import Address
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, SubscriptionEnded
+from raftmq.errors import ClientError
+from raftmq.protocol.frame import Frame
+
+T = TypeVar("T")
+
+DEFAULT_CONNECT_TIMEOUT = 30.0
+CLOSE_TIMEOUT = 10.0
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread until `stop()`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="raftmq-client-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("the sync client cannot be called from its own event-loop thread (an event listener?)")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no result within {timeout} s") from None
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=CLOSE_TIMEOUT)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class Client:
+    """A connected failover client; build it with `Client.connect(url, **kwargs)`."""
+
+    def __init__(self, failover: FailoverClient, runner: _LoopThread) -> None:
+        self._failover = failover
+        self._runner = runner
+        self._closed = False
+
+    @classmethod
+    def connect(cls, url: str, *, timeout: float | None = DEFAULT_CONNECT_TIMEOUT, **kwargs: Any) -> Client:
+        """Connect to `url` (any form `parse_failover_url` accepts). Keyword arguments are those
+        of `FailoverClient` plus `FailoverOptions` field overrides (e.g.
+        `max_reconnect_attempts=3`). Raises `ClientError` if no connection within `timeout`."""
+        runner = _LoopThread()
+
+        async def build() -> FailoverClient:
+            client = FailoverClient.from_url(url, **kwargs)
+            try:
+                async with asyncio.timeout(timeout):
+                    await client.start()
+            except TimeoutError:
+                raise ClientError(f"no connection to {url} within {timeout} s") from None
+            return client
+
+        try:
+            failover = runner.run(build())
+        except BaseException:
+            runner.stop()
+            raise
+        return cls(failover, runner)
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise ClientError("client is closed")
+        return self._runner.run(coro, timeout)
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def failover(self) -> FailoverClient:
+        """The asyncio client underneath (use it only from coroutines run on `loop`)."""
+        return self._failover
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._runner.loop
+
+    @property
+    def address(self) -> Address | None:
+        return self._failover.address
+
+    @property
+    def is_connected(self) -> bool:
+        return self._failover.is_connected
+
+    def add_listener(self, listener: EventListener) -> None:
+        """Call `listener(event)` on the client's loop thread for every `FailoverEvent`."""
+        self._runner.loop.call_soon_threadsafe(self._failover.events.append, listener)
+
+    def wait_connected(self, timeout: float | None = None) -> None:
+        self._run(self._failover.wait_connected(timeout))
+
+    # -- operations ---------------------------------------------------------------------------
+    def send(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: HeadersArg = None,
+        receipt: bool = True,
+        *,
+        transaction: str | None = None,
+        timeout: float | None = None,
+    ) -> Frame | None:
+        """Send; with `receipt` (the default) return the RECEIPT frame. Raises `ClientError`
+        if the outcome is unknown (no RECEIPT within `timeout`, the client gave up)."""
+        payload = body.encode("utf-8") if isinstance(body, str) else body
+        failover = self._failover
+
+        async def send() -> Frame | None:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await failover.send(destination, payload, headers, receipt, transaction=transaction)
+            except TimeoutError:
+                raise ClientError(f"no RECEIPT within {timeout} s; the message may or may not be stored") from None
+
+        return self._run(send())
+
+    def subscribe(
+        self,
+        destination: str,
+        ack: str = "auto",
+        *,
+        id: str | None = None,  # noqa: A002 - the STOMP header is called id
+        headers: HeadersArg = None,
+        prefetch: int | None = None,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+    ) -> SyncSubscription:
+        async def subscribe() -> FailoverSubscription:
+            return self._failover.subscribe(
+                destination, id=id, ack=ack, headers=headers, prefetch=prefetch, queue_size=queue_size
+            )
+
+        return SyncSubscription(self, self._run(subscribe()))
+
+    def ack(self, message: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
+        """ACK; False when the connection that delivered `message` is gone (it is redelivered)."""
+        return self._run(self._failover.ack(message, receipt=receipt, transaction=transaction))
+
+    def nack(self, message: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
+        return self._run(self._failover.nack(message, receipt=receipt, transaction=transaction))
+
+    def begin(self, txid: str) -> None:
+        self._run(self._failover.begin(txid))
+
+    def commit(self, txid: str) -> None:
+        self._run(self._failover.commit(txid))
+
+    def abort(self, txid: str) -> None:
+        self._run(self._failover.abort(txid))
+
+    def close(self) -> None:
+        """DISCONNECT and stop the loop thread; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._runner.run(self._failover.close(CLOSE_TIMEOUT), timeout=CLOSE_TIMEOUT + 5)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncSubscription:
+    """Blocking access to one `FailoverSubscription`."""
+
+    def __init__(self, client: Client, subscription: FailoverSubscription) -> None:
+        self._client = client
+        self._subscription = subscription
+
+    @property
+    def id(self) -> str:
+        return self._subscription.id
+
+    @property
+    def destination(self) -> str:
+        return self._subscription.destination
+
+    def receive(self, timeout: float | None = None) -> Delivery | None:
+        """The next message, or None if none came within `timeout` seconds. Raises
+        `SubscriptionEnded` once closed, or the `ClientError` that ended the subscription."""
+        subscription = self._subscription
+
+        async def receive() -> Delivery | None:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await subscription.get()
+            except TimeoutError:
+                return None
+
+        return self._client._run(receive())
+
+    def __iter__(self) -> Iterator[Delivery]:
+        """Every message until the subscription ends (blocks while none arrive)."""
+        while True:
+            try:
+                message = self.receive()
+            except SubscriptionEnded:
+                return
+            if message is not None:
+                yield message
+
+    def ack(self, message: Frame, *, receipt: bool = False) -> bool:
+        return self._client.ack(message, receipt=receipt)
+
+    def nack(self, message: Frame, *, receipt: bool = False) -> bool:
+        return self._client.nack(message, receipt=receipt)
+
+    def close(self, *, receipt: bool = False) -> None:
+        """UNSUBSCRIBE."""
+        self._client._run(self._subscription.unsubscribe(receipt=receipt))
+
+    def __enter__(self) -> SyncSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._subscription.active:
+            self.close()

@@ -1,0 +1,168 @@
+"""The asyncio Protocol under `StompClient`: bytes to frames, frames to coalesced writes.
+
+Writes are gathered per event-loop turn and handed to the transport as one buffer: a producer
+that queues a thousand SENDs between two awaits costs one syscall, not a thousand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import cast
+
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import FrameParser
+from raftmq.protocol.frame import Frame
+from raftmq.protocol.limits import Limits
+
+# Above this many queued bytes we write at once instead of waiting for the end of the turn,
+# so the transport's own buffer (and its pause_writing signal) sees the pressure early.
+FLUSH_THRESHOLD_BYTES = 256 * 1024
+
+
+class StompTransport(asyncio.Protocol):
+    """Owns the socket of one STOMP connection; knows nothing of receipts or subscriptions."""
+
+    def __init__(
+        self,
+        on_frame: Callable[[Frame], None],
+        on_lost: Callable[[BaseException | None], None],
+        limits: Limits | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._parser = FrameParser(limits=limits or Limits(), version="1.2")
+        self._transport: asyncio.Transport | None = None
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flush_scheduled = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._read_pause_holders: set[object] = set()
+        self._lost = False
+        self.last_received = self._loop.time()
+        self.last_sent = self._loop.time()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, hence the cast.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = self._loop.time()
+        try:
+            frames = self._parser.feed(data)
+        except ProtocolError as exc:
+            self.abort(exc)
+            return
+        on_frame = self._on_frame
+        for frame in frames:
+            on_frame(frame)
+            if self._lost:
+                break
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self._pending.clear()
+        self._wake_drain_waiters()
+        self._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain_waiters()
+
+    # -- for the client ---------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        return self._parser.version
+
+    @version.setter
+    def version(self, value: str) -> None:
+        self._parser.version = value
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost
+
+    def write(self, data: bytes) -> None:
+        if self._lost:
+            return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= FLUSH_THRESHOLD_BYTES:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self._transport is None or self._lost:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.last_sent = self._loop.time()
+        self._transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait while the socket's send buffer is over its high-water mark."""
+        while self._write_paused and not self._lost:
+            waiter = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    @property
+    def write_paused(self) -> bool:
+        return self._write_paused
+
+    @property
+    def reading_held(self) -> bool:
+        return bool(self._read_pause_holders)
+
+    def hold_reading(self, holder: object) -> None:
+        """Stop reading the socket until every holder released it (a full subscription queue)."""
+        if not self._read_pause_holders and self._transport is not None and not self._lost:
+            self._transport.pause_reading()
+        self._read_pause_holders.add(holder)
+
+    def release_reading(self, holder: object) -> None:
+        if holder not in self._read_pause_holders:
+            return
+        self._read_pause_holders.discard(holder)
+        if not self._read_pause_holders and self._transport is not None and not self._lost:
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        self.flush()
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Drop the connection now; `connection_lost` follows with `exc` as the cause."""
+        if self._lost:
+            return
+        if self._transport is None:
+            self.connection_lost(exc if isinstance(exc, Exception) else None)
+            return
+        # Report our own reason rather than the transport's generic one.
+        self._lost = True
+        self._pending.clear()
+        self._transport.abort()
+        self._wake_drain_waiters()
+        self._on_lost(exc)
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

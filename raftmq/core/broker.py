@@ -1,0 +1,464 @@
+"""The broker core: `Broker.apply(command) -> effects`, pure and deterministic.
+
+Every replica applies the same commands in the same order and must reach the same state and
+emit the same effects, so nothing here reads a clock, draws a random number, logs or does I/O:
+time is `command.now`, ids come from counters in the state, and every iteration runs over
+insertion-ordered dicts or lists (never sets).
+
+Work per command is bounded by what the command touched: a dispatch pass runs only on the
+stores (queues, topic subscriptions) the command changed; a store that is known to be
+blocked (`Store.stable`) only looks at a newly arrived message, or offers its messages to the
+consumers that just gained room.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from raftmq.core.commands import (
+    ACK_MODES,
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Headers,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
+from raftmq.core.config import CoreConfig
+from raftmq.core.dedup import DedupCache
+from raftmq.core.dispatch import Dispatcher
+from raftmq.core.effects import Effect, Receipt, SessionError
+from raftmq.core.message import DEFAULT_PRIORITY, Message
+from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic, selector_headers
+from raftmq.core.selector import Selector, compile_selector
+from raftmq.core.snapshot import dump_state, load_state
+from raftmq.core.subscriptions import Delivery, Session, Subscription
+from raftmq.errors import SelectorError
+
+QUEUE_PREFIX = "/queue/"
+TOPIC_PREFIX = "/topic/"
+
+
+def is_valid_destination(destination: str) -> bool:
+    return len(destination) > len(QUEUE_PREFIX) and (
+        destination.startswith(QUEUE_PREFIX) or destination.startswith(TOPIC_PREFIX)
+    )
+
+
+def _parse_priority(value: str) -> int:
+    try:
+        priority = int(value)
+    except ValueError:
+        return DEFAULT_PRIORITY
+    return min(max(priority, 0), PRIORITY_LEVELS - 1)
+
+
+def _parse_expires(value: str) -> int:
+    try:
+        expires = int(value)
+    except ValueError:
+        return 0
+    return max(expires, 0)
+
+
+class Broker(Dispatcher):
+    """The replicated state machine of one logical broker. See the module docstring."""
+
+    def __init__(self, config: CoreConfig = CoreConfig()) -> None:
+        super().__init__(config)
+        self._id_prefix = f"{config.broker_name}-"
+        self._message_seq = 0  # message ids
+        self._sessions: dict[str, Session] = {}
+        self._topics: dict[str, Topic] = {}
+        self._durables: dict[str, Subscription] = {}
+        self._dedup = DedupCache(config.dedup_cache_size)
+        self._handlers = {
+            Connect: self._connect,
+            Disconnect: self._disconnect,
+            Subscribe: self._subscribe,
+            Unsubscribe: self._unsubscribe,
+            Send: self._send,
+            Ack: self._ack,
+            Nack: self._nack,
+            Begin: self._begin,
+            Commit: self._commit,
+            Abort: self._abort,
+            Tick: self._tick,
+        }
+
+    # -- public API --------------------------------------------------------------------------
+
+    def apply(self, command: Command) -> list[Effect]:
+        """Apply one committed command; bad client input yields a SessionError effect, never an exception."""
+        self._effects = effects = []
+        self._now = command.now
+        self._handlers[type(command)](command)
+        return effects
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as plain (msgpack-able) data; message bodies included as they are."""
+        return dump_state(self)
+
+    @classmethod
+    def restore(cls, data: dict[str, Any], config: CoreConfig) -> Broker:
+        """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
+        return load_state(cls(config), data)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters per destination and the session count. Read-only."""
+        destinations: dict[str, dict[str, int]] = {}
+        for destination, store in self._queues.items():
+            destinations[destination] = {
+                "depth": len(store.ready),
+                "in_flight": store.in_flight,
+                "consumers": len(store.consumers),
+                "enqueued": store.enqueued,
+                "dequeued": store.dequeued,
+                "expired": store.expired,
+                "dead_lettered": store.dead_lettered,
+            }
+        for destination, topic in self._topics.items():
+            totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired}
+            for sub in topic.subs:
+                store = sub.store
+                totals["depth"] += len(store.ready)
+                totals["in_flight"] += store.in_flight
+                totals["consumers"] += len(store.consumers)
+                totals["dequeued"] += store.dequeued
+                totals["expired"] += store.expired
+                totals["dead_lettered"] += store.dead_lettered
+            totals["subscriptions"] = len(topic.subs)
+            totals["durable"] = sum(1 for sub in topic.subs if sub.durable_name is not None)
+            destinations[destination] = totals
+        return {"sessions": len(self._sessions), "destinations": destinations}
+
+    # -- shared helpers ------------------------------------------------------------------------
+
+    def _reject(self, session_id: str, message: str, detail: str, receipt: str | None) -> None:
+        self._effects.append(SessionError(session_id, message, detail, receipt))
+        # The client gets an ERROR and its connection closes, so nothing it pipelined after the
+        # offending frame may take effect: those commands are already in the log, and only
+        # ending the session here, in replicated state, makes every replica refuse them.
+        if session_id in self._sessions:
+            self._end_session(session_id)
+
+    def _done(self, session_id: str, receipt: str | None) -> None:
+        """Finish an accepted command: run pending dispatch passes, then its receipt."""
+        if self._dirty:
+            self._run_dispatch()
+        if receipt is not None:
+            self._effects.append(Receipt(session_id, receipt))
+
+    def _session(self, command: Any) -> Session | None:
+        session = self._sessions.get(command.session)
+        if session is None:
+            self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
+        return session
+
+    def _topic(self, destination: str) -> Topic:
+        topic = self._topics.get(destination)
+        if topic is None:
+            topic = self._topics[destination] = Topic(destination)
+        return topic
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _connect(self, command: Connect) -> None:
+        # Idempotent: a node that retries a Connect whose outcome it did not learn must not fail.
+        if command.session not in self._sessions:
+            self._sessions[command.session] = Session(command.session, command.login, command.client_id)
+
+    def _disconnect(self, command: Disconnect) -> None:
+        self._end_session(command.session)
+        self._done(command.session, command.receipt)
+
+    def _end_session(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.transactions.clear()
+            self._end_subscriptions(
+                session, list(session.subs.values()), list(session.deliveries.values()), drop_durable=False
+            )
+            if self._dirty:
+                self._run_dispatch()
+
+    def _end_subscriptions(
+        self, session: Session, subs: list[Subscription], deliveries: list[Delivery], drop_durable: bool
+    ) -> None:
+        """Stop `subs` consuming; return `deliveries` (theirs, in delivery order) to their stores."""
+        returning: dict[Store, list[Message]] = {}
+        for delivery in deliveries:
+            sub = delivery.sub
+            del sub.in_flight[delivery.ack_id]
+            session.remove_delivery(delivery)
+            sub.store.in_flight -= 1
+            returning.setdefault(sub.store, []).append(delivery.message)
+        for sub in subs:
+            del session.subs[sub.sub_id]
+            store = sub.store
+            if store.shared:
+                store.remove_consumer(sub)
+                if not store.stable:
+                    self._mark(store)
+            elif sub.durable_name is not None and not drop_durable:
+                store.consumers.clear()
+                store.woken.clear()
+                sub.session = None
+            else:
+                self._drop_topic_subscription(sub, len(returning.pop(store, ())))
+        for store, messages in returning.items():
+            self._requeue(store, messages)
+
+    def _drop_topic_subscription(self, sub: Subscription, discarded_in_flight: int) -> None:
+        store = sub.store
+        topic = self._topics[sub.destination]
+        del topic.subs[sub]
+        if sub.durable_name is not None and self._durables.get(sub.durable_name) is sub:
+            del self._durables[sub.durable_name]
+        self._expiring -= sum(1 for message in store.ready.values() if message.expires)
+        topic.retire(store, len(store.ready) + discarded_in_flight)
+        # Entries of the expiry index that point here become stale: the tokens are gone.
+        store.ready = {}
+        store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
+        store.tombstones = 0
+        store.consumers.clear()
+        store.woken.clear()
+        sub.session = None
+
+    # -- subscriptions -------------------------------------------------------------------------
+
+    def _subscribe(self, command: Subscribe) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        destination = command.destination
+        reject = self._reject
+        if command.sub_id in session.subs:
+            return reject(session.session_id, "duplicate subscription id", command.sub_id, command.receipt)
+        if not is_valid_destination(destination):
+            return reject(session.session_id, "invalid destination", destination, command.receipt)
+        if command.ack not in ACK_MODES:
+            return reject(session.session_id, "invalid ack mode", command.ack, command.receipt)
+        if command.prefetch < 0:
+            return reject(session.session_id, "invalid prefetch", str(command.prefetch), command.receipt)
+        prefetch = command.prefetch or self.config.default_prefetch
+        selector: Selector | None = None
+        if command.selector is not None and command.selector.strip():
+            try:
+                selector = compile_selector(command.selector)
+            except SelectorError as error:
+                return reject(session.session_id, "invalid selector", str(error), command.receipt)
+
+        if destination.startswith(QUEUE_PREFIX):
+            store = self._queue(destination)
+            sub = Subscription(
+                session, command.sub_id, destination, command.ack, prefetch, selector, command.exclusive, None, store
+            )
+        else:
+            sub = self._topic_subscription(session, command, prefetch, selector)
+            if sub is None:
+                return
+        session.subs[command.sub_id] = sub
+        sub.store.add_consumer(sub)
+        self._wake(sub.store, sub)
+        self._done(session.session_id, command.receipt)
+
+    def _topic_subscription(
+        self, session: Session, command: Subscribe, prefetch: int, selector: Selector | None
+    ) -> Subscription | None:
+        """A new or resumed topic subscription; None (after a SessionError) when its durable name is in use."""
+        name = command.durable_name
+        if name is not None:
+            sub = self._durables.get(name)
+            if sub is not None:
+                if sub.session is not None:
+                    self._reject(session.session_id, "durable subscription already active", name, command.receipt)
+                    return None
+                old_selector = sub.selector.text if sub.selector is not None else None
+                new_selector = selector.text if selector is not None else None
+                if sub.destination == command.destination and old_selector == new_selector:
+                    sub.session = session
+                    sub.sub_id = command.sub_id
+                    sub.set_mode(command.ack, prefetch)
+                    return sub
+                # JMS: a durable subscription re-made with another topic or selector starts afresh.
+                self._drop_topic_subscription(sub, 0)
+        topic = self._topic(command.destination)
+        store = Store(command.destination, shared=False)
+        sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)
+        topic.subs[sub] = None
+        if name is not None:
+            self._durables[name] = sub
+        return sub
+
+    def _unsubscribe(self, command: Unsubscribe) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        sub = session.subs.get(command.sub_id)
+        if sub is None:
+            return self._reject(session.session_id, "no such subscription", command.sub_id, command.receipt)
+        self._end_subscriptions(session, [sub], list(sub.in_flight.values()), command.drop_durable)
+        self._done(session.session_id, command.receipt)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _send(self, command: Send) -> None:
+        session = self._sessions.get(command.session)
+        if session is None:
+            return self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
+        destination = command.destination
+        if not is_valid_destination(destination):
+            return self._reject(command.session, "invalid destination", destination, command.receipt)
+        if command.transaction is not None:
+            ops = session.transactions.get(command.transaction)
+            if ops is None:
+                return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
+            ops.append(("send", destination, command.headers, command.body, command.now))
+        else:
+            self._publish(destination, command.headers, command.body, command.now)
+        self._done(command.session, command.receipt)
+
+    def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        priority = DEFAULT_PRIORITY
+        expires = 0
+        persistent = False
+        group = None
+        dupl_id = None
+        # Reversed, so that the first occurrence of a repeated header is the one that sticks.
+        for name, value in reversed(headers):
+            if name == "priority":
+                priority = _parse_priority(value)
+            elif name == "expires":
+                expires = _parse_expires(value)
+            elif name == "persistent":
+                persistent = value.lower() == "true"
+            elif name == "JMSXGroupID":
+                group = value or None
+            elif name == "_AMQ_DUPL_ID":
+                dupl_id = value or None
+        if dupl_id is not None and not self._dedup.remember(destination, dupl_id):
+            return
+        self._message_seq += 1
+        message_id = f"{self._id_prefix}{self._message_seq}"
+        if destination.startswith(QUEUE_PREFIX):
+            if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
+                expires = 0
+            message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+            self._enqueue(self._queue(destination), message)
+            return
+        topic = self._topic(destination)
+        topic.published += 1
+        if not topic.subs:
+            return  # topics do not store
+        message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+        matching_headers = None
+        first = True
+        for sub in topic.subs:
+            if sub.selector is not None:
+                if matching_headers is None:
+                    matching_headers = selector_headers(message)
+                if not sub.selector.matches(matching_headers):
+                    continue
+            # Each subscription's copy counts its own deliveries.
+            copy = message if first else Message(
+                message_id, destination, headers, body, priority, expires, now, group, persistent
+            )
+            first = False
+            self._enqueue(sub.store, copy)
+
+    # -- acknowledgements ----------------------------------------------------------------------
+
+    def _find_delivery(self, session: Session, command: Ack | Nack) -> Delivery | None:
+        if command.ack_id is not None:
+            return session.deliveries.get(command.ack_id)
+        if command.message_id is not None:
+            return session.find_by_message(command.message_id, command.subscription)
+        return None
+
+    def _ack(self, command: Ack | Nack) -> None:
+        session = self._sessions.get(command.session)
+        if session is None:
+            return self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
+        delivery = self._find_delivery(session, command)
+        if delivery is None:
+            name = "ACK" if type(command) is Ack else "NACK"
+            detail = command.ack_id if command.ack_id is not None else command.message_id or "no id"
+            return self._reject(session.session_id, f"{name} of an unknown delivery", detail, command.receipt)
+        if command.transaction is not None:
+            ops = session.transactions.get(command.transaction)
+            if ops is None:
+                return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
+            ops.append(("ack" if type(command) is Ack else "nack", delivery.ack_id))
+        else:
+            self._settle(delivery, type(command) is Ack)
+        self._done(session.session_id, command.receipt)
+
+    _nack = _ack
+
+    def _settle(self, delivery: Delivery, acked: bool) -> None:
+        sub = delivery.sub
+        settled = sub.acked_through(delivery)
+        session = sub.session
+        in_flight = sub.in_flight
+        for done in settled:
+            del in_flight[done.ack_id]
+            session.remove_delivery(done)  # type: ignore[union-attr]
+        store = sub.store
+        store.in_flight -= len(settled)
+        if acked:
+            store.dequeued += len(settled)
+            self._wake(store, sub)
+        else:
+            self._requeue(store, [done.message for done in settled])
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _begin(self, command: Begin) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        if command.transaction in session.transactions:
+            return self._reject(session.session_id, "transaction already begun", command.transaction, command.receipt)
+        session.transactions[command.transaction] = []
+        self._done(session.session_id, command.receipt)
+
+    def _commit(self, command: Commit) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        ops = session.transactions.pop(command.transaction, None)
+        if ops is None:
+            return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
+        for op in ops:
+            if op[0] == "send":
+                self._publish(op[1], op[2], op[3], op[4])
+            else:
+                # Settled meanwhile (an earlier cumulative ACK, a NACK): nothing left to do.
+                delivery = session.deliveries.get(op[1])
+                if delivery is not None:
+                    self._settle(delivery, op[0] == "ack")
+        self._done(session.session_id, command.receipt)
+
+    def _abort(self, command: Abort) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        if session.transactions.pop(command.transaction, None) is None:
+            return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
+        self._done(session.session_id, command.receipt)
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def _tick(self, command: Tick) -> None:
+        self._expire_due(command.now)
+        if self._dirty:
+            self._run_dispatch()

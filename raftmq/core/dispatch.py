@@ -1,0 +1,275 @@
+"""Stores and dispatch: how messages enter stores, leave them for consumers, come back,
+expire or die. The base of `Broker`, which adds sessions, subscriptions and the commands.
+
+A dispatch pass runs only on the stores a command touched (`_mark` / `_wake` queue them; the
+passes run before the command's receipt). Expiry is indexed by a heap of (expires, token,
+store) for the ready messages that expire, so a Tick costs O(expired · log n), not O(stored).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+from raftmq.core.config import CoreConfig
+from raftmq.core.effects import Deliver, Effect
+from raftmq.core.message import Message
+from raftmq.core.queues import NO_ROOM, PRIORITY_LEVELS, Store
+from raftmq.core.subscriptions import Delivery, Subscription
+
+ORIGINAL_DESTINATION = "original-destination"
+
+# Stale expiry-index entries tolerated (beyond twice the live ones) before the index is rebuilt.
+EXPIRY_HEAP_SLACK = 1024
+
+
+class Dispatcher:
+    """Queue stores, the expiry index, and the dispatch passes. Pure like the rest of the core."""
+
+    def __init__(self, config: CoreConfig) -> None:
+        self.config = config
+        self._scan_limit = max(1, config.selector_scan_limit)
+        self._delivery_seq = 0  # ack ids
+        self._entry_seq = 0  # store entry tokens (one per arrival in a store)
+        self._now = 0  # the current command's time
+        self._queues: dict[str, Store] = {}
+        # (expires, token, store) of ready messages that expire; stale entries are skipped.
+        self._expiry_heap: list[tuple[int, int, Store]] = []
+        self._expiring = 0  # ready messages with an expiry: the live entries of the heap
+        self._dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
+        self._effects: list[Effect] = []
+
+    def _queue(self, destination: str) -> Store:
+        store = self._queues.get(destination)
+        if store is None:
+            store = self._queues[destination] = Store(destination, shared=True)
+        return store
+
+    def _mark(self, store: Store) -> None:
+        """Queue a full dispatch pass of `store` before this command's receipt."""
+        store.stable = False
+        if not store.pending:
+            store.pending = True
+            self._dirty.append(store)
+
+    def _wake(self, store: Store, sub: Subscription) -> None:
+        """`sub` may take messages it could not take before (it has room, or it is new)."""
+        if not store.ready:
+            return  # nothing waits; the next message is offered to every consumer anyway
+        if store.stable and sub not in store.woken:
+            store.woken.append(sub)
+        if not store.pending:
+            store.pending = True
+            self._dirty.append(store)
+
+    def _enqueue(self, store: Store, message: Message) -> None:
+        self._entry_seq = token = self._entry_seq + 1
+        store.lanes[message.priority].append(token)
+        store.ready[token] = message
+        store.enqueued += 1
+        if message.expires:
+            self._index_expiry(message.expires, token, store)
+        if store.stable and not store.pending:
+            if store.consumers:
+                self._dispatch_newest(store, token, message)
+        else:
+            # A pass is due anyway; it must see this message in its place among the others.
+            self._mark(store)
+
+    def _moved(self, message: Message, destination: str) -> Message:
+        """A copy of `message` for the dead-letter or expiry queue: no expiry, a fresh delivery count."""
+        origin = message.destination
+        headers = []
+        for name, value in message.headers:
+            if name == ORIGINAL_DESTINATION:
+                if message.destination in (self.config.dead_letter_queue, self.config.expiry_queue):
+                    origin = value  # keep where it first came from
+            elif name != "expires":
+                headers.append((name, value))
+        headers.append((ORIGINAL_DESTINATION, origin))
+        return Message(
+            message.message_id,
+            destination,
+            tuple(headers),
+            message.body,
+            message.priority,
+            0,
+            message.timestamp,
+            message.group,
+            message.persistent,
+            0,
+        )
+
+    def _expire(self, store: Store, message: Message) -> None:
+        """`message` (just removed from `store`'s ready messages) has expired."""
+        self._expiring -= 1
+        store.expired += 1
+        target = self.config.expiry_queue
+        self._enqueue(self._queue(target), self._moved(message, target))
+
+    def _dead_letter(self, store: Store, message: Message) -> None:
+        store.dead_lettered += 1
+        target = self.config.dead_letter_queue
+        self._enqueue(self._queue(target), self._moved(message, target))
+
+    def _requeue(self, store: Store, messages: list[Message]) -> None:
+        """Return delivered messages (in delivery order) to the front of `store`, or dead-letter them."""
+        limit = self.config.max_delivery_count
+        back = []
+        for message in messages:
+            if message.delivery_count >= limit:
+                self._dead_letter(store, message)
+            else:
+                back.append(message)
+        for message in reversed(back):
+            self._entry_seq = token = self._entry_seq + 1
+            store.push_front(token, message)
+            if message.expires:
+                self._index_expiry(message.expires, token, store)
+        self._mark(store)
+
+    def _index_expiry(self, expires: int, token: int, store: Store) -> None:
+        heap = self._expiry_heap
+        heappush(heap, (expires, token, store))
+        self._expiring += 1
+        if len(heap) > 2 * self._expiring + EXPIRY_HEAP_SLACK:
+            # Entries of delivered messages pile up when messages are consumed long before
+            # they would expire. Tokens are unique, so the pop order never depends on the layout.
+            self._expiry_heap = [entry for entry in heap if entry[1] in entry[2].ready]
+            heapify(self._expiry_heap)
+
+    def _run_dispatch(self) -> None:
+        dirty = self._dirty
+        index = 0
+        while index < len(dirty):  # a pass may queue more (the expiry queue)
+            store = dirty[index]
+            index += 1
+            store.pending = False
+            woken, store.woken = store.woken, []
+            if not store.stable:
+                self._dispatch(store, None)
+            elif woken:
+                self._dispatch(store, woken)
+            store.maybe_compact()
+        dirty.clear()
+
+    def _deliver(self, store: Store, sub: Subscription, message: Message) -> None:
+        """Hand `message` (just taken from `store`'s ready messages) to `sub`."""
+        count = message.delivery_count = message.delivery_count + 1
+        if message.expires:
+            self._expiring -= 1
+        session = sub.session
+        if sub.auto:
+            store.dequeued += 1
+            self._effects.append(
+                Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count)  # type: ignore[union-attr]
+            )
+            return
+        self._delivery_seq = seq = self._delivery_seq + 1
+        ack_id = str(seq)
+        delivery = Delivery(seq, ack_id, sub, message)
+        sub.in_flight[ack_id] = delivery
+        session.add_delivery(delivery)  # type: ignore[union-attr]
+        store.in_flight += 1
+        self._effects.append(
+            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)  # type: ignore[union-attr]
+        )
+
+    def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
+        """Dispatch on a stable store: only the message just appended (at its lane's tail) can move."""
+        if message.expires and message.expires <= self._now:
+            store.lanes[message.priority].pop()
+            del store.ready[token]
+            self._expire(store, message)
+            return
+        sub = store.pick(message)
+        if sub is None or sub is NO_ROOM:
+            return
+        store.lanes[message.priority].pop()
+        del store.ready[token]
+        self._deliver(store, sub, message)  # type: ignore[arg-type]
+
+    def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> None:
+        """One dispatch pass: hand ready messages, best priority first, to consumers with room
+        (to `candidates` only, when the store was stable and only they changed).
+
+        Messages no consumer may take now (selectors, a busy group owner) are passed over, at
+        most `selector_scan_limit` of them per pass; when none is left that a consumer could
+        take, the store is `stable`.
+        """
+        if not store.consumers or not store.ready:
+            store.stable = True
+            return
+        now = self._now
+        ready = store.ready
+        budget = self._scan_limit
+        deliver = self._deliver
+        pick = store.pick
+        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
+            lane = store.lanes[priority]
+            # The head of the lane: the common case, taken without tombstones.
+            while lane:
+                token = lane[0]
+                message = ready.get(token)
+                if message is None:
+                    lane.popleft()
+                    store.tombstones -= 1
+                    continue
+                if message.expires and message.expires <= now:
+                    lane.popleft()
+                    del ready[token]
+                    self._expire(store, message)
+                    continue
+                sub = pick(message) if candidates is None else store.pick_among(message, candidates)
+                if sub is None:
+                    break
+                if sub is NO_ROOM:
+                    store.stable = True
+                    return
+                lane.popleft()
+                del ready[token]
+                deliver(store, sub, message)  # type: ignore[arg-type]
+            else:
+                continue
+            # The head has to wait: look past it. The deque is not mutated during this loop;
+            # taken messages become tombstones.
+            budget -= 1
+            if budget <= 0:
+                store.stable = False
+                return
+            entries = iter(lane)
+            next(entries)
+            for token in entries:
+                message = ready.get(token)
+                if message is None:
+                    continue
+                if message.expires and message.expires <= now:
+                    del ready[token]
+                    store.tombstones += 1
+                    self._expire(store, message)
+                    continue
+                sub = pick(message) if candidates is None else store.pick_among(message, candidates)
+                if sub is None:
+                    budget -= 1
+                    if budget <= 0:
+                        store.stable = False
+                        return
+                    continue
+                if sub is NO_ROOM:
+                    store.stable = True
+                    return
+                del ready[token]
+                store.tombstones += 1
+                deliver(store, sub, message)  # type: ignore[arg-type]
+        store.stable = True
+
+    def _expire_due(self, now: int) -> None:
+        """Move every ready message whose expiry is at or before `now` to the expiry queue."""
+        heap = self._expiry_heap
+        while heap and heap[0][0] <= now:
+            _, token, store = heappop(heap)
+            message = store.ready.pop(token, None)
+            if message is None:
+                continue  # delivered (or gone) since it was indexed
+            store.tombstones += 1
+            store.maybe_compact()
+            self._expire(store, message)

@@ -1,0 +1,235 @@
+"""Message stores of the broker core: a queue's ready messages and its consumers.
+
+A `Store` holds the ready (not in flight) messages of one queue, or of one topic subscription
+(every topic subscription owns a private store). Ready messages sit in ten priority lanes, each
+a deque of entry tokens in arrival order, plus a dict token → Message. Taking a message from
+the middle of a lane (selectors, message groups, expiry sweeps) only deletes it from the dict:
+its token stays in the deque as a tombstone, skipped when met and dropped by `compact` once
+tombstones outnumber live messages. A message that returns to a store gets a fresh token, so
+a stale tombstone can never be mistaken for it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from raftmq.core.message import Message
+
+if TYPE_CHECKING:
+    from raftmq.core.subscriptions import Subscription
+
+PRIORITY_LEVELS = 10
+
+# `Store.pick` answers this when no consumer has room at all: the dispatch pass can stop.
+NO_ROOM = object()
+
+# Tombstones tolerated beyond the live message count before a store rebuilds its lanes.
+TOMBSTONE_SLACK = 64
+
+
+def selector_headers(message: Message) -> dict[str, str]:
+    """The header mapping a selector sees: user headers (first occurrence wins) plus the
+    values the core decided (normalized priority, message id, timestamp)."""
+    headers = {name: value for name, value in reversed(message.headers)}
+    headers["priority"] = str(message.priority)
+    headers["message-id"] = message.message_id
+    headers.setdefault("timestamp", str(message.timestamp))
+    return headers
+
+
+class Store:
+    """Ready messages and the consumers competing for them.
+
+    `shared` stores are queues: several consumers, round-robin, selectors checked at dispatch,
+    message groups, exclusive consumers. A topic subscription's private store has at most one
+    consumer (its subscription, while active) and its messages were filtered when copied in.
+
+    `stable` is true when the last dispatch pass proved that no ready message can go to any
+    consumer. A new message on a stable store then needs a look at that message alone, and a
+    consumer that gains room (or arrives) is `woken`: the next pass offers the ready messages to
+    the woken consumers only, since nothing changed for the others. Returned messages, and a
+    consumer leaving (its message groups, its exclusivity), clear the flag: a full pass follows.
+    """
+
+    __slots__ = (
+        "destination",
+        "shared",
+        "lanes",
+        "ready",
+        "tombstones",
+        "consumers",
+        "rr",
+        "exclusive",
+        "groups",
+        "stable",
+        "woken",
+        "pending",
+        "in_flight",
+        "enqueued",
+        "dequeued",
+        "expired",
+        "dead_lettered",
+    )
+
+    def __init__(self, destination: str, shared: bool) -> None:
+        self.destination = destination
+        self.shared = shared
+        self.lanes: list[deque[int]] = [deque() for _ in range(PRIORITY_LEVELS)]
+        self.ready: dict[int, Message] = {}
+        self.tombstones = 0
+        self.consumers: list[Subscription] = []
+        self.rr = 0  # index in `consumers` of the next one to try
+        self.exclusive: Subscription | None = None
+        self.groups: dict[str, Subscription] = {}
+        self.stable = True
+        self.woken: list[Subscription] = []
+        self.pending = False  # queued for a dispatch pass in the current apply
+        self.in_flight = 0
+        self.enqueued = 0
+        self.dequeued = 0
+        self.expired = 0
+        self.dead_lettered = 0
+
+    # -- messages --------------------------------------------------------------------------
+
+    def push_back(self, token: int, message: Message) -> None:
+        self.lanes[message.priority].append(token)
+        self.ready[token] = message
+
+    def push_front(self, token: int, message: Message) -> None:
+        self.lanes[message.priority].appendleft(token)
+        self.ready[token] = message
+
+    def maybe_compact(self) -> None:
+        if self.tombstones > len(self.ready) + TOMBSTONE_SLACK:
+            ready = self.ready
+            self.lanes = [deque(token for token in lane if token in ready) for lane in self.lanes]
+            self.tombstones = 0
+
+    # -- consumers -------------------------------------------------------------------------
+
+    def add_consumer(self, sub: Subscription) -> None:
+        self.consumers.append(sub)
+        if self.shared and sub.exclusive and self.exclusive is None:
+            self.exclusive = sub
+
+    def remove_consumer(self, sub: Subscription) -> None:
+        """Forget `sub`; clears `stable` when that frees messages for the others (its groups,
+        its exclusivity)."""
+        if sub in self.woken:
+            self.woken.remove(sub)
+        index = self.consumers.index(sub)
+        del self.consumers[index]
+        if index < self.rr:
+            self.rr -= 1
+        if self.rr >= len(self.consumers):
+            self.rr = 0
+        if self.exclusive is sub:
+            self.exclusive = next((other for other in self.consumers if other.exclusive), None)
+            self.stable = False
+        if sub.groups:
+            for group in sub.groups:
+                del self.groups[group]
+            sub.groups.clear()
+            self.stable = False
+
+    def pick(self, message: Message) -> Subscription | None | object:
+        """The consumer that gets `message` now; None when it has to wait; NO_ROOM when no
+        consumer has room for anything."""
+        if not self.shared:
+            sub = self.consumers[0]
+            return sub if sub.auto or len(sub.in_flight) < sub.prefetch else NO_ROOM
+        exclusive = self.exclusive
+        if exclusive is not None:
+            if not (exclusive.auto or len(exclusive.in_flight) < exclusive.prefetch):
+                return NO_ROOM
+            if exclusive.selector is not None and not exclusive.selector.matches(selector_headers(message)):
+                return None
+            return exclusive
+        group = message.group
+        if group is not None:
+            owner = self.groups.get(group)
+            if owner is not None:
+                if (owner.auto or len(owner.in_flight) < owner.prefetch) and (
+                    owner.selector is None or owner.selector.matches(selector_headers(message))
+                ):
+                    return owner
+                return None
+        consumers = self.consumers
+        count = len(consumers)
+        index = self.rr
+        headers = None
+        any_room = False
+        for _ in range(count):
+            sub = consumers[index]
+            index += 1
+            if index == count:
+                index = 0
+            if sub.auto or len(sub.in_flight) < sub.prefetch:
+                any_room = True
+                if sub.selector is not None:
+                    if headers is None:
+                        headers = selector_headers(message)
+                    if not sub.selector.matches(headers):
+                        continue
+                self.rr = index
+                if group is not None:
+                    self.groups[group] = sub
+                    sub.groups[group] = None
+                return sub
+        return None if any_room else NO_ROOM
+
+    def pick_among(self, message: Message, candidates: list[Subscription]) -> Subscription | None | object:
+        """Like `pick`, when only `candidates` may have become able to take a ready message."""
+        if not self.shared:
+            return self.pick(message)
+        for sub in candidates:
+            if sub.auto or len(sub.in_flight) < sub.prefetch:
+                break
+        else:
+            return NO_ROOM  # the others could take nothing before, and still cannot
+        exclusive = self.exclusive
+        if exclusive is not None:
+            return self.pick(message) if exclusive in candidates else NO_ROOM
+        group = message.group
+        if group is not None:
+            owner = self.groups.get(group)
+            if owner is not None:
+                return self.pick(message) if owner in candidates else None
+        headers = None
+        any_room = False
+        for sub in candidates:
+            if sub.auto or len(sub.in_flight) < sub.prefetch:
+                any_room = True
+                if sub.selector is not None:
+                    if headers is None:
+                        headers = selector_headers(message)
+                    if not sub.selector.matches(headers):
+                        continue
+                if group is not None:
+                    self.groups[group] = sub
+                    sub.groups[group] = None
+                return sub
+        return None if any_room else NO_ROOM
+
+
+class Topic:
+    """A topic's subscriptions (durable ones too, active or not) in subscription order, and
+    counters that outlive the subscriptions that ended."""
+
+    __slots__ = ("destination", "subs", "published", "retired")
+
+    def __init__(self, destination: str) -> None:
+        self.destination = destination
+        self.subs: dict[Subscription, None] = {}
+        self.published = 0
+        # Counters of subscription stores that are gone, so the topic's totals never go back.
+        self.retired = {"dequeued": 0, "expired": 0, "dead_lettered": 0, "discarded": 0}
+
+    def retire(self, store: Store, discarded: int) -> None:
+        retired = self.retired
+        retired["dequeued"] += store.dequeued
+        retired["expired"] += store.expired
+        retired["dead_lettered"] += store.dead_lettered
+        retired["discarded"] += discarded

@@ -1,0 +1,260 @@
+"""Snapshots of the broker core's state as plain data (dicts, lists, str, int, bool, None, bytes).
+
+The format keeps everything that decides future effects: counters, the order of sessions,
+subscriptions, consumers, ready messages (with their entry tokens) and in-flight deliveries,
+round-robin positions, group owners, the dedup cache and the `stable` flags. Derived indexes
+(the expiry heap, per-session ack indexes, in-flight counts) are rebuilt on restore.
+
+Subscriptions are listed once and referred to by position, because one subscription appears
+in several places (its session, its queue's consumers, its topic, group owners).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heapify
+from typing import TYPE_CHECKING, Any
+
+from raftmq.core.dedup import DedupCache
+from raftmq.core.message import Message
+from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic
+from raftmq.core.selector import compile_selector
+from raftmq.core.subscriptions import Delivery, Session, Subscription, TransactionOp
+from raftmq.errors import RaftmqError, SelectorError
+
+if TYPE_CHECKING:
+    from raftmq.core.broker import Broker
+
+FORMAT = 1
+
+_STORE_COUNTERS = ("enqueued", "dequeued", "expired", "dead_lettered")
+
+
+class SnapshotError(RaftmqError, ValueError):
+    """The data is not a broker snapshot this version can read."""
+
+
+# -- dump ----------------------------------------------------------------------------------------
+
+
+def _dump_message(message: Message) -> list[Any]:
+    return [
+        message.message_id,
+        message.destination,
+        [[name, value] for name, value in message.headers],
+        message.body,
+        message.priority,
+        message.expires,
+        message.timestamp,
+        message.group,
+        message.persistent,
+        message.delivery_count,
+    ]
+
+
+def _dump_store(store: Store, position: dict[int, int]) -> dict[str, Any]:
+    ready = store.ready
+    record: dict[str, Any] = {
+        "destination": store.destination,
+        "lanes": [[[token, _dump_message(ready[token])] for token in lane if token in ready] for lane in store.lanes],
+        "rr": store.rr,
+        "stable": store.stable,
+    }
+    for counter in _STORE_COUNTERS:
+        record[counter] = getattr(store, counter)
+    if store.shared:
+        record["consumers"] = [position[id(sub)] for sub in store.consumers]
+        record["groups"] = [[group, position[id(owner)]] for group, owner in store.groups.items()]
+    return record
+
+
+def _dump_op(op: TransactionOp) -> list[Any]:
+    if op[0] == "send":
+        _, destination, headers, body, now = op
+        return ["send", destination, [[name, value] for name, value in headers], body, now]
+    return [op[0], op[1]]
+
+
+def dump_state(broker: Broker) -> dict[str, Any]:
+    # Every subscription is reachable from a session (active) or a topic (inactive durable).
+    subs: list[Subscription] = []
+    position: dict[int, int] = {}
+    for session in broker._sessions.values():
+        for sub in session.subs.values():
+            position[id(sub)] = len(subs)
+            subs.append(sub)
+    for topic in broker._topics.values():
+        for sub in topic.subs:
+            if id(sub) not in position:
+                position[id(sub)] = len(subs)
+                subs.append(sub)
+    return {
+        "format": FORMAT,
+        "message_seq": broker._message_seq,
+        "delivery_seq": broker._delivery_seq,
+        "entry_seq": broker._entry_seq,
+        "dedup": broker._dedup.dump(),
+        "subscriptions": [
+            {
+                "session": sub.session.session_id if sub.session is not None else None,
+                "sub_id": sub.sub_id,
+                "destination": sub.destination,
+                "ack": sub.ack,
+                "prefetch": sub.prefetch,
+                "selector": sub.selector.text if sub.selector is not None else None,
+                "exclusive": sub.exclusive,
+                "durable_name": sub.durable_name,
+                "in_flight": [[d.seq, _dump_message(d.message)] for d in sub.in_flight.values()],
+                "store": None if sub.store.shared else _dump_store(sub.store, position),
+            }
+            for sub in subs
+        ],
+        "sessions": [
+            {
+                "id": session.session_id,
+                "login": session.login,
+                "client_id": session.client_id,
+                "subs": [position[id(sub)] for sub in session.subs.values()],
+                "transactions": [[name, [_dump_op(op) for op in ops]] for name, ops in session.transactions.items()],
+            }
+            for session in broker._sessions.values()
+        ],
+        "queues": [_dump_store(store, position) for store in broker._queues.values()],
+        "topics": [
+            {
+                "destination": topic.destination,
+                "subs": [position[id(sub)] for sub in topic.subs],
+                "published": topic.published,
+                "retired": dict(topic.retired),
+            }
+            for topic in broker._topics.values()
+        ],
+        "durables": [[name, position[id(sub)]] for name, sub in broker._durables.items()],
+    }
+
+
+# -- load ----------------------------------------------------------------------------------------
+
+
+def _load_message(record: list[Any]) -> Message:
+    message_id, destination, headers, body, priority, expires, timestamp, group, persistent, count = record
+    return Message(
+        message_id,
+        destination,
+        tuple((name, value) for name, value in headers),
+        body,
+        priority,
+        expires,
+        timestamp,
+        group,
+        persistent,
+        count,
+    )
+
+
+def _load_store(record: dict[str, Any], shared: bool) -> Store:
+    store = Store(record["destination"], shared)
+    if len(record["lanes"]) != PRIORITY_LEVELS:
+        raise SnapshotError(f"store {store.destination}: expected {PRIORITY_LEVELS} priority lanes")
+    for priority, entries in enumerate(record["lanes"]):
+        lane = store.lanes[priority] = deque()
+        for token, message in entries:
+            lane.append(token)
+            store.ready[token] = _load_message(message)
+    store.rr = record["rr"]
+    store.stable = record["stable"]
+    for counter in _STORE_COUNTERS:
+        setattr(store, counter, record[counter])
+    return store
+
+
+def _load_op(record: list[Any]) -> TransactionOp:
+    if record[0] == "send":
+        _, destination, headers, body, now = record
+        return ("send", destination, tuple((name, value) for name, value in headers), body, now)
+    return (record[0], record[1])
+
+
+def load_state(broker: Broker, data: dict[str, Any]) -> Broker:
+    """Fill a freshly made `broker` from `data` (a `dump_state` result, possibly via msgpack)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SnapshotError(f"not a broker snapshot of format {FORMAT}")
+    try:
+        return _load(broker, data)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, SelectorError) as error:
+        raise SnapshotError(f"malformed broker snapshot: {error!r}") from error
+
+
+def _load(broker: Broker, data: dict[str, Any]) -> Broker:
+    broker._message_seq = data["message_seq"]
+    broker._delivery_seq = data["delivery_seq"]
+    broker._entry_seq = data["entry_seq"]
+    broker._dedup = DedupCache.load(broker.config.dedup_cache_size, data["dedup"])
+
+    subs: list[Subscription] = []
+    for record in data["subscriptions"]:
+        selector = compile_selector(record["selector"]) if record["selector"] is not None else None
+        private = _load_store(record["store"], shared=False) if record["store"] is not None else None
+        sub = Subscription(
+            None,
+            record["sub_id"],
+            record["destination"],
+            record["ack"],
+            record["prefetch"],
+            selector,
+            record["exclusive"],
+            record["durable_name"],
+            private,  # type: ignore[arg-type]  # queue subscriptions get their store below
+        )
+        subs.append(sub)
+
+    for record in data["queues"]:
+        store = broker._queues[record["destination"]] = _load_store(record, shared=True)
+        for index in record["consumers"]:
+            sub = subs[index]
+            sub.store = store
+            store.consumers.append(sub)
+        store.exclusive = next((sub for sub in store.consumers if sub.exclusive), None)
+        for group, index in record["groups"]:
+            store.groups[group] = subs[index]
+            subs[index].groups[group] = None
+
+    for record in data["sessions"]:
+        session = broker._sessions[record["id"]] = Session(record["id"], record["login"], record["client_id"])
+        for index in record["subs"]:
+            sub = subs[index]
+            sub.session = session
+            session.subs[sub.sub_id] = sub
+            if not sub.store.shared:
+                sub.store.consumers.append(sub)
+        for name, ops in record["transactions"]:
+            session.transactions[name] = [_load_op(op) for op in ops]
+
+    # In-flight deliveries; each session's ack index is in delivery (= ack id) order.
+    per_session: dict[str, list[Delivery]] = {}
+    for sub, record in zip(subs, data["subscriptions"]):
+        for seq, message in record["in_flight"]:
+            delivery = Delivery(seq, str(seq), sub, _load_message(message))
+            sub.in_flight[delivery.ack_id] = delivery
+            sub.store.in_flight += 1
+            per_session.setdefault(sub.session.session_id, []).append(delivery)  # type: ignore[union-attr]
+    for session_id, deliveries in per_session.items():
+        session = broker._sessions[session_id]
+        for delivery in sorted(deliveries, key=lambda d: d.seq):
+            session.add_delivery(delivery)
+
+    for record in data["topics"]:
+        topic = broker._topics[record["destination"]] = Topic(record["destination"])
+        for index in record["subs"]:
+            topic.subs[subs[index]] = None
+        topic.published = record["published"]
+        topic.retired.update(record["retired"])
+    for name, index in data["durables"]:
+        broker._durables[name] = subs[index]
+
+    stores = list(broker._queues.values()) + [sub.store for topic in broker._topics.values() for sub in topic.subs]
+    heap = [(message.expires, token, store) for store in stores for token, message in store.ready.items() if message.expires]
+    heapify(heap)
+    broker._expiry_heap = heap
+    broker._expiring = len(heap)
+    return broker

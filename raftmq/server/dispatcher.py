@@ -1,0 +1,146 @@
+"""Server frames, built as bytes ready for the socket: MESSAGE from a Deliver effect, RECEIPT,
+ERROR and CONNECTED.
+
+A MESSAGE is built once per delivery; its headers are the delivery's (subscription, message-id,
+destination, ack, redelivered, delivery-count) followed by the message's stored user headers.
+"""
+
+from __future__ import annotations
+
+from raftmq.core.effects import Deliver
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import encode_frame
+from raftmq.protocol.frame import Frame
+
+# Headers the server sets on MESSAGE; a stored user header of the same name is not copied,
+# so a producer cannot make a first delivery look redelivered.
+SERVER_MESSAGE_HEADERS = frozenset(
+    {"subscription", "message-id", "destination", "ack", "redelivered", "delivery-count", "content-length"}
+)
+# An encoded frame with an empty body ends in the blank line and the NUL.
+EMPTY_BODY_TAIL = b"content-length:0\n\n\0"
+
+
+def message_frame(deliver: Deliver, version: str) -> bytes:
+    """The MESSAGE frame of one delivery.
+
+    This is the hottest output path, so the common case (no header needs escaping, which the
+    counts of ':' and EOL prove) is written as one string here; anything else goes through
+    `encode_frame`, which escapes or refuses."""
+    message = deliver.message
+    body = message.body
+    lines = [
+        f"MESSAGE\nsubscription:{deliver.sub_id}\nmessage-id:{message.message_id}\n"
+        f"destination:{deliver.destination}\n"
+    ]
+    count = 3
+    if deliver.ack_id is not None and version == "1.2":
+        lines.append(f"ack:{deliver.ack_id}\n")
+        count += 1
+    if deliver.redelivered:
+        lines.append("redelivered:true\n")
+        count += 1
+    lines.append(f"delivery-count:{deliver.delivery_count}\n")
+    count += 1
+    for name, value in message.headers:
+        if name not in SERVER_MESSAGE_HEADERS:
+            lines.append(f"{name}:{value}\n")
+            count += 1
+    lines.append(f"content-length:{len(body)}\n\n")
+    text = "".join(lines)
+    if (
+        text.count(":") == count + 1
+        and text.count("\n") == count + 3
+        and "\\" not in text
+        and "\r" not in text
+        and "\0" not in text
+        and "\n:" not in text
+    ):
+        try:
+            return b"".join((text.encode("utf-8"), body, b"\0"))
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: let encode_frame refuse it
+    return _message_frame_escaped(deliver, version)
+
+
+def _message_frame_escaped(deliver: Deliver, version: str) -> bytes:
+    message = deliver.message
+    body = message.body
+    headers = [
+        ("subscription", deliver.sub_id),
+        ("message-id", message.message_id),
+        ("destination", deliver.destination),
+    ]
+    if deliver.ack_id is not None and version == "1.2":
+        headers.append(("ack", deliver.ack_id))
+    if deliver.redelivered:
+        headers.append(("redelivered", "true"))
+    headers.append(("delivery-count", str(deliver.delivery_count)))
+    for item in message.headers:
+        if item[0] not in SERVER_MESSAGE_HEADERS:
+            headers.append(item)
+    # encode_frame appends content-length to a non-empty body; an empty one gets
+    # "content-length:0" spliced in before the blank line.
+    try:
+        data = encode_frame(Frame("MESSAGE", headers, body), version)
+    except ProtocolError:
+        # A header the consumer's version cannot carry (say a newline sent by a 1.2 producer,
+        # delivered to a 1.0 consumer): deliver the message without the headers that cannot be
+        # written rather than not at all.
+        data = encode_frame(Frame("MESSAGE", _encodable_headers(headers, version), body), version)
+    if not body:
+        data = data[:-2] + EMPTY_BODY_TAIL
+    return data
+
+
+def _encodable_headers(headers: list[tuple[str, str]], version: str) -> list[tuple[str, str]]:
+    kept = []
+    for name, value in headers:
+        try:
+            encode_frame(Frame("MESSAGE", [(name, value)]), version)
+        except ProtocolError:
+            continue
+        kept.append((name, value))
+    return kept
+
+
+def receipt_frame(receipt_id: str, version: str) -> bytes:
+    if ":" in receipt_id or "\n" in receipt_id or "\\" in receipt_id or "\r" in receipt_id or "\0" in receipt_id:
+        return encode_frame(Frame("RECEIPT", [("receipt-id", receipt_id)]), version)
+    return f"RECEIPT\nreceipt-id:{receipt_id}\n\n\0".encode()  # ids come from decoded UTF-8
+
+
+def error_frame(
+    message: str, detail: str, version: str, receipt_id: str | None = None, extra: dict[str, str] | None = None
+) -> bytes:
+    """ERROR with `message`, a plain-text body carrying the detail, and `receipt-id` when the
+    offending frame asked for a receipt."""
+    body = (detail or message).encode("utf-8", "replace")
+    if not body.endswith(b"\n"):
+        body += b"\n"
+    headers = [("message", _one_line(message))]
+    if receipt_id is not None:
+        headers.append(("receipt-id", receipt_id))
+    if extra:
+        headers.extend(extra.items())
+    headers.append(("content-type", "text/plain"))  # encode_frame adds content-length
+    try:
+        return encode_frame(Frame("ERROR", headers, body), version)
+    except ProtocolError:
+        # The receipt id itself may be what the version cannot carry.
+        return encode_frame(Frame("ERROR", _encodable_headers(headers, version), body), version)
+
+
+def _one_line(text: str) -> str:
+    # 1.0 ERROR headers cannot escape a newline; keep the message one short line.
+    return " ".join(text.split())[:500] or "error"
+
+
+def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, server: str) -> bytes:
+    headers = [
+        ("version", version),
+        ("heart-beat", f"{heart_beat[0]},{heart_beat[1]}"),
+        ("session", session_id),
+        ("server", server),
+    ]
+    return encode_frame(Frame("CONNECTED", headers), version)

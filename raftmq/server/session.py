@@ -1,0 +1,415 @@
+"""One client connection: an `asyncio.Protocol` that parses frames, appends commands to the
+commit log and writes what the node hands it.
+
+Life of a session: AWAIT_CONNECT → (CONNECT appended) CONNECTING → (Connect committed, CONNECTED
+written) OPEN → DISCONNECTING (DISCONNECT appended) or FAILED (ERROR pending) → CLOSED.
+
+Ordering: every frame of one `data_received` becomes one `log.append` batch, so a session's
+commands reach the core in the order they arrived. Output is queued and written once per
+event-loop turn.
+
+Flow control:
+- reading pauses while more than `max_pending_commands` of this session's commands are
+  appended but not committed (a producer waits for the log rather than growing our memory);
+- reading also pauses while the transport's write buffer is above its high-water mark (a
+  client that does not read its receipts stops being read);
+- deliveries are bounded by the core's prefetch (unacknowledged deliveries per subscription);
+  for ack mode auto, which the core does not hold back, a session whose write buffer passes
+  `SLOW_CONSUMER_BYTES` is dropped (logged as `slow consumer`; it would never read an ERROR).
+  No write ever blocks the loop, so a stuck consumer only fills its own buffer; other
+  sessions go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import TYPE_CHECKING, cast
+
+import structlog
+
+from raftmq import __version__
+from raftmq.core.commands import Command, Connect, Disconnect
+from raftmq.core.effects import Deliver
+from raftmq.errors import NotLeader, ProtocolError
+from raftmq.protocol.codec import HEARTBEAT, FrameParser, negotiate_version
+from raftmq.protocol.frame import Frame
+from raftmq.server.dispatcher import connected_frame, error_frame, message_frame, receipt_frame
+from raftmq.server.translate import FrameTranslator, parse_heart_beat
+
+if TYPE_CHECKING:
+    from raftmq.server.node import Node
+
+log = structlog.get_logger("raftmq.server.session")
+
+SERVER_HEADER = f"raftmq/{__version__}"
+# A session whose transport buffers more than this is a consumer that does not keep up with
+# auto-ack deliveries (acked deliveries are bounded by prefetch instead): it is closed.
+SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
+# A closing connection whose client does not read what is left is dropped after this long.
+CLOSE_GRACE_SECONDS = 5.0
+# Heart-beats are a liveness hint; send one when the line has been quiet this share of the interval.
+HEARTBEAT_SEND_SLACK = 0.9
+# Close a client that promised heart-beats and sent nothing for this many agreed intervals.
+HEARTBEAT_RECEIVE_GRACE = 2.0
+
+AWAIT_CONNECT, CONNECTING, OPEN, DISCONNECTING, FAILED, CLOSED = range(6)
+
+
+class Session(asyncio.Protocol):
+    def __init__(self, node: Node, session_id: str) -> None:
+        self.node = node
+        self.session_id = session_id
+        # Until CONNECT is accepted, ERROR frames go out unescaped (as in 1.0): the client has
+        # not been told a version yet, and every version reads an unescaped colon in a value.
+        self.version = "1.0"
+        self.peer = "?"
+        self.state = AWAIT_CONNECT
+        config = node.config
+        self._max_pending = max(1, config.max_pending_commands)
+        # CONNECT, STOMP and CONNECTED are never escaped, so any version parses CONNECT.
+        self._parser = FrameParser(config.limits, "1.2")
+        self._translator: FrameTranslator | None = None
+        self._loop = node.loop
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._pending = 0  # commands appended, not yet committed
+        self._last_append: asyncio.Future[None] | None = None
+        self._read_paused_for_log = False
+        self._read_paused_for_writes = False
+        self._connect_appended = False
+        self._connected_sent = False
+        self._disconnect_appended = False
+        self._last_received = 0.0
+        self._last_written = 0.0
+        self._send_interval = 0.0  # seconds; 0 = we send no heart-beats
+        self._receive_interval = 0.0  # seconds; 0 = we expect none
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._check_timer: asyncio.TimerHandle | None = None
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self._last_received = self._last_written = self._loop.time()
+        log.debug("client.accepted", session=self.session_id, peer=self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state >= DISCONNECTING:
+            return  # after an ERROR or DISCONNECT nothing more is read
+        self._last_received = self._loop.time()
+        try:
+            self._handle_bytes(data)
+        except Exception as exc:  # a bug must cost one connection, never the node
+            self.node.internal_errors += 1
+            log.exception("client.internal_error", session=self.session_id, peer=self.peer)
+            if self.state < FAILED:
+                self.fail("internal error", f"{type(exc).__name__} while handling a frame")
+            else:
+                self._close_after_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        previous, self.state = self.state, CLOSED
+        for timer in (self._send_timer, self._check_timer):
+            if timer is not None:
+                timer.cancel()
+        self._out.clear()
+        self.node.session_closed(self)
+        if self._connect_appended and not self._disconnect_appended:
+            # Abnormal end: open transactions abort and unacked deliveries go back to their queues.
+            self._disconnect_appended = True
+            future = self.node.commit_log.append([Disconnect(self.session_id, _now_ms())])
+            future.add_done_callback(_ignore_outcome)
+        log.debug("client.disconnected", session=self.session_id, peer=self.peer, clean=previous == DISCONNECTING)
+
+    def eof_received(self) -> bool | None:
+        """The client closed its sending side. Keep ours open until what it sent has committed
+        (so its receipts still go out), then close."""
+        if self.state >= FAILED:
+            return True  # the pending ERROR closes the connection
+        self.state = max(self.state, DISCONNECTING)
+        pending = self._last_append
+        if pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: self._close_after_flush())
+        else:
+            self._close_after_flush()  # output may still be queued for this loop turn
+        return True
+
+    def pause_writing(self) -> None:
+        self._read_paused_for_writes = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._read_paused_for_writes = False
+        self._update_reading()
+
+    # ---- input -----------------------------------------------------------------------------
+
+    def _handle_bytes(self, data: bytes) -> None:
+        error: ProtocolError | None = None
+        receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
+        try:
+            frames = self._parser.feed(data)
+        except ProtocolError as exc:
+            # Frames completed before the malformed one in this chunk are still processed.
+            frames = self._parser.frames_before_error
+            error = exc
+        if frames:
+            if self.state == AWAIT_CONNECT:
+                # The parser reads frames pipelined behind CONNECT under the version it negotiates.
+                self._handle_connect(frames[0])
+                frames = frames[1:]
+            if frames and self.state in (CONNECTING, OPEN):
+                refused = self._handle_frames(frames)
+                if refused is not None:
+                    error, receipt_id = refused
+        if error is not None and self.state < DISCONNECTING:
+            self.fail(error.message, error.detail, receipt_id)
+
+    def _handle_connect(self, frame: Frame) -> None:
+        if frame.command not in ("CONNECT", "STOMP"):
+            self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
+            return
+        try:
+            version = negotiate_version(frame.get("accept-version"))
+            client_send, client_receive = parse_heart_beat(frame.get("heart-beat"))
+        except ProtocolError as exc:
+            self.fail(exc.message, exc.detail or exc.message, extra={"version": "1.0,1.1,1.2"})
+            return
+        if not self.node.commit_log.is_leader:
+            hint = self.node.commit_log.leader_hint
+            extra = {"leader": hint} if hint else None
+            detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
+            self.fail("not the leader", detail, extra=extra)
+            return
+        self.version = version
+        self._parser.version = version
+        config = self.node.config
+        # STOMP heart-beating: each side uses the larger of what one can send and the other wants.
+        if config.heartbeat_send_ms and client_receive:
+            self._send_interval = max(config.heartbeat_send_ms, client_receive) / 1000
+        if config.heartbeat_receive_ms and client_send:
+            self._receive_interval = max(config.heartbeat_receive_ms, client_send) / 1000
+        client_id = frame.get("client-id")
+        self._translator = FrameTranslator(self.session_id, version, client_id)
+        self.state = CONNECTING
+        self._connect_appended = True
+        self._append([Connect(self.session_id, _now_ms(), frame.get("login"), client_id)])
+        log.info("client.connecting", session=self.session_id, peer=self.peer, version=version, client_id=client_id)
+
+    def _handle_frames(self, frames: list[Frame]) -> tuple[ProtocolError, str | None] | None:
+        """Translate and append; stop at the first bad frame and return its error and receipt."""
+        translator = self._translator
+        assert translator is not None
+        now = _now_ms()
+        commands: list[Command] = []
+        refused: tuple[ProtocolError, str | None] | None = None
+        for frame in frames:
+            try:
+                command = translator.translate(frame, now)
+            except ProtocolError as exc:
+                refused = (exc, frame.get("receipt"))
+                break
+            commands.append(command)
+            if type(command) is Disconnect:
+                self.state = DISCONNECTING
+                self._disconnect_appended = True
+                break
+        if commands:
+            self._append(commands)
+        return refused
+
+    def _append(self, commands: list[Command]) -> None:
+        future = self.node.commit_log.append(commands)
+        self._pending += len(commands)
+        self._last_append = future
+        future.add_done_callback(partial(self._appended, len(commands)))
+        if self._pending > self._max_pending and not self._read_paused_for_log:
+            self._read_paused_for_log = True
+            self._update_reading()
+
+    def _appended(self, count: int, future: asyncio.Future[None]) -> None:
+        self._pending -= count
+        if future.cancelled():
+            exc: BaseException | None = None
+        else:
+            exc = future.exception()
+        if exc is not None and self.state < FAILED:
+            if isinstance(exc, NotLeader):
+                self.fail("not the leader", str(exc), extra={"leader": exc.leader} if exc.leader else None)
+            else:
+                self.fail("command not committed", f"{type(exc).__name__}: {exc}")
+            return
+        if self._read_paused_for_log and self._pending <= self._max_pending // 2:
+            self._read_paused_for_log = False
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        paused = self._read_paused_for_log or self._read_paused_for_writes or self.state >= FAILED
+        if paused:
+            if transport.is_reading():
+                transport.pause_reading()
+        elif not transport.is_reading():
+            transport.resume_reading()
+
+    # ---- called by the node when commands of this session commit ----------------------------
+
+    def connect_committed(self) -> None:
+        """Our Connect was applied: answer CONNECTED. Also when a frame pipelined behind
+        CONNECT already failed or disconnected, so the client learns the session it had."""
+        if self.state == CLOSED or self._connected_sent:
+            return
+        self._connected_sent = True
+        config = self.node.config
+        offer = (config.heartbeat_send_ms, config.heartbeat_receive_ms)
+        self.write(connected_frame(self.version, offer, self.session_id, SERVER_HEADER))
+        if self.state != CONNECTING:
+            return
+        self.state = OPEN
+        if self._send_interval:
+            self._send_timer = self._loop.call_later(self._send_interval, self._heartbeat_send)
+        if self._receive_interval:
+            self._check_timer = self._loop.call_later(self._receive_interval, self._heartbeat_check)
+        log.info("client.connected", session=self.session_id, peer=self.peer, version=self.version)
+
+    def disconnect_committed(self) -> None:
+        """Our Disconnect was applied (and its RECEIPT, if any, queued): flush and close."""
+        if self.state == CLOSED:
+            return
+        self.state = max(self.state, DISCONNECTING)
+        self._close_after_flush()
+
+    def deliver(self, effect: Deliver) -> None:
+        if self.state < FAILED:
+            self.write(message_frame(effect, self.version))
+
+    def receipt(self, receipt_id: str) -> None:
+        if self.state != CLOSED:
+            self.write(receipt_frame(receipt_id, self.version))
+
+    # ---- output ----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self._transport
+        if not self._out or transport is None or transport.is_closing():
+            self._out.clear()
+            return
+        out, self._out = self._out, []
+        transport.writelines(out)  # one send per flush (recent uvloop writev()s the list)
+        self._last_written = self._loop.time()
+        if self._read_paused_for_writes and transport.get_write_buffer_size() > SLOW_CONSUMER_BYTES:
+            # The client would never read an ERROR queued behind all that: drop the connection.
+            self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
+
+    def _close_after_flush(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._out:
+            out, self._out = self._out, []
+            transport.write(b"".join(out))
+        transport.close()  # asyncio closes after the buffered data is written
+        self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
+
+    def fail(
+        self,
+        message: str,
+        detail: str = "",
+        receipt_id: str | None = None,
+        *,
+        wait_for_log: bool = True,
+        abort: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """Answer with ERROR and close. Nothing the client sends from now on is processed.
+
+        With `wait_for_log`, commands appended before the error commit first and their receipts
+        go out before the ERROR; the node passes False for an error the core found, which is
+        reported at once. `abort` drops the connection without waiting for the client to read."""
+        if self.state >= FAILED:
+            return
+        self.state = FAILED
+        self._update_reading()
+        log.info("client.error", session=self.session_id, peer=self.peer, message=message, detail=detail)
+        frame = error_frame(message, detail, self.version, receipt_id, extra)
+        pending = self._last_append
+        if abort:
+            self.abort()
+        elif wait_for_log and pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: self._send_error(frame))
+        else:
+            self._send_error(frame)
+
+    def _send_error(self, frame: bytes) -> None:
+        if self.state == CLOSED:
+            return
+        self._out.append(frame)
+        self._close_after_flush()
+
+    def shutdown(self) -> None:
+        """The node is stopping: tell the client and close."""
+        if self.state >= FAILED:
+            self._close_after_flush()
+            return
+        self.state = FAILED
+        self._send_error(error_frame("broker shutting down", "the node is stopping", self.version))
+
+    def abort(self) -> None:
+        """Drop the connection without flushing (a client that stopped reading)."""
+        if self._transport is not None and self.state != CLOSED:
+            self._transport.abort()
+
+    # ---- heart-beats -------------------------------------------------------------------------
+
+    def _heartbeat_send(self) -> None:
+        if self.state >= FAILED:
+            return
+        transport = self._transport
+        now = self._loop.time()
+        quiet = now - self._last_written
+        if quiet >= self._send_interval * HEARTBEAT_SEND_SLACK and not self._out:
+            if transport is not None and not transport.is_closing():
+                transport.write(HEARTBEAT)
+            self._last_written = now
+            quiet = 0.0
+        self._send_timer = self._loop.call_later(max(0.001, self._send_interval - quiet), self._heartbeat_send)
+
+    def _heartbeat_check(self) -> None:
+        if self.state >= FAILED:
+            return
+        now = self._loop.time()
+        if self._read_paused_for_log or self._read_paused_for_writes:
+            self._last_received = now  # we are the ones not reading: the silence is ours
+        silent = now - self._last_received
+        limit = self._receive_interval * HEARTBEAT_RECEIVE_GRACE
+        if silent > limit:
+            log.info("client.heartbeat_timeout", session=self.session_id, peer=self.peer, silent_s=round(silent, 3))
+            detail = f"nothing received for {silent:.1f} s (agreed interval {self._receive_interval:.3f} s)"
+            self.fail("heart-beat timeout", detail)
+            return
+        self._check_timer = self._loop.call_later(max(0.001, limit - silent), self._heartbeat_check)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _ignore_outcome(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved so asyncio does not warn about it

@@ -1,0 +1,258 @@
+"""STOMP client frames → broker commands, with the checks the shell can make on its own.
+
+Everything a session can check without the core (required headers, destinations, ack modes,
+selectors, transactions it began, subscription ids it holds) is checked here, before the
+command is appended: a frame that fails raises `ProtocolError`, the session answers with ERROR
+and closes, and nothing after that frame reaches the log. What only the core can know (an ack
+id it never handed out, a durable subscription active elsewhere) comes back as a SessionError
+effect after commit, when commands pipelined behind the frame are already in the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from raftmq.core.commands import (
+    ACK_AUTO,
+    ACK_MODES,
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
+from raftmq.core.message import TRANSPORT_HEADERS
+from raftmq.core.selector import compile_selector
+from raftmq.errors import ProtocolError, SelectorError
+from raftmq.protocol.frame import Frame
+
+QUEUE_PREFIX = "/queue/"
+TOPIC_PREFIX = "/topic/"
+PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
+
+
+def parse_heart_beat(value: str | None) -> tuple[int, int]:
+    """The `heart-beat` header "cx,cy" as two non-negative ints; absent means 0,0."""
+    if value is None:
+        return 0, 0
+    parts = value.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ProtocolError("invalid heart-beat header", f"expected two non-negative integers 'cx,cy', got {value!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def check_destination(destination: str | None, command: str) -> str:
+    if destination is None:
+        raise ProtocolError(f"{command} requires a destination header", f"{command} frame without 'destination'")
+    if destination.startswith(QUEUE_PREFIX):
+        name = destination[len(QUEUE_PREFIX) :]
+    elif destination.startswith(TOPIC_PREFIX):
+        name = destination[len(TOPIC_PREFIX) :]
+    else:
+        raise ProtocolError(
+            "invalid destination",
+            f"destination {destination!r} must be /queue/NAME (anycast) or /topic/NAME (multicast)",
+        )
+    if not name:
+        raise ProtocolError("invalid destination", f"destination {destination!r} has an empty name")
+    return destination
+
+
+def user_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """A SEND's headers minus the transport ones; of a repeated header only the first (STOMP)."""
+    seen: set[str] = set()
+    kept = []
+    for item in headers:
+        if item[0] not in seen:
+            seen.add(item[0])
+            if item[0] not in TRANSPORT_HEADERS:
+                kept.append(item)
+    return tuple(kept)
+
+
+def _required(frame: Frame, name: str) -> str:
+    value = frame.get(name)
+    if value is None or value == "":
+        raise ProtocolError(f"{frame.command} requires the {name} header", f"{frame.command} frame without {name!r}")
+    return value
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.lower() == "true"
+
+
+class FrameTranslator:
+    """Turns one session's frames into commands; holds what the shell must remember to check
+    them (the negotiated version, the client id, open transactions, live subscription ids)."""
+
+    __slots__ = ("session_id", "version", "client_id", "transactions", "subscriptions", "_table")
+
+    def __init__(self, session_id: str, version: str, client_id: str | None) -> None:
+        self.session_id = session_id
+        self.version = version
+        self.client_id = client_id
+        self.transactions: set[str] = set()
+        self.subscriptions: set[str] = set()
+        self._table: dict[str, Callable[[Frame, int], Command]] = {
+            "SEND": self._send,
+            "SUBSCRIBE": self._subscribe,
+            "UNSUBSCRIBE": self._unsubscribe,
+            "ACK": self._ack,
+            "NACK": self._nack,
+            "BEGIN": self._begin,
+            "COMMIT": self._commit,
+            "ABORT": self._abort,
+            "DISCONNECT": self._disconnect,
+        }
+
+    def translate(self, frame: Frame, now: int) -> Command:
+        handler = self._table.get(frame.command)
+        if handler is None:
+            if frame.command in ("CONNECT", "STOMP"):
+                raise ProtocolError("already connected", "a second CONNECT on one connection is not allowed")
+            raise ProtocolError("unknown command", f"{frame.command!r} is not a STOMP client frame")
+        return handler(frame, now)
+
+    def _send(self, frame: Frame, now: int) -> Command:
+        headers = frame.headers
+        first = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
+        destination = check_destination(first.get("destination"), "SEND")
+        transaction = first.get("transaction")
+        if transaction is not None and transaction not in self.transactions:
+            raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
+        if len(first) == len(headers):
+            user = tuple([item for item in headers if item[0] not in TRANSPORT_HEADERS])
+        else:
+            user = user_headers(headers)
+        return Send(self.session_id, destination, user, frame.body, now, transaction, first.get("receipt"))
+
+    def _subscribe(self, frame: Frame, now: int) -> Command:
+        destination = check_destination(frame.get("destination"), "SUBSCRIBE")
+        sub_id = frame.get("id")
+        if sub_id is None or sub_id == "":
+            if self.version != "1.0":
+                raise ProtocolError("SUBSCRIBE requires an id header", "STOMP 1.1 and 1.2 require 'id' on SUBSCRIBE")
+            sub_id = destination  # 1.0: one subscription per destination
+        if sub_id in self.subscriptions:
+            raise ProtocolError("duplicate subscription id", f"subscription {sub_id!r} already exists here")
+        ack = frame.get("ack", ACK_AUTO)
+        if ack not in ACK_MODES:
+            raise ProtocolError("invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
+        prefetch = 0
+        for name in PREFETCH_HEADERS:
+            raw = frame.get(name)
+            if raw is not None:
+                if not raw.strip().isdigit():
+                    raise ProtocolError(f"invalid {name} header", f"{name} must be a non-negative integer, got {raw!r}")
+                prefetch = int(raw)
+                break
+        selector = frame.get("selector")
+        if selector is not None and selector.strip():
+            # The core compiles it too; checking here refuses the frame before it is appended.
+            try:
+                compile_selector(selector)
+            except SelectorError as exc:
+                raise ProtocolError("invalid selector", str(exc)) from None
+        durable_name = None
+        if destination.startswith(TOPIC_PREFIX):
+            durable_name = self._durable_name(frame, sub_id)
+        self.subscriptions.add(sub_id)
+        return Subscribe(
+            self.session_id,
+            sub_id,
+            destination,
+            now,
+            ack,
+            selector,
+            prefetch,
+            _is_true(frame.get("activemq.exclusive")),
+            durable_name,
+            frame.get("receipt"),
+        )
+
+    def _durable_name(self, frame: Frame, sub_id: str) -> str | None:
+        activemq_name = frame.get("activemq.subscriptionName")
+        if activemq_name is not None:
+            # ActiveMQ: a durable subscriber is named by (client-id, subscriptionName).
+            if not self.client_id:
+                raise ProtocolError(
+                    "durable subscription requires client-id",
+                    "activemq.subscriptionName needs a client-id header on CONNECT",
+                )
+            return f"{self.client_id}:{activemq_name}"
+        if _is_true(frame.get("durable")) or _is_true(frame.get("persistent")):
+            # RabbitMQ: the subscription id names the durable subscription.
+            return f"{self.client_id}:{sub_id}" if self.client_id else sub_id
+        return None
+
+    def _unsubscribe(self, frame: Frame, now: int) -> Command:
+        sub_id = frame.get("id")
+        if (sub_id is None or sub_id == "") and self.version == "1.0":
+            sub_id = frame.get("destination")
+        if sub_id is None or sub_id == "":
+            raise ProtocolError("UNSUBSCRIBE requires an id header", "UNSUBSCRIBE frame without 'id'")
+        if sub_id not in self.subscriptions:
+            raise ProtocolError("unknown subscription", f"no subscription {sub_id!r} on this connection")
+        self.subscriptions.discard(sub_id)
+        drop_durable = (
+            frame.get("activemq.subscriptionName") is not None
+            or _is_true(frame.get("durable"))
+            or _is_true(frame.get("persistent"))
+        )
+        return Unsubscribe(self.session_id, sub_id, now, drop_durable, frame.get("receipt"))
+
+    def _ack_fields(self, frame: Frame) -> tuple[str | None, str | None, str | None, str | None, str | None]:
+        """(ack_id, message_id, subscription, transaction, receipt) of an ACK or NACK."""
+        first = dict(reversed(frame.headers))
+        if self.version == "1.2":
+            ack_id = first.get("id")
+            if not ack_id:
+                raise ProtocolError(f"{frame.command} requires the id header", "STOMP 1.2 names the delivery by 'id'")
+            message_id = subscription = None
+        else:
+            ack_id = None
+            message_id = first.get("message-id")
+            if not message_id:
+                detail = "STOMP 1.0/1.1 name the message by 'message-id'"
+                raise ProtocolError(f"{frame.command} requires the message-id header", detail)
+            subscription = first.get("subscription")
+        transaction = first.get("transaction")
+        if transaction is not None and transaction not in self.transactions:
+            raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
+        return ack_id, message_id, subscription, transaction, first.get("receipt")
+
+    def _ack(self, frame: Frame, now: int) -> Command:
+        return Ack(self.session_id, now, *self._ack_fields(frame))
+
+    def _nack(self, frame: Frame, now: int) -> Command:
+        if self.version == "1.0":
+            raise ProtocolError("unknown command", "NACK is not part of STOMP 1.0")
+        return Nack(self.session_id, now, *self._ack_fields(frame))
+
+    def _begin(self, frame: Frame, now: int) -> Command:
+        transaction = _required(frame, "transaction")
+        if transaction in self.transactions:
+            raise ProtocolError("transaction already begun", f"transaction {transaction!r} is already open")
+        self.transactions.add(transaction)
+        return Begin(self.session_id, transaction, now, frame.get("receipt"))
+
+    def _finish_transaction(self, frame: Frame) -> str:
+        transaction = _required(frame, "transaction")
+        if transaction not in self.transactions:
+            raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
+        self.transactions.discard(transaction)
+        return transaction
+
+    def _commit(self, frame: Frame, now: int) -> Command:
+        return Commit(self.session_id, self._finish_transaction(frame), now, frame.get("receipt"))
+
+    def _abort(self, frame: Frame, now: int) -> Command:
+        return Abort(self.session_id, self._finish_transaction(frame), now, frame.get("receipt"))
+
+    def _disconnect(self, frame: Frame, now: int) -> Command:
+        return Disconnect(self.session_id, now, frame.get("receipt"))

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+READY_PREFIX = "raftmq node listening on "
+READY_TIMEOUT = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """(host, port) of a real raftmq node subprocess, killed by pid at teardown.
+
+    RAFTMQ_TEST_STOMP=HOST:PORT points the tests at another broker instead (used to check the
+    client against ActiveMQ by hand).
+    """
+    external = os.environ.get("RAFTMQ_TEST_STOMP")
+    if external:
+        host, _, port = external.rpartition(":")
+        yield host, int(port)
+        return
+    port = _free_port()
+    logs = tmp_path_factory.mktemp("client-node")
+    stdout_path, stderr_path = logs / "stdout", logs / "stderr"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
+            stdout=stdout,
+            stderr=stderr,
+        )
+    try:
+        _wait_ready(proc, stdout_path, stderr_path, port)
+        yield "127.0.0.1", port
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _wait_ready(proc: subprocess.Popen, stdout: Path, stderr: Path, port: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if f"{READY_PREFIX}127.0.0.1:{port}" in stdout.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError(f"node did not become ready: {stderr.read_text(errors='replace')[-3000:]}")

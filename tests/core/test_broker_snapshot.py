@@ -1,0 +1,191 @@
+"""Snapshot and restore: plain data, and the same future after a restore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+from broker_harness import Harness, delivers
+
+from raftmq.core.broker import Broker
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
+from raftmq.core.config import CoreConfig
+from raftmq.core.snapshot import SnapshotError
+
+CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2, selector_scan_limit=4)
+
+
+def busy_broker() -> tuple[Harness, list[str]]:
+    """A broker with something of everything in its state; returns the harness and live ack ids."""
+    h = Harness(CONFIG)
+    for name in ("p", "c1", "c2", "c3"):
+        h.connect(name, login=f"user-{name}", client_id=f"id-{name}")
+    h.subscribe("c1", "q", "/queue/a", ack="client")
+    h.subscribe("c1", "q2", "/queue/a", ack="client-individual")
+    h.subscribe("c2", "q", "/queue/a", ack="client-individual", prefetch=1, selector="n > 2")
+    h.subscribe("c3", "x", "/queue/a", ack="client-individual", exclusive=False)
+    h.subscribe("c1", "t", "/topic/t", ack="client-individual", durable_name="d1")
+    h.subscribe("c2", "t", "/topic/t", ack="auto")
+    h.subscribe("c3", "t", "/topic/t", ack="client", durable_name="d2", selector="n < 5")
+    h.subscribe("c3", "g", "/queue/g", ack="client-individual", prefetch=1)
+    h.subscribe("c2", "g", "/queue/g", ack="client-individual", prefetch=1)
+    ack_ids: list[str] = []
+    for n in range(8):
+        headers = {"n": str(n), "priority": str(n % 3 * 3), "color": "red" if n % 2 else "blue"}
+        if n % 3 == 0:
+            headers["expires"] = str(h.now + 500 * (n + 1))
+        if n % 4 == 1:
+            headers["_AMQ_DUPL_ID"] = f"dup-{n}"
+        for destination in ("/queue/a", "/topic/t"):
+            ack_ids += [d.ack_id for d in delivers(h.send("p", destination, f"{destination}-{n}".encode(), headers)) if d.ack_id]
+        ack_ids += [d.ack_id for d in delivers(h.send("p", "/queue/g", n, {"JMSXGroupID": f"g{n % 2}"})) if d.ack_id]
+    h.send("p", "/queue/other", b"waiting", {"persistent": "true"})
+    # A non-durable topic subscription that ended (its counters live on in the topic).
+    h.subscribe("c2", "gone", "/topic/t", ack="client-individual")
+    h.send("p", "/topic/t", b"t-extra", {"n": "7"})
+    h.unsubscribe("c2", "gone")
+    # A store whose last pass was cut short by the scan limit, with an expiring message in it.
+    for n in range(1, 8):
+        h.send("p", "/queue/s", n, {"n": str(n), "expires": str(h.now + 2_000)} if n == 2 else {"n": str(n)})
+    h.send("p", "/queue/s", 200, {"n": "200"})
+    h.subscribe("c2", "picky", "/queue/s", selector="n > 100")
+    # Redelivery, dead letters, the message-id index.
+    first = ack_ids[0]
+    again = [d.ack_id for d in delivers(h.nack("c1", first)) if d.ack_id]
+    ack_ids += again
+    on_x = [d.message.message_id for d in h.broker._sessions["c3"].deliveries.values() if d.sub.sub_id == "x"]
+    assert on_x, "c3 should hold a delivery on x"
+    h.apply(Ack("c3", h.now, message_id=on_x[0], subscription="x"))  # builds the message-id index
+    # Durable d1 goes inactive with messages in flight; transactions stay open.
+    h.unsubscribe("c1", "t")
+    h.begin("p", "tx1")
+    h.send("p", "/queue/a", b"in-tx", {"n": "9"}, transaction="tx1")
+    h.begin("c3", "tx2")
+    live = [ack for ack in ack_ids if ack in h.broker._sessions["c3"].deliveries]
+    if live:
+        h.ack("c3", live[0], transaction="tx2")
+    h.tick(h.now + 1_200)
+    return h, ack_ids
+
+
+def continuation(now: int, ack_ids: list[str]) -> list[Command]:
+    """Commands touching every part of the restored state (some of them invalid on purpose)."""
+    commands: list[Command] = [
+        Send("p", "/queue/s", (("n", "3"),), b"s-late", now + 5_000),
+        Commit("p", "tx1", now, receipt="r-commit"),
+    ]
+    for ack_id in ack_ids[::3]:
+        for session in ("c1", "c2", "c3"):
+            commands.append(Ack(session, now, ack_id=ack_id))
+    commands += [
+        Nack("c3", now, message_id="snap-3"),
+        Commit("c3", "tx2", now),
+        Abort("c3", "nope", now, receipt="bad"),
+        Send("p", "/queue/a", (("n", "4"), ("_AMQ_DUPL_ID", "dup-5")), b"dup", now, receipt="r-dup"),
+        Send("p", "/queue/g", (("JMSXGroupID", "g1"),), b"g-late", now),
+        Subscribe("c1", "t", "/topic/t", now, ack="client-individual", durable_name="d1"),
+        Send("p", "/topic/t", (("n", "1"),), b"t-late", now),
+        Disconnect("c2", now, receipt="r-bye"),
+        Tick(now + 10_000),
+        Subscribe("c1", "ex", "/queue/ExpiryQueue", now + 10_000),
+        Subscribe("c1", "dl", "/queue/DLQ", now + 10_000),
+        Unsubscribe("c3", "t", now + 10_000, drop_durable=True),
+        Disconnect("c3", now + 10_000),
+        Connect("c4", now + 10_000),
+        Subscribe("c4", "all", "/queue/a", now + 10_000),
+        Subscribe("c4", "other", "/queue/other", now + 10_000),
+        Subscribe("c4", "g", "/queue/g", now + 10_000),
+        Disconnect("c1", now + 10_000),
+    ]
+    return commands
+
+
+def plain(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(plain(v) for v in value)
+    return value is None or isinstance(value, (str, int, bool, bytes))
+
+
+def test_snapshot_is_plain_data_and_survives_msgpack() -> None:
+    h, _ = busy_broker()
+    snap = h.broker.snapshot()
+    assert plain(snap)
+    unpacked = msgpack.unpackb(msgpack.packb(snap, use_bin_type=True), raw=False)
+    assert unpacked == snap
+    assert Broker.restore(unpacked, CONFIG).snapshot() == snap
+
+
+def test_restored_broker_has_the_same_future() -> None:
+    h, ack_ids = busy_broker()
+    snap = msgpack.unpackb(msgpack.packb(h.broker.snapshot(), use_bin_type=True), raw=False)
+    restored = Broker.restore(snap, CONFIG)
+    assert restored.stats() == h.broker.stats()
+    effects_seen = 0
+    for command in continuation(h.now, ack_ids):
+        original_effects = h.broker.apply(command)
+        assert restored.apply(command) == original_effects, command
+        effects_seen += len(original_effects)
+        assert restored.stats() == h.broker.stats()
+    assert restored.snapshot() == h.broker.snapshot()
+    assert effects_seen > 30  # the continuation really exercised the state
+
+
+def test_a_restored_empty_broker_equals_a_new_one() -> None:
+    assert Broker.restore(Broker(CONFIG).snapshot(), CONFIG).snapshot() == Broker(CONFIG).snapshot()
+
+
+def test_restore_rejects_what_is_not_a_snapshot() -> None:
+    with pytest.raises(SnapshotError):
+        Broker.restore({"format": 99}, CONFIG)
+    with pytest.raises(SnapshotError):
+        Broker.restore([], CONFIG)  # type: ignore[arg-type]
+
+
+def test_message_bodies_are_kept_as_they_are() -> None:
+    h = Harness(CONFIG)
+    h.connect("p")
+    body = bytes(range(256)) * 4
+    h.send("p", "/queue/a", body)
+    restored = Broker.restore(h.broker.snapshot(), CONFIG)
+    restored.apply(Connect("c", 0))
+    (d,) = delivers(restored.apply(Subscribe("c", "1", "/queue/a", 0)))
+    assert d.message.body == body
+
+
+def test_restore_then_snapshot_keeps_open_transactions() -> None:
+    h = Harness(CONFIG)
+    h.connect("p")
+    h.begin("p", "t")
+    h.send("p", "/queue/a", b"x", {"k": "v"}, transaction="t")
+    assert Broker.restore(h.broker.snapshot(), CONFIG).apply(Begin("p", "t", 0))[0].message == "transaction already begun"  # type: ignore[union-attr]
+    restored = Broker.restore(h.broker.snapshot(), CONFIG)
+    restored.apply(Commit("p", "t", 0))
+    assert restored.stats()["destinations"]["/queue/a"]["depth"] == 1
+
+
+def test_restore_rejects_a_damaged_snapshot() -> None:
+    h, _ = busy_broker()
+    snap = h.broker.snapshot()
+    del snap["subscriptions"][0]["ack"]
+    with pytest.raises(SnapshotError):
+        Broker.restore(snap, CONFIG)
+    snap = h.broker.snapshot()
+    snap["queues"][0]["lanes"] = snap["queues"][0]["lanes"][:3]
+    with pytest.raises(SnapshotError):
+        Broker.restore(snap, CONFIG)

@@ -1,0 +1,736 @@
+"""The broker core against a small reference model, driven by hypothesis.
+
+The model does not re-implement dispatch (who gets which message when); it keeps the facts
+every dispatch must respect and checks each effect against them:
+- which copies are ready in which store, in flight with which subscription, or gone (acked,
+  discarded with a subscription, moved to the DLQ or the expiry queue), each exactly once;
+- a Deliver takes a ready, unexpired copy; its redelivered flag and count match the copy's
+  history; client-mode subscriptions never exceed their prefetch; an exclusive consumer, a
+  message group's owner and selectors are respected;
+- first deliveries from one store come in send order (per priority, group and color);
+- no store keeps a deliverable message while a consumer that may take it has room;
+- every accepted command with a receipt yields exactly one Receipt, as its last effect; a
+  rejected command yields exactly one SessionError carrying the receipt id, and nothing else;
+- after a snapshot → msgpack → restore step the machine goes on with the restored broker and
+  runs the old one beside it: both must emit the same effects and report the same stats;
+- at the end, everything left is drained, and must be exactly what the model holds.
+
+Expiry without a Tick depends on which dispatch passes met the message, so the model treats a
+ready copy past its expiry as "in limbo" (in its store or already in the expiry queue) until
+the next Tick settles it; the expiry queue is only consumed after a Tick, in the teardown. A
+topic subscription dropped with limbo copies leaves them "ambiguous" (moved or discarded).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import msgpack
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from raftmq.core.broker import Broker
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
+from raftmq.core.config import CoreConfig
+from raftmq.core.effects import Deliver, Effect, Receipt, SessionError
+
+CONFIG = CoreConfig(broker_name="m", max_delivery_count=3, dedup_cache_size=4, default_prefetch=3)
+QUEUES = ("/queue/q1", "/queue/q2")
+TOPIC = "/topic/t"
+DLQ = CONFIG.dead_letter_queue
+EXPIRY = CONFIG.expiry_queue
+SESSIONS = ("a", "b", "c")
+TRANSACTIONS = ("t1", "t2")
+RED = "color = 'red'"  # the one selector the machine uses
+# Rules name their session by a number: mostly one of the connected sessions, now and then
+# (9) any session, maybe a closed one.
+WHO = st.integers(0, 9)
+
+
+@dataclass(eq=False)
+class Copy:
+    """One stored copy of a message (a topic send makes one per subscription)."""
+
+    message_id: str
+    seq: int
+    priority: int
+    expires: int
+    group: str | None
+    red: bool  # header color:red (else blue); the only selector here is RED
+    count: int = 0  # deliveries so far
+
+    def moved(self) -> Copy:
+        """The copy the DLQ or the expiry queue gets."""
+        return Copy(self.message_id, self.seq, self.priority, 0, self.group, self.red)
+
+
+@dataclass(eq=False)
+class Pool:
+    """The model of one store: a queue or a topic subscription's private store."""
+
+    destination: str
+    fifo: bool  # first deliveries must come in send order (not for DLQ / expiry copies)
+    shared: bool = True  # a queue (False: a topic subscription's own store)
+    ready: list[Copy] = field(default_factory=list)
+    consumers: list[MSub] = field(default_factory=list)
+    groups: dict[str, MSub] = field(default_factory=dict)  # message group -> owning consumer
+    # (priority, group, color) -> seq of the last first delivery
+    last_first: dict[tuple, int] = field(default_factory=dict)
+
+    def eligible(self, copy: Copy) -> list[MSub]:
+        """The consumers that may take `copy` (room aside)."""
+        if not self.shared:
+            return self.consumers
+        exclusives = [s for s in self.consumers if s.exclusive]
+        owner = self.groups.get(copy.group) if copy.group is not None else None
+        if exclusives:
+            candidates = exclusives[:1]
+        elif owner is not None:
+            candidates = [owner]
+        else:
+            candidates = self.consumers
+        return [s for s in candidates if not s.selector or copy.red]
+
+    def remove_consumer(self, sub: MSub) -> None:
+        self.consumers.remove(sub)
+        self.groups = {group: owner for group, owner in self.groups.items() if owner is not sub}
+
+
+@dataclass(eq=False)
+class MSub:
+    session: str | None
+    sub_id: str
+    destination: str
+    ack: str
+    prefetch: int
+    exclusive: bool
+    durable: str | None
+    pool: Pool
+    selector: bool = False  # RED
+    in_flight: dict[str, Copy] = field(default_factory=dict)  # ack id -> copy, in delivery order
+
+    def has_room(self) -> bool:
+        return self.ack == "auto" or len(self.in_flight) < self.prefetch
+
+
+@dataclass
+class MSession:
+    subs: dict[str, MSub] = field(default_factory=dict)
+    transactions: dict[str, list[tuple]] = field(default_factory=dict)
+
+
+class Model:
+    def __init__(self) -> None:
+        self.now = 1_000
+        self.seq = 0
+        self.dedup: deque[tuple[str, str]] = deque()
+        self.sessions: dict[str, MSession] = {}
+        self.pools = {name: Pool(name, fifo=name in QUEUES) for name in (*QUEUES, DLQ, EXPIRY)}
+        self.topic_subs: list[MSub] = []
+        self.durables: dict[str, MSub] = {}
+        # Counters per destination, as the broker's stats name them.
+        self.dequeued: dict[str, int] = {}
+        self.expired: dict[str, int] = {}
+        self.dead: dict[str, int] = {}
+        self.discarded = 0
+        # Expired copies of a topic subscription that was dropped before a Tick: the broker
+        # may have moved them to the expiry queue already, or discarded them with the rest.
+        self.ambiguous: list[Copy] = []
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def bump(self, counter: dict[str, int], destination: str, by: int = 1) -> None:
+        counter[destination] = counter.get(destination, 0) + by
+
+    def limbo(self, copy: Copy) -> bool:
+        return 0 < copy.expires <= self.now
+
+    def all_pools(self) -> list[Pool]:
+        return list(self.pools.values()) + [sub.pool for sub in self.topic_subs]
+
+    def deliveries(self, session: MSession) -> list[tuple[str, MSub, Copy]]:
+        found = [(ack_id, sub, copy) for sub in session.subs.values() for ack_id, copy in sub.in_flight.items()]
+        return sorted(found, key=lambda entry: int(entry[0]))
+
+    def find(self, session: MSession, ack_id: str | None, message_id: str | None, sub_id: str | None):
+        for entry in self.deliveries(session):
+            if ack_id is not None:
+                if entry[0] == ack_id:
+                    return entry
+            elif message_id is not None and entry[2].message_id == message_id and (sub_id is None or entry[1].sub_id == sub_id):
+                return entry
+        return None
+
+    # -- semantics ---------------------------------------------------------------------
+
+    def publish(self, destination: str, priority: int, expires: int, dupl_id: str | None, group: str | None, red: bool) -> None:
+        if dupl_id is not None:
+            key = (destination, dupl_id)
+            if key in self.dedup:
+                return
+            self.dedup.append(key)
+            if len(self.dedup) > CONFIG.dedup_cache_size:
+                self.dedup.popleft()
+        self.seq += 1
+        message_id = f"{CONFIG.broker_name}-{self.seq}"
+        if destination == TOPIC:
+            for sub in self.topic_subs:
+                if red or not sub.selector:
+                    sub.pool.ready.append(Copy(message_id, self.seq, priority, expires, group, red))
+        else:
+            if destination in (DLQ, EXPIRY):
+                expires = 0
+            self.pools[destination].ready.append(Copy(message_id, self.seq, priority, expires, group, red))
+
+    def move(self, copy: Copy, source: Pool, target: str) -> None:
+        self.bump(self.dead if target == DLQ else self.expired, source.destination)
+        self.pools[target].ready.append(copy.moved())
+
+    def give_back(self, pool: Pool, copies: list[Copy]) -> None:
+        for copy in copies:
+            if copy.count >= CONFIG.max_delivery_count:
+                self.move(copy, pool, DLQ)
+            else:
+                pool.ready.append(copy)
+
+    def settle(self, sub: MSub, ack_id: str, acked: bool) -> None:
+        if sub.ack == "client":
+            ids = []
+            for earlier in sub.in_flight:
+                ids.append(earlier)
+                if earlier == ack_id:
+                    break
+        else:
+            ids = [ack_id]
+        copies = [sub.in_flight.pop(i) for i in ids]
+        if acked:
+            self.bump(self.dequeued, sub.destination, len(copies))
+        else:
+            self.give_back(sub.pool, copies)
+
+    def end_subscription(self, session: MSession, sub: MSub, drop_durable: bool) -> None:
+        del session.subs[sub.sub_id]
+        copies = list(sub.in_flight.values())
+        sub.in_flight.clear()
+        if sub.destination != TOPIC:
+            sub.pool.remove_consumer(sub)
+            self.give_back(sub.pool, copies)
+        elif sub.durable is not None and not drop_durable:
+            sub.session = None
+            sub.pool.consumers.clear()
+            self.give_back(sub.pool, copies)
+        else:
+            self.drop_topic_subscription(sub)
+            self.discarded += len(copies)
+
+    def drop_topic_subscription(self, sub: MSub) -> None:
+        self.topic_subs.remove(sub)
+        if sub.durable is not None:
+            del self.durables[sub.durable]
+        for copy in sub.pool.ready:
+            if self.limbo(copy):
+                self.ambiguous.append(copy)
+            else:
+                self.discarded += 1
+
+    def tick(self) -> None:
+        for pool in self.all_pools():
+            if pool.destination == EXPIRY:
+                continue
+            for copy in [c for c in pool.ready if self.limbo(c)]:
+                pool.ready.remove(copy)
+                self.move(copy, pool, EXPIRY)
+
+    def on_deliver(self, effect: Deliver) -> None:
+        session = self.sessions.get(effect.session)
+        assert session is not None, f"delivery to a closed session: {effect}"
+        sub = session.subs.get(effect.sub_id)
+        assert sub is not None, f"delivery to an unknown subscription: {effect}"
+        assert effect.destination == sub.destination
+        pool = sub.pool
+        candidates = [
+            c for c in pool.ready if c.message_id == effect.message.message_id and c.count == effect.delivery_count - 1
+        ]
+        if not candidates and pool.destination == EXPIRY:
+            # One the broker expired rather than discarded: now we know.
+            for copy in self.ambiguous:
+                if copy.message_id == effect.message.message_id and effect.delivery_count == 1:
+                    self.ambiguous.remove(copy)
+                    candidates = [copy.moved()]
+                    pool.ready.append(candidates[0])
+                    break
+        assert candidates, f"delivered a copy that is not ready in its store: {effect}"
+        copy = candidates[0]
+        assert not self.limbo(copy), f"delivered an expired message: {effect}"
+        assert effect.redelivered == (copy.count > 0)
+        assert effect.message.delivery_count == effect.delivery_count
+        assert effect.message.priority == copy.priority
+        assert effect.message.group == copy.group
+        assert sub in pool.eligible(copy), f"{effect} broke an exclusive consumer, a group or a selector"
+        if pool.shared and copy.group is not None and not any(s.exclusive for s in pool.consumers):
+            pool.groups.setdefault(copy.group, sub)
+        pool.ready.remove(copy)
+        copy.count += 1
+        if copy.count == 1 and pool.fifo:
+            key = (copy.priority, copy.group, copy.red)
+            last = pool.last_first.get(key, 0)
+            assert copy.seq > last, f"first deliveries out of send order in {pool.destination}"
+            pool.last_first[key] = copy.seq
+        if sub.ack == "auto":
+            assert effect.ack_id is None
+            self.bump(self.dequeued, sub.destination)
+        else:
+            assert effect.ack_id is not None and len(sub.in_flight) < sub.prefetch, "prefetch exceeded"
+            sub.in_flight[effect.ack_id] = copy
+
+
+class BrokerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker = Broker(CONFIG)
+        self.shadow: Broker | None = None  # the pre-restore broker, run side by side
+        self.model = Model()
+        self.receipt_seq = 0
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def receipt(self, wanted: bool) -> str | None:
+        if not wanted:
+            return None
+        self.receipt_seq += 1
+        return f"r{self.receipt_seq}"
+
+    def run(self, command: Command) -> list[Effect]:
+        effects = self.broker.apply(command)
+        if self.shadow is not None:
+            assert self.shadow.apply(command) == effects, "restored broker diverged"
+        return effects
+
+    def expect(self, command: Command, accepted: bool, apply_model=None) -> None:
+        """Run `command`; check accept/reject against the model; feed deliveries to it."""
+        effects = self.run(command)
+        session = getattr(command, "session", None)
+        receipt = getattr(command, "receipt", None)
+        failures = [e for e in effects if isinstance(e, SessionError)]
+        if not accepted:
+            assert failures and effects[0] is failures[0], f"{command} should be rejected: {effects}"
+            assert len(failures) == 1 and not any(isinstance(e, Receipt) for e in effects)
+            assert failures[0].session == session and failures[0].receipt_id == receipt
+            # A rejected command ends its session (its client is sent an ERROR and closed):
+            # its deliveries return and may go straight to other consumers.
+            self.model_end_session(session)
+            for effect in effects[1:]:
+                assert isinstance(effect, Deliver) and effect.session != session, effect
+                self.model.on_deliver(effect)
+            return
+        assert not failures, f"{command} rejected: {failures}"
+        got = [e for e in effects if isinstance(e, Receipt)]
+        if receipt is None:
+            assert not got
+        else:
+            assert got == [Receipt(session, receipt)] and effects[-1] == got[0]  # type: ignore[arg-type]
+        if apply_model is not None:
+            apply_model()
+        for effect in effects:
+            if isinstance(effect, Deliver):
+                self.model.on_deliver(effect)
+
+    # -- rules -------------------------------------------------------------------------
+
+    @initialize(
+        ack_a=st.sampled_from(("client", "client-individual", "auto")),
+        ack_b=st.sampled_from(("client-individual", "client", "auto")),
+        prefetch=st.sampled_from((1, 2, 0)),
+        b_destination=st.sampled_from((TOPIC, *QUEUES)),
+    )
+    def start(self, ack_a: str, ack_b: str, prefetch: int, b_destination: str) -> None:
+        # Every run starts with consumers, so that acks, nacks and redeliveries happen early.
+        for session in SESSIONS:
+            self.connect(session)
+        self.subscribe("a", "s1", QUEUES[0], ack_a, prefetch, None, False, False)
+        self.subscribe("b", "s1", b_destination, ack_b, 2, "d1" if b_destination == TOPIC else None, False, False)
+
+    def who(self, pick: int) -> str:
+        connected = [name for name in SESSIONS if name in self.model.sessions]
+        if pick == 9 or not connected:
+            return SESSIONS[pick % len(SESSIONS)]
+        return connected[pick % len(connected)]
+
+    def connect(self, session: str) -> None:
+        self.expect(Connect(session, self.model.now), True, lambda: self.model.sessions.setdefault(session, MSession()))
+
+    def model_end_session(self, session: str | None) -> None:
+        state = self.model.sessions.pop(session, None) if session is not None else None
+        if state is not None:
+            for sub in list(state.subs.values()):
+                self.model.end_subscription(state, sub, drop_durable=False)
+
+    def disconnect(self, session: str, receipt: bool) -> None:
+        self.expect(
+            Disconnect(session, self.model.now, receipt=self.receipt(receipt)), True, lambda: self.model_end_session(session)
+        )
+
+    @rule(session=st.sampled_from(SESSIONS), connect=st.sampled_from((True, True, True, False)), receipt=st.booleans())
+    def connect_or_disconnect(self, session: str, connect: bool, receipt: bool) -> None:
+        if connect:
+            self.connect(session)
+        else:
+            self.disconnect(session, receipt)
+
+    @rule(
+        who=WHO,
+        sub_id=st.sampled_from(("s1", "s2")),
+        destination=st.sampled_from((*QUEUES, TOPIC, DLQ, "/bad/x")),
+        ack=st.sampled_from(("client", "client-individual", "client", "client-individual", "auto")),
+        prefetch=st.sampled_from((0, 1, 2)),
+        durable=st.sampled_from((None, "d1", "d2")),
+        exclusive=st.sampled_from((False, False, False, True)),
+        selector=st.sampled_from((False, False, True)),
+        receipt=st.booleans(),
+        unsubscribe=st.sampled_from((False, False, True)),
+        drop=st.booleans(),
+    )
+    def subscribe_or_unsubscribe(
+        self,
+        who: int,
+        sub_id: str,
+        destination: str,
+        ack: str,
+        prefetch: int,
+        durable: str | None,
+        exclusive: bool,
+        selector: bool,
+        receipt: bool,
+        unsubscribe: bool,
+        drop: bool,
+    ) -> None:
+        if unsubscribe:
+            self.unsubscribe(self.who(who), sub_id, drop, receipt)
+        else:
+            self.subscribe(self.who(who), sub_id, destination, ack, prefetch, durable, exclusive, receipt, selector)
+
+    def subscribe(
+        self,
+        session: str,
+        sub_id: str,
+        destination: str,
+        ack: str,
+        prefetch: int,
+        durable: str | None,
+        exclusive: bool,
+        receipt: bool,
+        selector: bool = False,
+    ) -> None:
+        model = self.model
+        state = model.sessions.get(session)
+        if destination != TOPIC:
+            durable = None
+        existing = model.durables.get(durable) if durable else None
+        accepted = (
+            state is not None
+            and sub_id not in state.subs
+            and destination != "/bad/x"
+            and (existing is None or existing.session is None)
+        )
+        command = Subscribe(
+            session, sub_id, destination, model.now, ack=ack, prefetch=prefetch, selector=RED if selector else None,
+            exclusive=exclusive, durable_name=durable, receipt=self.receipt(receipt),
+        )  # fmt: skip
+
+        def apply() -> None:
+            assert state is not None
+            window = prefetch or CONFIG.default_prefetch
+            resumed = existing
+            if resumed is not None and resumed.selector != selector:
+                model.drop_topic_subscription(resumed)  # JMS: another selector starts afresh
+                resumed = None
+            if destination != TOPIC:
+                pool = model.pools[destination]
+                sub = MSub(session, sub_id, destination, ack, window, exclusive, None, pool, selector)
+                pool.consumers.append(sub)
+            elif resumed is not None:
+                sub = resumed
+                sub.session, sub.sub_id, sub.ack, sub.prefetch = session, sub_id, ack, window
+                sub.pool.consumers.append(sub)
+            else:
+                pool = Pool(TOPIC, fifo=True, shared=False)
+                sub = MSub(session, sub_id, TOPIC, ack, window, False, durable, pool, selector)
+                pool.consumers.append(sub)
+                model.topic_subs.append(sub)
+                if durable is not None:
+                    model.durables[durable] = sub
+            state.subs[sub_id] = sub
+
+        self.expect(command, accepted, apply)
+
+    def unsubscribe(self, session: str, sub_id: str, drop: bool, receipt: bool) -> None:
+        model = self.model
+        state = model.sessions.get(session)
+        accepted = state is not None and sub_id in state.subs
+        command = Unsubscribe(session, sub_id, model.now, drop_durable=drop, receipt=self.receipt(receipt))
+        self.expect(command, accepted, lambda: model.end_subscription(state, state.subs[sub_id], drop))  # type: ignore[arg-type]
+
+    @rule(
+        who=WHO,
+        destination=st.sampled_from((*QUEUES, *QUEUES, TOPIC, DLQ, "/bad/x")),
+        priority=st.sampled_from((None, None, "0", "9", "junk")),
+        expires=st.sampled_from((None, None, 50, 300, -1)),
+        dupl_id=st.sampled_from((None, None, None, "x", "y", "z", "w", "v")),
+        transaction=st.sampled_from((None, None, None, *TRANSACTIONS)),
+        receipt=st.booleans(),
+        group=st.sampled_from((None, None, "g1", "g2")),
+        red=st.booleans(),
+    )
+    def send_rule(
+        self,
+        who: int,
+        destination: str,
+        priority: str | None,
+        expires: int | None,
+        dupl_id: str | None,
+        transaction: str | None,
+        receipt: bool,
+        group: str | None,
+        red: bool,
+    ) -> None:
+        self.send(self.who(who), destination, priority, expires, dupl_id, transaction, receipt, group, red)
+
+    def send(
+        self,
+        session: str,
+        destination: str,
+        priority: str | None,
+        expires: int | None,
+        dupl_id: str | None,
+        transaction: str | None,
+        receipt: bool,
+        group: str | None,
+        red: bool,
+    ) -> None:
+        model = self.model
+        state = model.sessions.get(session)
+        headers: list[tuple[str, str]] = [("producer", session), ("color", "red" if red else "blue")]
+        if group is not None:
+            headers.append(("JMSXGroupID", group))
+        level = 4
+        if priority is not None:
+            headers.append(("priority", priority))
+            level = int(priority) if priority.isdigit() else 4
+        expires_at = 0
+        if expires is not None:
+            expires_at = model.now + expires if expires > 0 else max(model.now - 1, 1)
+            headers.append(("expires", str(expires_at)))
+        if dupl_id is not None:
+            headers.append(("_AMQ_DUPL_ID", dupl_id))
+        accepted = (
+            state is not None and destination != "/bad/x" and (transaction is None or transaction in state.transactions)
+        )
+        command = Send(session, destination, tuple(headers), b"body", model.now, transaction=transaction, receipt=self.receipt(receipt))
+
+        def apply() -> None:
+            op = ("send", destination, level, expires_at, dupl_id, group, red)
+            if transaction is not None:
+                state.transactions[transaction].append(op)  # type: ignore[union-attr]
+            else:
+                model.publish(*op[1:])
+
+        self.expect(command, accepted, apply)
+
+    @rule(
+        who=WHO,
+        destination=st.sampled_from((*QUEUES, TOPIC)),
+        messages=st.lists(st.tuples(st.sampled_from((None, "1", "7")), st.booleans()), min_size=1, max_size=6),
+        group=st.sampled_from((None, None, "g1")),
+    )
+    def send_burst(self, who: int, destination: str, messages: list[tuple[str | None, bool]], group: str | None) -> None:
+        session = self.who(who)
+        for priority, red in messages:
+            self.send(session, destination, priority, None, None, None, False, group, red)
+
+    def settle_rule(self, acked: bool, pick: int, by: str, transaction: str | None, receipt: bool) -> None:
+        model = self.model
+        live = [(name, *entry) for name, state in model.sessions.items() for entry in model.deliveries(state)]
+        ack_id = message_id = sub_id = None
+        if pick < 0 or not live:
+            session = SESSIONS[pick % len(SESSIONS)]
+            ack_id = "999999"
+        else:
+            session, target_ack, target_sub, target_copy = live[pick % len(live)]
+            if by == "ack_id":
+                ack_id = target_ack
+            else:
+                message_id = target_copy.message_id
+                sub_id = target_sub.sub_id if by == "message_id+subscription" else None
+        state = model.sessions.get(session)
+        found = model.find(state, ack_id, message_id, sub_id) if state is not None else None
+        accepted = found is not None and (transaction is None or transaction in state.transactions)  # type: ignore[union-attr]
+        kind = Ack if acked else Nack
+        command = kind(
+            session, model.now, ack_id=ack_id, message_id=message_id, subscription=sub_id,
+            transaction=transaction, receipt=self.receipt(receipt),
+        )  # fmt: skip
+
+        def apply() -> None:
+            assert found is not None and state is not None
+            if transaction is not None:
+                state.transactions[transaction].append(("ack" if acked else "nack", found[0]))
+            else:
+                model.settle(found[1], found[0], acked)
+
+        self.expect(command, accepted, apply)
+
+    ack_args = dict(
+        pick=st.integers(-1, 30),
+        by=st.sampled_from(("ack_id", "ack_id", "message_id", "message_id+subscription")),
+        transaction=st.sampled_from((None, None, None, *TRANSACTIONS)),
+        receipt=st.booleans(),
+    )
+
+    @rule(**ack_args)
+    def ack(self, pick: int, by: str, transaction: str | None, receipt: bool) -> None:
+        self.settle_rule(True, pick, by, transaction, receipt)
+
+    @rule(**ack_args)
+    def nack(self, pick: int, by: str, transaction: str | None, receipt: bool) -> None:
+        self.settle_rule(False, pick, by, transaction, receipt)
+
+    @rule(
+        who=WHO,
+        transaction=st.sampled_from(TRANSACTIONS),
+        action=st.sampled_from(("begin", "begin", "commit", "commit", "abort")),
+        receipt=st.booleans(),
+    )
+    def transaction(self, who: int, transaction: str, action: str, receipt: bool) -> None:
+        model = self.model
+        session = self.who(who)
+        state = model.sessions.get(session)
+        rid = self.receipt(receipt)
+        if action == "begin":
+            accepted = state is not None and transaction not in state.transactions
+            command: Command = Begin(session, transaction, model.now, receipt=rid)
+            self.expect(command, accepted, lambda: state.transactions.__setitem__(transaction, []))  # type: ignore[union-attr]
+            return
+        accepted = state is not None and transaction in state.transactions
+
+        def apply() -> None:
+            assert state is not None
+            ops = state.transactions.pop(transaction)
+            if action == "abort":
+                return
+            for op in ops:
+                if op[0] == "send":
+                    model.publish(*op[1:])
+                else:
+                    found = model.find(state, op[1], None, None)
+                    if found is not None:
+                        model.settle(found[1], found[0], op[0] == "ack")
+
+        command = (Commit if action == "commit" else Abort)(session, transaction, model.now, receipt=rid)
+        self.expect(command, accepted, apply)
+
+    @rule(advance=st.sampled_from((0, 40, 100, 1_000)))
+    def tick(self, advance: int) -> None:
+        model = self.model
+        model.now += advance
+        for effect in self.run(Tick(model.now)):
+            assert isinstance(effect, Deliver)
+        # Nobody consumes the expiry queue before the teardown, so the Tick has no deliveries;
+        # settle the limbo now.
+        model.tick()
+
+    @rule()
+    def snapshot_and_restore(self) -> None:
+        snap = self.broker.snapshot()
+        packed = msgpack.packb(snap, use_bin_type=True)
+        restored = Broker.restore(msgpack.unpackb(packed, raw=False), CONFIG)
+        assert restored.snapshot() == snap
+        self.shadow = self.broker
+        self.broker = restored
+
+    # -- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def counts_match_the_model(self) -> None:
+        model = self.model
+        stats = self.broker.stats()
+        destinations = stats["destinations"]
+        assert stats["sessions"] == len(model.sessions)
+
+        def stat(destination: str, name: str) -> int:
+            return destinations.get(destination, {}).get(name, 0)
+
+        limbo_total = 0
+        settled_total = 0
+        for destination in (*QUEUES, DLQ, EXPIRY, TOPIC):
+            pools = [model.pools[destination]] if destination != TOPIC else [s.pool for s in model.topic_subs]
+            settled = sum(1 for p in pools for c in p.ready if not model.limbo(c))
+            limbo = sum(1 for p in pools for c in p.ready if model.limbo(c))
+            limbo_total += limbo
+            if destination != EXPIRY:
+                settled_total += settled
+            in_flight = sum(len(s.in_flight) for p in pools for s in p.consumers)
+            assert stat(destination, "in_flight") == in_flight, destination
+            assert stat(destination, "dequeued") == model.dequeued.get(destination, 0), destination
+            assert stat(destination, "dead_lettered") == model.dead.get(destination, 0), destination
+            if destination != EXPIRY:
+                assert settled <= stat(destination, "depth") <= settled + limbo, destination
+        # Limbo copies are in their store or in the expiry queue; ambiguous ones are in the
+        # expiry queue or discarded. Either way each is counted exactly once.
+        moved_unknown = stat(EXPIRY, "depth") - len(model.pools[EXPIRY].ready)
+        discarded_unknown = stat(TOPIC, "discarded") - model.discarded
+        assert 0 <= moved_unknown and 0 <= discarded_unknown <= len(model.ambiguous)
+        assert sum(stat(d, "expired") for d in destinations) - sum(model.expired.values()) == moved_unknown
+        depth_elsewhere = sum(stat(d, "depth") for d in destinations if d != EXPIRY)
+        assert depth_elsewhere + moved_unknown + discarded_unknown == settled_total + limbo_total + len(model.ambiguous)
+        # Nothing that could be delivered is left waiting for a consumer with room.
+        for pool in model.all_pools():
+            for copy in pool.ready:
+                if not model.limbo(copy):
+                    idle = [s.sub_id for s in pool.eligible(copy) if s.has_room()]
+                    assert not idle, f"{pool.destination}: {copy.message_id} waits while {idle} have room"
+        if self.shadow is not None:
+            assert self.shadow.stats() == stats
+            assert self.shadow.snapshot() == self.broker.snapshot()
+
+    def teardown(self) -> None:
+        """Drain everything: the messages the model holds ready must be exactly those left."""
+        model = self.model
+        for session in list(model.sessions):
+            self.disconnect(session, receipt=False)
+        # Everything is back in its store now: one Tick settles every expiry.
+        self.tick(10**7)
+        drainer = "drain"
+        self.expect(Connect(drainer, model.now), True, lambda: model.sessions.setdefault(drainer, MSession()))
+        for index, destination in enumerate((*QUEUES, DLQ, EXPIRY)):
+            self.subscribe(drainer, f"q{index}", destination, "auto", 0, None, False, False)
+        for index, (name, sub) in enumerate(list(model.durables.items())):
+            self.subscribe(drainer, f"d{index}", TOPIC, "auto", 0, name, False, False, sub.selector)
+        leftover = [(p.destination, c.message_id) for p in model.all_pools() for c in p.ready]
+        assert leftover == [], f"the model expected these but the broker did not have them: {leftover}"
+        # Ambiguous copies that did not show up in the expiry queue were discarded.
+        assert self.broker.stats()["destinations"].get(TOPIC, {}).get("discarded", 0) == model.discarded + len(model.ambiguous)
+        assert all(d["depth"] == 0 for d in self.broker.stats()["destinations"].values())
+
+
+BrokerMachine.TestCase.settings = settings(
+    max_examples=400,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestBrokerStateful = BrokerMachine.TestCase

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from stomp_raw import InProcessNode, NodeProcess
+
+
+@pytest.fixture(scope="session")
+def node_process() -> Iterator[NodeProcess]:
+    """One real `python -m raftmq node` shared by the subprocess tests (each uses its own
+    destinations). At the end it must stop cleanly on SIGTERM, without a traceback."""
+    node = NodeProcess()
+    try:
+        yield node
+        code = node.terminate()
+        stderr = "".join(node.stderr_lines)
+        assert code == 0, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        assert "broker.apply_failed" not in stderr and "client.internal_error" not in stderr, stderr[-3000:]
+    finally:
+        node.kill()
+
+
+@pytest.fixture
+def address(node_process: NodeProcess) -> tuple[str, int]:
+    return node_process.address
+
+
+@pytest.fixture
+def inproc() -> Iterator[InProcessNode]:
+    runner = InProcessNode()
+    try:
+        yield runner
+    finally:
+        runner.stop()
