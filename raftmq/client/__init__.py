@@ -12,14 +12,8 @@
 from __future__ import annotations
 
 from raftmq.client.connection import StompClient, connect
-from raftmq.client.failover import (
-    FailoverClient,
-    FailoverEvent,
-    FailoverExhausted,
-    RedirectLimitExceeded,
-    TransactionRolledBack,
-    connect_failover,
-)
+from raftmq.client.failover import FailoverClient, TransactionRolledBack, connect_failover
+from raftmq.client.failover_connector import FailoverEvent, FailoverExhausted, RedirectLimitExceeded
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
 from raftmq.client.failover_url import (
     Address,

@@ -38,18 +38,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from raftmq.client.connection import ACK_MODES, StompClient, connect
-from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
-from raftmq.client.failover_url import (
-    Address,
-    FailoverOptions,
-    InvalidFailoverUrl,
-    attempt_plan_ms,
-    normalize_groups,
-    parse_address,
-    parse_failover_url,
+from raftmq.client.connection import ACK_MODES, StompClient
+from raftmq.client.failover_connector import (
+    Connector,
+    EventListener,
+    FailoverEvent,
+    Whereabouts,
+    hinted_leader,
 )
-from raftmq.client.policies import make_policy, rotated
+from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
+from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
@@ -60,43 +58,12 @@ DUPL_ID_HEADER = "_AMQ_DUPL_ID"
 # noticed and nothing fails over. 10 s matches the node's default; the client gives up on a
 # silent broker after twice its interval.
 DEFAULT_HEARTBEAT = (10_000, 10_000)
-NOT_LEADER = "not the leader"
 HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 GroupsArg = Sequence[Sequence[Address | tuple[str, int] | str]]
 
 
 class TransactionRolledBack(ClientError):
     """The connection carrying the transaction broke; the broker rolled it back."""
-
-
-class RedirectLimitExceeded(ClientError):
-    """A group's nodes kept naming other nodes as leader for more than `maxRedirects` hops."""
-
-
-class FailoverExhausted(ClientError):
-    """Every reconnect attempt allowed by `maxReconnectAttempts` failed."""
-
-
-@dataclass(frozen=True)
-class FailoverEvent:
-    """What a listener in `FailoverClient.events` is told.
-
-    kind: `connected` (address, group, resent: the `_AMQ_DUPL_ID`s written again),
-    `disconnected` (address, error), `redirected` (address refused, target named leader),
-    `attempt_failed` (attempt number, error), `failed` (error: the client gave up),
-    `closed`.
-    """
-
-    kind: str
-    address: Address | None = None
-    group: int | None = None
-    target: Address | None = None
-    error: BaseException | None = None
-    attempt: int = 0
-    resent: tuple[str, ...] = ()
-
-
-EventListener = Callable[[FailoverEvent], None]
 
 
 @dataclass(eq=False)
@@ -109,8 +76,7 @@ class _PendingSend:
     transaction: str | None
     dupl_id: str
     future: asyncio.Future[Frame | None]
-    generation: int = 0  # the connection it is in flight on; 0 while it waits to be written
-    writes: int = 0
+    writes: int = 0  # how many connections it was written on
     timer: asyncio.TimerHandle | None = None
 
 
@@ -147,11 +113,7 @@ class FailoverClient:
         self._loop = asyncio.get_running_loop()
         self.groups = normalize_groups(groups)
         self.options = options or FailoverOptions()
-        policy = self.options.effective_policy
-        rng = rng if rng is not None else random.Random()
-        self._group_policy = make_policy(policy, rng)
-        self._node_policies = [make_policy(policy, rng) for _ in self.groups]
-        self._connect_kwargs: dict[str, Any] = {
+        connect_kwargs: dict[str, Any] = {
             "login": login,
             "passcode": passcode,
             "vhost": vhost,
@@ -161,6 +123,14 @@ class FailoverClient:
             "limits": limits,
             "timeout": self.options.connect_timeout_ms / 1000,
         }
+        self._connector = Connector(
+            self.groups,
+            self.options,
+            connect_kwargs,
+            rng if rng is not None else random.Random(),
+            self._emit,
+            lambda: self._state in ("closing", "closed"),
+        )
         self._new_dupl_id = dupl_id_factory or _new_dupl_id
         self.events: list[EventListener] = []
         self._state = "new"  # new, connecting, connected, reconnecting, closing, closed, failed
@@ -224,7 +194,7 @@ class FailoverClient:
             raise ClientError(f"start() on a client that is {self._state}")
         self._set_state("connecting")
         try:
-            client, group, address = await self._establish(startup=True)
+            client, group, address = await self._connector.establish(startup=True, known=Whereabouts())
         except BaseException as exc:
             if self._state == "connecting":
                 error = exc if isinstance(exc, ClientError) else ClientError(f"connect interrupted: {exc!r}")
@@ -245,89 +215,12 @@ class FailoverClient:
                 return  # closing
             self._on_break(client)
             try:
-                client, group, address = await self._establish(startup=False)
+                known = Whereabouts(self.group, self._broken_address, self._leader_hint)
+                client, group, address = await self._connector.establish(startup=False, known=known)
             except ClientError as exc:
                 self._give_up(exc)
                 return
             self._on_connected(client, group, address)
-
-    async def _establish(self, *, startup: bool) -> tuple[StompClient, int, Address]:
-        """Attempts (passes over every address) with back-off between them."""
-        errors: list[BaseException] = []
-        attempt = 0
-        for wait_ms in attempt_plan_ms(self.options, startup=startup):
-            await asyncio.sleep(wait_ms / 1000)
-            if self._state in ("closing", "closed"):
-                raise ClientError("client closed while connecting")
-            attempt += 1
-            try:
-                return await self._attempt()
-            except ClientError as exc:
-                errors.append(exc)
-                self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
-        if not errors:
-            raise FailoverExhausted("connection lost and reconnecting is off (maxReconnectAttempts=0)")
-        raise FailoverExhausted(f"gave up after {attempt} connect attempt(s); last: {errors[-1]}") from errors[-1]
-
-    async def _attempt(self) -> tuple[StompClient, int, Address]:
-        """One pass: the groups in policy order (the current group first), each group's nodes."""
-        count = len(self.groups)
-        start = self.group if self.group is not None else self._group_policy.select(count)
-        failures: list[str] = []
-        for group in rotated(range(count), start):
-            nodes = self.groups[group]
-            order = rotated(nodes, self._node_policies[group].select(len(nodes)))
-            if self._broken_address in order:
-                # The node whose connection just broke is the least likely to be the leader now.
-                order.remove(self._broken_address)
-                order.append(self._broken_address)
-            hint = self._leader_hint
-            if hint is not None and group == self.group:
-                # A deposed leader named its successor: go there first.
-                order = [hint, *(address for address in order if address != hint)]
-            for address in order:
-                try:
-                    client, landed = await self._connect_following_redirects(group, address)
-                except RedirectLimitExceeded as exc:
-                    failures.append(str(exc))
-                    break  # the group is mid-election or misconfigured: try the next group
-                except ClientError as exc:
-                    failures.append(f"{address}: {exc}")
-                    continue
-                return client, group, landed
-        raise ClientError("no leader reachable: " + "; ".join(failures))
-
-    async def _connect_following_redirects(self, group: int, address: Address) -> tuple[StompClient, Address]:
-        target = address
-        path = [address]
-        while True:
-            try:
-                client = await connect(target.host, target.port, **self._connect_kwargs)
-            except BrokerRefused as exc:
-                leader = self._hinted_leader(exc)
-                if leader is None:
-                    raise
-                if len(path) > self.options.max_redirects:
-                    hops = " -> ".join(str(a) for a in [*path, leader])
-                    raise RedirectLimitExceeded(
-                        f"more than {self.options.max_redirects} leader redirect(s) in group {group}: {hops}"
-                    ) from exc
-                self._emit(FailoverEvent("redirected", address=target, group=group, target=leader))
-                path.append(leader)
-                target = leader
-                continue
-            return client, target
-
-    @staticmethod
-    def _hinted_leader(refusal: BrokerRefused) -> Address | None:
-        """The `leader` address of a `not the leader` ERROR, if it names a usable one."""
-        hint = refusal.headers.get("leader")
-        if refusal.headers.get("message") != NOT_LEADER or not hint:
-            return None
-        try:
-            return parse_address(hint)
-        except InvalidFailoverUrl:
-            return None
 
     def _on_connected(self, client: StompClient, group: int, address: Address) -> None:
         self._generation += 1
@@ -355,7 +248,7 @@ class FailoverClient:
         culprit = None
         if isinstance(cause, BrokerRefused):
             culprit = self._inner_receipts.get(cause.headers.get("receipt-id", ""))
-            self._leader_hint = self._hinted_leader(cause)
+            self._leader_hint = hinted_leader(cause)
         self._inner_receipts = {}
         if isinstance(culprit, FailoverSubscription):
             self._subscriptions.pop(culprit.id, None)
@@ -364,7 +257,6 @@ class FailoverClient:
             self._settle(culprit, error=cause)
         self._transactions.clear()
         for pending in list(self._pending.values()):
-            pending.generation = 0
             if pending.transaction is not None:
                 self._settle(pending, error=TransactionRolledBack(
                     f"connection lost; transaction {pending.transaction!r} was rolled back"))
@@ -447,20 +339,17 @@ class FailoverClient:
             )
         except ClientError:
             return False  # broken: the supervisor notices and this SEND waits for the next one
-        pending.generation = self._generation
         pending.writes += 1
         if inner is None:
             self._settle(pending, result=None)
         else:
             assert client.last_receipt_id is not None
             self._inner_receipts[client.last_receipt_id] = pending
-            inner.add_done_callback(partial(self._on_send_receipt, pending, self._generation))
+            inner.add_done_callback(partial(self._on_send_receipt, pending))
         return True
 
-    def _on_send_receipt(self, pending: _PendingSend, generation: int, inner: asyncio.Future[Frame]) -> None:
-        if pending.generation != generation or inner.cancelled():
-            return
-        if inner.exception() is None:
+    def _on_send_receipt(self, pending: _PendingSend, inner: asyncio.Future[Frame]) -> None:
+        if not inner.cancelled() and inner.exception() is None:
             self._settle(pending, result=inner.result())
         # Otherwise the connection broke: `_on_break` decides between retry and refusal.
 
@@ -472,10 +361,13 @@ class FailoverClient:
             message = f"not sent within {self.options.timeout_ms:g} ms (no connection)"
         self._settle(pending, error=ClientError(message))
 
-    def _settle(self, pending: _PendingSend, *, result: Frame | None = None, error: BaseException | None = None) -> None:
+    def _settle(
+        self, pending: _PendingSend, *, result: Frame | None = None, error: BaseException | None = None
+    ) -> None:
         future = pending.future
         if future.done():
             return
+        self._pending.pop(pending.seq, None)  # at once: a reconnect in this turn must not resend it
         if error is not None:
             future.set_exception(error)
             future.exception()  # like StompClient: a dropped future need not log it again

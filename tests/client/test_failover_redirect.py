@@ -30,7 +30,9 @@ from raftmq.server.log import CommitLog, OnCommit
 from raftmq.server.node import Node
 
 TEST_TIMEOUT = 15.0
-FIRST = FailoverOptions(randomize=False, initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, connect_timeout_ms=2000)
+FIRST = FailoverOptions(
+    randomize=False, initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, connect_timeout_ms=2000
+)
 
 
 class FollowerLog(CommitLog):
@@ -93,10 +95,8 @@ def test_a_follower_redirects_the_client_to_the_leader() -> None:
         follower_log = FollowerLog()
         async with nodes(None, follower_log) as (leader, follower):
             follower_log.hint = str(leader)
-            events: list[FailoverEvent] = []
             # Only the follower is listed: the client must learn the leader from it.
             client = await connect_failover([[follower]], options=FIRST)
-            client.events.append(events.append)
             assert client.address == leader and client.group == 0
             queue = f"/queue/redirect-{uuid.uuid4().hex[:8]}"
             subscription = client.subscribe(queue)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -24,7 +25,9 @@ from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
 
 TEST_TIMEOUT = 10.0
-FAST = FailoverOptions(initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False, connect_timeout_ms=2000)
+FAST = FailoverOptions(
+    initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False, connect_timeout_ms=2000
+)
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -105,7 +108,8 @@ def test_a_send_the_broker_refuses_fails_and_the_others_are_retried() -> None:
 
     async def scenario() -> None:
         async with FakeBroker(refuse_poison) as broker:
-            client = await connect_failover(f"failover:(stomp://127.0.0.1:{broker.port})?randomize=false&initialReconnectDelay=5")
+            url = f"failover:(stomp://127.0.0.1:{broker.port})?randomize=false&initialReconnectDelay=5"
+            client = await connect_failover(url)
             before = client.send_nowait("/queue/a", b"before")
             poison = client.send_nowait("/queue/a", b"poison")
             after = client.send_nowait("/queue/a", b"after")
@@ -129,11 +133,8 @@ def test_subscriptions_come_back_and_stale_messages_are_never_acked() -> None:
         if frame.command == "SUBSCRIBE":
             for _ in range(2):  # two messages per subscription per connection
                 n = next(delivered)
-                conn.send(
-                    "MESSAGE",
-                    [("subscription", frame.get("id") or ""), ("message-id", f"m{n}"), ("ack", f"a{n}"), ("destination", "/queue/a")],
-                    f"body{n}".encode(),
-                )
+                headers = [("subscription", frame.get("id") or ""), ("message-id", f"m{n}"), ("ack", f"a{n}")]
+                conn.send("MESSAGE", [*headers, ("destination", "/queue/a")], f"body{n}".encode())
 
     async def scenario() -> None:
         async with FakeBroker(handler) as broker:
@@ -174,7 +175,8 @@ def test_auto_ack_messages_queued_at_the_break_are_still_handed_out() -> None:
         default_handler(conn, frame)
         if frame.command == "SUBSCRIBE" and len(conn.broker.connections) == 1:
             for n in range(3):
-                conn.send("MESSAGE", [("subscription", "s"), ("message-id", str(n)), ("destination", "/topic/t")], b"%d" % n)
+                headers = [("subscription", "s"), ("message-id", str(n)), ("destination", "/topic/t")]
+                conn.send("MESSAGE", headers, b"%d" % n)
             conn.close()
 
     async def scenario() -> None:
@@ -260,7 +262,8 @@ def test_exhausted_reconnect_attempts_fail_everything_pending_with_client_error(
                     await future
             cause = await client.closed
             assert isinstance(cause, FailoverExhausted) and "3 connect attempt(s)" in str(cause)
-            assert [e.kind for e in events] == ["disconnected", "attempt_failed", "attempt_failed", "attempt_failed", "failed"]
+            kinds = [e.kind for e in events]
+            assert kinds == ["disconnected", "attempt_failed", "attempt_failed", "attempt_failed", "failed"]
             with pytest.raises(ClientError):
                 await subscription.get()
             with pytest.raises(ClientError, match="client failed"):
@@ -339,5 +342,27 @@ def test_a_deposed_leader_naming_its_successor_is_followed_first() -> None:
                     ("connected", None),
                 ]
                 await client.close()
+
+    run(scenario())
+
+
+def test_the_policy_picks_the_first_node_and_only_the_given_random_decides() -> None:
+    async def landing(ports: list[int], policy: str, seed: int) -> int:
+        group = [("127.0.0.1", port) for port in ports]
+        client = await connect_failover([group], options=FAST.replace(policy=policy), rng=random.Random(seed))
+        assert client.address is not None
+        index = ports.index(client.address.port)
+        await client.close()
+        return index
+
+    async def scenario() -> None:
+        async with FakeBroker() as a, FakeBroker() as b, FakeBroker() as c:
+            ports = [a.port, b.port, c.port]
+            assert {await landing(ports, "first-element", seed) for seed in range(4)} == {0}
+            for policy in ("random", "round-robin", "random-sticky"):
+                first = [await landing(ports, policy, seed) for seed in range(8)]
+                again = [await landing(ports, policy, seed) for seed in range(8)]
+                assert first == again, policy  # reproducible through the seeded Random
+                assert len(set(first)) > 1, policy  # and not stuck on one node
 
     run(scenario())

@@ -84,9 +84,11 @@ def test_nested_parentheses_are_groups_and_a_bare_address_is_a_group_of_one() ->
 
 
 def test_artemis_policy_class_names_and_url_encoding() -> None:
-    url = "failover:(h:1)?connectionLoadBalancingPolicyClassName=org.apache.activemq.artemis.api.core.client.loadbalance.RandomStickyConnectionLoadBalancingPolicy"
+    artemis_class = "org.apache.activemq.artemis.api.core.client.loadbalance.RandomStickyConnectionLoadBalancingPolicy"
+    url = f"failover:(h:1)?connectionLoadBalancingPolicyClassName={artemis_class}"
     assert parse_failover_url(url).options.effective_policy == "random-sticky"
-    assert parse_failover_url("failover:(h:1)?connectionLoadBalancingPolicy=first%2Delement").options.policy == "first-element"
+    encoded = "failover:(h:1)?connectionLoadBalancingPolicy=first%2Delement"
+    assert parse_failover_url(encoded).options.policy == "first-element"
 
 
 @pytest.mark.parametrize(

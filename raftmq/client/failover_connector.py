@@ -1,0 +1,160 @@
+"""Finding a leader: which address to try, leader redirects, back-off between attempts.
+
+`Connector.establish()` runs one outage's attempts (see `failover_url.attempt_plan_ms`); each
+attempt is one pass over the groups and their nodes, in the order the load-balancing policy
+and what the client last saw suggest, following `not the leader` redirects on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raftmq.client.connection import StompClient, connect
+from raftmq.client.failover_url import Address, FailoverOptions, InvalidFailoverUrl, attempt_plan_ms, parse_address
+from raftmq.client.policies import make_policy, rotated
+from raftmq.errors import BrokerRefused, ClientError
+
+NOT_LEADER = "not the leader"
+
+
+class RedirectLimitExceeded(ClientError):
+    """A group's nodes kept naming other nodes as leader for more than `maxRedirects` hops."""
+
+
+class FailoverExhausted(ClientError):
+    """Every reconnect attempt allowed by `maxReconnectAttempts` failed."""
+
+
+@dataclass(frozen=True)
+class FailoverEvent:
+    """What a listener in `FailoverClient.events` is told.
+
+    kind: `connected` (address, group, resent: the `_AMQ_DUPL_ID`s written again),
+    `disconnected` (address, error), `redirected` (address that refused or was deposed,
+    target: the leader it named), `attempt_failed` (attempt number, error), `failed` (error:
+    the client gave up), `closed`.
+    """
+
+    kind: str
+    address: Address | None = None
+    group: int | None = None
+    target: Address | None = None
+    error: BaseException | None = None
+    attempt: int = 0
+    resent: tuple[str, ...] = ()
+
+
+EventListener = Callable[[FailoverEvent], None]
+
+
+@dataclass(frozen=True)
+class Whereabouts:
+    """What the client knows when an outage starts."""
+
+    group: int | None = None  # the group it was connected to (tried first)
+    broken: Address | None = None  # the node whose connection broke (tried last in its group)
+    leader_hint: Address | None = None  # the leader a deposed node named (tried first)
+
+
+def hinted_leader(refusal: BrokerRefused) -> Address | None:
+    """The `leader` address of a `not the leader` ERROR, if it names a usable one."""
+    hint = refusal.headers.get("leader")
+    if refusal.headers.get("message") != NOT_LEADER or not hint:
+        return None
+    try:
+        return parse_address(hint)
+    except InvalidFailoverUrl:
+        return None
+
+
+class Connector:
+    def __init__(
+        self,
+        groups: tuple[tuple[Address, ...], ...],
+        options: FailoverOptions,
+        connect_kwargs: dict[str, Any],
+        rng: random.Random,
+        emit: EventListener,
+        cancelled: Callable[[], bool],
+    ) -> None:
+        self.groups = groups
+        self.options = options
+        self._connect_kwargs = connect_kwargs
+        policy = options.effective_policy
+        self._group_policy = make_policy(policy, rng)
+        self._node_policies = [make_policy(policy, rng) for _ in groups]
+        self._emit = emit
+        self._cancelled = cancelled
+
+    async def establish(self, *, startup: bool, known: Whereabouts) -> tuple[StompClient, int, Address]:
+        """Attempts with back-off between them; `FailoverExhausted` when none is left."""
+        errors: list[BaseException] = []
+        attempt = 0
+        for wait_ms in attempt_plan_ms(self.options, startup=startup):
+            await asyncio.sleep(wait_ms / 1000)
+            if self._cancelled():
+                raise ClientError("client closed while connecting")
+            attempt += 1
+            try:
+                return await self._attempt(known)
+            except ClientError as exc:
+                errors.append(exc)
+                self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
+        if not errors:
+            raise FailoverExhausted("connection lost and reconnecting is off (maxReconnectAttempts=0)")
+        raise FailoverExhausted(f"gave up after {attempt} connect attempt(s); last: {errors[-1]}") from errors[-1]
+
+    def node_order(self, group: int, known: Whereabouts) -> list[Address]:
+        nodes = self.groups[group]
+        order = rotated(nodes, self._node_policies[group].select(len(nodes)))
+        if known.broken in order:
+            # The node whose connection just broke is the least likely to be the leader now.
+            order.remove(known.broken)
+            order.append(known.broken)
+        if known.leader_hint is not None and group == known.group:
+            # A deposed leader named its successor: go there first.
+            order = [known.leader_hint, *(address for address in order if address != known.leader_hint)]
+        return order
+
+    async def _attempt(self, known: Whereabouts) -> tuple[StompClient, int, Address]:
+        """One pass: the groups in policy order (the current group first), each group's nodes."""
+        count = len(self.groups)
+        start = known.group if known.group is not None else self._group_policy.select(count)
+        failures: list[str] = []
+        for group in rotated(range(count), start):
+            for address in self.node_order(group, known):
+                try:
+                    client, landed = await self._connect_following_redirects(group, address)
+                except RedirectLimitExceeded as exc:
+                    failures.append(str(exc))
+                    break  # the group is mid-election or misconfigured: try the next group
+                except ClientError as exc:
+                    failures.append(f"{address}: {exc}")
+                    continue
+                return client, group, landed
+        raise ClientError("no leader reachable: " + "; ".join(failures))
+
+    async def _connect_following_redirects(self, group: int, address: Address) -> tuple[StompClient, Address]:
+        target = address
+        path = [address]
+        while True:
+            try:
+                client = await connect(target.host, target.port, **self._connect_kwargs)
+            except BrokerRefused as exc:
+                leader = hinted_leader(exc)
+                if leader is None:
+                    raise
+                if len(path) > self.options.max_redirects:
+                    hops = " -> ".join(str(a) for a in [*path, leader])
+                    raise RedirectLimitExceeded(
+                        f"more than {self.options.max_redirects} leader redirect(s) in group {group}: {hops}"
+                    ) from exc
+                self._emit(FailoverEvent("redirected", address=target, group=group, target=leader))
+                path.append(leader)
+                target = leader
+                continue
+            return client, target
