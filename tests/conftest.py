@@ -1,3 +1,5 @@
+"""Fixtures shared by every test package: a real single-node broker process."""
+
 from __future__ import annotations
 
 import os
@@ -34,7 +36,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
         yield host, int(port)
         return
     port = _free_port()
-    logs = tmp_path_factory.mktemp("client-node")
+    logs = tmp_path_factory.mktemp("node")
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(
