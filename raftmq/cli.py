@@ -24,17 +24,34 @@ def _parse_listen(value: str | None) -> tuple[str, int] | None:
 
 @main.command()
 @click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node configuration (TOML).")
-def node(listen: str | None, config_path: str | None) -> None:
-    """Run one broker node in the foreground (Ctrl-C stops it)."""
-    from raftmq.config import NodeConfig, load_node_config
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
+@click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
+def node(listen: str | None, config_path: str | None, node_id: str | None) -> None:
+    """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it)."""
+    from raftmq.config import GroupConfig, NodeConfig, load_config
     from raftmq.errors import ConfigError
     from raftmq.server.node import serve
 
     try:
-        config = load_node_config(config_path) if config_path else NodeConfig()
+        config = load_config(config_path) if config_path else NodeConfig()
+        if isinstance(config, GroupConfig):
+            if node_id is None:
+                raise ConfigError(f"{config_path}: a group configuration needs --node (one of: {', '.join(m.id for m in config.members)})")
+            try:
+                config.member(node_id)
+            except ConfigError as exc:
+                raise ConfigError(f"{config_path}: {exc}") from None
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    if isinstance(config, GroupConfig):
+        if listen is not None:
+            raise click.UsageError("--listen does not apply to a group member: its [[node]] names its client address")
+        from raftmq.server.group import serve_group
+
+        serve_group(config, node_id)  # type: ignore[arg-type]
+        return
+    if node_id is not None:
+        raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
     address = _parse_listen(listen)
     if address is not None:
         config = config.with_address(*address)

@@ -1,4 +1,4 @@
-"""Node configuration: frozen dataclasses loaded from TOML, unknown keys rejected.
+"""Node and group configuration: frozen dataclasses loaded from TOML, unknown keys rejected.
 
 Every error names the file, the dotted key and what was expected, so an operator can fix a
 config without reading our code.
@@ -7,6 +7,8 @@ config without reading our code.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import tomllib
 import types
 import typing
@@ -45,14 +47,9 @@ _SECTIONS: dict[str, type] = {"node": NodeConfig, "limits": Limits, "core": Core
 def load_node_config(path: str | Path) -> NodeConfig:
     """Read a node config file. Tables: [node], [limits], [core]; all keys optional."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    raw = _read_toml(path)
+    if isinstance(raw.get("node"), list):
+        raise ConfigError(f"{path}: [[node]] tables describe a group; load it with load_group_config (raftmq node --node ID)")
     unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_SECTIONS)})")
@@ -97,3 +94,222 @@ def _check_type(value: Any, expected: Any, path: Path, key: str) -> Any:
             return value
     names = " or ".join(getattr(k, "__name__", str(k)) for k in allowed)
     raise ConfigError(f"{path}: {key} must be {names}, got {type(value).__name__} {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups: one TOML file describes every member of a Raft group.
+
+NODE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # also a directory name
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One `[[node]]` of a group file. Addresses are "host:port"."""
+
+    id: str
+    client: str  # STOMP listener
+    raft: str  # Raft port (pysyncobj); bound exactly there
+    admin: str | None = None  # admin HTTP (/status, body fetch between members); None: none
+
+
+@dataclass(frozen=True, slots=True)
+class RaftTimings:
+    """The `[raft]` table; defaults are the tuned values of design.md §3."""
+
+    tick_period_ms: int = 5
+    append_entries_period_ms: int = 20
+    election_timeout_min_ms: int = 300
+    election_timeout_max_ms: int = 600
+    leader_fallback_timeout_ms: int | None = None  # None: election_timeout_min_ms
+    connection_timeout_ms: int = 1500
+    connection_retry_ms: int = 250
+    commit_timeout_ms: int = 5000
+    snapshot_timeout_ms: int = 5000
+    max_entry_bytes: int = 256 * 1024
+    max_in_flight_entries: int = 1
+    append_entries_batch_bytes: int = 4 * 2**20
+    compact_after_bytes: int = 64 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSettings:
+    """The `[journal]` table: the members' segments of message bodies."""
+
+    segment_bytes: int = 64 * 2**20
+    cache_bytes: int = 32 * 2**20  # decoded batches kept by the journal
+    body_cache_bytes: int = 16 * 2**20  # bodies kept by the node for deliveries (LRU)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    name: str
+    data_dir: str  # each member keeps its files in <data_dir>/<member id>/
+    members: tuple[GroupMember, ...]
+    password: str | None = None  # Raft port and body fetch; required off loopback
+    raft: RaftTimings = field(default_factory=RaftTimings)
+    journal: JournalSettings = field(default_factory=JournalSettings)
+    # Settings every member's STOMP server shares; host, port and name come from its [[node]].
+    server: NodeConfig = field(default_factory=NodeConfig)
+
+    def member(self, node_id: str) -> GroupMember:
+        for member in self.members:
+            if member.id == node_id:
+                return member
+        known = ", ".join(m.id for m in self.members)
+        raise ConfigError(f"group {self.name}: no member {node_id!r} (members: {known})")
+
+    def node_config(self, node_id: str) -> NodeConfig:
+        member = self.member(node_id)
+        host, port = split_address(member.client)
+        return dataclasses.replace(self.server, host=host, port=port, name=member.id)
+
+    def member_dir(self, node_id: str) -> Path:
+        return Path(self.data_dir) / self.member(node_id).id
+
+
+_GROUP_SECTIONS = ("group", "raft", "journal", "server", "limits", "core", "node")
+_GROUP_KEYS = ("name", "data_dir", "password", "password_env")
+_MEMBER_SERVER_KEYS = ("host", "port", "name")  # set per member, not in [server]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """"host:port" -> (host, port); raises ValueError with a readable message."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def is_group_file(path: str | Path) -> bool:
+    """True when the file holds `[[node]]` tables (a group); False for a single-node file."""
+    return isinstance(_read_toml(Path(path)).get("node"), list)
+
+
+def load_config(path: str | Path) -> NodeConfig | GroupConfig:
+    """A group file (with `[[node]]` tables) or a single-node file (`[node]` table)."""
+    return load_group_config(path) if is_group_file(path) else load_node_config(path)
+
+
+def load_group_config(path: str | Path) -> GroupConfig:
+    """Read a group file. Tables: [group] (required: name, data_dir), [raft], [journal],
+    [server], [limits], [core], and one [[node]] per member (id, client, raft, admin)."""
+    path = Path(path)
+    raw = _read_toml(path)
+    unknown = sorted(set(raw) - set(_GROUP_SECTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_GROUP_SECTIONS)})")
+    for name, value in raw.items():
+        if name != "node" and not isinstance(value, dict):
+            raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
+    nodes = raw.get("node")
+    if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
+        raise ConfigError(f"{path}: a group needs at least one [[node]] table")
+    group = raw.get("group")
+    if group is None:
+        raise ConfigError(f"{path}: missing [group] table (name, data_dir)")
+    for key in group:
+        if key not in _GROUP_KEYS:
+            raise ConfigError(f"{path}: unknown key group.{key} (known: {', '.join(_GROUP_KEYS)})")
+    name = _required_str(group, "name", path, "group")
+    data_dir = _required_str(group, "data_dir", path, "group")
+    password = _password(group, path)
+    members = tuple(_member(table, path, f"node[{i}]") for i, table in enumerate(nodes))
+    _check_members(members, path)
+    raft = build_dataclass(RaftTimings, raw.get("raft", {}), path, "raft")
+    _check_timings(raft, path)
+    journal = build_dataclass(JournalSettings, raw.get("journal", {}), path, "journal")
+    if journal.segment_bytes == 0:
+        raise ConfigError(f"{path}: journal.segment_bytes must be positive")
+    server_table = raw.get("server", {})
+    for key in (*_MEMBER_SERVER_KEYS, "limits", "core"):
+        if key in server_table:
+            where = "each [[node]]'s client address and id" if key in _MEMBER_SERVER_KEYS else f"a [{key}] table"
+            raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
+    limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
+    core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
+    server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core)
+    return GroupConfig(name, data_dir, members, password, raft, journal, server)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _required_str(table: dict[str, Any], key: str, path: Path, prefix: str) -> str:
+    value = table.get(key)
+    if value is None:
+        raise ConfigError(f"{path}: {prefix}.{key} is required")
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{path}: {prefix}.{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _password(group: dict[str, Any], path: Path) -> str | None:
+    if "password" in group and "password_env" in group:
+        raise ConfigError(f"{path}: group.password and group.password_env: set one, not both")
+    if "password" in group:
+        return _required_str(group, "password", path, "group")
+    if "password_env" in group:
+        variable = _required_str(group, "password_env", path, "group")
+        value = os.environ.get(variable)
+        if not value:
+            raise ConfigError(f"{path}: group.password_env names ${variable}, which is not set or empty")
+        return value
+    return None
+
+
+def _member(table: dict[str, Any], path: Path, prefix: str) -> GroupMember:
+    for key in ("id", "client", "raft"):
+        if key not in table:
+            raise ConfigError(f"{path}: {prefix}.{key} is required")
+    member: GroupMember = build_dataclass(GroupMember, table, path, prefix)
+    if not NODE_ID_PATTERN.match(member.id):
+        raise ConfigError(f"{path}: {prefix}.id {member.id!r}: use letters, digits, '_', '.', '-' (it names a directory)")
+    for key in ("client", "raft", "admin"):
+        value = getattr(member, key)
+        if value is not None:
+            try:
+                split_address(value)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {prefix}.{key}: {exc}") from None
+    return member
+
+
+def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
+    ids: set[str] = set()
+    addresses: dict[str, str] = {}
+    for i, member in enumerate(members):
+        if member.id in ids:
+            raise ConfigError(f"{path}: node[{i}].id {member.id!r} is used by another [[node]]")
+        ids.add(member.id)
+        for key in ("client", "raft", "admin"):
+            value = getattr(member, key)
+            if value is None:
+                continue
+            if value in addresses:
+                raise ConfigError(f"{path}: node[{i}].{key} {value} is also {addresses[value]}")
+            addresses[value] = f"node[{i}].{key}"
+
+
+def _check_timings(raft: RaftTimings, path: Path) -> None:
+    rules = [
+        (raft.tick_period_ms > 0, "raft.tick_period_ms must be positive"),
+        (raft.append_entries_period_ms >= raft.tick_period_ms, "raft.append_entries_period_ms must be at least raft.tick_period_ms"),
+        (raft.election_timeout_min_ms > raft.append_entries_period_ms,
+         "raft.election_timeout_min_ms must exceed raft.append_entries_period_ms (heart-beats keep followers from electing)"),
+        (raft.election_timeout_max_ms > raft.election_timeout_min_ms, "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms"),
+        (raft.max_entry_bytes > 0, "raft.max_entry_bytes must be positive"),
+        (raft.max_entry_bytes < raft.append_entries_batch_bytes, "raft.max_entry_bytes must be below raft.append_entries_batch_bytes"),
+        (raft.max_in_flight_entries > 0, "raft.max_in_flight_entries must be positive"),
+        (raft.commit_timeout_ms > 0 and raft.snapshot_timeout_ms > 0, "raft.commit_timeout_ms and raft.snapshot_timeout_ms must be positive"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(f"{path}: {message}")

@@ -45,3 +45,106 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> N
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         load_node_config(tmp_path / "nope.toml")
+
+
+# -- group files ------------------------------------------------------------------------------
+
+from raftmq.config import (  # noqa: E402
+    GroupConfig,
+    JournalSettings,
+    RaftTimings,
+    is_group_file,
+    load_config,
+    load_group_config,
+)
+
+GROUP = """
+[group]
+name = "g"
+data_dir = "/tmp/raftmq-g"
+[[node]]
+id = "a"
+client = "127.0.0.1:7001"
+raft = "127.0.0.1:7101"
+admin = "127.0.0.1:7201"
+[[node]]
+id = "b"
+client = "127.0.0.1:7002"
+raft = "127.0.0.1:7102"
+"""
+
+
+def write_group(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "group.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["group", "group1", "group5"])
+def test_shipped_group_presets_load(name: str) -> None:
+    path = REPO / "configs" / f"{name}.toml"
+    assert is_group_file(path)
+    group = load_config(path)
+    assert isinstance(group, GroupConfig)
+    assert len(group.members) == {"group": 3, "group1": 1, "group5": 5}[name]
+    assert group.raft == RaftTimings() and group.journal == JournalSettings()
+    assert group.server.core == NodeConfig().core and group.password is None
+    first = group.node_config("n1")
+    assert (first.host, first.port, first.name) == ("127.0.0.1", 61613, "n1")
+
+
+def test_group_file_fills_every_member(tmp_path: Path) -> None:
+    text = GROUP + '[raft]\nelection_timeout_min_ms = 500\nelection_timeout_max_ms = 900\n[server]\ntick_interval_ms = 250\n[core]\nmax_delivery_count = 4\n'
+    group = load_group_config(write_group(tmp_path, text))
+    assert [m.id for m in group.members] == ["a", "b"]
+    assert group.members[1].admin is None
+    assert (group.raft.election_timeout_min_ms, group.raft.election_timeout_max_ms) == (500, 900)
+    b = group.node_config("b")
+    assert (b.host, b.port, b.name, b.tick_interval_ms, b.core.max_delivery_count) == ("127.0.0.1", 7002, "b", 250, 4)
+    assert group.member_dir("a") == Path("/tmp/raftmq-g/a")
+    with pytest.raises(ConfigError, match=r"no member 'c' \(members: a, b\)"):
+        group.member("c")
+
+
+def test_a_single_node_file_is_not_a_group(tmp_path: Path) -> None:
+    path = write(tmp_path, "[node]\nport = 7000\n")
+    assert not is_group_file(path)
+    assert load_config(path) == NodeConfig(port=7000)
+    with pytest.raises(ConfigError, match=r"\[\[node\]\] tables describe a group"):
+        load_node_config(write_group(tmp_path, GROUP))
+
+
+def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = GROUP.replace('name = "g"', 'name = "g"\npassword_env = "RAFTMQ_TEST_PW"')
+    monkeypatch.setenv("RAFTMQ_TEST_PW", "s3cret")
+    assert load_group_config(write_group(tmp_path, text)).password == "s3cret"
+    monkeypatch.delenv("RAFTMQ_TEST_PW")
+    with pytest.raises(ConfigError, match=r"group\.toml: group\.password_env names \$RAFTMQ_TEST_PW, which is not set"):
+        load_group_config(write_group(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda t: t.replace('name = "g"\n', ""), r"group\.toml: group\.name is required"),
+        (lambda t: t.replace("[group]", "[group]\ncolour = 1"), r"unknown key group\.colour"),
+        (lambda t: t + "[raft]\ntick_ms = 5\n", r"unknown key raft\.tick_ms"),
+        (lambda t: t + "[raft]\nelection_timeout_min_ms = '300'\n", r"raft\.election_timeout_min_ms must be int, got str"),
+        (lambda t: t + "[raft]\nelection_timeout_max_ms = 200\n", r"raft\.election_timeout_max_ms must exceed"),
+        (lambda t: t + "[raft]\nmax_entry_bytes = 8388608\n", r"raft\.max_entry_bytes must be below"),
+        (lambda t: t + "[journal]\nsegment_bytes = 0\n", r"journal\.segment_bytes must be positive"),
+        (lambda t: t + "[server]\nport = 1\n", r"server\.port: set by each \[\[node\]\]"),
+        (lambda t: t + "[wat]\n", r"unknown table or key 'wat'"),
+        (lambda t: t.replace('id = "b"', 'id = "a"'), r"node\[1\]\.id 'a' is used by another"),
+        (lambda t: t.replace('id = "b"', 'id = "../b"'), r"node\[1\]\.id '\.\./b': use letters"),
+        (lambda t: t.replace('raft = "127.0.0.1:7102"', 'raft = "127.0.0.1:7101"'), r"node\[1\]\.raft 127\.0\.0\.1:7101 is also node\[0\]\.raft"),
+        (lambda t: t.replace('client = "127.0.0.1:7002"', 'client = "nowhere"'), r"node\[1\]\.client: expected host:port"),
+        (lambda t: t.replace('client = "127.0.0.1:7002"\n', ""), r"node\[1\]\.client is required"),
+        (lambda t: t.replace("[[node]]", "[[node]]\nport = 1", 1), r"unknown key node\[0\]\.port"),
+        (lambda t: t[: t.index("[[node]]")], r"needs at least one \[\[node\]\]"),
+        (lambda t: t.replace("[group]", "[groups]"), r"unknown table or key 'groups'"),
+    ],
+)
+def test_group_errors_name_file_and_key(tmp_path: Path, edit, expected: str) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match=expected):
+        load_group_config(write_group(tmp_path, edit(GROUP)))

@@ -112,6 +112,10 @@ class Broker(Dispatcher):
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
         return load_state(cls(config), data)
 
+    def session_ids(self) -> list[str]:
+        """Ids of the connected sessions, oldest first. Read-only."""
+        return list(self._sessions)
+
     def stats(self) -> dict[str, Any]:
         """Counters per destination and the session count. Read-only."""
         destinations: dict[str, dict[str, int]] = {}

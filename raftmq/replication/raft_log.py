@@ -12,6 +12,10 @@ leader's append futures complete after `on_commit` ran for their entry; they fai
 `NotLeader` (never submitted) or `CommitFailed` (leadership lost, timeout, apply error) and
 never report success for an entry whose outcome is unknown.
 
+`position` is the (index, term) of the entry `on_commit` is handling; the role listener
+(`set_role_listener`) hears of every leadership change on the loop, a lost leadership before
+the appends in flight fail; `snapshot_floor` bounds the index of the last durable snapshot.
+
 Snapshots: the node passes `snapshot() -> bytes` and `restore(bytes)`; both run on the loop, in
 order with `on_commit`. The tick thread waits (bounded) for the snapshot, so it reflects exactly
 the entries applied so far. Compaction is triggered by journal bytes (`compact_after_bytes`).
@@ -38,7 +42,7 @@ from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.replication.pysyncobj_fixes import SUCCESS, DurableJournal, HardenedSyncObj
-from raftmq.server.log import CommitLog, OnCommit
+from raftmq.server.log import CommitLog, LogPosition, OnCommit, RoleListener
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +91,7 @@ class RaftStatus:
     last_applied: int  # applied in the tick thread
     delivered_index: int  # handed to on_commit on the loop
     journal_entries: int
+    journal_first_index: int  # first entry still in the Raft journal (past the last snapshot)
     journal_bytes: int
     fsyncs: int
     apply_errors: int
@@ -115,6 +120,15 @@ def decode_entry(entry: bytes) -> list[Command]:
     for batch in batches:
         commands.extend(decode_batch(batch))
     return commands
+
+
+def _first_index(journal: DurableJournal) -> int:
+    """Index of the journal's first entry, 0 if none (read from the loop while the tick
+    thread may be replacing the entries: a snapshot install empties them for an instant)."""
+    try:
+        return journal[0][1]
+    except IndexError:
+        return 0
 
 
 class _Pending:
@@ -150,6 +164,8 @@ class RaftLog(CommitLog):
         self._pump_scheduled = False
         self._stopped = False
         self._delivered_index = 0
+        self._position = LogPosition(0, 0)
+        self._role_listener: RoleListener | None = None
         self._failed_deliveries: set[int] = set()
         self._apply_errors = 0
         self._last_apply_error: str | None = None
@@ -232,12 +248,31 @@ class RaftLog(CommitLog):
         leader = self._syncobj.leader_address if self._syncobj is not None else None
         return None if leader is None else self._client_addresses.get(leader)
 
+    @property
+    def position(self) -> LogPosition:
+        return self._position
+
+    def set_role_listener(self, listener: RoleListener | None) -> None:
+        self._role_listener = listener
+
+    @property
+    def snapshot_floor(self) -> int:
+        # After a snapshot at applied index A succeeds, pysyncobj trims its journal to start at
+        # A - 1; before that trim (or with no snapshot) this stays at or below the durable one.
+        syncobj = self._syncobj
+        if syncobj is None or not os.path.exists(syncobj.snapshot_path):
+            return 0
+        first = _first_index(syncobj.durable_journal)
+        return first + 1 if first else 0
+
     # -- extras for the node
 
     async def transfer_leadership(self, timeout: float = 1.0) -> bool:
         """Hand leadership to the most caught-up follower (graceful stop). True once done."""
         syncobj, loop = self._syncobj, self._loop
         assert syncobj is not None and loop is not None
+        if all(peer == self.settings.self_address for peer in self.settings.peers):
+            return False  # a group of one has nobody to hand over to
         deadline = time.monotonic() + timeout
         while syncobj.is_leader and time.monotonic() < deadline:
             answer: asyncio.Future[int] = loop.create_future()
@@ -266,7 +301,8 @@ class RaftLog(CommitLog):
             leader_client=None if leader is None else self._client_addresses.get(leader),
             is_leader=syncobj.is_leader, term=syncobj.raftCurrentTerm, commit_index=syncobj.raftCommitIndex,
             last_applied=syncobj.raftLastApplied, delivered_index=self._delivered_index,
-            journal_entries=len(journal), journal_bytes=journal.size_bytes, fsyncs=journal.fsyncs,
+            journal_entries=len(journal), journal_first_index=_first_index(journal),
+            journal_bytes=journal.size_bytes, fsyncs=journal.fsyncs,
             apply_errors=syncobj.apply_errors + self._apply_errors,
             last_apply_error=self._last_apply_error or syncobj.last_apply_error,
             in_flight_entries=len(self._in_flight), queued_appends=len(self._queue),
@@ -366,7 +402,17 @@ class RaftLog(CommitLog):
                 if not future.done():
                     future.set_exception(error())
 
+    def _gained_leadership(self) -> None:
+        if self._role_listener is not None and not self._stopped:
+            self._role_listener(True)
+
     def _lost_leadership(self) -> None:
+        # The listener first: it tells clients where the leader went before their appends fail.
+        if self._role_listener is not None:
+            try:
+                self._role_listener(False)
+            except Exception:
+                logger.exception("role listener raised")
         self._fail_in_flight(lambda: CommitFailed("leadership lost before commit; outcome unknown"))
         hint = self.leader_hint
         self._fail_queued(lambda: NotLeader(hint))
@@ -380,11 +426,12 @@ class RaftLog(CommitLog):
 
     def _apply_in_tick_thread(self, index: int, term: int, entry: bytes) -> int:
         # Decoding happens on the loop: the tick thread stays free for heartbeats and I/O.
-        self._call_on_loop(self._deliver, index, entry)
+        self._call_on_loop(self._deliver, index, term, entry)
         return index
 
-    def _deliver(self, index: int, entry: bytes) -> None:
+    def _deliver(self, index: int, term: int, entry: bytes) -> None:
         self._delivered_index = index
+        self._position = LogPosition(index, term)
         try:
             commands = decode_entry(entry)
         except CommandCodecError as exc:
@@ -409,6 +456,8 @@ class RaftLog(CommitLog):
     def _state_changed_in_tick_thread(self, old: int, new: int) -> None:
         if old == _RAFT_STATE.LEADER and new != _RAFT_STATE.LEADER:
             self._call_on_loop(self._lost_leadership)
+        elif new == _RAFT_STATE.LEADER and old != _RAFT_STATE.LEADER:
+            self._call_on_loop(self._gained_leadership)
 
     def _snapshot_in_tick_thread(self) -> bytes:
         assert self._snapshot is not None and self._loop is not None
@@ -430,6 +479,7 @@ class RaftLog(CommitLog):
     def _restore_on_loop(self, state: bytes, index: int) -> None:
         assert self._restore is not None
         self._delivered_index = index
+        self._position = LogPosition(index, self._position.term)
         try:
             self._restore(state)
         except Exception:

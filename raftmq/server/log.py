@@ -3,7 +3,12 @@
 Sessions append batches of commands; the log calls `on_commit` with every committed command,
 in commit order, on the event loop; then the future returned by `append` completes. The node
 applies each committed command to the core and executes the effects. `InMemoryLog` commits at
-once (single node, no replication); the Raft log of the HA issue implements the same interface.
+once (single node, no replication); `RaftLog` (raftmq.replication.raft_log) replicates.
+
+While `on_commit` runs, `position` names the batch it was given (Raft index and term), which is
+what the same batch is called on every replica (the body journal's records carry it). A log
+whose leadership can change reports each change to the listener set with
+`set_role_listener`, on the event loop, before it fails the appends in flight.
 """
 
 from __future__ import annotations
@@ -11,10 +16,17 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from raftmq.core.commands import Command
 
 OnCommit = Callable[[Sequence[Command]], None]
+RoleListener = Callable[[bool], None]  # called with True on becoming leader, False on losing it
+
+
+class LogPosition(NamedTuple):
+    index: int  # of the committed batch (Raft index; InMemoryLog counts batches)
+    term: int  # Raft term of that batch (0 without Raft)
 
 
 class CommitLog(ABC):
@@ -40,6 +52,24 @@ class CommitLog(ABC):
         """The leader's client address when this node is not the leader, if known."""
         return None
 
+    @property
+    def position(self) -> LogPosition:
+        """The batch `on_commit` is handling now (or handled last)."""
+        return LogPosition(0, 0)
+
+    def set_role_listener(self, listener: RoleListener | None) -> None:
+        """Be told of leadership changes (a log that is always leader never calls it)."""
+
+    @property
+    def snapshot_floor(self) -> int:
+        """An index at or below that of the last durable snapshot (0: none): entries up to it
+        may exist nowhere but in that snapshot."""
+        return 0
+
+    async def transfer_leadership(self, timeout: float = 1.0) -> bool:
+        """Hand leadership to another member before a graceful stop; True once done."""
+        return False
+
 
 class InMemoryLog(CommitLog):
     """Commits whatever was appended during one event-loop turn as one batch.
@@ -55,6 +85,11 @@ class InMemoryLog(CommitLog):
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
+        self._batches = 0
+
+    @property
+    def position(self) -> LogPosition:
+        return LogPosition(self._batches, 0)
 
     async def start(self, on_commit: OnCommit) -> None:
         self._on_commit = on_commit
@@ -82,6 +117,7 @@ class InMemoryLog(CommitLog):
         if self._stopped or not pending and not waiters:
             return
         assert self._on_commit is not None
+        self._batches += 1
         self._on_commit(pending)
         for future in waiters:
             if not future.done():

@@ -5,6 +5,13 @@ commands in order; the node applies each to the `Broker` and executes the effect
 sessions of this node (effects for sessions that are elsewhere or gone are dropped: the
 Disconnect a closing session appends returns its deliveries to their queues).
 
+In a group (`raftmq.server.group` builds it) the log is a `RaftLog` and every member runs
+`on_commit`: bodies go to the body journal (`BodyStore`), the core holds references, and the
+node's `snapshot_state` / `restore_state` are the Raft snapshot. Only the leader serves
+clients and appends Ticks. Losing leadership closes every client connection with an ERROR
+naming the new leader; gaining it appends a Disconnect for every session the core still knows
+from earlier leaders, so their unacknowledged deliveries return to their queues.
+
 `serve(config)` is the foreground entry point the CLI calls: it runs a `Node` until SIGINT or
 SIGTERM.
 """
@@ -18,31 +25,49 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgpack
 import structlog
 
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect, Tick
 from raftmq.core.effects import Deliver, Receipt, SessionError
+from raftmq.core.message import Message
+from raftmq.server.bodies import BodyStore, BodyUnavailable, IndexRecords, iter_snapshot_refs
 from raftmq.server.log import CommitLog, InMemoryLog
-from raftmq.server.session import Session
+from raftmq.server.session import DISCONNECTING, Session
 
 log = structlog.get_logger("raftmq.server.node")
 
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
+# A node that lost leadership waits this long to learn the new leader before it closes its
+# clients (so the ERROR can name it); meanwhile whatever they send fails with NotLeader.
+LEADER_HINT_WAIT_SECONDS = 1.0
+STATE_FORMAT = 1  # of snapshot_state()
+BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
 
 
 class Node:
     """One broker node; in-process usable: `await node.start()`, `node.address`, `await node.stop()`."""
 
-    def __init__(self, config: NodeConfig, commit_log: CommitLog | None = None, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        commit_log: CommitLog | None = None,
+        *,
+        name: str | None = None,
+        bodies: BodyStore | None = None,
+        fetch_bodies: BodyFetcher | None = None,
+    ) -> None:
         self.config = config
         self.commit_log = commit_log if commit_log is not None else InMemoryLog()
         self.broker = Broker(config.core)
+        self.bodies = bodies  # None: bodies stay in the core (single node, InMemoryLog)
+        self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.name = name or config.name
         self.sessions: dict[str, Session] = {}
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
@@ -54,6 +79,13 @@ class Node:
         self._stopping = False
         self.apply_failures = 0  # commands the core raised on (a bug; logged and skipped)
         self.internal_errors = 0  # connections closed because handling their input raised
+        self.body_failures = 0  # deliveries refused because the body was missing or corrupt
+        self.sessions_swept = 0  # Disconnects appended for sessions of earlier leaders
+        self.leader_changes = 0
+        self.failure: str | None = None  # set when the node must stop (journal unwritable)
+        self.failed = asyncio.Event()
+        self._leader_epoch = 0
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -67,6 +99,7 @@ class Node:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.commit_log.set_role_listener(self._role_changed)
         await self.commit_log.start(self.on_commit)
         self._server = await self._loop.create_server(
             self._new_session, self.config.host, self.config.port, reuse_address=True, backlog=1024
@@ -78,7 +111,8 @@ class Node:
         log.info("node.started", node=self.name, host=self._address[0], port=self._address[1])
 
     async def stop(self) -> None:
-        """Stop accepting, tell every client the broker is shutting down, let their
+        """Stop accepting; a group's leader first hands leadership over and sends its clients
+        to the new leader; tell every remaining client the broker is shutting down, let their
         Disconnects commit (bounded), then stop the log."""
         if self._stopping or self._loop is None:
             return
@@ -91,6 +125,8 @@ class Node:
                 await self._tick_task
             except asyncio.CancelledError:
                 pass
+        if self.commit_log.is_leader and await self._hand_over():
+            await self._close_for_new_leader()
         for session in list(self.sessions.values()):
             session.shutdown()
         deadline = self.loop.time() + STOP_DRAIN_SECONDS
@@ -108,6 +144,87 @@ class Node:
         await self.commit_log.stop()
         log.info("node.stopped", node=self.name)
 
+    async def _hand_over(self) -> bool:
+        """Graceful stop of a group's leader: let what was appended commit, then hand
+        leadership to a caught-up follower before any client is closed. True once handed over."""
+        try:
+            await asyncio.wait_for(self.commit_log.append([]), 1.0)
+        except Exception:
+            pass
+        try:
+            handed = await self.commit_log.transfer_leadership(timeout=1.0)
+        except Exception:
+            log.exception("node.transfer_failed", node=self.name)
+            return False
+        if handed:
+            log.info("node.leadership_transferred", node=self.name, leader=self.commit_log.leader_hint)
+        return handed
+
+    # -- leadership ------------------------------------------------------------------------
+
+    def _role_changed(self, leader: bool) -> None:
+        self.leader_changes += 1
+        self._leader_epoch += 1
+        log.info("node.role", node=self.name, role="leader" if leader else "follower")
+        if not leader and self._new_leader() is not None:
+            # Before the log fails the appends in flight, so clients read where to go.
+            self._send_clients_to(self._new_leader())
+            return
+        if not leader:
+            for session in self.sessions.values():
+                session.hold_for_redirect()
+        task = self.loop.create_task(self._take_over(self._leader_epoch) if leader else self._close_for_new_leader())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _take_over(self, epoch: int) -> None:
+        """New leader: once everything of earlier terms is applied (an empty entry of ours has
+        committed), disconnect the sessions the core still knows but this node does not
+        serve; they belonged to an earlier leader."""
+        try:
+            await self.commit_log.append([])
+        except Exception:
+            return  # lost leadership again; the next leader sweeps
+        if epoch != self._leader_epoch or not self.commit_log.is_leader:
+            return
+        stale = [session_id for session_id in self.broker.session_ids() if session_id not in self.sessions]
+        if not stale:
+            return
+        now = int(time.time() * 1000)
+        try:
+            await self.commit_log.append([Disconnect(session_id, now) for session_id in stale])
+        except Exception:
+            return
+        self.sessions_swept += len(stale)
+        log.info("node.sessions_swept", node=self.name, sessions=len(stale))
+
+    async def _close_for_new_leader(self) -> None:
+        """Not the leader any more: close every client connection with an ERROR naming the
+        new leader, once it is known (bounded wait)."""
+        deadline = self.loop.time() + LEADER_HINT_WAIT_SECONDS
+        while self._new_leader() is None and self.sessions and self.loop.time() < deadline:
+            if self.commit_log.is_leader:
+                break  # leader again: the held sessions may have lost commands silently, so they go too
+            await asyncio.sleep(0.02)
+        self._send_clients_to(self._new_leader(), held_only=self.commit_log.is_leader)
+
+    def _new_leader(self) -> str | None:
+        """The leader's client address if known and not this node's own."""
+        hint = self.commit_log.leader_hint
+        if hint is None or self._address is None:
+            return hint
+        return None if hint == f"{self.config.host}:{self._address[1]}" else hint
+
+    def _send_clients_to(self, hint: str | None, held_only: bool = False) -> None:
+        for session in list(self.sessions.values()):
+            if held_only and not session.held_for_redirect:
+                continue
+            session.fail(
+                "not the leader",
+                f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
+                extra={"leader": hint} if hint else None,
+            )
+
     def _new_session(self) -> Session:
         session_id = f"{self.name}:{self._boot}:{next(self._session_numbers)}"
         session = Session(self, session_id)
@@ -119,6 +236,16 @@ class Node:
 
     def on_commit(self, commands: Sequence[Command]) -> None:
         """Apply committed commands in order and execute their effects on local sessions."""
+        bodies = self.bodies
+        if bodies is not None:
+            position = self.commit_log.position
+            try:
+                commands = bodies.store(position.index, position.term, commands, cache=self.commit_log.is_leader)
+            except Exception as exc:
+                # Applying without the bodies would leave this member unable to serve what it
+                # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
+                self._fail(f"cannot write the body journal at raft index {position.index}: {exc}")
+                raise
         apply = self.broker.apply
         sessions = self.sessions
         for command in commands:
@@ -135,6 +262,10 @@ class Node:
                     continue
                 kind = type(effect)
                 if kind is Deliver:
+                    if bodies is not None:
+                        effect = self._with_body(effect, session)  # type: ignore[arg-type]
+                        if effect is None:
+                            continue
                     session.deliver(effect)  # type: ignore[arg-type]
                 elif kind is Receipt:
                     session.receipt(effect.receipt_id)  # type: ignore[union-attr]
@@ -151,8 +282,100 @@ class Node:
                 if session is not None:
                     if kind is Connect:
                         session.connect_committed()
+                    elif session.state < DISCONNECTING and not self.commit_log.is_leader:
+                        # Not the client's own Disconnect: a new leader swept the sessions of
+                        # this one before it could tell its clients where to go. Tell them now.
+                        hint = self._new_leader()
+                        session.fail(
+                            "not the leader", f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
+                            extra={"leader": hint} if hint else None, wait_for_log=False,
+                        )
                     else:
                         session.disconnect_committed()
+
+    def _with_body(self, effect: Deliver, session: Session) -> Deliver | None:
+        """The delivery with the body bytes in place of the reference the core holds. A body
+        that is missing or fails its checksum is never sent: the session is closed, so the
+        delivery returns to its queue (its Disconnect) for a member that has it."""
+        message = effect.message
+        try:
+            body = self.bodies.body(message.body)  # type: ignore[union-attr]
+        except BodyUnavailable as exc:
+            self.body_failures += 1
+            log.error("node.body_unavailable", node=self.name, message_id=message.message_id, error=str(exc))
+            session.fail("message body unavailable", f"{message.message_id}: not readable on this node", wait_for_log=False)
+            return None
+        resolved = Message(
+            message.message_id, message.destination, message.headers, body, message.priority, message.expires,
+            message.timestamp, message.group, message.persistent, message.delivery_count,
+        )
+        return Deliver(
+            effect.session, effect.sub_id, effect.destination, resolved, effect.ack_id, effect.redelivered,
+            effect.delivery_count,
+        )
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+            log.critical("node.failed", node=self.name, reason=reason)
+            self.failed.set()
+
+    # -- snapshots (a group's Raft log calls these on the event loop, in order with on_commit)
+
+    def snapshot_state(self) -> bytes:
+        """The replicated state for a Raft snapshot: the core's, with body references."""
+        dump = self.broker.snapshot()
+        index = self.commit_log.position.index
+        if self.bodies is not None:
+            # Bodies durable before pysyncobj may drop the entries that carried them.
+            self.bodies.sync()
+            self.bodies.collect(self.commit_log.snapshot_floor)
+            self.bodies.snapshot_taken(index, dump)
+        return msgpack.packb({"format": STATE_FORMAT, "index": index, "broker": dump}, use_bin_type=True)
+
+    def restore_state(self, data: bytes) -> None:
+        """Replace the state by a snapshot's (ours after a restart, or the leader's when this
+        member fell behind a compaction); fetch from peers the bodies it references that
+        this member lacks."""
+        if not data:
+            self.broker = Broker(self.config.core)
+            return
+        try:
+            state = msgpack.unpackb(data, raw=False)
+            if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a raftmq state snapshot of format {STATE_FORMAT}")
+            self.broker = Broker.restore(state["broker"], self.config.core)
+        except Exception as exc:
+            # Going on with the previous state would diverge from the group: stop instead.
+            self._fail(f"cannot restore the Raft snapshot: {type(exc).__name__}: {exc}")
+            raise
+        if self.bodies is None:
+            return
+        missing = self.bodies.restored(int(state["index"]), state["broker"])
+        if missing and self.fetch_bodies is not None:
+            try:
+                added = self.bodies.add_fetched(self.fetch_bodies(sorted(missing)))
+            except Exception:
+                log.exception("node.body_fetch_failed", node=self.name, missing=len(missing))
+                added = 0
+            log.info("node.bodies_fetched", node=self.name, wanted=len(missing), added=added)
+        self.bodies.sync()
+        if self.bodies.missing:
+            log.error("node.bodies_missing", node=self.name, indexes=len(self.bodies.missing))
+
+    def verify_bodies(self) -> dict[str, int]:
+        """Read every body the core references from the journal (checksums included): how
+        many there are and how many cannot be served from this node."""
+        if self.bodies is None:
+            return {"references": 0, "unreadable": 0}
+        refs = {(int(ref[0]), int(ref[1])) for ref in iter_snapshot_refs(self.broker.snapshot())}
+        unreadable = 0
+        for ref in refs:
+            try:
+                self.bodies.body(ref, cached=False)
+            except BodyUnavailable:
+                unreadable += 1
+        return {"references": len(refs), "unreadable": unreadable}
 
     async def _tick_forever(self) -> None:
         interval = self.config.tick_interval_ms / 1000
@@ -169,6 +392,33 @@ class Node:
             "internal_errors": self.internal_errors,
             "broker": self.broker.stats(),
         }
+
+    def status(self) -> dict[str, Any]:
+        """Role, term, commit / applied index and counters (JSON-able), for /status."""
+        commit_log = self.commit_log
+        status: dict[str, Any] = {
+            "node": self.name,
+            "role": "leader" if commit_log.is_leader else "follower",
+            "leader": None if commit_log.is_leader else commit_log.leader_hint,
+            "applied_index": commit_log.position.index,
+            "sessions": len(self.sessions),
+            "apply_failures": self.apply_failures,
+            "internal_errors": self.internal_errors,
+            "body_failures": self.body_failures,
+            "sessions_swept": self.sessions_swept,
+            "leader_changes": self.leader_changes,
+            "failure": self.failure,
+            "broker": self.broker.stats(),
+        }
+        raft_status = getattr(commit_log, "status", None)  # RaftLog
+        if callable(raft_status):
+            raft = raft_status()
+            status["raft"] = {name: getattr(raft, name) for name in raft.__slots__}
+            status["term"] = raft.term
+            status["commit_index"] = raft.commit_index
+        if self.bodies is not None:
+            status["bodies"] = self.bodies.stats()
+        return status
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

@@ -79,6 +79,7 @@ class Session(asyncio.Protocol):
         self._last_append: asyncio.Future[None] | None = None
         self._read_paused_for_log = False
         self._read_paused_for_writes = False
+        self._held_for_redirect = False
         self._connect_appended = False
         self._connected_sent = False
         self._disconnect_appended = False
@@ -240,7 +241,7 @@ class Session(asyncio.Protocol):
             exc: BaseException | None = None
         else:
             exc = future.exception()
-        if exc is not None and self.state < FAILED:
+        if exc is not None and self.state < FAILED and not self._held_for_redirect:
             if isinstance(exc, NotLeader):
                 self.fail("not the leader", str(exc), extra={"leader": exc.leader} if exc.leader else None)
             else:
@@ -254,12 +255,23 @@ class Session(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        paused = self._read_paused_for_log or self._read_paused_for_writes or self.state >= FAILED
+        paused = self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect or self.state >= FAILED
         if paused:
             if transport.is_reading():
                 transport.pause_reading()
         elif not transport.is_reading():
             transport.resume_reading()
+
+    @property
+    def held_for_redirect(self) -> bool:
+        return self._held_for_redirect
+
+    def hold_for_redirect(self) -> None:
+        """This node lost leadership and does not know the new leader yet: read nothing more
+        and let commands that fail meanwhile not answer; the node calls `fail` with the
+        leader's address once it knows it (or gives up waiting)."""
+        self._held_for_redirect = True
+        self._update_reading()
 
     # ---- called by the node when commands of this session commit ----------------------------
 

@@ -1,0 +1,179 @@
+"""A group member's admin port: a deliberately small HTTP/1.1 server on asyncio.
+
+- `GET /status`: `Node.status()` as JSON (role, term, commit / applied index, counters);
+  `GET /status?verify=1` also reads back every body the core references (`Node.verify_bodies`).
+- `POST /bodies`: what members use to fetch message bodies from each other (a member that
+  installed a snapshot referencing bodies it never received). The request body is a msgpack
+  list of Raft indexes; the answer is msgpack `[considered_through, [[index, [[term, kind,
+  payload], ...]], ...]]`: every record of each index this member holds, ascending, up to about
+  `MAX_ANSWER_BYTES`; indexes above `considered_through` were not looked at (ask again).
+  With a group password the request carries `X-Raftmq-Signature`, the hex HMAC-SHA256 of its
+  body under the password.
+
+The Prometheus `/metrics` of a later issue belongs here too. `fetch_bodies` is the client
+side; it blocks (it runs while a snapshot is restored) and every wait in it is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import http.client
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+import structlog
+
+from raftmq.server.bodies import BodyStore, IndexRecords
+
+log = structlog.get_logger("raftmq.server.admin")
+
+MAX_REQUEST_HEAD = 16 * 1024
+MAX_REQUEST_BODY = 4 * 2**20
+MAX_ANSWER_BYTES = 32 * 2**20
+INDEXES_PER_REQUEST = 4096
+READ_TIMEOUT = 10.0
+SIGNATURE_HEADER = "X-Raftmq-Signature"
+
+
+def sign(password: str, body: bytes) -> str:
+    return hmac.new(password.encode(), body, hashlib.sha256).hexdigest()
+
+
+class AdminServer:
+    def __init__(
+        self,
+        status: Callable[[], dict[str, Any]],
+        bodies: BodyStore | None,
+        verify: Callable[[], dict[str, int]] | None,
+        host: str,
+        port: int,
+        password: str | None = None,
+    ) -> None:
+        self._status = status
+        self._bodies = bodies
+        self._verify = verify
+        self.host = host
+        self.port = port
+        self._password = password
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, content_type, body = await asyncio.wait_for(self._answer(reader), READ_TIMEOUT)
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            status, content_type, body = 400, "text/plain", b"bad request\n"
+        except Exception:
+            log.exception("admin.internal_error")
+            status, content_type, body = 500, "text/plain", b"internal error\n"
+        head = (
+            f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        try:
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > MAX_REQUEST_HEAD:
+            return 431, "text/plain", b"request head too large\n"
+        lines = head.decode("latin-1").split("\r\n")
+        method, _, rest = lines[0].partition(" ")
+        path, _, query = rest.partition(" ")[0].partition("?")
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        if not 0 <= length <= MAX_REQUEST_BODY:
+            return 413, "text/plain", b"request body too large\n"
+        body = await reader.readexactly(length) if length else b""
+        if method == "GET" and path == "/status":
+            status = self._status()
+            if self._verify is not None and "verify=1" in query.split("&"):
+                status["verify"] = self._verify()
+            return 200, "application/json", json.dumps(status, default=str).encode() + b"\n"
+        if method == "POST" and path == "/bodies":
+            return self._bodies_answer(body, headers.get(SIGNATURE_HEADER.lower()))
+        return 404, "text/plain", b"not found\n"
+
+    def _bodies_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
+        if self._password is not None and (signature is None or not hmac.compare_digest(signature, sign(self._password, body))):
+            return 403, "text/plain", b"bad or missing signature\n"
+        if self._bodies is None:
+            return 404, "text/plain", b"no body journal\n"
+        wanted = msgpack.unpackb(body)
+        if not isinstance(wanted, list) or not all(isinstance(i, int) for i in wanted):
+            return 400, "text/plain", b"expected a msgpack list of raft indexes\n"
+        considered, found = self._bodies.records_at(wanted, MAX_ANSWER_BYTES)
+        rows = [[index, [[term, kind, payload] for term, kind, payload in records]] for index, records in found]
+        return 200, "application/x-msgpack", msgpack.packb([considered, rows], use_bin_type=True)
+
+
+def fetch_bodies(
+    peers: Sequence[tuple[str, int]],
+    indexes: Sequence[int],
+    password: str | None = None,
+    *,
+    timeout: float = 2.0,
+    budget: float = 5.0,
+) -> list[IndexRecords]:
+    """Records of `indexes` from the first peers that have them (admin addresses, in order).
+    Blocking; gives up after `budget` seconds. Returns what was found."""
+    deadline = time.monotonic() + budget
+    remaining = sorted(set(indexes))
+    fetched: list[IndexRecords] = []
+    for host, port in peers:
+        lacking: list[int] = []
+        while remaining and time.monotonic() < deadline:
+            chunk = remaining[:INDEXES_PER_REQUEST]
+            try:
+                considered, rows = _post_bodies(host, port, chunk, password, min(timeout, max(0.1, deadline - time.monotonic())))
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                log.warning("admin.fetch_failed", peer=f"{host}:{port}", error=str(exc))
+                break
+            got = {index for index, _records in rows}
+            fetched.extend(rows)
+            lacking.extend(i for i in chunk if i <= considered and i not in got)
+            remaining = [i for i in remaining if i > considered]
+        remaining = sorted(set(remaining) | set(lacking))
+        if not remaining or time.monotonic() >= deadline:
+            break
+    return fetched
+
+
+def _post_bodies(host: str, port: int, indexes: list[int], password: str | None, timeout: float) -> tuple[int, list[IndexRecords]]:
+    body = msgpack.packb(indexes)
+    headers = {"Content-Type": "application/x-msgpack"}
+    if password is not None:
+        headers[SIGNATURE_HEADER] = sign(password, body)
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("POST", "/bodies", body, headers)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ValueError(f"HTTP {response.status}: {data[:200]!r}")
+    considered, rows = msgpack.unpackb(data, raw=False)
+    return int(considered), [(int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows]

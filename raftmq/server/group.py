@@ -1,0 +1,145 @@
+"""One member of a group: a `Node` on a `RaftLog`, its body journal and its admin port.
+
+`<data_dir>/<member id>/raft/` holds the Raft journal, metadata and snapshot;
+`<data_dir>/<member id>/bodies/` the body journal (docs/journal-format.md). `serve_group` is
+what `raftmq node --config GROUP.toml --node ID` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+
+import structlog
+
+from raftmq.config import GroupConfig, split_address
+from raftmq.errors import JournalCorrupt, RaftmqError
+from raftmq.replication.raft_log import RaftLog, RaftSettings
+from raftmq.server.admin import AdminServer, fetch_bodies
+from raftmq.server.bodies import BodyStore, IndexRecords
+from raftmq.server.node import Node, _configure_logging, _new_event_loop
+
+log = structlog.get_logger("raftmq.server.group")
+
+FETCH_BUDGET_SECONDS = 5.0
+
+
+def raft_settings(group: GroupConfig, node_id: str) -> RaftSettings:
+    timings = group.raft
+    fallback = timings.leader_fallback_timeout_ms
+    return RaftSettings(
+        self_address=group.member(node_id).raft,
+        peers=tuple(member.raft for member in group.members),
+        data_dir=str(group.member_dir(node_id) / "raft"),
+        password=group.password,
+        tick_period=timings.tick_period_ms / 1000,
+        append_entries_period=timings.append_entries_period_ms / 1000,
+        election_timeout_min=timings.election_timeout_min_ms / 1000,
+        election_timeout_max=timings.election_timeout_max_ms / 1000,
+        leader_fallback_timeout=None if fallback is None else fallback / 1000,
+        connection_timeout=timings.connection_timeout_ms / 1000,
+        connection_retry=timings.connection_retry_ms / 1000,
+        max_entry_bytes=timings.max_entry_bytes,
+        max_in_flight_entries=timings.max_in_flight_entries,
+        append_entries_batch_bytes=timings.append_entries_batch_bytes,
+        compact_after_bytes=timings.compact_after_bytes,
+        commit_timeout=timings.commit_timeout_ms / 1000,
+        snapshot_timeout=timings.snapshot_timeout_ms / 1000,
+    )
+
+
+@dataclass
+class Member:
+    node: Node
+    raft: RaftLog
+    bodies: BodyStore
+    admin: AdminServer | None
+
+
+def open_member(group: GroupConfig, node_id: str) -> Member:
+    """Build (not start) a member. Raises JournalCorrupt when its body journal fails
+    verification, ConfigError for an unknown id."""
+    from raftmq.storage.journal import Journal
+
+    member = group.member(node_id)
+    journal = Journal(
+        group.member_dir(node_id) / "bodies",
+        segment_bytes=group.journal.segment_bytes,
+        cache_bytes=group.journal.cache_bytes,
+    )
+    bodies = BodyStore(journal, group.journal.body_cache_bytes)
+    node = Node(group.node_config(node_id), bodies=bodies)
+    raft = RaftLog(
+        raft_settings(group, node_id),
+        snapshot=node.snapshot_state,
+        restore=node.restore_state,
+        client_addresses={m.raft: m.client for m in group.members},
+    )
+    node.commit_log = raft
+    node.fetch_bodies = lambda indexes: _fetch_from_peers(group, node_id, raft, indexes)
+    admin = None
+    if member.admin is not None:
+        host, port = split_address(member.admin)
+        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, group.password)
+    return Member(node, raft, bodies, admin)
+
+
+def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: list[int]) -> list[IndexRecords]:
+    """The leader first (it has applied the most), then the other members."""
+    try:
+        leader = raft.status().leader
+    except AssertionError:  # restoring while the Raft member is still being built
+        leader = None
+    others = [m for m in group.members if m.id != node_id and m.admin is not None]
+    others.sort(key=lambda m: m.raft != leader)
+    peers = [split_address(m.admin) for m in others if m.admin is not None]
+    return fetch_bodies(peers, indexes, group.password, budget=FETCH_BUDGET_SECONDS)
+
+
+async def _run_member(group: GroupConfig, node_id: str) -> int:
+    try:
+        member = open_member(group, node_id)
+    except JournalCorrupt as exc:
+        raise SystemExit(
+            f"raftmq node {node_id}: {exc}; refusing to start (restore that file, or remove "
+            f"{group.member_dir(node_id)} to resync this member from its peers)"
+        ) from None
+    except RaftmqError as exc:
+        raise SystemExit(f"raftmq node {node_id}: {exc}") from None
+    node = member.node
+    try:
+        try:
+            await node.start()
+            if member.admin is not None:
+                await member.admin.start()
+        except OSError as exc:
+            raise SystemExit(f"raftmq node {node_id}: cannot listen: {exc.strerror or exc}") from None
+        except RaftmqError as exc:
+            raise SystemExit(f"raftmq node {node_id}: {exc}") from None
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        host, port = node.address
+        print(f"raftmq node listening on {host}:{port}", flush=True)
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.failed.wait())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+    finally:
+        log.info("node.stopping", node=node.name)
+        if member.admin is not None:
+            await member.admin.stop()
+        await node.stop()
+        member.bodies.close()
+    return 1 if node.failure else 0
+
+
+def serve_group(group: GroupConfig, node_id: str) -> None:
+    """Run member `node_id` of `group` in the foreground until SIGINT/SIGTERM."""
+    _configure_logging()
+    with asyncio.Runner(loop_factory=_new_event_loop) as runner:
+        code = runner.run(_run_member(group, node_id))
+    if code:
+        raise SystemExit(code)

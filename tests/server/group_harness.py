@@ -1,0 +1,372 @@
+"""Real group members for the fault tests: `python -m raftmq node --config <group toml> --node ID`
+on free 127.0.0.1 ports, observed through their admin `/status`, killed by pid."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import stomp
+from stomp_raw import stomp_connection
+
+from raftmq.client import StompClient, connect
+from raftmq.errors import BrokerRefused, ClientError
+
+READY_TIMEOUT = 20.0
+READY_LINE = "raftmq node listening on "
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Member:
+    def __init__(self, node_id: str, client: int, raft: int, admin: int, log_dir: Path) -> None:
+        self.id = node_id
+        self.client_port, self.raft_port, self.admin_port = client, raft, admin
+        self.stdout_path = log_dir / f"{node_id}.stdout"
+        self.stderr_path = log_dir / f"{node_id}.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+
+class Group:
+    """A group of `size` members described by a TOML file in `tmp_path`. `raft` and `journal`
+    override keys of those tables."""
+
+    def __init__(self, tmp_path: Path, size: int = 3, raft: dict[str, Any] | None = None,
+                 journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None) -> None:
+        self.dir = tmp_path
+        self.data_dir = tmp_path / "data"
+        ports = free_ports(3 * size)
+        self.members = {
+            f"n{i + 1}": Member(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], tmp_path)
+            for i in range(size)
+        }
+        lines = ["[group]", 'name = "test"', f'data_dir = "{self.data_dir}"']
+        for table, values in (("raft", raft), ("journal", journal), ("server", server)):
+            if values:
+                lines.append(f"[{table}]")
+                lines.extend(f"{key} = {value!r}" for key, value in values.items())
+        for member in self.members.values():
+            lines += ["[[node]]", f'id = "{member.id}"', f'client = "{member.client}"',
+                      f'raft = "127.0.0.1:{member.raft_port}"', f'admin = "127.0.0.1:{member.admin_port}"']
+        self.config_path = tmp_path / "group.toml"
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def start(self, *node_ids: str, wait: bool = True) -> None:
+        ids = node_ids or tuple(self.members)
+        for node_id in ids:
+            member = self.members[node_id]
+            assert not member.alive, f"{node_id} is running"
+            with open(member.stdout_path, "wb") as stdout, open(member.stderr_path, "ab") as stderr:
+                member.proc = subprocess.Popen(
+                    [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
+                    stdout=stdout, stderr=stderr,
+                )
+        if wait:
+            for node_id in ids:
+                self.wait_ready(node_id)
+
+    def wait_ready(self, node_id: str) -> None:
+        member = self.members[node_id]
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if READY_LINE in member.stdout_path.read_text(errors="replace"):
+                return
+            if not member.alive:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"{node_id} not ready (exit {member.proc.poll() if member.proc else None}): {member.stderr()[-3000:]}")
+
+    def signal(self, node_id: str, sig: int) -> None:
+        member = self.members[node_id]
+        assert member.proc is not None
+        os.kill(member.proc.pid, sig)
+
+    def kill(self, node_id: str) -> None:
+        member = self.members[node_id]
+        if member.proc is not None:
+            if member.proc.poll() is None:
+                os.kill(member.proc.pid, signal.SIGKILL)
+            member.proc.wait(timeout=10)
+
+    def wait_exit(self, node_id: str, timeout: float = 15.0) -> int:
+        member = self.members[node_id]
+        assert member.proc is not None
+        return member.proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        for node_id, member in self.members.items():
+            if member.proc is not None and member.proc.poll() is None:
+                try:
+                    os.kill(member.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            self.kill(node_id)
+
+    # -- observation -----------------------------------------------------------------------
+
+    def status(self, node_id: str, verify: bool = False, timeout: float = 2.0) -> dict[str, Any] | None:
+        member = self.members[node_id]
+        url = f"http://127.0.0.1:{member.admin_port}/status" + ("?verify=1" if verify else "")
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return json.load(response)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def leader(self, among: tuple[str, ...] | None = None, timeout: float = 10.0) -> str:
+        """The member every live member (of `among`) agrees leads, in one term."""
+        ids = among or tuple(i for i, m in self.members.items() if m.alive)
+        deadline = time.monotonic() + timeout
+        seen: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            seen = {node_id: self.status(node_id, timeout=0.5) for node_id in ids}
+            leaders = [i for i, s in seen.items() if s and s["role"] == "leader"]
+            if len(leaders) == 1 and all(s is not None for s in seen.values()):
+                leader = self.members[leaders[0]].client
+                terms = {s["term"] for s in seen.values() if s}
+                if len(terms) == 1 and all(s["leader"] == leader for i, s in seen.items() if i != leaders[0] and s):
+                    return leaders[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no single leader among {ids} within {timeout}s: {seen}")
+
+    def wait_applied(self, node_id: str, index: int, timeout: float = 15.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        status = None
+        while time.monotonic() < deadline:
+            status = self.status(node_id)
+            if status and status["applied_index"] >= index:
+                return status
+            time.sleep(0.05)
+        raise AssertionError(f"{node_id} did not apply index {index} within {timeout}s: {status}")
+
+    def client_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", m.client_port) for m in self.members.values()]
+
+
+async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0) -> StompClient:
+    """Connect to whichever member leads: follow a refusal's `leader` header, else try the next."""
+    deadline = time.monotonic() + timeout
+    candidates = list(addresses)
+    turn = 0
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        host, port = candidates[turn % len(candidates)]
+        turn += 1
+        try:
+            return await connect(host, port, timeout=2.0)
+        except BrokerRefused as exc:
+            last = exc
+            leader = exc.headers.get("leader")
+            if leader:
+                lhost, _, lport = leader.rpartition(":")
+                try:
+                    return await connect(lhost, int(lport), timeout=2.0)
+                except ClientError as again:
+                    last = again
+        except ClientError as exc:
+            last = exc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no leader accepted a connection within {timeout}s: {last!r}")
+
+
+async def drain_queue(addresses: list[tuple[str, int]], destination: str, idle: float = 1.5,
+                      timeout: float = 30.0) -> list[tuple[str, bytes, dict[str, str]]]:
+    """Consume (client-individual, each acked) until nothing arrives for `idle` s.
+    Returns (dupl id, body, headers) per MESSAGE."""
+    client = await connect_leader(addresses)
+    got: list[tuple[str, bytes, dict[str, str]]] = []
+
+    def on_message(frame: Any) -> None:
+        headers = frame.header_dict()
+        got.append((headers.get("_AMQ_DUPL_ID", ""), frame.body, headers))
+        client.ack_nowait(frame)
+
+    deadline = time.monotonic() + timeout
+    try:
+        subscription = client.subscribe(destination, ack="client-individual", prefetch=500, callback=on_message, receipt=True)
+        assert subscription.receipt is not None
+        await asyncio.wait_for(subscription.receipt, 5)
+        seen = -1
+        while len(got) != seen and time.monotonic() < deadline:
+            seen = len(got)
+            await asyncio.sleep(idle)
+        await client.disconnect(timeout=5)  # its RECEIPT: every ACK before it was applied
+    finally:
+        if not client.is_closed:
+            client._transport.abort(ClientError("drain done"))
+    return got
+
+
+def body_for(message_id: str, size: int = 256) -> bytes:
+    """A body that names its message, then pseudo-random bytes lz4 cannot shrink."""
+    head = f"{message_id}:".encode()
+    return head + random.Random(message_id).randbytes(max(0, size - len(head)))
+
+
+class Producer:
+    """Streams `count` messages stamped with `_AMQ_DUPL_ID`, `window` receipts in flight, with
+    our asyncio client. When the connection fails it connects to the (new) leader and resends
+    every message without a receipt, in order. `receipted` holds what the broker confirmed."""
+
+    def __init__(self, addresses: list[tuple[str, int]], destination: str, prefix: str, count: int,
+                 window: int = 20, size: int = 256) -> None:
+        self.addresses, self.destination, self.size, self.window = addresses, destination, size, window
+        self.ids = [f"{prefix}-{i}" for i in range(count)]
+        self.receipted: set[str] = set()
+        self.reconnects = 0
+        self.errors: list[str] = []
+        self.stopped = False
+
+    async def run(self, timeout: float = 40.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.stopped and len(self.receipted) < len(self.ids) and time.monotonic() < deadline:
+            try:
+                client = await connect_leader(self.addresses, timeout=max(1.0, deadline - time.monotonic()))
+            except AssertionError as exc:
+                self.errors.append(str(exc))
+                continue
+            try:
+                await self._stream(client, deadline)
+            except (ClientError, BrokerRefused) as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.reconnects += 1
+            finally:
+                if not client.is_closed:
+                    client._transport.abort(ClientError("producer done"))
+
+    async def _stream(self, client: StompClient, deadline: float) -> None:
+        waiting = [i for i in self.ids if i not in self.receipted]
+        in_flight: dict[str, asyncio.Future[Any]] = {}
+        position = 0
+        while (position < len(waiting) or in_flight) and not self.stopped and time.monotonic() < deadline:
+            while position < len(waiting) and len(in_flight) < self.window:
+                message_id = waiting[position]
+                position += 1
+                headers = [("_AMQ_DUPL_ID", message_id), ("persistent", "true")]
+                future = client.send_nowait(self.destination, body_for(message_id, self.size), headers, receipt=True)
+                assert future is not None
+                in_flight[message_id] = future
+            await asyncio.wait(list(in_flight.values()), timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            for message_id, future in list(in_flight.items()):
+                if future.done():
+                    del in_flight[message_id]
+                    error = future.exception()
+                    if error is not None:
+                        raise error  # this connection is done: reconnect and resend the rest
+                    self.receipted.add(message_id)
+
+
+class StompPyProducer:
+    """The same contract with stomp-py (an independent client), one receipt at a time, in a thread."""
+
+    def __init__(self, addresses: list[tuple[str, int]], destination: str, prefix: str, count: int, size: int = 256) -> None:
+        self.addresses, self.destination, self.size = addresses, destination, size
+        self.ids = [f"{prefix}-{i}" for i in range(count)]
+        self.receipted: set[str] = set()
+        self.reconnects = 0
+        self.errors: list[str] = []
+        self.stopped = False
+
+    def run(self, timeout: float = 40.0) -> None:
+        deadline = time.monotonic() + timeout
+        position = 0
+        while position < len(self.ids) and not self.stopped and time.monotonic() < deadline:
+            conn, listener = self._connect_leader(deadline)
+            if conn is None:
+                continue
+            try:
+                while position < len(self.ids) and not self.stopped and time.monotonic() < deadline:
+                    message_id = self.ids[position]
+                    conn.send(self.destination, body_for(message_id, self.size),
+                              headers={"_AMQ_DUPL_ID": message_id, "persistent": "true"}, receipt=message_id)
+                    if not self._await_receipt(listener, message_id, deadline):
+                        self.reconnects += 1
+                        break
+                    self.receipted.add(message_id)
+                    position += 1
+            except stomp.exception.StompException as exc:
+                self.errors.append(repr(exc))
+                self.reconnects += 1
+            finally:
+                try:
+                    conn.disconnect()
+                except Exception:
+                    pass
+
+    def _await_receipt(self, listener: Any, message_id: str, deadline: float) -> bool:
+        limit = min(deadline, time.monotonic() + 6.0)
+        while time.monotonic() < limit:
+            try:
+                if listener.receipts.get(timeout=0.05) == message_id:
+                    return True
+            except queue.Empty:
+                pass
+            if not listener.errors.empty() or listener.disconnected.is_set():
+                return False
+        return False
+
+    def _connect_leader(self, deadline: float) -> tuple[Any, Any]:
+        turn = 0
+        target: tuple[str, int] | None = None
+        while time.monotonic() < deadline and not self.stopped:
+            address = target or self.addresses[turn % len(self.addresses)]
+            turn += 1
+            target = None
+            conn, listener = stomp_connection(address)
+            try:
+                conn.connect(wait=False)
+            except stomp.exception.StompException:
+                time.sleep(0.05)
+                continue
+            limit = time.monotonic() + 3.0
+            while time.monotonic() < limit and not listener.connected.is_set() and listener.errors.empty():
+                time.sleep(0.01)
+            if listener.connected.is_set():
+                return conn, listener
+            if not listener.errors.empty():
+                leader = listener.errors.get().headers.get("leader")
+                if leader:
+                    host, _, port = leader.rpartition(":")
+                    target = (host, int(port))
+            try:
+                conn.disconnect()
+            except Exception:
+                pass
+            time.sleep(0.05)
+        return None, None
