@@ -376,3 +376,14 @@ def test_a_paused_leader_acknowledges_nothing_uncommitted_and_steps_down(process
     acked = set(leader.acked)
     assert acked <= set(ids), f"{len(acked - set(ids))} appends acknowledged by the paused leader were not committed"
     assert len(ids) == len(set(ids))
+
+
+def test_a_group_with_a_password_replicates(tmp_path: Path) -> None:
+    # Off loopback a password is required; it must actually work (pysyncobj needs `cryptography`).
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await asyncio.gather(*(leader.append([send(f"p{k}")]) for k in range(20)))
+        expected = [f"p{k}" for k in range(20)]
+        assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
+
+    run_group(tmp_path, 3, body, password="s3cret")
