@@ -62,6 +62,10 @@ def _register_optional_commands() -> None:
     from raftmq.bench.cli import bench_command
 
     main.add_command(bench_command, name="bench")
+    from raftmq.ops.cli import down_command, status_command, up_command
+
+    for command in (up_command, down_command, status_command):
+        main.add_command(command)
 
 
 _register_optional_commands()

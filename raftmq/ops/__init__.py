@@ -1,0 +1,1 @@
+"""Operating a cluster: `raftmq up` / `down` / `status` (topology, node processes, status view)."""

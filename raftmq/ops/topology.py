@@ -1,0 +1,179 @@
+"""What `raftmq up` launches: a topology of Raft groups, each described by a group file.
+
+A topology file::
+
+    [topology]
+    name = "local"            # optional
+    data_dir = ".raftmq"      # where `up` keeps its state file; relative to the working directory
+
+    [[group]]
+    file = "group.toml"       # a group file (raftmq.config), relative to this file
+
+A group file (`[[node]]` tables, e.g. configs/group.toml) is also accepted: a topology of one
+group whose state lives in the group's data directory. With no file at all, `default_topology`
+is one group of three members on loopback under `./.raftmq/`.
+
+Every error is a `ConfigError` naming the file and what is wrong; `up` prints it as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raftmq.config import GroupConfig, GroupMember, load_group_config, split_address
+from raftmq.errors import ConfigError
+
+DEFAULT_DATA_DIR = ".raftmq"
+DEFAULT_GROUP_NAME = "g1"
+# The default group's ports are those of configs/group.toml, so its comments apply as they are.
+DEFAULT_CLIENT_PORT = 61613
+DEFAULT_RAFT_PORT = 62613
+DEFAULT_ADMIN_PORT = 8161
+DEFAULT_GROUP_SIZE = 3
+
+_TOPOLOGY_KEYS = ("name", "data_dir")
+_GROUP_ENTRY_KEYS = ("file",)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    config: GroupConfig
+    config_path: Path  # what each member is started with (`raftmq node --config`)
+    generated_text: str | None = None  # written to config_path before launch (built-in default)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    name: str
+    state_dir: Path  # absolute; holds the state file of a running cluster
+    groups: tuple[GroupSpec, ...]
+    source: Path | None = None  # None: the built-in default
+
+    def members(self) -> list[tuple[GroupSpec, GroupMember]]:
+        return [(group, member) for group in self.groups for member in group.config.members]
+
+
+def default_topology(root: str | Path = DEFAULT_DATA_DIR, size: int = DEFAULT_GROUP_SIZE) -> Topology:
+    """One group of `size` members on 127.0.0.1, data under `root` (resolved now)."""
+    state_dir = Path(root).resolve()
+    members = tuple(
+        GroupMember(
+            id=f"n{i + 1}",
+            client=f"127.0.0.1:{DEFAULT_CLIENT_PORT + i}",
+            raft=f"127.0.0.1:{DEFAULT_RAFT_PORT + i}",
+            admin=f"127.0.0.1:{DEFAULT_ADMIN_PORT + i}",
+        )
+        for i in range(size)
+    )
+    config = GroupConfig(name=DEFAULT_GROUP_NAME, data_dir=str(state_dir / DEFAULT_GROUP_NAME), members=members)
+    spec = GroupSpec(config, state_dir / f"{DEFAULT_GROUP_NAME}.toml", group_file_text(config))
+    return Topology("default", state_dir, (spec,), None)
+
+
+def group_file_text(config: GroupConfig) -> str:
+    """A group file for `config`'s name, data directory and members (every other setting at
+    its default: only built-in topologies are written this way)."""
+
+    def value(text: str) -> str:
+        return json.dumps(text)  # a JSON string is a valid TOML basic string
+
+    lines = ["# Written by `raftmq up` for its built-in default topology.", "[group]",
+             f"name = {value(config.name)}", f"data_dir = {value(config.data_dir)}"]
+    for member in config.members:
+        lines += ["", "[[node]]", f"id = {value(member.id)}", f"client = {value(member.client)}", f"raft = {value(member.raft)}"]
+        if member.admin is not None:
+            lines.append(f"admin = {value(member.admin)}")
+    return "\n".join(lines) + "\n"
+
+
+def load_topology(path: str | Path) -> Topology:
+    """A topology file (`[topology]` / `[[group]]`) or a group file (`[[node]]`)."""
+    path = Path(path)
+    raw = _read_toml(path)
+    if isinstance(raw.get("node"), list):
+        config = load_group_config(path)
+        topology = Topology(config.name, Path(config.data_dir).resolve(), (GroupSpec(config, path.resolve()),), path)
+    elif "topology" in raw or "group" in raw:
+        topology = _load_topology_file(path, raw)
+    else:
+        raise ConfigError(f"{path}: neither a topology ([topology] and [[group]] tables) nor a group file ([[node]] tables)")
+    check_topology(topology)
+    return topology
+
+
+def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
+    unknown = sorted(set(raw) - {"topology", "group"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected: topology, group)")
+    table = raw.get("topology", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: 'topology' must be a table ([topology])")
+    for key, item in table.items():
+        if key not in _TOPOLOGY_KEYS:
+            raise ConfigError(f"{path}: unknown key topology.{key} (known: {', '.join(_TOPOLOGY_KEYS)})")
+        if not isinstance(item, str) or not item:
+            raise ConfigError(f"{path}: topology.{key} must be a non-empty string, got {item!r}")
+    entries = raw.get("group")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(f"{path}: a topology needs at least one [[group]] table (file = \"GROUP.toml\")")
+    groups = []
+    for i, entry in enumerate(entries):
+        for key in entry:
+            if key not in _GROUP_ENTRY_KEYS:
+                raise ConfigError(f"{path}: unknown key group[{i}].{key} (known: {', '.join(_GROUP_ENTRY_KEYS)})")
+        file = entry.get("file")
+        if not isinstance(file, str) or not file:
+            raise ConfigError(f"{path}: group[{i}].file must name a group file, got {file!r}")
+        group_path = (path.parent / file).resolve()
+        try:
+            groups.append(GroupSpec(load_group_config(group_path), group_path))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: group[{i}]: {exc}") from None
+    name = table.get("name", path.stem)
+    state_dir = Path(table.get("data_dir", DEFAULT_DATA_DIR)).resolve()
+    return Topology(name, state_dir, tuple(groups), path)
+
+
+def check_topology(topology: Topology) -> None:
+    """What a single group file cannot check: distinct group names, data directories and
+    addresses across groups; every member needs an admin address (`up` waits on /status)."""
+    where = topology.source if topology.source is not None else "built-in topology"
+    names: set[str] = set()
+    data_dirs: dict[Path, str] = {}
+    addresses: dict[tuple[str, int], str] = {}
+    for group in topology.groups:
+        if group.name in names:
+            raise ConfigError(f"{where}: group name {group.name!r} is used twice")
+        names.add(group.name)
+        data_dir = Path(group.config.data_dir).resolve()
+        if data_dir in data_dirs:
+            raise ConfigError(f"{where}: groups {data_dirs[data_dir]} and {group.name} share data_dir {data_dir}")
+        data_dirs[data_dir] = group.name
+        for member in group.config.members:
+            if member.admin is None:
+                raise ConfigError(f"{group.config_path}: node {member.id} has no admin address (raftmq up reads each node's /status)")
+            for kind in ("client", "raft", "admin"):
+                address = split_address(getattr(member, kind))
+                label = f"{group.name}/{member.id} {kind}"
+                if address in addresses:
+                    raise ConfigError(f"{where}: {label} {address[0]}:{address[1]} is also {addresses[address]}")
+                addresses[address] = label
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None

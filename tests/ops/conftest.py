@@ -1,0 +1,48 @@
+"""Helpers for the `raftmq up / down / status` tests: group files on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports the kernel just handed out (held together, so no duplicates)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def group_file_text(name: str, data_dir: Path, ports: list[int], size: int = 3, admin: bool = True) -> str:
+    lines = ["[group]", f"name = {json.dumps(name)}", f"data_dir = {json.dumps(str(data_dir))}"]
+    for i in range(size):
+        client, raft, admin_port = ports[3 * i: 3 * i + 3]
+        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "127.0.0.1:{client}"', f'raft = "127.0.0.1:{raft}"']
+        if admin:
+            lines.append(f'admin = "127.0.0.1:{admin_port}"')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def write_group(tmp_path: Path) -> Callable[..., Path]:
+    """write_group(name="g1", size=3, ports=None, admin=True) -> path of a group file whose
+    data directory is tmp_path/<name>."""
+
+    def write(name: str = "g1", size: int = 3, ports: list[int] | None = None, admin: bool = True) -> Path:
+        ports = ports if ports is not None else free_ports(3 * size)
+        path = tmp_path / f"{name}.toml"
+        path.write_text(group_file_text(name, tmp_path / name, ports, size, admin), encoding="utf-8")
+        return path
+
+    return write

@@ -1,0 +1,144 @@
+"""Real processes: `raftmq up --detach` / `status` / `down`, and an attached `up` stopped by Ctrl-C.
+
+Every node started here is stopped by pid in a `finally`, whatever the test's outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from raftmq.ops.launcher import ClusterState, is_our_node, read_state, stop_nodes
+
+WriteGroup = Callable[..., Path]
+COMMAND_TIMEOUT = 40
+
+
+def raftmq(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT, cwd=cwd)
+
+
+def status_json(config: Path, cwd: Path) -> dict:
+    result = raftmq("status", "--json", "--config", str(config), cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def cleanup(state: ClusterState | None) -> None:
+    if state is not None:
+        stop_nodes(state, grace=2.0)
+
+
+def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Path) -> None:
+    config = write_group("g1")
+    state_dir = tmp_path / "g1"
+    state: ClusterState | None = None
+    try:
+        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
+        state = read_state(state_dir)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert state is not None and len(state.nodes) == 3 and all(is_our_node(node) for node in state.nodes)
+        clients = [node.client for node in state.nodes]
+        assert f"clients: failover:({','.join('stomp://' + c for c in clients)})" in up.stdout
+        assert f"hosts:   {','.join(clients)}" in up.stdout
+        for node in state.nodes:
+            assert "raftmq node listening on" in Path(node.log).read_text()  # stdout went to its log
+
+        summary = status_json(config, tmp_path)
+        (group,) = summary["groups"]
+        assert len(group["nodes"]) == 3 and group["nodes_up"] == 3
+        assert [row["role"] for row in group["nodes"]].count("leader") == 1
+        assert {row["pid"] for row in group["nodes"]} == {node.pid for node in state.nodes}
+
+        again = raftmq("up", "--detach", "--config", str(config), cwd=tmp_path)
+        assert again.returncode != 0 and "already running" in again.stderr, again.stdout + again.stderr
+        assert read_state(state_dir) == state  # the running cluster's state is untouched
+
+        victim = next(node for node in state.nodes if node.id == "n2")
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while is_our_node(victim) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rows = {row["id"]: row for row in status_json(config, tmp_path)["groups"][0]["nodes"]}
+        assert rows["n2"]["up"] is False and rows["n2"]["role"] == "down"
+        assert rows["n1"]["up"] and rows["n3"]["up"]
+        view = raftmq("status", "--once", "--config", str(config), cwd=tmp_path)
+        assert view.returncode == 0 and "2/3 nodes up" in view.stdout and "master" in view.stdout, view.stdout + view.stderr
+
+        down = raftmq("down", "--config", str(config), cwd=tmp_path)
+        assert down.returncode == 0 and "stopped 2 node(s)" in down.stdout, down.stdout + down.stderr
+        assert "SIGKILL" not in down.stdout  # SIGTERM was enough: each node stopped itself
+        assert not any(is_our_node(node) for node in state.nodes)
+        for node in state.nodes:
+            assert not Path(f"/proc/{node.pid}").exists() or _is_zombie(node.pid)
+        assert read_state(state_dir) is None
+    finally:
+        cleanup(state)
+
+
+def test_attached_up_stops_the_cluster_on_ctrl_c(write_group: WriteGroup, tmp_path: Path) -> None:
+    config = write_group("g2")
+    state_dir = tmp_path / "g2"
+    state: ClusterState | None = None
+    output = tmp_path / "up.out"
+    with open(output, "wb") as out:
+        up = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--config", str(config), "--timeout", "25"],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while "clients: failover:" not in output.read_text() and up.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state = read_state(state_dir)
+        assert state is not None and up.poll() is None, output.read_text()
+        time.sleep(1.5)  # at least one refresh of the live view
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=20) == 0, output.read_text()
+        text = output.read_text()
+        assert "stopping the cluster" in text and "stopped 3 node(s)" in text and "SIGKILL" not in text, text
+        assert not any(is_our_node(node) for node in state.nodes)
+        assert read_state(state_dir) is None
+        for node in state.nodes:
+            assert "node.stopped" in Path(node.log).read_text()  # each one shut down cleanly
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=10)
+        cleanup(state)
+
+
+def test_down_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
+    """A state file naming a pid that is now another process: `down` must not signal it."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        from raftmq.ops.launcher import NodeProcess, process_start_time, write_state
+
+        start = process_start_time(bystander.pid)
+        assert start is not None
+        wrong_argv = NodeProcess("g", "n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", bystander.pid, start,
+                                 (sys.executable, "-m", "raftmq", "node", "--config", "x.toml", "--node", "n1"), "log")
+        wrong_start = NodeProcess("g", "n2", "127.0.0.1:4", "127.0.0.1:5", "127.0.0.1:6", bystander.pid, start + 1,
+                                  tuple(bystander.args), "log")
+        assert not is_our_node(wrong_argv) and not is_our_node(wrong_start)
+        assert is_our_node(NodeProcess("g", "n3", "", "", "", bystander.pid, start, tuple(bystander.args), "log"))
+        write_state(ClusterState("t", str(tmp_path), (wrong_argv, wrong_start)))
+        group = tmp_path / "g.toml"
+        group.write_text(f'[group]\nname = "g"\ndata_dir = "{tmp_path}"\n[[node]]\nid = "n1"\nclient = "127.0.0.1:1"\nraft = "127.0.0.1:2"\nadmin = "127.0.0.1:3"\n')
+        down = raftmq("down", "--config", str(group), "--timeout", "1", cwd=tmp_path)
+        assert down.returncode == 0 and "stopped 0 node(s)" in down.stdout, down.stdout + down.stderr
+        assert bystander.poll() is None  # untouched
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(")") + 2] == "Z"
