@@ -66,6 +66,10 @@ def _register_optional_commands() -> None:
 
     for command in (up_command, down_command, status_command):
         main.add_command(command)
+    from raftmq.ops.messaging_cli import queue_command, receive_command, send_command
+
+    for command in (send_command, receive_command, queue_command):
+        main.add_command(command)
 
 
 _register_optional_commands()
