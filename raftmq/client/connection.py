@@ -228,6 +228,8 @@ class StompClient:
             return
         fut = self._send_frame(Frame("DISCONNECT"), True)
         self._closing = True
+        # A full subscription queue holds reading; the receipt would then never be read.
+        self._transport.release_all_reading()
         try:
             if fut is not None:
                 async with asyncio.timeout(timeout):

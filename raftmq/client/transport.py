@@ -142,6 +142,13 @@ class StompTransport(asyncio.Protocol):
         if not self._read_pause_holders and self._transport is not None and not self._lost:
             self._transport.resume_reading()
 
+    def release_all_reading(self) -> None:
+        """Read again whatever holds reading: a closing client must read its DISCONNECT receipt."""
+        if self._read_pause_holders:
+            self._read_pause_holders.clear()
+            if self._transport is not None and not self._lost:
+                self._transport.resume_reading()
+
     def close(self) -> None:
         self.flush()
         if self._transport is not None:

@@ -180,3 +180,24 @@ def test_stomp_11_session(broker: tuple[str, int]) -> None:
         await client.disconnect()
 
     run(scenario())
+
+
+def test_disconnect_is_prompt_while_a_full_subscription_queue_holds_reading(broker: tuple[str, int]) -> None:
+    destination = queue_name()
+
+    async def scenario() -> None:
+        producer = await _connect(broker)
+        for n in range(6):
+            await producer.send(destination, f"m{n}".encode(), receipt=True)
+        consumer = await _connect(broker)
+        subscription = consumer.subscribe(destination, ack="auto", queue_size=2, receipt=True)
+        await subscription.receipt
+        await asyncio.sleep(0.3)  # the queue fills and the client stops reading
+        started = asyncio.get_running_loop().time()
+        await consumer.disconnect(timeout=5.0)
+        # The DISCONNECT receipt was read, not waited out.
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert consumer.closed.result() is None
+        await producer.disconnect()
+
+    run(scenario())
