@@ -126,7 +126,7 @@ class RaftTimings:
     commit_timeout_ms: int = 5000
     snapshot_timeout_ms: int = 5000
     max_entry_bytes: int = 256 * 1024
-    max_in_flight_entries: int = 1
+    max_in_flight_entries: int = 2
     append_entries_batch_bytes: int = 4 * 2**20
     compact_after_bytes: int = 64 * 2**20
 

@@ -1,9 +1,10 @@
 """`RaftLog`: the CommitLog of a group member, replicated with (hardened) pysyncobj.
 
-Group commit: `append` queues commands on the event loop. When fewer than
-`max_in_flight_entries` entries are in flight they go out at once (low latency when idle);
-otherwise everything that arrives meanwhile is coalesced into the next entry, up to
-`max_entry_bytes` of encoded commands, lz4-compressed. One Raft entry is therefore one
+Group commit: `append` queues commands on the event loop. With nothing in flight they go out
+at once; a further entry (up to `max_in_flight_entries`) goes out at once only while the
+entries in flight are small (`light_load_bytes`); otherwise everything that arrives meanwhile
+is coalesced into the next entry, up to `max_entry_bytes` of encoded commands, lz4-compressed.
+The leader applies its own entries from the commands it built them from (no second decode). One Raft entry is therefore one
 `on_commit` call, and one fdatasync per replication message covers all of it.
 
 Threads: pysyncobj's tick thread applies committed entries on every member and hands them to
@@ -29,6 +30,7 @@ import concurrent.futures
 import logging
 import os
 import struct
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +50,11 @@ logger = logging.getLogger(__name__)
 
 ENTRY_FORMAT = 1
 MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
+# The tick thread shares the GIL with the event loop. Each time it comes back from a system call
+# (poll, send, fdatasync) while the loop is busy applying an entry it waits for the loop to
+# give the GIL up: up to 5 ms at Python's default switch interval, several times per round
+# trip. 0.5 ms keeps a replication round trip at ~1-3 ms under load.
+GIL_SWITCH_INTERVAL = 0.0005
 _FAIL_REASONS = {1: "queue full", 2: "no leader", 3: "discarded by a new leader", 4: "not leader", 5: "leader changed",
                  6: "request denied", 7: "outcome unknown"}
 
@@ -73,7 +80,12 @@ class RaftSettings:
     # Group commit: entries of at most this many encoded bytes (a single larger append goes alone).
     max_entry_bytes: int = 256 * 1024
     # Entries in flight at once: 1 = send at once when idle, coalesce everything else meanwhile.
-    max_in_flight_entries: int = 1
+    max_in_flight_entries: int = 2
+    # Past the first, a further entry goes out while others are in flight only if those hold at
+    # most this many encoded bytes (light load: a SEND does not wait behind a consumer's ACK
+    # entry); under heavier load everything that arrives meanwhile is coalesced instead, since
+    # every entry costs each member a round of Python work whatever its size.
+    light_load_bytes: int = 16 * 1024
     append_entries_batch_bytes: int = 4 * 2**20  # also the hard limit of one entry
     compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
     commit_timeout: float = 5.0  # an append not committed by then fails (outcome unknown)
@@ -132,12 +144,15 @@ def _first_index(journal: DurableJournal) -> int:
 
 
 class _Pending:
-    __slots__ = ("batches", "futures", "timer")
+    __slots__ = ("batches", "commands", "futures", "timer", "entry", "size")
 
-    def __init__(self, batches: list[bytes], futures: list[asyncio.Future[None]]) -> None:
+    def __init__(self, batches: list[bytes], commands: list[Command], futures: list[asyncio.Future[None]]) -> None:
         self.batches = batches
+        self.commands = commands  # what the entry decodes to: the leader applies these as they are
         self.futures = futures
         self.timer: asyncio.TimerHandle | None = None
+        self.entry = b""
+        self.size = sum(len(batch) for batch in batches)
 
 
 class RaftLog(CommitLog):
@@ -158,8 +173,13 @@ class RaftLog(CommitLog):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_commit: OnCommit | None = None
         self._syncobj: HardenedSyncObj | None = None
-        self._queue: collections.deque[tuple[bytes, asyncio.Future[None]]] = collections.deque()
-        self._in_flight: dict[int, _Pending] = {}
+        self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
+        self._in_flight: dict[int, _Pending] = {}  # by token, until its futures are settled
+        # Entries this leader submitted, by their bytes, until they come back committed: the
+        # leader applies the commands it already has instead of decoding its own entry (equal
+        # bytes decode to equal commands, so a shared key is harmless; FIFO keeps the pairing).
+        self._own_entries: dict[bytes, collections.deque[_Pending]] = {}
+        self._in_flight_bytes = 0  # encoded commands in the entries of _in_flight
         self._next_token = 0
         self._pump_scheduled = False
         self._stopped = False
@@ -176,6 +196,8 @@ class RaftLog(CommitLog):
         s = self.settings
         self._loop = asyncio.get_running_loop()
         self._on_commit = on_commit
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         os.makedirs(s.data_dir, exist_ok=True)
         journal = await asyncio.to_thread(DurableJournal, os.path.join(s.data_dir, "raft.journal"))
         # Constructed on the loop's thread: pysyncobj's tick thread stops when its creator exits.
@@ -219,7 +241,7 @@ class RaftLog(CommitLog):
         except CommandCodecError as exc:
             future.set_exception(exc)
             return future
-        self._queue.append((batch, future))
+        self._queue.append((batch, commands, future))
         self._schedule_pump()
         return future
 
@@ -325,19 +347,26 @@ class RaftLog(CommitLog):
             self._fail_queued(lambda: NotLeader(hint))
             return
         s = self.settings
-        while self._queue and len(self._in_flight) < s.max_in_flight_entries:
+        while self._queue and self._may_submit():
             batches: list[bytes] = []
+            commands: list[Command] = []
             futures: list[asyncio.Future[None]] = []
             size = 0
             while self._queue and (not batches or size + len(self._queue[0][0]) <= s.max_entry_bytes):
-                batch, future = self._queue.popleft()
+                batch, batch_commands, future = self._queue.popleft()
                 if future.done():  # cancelled by its caller: never submitted
                     continue
                 batches.append(batch)
+                commands.extend(batch_commands)
                 futures.append(future)
                 size += len(batch)
             if batches:
-                self._submit(_Pending(batches, futures))
+                self._submit(_Pending(batches, commands, futures))
+
+    def _may_submit(self) -> bool:
+        s = self.settings
+        in_flight = len(self._in_flight)
+        return in_flight == 0 or (in_flight < s.max_in_flight_entries and self._in_flight_bytes <= s.light_load_bytes)
 
     def _submit(self, pending: _Pending) -> None:
         assert self._syncobj is not None and self._loop is not None
@@ -352,6 +381,9 @@ class RaftLog(CommitLog):
                     future.set_exception(CommitFailed(str(exc)))
             return
         self._in_flight[token] = pending
+        pending.entry = entry
+        self._in_flight_bytes += pending.size
+        self._own_entries.setdefault(entry, collections.deque()).append(pending)
         pending.timer = self._loop.call_later(self.settings.commit_timeout, self._expire, token)
 
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
@@ -363,6 +395,7 @@ class RaftLog(CommitLog):
         pending = self._in_flight.pop(token, None)
         if pending is None:
             return  # already failed (leadership lost, timeout, stop)
+        self._forget(pending)
         if pending.timer is not None:
             pending.timer.cancel()
         if error == SUCCESS and result is not None and result not in self._failed_deliveries:
@@ -380,6 +413,7 @@ class RaftLog(CommitLog):
     def _expire(self, token: int) -> None:
         pending = self._in_flight.pop(token, None)
         if pending is not None:
+            self._forget(pending)
             for future in pending.futures:
                 if not future.done():
                     future.set_exception(CommitFailed(f"not committed within {self.settings.commit_timeout:g}s; outcome unknown"))
@@ -389,12 +423,26 @@ class RaftLog(CommitLog):
 
     def _fail_queued(self, error: Callable[[], Exception]) -> None:
         queue, self._queue = self._queue, collections.deque()
-        for _batch, future in queue:
+        for _batch, _commands, future in queue:
             if not future.done():
                 future.set_exception(error())
 
+    def _forget(self, pending: _Pending) -> None:
+        """`pending` left _in_flight: forget its bytes and its entry."""
+        self._in_flight_bytes -= pending.size
+        waiting = self._own_entries.get(pending.entry)
+        if waiting is not None:
+            try:
+                waiting.remove(pending)
+            except ValueError:
+                pass
+            if not waiting:
+                del self._own_entries[pending.entry]
+
     def _fail_in_flight(self, error: Callable[[], Exception]) -> None:
         in_flight, self._in_flight = self._in_flight, {}
+        self._own_entries.clear()
+        self._in_flight_bytes = 0
         for pending in in_flight.values():
             if pending.timer is not None:
                 pending.timer.cancel()
@@ -432,14 +480,22 @@ class RaftLog(CommitLog):
     def _deliver(self, index: int, term: int, entry: bytes) -> None:
         self._delivered_index = index
         self._position = LogPosition(index, term)
-        try:
-            commands = decode_entry(entry)
-        except CommandCodecError as exc:
-            # Committed but unreadable here (a newer format?): this member's state now lags
-            # the group's. Surface it; never pretend it was applied.
-            logger.critical("Raft entry %d cannot be decoded: %s", index, exc)
-            self._record_apply_error(index, exc)
-            return
+        own = self._own_entries.get(entry)
+        if own is not None:
+            # Our own entry: apply the commands it was built from rather than decode it again.
+            pending = own.popleft()
+            if not own:
+                del self._own_entries[entry]
+            commands: Sequence[Command] = pending.commands
+        else:
+            try:
+                commands = decode_entry(entry)
+            except CommandCodecError as exc:
+                # Committed but unreadable here (a newer format?): this member's state now lags
+                # the group's. Surface it; never pretend it was applied.
+                logger.critical("Raft entry %d cannot be decoded: %s", index, exc)
+                self._record_apply_error(index, exc)
+                return
         if not commands or self._on_commit is None:
             return
         try:

@@ -189,6 +189,30 @@ def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> N
 
 
 def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_on_commit = StateMachine.on_commit
+
+    def on_commit_refusing_poison(self: StateMachine, commands: Any) -> None:
+        if any(dict(c.headers)["id"] == "poison" for c in commands):
+            raise ValueError("cannot apply the poison")
+        real_on_commit(self, commands)
+
+    monkeypatch.setattr(StateMachine, "on_commit", on_commit_refusing_poison)
+
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        with pytest.raises(CommitFailed):
+            await leader.append([send("poison")])
+        await leader.append([send("after")])
+        assert group.machines[0].ids == ["after"]
+        status = leader.status()
+        assert status.apply_errors == 1
+        assert "cannot apply the poison" in (status.last_apply_error or "")
+
+    run_group(tmp_path, 1, body)
+
+
+def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The leader applies the commands it built its own entries from; followers decode them.
     real_decode = raft_log.decode_entry
 
     def decode_refusing_poison(entry: bytes) -> list[Command]:
@@ -201,15 +225,17 @@ def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(t
 
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        with pytest.raises(CommitFailed):
-            await leader.append([send("poison")])
+        await leader.append([send("poison")])
         await leader.append([send("after")])
-        assert group.machines[0].ids == ["after"]
-        status = leader.status()
-        assert status.apply_errors == 1
-        assert "version 99" in (status.last_apply_error or "")
+        assert group.machines[group.logs.index(leader)].ids == ["poison", "after"]
+        followers = [log for log in group.logs if log is not None and log is not leader]
+        assert await eventually(lambda: all(f.status().apply_errors == 1 for f in followers), 5)
+        assert all("version 99" in (f.status().last_apply_error or "") for f in followers)
+        assert await eventually(
+            lambda: all(group.machines[group.logs.index(f)].ids == ["after"] for f in followers), 5
+        )
 
-    run_group(tmp_path, 1, body)
+    run_group(tmp_path, 3, body)
 
 
 def test_a_leader_cut_off_from_its_followers_fails_appends_never_succeeds(tmp_path: Path) -> None:
@@ -228,6 +254,23 @@ def test_a_leader_cut_off_from_its_followers_fails_appends_never_succeeds(tmp_pa
             await leader.append([send("refused")])
         machine = group.machines[group.logs.index(leader)]
         assert "orphan" not in machine.ids
+
+    run_group(tmp_path, 3, body)
+
+
+def test_appends_queued_behind_the_in_flight_entry_fail_when_leadership_is_lost(tmp_path: Path) -> None:
+    # Appends waiting behind the entry in flight must fail too when the leader steps down;
+    # before the fix they raised inside the loop callback and were never resolved.
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.append([send("committed")])
+        for i, log in enumerate(group.logs):
+            if log is not leader:
+                await group.stop(i)
+        futures = [leader.append([send(f"q{k}", b"x" * 20_000)]) for k in range(30)]
+        done, pending = await asyncio.wait(futures, timeout=5.0)
+        assert not pending, f"{len(pending)} appends never resolved"
+        assert all(isinstance(f.exception(), (CommitFailed, NotLeader)) for f in done)
 
     run_group(tmp_path, 3, body)
 
