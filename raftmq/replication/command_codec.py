@@ -8,6 +8,7 @@ means a new version here, which `tests/replication/test_command_codec.py` enforc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,8 +67,12 @@ def decode_batch(data: bytes) -> list[c.Command]:
     return [_decode_row(row) for row in rows]
 
 
+# Classes whose dataclass fields are exactly their wire fields, in order: built positionally.
+_POSITIONAL = frozenset(cls for cls, names in SCHEMA.values() if tuple(f.name for f in dataclasses.fields(cls)) == names)
+
+
 def _decode_row(row: Any) -> c.Command:
-    if not isinstance(row, list) or not row:
+    if type(row) is not list or not row:
         raise CommandCodecError("bad command row")
     entry = SCHEMA.get(row[0])
     if entry is None:
@@ -75,10 +80,18 @@ def _decode_row(row: Any) -> c.Command:
     cls, names = entry
     if len(row) != len(names) + 1:
         raise CommandCodecError(f"{cls.__name__}: expected {len(names)} fields, got {len(row) - 1}")
-    values = dict(zip(names, row[1:]))
     if cls is c.Send:
-        headers = values["headers"]
-        if not isinstance(headers, list) or not all(isinstance(h, list) and len(h) == 2 for h in headers):
+        headers = row[3]
+        if type(headers) is not list:
             raise CommandCodecError("Send: headers must be a list of pairs")
-        values["headers"] = tuple((str(k), str(v)) for k, v in headers)
-    return cls(**values)
+        pairs = []
+        for pair in headers:
+            if type(pair) is not list or len(pair) != 2:
+                raise CommandCodecError("Send: headers must be a list of pairs")
+            key, value = pair
+            pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
+        row = row.copy()
+        row[3] = tuple(pairs)
+    if cls in _POSITIONAL:
+        return cls(*row[1:])
+    return cls(**dict(zip(names, row[1:])))
