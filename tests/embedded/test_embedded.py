@@ -117,6 +117,21 @@ def test_three_node_group_survives_stopping_its_leader() -> None:
     assert all(refuses_connections(address) for address in broker.addresses)
 
 
+def test_five_node_group_survives_losing_two_members() -> None:
+    # A group of five tolerates two failures: with two members stopped, sends still commit.
+    with EmbeddedBroker(nodes=5) as broker:
+        client = broker.client()
+        client.send("/queue/five", "m0")
+        first = broker.wait_for_leader()
+        broker.stop_node(first)
+        second = broker.wait_for_leader()
+        assert second != first
+        broker.stop_node(second)
+        assert len(broker.running_nodes) == 3
+        client.send("/queue/five", "m1")
+        assert receive_bodies(client, "/queue/five", 2) == [b"m0", b"m1"]
+
+
 def test_single_node_with_data_dir_keeps_messages_across_restarts(tmp_path: Path) -> None:
     with EmbeddedBroker(data_dir=tmp_path) as broker, broker.client() as client:
         client.send("/queue/kept", "durable")
