@@ -42,7 +42,7 @@ from pysyncobj import _RAFT_STATE
 
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
-from raftmq.replication.command_codec import decode_batch, encode_batch
+from raftmq.replication.command_codec import decode_batch, encode_batch, thread_packer
 from raftmq.replication.pysyncobj_fixes import SUCCESS, DurableJournal, HardenedSyncObj
 from raftmq.server.log import CommitLog, LogPosition, OnCommit, RoleListener
 
@@ -114,7 +114,7 @@ class RaftStatus:
 
 def encode_entry(batches: Sequence[bytes]) -> bytes:
     """One Raft entry: format byte + lz4 block (size-prefixed) of a msgpack list of encoded batches."""
-    return bytes([ENTRY_FORMAT]) + lz4.block.compress(msgpack.packb(list(batches), use_bin_type=True), store_size=True)
+    return bytes([ENTRY_FORMAT]) + lz4.block.compress(thread_packer().pack(list(batches)), store_size=True)
 
 
 def decode_entry(entry: bytes) -> list[Command]:

@@ -21,14 +21,16 @@ SERVER_MESSAGE_HEADERS = frozenset(
 EMPTY_BODY_TAIL = b"content-length:0\n\n\0"
 
 
-def message_frame(deliver: Deliver, version: str) -> bytes:
-    """The MESSAGE frame of one delivery.
+def message_frame(deliver: Deliver, version: str, body: bytes | None = None) -> bytes:
+    """The MESSAGE frame of one delivery; `body`, when given, stands for the message's body
+    (a group member's core holds a body reference, resolved by the node).
 
     This is the hottest output path, so the common case (no header needs escaping, which the
     counts of ':' and EOL prove) is written as one string here; anything else goes through
     `encode_frame`, which escapes or refuses."""
     message = deliver.message
-    body = message.body
+    if body is None:
+        body = message.body
     lines = [
         f"MESSAGE\nsubscription:{deliver.sub_id}\nmessage-id:{message.message_id}\n"
         f"destination:{deliver.destination}\n"
@@ -60,12 +62,11 @@ def message_frame(deliver: Deliver, version: str) -> bytes:
             return b"".join((text.encode("utf-8"), body, b"\0"))
         except UnicodeEncodeError:
             pass  # a lone surrogate: let encode_frame refuse it
-    return _message_frame_escaped(deliver, version)
+    return _message_frame_escaped(deliver, version, body)
 
 
-def _message_frame_escaped(deliver: Deliver, version: str) -> bytes:
+def _message_frame_escaped(deliver: Deliver, version: str, body: bytes) -> bytes:
     message = deliver.message
-    body = message.body
     headers = [
         ("subscription", deliver.sub_id),
         ("message-id", message.message_id),

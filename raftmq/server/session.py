@@ -300,9 +300,10 @@ class Session(asyncio.Protocol):
         self.state = max(self.state, DISCONNECTING)
         self._close_after_flush()
 
-    def deliver(self, effect: Deliver) -> None:
+    def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
+        """`body`: the message's bytes when the effect holds a body reference (a group)."""
         if self.state < FAILED:
-            self.write(message_frame(effect, self.version))
+            self.write(message_frame(effect, self.version, body))
 
     def receipt(self, receipt_id: str) -> None:
         if self.state != CLOSED:

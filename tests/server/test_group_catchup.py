@@ -77,7 +77,7 @@ def test_lagging_follower_catches_up_by_snapshot_and_corruption_is_detected(tmp_
 
         # The group still has every message, whoever leads next.
         group.kill(leader)
-        group.leader(timeout=10)
+        new_leader = group.leader(timeout=10)
         delivered = asyncio.run(drain_queue(addresses, destination))
         remaining = sorted(set(producer.ids) - set(consumed))
         assert sorted(message_id for message_id, _body, _headers in delivered) == remaining
@@ -90,6 +90,8 @@ def test_lagging_follower_catches_up_by_snapshot_and_corruption_is_detected(tmp_
             await client.disconnect()
 
         asyncio.run(send_late())
+        # Its segments must hold the late batch too before it is stopped (else one segment).
+        group.wait_applied(lagging, group.status(new_leader)["applied_index"])
 
         # Corrupt one byte inside a body segment of the caught-up member (a segment followed
         # by another, so it cannot pass for a torn tail): it must refuse to start, naming it.
