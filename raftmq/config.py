@@ -47,7 +47,7 @@ _SECTIONS: dict[str, type] = {"node": NodeConfig, "limits": Limits, "core": Core
 def load_node_config(path: str | Path) -> NodeConfig:
     """Read a node config file. Tables: [node], [limits], [core]; all keys optional."""
     path = Path(path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     if isinstance(raw.get("node"), list):
         raise ConfigError(f"{path}: [[node]] tables describe a group; load it with load_group_config (raftmq node --node ID)")
     unknown = sorted(set(raw) - set(_SECTIONS))
@@ -182,7 +182,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 def is_group_file(path: str | Path) -> bool:
     """True when the file holds `[[node]]` tables (a group); False for a single-node file."""
-    return isinstance(_read_toml(Path(path)).get("node"), list)
+    return isinstance(read_toml(Path(path)).get("node"), list)
 
 
 def load_config(path: str | Path) -> NodeConfig | GroupConfig:
@@ -194,7 +194,7 @@ def load_group_config(path: str | Path) -> GroupConfig:
     """Read a group file. Tables: [group] (required: name, data_dir), [raft], [journal],
     [server], [limits], [core], and one [[node]] per member (id, client, raft, admin)."""
     path = Path(path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     unknown = sorted(set(raw) - set(_GROUP_SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_GROUP_SECTIONS)})")
@@ -231,7 +231,8 @@ def load_group_config(path: str | Path) -> GroupConfig:
     return GroupConfig(name, data_dir, members, password, raft, journal, server)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as a dict; every failure is a ConfigError naming the file."""
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -19,12 +19,11 @@ Every error is a `ConfigError` naming the file and what is wrong; `up` prints it
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raftmq.config import GroupConfig, GroupMember, load_group_config, split_address
+from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
 from raftmq.errors import ConfigError
 
 DEFAULT_DATA_DIR = ".raftmq"
@@ -97,7 +96,7 @@ def group_file_text(config: GroupConfig) -> str:
 def load_topology(path: str | Path) -> Topology:
     """A topology file (`[topology]` / `[[group]]`) or a group file (`[[node]]`)."""
     path = Path(path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     if isinstance(raw.get("node"), list):
         config = load_group_config(path)
         topology = Topology(config.name, Path(config.data_dir).resolve(), (GroupSpec(config, path.resolve()),), path)
@@ -166,14 +165,3 @@ def check_topology(topology: Topology) -> None:
                 if address in addresses:
                     raise ConfigError(f"{where}: {label} {address[0]}:{address[1]} is also {addresses[address]}")
                 addresses[address] = label
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None

@@ -46,8 +46,11 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         clients = [node.client for node in state.nodes]
         assert f"clients: failover:({','.join('stomp://' + c for c in clients)})" in up.stdout
         assert f"hosts:   {','.join(clients)}" in up.stdout
-        for node in state.nodes:
-            assert "raftmq node listening on" in Path(node.log).read_text()  # stdout went to its log
+        for node in state.nodes:  # stdout went to its log (the line may trail the admin endpoint)
+            deadline = time.monotonic() + 10
+            while "raftmq node listening on" not in Path(node.log).read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "raftmq node listening on" in Path(node.log).read_text()
 
         summary = status_json(config, tmp_path)
         (group,) = summary["groups"]
