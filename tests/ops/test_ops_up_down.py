@@ -100,7 +100,7 @@ def test_attached_up_stops_the_cluster_on_ctrl_c(write_group: WriteGroup, tmp_pa
         assert state is not None and up.poll() is None, output.read_text()
         time.sleep(1.5)  # at least one refresh of the live view
         up.send_signal(signal.SIGINT)
-        assert up.wait(timeout=20) == 0, output.read_text()
+        assert up.wait(timeout=40) == 0, output.read_text()
         text = output.read_text()
         assert "stopping the cluster" in text and "stopped 3 node(s)" in text and "SIGKILL" not in text, text
         assert not any(is_our_node(node) for node in state.nodes)
