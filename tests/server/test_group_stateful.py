@@ -1,17 +1,21 @@
 """Hypothesis drives a real 3-member group (sends, acks, nacks, kill -9 of followers and
-leaders, restarts) and checks every client-visible outcome against `group_model.QueueModel`.
+leaders, loss of the majority, restarts) and checks every client-visible outcome against
+`group_model.QueueModel`.
 
 One group serves every example; each example uses its own queue. Producer and consumer are
 `FailoverClient`s (leader redirects, resends of unreceipted SENDs with the same
-`_AMQ_DUPL_ID`). A SEND or ACK counts as done only when its RECEIPT arrived; anything else
+`_AMQ_DUPL_ID`) on an event loop of their own thread, so they live through the faults as a
+client process would. A SEND or ACK counts as done only when its RECEIPT arrived; anything else
 (an error, a timeout, no majority) is recorded as unknown, never as done. The teardown of each
-example restarts every member, closes the run's clients, drains the queue with a fresh
-consumer and checks the model, and the leader's counters: everything enqueued was delivered.
+example restarts every member, closes the run's clients, waits until the leader holds no
+session, drains the queue with a fresh consumer and checks the model, and the leader's
+counters: nothing left in the queue, and exactly as many messages enqueued as ids delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -44,6 +48,7 @@ PREFETCH = 8
 # more than PREFETCH in flight to us, so a larger queue never fills.
 QUEUE_SIZE = 8 * PREFETCH
 SEND_TIMEOUT_MS = 3000  # the failover client fails a SEND without a RECEIPT after this long
+MINORITY_SEND_WAIT = 1.0  # without a majority nothing can be receipted: wait less, then give up
 ACK_TIMEOUT = 3.0
 RULE_TIMEOUT = 8.0  # no rule's client work may take longer
 FIRST_MESSAGE_WAIT = 0.7
@@ -107,6 +112,39 @@ def find_leader(group: Group, timeout: float = LEADER_WAIT) -> str | None:
     return None
 
 
+class ClientLoop:
+    """An event loop on its own thread: the clients keep running (heart-beats, reconnects,
+    sockets closing) while the test thread kills and restarts members, as a real client
+    process would. Coroutines run here one at a time, the test thread waiting for each."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="stateful-clients", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        async def bounded() -> Any:
+            async with asyncio.timeout(timeout):
+                return await coro
+
+        return asyncio.run_coroutine_threadsafe(bounded(), self.loop).result(timeout + 5)
+
+    def close(self) -> None:
+        async def cancel_the_rest() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.run(cancel_the_rest(), timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+
 class GroupMachine(RuleBasedStateMachine):
     """One example: one queue, one producer and one consumer, faults in between."""
 
@@ -118,18 +156,14 @@ class GroupMachine(RuleBasedStateMachine):
         self.tag = uuid.uuid4().hex[:8]
         self.destination = f"/queue/stateful-{self.tag}"
         self.next_id = 0
-        self.runner = asyncio.Runner()
+        self.clients = ClientLoop()
         self.producer: FailoverClient | None = None
         self.consumer: FailoverClient | None = None
         self.subscription: FailoverSubscription | None = None
         self.down: set[str] = set()  # members this example killed and did not restart
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = RULE_TIMEOUT) -> Any:
-        async def bounded() -> Any:
-            async with asyncio.timeout(timeout):
-                return await coro
-
-        return self.runner.run(bounded())
+        return self.clients.run(coro, timeout)
 
     @property
     def up(self) -> list[str]:
@@ -164,6 +198,8 @@ class GroupMachine(RuleBasedStateMachine):
         assert self.producer is not None
         ids = [f"{self.tag}-{self.next_id + i}" for i in range(count)]
         self.next_id += count
+        # Each SEND fails by itself after SEND_TIMEOUT_MS; the wait is a second bound.
+        wait = SEND_TIMEOUT_MS / 1000 + 1 if len(self.down) < 2 else MINORITY_SEND_WAIT
 
         async def send_all() -> None:
             assert self.producer is not None
@@ -178,8 +214,7 @@ class GroupMachine(RuleBasedStateMachine):
                 except ClientError:
                     self.model.send_failed(message_id)
             if futures:
-                # Each SEND fails by itself after SEND_TIMEOUT_MS; the wait is a second bound.
-                await asyncio.wait(futures.values(), timeout=SEND_TIMEOUT_MS / 1000 + 2)
+                await asyncio.wait(futures.values(), timeout=wait)
             for message_id, future in futures.items():
                 if future.done() and not future.cancelled() and future.exception() is None:
                     self.model.send_receipted(message_id)
@@ -274,7 +309,7 @@ class GroupMachine(RuleBasedStateMachine):
             try:
                 self.run(self.close_clients(), timeout=15)
             finally:
-                self.runner.close()
+                self.clients.close()
 
     def finish_and_check(self) -> None:
         dead = [node_id for node_id, member in self.group.members.items() if not member.alive]
