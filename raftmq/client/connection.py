@@ -143,7 +143,9 @@ class StompClient:
         if sub_id in self._subscriptions:
             raise ClientError(f"subscription id {sub_id!r} is already in use")
         if queue_size == DEFAULT_QUEUE_SIZE and prefetch:
-            queue_size = max(prefetch, 1)
+            # Never fill at the prefetch window itself: a full queue stops reading the socket,
+            # and a consumer waiting for its ACK's RECEIPT would then wait forever.
+            queue_size = max(2 * prefetch, DEFAULT_QUEUE_SIZE)
         subscription = Subscription(self, sub_id, destination, ack, callback, queue_size)
         frame_headers = [("destination", destination), ("id", sub_id), ("ack", ack)]
         if prefetch is not None:

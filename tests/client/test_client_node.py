@@ -201,3 +201,24 @@ def test_disconnect_is_prompt_while_a_full_subscription_queue_holds_reading(brok
         await producer.disconnect()
 
     run(scenario())
+
+
+def test_ack_receipts_arrive_while_a_full_prefetch_window_is_buffered(broker: tuple[str, int]) -> None:
+    destination = queue_name()
+
+    async def scenario() -> None:
+        producer = await _connect(broker)
+        for n in range(12):
+            await producer.send(destination, f"m{n}".encode(), receipt=True)
+        consumer = await _connect(broker)
+        subscription = consumer.subscribe(destination, ack="client-individual", prefetch=8, receipt=True)
+        await subscription.receipt
+        await asyncio.sleep(0.3)  # the whole window (8 messages) is now buffered in the client
+        for _ in range(12):
+            frame = await subscription.get()
+            async with asyncio.timeout(3):
+                await consumer.ack(frame, receipt=True)  # its RECEIPT must be read meanwhile
+        await consumer.disconnect()
+        await producer.disconnect()
+
+    run(scenario())
