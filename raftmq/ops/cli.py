@@ -112,7 +112,7 @@ def _attached(topology: Topology, state: ClusterState, children: dict[int, subpr
     from raftmq.ops.launcher import remove_state, stop_nodes
     from raftmq.ops.status_view import collect_status, render_status
 
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     addresses = [node.address() for node in state.nodes]
     console = Console()
     try:
