@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the kernel just handed out (held together, so no duplicates)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+from raftmq.embedded import free_ports
 
 
 def group_file_text(name: str, data_dir: Path, ports: list[int], size: int = 3, admin: bool = True) -> str:

@@ -9,7 +9,6 @@ import os
 import queue
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,23 +21,11 @@ import stomp
 from stomp_raw import stomp_connection
 
 from raftmq.client import StompClient, connect
+from raftmq.embedded import free_ports
 from raftmq.errors import BrokerRefused, ClientError
 
 READY_TIMEOUT = 20.0
 READY_LINE = "raftmq node listening on "
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Member:
