@@ -1,0 +1,85 @@
+"""Where the CPU goes: CPU seconds per message of each process in a 3-node group run.
+
+    .venv/bin/python bench/cpu_budget.py [--messages 20000] [--processes 1]
+
+Starts a 3-node group (as bench/side_by_side.py does), runs the 4P×4C / 100-receipts-in-flight
+case once with `raftmq bench`, and reads user+system CPU time from /proc for every node and for
+the bench (the bench's own children included, via RUSAGE_CHILDREN) before and after.
+
+Why: on a machine with C cores, e2e msg/s can never exceed C / (sum of CPU seconds per message
+over all processes). This prints that ceiling next to the measured rate, so a throughput aim
+can be checked against what the hardware allows before tuning further.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bench_cases import CASES, bench_command, declare_queue, new_destination, run_bench
+from node_group import NodeGroup, install_signal_handlers
+
+console = Console(width=None if sys.stdout.isatty() else 120)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of one live process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of stat(5)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@click.command()
+@click.option("--messages", "-n", default=20000, show_default=True)
+@click.option("--processes", default=1, show_default=True, help="`raftmq bench --processes`")
+def main(messages: int, processes: int) -> None:
+    install_signal_handlers()
+    case = CASES[0]
+    with NodeGroup.create(size=3) as group:
+        leader = group.start_all(timeout=60)
+        group.wait_live(timeout=60)
+        url = group.members[leader].client_url
+        destination = new_destination(case)
+        declare_queue(url, destination, ())
+        command = bench_command(url, case, destination, messages, 0, processes, (), Path("result.json"))
+        pids = {node_id: member.pid for node_id, member in group.members.items()}
+        before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
+        bench_before = _children_cpu()
+        started = time.monotonic()
+        result = run_bench(command, messages)
+        wall = time.monotonic() - started
+        after = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
+        bench_cpu = _children_cpu() - bench_before
+    rows = [(f"node {node_id}" + (" (leader)" if node_id == leader else ""), after[node_id] - before[node_id])
+            for node_id in before]
+    rows.append(("raftmq bench (client)", bench_cpu))
+    total = sum(cpu for _, cpu in rows)
+    cores = os.cpu_count() or 1
+    table = Table(title=f"CPU per message, {messages:,} msgs, 4P×4C window 100, {cores} cores")
+    table.add_column("process")
+    table.add_column("CPU s", justify="right")
+    table.add_column("µs / msg", justify="right")
+    for name, cpu in rows:
+        table.add_row(name, f"{cpu:.2f}", f"{cpu / messages * 1e6:.1f}")
+    table.add_row("total", f"{total:.2f}", f"{total / messages * 1e6:.1f}")
+    console.print(table)
+    console.print(f"wall {wall:.1f} s (process start-up included); measured e2e {result['consume_rate']:,.0f} msg/s; "
+                  f"lost {result['lost']}, duplicated {result['duplicated']}")
+    console.print(f"CPU ceiling on {cores} cores: {cores / (total / messages):,.0f} msg/s "
+                  f"(nodes alone: {cores / ((total - bench_cpu) / messages):,.0f} msg/s)")
+
+
+if __name__ == "__main__":
+    main()
