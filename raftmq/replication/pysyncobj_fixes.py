@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import ipaddress
-import logging
 import os
 import pickle
 import struct
@@ -48,18 +47,20 @@ import pysyncobj.pickle as pso_pickle
 import pysyncobj.serializer as pso_serializer
 import pysyncobj.syncobj as pso_syncobj
 import pysyncobj.tcp_connection as pso_tcp
+import structlog
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import Journal
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION
 
 from raftmq.errors import ConfigError, RaftmqError
+from raftmq.storage.journal import log_if_slow_fsync
 
 PINNED_VERSION = "0.3.17"
 if VERSION != PINNED_VERSION:  # every patch below relies on 0.3.17's internals
     raise ImportError(f"raftmq needs pysyncobj=={PINNED_VERSION} exactly (its hardening patches are written against it); found {VERSION}")
 
-logger = logging.getLogger(__name__)
+log = structlog.get_logger("raftmq.replication.pysyncobj_fixes")
 
 FIX_NAMES = (
     "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
@@ -225,7 +226,7 @@ class DurableJournal(Journal):
             self._ends.append(end)
             offset = end
         if offset < len(data):
-            logger.warning("%s: cutting a torn tail of %d bytes at offset %d", self.path, len(data) - offset, offset)
+            log.warning("raft.journal_torn_tail_truncated", path=self.path, offset=offset, dropped_bytes=len(data) - offset)
             os.ftruncate(self._fd, offset)
             os.fsync(self._fd)
         self._size = offset
@@ -328,7 +329,9 @@ class DurableJournal(Journal):
     def sync(self) -> None:
         """Make every entry added so far durable: one fdatasync for all of them."""
         if self._dirty and self._fd >= 0:
+            started = time.monotonic()
             os.fdatasync(self._fd)
+            log_if_slow_fsync(started, self.path)
             self.fsyncs += 1
             self._dirty = False
         self.durable_index = self._entries[-1][1] if self._entries else 0
@@ -349,7 +352,7 @@ class DurableJournal(Journal):
             return False
         if self._entries[position] != previous or self._entries[position + 1] != last:
             return False
-        logger.info("%s: journal not yet trimmed after snapshot at index %d; trimming it now", self.path, previous[1])
+        log.info("raft.journal_trimmed_after_snapshot", path=self.path, snapshot_index=previous[1])
         self.deleteEntriesTo(position)
         return True
 
@@ -513,12 +516,12 @@ def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseExcep
         try:
             return fn(*args)
         except Exception as exc:
-            logger.exception("%s raised in the Raft tick thread; logged and skipped", what)
+            log.exception("raft.callback_failed", callback=what)
             if on_error is not None:
                 try:
                     on_error(exc)
                 except Exception:
-                    logger.exception("error handler of %s raised", what)
+                    log.exception("raft.error_handler_failed", callback=what)
             return None
 
     return guarded
@@ -666,7 +669,7 @@ class HardenedSyncObj(SyncObj):
             state = self._snapshot() if self._snapshot is not None else b""
             write_snapshot_file(path, tuple(last), tuple(previous), sorted(str(n) for n in cluster), state)
         except Exception:
-            logger.exception("Raft snapshot failed; journal kept, next try in 1 s")
+            log.exception("raft.snapshot_failed", retry_in_s=1.0)  # the journal is kept
             self._compaction_retry_at = time.monotonic() + 1.0
             raise
 

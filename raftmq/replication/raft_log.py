@@ -27,17 +27,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import logging
 import os
 import struct
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lz4.block
 import msgpack
+import structlog
 from pysyncobj import _RAFT_STATE
 
 from raftmq.core.commands import Command
@@ -46,7 +46,7 @@ from raftmq.replication.command_codec import decode_batch, encode_batch, thread_
 from raftmq.replication.pysyncobj_fixes import SUCCESS, DurableJournal, HardenedSyncObj
 from raftmq.server.log import CommitLog, LogPosition, OnCommit, RoleListener
 
-logger = logging.getLogger(__name__)
+log = structlog.get_logger("raftmq.replication.raft_log")
 
 ENTRY_FORMAT = 1
 MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
@@ -67,7 +67,8 @@ class RaftSettings:
     self_address: str  # "host:port" of this member's Raft port; bound exactly there
     peers: tuple[str, ...]  # every member's Raft address (this one may be included)
     data_dir: str  # journal, metadata and snapshot of this member
-    password: str | None = None  # required unless every address is loopback; needs `cryptography`
+    # Required unless every address is loopback; needs `cryptography`. Kept out of reprs.
+    password: str | None = field(default=None, repr=False)
     # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
     tick_period: float = 0.005
     append_entries_period: float = 0.02
@@ -460,7 +461,7 @@ class RaftLog(CommitLog):
             try:
                 self._role_listener(False)
             except Exception:
-                logger.exception("role listener raised")
+                log.exception("raft.role_listener_failed")
         self._fail_in_flight(lambda: CommitFailed("leadership lost before commit; outcome unknown"))
         hint = self.leader_hint
         self._fail_queued(lambda: NotLeader(hint))
@@ -493,7 +494,7 @@ class RaftLog(CommitLog):
             except CommandCodecError as exc:
                 # Committed but unreadable here (a newer format?): this member's state now lags
                 # the group's. Surface it; never pretend it was applied.
-                logger.critical("Raft entry %d cannot be decoded: %s", index, exc)
+                log.critical("raft.entry_undecodable", index=index, error=str(exc))
                 self._record_apply_error(index, exc)
                 return
         if not commands or self._on_commit is None:
@@ -501,7 +502,7 @@ class RaftLog(CommitLog):
         try:
             self._on_commit(commands)
         except Exception as exc:
-            logger.exception("on_commit raised for Raft entry %d", index)
+            log.exception("raft.apply_failed", index=index)
             self._record_apply_error(index, exc)
 
     def _record_apply_error(self, index: int, exc: BaseException) -> None:
@@ -539,4 +540,4 @@ class RaftLog(CommitLog):
         try:
             self._restore(state)
         except Exception:
-            logger.exception("restoring the snapshot at Raft index %d raised", index)
+            log.exception("raft.restore_failed", index=index)

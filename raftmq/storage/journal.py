@@ -17,6 +17,7 @@ import bisect
 import fcntl
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ log = structlog.get_logger("raftmq.storage.journal")
 
 DEFAULT_SEGMENT_BYTES = 64 * 2**20
 DEFAULT_CACHE_BYTES = 32 * 2**20
+# An fsync slower than this is logged as `journal.fsync_slow`: on a healthy SSD it takes a
+# few ms, and every commit waits for it, so 100 ms means a saturated or failing disk.
+FSYNC_SLOW_MS = 100.0
 _RECORD_OVERHEAD = 96  # rough RAM per cached record besides its payload
 
 
@@ -70,6 +74,7 @@ class Journal:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_open_readers: int = 16,
+        fsync_slow_ms: float = FSYNC_SLOW_MS,
     ) -> None:
         if segment_bytes <= 0 or cache_bytes < 0 or max_open_readers < 1:
             raise ValueError("segment_bytes and max_open_readers must be positive, cache_bytes not negative")
@@ -77,6 +82,7 @@ class Journal:
         self.segment_bytes = segment_bytes
         self.cache_bytes = cache_bytes
         self.max_open_readers = max_open_readers
+        self.fsync_slow_ms = fsync_slow_ms
         self._lock = threading.Lock()
         self._segments: list[Segment] = []  # ascending; each holds at least one batch
         self._by_id: dict[int, Segment] = {}
@@ -227,7 +233,7 @@ class Journal:
             # The segment being left must be whole on disk before a later one can exist: a torn
             # batch in a segment that is no longer the last would read as corruption after a
             # power loss. One extra fsync per rotation, so every segment but the last is durable.
-            self._fsync(self._writer[1])
+            self._fsync(self._writer[1], self._writer[0].path)
             os.close(self._writer[1])
             self._writer = None
         segment = Segment(segment_id, os.path.join(self.directory, segment_name(segment_id)))
@@ -259,19 +265,21 @@ class Journal:
         """Make every batch appended so far durable, and the entries of segments created since."""
         self._check_writable()
         if self._unsynced and self._writer is not None:
-            self._fsync(self._writer[1])
+            self._fsync(self._writer[1], self._writer[0].path)
         self._unsynced = False
         if self._dir_dirty:
-            self._fsync(self._dir_fd)
+            self._fsync(self._dir_fd, self.directory)
             self._dir_dirty = False
 
-    def _fsync(self, fd: int) -> None:
+    def _fsync(self, fd: int, path: str) -> None:
+        started = time.monotonic()
         try:
             os.fsync(fd)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: trust nothing more.
             self._broken = f"fsync failed: {exc}"
             raise
+        log_if_slow_fsync(started, path, self.fsync_slow_ms)
 
     def delete_segments_before(self, raft_index: int) -> list[int]:
         """Delete every segment whose records all have raft indexes below `raft_index`,
@@ -438,3 +446,10 @@ class Journal:
 
 def _batch_ram(batch: tuple[Record, ...]) -> int:
     return sum(len(record.payload) + _RECORD_OVERHEAD for record in batch)
+
+
+def log_if_slow_fsync(started: float, path: str, threshold_ms: float = FSYNC_SLOW_MS) -> None:
+    """Log `journal.fsync_slow` when the fsync that began at monotonic `started` took too long."""
+    duration_ms = (time.monotonic() - started) * 1000
+    if duration_ms >= threshold_ms:
+        log.warning("journal.fsync_slow", file=path, duration_ms=round(duration_ms, 1), threshold_ms=threshold_ms)
