@@ -7,6 +7,8 @@
 
 `connect_failover(url)` gives a `FailoverClient` that follows leader redirects and reconnects
 (see raftmq.client.failover); `raftmq.client.sync.Client` is its blocking facade.
+TLS: `connect(host, port, ca_file=...)` or `ssl_context=client_ssl_context(...)`; failover
+URLs take `stomp+ssl://` (or `ssl://`) addresses.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from raftmq.client.failover_url import (
 from raftmq.client.heartbeat import negotiate_heartbeat
 from raftmq.client.policies import POLICY_NAMES, make_policy
 from raftmq.client.subscription import Subscription, SubscriptionEnded
+from raftmq.client.tls import client_ssl_context
 
 __all__ = [
     "POLICY_NAMES",
@@ -42,6 +45,7 @@ __all__ = [
     "Subscription",
     "SubscriptionEnded",
     "TransactionRolledBack",
+    "client_ssl_context",
     "connect",
     "connect_failover",
     "make_policy",

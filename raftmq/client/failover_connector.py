@@ -19,6 +19,11 @@ from raftmq.client.policies import make_policy, rotated
 from raftmq.errors import BrokerRefused, ClientError
 
 NOT_LEADER = "not the leader"
+ACCESS_REFUSED = "access refused"  # CONNECT refused for its login/passcode: retrying cannot help
+
+
+def is_access_refused(error: BaseException) -> bool:
+    return isinstance(error, BrokerRefused) and error.headers.get("message") == ACCESS_REFUSED
 
 
 class RedirectLimitExceeded(ClientError):
@@ -102,6 +107,8 @@ class Connector:
             try:
                 return await self._attempt(known)
             except ClientError as exc:
+                if is_access_refused(exc):
+                    raise  # every node shares the users: wrong credentials stay wrong
                 errors.append(exc)
                 self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
         if not errors:
@@ -133,6 +140,8 @@ class Connector:
                     failures.append(str(exc))
                     break  # the group is mid-election or misconfigured: try the next group
                 except ClientError as exc:
+                    if is_access_refused(exc):
+                        raise
                     failures.append(f"{address}: {exc}")
                     continue
                 return client, group, landed

@@ -6,6 +6,11 @@ Accepted forms::
     failover:stomp://h1:61613,stomp://h2:61613
     failover:((stomp://a1:1,stomp://a2:2,stomp://a3:3),(stomp://b1:1,stomp://b2:2))?...
     stomp://h1:61613,h2:61613          (a plain host list; `tcp://` and bare HOST:PORT work too)
+    failover:(stomp+ssl://h1:61614,stomp+ssl://h2:61614)   (TLS; `ssl://` works too)
+
+TLS is a property of the whole URL (`FailoverTarget.tls`): every member of a group shares its
+`[tls]` table, and a leader named in a redirect is reached the same way. Addresses without a
+scheme follow the others; mixing `stomp://` and `stomp+ssl://` is an error.
 
 A flat list is one group: the nodes of one Raft group, of which the client finds the leader
 (following `not the leader` redirects). Nested parentheses list several groups, tried in
@@ -27,6 +32,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from raftmq.client.policies import canonical_policy_name
+from raftmq.client.tls import TLS_SCHEMES
 from raftmq.errors import ConfigError
 
 DEFAULT_STOMP_PORT = 61613
@@ -96,6 +102,7 @@ class FailoverTarget:
 
     groups: tuple[tuple[Address, ...], ...]
     options: FailoverOptions
+    tls: bool = False  # a stomp+ssl:// (or ssl://) URL
 
 
 def _parse_ms(value: str) -> float:
@@ -169,27 +176,43 @@ def parse_failover_url(url: str) -> FailoverTarget:
             if rest and not rest.startswith("?"):
                 raise InvalidFailoverUrl(f"unexpected {rest!r} after the address list in {url!r}")
             options = _parse_query(rest[1:], url) if rest else FailoverOptions()
-            return FailoverTarget(_parse_groups(inner, url), options)
+            return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url))
         if "?" in body:
             raise InvalidFailoverUrl(f"put the addresses in parentheses to give options: failover:(...)?... in {url!r}")
-        return FailoverTarget(_parse_groups(body, url), FailoverOptions())
+        return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url))
     if "?" in text:
         raise InvalidFailoverUrl(f"options need the failover:(...)?... form, in {url!r}")
     if "(" in text or ")" in text:
         raise InvalidFailoverUrl(f"parenthesised groups need the failover: prefix, in {url!r}")
-    return FailoverTarget(_parse_groups(text, url), FailoverOptions())
+    return FailoverTarget(_parse_groups(text, url), FailoverOptions(), _uses_tls(text, url))
+
+
+def _uses_tls(addresses: str, url: str) -> bool:
+    """Whether the (already validated) address list asks for TLS; refuses a mix."""
+    schemes = {
+        item.split("://", 1)[0].strip("( ").lower()
+        for item in addresses.split(",")
+        if "://" in item
+    }
+    tls = {scheme in TLS_SCHEMES for scheme in schemes}
+    if len(tls) > 1:
+        raise InvalidFailoverUrl(f"mixes TLS (stomp+ssl://) and plain (stomp://) addresses: {url!r}")
+    return tls == {True}
 
 
 def parse_address(text: str) -> Address:
-    """`stomp://HOST:PORT`, `tcp://HOST:PORT`, `HOST:PORT`, `HOST` or `[IPv6]:PORT`."""
+    """`stomp://HOST:PORT`, `tcp://HOST:PORT`, `stomp+ssl://HOST:PORT`, `ssl://HOST:PORT`,
+    `HOST:PORT`, `HOST` or `[IPv6]:PORT` (whether it is TLS: `FailoverTarget.tls`)."""
     raw = text.strip()
     if not raw:
         raise InvalidFailoverUrl("empty address")
     rest = raw
     if "://" in raw:
         scheme, rest = raw.split("://", 1)
-        if scheme.lower() not in ADDRESS_SCHEMES:
-            raise InvalidFailoverUrl(f"unsupported scheme {scheme!r} in {raw!r}; use stomp:// or tcp://")
+        if scheme.lower() not in (*ADDRESS_SCHEMES, *TLS_SCHEMES):
+            raise InvalidFailoverUrl(
+                f"unsupported scheme {scheme!r} in {raw!r}; use stomp:// or tcp://, or stomp+ssl:// or ssl:// for TLS"
+            )
     if "?" in rest:
         raise InvalidFailoverUrl(f"per-address options are not supported: {raw!r}")
     rest = rest.rstrip("/")
