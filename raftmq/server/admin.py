@@ -1,7 +1,12 @@
 """A group member's admin port: a deliberately small HTTP/1.1 server on asyncio.
 
-- `GET /status`: `Node.status()` as JSON (role, term, commit / applied index, counters);
-  `GET /status?verify=1` also reads back every body the core references (`Node.verify_bodies`).
+- `GET /status`: `Node.status()` as JSON (role, term, commit / applied index, counters,
+  rates) plus `group` and `health`; `GET /status?verify=1` also reads back every body the
+  core references (`Node.verify_bodies`).
+- `GET /metrics`: the same numbers for Prometheus (`raftmq.server.metrics`), read at scrape time.
+- `GET /health`: `{"status": "ok" | "unavailable" | "failed", ...}`, HTTP 200 when ok (the
+  node leads, or follows a leader it knows, and has not failed), 503 otherwise: what a load
+  balancer or an orchestrator's probe asks.
 - `POST /bodies`: what members use to fetch message bodies from each other (a member that
   installed a snapshot referencing bodies it never received). The request body is a msgpack
   list of Raft indexes; the answer is msgpack `[considered_through, [[index, [[term, kind,
@@ -10,8 +15,8 @@
   With a group password the request carries `X-Raftmq-Signature`, the hex HMAC-SHA256 of its
   body under the password.
 
-The Prometheus `/metrics` of a later issue belongs here too. `fetch_bodies` is the client
-side; it blocks (it runs while a snapshot is restored) and every wait in it is bounded.
+`fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
+restored) and every wait in it is bounded.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from typing import Any
 
 import msgpack
 import structlog
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.server.bodies import BodyStore, IndexRecords
+from raftmq.server.metrics import HEALTH_OK, exposition, health, metrics_registry
 
 log = structlog.get_logger("raftmq.server.admin")
 
@@ -38,6 +45,7 @@ MAX_ANSWER_BYTES = 32 * 2**20
 INDEXES_PER_REQUEST = 4096
 READ_TIMEOUT = 10.0
 SIGNATURE_HEADER = "X-Raftmq-Signature"
+CONTENT_TYPE_METRICS = CONTENT_TYPE_LATEST
 
 
 def sign(password: str, body: bytes) -> str:
@@ -53,14 +61,28 @@ class AdminServer:
         host: str,
         port: int,
         password: str | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
         self._status = status
+        self.group = group or ""  # a single node (no group) is labelled by its node name
         self._bodies = bodies
         self._verify = verify
         self.host = host
         self.port = port
         self._password = password
         self._server: asyncio.base_events.Server | None = None
+        self._registry = metrics_registry(self.status)
+
+    def status(self) -> dict[str, Any]:
+        """What `/status` answers (without `verify`)."""
+        status = self._status()
+        status["group"] = self.group or status.get("node")
+        verdict, reason = health(status)
+        status["health"] = verdict
+        if reason is not None:
+            status["health_reason"] = reason
+        return status
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
@@ -108,13 +130,32 @@ class AdminServer:
             return 413, "text/plain", b"request body too large\n"
         body = await reader.readexactly(length) if length else b""
         if method == "GET" and path == "/status":
-            status = self._status()
+            status = self.status()
             if self._verify is not None and "verify=1" in query.split("&"):
                 status["verify"] = self._verify()
             return 200, "application/json", json.dumps(status, default=str).encode() + b"\n"
+        if method == "GET" and path == "/metrics":
+            return 200, CONTENT_TYPE_METRICS, exposition(self._registry)
+        if method == "GET" and path == "/health":
+            return self._health_answer()
         if method == "POST" and path == "/bodies":
             return self._bodies_answer(body, headers.get(SIGNATURE_HEADER.lower()))
         return 404, "text/plain", b"not found\n"
+
+    def _health_answer(self) -> tuple[int, str, bytes]:
+        status = self.status()
+        answer = {
+            "status": status["health"],
+            "reason": status.get("health_reason"),
+            "group": status["group"],
+            "node": status.get("node"),
+            "role": status.get("role"),
+            "leader": status.get("leader"),
+            "term": status.get("term"),
+            "failure": status.get("failure"),
+        }
+        code = 200 if status["health"] == HEALTH_OK else 503
+        return code, "application/json", json.dumps(answer).encode() + b"\n"
 
     def _bodies_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
         if self._password is not None and (signature is None or not hmac.compare_digest(signature, sign(self._password, body))):

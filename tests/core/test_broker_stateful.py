@@ -144,6 +144,7 @@ class Model:
         self.topic_subs: list[MSub] = []
         self.durables: dict[str, MSub] = {}
         # Counters per destination, as the broker's stats name them.
+        self.enqueued: dict[str, int] = {}  # expiry queue: left to the broker (limbo)
         self.dequeued: dict[str, int] = {}
         self.expired: dict[str, int] = {}
         self.dead: dict[str, int] = {}
@@ -188,6 +189,7 @@ class Model:
                 self.dedup.popleft()
         self.seq += 1
         message_id = f"{CONFIG.broker_name}-{self.seq}"
+        self.bump(self.enqueued, destination)  # a topic counts what was published to it
         if destination == TOPIC:
             for sub in self.topic_subs:
                 if red or not sub.selector:
@@ -199,6 +201,7 @@ class Model:
 
     def move(self, copy: Copy, source: Pool, target: str) -> None:
         self.bump(self.dead if target == DLQ else self.expired, source.destination)
+        self.bump(self.enqueued, target)
         self.pools[target].ready.append(copy.moved())
 
     def give_back(self, pool: Pool, copies: list[Copy]) -> None:
@@ -688,6 +691,8 @@ class BrokerMachine(RuleBasedStateMachine):
             assert stat(destination, "dequeued") == model.dequeued.get(destination, 0), destination
             assert stat(destination, "dead_lettered") == model.dead.get(destination, 0), destination
             if destination != EXPIRY:
+                assert stat(destination, "enqueued") == model.enqueued.get(destination, 0), destination
+            if destination != EXPIRY:
                 assert settled <= stat(destination, "depth") <= settled + limbo, destination
         # Limbo copies are in their store or in the expiry queue; ambiguous ones are in the
         # expiry queue or discarded. Either way each is counted exactly once.
@@ -695,6 +700,11 @@ class BrokerMachine(RuleBasedStateMachine):
         discarded_unknown = stat(TOPIC, "discarded") - model.discarded
         assert 0 <= moved_unknown and 0 <= discarded_unknown <= len(model.ambiguous)
         assert sum(stat(d, "expired") for d in destinations) - sum(model.expired.values()) == moved_unknown
+        # Nobody sends to the expiry queue here: it stores exactly what expired.
+        assert stat(EXPIRY, "enqueued") == sum(stat(d, "expired") for d in destinations) == stats["expiry"]["expired"]
+        assert stats["dead_letter"] == {
+            "destination": DLQ, "depth": stat(DLQ, "depth"), "dead_lettered": sum(model.dead.values()),
+        }
         depth_elsewhere = sum(stat(d, "depth") for d in destinations if d != EXPIRY)
         assert depth_elsewhere + moved_unknown + discarded_unknown == settled_total + limbo_total + len(model.ambiguous)
         # Nothing that could be delivered is left waiting for a consumer with room.

@@ -1,0 +1,149 @@
+"""Prometheus exposition of a node's status, and the health verdict of `/health`.
+
+`StatusCollector` turns one `Node.status()` (read at scrape time, on the event loop that
+serves the request) into metric families. Each admin server has its own
+`CollectorRegistry`: several nodes run in one process in tests, and the global registry
+would mix them up. Every sample carries `group` and `node` labels, so the scrapes of all
+members can be stored side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+HEALTH_OK = "ok"
+HEALTH_UNAVAILABLE = "unavailable"  # up, but cannot serve clients now (no leader known)
+HEALTH_FAILED = "failed"  # must stop (journal unwritable, unreadable snapshot)
+
+
+def health(status: dict[str, Any]) -> tuple[str, str | None]:
+    """(verdict, reason): ok when the node serves its role: it leads, or it follows a
+    leader it knows (clients it refuses are told where to go)."""
+    if status.get("failure"):
+        return HEALTH_FAILED, str(status["failure"])
+    if status.get("role") == "leader":
+        return HEALTH_OK, None
+    if status.get("leader"):
+        return HEALTH_OK, None
+    return HEALTH_UNAVAILABLE, "no leader known (no quorum, or an election is under way)"
+
+
+# (metric suffix, status key, help) of the node's own counters.
+_NODE_COUNTERS = (
+    ("apply_failures", "apply_failures", "Committed commands the broker core raised on (skipped; a bug)."),
+    ("leader_changes", "leader_changes", "Times this node gained or lost leadership."),
+    ("internal_errors", "internal_errors", "Client connections closed because handling their input raised."),
+    ("body_failures", "body_failures", "Deliveries refused because the message body was missing or corrupt."),
+    ("sessions_swept", "sessions_swept", "Sessions of earlier leaders disconnected by this node as the new leader."),
+)
+# (metric suffix, counter key in a destination's stats, help).
+_DESTINATION_GAUGES = (
+    ("depth", "depth", "Messages ready (stored, not in flight)."),
+    ("consumers", "consumers", "Active consumers (subscriptions)."),
+    ("in_flight", "in_flight", "Messages delivered and not yet acknowledged."),
+    ("enqueue_rate", "enqueue_rate", "Messages stored per second over the last seconds (see /status rates)."),
+    ("dequeue_rate", "dequeue_rate", "Messages consumed per second over the last seconds."),
+)
+_DESTINATION_COUNTERS = (
+    ("enqueued", "enqueued", "Messages stored (a topic: published)."),
+    ("dequeued", "dequeued", "Messages consumed for good (acknowledged, or sent to an auto-ack consumer)."),
+    ("dead_lettered", "dead_lettered", "Messages moved to the dead-letter queue."),
+    ("expired", "expired", "Messages moved to the expiry queue."),
+)
+
+
+class StatusCollector(Collector):
+    def __init__(self, status: Callable[[], dict[str, Any]]) -> None:
+        self._status = status  # AdminServer.status: Node.status() plus group and health
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status()
+        labels = {"group": str(status.get("group") or ""), "node": str(status.get("node") or "")}
+        names, values = list(labels), list(labels.values())
+
+        def gauge(name: str, documentation: str, value: Any) -> Metric | None:
+            if not _number(value):
+                return None
+            family = GaugeMetricFamily(f"raftmq_{name}", documentation, labels=names)
+            family.add_metric(values, value)
+            return family
+
+        def counter(name: str, documentation: str, value: Any) -> Metric | None:
+            if not _number(value):
+                return None
+            family = CounterMetricFamily(f"raftmq_{name}", documentation, labels=names)
+            family.add_metric(values, value)
+            return family
+
+        verdict, _ = health(status)
+        applied, commit = status.get("applied_index"), status.get("commit_index")
+        raft = status.get("raft") or {}
+        bodies = status.get("bodies") or {}
+        broker = status.get("broker") or {}
+        families = [
+            gauge("up", "1 when the node serves its role (see /health).", 1 if verdict == HEALTH_OK else 0),
+            gauge("failed", "1 when the node has failed and is stopping.", 1 if status.get("failure") else 0),
+            gauge("raft_leader", "1 on the group's leader (master), 0 on followers (slaves).",
+                  1 if status.get("role") == "leader" else 0),
+            gauge("raft_term", "Current Raft term.", status.get("term")),
+            gauge("raft_commit_index", "Highest Raft index known committed.", commit),
+            gauge("raft_applied_index", "Highest Raft index applied to this node's broker state.", applied),
+            gauge("raft_replication_lag", "Committed entries this node has not applied yet (commit - applied).",
+                  max(0, commit - applied) if _number(commit) and _number(applied) else None),
+            gauge("raft_journal_bytes", "Bytes in the Raft journal (entries since the last snapshot).",
+                  raft.get("journal_bytes")),
+            gauge("raft_journal_entries", "Entries in the Raft journal.", raft.get("journal_entries")),
+            counter("raft_apply_errors", "Raft entries that failed to apply.", raft.get("apply_errors")),
+            gauge("body_journal_bytes", "Bytes in the message body journal's segments.", bodies.get("bytes")),
+            gauge("connections", "Client connections open on this node.", status.get("sessions")),
+            gauge("sessions", "Client sessions the group's broker state knows (on every member alike).",
+                  broker.get("sessions")),
+            gauge("dead_letter_depth", "Messages waiting in the dead-letter queue.",
+                  (broker.get("dead_letter") or {}).get("depth")),
+            gauge("expiry_depth", "Messages waiting in the expiry queue.", (broker.get("expiry") or {}).get("depth")),
+        ]
+        families += [counter(name, documentation, status.get(key)) for name, key, documentation in _NODE_COUNTERS]
+        yield from (family for family in families if family is not None)
+        rates = (status.get("rates") or {}).get("destinations") or {}
+        yield from self._destinations(broker.get("destinations") or {}, rates, names, values)
+
+    def _destinations(
+        self, destinations: dict[str, dict[str, Any]], rates: dict[str, dict[str, Any]], names: list[str], values: list[str]
+    ) -> Iterator[Metric]:
+        label_names = ["destination", "type", *names]
+        rows = [
+            ([destination, "topic" if destination.startswith("/topic/") else "queue", *values],
+             {**counters, **rates.get(destination, {})})
+            for destination, counters in sorted(destinations.items())
+        ]
+        for suffix, key, documentation in _DESTINATION_GAUGES:
+            family = GaugeMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
+            for label_values, counters in rows:
+                if _number(counters.get(key)):
+                    family.add_metric(label_values, counters[key])
+            yield family
+        for suffix, key, documentation in _DESTINATION_COUNTERS:
+            family = CounterMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
+            for label_values, counters in rows:
+                if _number(counters.get(key)):
+                    family.add_metric(label_values, counters[key])
+            yield family
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def metrics_registry(status: Callable[[], dict[str, Any]]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(status))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

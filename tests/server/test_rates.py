@@ -1,0 +1,73 @@
+"""Rates from counter samples (the node's clock, never the core's), and the health verdict."""
+
+from __future__ import annotations
+
+from raftmq.server.metrics import health
+from raftmq.server.rates import RateSampler
+
+
+def counters(enqueued: int, dequeued: int) -> dict[str, int]:
+    return {"depth": 0, "enqueued": enqueued, "dequeued": dequeued}
+
+
+def test_rates_are_unknown_until_the_span_is_long_enough() -> None:
+    sampler = RateSampler(window=10, min_span=0.5)
+    sampler.sample(100.0, {"/queue/a": counters(0, 0)})
+    live = {"/queue/a": counters(3, 1)}
+    totals = sampler.rates(100.2, live)
+    assert totals["destinations"]["/queue/a"] == {"enqueue_rate": None, "dequeue_rate": None}
+    assert totals["enqueue_rate"] is None and live == {"/queue/a": counters(3, 1)}  # the counters are left alone
+    assert totals["enqueued"] == 3 and totals["dequeued"] == 1
+
+
+def test_rates_cover_the_rolling_window() -> None:
+    sampler = RateSampler(window=10, min_span=0.5)
+
+    def count(second: int) -> dict[str, dict[str, int]]:
+        return {"/queue/a": counters(min(second, 10) * 10, 0)}  # 10 msg/s in, then nothing after t=10
+
+    for second in range(0, 13):
+        sampler.sample(float(second), count(second))
+    live = count(12)
+    totals = sampler.rates(12.0, live)
+    assert totals["enqueue_rate"] == 8.0  # base sample t=2 (20): 80 more in 10 s
+    assert totals["destinations"] == {"/queue/a": {"enqueue_rate": 8.0, "dequeue_rate": 0.0}}
+    for second in range(13, 21):
+        sampler.sample(float(second), count(second))
+    totals = sampler.rates(20.5, count(20))  # the window holds only quiet seconds now
+    assert totals["enqueue_rate"] == 0.0 and totals["span_seconds"] == 9.5
+
+
+def test_new_destinations_start_from_zero_and_totals_add_up() -> None:
+    sampler = RateSampler(window=10, min_span=0.5)
+    sampler.sample(0.0, {"/queue/a": counters(10, 0)})
+    live = {"/queue/a": counters(30, 10), "/topic/t": counters(8, 4)}
+    totals = sampler.rates(4.0, live)
+    assert totals["destinations"] == {
+        "/queue/a": {"enqueue_rate": 5.0, "dequeue_rate": 2.5}, "/topic/t": {"enqueue_rate": 2.0, "dequeue_rate": 1.0},
+    }
+    assert totals["enqueue_rate"] == 7.0 and totals["dequeue_rate"] == 3.5
+    assert (totals["enqueued"], totals["dequeued"]) == (38, 14)
+
+
+def test_counters_that_go_back_give_no_negative_rate() -> None:
+    # A member whose state was replaced (an empty restore) counts from 0 again.
+    sampler = RateSampler(window=10, min_span=0.5)
+    sampler.sample(0.0, {"/queue/a": counters(50, 50)})
+    totals = sampler.rates(2.0, {"/queue/a": counters(2, 1)})
+    assert totals["destinations"]["/queue/a"] == {"enqueue_rate": 0.0, "dequeue_rate": 0.0}
+
+
+def test_samples_are_bounded_by_the_window() -> None:
+    sampler = RateSampler(window=10, min_span=0.5)
+    for second in range(1000):
+        sampler.sample(float(second), {})
+    assert len(sampler._samples) <= 12
+
+
+def test_health_verdicts() -> None:
+    assert health({"role": "leader", "leader": None, "failure": None}) == ("ok", None)
+    assert health({"role": "follower", "leader": "127.0.0.1:61613", "failure": None}) == ("ok", None)
+    verdict, reason = health({"role": "follower", "leader": None, "failure": None})
+    assert verdict == "unavailable" and "no leader" in reason
+    assert health({"role": "leader", "failure": "cannot write the body journal"}) == ("failed", "cannot write the body journal")
