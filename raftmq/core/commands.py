@@ -137,6 +137,43 @@ class Tick:
     now: int
 
 
-Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick
+# A browse answers with at most this many copies: every member applies (and so computes) it.
+MAX_BROWSE_LIMIT = 10_000
+DEFAULT_BROWSE_LIMIT = 1_000
 
-COMMAND_TYPES: tuple[type, ...] = (Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick)
+
+@dataclass(frozen=True, slots=True)
+class Browse:
+    """A queue browser (ActiveMQ's SUBSCRIBE with `browser:true`): copies of up to `limit`
+    ready messages of the queue `destination`, in the order consumers would get them (best
+    priority first, then arrival), then a `BrowseEnd`.
+
+    A replicated read: it changes nothing (no delivery, no ack id, no delivery count, no new
+    queue) and leaves no subscription behind. Applied in log order, so it sees every message
+    whose SEND was acknowledged before it, like a consumer would."""
+
+    session: str
+    sub_id: str
+    destination: str
+    now: int
+    limit: int = DEFAULT_BROWSE_LIMIT
+    selector: str | None = None
+    receipt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Noop:
+    """Changes nothing; its receipt comes in order with the session's other commands. The
+    shell appends it for a frame the core need not see whose RECEIPT must still not overtake
+    earlier ones (UNSUBSCRIBE of a browser subscription, which ended with its BrowseEnd)."""
+
+    session: str
+    now: int
+    receipt: str | None = None
+
+
+Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse | Noop
+
+COMMAND_TYPES: tuple[type, ...] = (
+    Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop,
+)

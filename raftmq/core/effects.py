@@ -45,4 +45,17 @@ class SessionError:
     receipt_id: str | None = None
 
 
-Effect = Deliver | Receipt | SessionError
+@dataclass(frozen=True, slots=True)
+class BrowseEnd:
+    """The end of a browse (after its copies, as Deliver effects with no ack id): the shell
+    writes a MESSAGE with `browser:end` and no body. `count` copies were sent; `truncated`
+    when the queue held more matching messages than the browse's limit."""
+
+    session: str
+    sub_id: str
+    destination: str
+    count: int
+    truncated: bool
+
+
+Effect = Deliver | Receipt | SessionError | BrowseEnd

@@ -33,6 +33,9 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     9: (c.Commit, ("session", "transaction", "now", "receipt")),
     10: (c.Abort, ("session", "transaction", "now", "receipt")),
     11: (c.Tick, ("now",)),
+    # New codes need no new FORMAT_VERSION: rows of the codes above decode as before.
+    12: (c.Browse, ("session", "sub_id", "destination", "now", "limit", "selector", "receipt")),
+    13: (c.Noop, ("session", "now", "receipt")),
 }
 _CODE_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
 

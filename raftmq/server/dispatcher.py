@@ -7,7 +7,7 @@ destination, ack, redelivered, delivery-count) followed by the message's stored 
 
 from __future__ import annotations
 
-from raftmq.core.effects import Deliver
+from raftmq.core.effects import BrowseEnd, Deliver
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import encode_frame
 from raftmq.protocol.frame import Frame
@@ -103,6 +103,25 @@ def _encodable_headers(headers: list[tuple[str, str]], version: str) -> list[tup
             continue
         kept.append((name, value))
     return kept
+
+
+def browse_end_frame(end: BrowseEnd, version: str) -> bytes:
+    """The MESSAGE that ends a browse (ActiveMQ's `browser:end`): no body, and how many copies
+    came before it (`browser-truncated:true` when the queue held more than the limit)."""
+    headers = [
+        ("subscription", end.sub_id),
+        ("message-id", "browser-end"),
+        ("destination", end.destination),
+        ("browser", "end"),
+        ("browser-count", str(end.count)),
+    ]
+    if end.truncated:
+        headers.append(("browser-truncated", "true"))
+    try:
+        data = encode_frame(Frame("MESSAGE", headers), version)
+    except ProtocolError:
+        data = encode_frame(Frame("MESSAGE", _encodable_headers(headers, version)), version)
+    return data[:-2] + EMPTY_BODY_TAIL
 
 
 def receipt_frame(receipt_id: str, version: str) -> bytes:

@@ -34,6 +34,9 @@ command_strategy = st.one_of(
     st.builds(c.Commit, session=text, transaction=text, now=now, receipt=opt_text),
     st.builds(c.Abort, session=text, transaction=text, now=now, receipt=opt_text),
     st.builds(c.Tick, now=now),
+    st.builds(c.Browse, session=text, sub_id=text, destination=text, now=now, limit=st.integers(0, 20_000),
+              selector=opt_text, receipt=opt_text),
+    st.builds(c.Noop, session=text, now=now, receipt=opt_text),
 )
 
 
@@ -48,6 +51,34 @@ def test_schema_pins_every_command_and_field() -> None:
     assert {cls for cls, _ in SCHEMA.values()} == set(c.COMMAND_TYPES)
     for cls, names in SCHEMA.values():
         assert set(names) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+def test_wire_layout_of_version_1_is_pinned() -> None:
+    # Logs written by earlier builds must keep decoding: a code's class and field order never
+    # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop).
+    assert FORMAT_VERSION == 1
+    assert {code: (cls.__name__, names) for code, (cls, names) in SCHEMA.items()} == {
+        1: ("Connect", ("session", "now", "login", "client_id")),
+        2: ("Disconnect", ("session", "now", "receipt")),
+        3: ("Subscribe", ("session", "sub_id", "destination", "now", "ack", "selector", "prefetch", "exclusive",
+                          "durable_name", "receipt")),
+        4: ("Unsubscribe", ("session", "sub_id", "now", "drop_durable", "receipt")),
+        5: ("Send", ("session", "destination", "headers", "body", "now", "transaction", "receipt")),
+        6: ("Ack", ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")),
+        7: ("Nack", ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")),
+        8: ("Begin", ("session", "transaction", "now", "receipt")),
+        9: ("Commit", ("session", "transaction", "now", "receipt")),
+        10: ("Abort", ("session", "transaction", "now", "receipt")),
+        11: ("Tick", ("now",)),
+        12: ("Browse", ("session", "sub_id", "destination", "now", "limit", "selector", "receipt")),
+        13: ("Noop", ("session", "now", "receipt")),
+    }
+
+
+def test_a_browse_row_decodes_from_its_wire_form() -> None:
+    row = [12, "s1", "b1", "/queue/q", 7, 50, "color = 'red'", "r1"]
+    assert decode_batch(msgpack.packb([1, [row]])) == [c.Browse("s1", "b1", "/queue/q", 7, 50, "color = 'red'", "r1")]
+    assert decode_batch(msgpack.packb([1, [[13, "s1", 8, None]]])) == [c.Noop("s1", 8, None)]
 
 
 def test_unknown_version_is_refused() -> None:
