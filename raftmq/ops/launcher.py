@@ -3,13 +3,15 @@
 Each member runs as `python -m raftmq node --config GROUP.toml --node ID` in its own session
 (a Ctrl-C in the terminal reaches `raftmq up` only, which then stops the nodes itself), with
 stdout and stderr in `<member data dir>/node.log`. The state file (`<state dir>/cluster.json`)
-records every node's pid, argv and start time: `raftmq down` signals a pid only while
-/proc/<pid> still shows that very process, never by name.
+records every node's pid, argv and start time, and the same of the launcher (the attached
+`raftmq up`, or the supervisor a detached one leaves behind, see raftmq.ops.supervisor):
+`raftmq down` signals a pid only while /proc/<pid> still shows that very process, never by name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -35,6 +37,15 @@ NODE_LOG = "node.log"
 UP_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
+# How long `down` waits for the launcher to let go of the nodes (SIGUSR1) before SIGKILL.
+RELEASE_TIMEOUT_SECONDS = 5.0
+RELEASE_SIGNAL = signal.SIGUSR1
+
+# NodeProcess.state
+RUNNING = "running"
+RESTARTING = "restarting"  # exited; the supervisor starts it again after a back-off
+DOWN = "down"  # exited, not restarted (restart = "never", or a clean exit)
+GAVE_UP = "gave-up"  # exited once more after its restart limit
 
 
 class ClusterError(RaftmqError):
@@ -52,9 +63,12 @@ class NodeProcess:
     start_time: int  # /proc/<pid>/stat field 22: tells a reused pid from ours
     argv: tuple[str, ...]
     log: str
+    restarts: int = 0
+    state: str = RUNNING
+    last_exit: str | None = None  # how it last ended ("killed by SIGKILL at 12:00:01"), for status
 
     def address(self) -> NodeAddress:
-        return NodeAddress(self.group, self.id, self.client, self.admin, self.pid)
+        return NodeAddress(self.group, self.id, self.client, self.admin, self.pid, self.restarts, self.last_exit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +77,27 @@ class ClusterState:
     state_dir: str
     nodes: tuple[NodeProcess, ...]
     launcher_pid: int = 0
+    launcher_start_time: int = 0
+    launcher_argv: tuple[str, ...] = ()
+    detached: bool = False  # the launcher is a supervisor process (`up --detach`)
+    ready: bool = False  # every group had a leader (a detached `up` waits for this)
+    restart: str = "never"  # the restart policy's mode, for status
 
     def to_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "topology": self.topology, "state_dir": self.state_dir,
-                "launcher_pid": self.launcher_pid, "nodes": [asdict(node) for node in self.nodes]}
+                "launcher_pid": self.launcher_pid, "launcher_start_time": self.launcher_start_time,
+                "launcher_argv": list(self.launcher_argv), "detached": self.detached, "ready": self.ready,
+                "restart": self.restart, "nodes": [asdict(node) for node in self.nodes]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterState:
         nodes = tuple(NodeProcess(**{**node, "argv": tuple(node["argv"])}) for node in data["nodes"])
-        return cls(data["topology"], data["state_dir"], nodes, data.get("launcher_pid", 0))
+        return cls(data["topology"], data["state_dir"], nodes, data.get("launcher_pid", 0),
+                   data.get("launcher_start_time", 0), tuple(data.get("launcher_argv", ())),
+                   bool(data.get("detached", False)), bool(data.get("ready", False)), data.get("restart", "never"))
+
+    def replace_node(self, node: NodeProcess) -> ClusterState:
+        return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n for n in self.nodes))
 
 
 def state_path(state_dir: Path) -> Path:
@@ -142,15 +168,32 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def is_our_node(node: NodeProcess) -> bool:
-    """True while `node.pid` is still the process we started (same argv, same start time)."""
-    if process_start_time(node.pid) != node.start_time:
-        return False
+def process_argv(pid: int) -> tuple[str, ...] | None:
     try:
-        cmdline = Path(f"/proc/{node.pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part) == node.argv
+        return None
+    return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part)
+
+
+def is_same_process(pid: int, start_time: int, argv: tuple[str, ...]) -> bool:
+    """True while `pid` is still the process we recorded (same argv, same start time)."""
+    return pid > 0 and process_start_time(pid) == start_time and process_argv(pid) == argv
+
+
+def is_our_node(node: NodeProcess) -> bool:
+    return is_same_process(node.pid, node.start_time, node.argv)
+
+
+def launcher_alive(state: ClusterState) -> bool:
+    """The `raftmq up` (or its detached supervisor) that owns the nodes still runs."""
+    return is_same_process(state.launcher_pid, state.launcher_start_time, state.launcher_argv)
+
+
+def own_identity() -> tuple[int, int, tuple[str, ...]]:
+    """(pid, start time, argv) of this process, as the state file records a launcher."""
+    pid = os.getpid()
+    return pid, process_start_time(pid) or 0, process_argv(pid) or ()
 
 
 def running_nodes(state: ClusterState) -> list[NodeProcess]:
@@ -175,9 +218,48 @@ def check_ports_free(topology: Topology) -> None:
                     raise ClusterError(f"{group.name}/{member.id}: {kind} address {address} is not available ({exc.strerror or exc})") from None
 
 
-def launch(topology: Topology, python: str = sys.executable) -> tuple[ClusterState, dict[int, subprocess.Popen[bytes]]]:
-    """Start every member; write the state file. Returns the state and our child processes.
-    On any failure the members already started are stopped before the error propagates."""
+def check_data_dirs(topology: Topology) -> None:
+    """Every directory `up` writes (the state directory, each member's) is a directory we can
+    write, or can be created (missing parents too, like `mkdir -p`): else one line naming the
+    node, the directory and what is wrong. Creates nothing."""
+    _check_usable_dir(topology.state_dir, f"cluster {topology.name!r}: state directory")
+    for group, member in topology.members():
+        _check_usable_dir(group.config.member_dir(member.id).resolve(), f"{group.name}/{member.id}: data directory")
+
+
+def _check_usable_dir(path: Path, label: str) -> None:
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        culprit = "it" if existing == path else str(existing)
+        raise ClusterError(f"{label} {path} is unusable: {culprit} is a file, not a directory")
+    probe = existing / f".raftmq-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if existing == path:
+            raise ClusterError(f"{label} {path} is not writable ({reason})") from None
+        raise ClusterError(f"{label} {path} cannot be created: {existing}, its nearest existing parent, is not writable ({reason})") from None
+
+
+def start_node(argv: tuple[str, ...], log_path: Path, note: str | None = None) -> subprocess.Popen[bytes]:
+    """One member process in its own session, stdout and stderr appended to `log_path`."""
+    with open(log_path, "ab") as log:
+        if note is not None:
+            log.write(f"--- raftmq up: {note} ---\n".encode())
+            log.flush()
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def launch(
+    topology: Topology, python: str = sys.executable, detached: bool = False
+) -> tuple[ClusterState, dict[int, subprocess.Popen[bytes]]]:
+    """Start every member; write the state file, with this process as the launcher. Returns
+    the state and our child processes. On any failure the members already started are
+    stopped before the error propagates."""
     for group in topology.groups:
         if group.generated_text is not None:
             group.config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,13 +275,14 @@ def launch(topology: Topology, python: str = sys.executable) -> tuple[ClusterSta
                 raise ClusterError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
             argv = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
             log_path = member_dir / NODE_LOG
-            with open(log_path, "ab") as log:
-                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            process = start_node(argv, log_path)
             children[process.pid] = process
             start_time = process_start_time(process.pid)
             started.append(NodeProcess(group.name, member.id, member.client, member.raft, member.admin or "",
                                        process.pid, start_time or 0, argv, str(log_path)))
-        state = ClusterState(topology.name, str(topology.state_dir), tuple(started), os.getpid())
+        pid, start_time, argv = own_identity()
+        state = ClusterState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, argv,
+                             detached, False, topology.restart.mode)
         write_state(state)
     except BaseException:
         stop_nodes(ClusterState(topology.name, str(topology.state_dir), tuple(started)), children, grace=2.0)
@@ -243,6 +326,24 @@ def last_log_line(path: Path) -> str:
 
 
 # -- stopping ---------------------------------------------------------------------------------
+
+
+def release_launcher(state: ClusterState, timeout: float = RELEASE_TIMEOUT_SECONDS) -> bool:
+    """Ask the launcher to let go of the nodes (RELEASE_SIGNAL: it stops supervising and exits
+    without touching them), so that nothing restarts a node `down` is stopping. SIGKILL if
+    it is still there after `timeout`. True when a launcher was running."""
+    if not launcher_alive(state) or state.launcher_pid == os.getpid():
+        return False
+    _signal(state.launcher_pid, RELEASE_SIGNAL)
+    deadline = time.monotonic() + timeout
+    while launcher_alive(state) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if launcher_alive(state):
+        _signal(state.launcher_pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while launcher_alive(state) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+    return True
 
 
 def stop_nodes(

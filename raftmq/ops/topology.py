@@ -5,13 +5,23 @@ A topology file::
     [topology]
     name = "local"            # optional
     data_dir = ".raftmq"      # where `up` keeps its state file; relative to the working directory
+    restart = "on-failure"    # or "never" (the default): restart a node that exits with an error
+    max_restarts = 5          # ... at most this many times per node within restart_window_s,
+    restart_window_s = 60     # then leave it down (reported)
+    restart_backoff_ms = 500  # wait before a restart; doubles with each restart in the window
 
     [[group]]
     file = "group.toml"       # a group file (raftmq.config), relative to this file
 
 A group file (`[[node]]` tables, e.g. configs/group.toml) is also accepted: a topology of one
 group whose state lives in the group's data directory. With no file at all, `default_topology`
-is one group of three members on loopback under `./.raftmq/`.
+is one group of three members on loopback under `./.raftmq/`. A preset (`preset_topology`)
+is a group file shipped in raftmq.presets whose state lives in `./.raftmq/`, as the built-in
+default's does, so `raftmq status` / `down` / `send` find it without options.
+
+Restarts default to "never": a node that dies stays down and is reported (its exit status and
+the last line of its log), since a restart would hide a crash a Raft majority rides out anyway,
+and a node that fails on start (a corrupt journal, a port taken) would only crash again.
 
 Every error is a `ConfigError` naming the file and what is wrong; `up` prints it as one line.
 """
@@ -19,7 +29,8 @@ Every error is a `ConfigError` naming the file and what is wrong; `up` prints it
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +45,39 @@ DEFAULT_RAFT_PORT = 62613
 DEFAULT_ADMIN_PORT = 8161
 DEFAULT_GROUP_SIZE = 3
 
-_TOPOLOGY_KEYS = ("name", "data_dir")
+_TOPOLOGY_KEYS = ("name", "data_dir", "restart", "max_restarts", "restart_window_s", "restart_backoff_ms")
 _GROUP_ENTRY_KEYS = ("file",)
+
+RESTART_NEVER = "never"
+RESTART_ON_FAILURE = "on-failure"
+RESTART_MODES = (RESTART_NEVER, RESTART_ON_FAILURE)
+MAX_BACKOFF_SECONDS = 30.0
+
+# `raftmq up --preset NAME`: group files in the raftmq.presets package (configs/ holds the same
+# files, documented in place; tests/ops/test_ops_presets.py keeps them equal).
+PRESETS = {"default": "default.toml", "five-node": "five-node.toml", "test": "test.toml"}
+PRESET_SOURCES = {"default": "group.toml", "five-node": "group5.toml", "test": "test.toml"}  # in configs/
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """What the supervisor of `raftmq up` does when a node exits on its own."""
+
+    mode: str = RESTART_NEVER
+    max_restarts: int = 5  # per node within `window_s`; the next failure leaves it down
+    window_s: float = 60.0
+    backoff_ms: int = 500  # before the first restart in the window; doubles with each one
+
+    def delay(self, recent_restarts: int) -> float:
+        """Seconds to wait before a restart, given the restarts already in the window."""
+        return min(self.backoff_ms / 1000 * 2**recent_restarts, MAX_BACKOFF_SECONDS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "max_restarts": self.max_restarts, "window_s": self.window_s, "backoff_ms": self.backoff_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RestartPolicy:
+        return cls(str(data["mode"]), int(data["max_restarts"]), float(data["window_s"]), int(data["backoff_ms"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +97,7 @@ class Topology:
     state_dir: Path  # absolute; holds the state file of a running cluster
     groups: tuple[GroupSpec, ...]
     source: Path | None = None  # None: the built-in default
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     def members(self) -> list[tuple[GroupSpec, GroupMember]]:
         return [(group, member) for group in self.groups for member in group.config.members]
@@ -93,6 +136,23 @@ def group_file_text(config: GroupConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def preset_path(name: str) -> Path:
+    """The group file of preset `name`, as a path the nodes can be started with."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    location = resources.files("raftmq.presets").joinpath(PRESETS[name])
+    if not isinstance(location, Path) or not location.is_file():
+        raise ConfigError(f"preset {name!r}: {location} is not a file on disk (raftmq installed as a zip?)")
+    return location
+
+
+def preset_topology(name: str, root: str | Path = DEFAULT_DATA_DIR) -> Topology:
+    """Preset `name`: its group file, with the cluster state under `root` like the built-in
+    default's (the group's own data_dir, relative to the working directory, is unchanged)."""
+    topology = load_topology(preset_path(name))
+    return replace(topology, name=name, state_dir=Path(root).resolve())
+
+
 def load_topology(path: str | Path) -> Topology:
     """A topology file (`[topology]` / `[[group]]`) or a group file (`[[node]]`)."""
     path = Path(path)
@@ -118,8 +178,9 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
     for key, item in table.items():
         if key not in _TOPOLOGY_KEYS:
             raise ConfigError(f"{path}: unknown key topology.{key} (known: {', '.join(_TOPOLOGY_KEYS)})")
-        if not isinstance(item, str) or not item:
+        if key in ("name", "data_dir") and (not isinstance(item, str) or not item):
             raise ConfigError(f"{path}: topology.{key} must be a non-empty string, got {item!r}")
+    restart = _restart_policy(path, table)
     entries = raw.get("group")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{path}: a topology needs at least one [[group]] table (file = \"GROUP.toml\")")
@@ -138,7 +199,29 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
             raise ConfigError(f"{path}: group[{i}]: {exc}") from None
     name = table.get("name", path.stem)
     state_dir = Path(table.get("data_dir", DEFAULT_DATA_DIR)).resolve()
-    return Topology(name, state_dir, tuple(groups), path)
+    return Topology(name, state_dir, tuple(groups), path, restart)
+
+
+def _restart_policy(path: Path, table: dict[str, Any]) -> RestartPolicy:
+    default = RestartPolicy()
+    mode = table.get("restart", default.mode)
+    if mode not in RESTART_MODES:
+        raise ConfigError(f"{path}: topology.restart must be one of {', '.join(repr(m) for m in RESTART_MODES)}, got {mode!r}")
+
+    def number(key: str, fallback: float, kind: type, minimum: float) -> Any:
+        value = table.get(key, fallback)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise ConfigError(f"{path}: topology.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+        if value < minimum:
+            raise ConfigError(f"{path}: topology.{key} must be at least {minimum:g}, got {value!r}")
+        return kind(value)
+
+    return RestartPolicy(
+        mode,
+        number("max_restarts", default.max_restarts, int, 0),
+        number("restart_window_s", default.window_s, float, 1),
+        number("restart_backoff_ms", default.backoff_ms, int, 0),
+    )
 
 
 def check_topology(topology: Topology) -> None:
