@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from raftmq import __version__
+from raftmq.logs import LEVELS as LOG_LEVELS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,8 +29,19 @@ def _parse_listen(value: str | None) -> tuple[str, int] | None:
 @click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
 @click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
-def node(listen: str | None, config_path: str | None, node_id: str | None) -> None:
-    """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it)."""
+@click.option(
+    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
+    help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
+)
+@click.option(
+    "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
+    default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
+)
+def node(listen: str | None, config_path: str | None, node_id: str | None, log_file: str | None, log_level: str) -> None:
+    """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
+
+    Once it serves clients it prints `raftmq node listening on HOST:PORT` on stdout; its log
+    goes to stderr (pretty on a terminal, key=value lines otherwise)."""
     from raftmq.config import GroupConfig, NodeConfig, load_config
     from raftmq.errors import ConfigError
     from raftmq.server.node import serve
@@ -48,14 +62,20 @@ def node(listen: str | None, config_path: str | None, node_id: str | None) -> No
             raise click.UsageError("--listen does not apply to a group member: its [[node]] names its client address")
         from raftmq.server.group import serve_group
 
-        serve_group(config, node_id)  # type: ignore[arg-type]
+        serve_group(config, node_id, on_ready=_print_ready, log_file=log_file, log_level=log_level)  # type: ignore[arg-type]
         return
     if node_id is not None:
         raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
     address = _parse_listen(listen)
     if address is not None:
         config = config.with_address(*address)
-    serve(config)
+    serve(config, on_ready=_print_ready, log_file=log_file, log_level=log_level)
+
+
+def _print_ready(host: str, port: int) -> None:
+    # Byte-for-byte what `raftmq up`, scripts and tests wait for on stdout.
+    click.echo(f"raftmq node listening on {host}:{port}")
+    sys.stdout.flush()
 
 
 def _register_optional_commands() -> None:
@@ -70,6 +90,9 @@ def _register_optional_commands() -> None:
 
     for command in (send_command, receive_command, queue_command):
         main.add_command(command)
+    from raftmq.security_cli import passwd_command
+
+    main.add_command(passwd_command)
 
 
 _register_optional_commands()

@@ -19,6 +19,8 @@ from typing import Any
 from raftmq.core.config import CoreConfig
 from raftmq.errors import ConfigError
 from raftmq.protocol.limits import Limits
+from raftmq.security import SecurityConfig
+from raftmq.security_config import SECURITY_TABLES, load_security
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +35,13 @@ class NodeConfig:
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
     tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)
+    # "host:port" of a single node's admin HTTP (/status, /metrics, /health); None: none.
+    # A group's members set theirs in [[node]] (admin), not here.
+    admin: str | None = None
     limits: Limits = field(default_factory=Limits)
     core: CoreConfig = field(default_factory=CoreConfig)
+    # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def with_address(self, host: str, port: int) -> NodeConfig:
         return dataclasses.replace(self, host=host, port=port)
@@ -45,24 +52,33 @@ _SECTIONS: dict[str, type] = {"node": NodeConfig, "limits": Limits, "core": Core
 
 
 def load_node_config(path: str | Path) -> NodeConfig:
-    """Read a node config file. Tables: [node], [limits], [core]; all keys optional."""
+    """Read a node config file. Tables: [node], [limits], [core], and the security ones
+    ([security], [[user]], [[acl]], [tls]); all keys optional."""
     path = Path(path)
     raw = read_toml(path)
     if isinstance(raw.get("node"), list):
         raise ConfigError(f"{path}: [[node]] tables describe a group; load it with load_group_config (raftmq node --node ID)")
-    unknown = sorted(set(raw) - set(_SECTIONS))
+    known = (*_SECTIONS, *SECURITY_TABLES)
+    unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_SECTIONS)})")
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(known)})")
+    security = load_security(raw, path)
     for name, value in raw.items():
-        if not isinstance(value, dict):
+        if name not in SECURITY_TABLES and not isinstance(value, dict):
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
     node_table = raw.get("node", {})
-    for nested in ("limits", "core"):
+    for nested in ("limits", "core", "security"):
         if nested in node_table:
             raise ConfigError(f"{path}: node.{nested}: use a [{nested}] table instead")
-    return build_dataclass(NodeConfig, node_table, path, "node", limits=limits, core=core)
+    config: NodeConfig = build_dataclass(NodeConfig, node_table, path, "node", limits=limits, core=core, security=security)
+    if config.admin is not None:
+        try:
+            split_address(config.admin)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: node.admin: {exc}") from None
+    return config
 
 
 def build_dataclass(cls: type, table: dict[str, Any], path: Path, prefix: str, **extra: Any) -> Any:
@@ -145,7 +161,8 @@ class GroupConfig:
     name: str
     data_dir: str  # each member keeps its files in <data_dir>/<member id>/
     members: tuple[GroupMember, ...]
-    password: str | None = None  # Raft port and body fetch; required off loopback
+    # Raft port and body fetch; required off loopback. Never in a repr (nor so in a log line).
+    password: str | None = field(default=None, repr=False)
     raft: RaftTimings = field(default_factory=RaftTimings)
     journal: JournalSettings = field(default_factory=JournalSettings)
     # Settings every member's STOMP server shares; host, port and name come from its [[node]].
@@ -167,9 +184,9 @@ class GroupConfig:
         return Path(self.data_dir) / self.member(node_id).id
 
 
-_GROUP_SECTIONS = ("group", "raft", "journal", "server", "limits", "core", "node")
+_GROUP_SECTIONS = ("group", "raft", "journal", "server", "limits", "core", "node", *SECURITY_TABLES)
 _GROUP_KEYS = ("name", "data_dir", "password", "password_env")
-_MEMBER_SERVER_KEYS = ("host", "port", "name")  # set per member, not in [server]
+_MEMBER_SERVER_KEYS = ("host", "port", "name", "admin")  # set per member, not in [server]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -192,14 +209,15 @@ def load_config(path: str | Path) -> NodeConfig | GroupConfig:
 
 def load_group_config(path: str | Path) -> GroupConfig:
     """Read a group file. Tables: [group] (required: name, data_dir), [raft], [journal],
-    [server], [limits], [core], and one [[node]] per member (id, client, raft, admin)."""
+    [server], [limits], [core], one [[node]] per member (id, client, raft, admin), and the
+    security ones every member shares ([security], [[user]], [[acl]], [tls])."""
     path = Path(path)
     raw = read_toml(path)
     unknown = sorted(set(raw) - set(_GROUP_SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_GROUP_SECTIONS)})")
     for name, value in raw.items():
-        if name != "node" and not isinstance(value, dict):
+        if name not in ("node", *SECURITY_TABLES) and not isinstance(value, dict):
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
     nodes = raw.get("node")
     if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
@@ -221,13 +239,14 @@ def load_group_config(path: str | Path) -> GroupConfig:
     if journal.segment_bytes == 0:
         raise ConfigError(f"{path}: journal.segment_bytes must be positive")
     server_table = raw.get("server", {})
-    for key in (*_MEMBER_SERVER_KEYS, "limits", "core"):
+    for key in (*_MEMBER_SERVER_KEYS, "limits", "core", "security"):
         if key in server_table:
-            where = "each [[node]]'s client address and id" if key in _MEMBER_SERVER_KEYS else f"a [{key}] table"
+            where = "each [[node]] (id, client, admin)" if key in _MEMBER_SERVER_KEYS else f"a [{key}] table"
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
-    server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core)
+    security = load_security(raw, path)
+    server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
     return GroupConfig(name, data_dir, members, password, raft, journal, server)
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import Iterable, Mapping
 
+from raftmq.client.browse import BrowseResult, browse
 from raftmq.client.heartbeat import HeartbeatTimers, negotiate_heartbeat
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
+from raftmq.client.tls import resolve_ssl_context
 from raftmq.client.transport import StompTransport
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.codec import encode_frame
@@ -156,6 +159,13 @@ class StompClient:
         fut = self._send_frame(Frame("SUBSCRIBE", frame_headers), receipt)
         subscription.receipt = fut
         return subscription
+
+    async def browse(
+        self, destination: str, *, limit: int | None = None, selector: str | None = None, timeout: float = 10.0
+    ) -> BrowseResult:
+        """Copies of the messages waiting in the queue `destination`, in queue order, without
+        consuming them (ActiveMQ's queue browser; see raftmq.client.browse)."""
+        return await browse(self, destination, limit=limit, selector=selector, timeout=timeout)
 
     def _unsubscribe(self, subscription: Subscription, receipt: bool) -> asyncio.Future[Frame] | None:
         self._subscriptions.pop(subscription.id, None)
@@ -376,19 +386,27 @@ async def connect(
     headers: HeadersArg = None,
     timeout: float = 10.0,
     limits: Limits | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    ca_file: str | None = None,
 ) -> StompClient:
     """Open a TCP connection and complete the STOMP handshake.
 
     `version` is the highest STOMP version offered (lower ones are offered too); `vhost` goes
     in the CONNECT `host` header (RabbitMQ wants `/`). `heartbeat` is (can send every ms,
-    want to receive every ms). Raises `BrokerRefused` when the broker answers ERROR,
-    `ClientError` on connection failure or timeout.
+    want to receive every ms). TLS: pass `ssl_context`, or `ca_file` (the PEM of the CA that
+    signed the broker's certificate; its host name is checked against `host`). Raises
+    `BrokerRefused` when the broker answers ERROR (`access refused`: bad login or passcode),
+    `ClientError` on connection failure (TLS errors included) or timeout.
     """
     loop = asyncio.get_running_loop()
+    context = resolve_ssl_context(ssl_context, ca_file)
     client = StompClient(limits)
     try:
         async with asyncio.timeout(timeout):
-            await loop.create_connection(lambda: client._transport, host, port)
+            if context is None:
+                await loop.create_connection(lambda: client._transport, host, port)
+            else:
+                await loop.create_connection(lambda: client._transport, host, port, ssl=context, server_hostname=host)
             await client._handshake(
                 host,
                 login=login,

@@ -32,12 +32,14 @@ import asyncio
 import dataclasses
 import itertools
 import random
+import ssl
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from raftmq.client.browse import BrowseResult, browse_failover
 from raftmq.client.connection import ACK_MODES, StompClient
 from raftmq.client.failover_connector import (
     Connector,
@@ -49,6 +51,7 @@ from raftmq.client.failover_connector import (
 from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
+from raftmq.client.tls import resolve_ssl_context
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
@@ -109,11 +112,17 @@ class FailoverClient:
         limits: Limits | None = None,
         rng: random.Random | None = None,
         dupl_id_factory: Callable[[], str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        ca_file: str | None = None,
+        tls: bool = False,
     ) -> None:
+        """TLS: `ssl_context`, or `ca_file` (the CA that signed the brokers' certificates), or
+        `tls` (a stomp+ssl:// URL; the system's CAs unless one of the other two is given)."""
         self._loop = asyncio.get_running_loop()
         self.groups = normalize_groups(groups)
         self.options = options or FailoverOptions()
         connect_kwargs: dict[str, Any] = {
+            "ssl_context": resolve_ssl_context(ssl_context, ca_file, tls),
             "login": login,
             "passcode": passcode,
             "vhost": vhost,
@@ -159,6 +168,7 @@ class FailoverClient:
         option_names = {field.name for field in dataclasses.fields(FailoverOptions)}
         overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in option_names}
         options = target.options.replace(**overrides) if overrides else target.options
+        kwargs.setdefault("tls", target.tls)
         return cls(target.groups, options, **kwargs)
 
     # -- state ----------------------------------------------------------------------------------
@@ -407,6 +417,14 @@ class FailoverClient:
         if self._state == "connected":
             self._attach(subscription)
         return subscription
+
+    async def browse(
+        self, destination: str, *, limit: int | None = None, selector: str | None = None, timeout: float = 10.0
+    ) -> BrowseResult:
+        """Copies of the messages waiting in the queue `destination`, in queue order, without
+        consuming them; a browse cut short by a failover starts again (see raftmq.client.browse)."""
+        self._check_usable()
+        return await browse_failover(self, destination, limit=limit, selector=selector, timeout=timeout)
 
     def _attach(self, subscription: FailoverSubscription) -> bool:
         client = self._client

@@ -164,6 +164,14 @@ class Client:
 
         return SyncSubscription(self, self._run(subscribe()))
 
+    def browse(
+        self, destination: str, limit: int | None = None, *, selector: str | None = None, timeout: float = 10.0
+    ) -> list[Frame]:
+        """Copies of the messages waiting in the queue `destination`, in queue order (at most
+        `limit`; the broker's default otherwise), without consuming them."""
+        result = self._run(self._failover.browse(destination, limit=limit, selector=selector, timeout=timeout))
+        return result.messages
+
     def ack(self, message: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
         """ACK; False when the connection that delivered `message` is gone (it is redelivered)."""
         return self._run(self._failover.ack(message, receipt=receipt, transaction=transaction))

@@ -16,17 +16,21 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
     ACK_MODES,
+    MAX_BROWSE_LIMIT,
     Abort,
     Ack,
     Begin,
+    Browse,
     Command,
     Commit,
     Connect,
     Disconnect,
     Headers,
     Nack,
+    Noop,
     Send,
     Subscribe,
     Tick,
@@ -35,7 +39,7 @@ from raftmq.core.commands import (
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.effects import Effect, Receipt, SessionError
+from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, SessionError
 from raftmq.core.message import DEFAULT_PRIORITY, Message
 from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic, selector_headers
 from raftmq.core.selector import Selector, compile_selector
@@ -92,6 +96,8 @@ class Broker(Dispatcher):
             Commit: self._commit,
             Abort: self._abort,
             Tick: self._tick,
+            Browse: self._browse,
+            Noop: self._noop,
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -116,8 +122,19 @@ class Broker(Dispatcher):
         """Ids of the connected sessions, oldest first. Read-only."""
         return list(self._sessions)
 
+    def has_destination(self, destination: str) -> bool:
+        """True once a SEND or SUBSCRIBE created `destination` (destinations are never
+        removed). Read-only; the server asks it to tell creating from using."""
+        return destination in self._queues or destination in self._topics
+
     def stats(self) -> dict[str, Any]:
-        """Counters per destination and the session count. Read-only."""
+        """Counters per destination, the session count (connections the group serves), and
+        the dead-letter and expiry queues' depth with the totals sent there. Read-only.
+
+        The counters are part of the replicated state (and of snapshots), so every member
+        reports the same values once it has applied the same commands: `enqueued` counts
+        messages stored (a topic: published), `dequeued` messages consumed for good (acked,
+        or handed to an auto-ack consumer), `dead_lettered` / `expired` messages moved out."""
         destinations: dict[str, dict[str, int]] = {}
         for destination, store in self._queues.items():
             destinations[destination] = {
@@ -142,7 +159,22 @@ class Broker(Dispatcher):
             totals["subscriptions"] = len(topic.subs)
             totals["durable"] = sum(1 for sub in topic.subs if sub.durable_name is not None)
             destinations[destination] = totals
-        return {"sessions": len(self._sessions), "destinations": destinations}
+        return {
+            "sessions": len(self._sessions),
+            "destinations": destinations,
+            # Where dead messages pile up and how many died, without knowing the queue's name.
+            "dead_letter": self._side_queue(self.config.dead_letter_queue, "dead_lettered", destinations),
+            "expiry": self._side_queue(self.config.expiry_queue, "expired", destinations),
+        }
+
+    @staticmethod
+    def _side_queue(name: str, counter: str, destinations: dict[str, dict[str, int]]) -> dict[str, Any]:
+        queue = destinations.get(name)
+        return {
+            "destination": name,
+            "depth": queue["depth"] if queue is not None else 0,
+            counter: sum(counters.get(counter, 0) for counters in destinations.values()),
+        }
 
     # -- shared helpers ------------------------------------------------------------------------
 
@@ -459,6 +491,39 @@ class Broker(Dispatcher):
         if session.transactions.pop(command.transaction, None) is None:
             return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
         self._done(session.session_id, command.receipt)
+
+    # -- browsing (replicated reads) -----------------------------------------------------------
+
+    def _browse(self, command: Browse) -> None:
+        session = self._session(command)
+        if session is None:
+            return
+        destination = command.destination
+        reject = self._reject
+        if command.sub_id in session.subs:
+            return reject(session.session_id, "duplicate subscription id", command.sub_id, command.receipt)
+        if not destination.startswith(QUEUE_PREFIX) or not is_valid_destination(destination):
+            return reject(session.session_id, "browsing works on queues", destination, command.receipt)
+        if not 0 < command.limit <= MAX_BROWSE_LIMIT:
+            return reject(session.session_id, "invalid browse limit", str(command.limit), command.receipt)
+        selector: Selector | None = None
+        if command.selector is not None and command.selector.strip():
+            try:
+                selector = compile_selector(command.selector)
+            except SelectorError as error:
+                return reject(session.session_id, "invalid selector", str(error), command.receipt)
+        # `_queues.get`, never `_queue`: browsing a queue that does not exist must not create it.
+        messages, truncated = browse_store(self._queues.get(destination), command.limit, selector, command.now)
+        effects = self._effects
+        for message in messages:
+            count = message.delivery_count  # as it stands: a copy is not a delivery
+            effects.append(Deliver(session.session_id, command.sub_id, destination, message, None, count > 0, count))
+        effects.append(BrowseEnd(session.session_id, command.sub_id, destination, len(messages), truncated))
+        self._done(session.session_id, command.receipt)
+
+    def _noop(self, command: Noop) -> None:
+        if self._session(command) is not None:
+            self._done(command.session, command.receipt)
 
     # -- time ------------------------------------------------------------------------------------
 

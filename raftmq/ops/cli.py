@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import signal
 import time
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,14 +11,14 @@ import click
 # Every `raftmq node` process imports this module (raftmq.cli registers these commands), so
 # rich, the launcher and the status view are imported only when a command runs.
 if TYPE_CHECKING:
-    import subprocess
-
     from raftmq.ops.launcher import ClusterState
     from raftmq.ops.status_view import NodeAddress
     from raftmq.ops.topology import Topology
 
 UP_TIMEOUT_SECONDS = 30.0  # launcher.UP_TIMEOUT_SECONDS, repeated to keep imports lazy
 STOP_GRACE_SECONDS = 10.0  # launcher.STOP_GRACE_SECONDS
+PRESET_NAMES = ("default", "five-node", "test")  # topology.PRESETS
+RESTART_MODES = ("never", "on-failure")  # topology.RESTART_MODES
 REFRESH_SECONDS = 1.0
 PIPE_WIDTH = 120
 
@@ -28,67 +26,121 @@ config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False),
     help="Topology or group file (TOML); default: one group of three nodes under ./.raftmq/.",
 )
+preset_option = click.option(
+    "--preset", type=click.Choice(PRESET_NAMES),
+    help="A topology shipped with raftmq (configs/ documents each): default (the same as no option), "
+         "five-node, or test (tiny limits, ports 61713-61715). State under ./.raftmq/, like the default's.",
+)
 
 
-def _topology(config_path: str | None) -> Topology:
-    from raftmq.ops.topology import DEFAULT_DATA_DIR, default_topology, load_topology
+def _topology(config_path: str | None, preset: str | None = None, restart: str | None = None) -> Topology:
+    from dataclasses import replace
 
-    return load_topology(config_path) if config_path else default_topology(DEFAULT_DATA_DIR)
+    from raftmq.ops.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
+
+    if config_path and preset:
+        raise click.UsageError("give --config or --preset, not both")
+    if preset:
+        topology = preset_topology(preset)
+    else:
+        topology = load_topology(config_path) if config_path else default_topology(DEFAULT_DATA_DIR)
+    if restart is not None:
+        topology = replace(topology, restart=replace(topology.restart, mode=restart))
+    return topology
 
 
-def _down_hint(config_path: str | None) -> str:
+def _selection(config_path: str | None, preset: str | None) -> list[str]:
+    """The options that name this topology, to repeat them in a hint or to the supervisor."""
+    import os
+
+    if preset:
+        return ["--preset", preset]
+    return ["--config", os.path.abspath(config_path)] if config_path else []
+
+
+def _down_hint(config_path: str | None, preset: str | None = None) -> str:
+    if preset:
+        return f"raftmq down --preset {preset}"
     return "raftmq down" + (f" --config {config_path}" if config_path else "")
-
-
-class _Stop(KeyboardInterrupt):
-    """SIGTERM / SIGHUP to an attached `up`: unwind like Ctrl-C so the cluster is stopped."""
-
-
-def _raise_stop(signum: int, _frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
 
 
 @click.command("up")
 @config_option
-@click.option("--detach", is_flag=True, help="Return once every group has a leader; `raftmq down` stops the cluster.")
+@preset_option
+@click.option("--detach", is_flag=True,
+              help="Return once every group has a leader, leaving a supervisor process behind (log: <state dir>/"
+                   "supervisor.log); `raftmq down` stops the cluster.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=UP_TIMEOUT_SECONDS, show_default=True,
               help="Seconds to wait for every group to elect a leader.")
-def up_command(config_path: str | None, detach: bool, timeout: float) -> None:
-    """Start every node of a topology as its own process and wait for leaders."""
+@click.option("--restart", type=click.Choice(RESTART_MODES),
+              help="Restart a node that exits with an error (on-failure) or not (never); overrides the topology's "
+                   "[topology] restart (default: never).")
+@click.option("--supervise", is_flag=True, hidden=True)  # the supervisor process `--detach` leaves behind
+def up_command(config_path: str | None, preset: str | None, detach: bool, timeout: float, restart: str | None,
+               supervise: bool) -> None:
+    """Start every node of a topology as its own process and wait for leaders.
+
+    A node that exits is reported (status or signal, and the last line of its log) and, with
+    restart = on-failure, restarted after a back-off, at most max_restarts times per
+    restart_window_s. `raftmq status` shows each node's restarts and last exit."""
     from raftmq.errors import RaftmqError
     from raftmq.ops.launcher import (
-        check_ports_free, cluster_lock, launch, read_state, remove_state, running_nodes, state_path, stop_nodes, wait_until_up,
+        check_data_dirs, check_ports_free, cluster_lock, launch, read_state, remove_state, stop_nodes, wait_until_up,
     )
+    from raftmq.ops.supervisor import launcher_signals
+    from raftmq.ops.up import run_attached, start_detached, supervise_detached
 
     try:
-        topology = _topology(config_path)
-        with cluster_lock(topology.state_dir):
-            previous = read_state(topology.state_dir)
-            alive = running_nodes(previous) if previous is not None else []
-            if alive:
-                pids = ", ".join(f"{node.group}/{node.id} pid {node.pid}" for node in alive)
-                raise click.ClickException(
-                    f"a raftmq cluster is already running here ({pids}; state {state_path(topology.state_dir)}); "
-                    f"stop it with `{_down_hint(config_path)}`"
-                )
-            remove_state(topology.state_dir)  # stale: every node of it has exited
-            check_ports_free(topology)
-            state, children = launch(topology)
-            try:
-                summary = wait_until_up(state, children, timeout)
-            except BaseException:
-                stop_nodes(state, children)
-                remove_state(topology.state_dir)
-                raise
+        topology = _topology(config_path, preset, restart)
     except RaftmqError as exc:
         raise click.ClickException(str(exc)) from None
-    _print_endpoints(topology, state, summary, config_path, detach)
-    if detach:
+    if supervise:
+        raise SystemExit(supervise_detached(topology, timeout))
+    hint = _down_hint(config_path, preset)
+    with launcher_signals():  # from here on, Ctrl-C / SIGTERM stop what was started
+        try:
+            with cluster_lock(topology.state_dir):
+                _refuse_running(topology, hint)
+                remove_state(topology.state_dir)  # stale: every node of it has exited
+                check_ports_free(topology)
+                check_data_dirs(topology)
+                if detach:
+                    forwarded = _selection(config_path, preset) + (["--restart", restart] if restart else [])
+                    state, summary = start_detached(topology, forwarded, timeout)
+                else:
+                    state, children = launch(topology)
+                    try:
+                        summary = wait_until_up(state, children, timeout)
+                    except BaseException:
+                        stop_nodes(state, children)
+                        remove_state(topology.state_dir)
+                        raise
+        except RaftmqError as exc:
+            raise click.ClickException(str(exc)) from None
+        _print_endpoints(topology, state, summary, hint, detach)
+        if not detach:
+            run_attached(topology, state, children)
+
+
+def _refuse_running(topology: Topology, hint: str) -> None:
+    from raftmq.ops.launcher import launcher_alive, read_state, running_nodes, state_path
+
+    previous = read_state(topology.state_dir)
+    if previous is None:
         return
-    _attached(topology, state, children)
+    alive = running_nodes(previous)
+    if alive:
+        pids = ", ".join(f"{node.group}/{node.id} pid {node.pid}" for node in alive)
+    elif launcher_alive(previous):
+        pids = f"its supervisor, pid {previous.launcher_pid}, is restarting its nodes"
+    else:
+        return
+    raise click.ClickException(
+        f"a raftmq cluster is already running here ({pids}; state {state_path(topology.state_dir)}); stop it with `{hint}`"
+    )
 
 
-def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str, Any], config_path: str | None, detach: bool) -> None:
+def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str, Any], hint: str, detach: bool) -> None:
     from raftmq.ops.launcher import state_path
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
@@ -100,53 +152,32 @@ def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str,
     click.echo(f"clients: {failover}")
     click.echo(f"hosts:   {','.join(node.client for node in state.nodes)}")
     click.echo(f"state:   {state_path(topology.state_dir)} (node logs: <data dir>/<node>/node.log)")
-    click.echo(f"stop:    {_down_hint(config_path)}" if detach else "stop:    Ctrl-C")
-
-
-def _attached(topology: Topology, state: ClusterState, children: dict[int, subprocess.Popen[bytes]]) -> None:
-    """The live view until Ctrl-C (or SIGTERM), then a graceful stop of every node. Ends by
-    itself when every node is gone (e.g. `raftmq down` from another terminal)."""
-    from rich.console import Console
-    from rich.live import Live
-
-    from raftmq.ops.launcher import remove_state, stop_nodes
-    from raftmq.ops.status_view import collect_status, render_status
-
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    addresses = [node.address() for node in state.nodes]
-    console = Console()
-    try:
-        with Live(render_status(collect_status(addresses)), console=console, auto_refresh=False) as live:
-            while any(child.poll() is None for child in children.values()):
-                time.sleep(REFRESH_SECONDS)
-                live.update(render_status(collect_status(addresses)), refresh=True)
-        click.echo("every node has exited")
-    except KeyboardInterrupt:
-        click.echo("stopping the cluster (leaders hand over, then each node exits)...")
-    finally:
-        killed = stop_nodes(state, children)
-        remove_state(topology.state_dir)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    click.echo(f"stopped {len(state.nodes)} node(s)" + (f"; {len(killed)} needed SIGKILL" if killed else ""))
+    click.echo(f"restart: {topology.restart.mode}" + (f" (supervisor pid {state.launcher_pid})" if detach else ""))
+    click.echo(f"stop:    {hint}" if detach else "stop:    Ctrl-C")
 
 
 @click.command("down")
 @config_option
+@preset_option
 @click.option("--timeout", type=click.FloatRange(min=0), default=STOP_GRACE_SECONDS, show_default=True,
               help="Seconds each node gets to stop after SIGTERM before SIGKILL.")
-def down_command(config_path: str | None, timeout: float) -> None:
-    """Stop a cluster started by `raftmq up` (found through its state file)."""
+def down_command(config_path: str | None, preset: str | None, timeout: float) -> None:
+    """Stop a cluster started by `raftmq up` (found through its state file): first its
+    supervisor (so that nothing restarts a node being stopped), then every node."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_nodes
+    from raftmq.ops.launcher import (
+        cluster_lock, read_state, release_launcher, remove_state, running_nodes, state_path, stop_nodes,
+    )
 
     try:
-        topology = _topology(config_path)
+        topology = _topology(config_path, preset)
         with cluster_lock(topology.state_dir):
             state = read_state(topology.state_dir)
             if state is None:
                 click.echo(f"no raftmq cluster state at {state_path(topology.state_dir)}: nothing to stop")
                 return
+            release_launcher(state)
+            state = read_state(topology.state_dir) or state  # it may have restarted a node just before
             alive = running_nodes(state)
             killed = stop_nodes(state, grace=timeout)
             remove_state(topology.state_dir)
@@ -174,10 +205,18 @@ def _status_nodes(config_path: str | None) -> list[NodeAddress]:
 
 @click.command("status")
 @config_option
-@click.option("--once", is_flag=True, help="Print one view and exit.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable status (JSON) and exit.")
+@click.option("--once", is_flag=True, help="Print one view and exit (see the exit status below).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable status (JSON) and exit (same exit status).")
 def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
-    """Groups, nodes (master/slave, term, commit/applied index, lag) and destinations."""
+    """Groups, nodes (master/slave, health, term, commit/applied index, lag, connections)
+    and destinations (depth, consumers, in-flight, enqueue/dequeue msg/s, totals, dead
+    letters), read from every node's admin /status. Live until Ctrl-C on a terminal.
+
+    \b
+    Exit status with --once or --json (or when the output is not a terminal):
+      0  every node answered and every group has exactly one leader (master)
+      1  a node did not answer, or a group has no leader (or, during a hand-over, two)
+    """
     from rich.console import Console
     from rich.live import Live
 
@@ -189,14 +228,16 @@ def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
     except RaftmqError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps(collect_status(nodes), indent=2))
-        return
+        summary = collect_status(nodes)
+        click.echo(json.dumps(summary, indent=2))
+        raise SystemExit(0 if summary["ok"] else 1)
     console = Console()
     if once or not console.is_terminal:
         if not console.is_terminal:
             console = Console(width=PIPE_WIDTH)  # a pipe has no width; rich would assume 80
-        console.print(render_status(collect_status(nodes)))
-        return
+        summary = collect_status(nodes)
+        console.print(render_status(summary))
+        raise SystemExit(0 if summary["ok"] else 1)
     try:
         with Live(render_status(collect_status(nodes)), console=console, auto_refresh=False) as live:
             while True:

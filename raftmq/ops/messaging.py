@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextvars
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from raftmq.client.browse import BrowseResult
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_subscription import Delivery
 from raftmq.client.failover_url import parse_failover_url
@@ -33,6 +35,10 @@ RECEIVE_QUEUE_SIZE = 8
 CLOSE_TIMEOUT = 5.0
 
 Write = Callable[[Delivery], None]
+# Login and TLS settings (`login`, `passcode`, `ca_file`: FailoverClient keywords) the CLI's
+# options set once per command; every operation's connect() applies them, so they need not
+# travel through each operation's signature. asyncio.run copies the context into its loop.
+CONNECTION_OPTIONS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("raftmq_connection_options")
 
 
 async def connect(url: str, timeout: float) -> FailoverClient:
@@ -41,7 +47,7 @@ async def connect(url: str, timeout: float) -> FailoverClient:
     overrides: dict[str, Any] = {}
     if options.startup_max_reconnect_attempts == -1 and options.max_reconnect_attempts == -1:
         overrides["startup_max_reconnect_attempts"] = STARTUP_CONNECT_ATTEMPTS
-    client = FailoverClient.from_url(url, **overrides)
+    client = FailoverClient.from_url(url, **overrides, **CONNECTION_OPTIONS.get({}))
     try:
         async with asyncio.timeout(timeout):
             await client.start()
@@ -146,6 +152,18 @@ async def purge_queue(url: str, destination: str, timeout: float, idle: float, c
         await client.close(CLOSE_TIMEOUT)
 
 
+async def browse_queue(
+    url: str, destination: str, count: int, selector: str | None, timeout: float, connect_timeout: float
+) -> BrowseResult:
+    """Copies of up to `count` messages waiting in `destination`, in queue order; nothing is
+    consumed (a STOMP queue browser, see raftmq.client.browse)."""
+    client = await connect(url, connect_timeout)
+    try:
+        return await client.browse(destination, limit=count, selector=selector, timeout=timeout)
+    finally:
+        await client.close(CLOSE_TIMEOUT)
+
+
 # -- output ---------------------------------------------------------------------------------------
 
 
@@ -166,7 +184,10 @@ def format_message(message: Delivery, show_headers: bool, as_json: bool) -> byte
     return head.encode("utf-8") + b"\n" + message.body + b"\n\n"
 
 
-STAT_COLUMNS = ("depth", "consumers", "in_flight", "enqueued", "dequeued", "expired", "dead_lettered")
+STAT_COLUMNS = (
+    "depth", "consumers", "in_flight", "enqueue_rate", "dequeue_rate", "enqueued", "dequeued", "expired", "dead_lettered",
+)
+RATE_COLUMNS = ("enqueue_rate", "dequeue_rate")  # msg/s over the node's last seconds; None while unknown
 
 
 def destination_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,7 +197,7 @@ def destination_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         for name, counters in sorted(group.get("destinations", {}).items()):
             kind = "topic" if name.startswith("/topic/") else "queue"
             row: dict[str, Any] = {"group": group["name"], "destination": name, "type": kind}
-            row.update({column: counters.get(column, 0) for column in STAT_COLUMNS})
+            row.update({column: counters.get(column, None if column in RATE_COLUMNS else 0) for column in STAT_COLUMNS})
             rows.append(row)
     return rows
 
@@ -186,6 +207,12 @@ def render_stat_table(rows: list[dict[str, Any]], show_group: bool = False) -> s
     if not rows:
         return "no destinations yet\n"
     keys = (("group",) if show_group else ()) + ("destination", "type") + STAT_COLUMNS
-    table = [[key.upper() for key in keys]] + [[str(row[key]) for key in keys] for row in rows]
+    table = [[key.upper() for key in keys]] + [[_stat_cell(key, row[key]) for key in keys] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
     return "".join("|" + "|".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + "|\n" for line in table)
+
+
+def _stat_cell(key: str, value: Any) -> str:
+    if key in RATE_COLUMNS:
+        return "-" if value is None else f"{value:.1f}"
+    return str(value)

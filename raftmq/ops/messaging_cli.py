@@ -1,4 +1,4 @@
-"""`raftmq send`, `raftmq receive` and `raftmq queue stat|purge` (registered by raftmq.cli).
+"""`raftmq send`, `raftmq receive` and `raftmq queue stat|browse|purge` (registered by raftmq.cli).
 
 They connect to `--url`, else to the running local cluster, else to stomp://127.0.0.1:61613
 (see raftmq.ops.endpoints). Every failure is one line on stderr and exit status 1; `receive`
@@ -35,7 +35,30 @@ PURGE_IDLE_SECONDS = 1.0
 STAT_TIMEOUT_SECONDS = 2.0
 
 
+def _set_connection_option(_ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from raftmq.ops.messaging import CONNECTION_OPTIONS
+
+    CONNECTION_OPTIONS.set({**CONNECTION_OPTIONS.get({}), str(param.name): value})
+
+
+def _connection_options(function: Callable[..., T]) -> Callable[..., T]:
+    """--login, --passcode and --tls-ca; not passed to the command: connect() applies them."""
+    for name, flag, envvar, help_text in (
+        ("ca_file", "--tls-ca", "RAFTMQ_TLS_CA",
+         "Connect with TLS, checking the broker's certificate against this CA (PEM) file."),
+        ("passcode", "--passcode", "RAFTMQ_PASSCODE",
+         "Passcode for --login (prefer the environment variable: a command line is visible to other users)."),
+        ("login", "--login", "RAFTMQ_LOGIN", "User name for a broker with [[user]] entries."),
+    ):
+        function = click.option(
+            flag, name, envvar=envvar, show_envvar=True, expose_value=False, callback=_set_connection_option,
+            type=click.Path(exists=True, dir_okay=False) if name == "ca_file" else str, help=help_text,
+        )(function)
+    return function
+
+
 def _common_options(function: Callable[..., T]) -> Callable[..., T]:
+    function = _connection_options(function)
     function = click.option(
         "--connect-timeout", type=click.FloatRange(min=0.1), default=CONNECT_TIMEOUT_SECONDS, show_default=True,
         help="Seconds to find a leader and connect.",
@@ -191,7 +214,7 @@ def receive_command(destination: str, count: int, timeout: float, ack: str, show
 
 @click.group("queue")
 def queue_command() -> None:
-    """Inspect and manage queues (stat, purge)."""
+    """Inspect and manage queues (stat, browse, purge)."""
 
 
 @queue_command.command("stat")
@@ -249,3 +272,45 @@ def purge_command(destination: str, timeout: float, idle: float, url: str | None
         click.echo(f"stopped at the --timeout of {timeout:g} s before the queue stayed empty for {idle:g} s; "
                    "it may hold more: run it again", err=True)
         raise SystemExit(1)
+
+
+BROWSE_TIMEOUT_SECONDS = 10.0
+BROWSE_DEFAULT_COUNT = 1000  # raftmq.core.commands.DEFAULT_BROWSE_LIMIT, repeated to keep imports lazy
+BROWSE_MAX_COUNT = 10000  # raftmq.core.commands.MAX_BROWSE_LIMIT
+
+
+@queue_command.command("browse")
+@click.argument("destination")
+@click.option("--count", "-n", type=click.IntRange(1, BROWSE_MAX_COUNT), default=BROWSE_DEFAULT_COUNT, show_default=True,
+              help="Show at most this many messages (the first ones, in queue order).")
+@click.option("--selector", metavar="SQL92", help="Only messages this JMS selector matches, e.g. \"color = 'red'\".")
+@click.option("--show-headers", "show_headers", is_flag=True, help="Print each message's headers before its body.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per message (headers, body).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=BROWSE_TIMEOUT_SECONDS, show_default=True,
+              help="Seconds for the broker to send the copies.")
+@_common_options
+def browse_command(destination: str, count: int, selector: str | None, show_headers: bool, as_json: bool, timeout: float,
+                   url: str | None, config_path: str | None, connect_timeout: float) -> None:
+    """Show the messages waiting in the queue DESTINATION without consuming them (a STOMP
+    queue browser: no ACK, no delivery count, nothing leaves the queue). Messages handed to a
+    consumer and not yet acknowledged are not waiting, so they are not shown."""
+    import asyncio
+
+    from raftmq.ops.messaging import browse_queue, format_message
+
+    if not destination.startswith("/queue/"):
+        raise click.UsageError(f"browse works on queues (/queue/NAME), not {destination!r}")
+    endpoints = _endpoints(url, config_path)
+    result = _run(endpoints, lambda: asyncio.run(
+        browse_queue(endpoints.url, destination, count, selector, timeout, connect_timeout)
+    ))
+    stdout = sys.stdout.buffer
+    try:
+        for message in result.messages:
+            stdout.write(format_message(message, show_headers, as_json))
+        stdout.flush()
+    except BrokenPipeError:  # `| head`: nothing was consumed, so nothing is lost
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+    more = f"; more are waiting (at most --count {count} shown)" if result.truncated else ""
+    click.echo(f"browsed {len(result.messages)} message(s) in {destination}{more}", err=True)

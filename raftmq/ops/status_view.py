@@ -34,6 +34,8 @@ class NodeAddress:
     client: str
     admin: str
     pid: int | None = None
+    restarts: int = 0  # by `raftmq up`'s supervisor (its state file)
+    last_exit: str | None = None  # how the node last ended, e.g. "was killed by SIGKILL at 12:00:01"
 
 
 def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS) -> dict[str, Any] | None:
@@ -56,10 +58,13 @@ def collect_status(nodes: Sequence[NodeAddress], timeout: float = STATUS_TIMEOUT
 
 
 def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> dict[str, Any]:
-    """Pure: per group, each node's role, term, indexes and lag, and the leader's destinations.
+    """Pure: per group, each node's role, health, term, indexes, lag and connections, and the
+    leader's view of the group's state: destinations (with rates), sessions, dead letters.
 
     Lag is the leader's commit index minus the node's applied index: how far that node's
-    broker state trails what the group has committed (None when no leader answers)."""
+    broker state trails what the group has committed (None when no leader answers).
+    `ok` (per group and overall) is what `raftmq status` exits with: every node answered
+    and each group has exactly one leader."""
     groups: dict[str, list[tuple[NodeAddress, dict[str, Any] | None]]] = {}
     for node, status in answers:
         groups.setdefault(node.group, []).append((node, status))
@@ -70,38 +75,60 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
         leader = max(leaders, key=lambda pair: _int(pair[1].get("term")) or 0, default=None)
         leader_commit = _int(leader[1].get("commit_index")) if leader is not None else None
         nodes = [_node_row(node, status, leader_commit) for node, status in members]
-        destinations = leader[1].get("broker", {}).get("destinations", {}) if leader is not None else {}
+        broker = _dict(leader[1].get("broker")) if leader is not None else {}
+        rates = _dict(leader[1].get("rates")) if leader is not None else {}
+        # The leader's rates shown beside its counters: one row per destination.
+        destination_rates = _dict(rates.get("destinations"))
+        destinations = {
+            name: {**counters, **_dict(destination_rates.get(name))} if isinstance(counters, dict) else counters
+            for name, counters in _dict(broker.get("destinations")).items()
+        }
+        nodes_up = sum(1 for row in nodes if row["up"])
         summary.append({
             "name": name,
+            "ok": nodes_up == len(nodes) and len(leaders) == 1,
             "leader": leader[0].id if leader is not None else None,
+            "leaders": len(leaders),
             "term": _int(leader[1].get("term")) if leader is not None else None,
             "commit_index": leader_commit,
-            "nodes_up": sum(1 for row in nodes if row["up"]),
+            "nodes_up": nodes_up,
+            "sessions": _int(broker.get("sessions")),
+            "rates": {key: value for key, value in rates.items() if key != "destinations"},
+            "dead_letter": _dict(broker.get("dead_letter")),
+            "expiry": _dict(broker.get("expiry")),
             "nodes": nodes,
-            "destinations": destinations if isinstance(destinations, dict) else {},
+            "destinations": destinations,
         })
-    return {"groups": summary}
+    return {"ok": all(group["ok"] for group in summary), "groups": summary}
 
 
 def _node_row(node: NodeAddress, status: dict[str, Any] | None, leader_commit: int | None) -> dict[str, Any]:
     row: dict[str, Any] = {"id": node.id, "client": node.client, "admin": node.admin, "pid": node.pid, "up": status is not None}
+    if node.restarts or node.last_exit:  # what `raftmq up`'s supervisor saw (its state file)
+        row.update(restarts=node.restarts, last_exit=node.last_exit)
     if status is None:
-        return {**row, "role": "down"}
+        return {**row, "role": "down", "health": "down"}
     applied = _int(status.get("applied_index"))
     return {
         **row,
+        "pid": node.pid if node.pid is not None else _int(status.get("pid")),
         "role": status.get("role", "unknown"),
+        "health": status.get("health", "unknown"),
         "term": _int(status.get("term")),
         "commit_index": _int(status.get("commit_index")),
         "applied_index": applied,
         "lag": None if leader_commit is None or applied is None else max(0, leader_commit - applied),
-        "sessions": _int(status.get("sessions")),
+        "connections": _int(status.get("sessions")),
         "failure": status.get("failure"),
     }
 
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 # -- rendering (pure) -------------------------------------------------------------------------
@@ -113,6 +140,7 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
         parts.append(_nodes_table(group))
         if group["destinations"]:
             parts.append(_destinations_table(group))
+        parts.append(_dead_letter_line(group))
     if not parts:
         parts.append(Text("no groups"))
     return Group(*parts)
@@ -120,41 +148,86 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
 
 def _nodes_table(group: dict[str, Any]) -> Table:
     leader = group["leader"]
-    title = f"group {group['name']}: " + (
-        f"master {leader}, term {group['term']}" if leader is not None else "NO MASTER"
-    ) + f", {group['nodes_up']}/{len(group['nodes'])} nodes up"
+    title = Text(f"group {group['name']}: ")
+    if leader is None:
+        title.append("NO MASTER", style="bold red")
+    else:
+        title.append(f"master {leader}, term {group['term']}")
+    title.append(f", {group['nodes_up']}/{len(group['nodes'])} nodes up",
+                 style="" if group["nodes_up"] == len(group["nodes"]) else "bold red")
+    if group.get("sessions") is not None:
+        title.append(f", {group['sessions']} sessions")
+    rates = group.get("rates") or {}
+    if rates.get("enqueue_rate") is not None:
+        title.append(f", {_rate(rates['enqueue_rate'])} in / {_rate(rates['dequeue_rate'])} out msg/s")
     table = Table(title=title, title_justify="left")
-    numeric = ("term", "commit", "applied", "lag", "sessions", "pid")
-    for column in ("node", "role", "term", "commit", "applied", "lag", "sessions"):
+    numeric = ("term", "commit", "applied", "lag", "conns")
+    for column in ("node", "role", "health", "term", "commit", "applied", "lag", "conns"):
         table.add_column(column, justify="right" if column in numeric else "left", min_width=6 if column == "role" else None)
     # An address cut to "127.0.0.…" is useless: narrower consoles squeeze the other columns.
     table.add_column("client", no_wrap=True, min_width=max((len(row["client"]) for row in group["nodes"]), default=6))
     table.add_column("pid", justify="right")
     for row in group["nodes"]:
         if not row["up"]:
-            table.add_row(row["id"], Text("down", style="bold red"), "-", "-", "-", "-", "-", row["client"], _text(row["pid"]))
+            down = Text("down", style="bold red")
+            if row.get("last_exit"):
+                down.append(f" ({row['last_exit']})", style="red")
+            table.add_row(row["id"], down, "-", "-", "-", "-", "-", "-", row["client"], _text(row["pid"]))
             continue
         role = ROLE_NAMES.get(row["role"], row["role"])
         role_text = Text(role, style="bold green" if role == "master" else "")
         if row.get("failure"):
             role_text.append(f" (failed: {row['failure']})", style="red")
+        if row.get("restarts"):
+            role_text.append(f" (restarted {row['restarts']}x)", style="yellow")
+        health = Text(str(row.get("health")), style="green" if row.get("health") == "ok" else "bold red")
         table.add_row(
-            row["id"], role_text, _text(row["term"]), _text(row["commit_index"]), _text(row["applied_index"]),
-            _text(row["lag"]), _text(row["sessions"]), row["client"], _text(row["pid"]),
+            row["id"], role_text, health, _text(row["term"]), _text(row["commit_index"]), _text(row["applied_index"]),
+            _text(row["lag"]), _text(row.get("connections")), row["client"], _text(row["pid"]),
         )
     return table
 
 
+# (header, counter key) of the destinations table.
+DESTINATION_COLUMNS = (
+    ("depth", "depth"), ("cons", "consumers"), ("in-flight", "in_flight"), ("enq/s", "enqueue_rate"),
+    ("deq/s", "dequeue_rate"), ("enqueued", "enqueued"), ("dequeued", "dequeued"), ("to DLQ", "dead_lettered"),
+)
+
+
 def _destinations_table(group: dict[str, Any]) -> Table:
     table = Table(title=f"group {group['name']}: destinations", title_justify="left")
-    columns = ("depth", "consumers", "in_flight", "enqueued", "dequeued", "dead_lettered")
-    table.add_column("destination")
-    for column in columns:
-        table.add_column(column.replace("_", "-"), justify="right")
+    names = group["destinations"]
+    table.add_column("destination", no_wrap=True, min_width=max((len(name) for name in names), default=11))
+    for header, _key in DESTINATION_COLUMNS:
+        table.add_column(header, justify="right")
+    dead_letter_queue = group.get("dead_letter", {}).get("destination")
     for destination in sorted(group["destinations"]):
         counters = group["destinations"][destination]
-        table.add_row(destination, *(_text(counters.get(column)) for column in columns))
+        cells: list[Text | str] = []
+        for _header, key in DESTINATION_COLUMNS:
+            value = counters.get(key)
+            cell = _rate(value) if key.endswith("_rate") else _text(value)
+            cells.append(Text(cell, style="bold red") if key == "dead_lettered" and value else cell)
+        # Messages waiting in the dead-letter queue need someone's attention.
+        dead = destination == dead_letter_queue and bool(counters.get("depth"))
+        table.add_row(Text(destination, style="bold red") if dead else destination, *cells)
     return table
+
+
+def _dead_letter_line(group: dict[str, Any]) -> Text:
+    dead_letter = group.get("dead_letter") or {}
+    depth, total = dead_letter.get("depth"), dead_letter.get("dead_lettered")
+    if not dead_letter or group["leader"] is None:
+        return Text("")
+    line = Text(f"dead-letter queue {dead_letter.get('destination')}: ")
+    line.append(f"{depth} waiting", style="bold red" if depth else "")
+    line.append(f", {total} dead-lettered in all")
+    return line
+
+
+def _rate(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:.1f}"
 
 
 def _text(value: Any) -> str:

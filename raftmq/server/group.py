@@ -1,13 +1,15 @@
 """One member of a group: a `Node` on a `RaftLog`, its body journal and its admin port.
 
 `<data_dir>/<member id>/raft/` holds the Raft journal, metadata and snapshot;
-`<data_dir>/<member id>/bodies/` the body journal (docs/journal-format.md). `serve_group` is
+`<data_dir>/<member id>/bodies/` the body journal (docs/journal-format.md);
+`<data_dir>/<member id>/raftmq.log.jsonl` its log (JSON lines, see raftmq.logs). `serve_group` is
 what `raftmq node --config GROUP.toml --node ID` runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from dataclasses import dataclass
 
@@ -15,10 +17,11 @@ import structlog
 
 from raftmq.config import GroupConfig, split_address
 from raftmq.errors import JournalCorrupt, RaftmqError
+from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.raft_log import RaftLog, RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node, _configure_logging, _new_event_loop
+from raftmq.server.node import Node, ReadyCallback, _new_event_loop, announce_ready, setup_logging
 
 log = structlog.get_logger("raftmq.server.group")
 
@@ -81,7 +84,7 @@ def open_member(group: GroupConfig, node_id: str) -> Member:
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
-        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, group.password)
+        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, group.password, group=group.name)
     return Member(node, raft, bodies, admin)
 
 
@@ -97,7 +100,7 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
     return fetch_bodies(peers, indexes, group.password, budget=FETCH_BUDGET_SECONDS)
 
 
-async def _run_member(group: GroupConfig, node_id: str) -> int:
+async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None) -> int:
     try:
         member = open_member(group, node_id)
     except JournalCorrupt as exc:
@@ -121,8 +124,7 @@ async def _run_member(group: GroupConfig, node_id: str) -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        host, port = node.address
-        print(f"raftmq node listening on {host}:{port}", flush=True)
+        announce_ready(node, on_ready)
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.failed.wait())]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
@@ -136,10 +138,19 @@ async def _run_member(group: GroupConfig, node_id: str) -> int:
     return 1 if node.failure else 0
 
 
-def serve_group(group: GroupConfig, node_id: str) -> None:
-    """Run member `node_id` of `group` in the foreground until SIGINT/SIGTERM."""
-    _configure_logging()
+def serve_group(
+    group: GroupConfig,
+    node_id: str,
+    *,
+    on_ready: ReadyCallback | None = None,
+    log_file: str | os.PathLike[str] | None = None,
+    log_level: str | None = None,
+) -> None:
+    """Run member `node_id` of `group` in the foreground until SIGINT/SIGTERM. It logs to
+    stderr and as JSON lines to `log_file`, by default `<member dir>/raftmq.log.jsonl`."""
+    json_path = log_file if log_file is not None else group.member_dir(node_id) / LOG_FILE_NAME
+    setup_logging(f"raftmq node {node_id}", json_path, log_level)
     with asyncio.Runner(loop_factory=_new_event_loop) as runner:
-        code = runner.run(_run_member(group, node_id))
+        code = runner.run(_run_member(group, node_id, on_ready))
     if code:
         raise SystemExit(code)

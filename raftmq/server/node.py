@@ -13,7 +13,7 @@ naming the new leader; gaining it appends a Disconnect for every session the cor
 from earlier leaders, so their unacknowledged deliveries return to their queues.
 
 `serve(config)` is the foreground entry point the CLI calls: it runs a `Node` until SIGINT or
-SIGTERM.
+SIGTERM, logging as `raftmq.logs` sets up.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import logging
+import os
 import secrets
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,10 +34,14 @@ import structlog
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect, Tick
-from raftmq.core.effects import Deliver, Receipt, SessionError
+from raftmq.core.effects import BrowseEnd, Deliver, Receipt, SessionError
+from raftmq.logs import configure_logging
+from raftmq.security import Security
 from raftmq.server.bodies import BodyStore, BodyUnavailable, IndexRecords, iter_snapshot_refs
+from raftmq.server.dispatcher import browse_end_frame
 from raftmq.server.log import CommitLog, InMemoryLog
-from raftmq.server.session import DISCONNECTING, Session
+from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
+from raftmq.server.session import DISCONNECTING, FAILED, Session
 
 log = structlog.get_logger("raftmq.server.node")
 
@@ -49,6 +52,7 @@ STOP_DRAIN_SECONDS = 2.0
 LEADER_HINT_WAIT_SECONDS = 1.0
 STATE_FORMAT = 1  # of snapshot_state()
 BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
+ReadyCallback = Callable[[str, int], None]  # (host, port), once the node serves clients
 
 GC_GEN0_THRESHOLD = 20_000  # allocations between young collections (Python's default: 700)
 _gc_tuned = False
@@ -69,6 +73,7 @@ class Node:
         self.config = config
         self.commit_log = commit_log if commit_log is not None else InMemoryLog()
         self.broker = Broker(config.core)
+        self.security = Security(config.security)  # logins, ACL, TLS; sessions ask it
         self.bodies = bodies  # None: bodies stay in the core (single node, InMemoryLog)
         self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.name = name or config.name
@@ -77,6 +82,8 @@ class Node:
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._tick_task: asyncio.Task[None] | None = None
+        self._sample_task: asyncio.Task[None] | None = None
+        self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._address: tuple[str, int] | None = None
         self._stopping = False
@@ -89,6 +96,8 @@ class Node:
         self.failed = asyncio.Event()
         self._leader_epoch = 0
         self._background: set[asyncio.Task[None]] = set()
+        self._logged_leader: str | None = None  # the leader last reported as raft.leader_changed
+        self._connected_at: dict[str, float] = {}  # session id -> loop time its CONNECT committed
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -106,12 +115,14 @@ class Node:
         self.commit_log.set_role_listener(self._role_changed)
         await self.commit_log.start(self.on_commit)
         self._server = await self._loop.create_server(
-            self._new_session, self.config.host, self.config.port, reuse_address=True, backlog=1024
+            self._new_session, self.config.host, self.config.port, reuse_address=True, backlog=1024,
+            ssl=self.security.server_ssl_context(),  # None: plain TCP
         )
         sockname = self._server.sockets[0].getsockname()
         self._address = (sockname[0], sockname[1])
         if self.config.tick_interval_ms > 0:
             self._tick_task = self._loop.create_task(self._tick_forever())
+        self._sample_task = self._loop.create_task(self._sample_forever())
         log.info("node.started", node=self.name, host=self._address[0], port=self._address[1])
 
     async def stop(self) -> None:
@@ -123,12 +134,13 @@ class Node:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            try:
-                await self._tick_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._tick_task, self._sample_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         if self.commit_log.is_leader and await self._hand_over():
             await self._close_for_new_leader()
         for session in list(self.sessions.values()):
@@ -169,7 +181,7 @@ class Node:
     def _role_changed(self, leader: bool) -> None:
         self.leader_changes += 1
         self._leader_epoch += 1
-        log.info("node.role", node=self.name, role="leader" if leader else "follower")
+        self._note_leader(force=True)
         if not leader and self._new_leader() is not None:
             # Before the log fails the appends in flight, so clients read where to go.
             self._send_clients_to(self._new_leader())
@@ -212,6 +224,25 @@ class Node:
             await asyncio.sleep(0.02)
         self._send_clients_to(self._new_leader(), held_only=self.commit_log.is_leader)
 
+    def _note_leader(self, force: bool = False) -> None:
+        """Log `raft.leader_changed` when the leader this node knows of is not the one it last
+        reported (a follower learns of a new leader without a role change of its own)."""
+        leader = self.commit_log.leader_hint  # a client address, this node's own when it leads
+        if leader == self._logged_leader and not force:
+            return
+        self._logged_leader = leader
+        log.info("raft.leader_changed", node=self.name, role="leader" if self.commit_log.is_leader else "follower",
+                 leader=leader, term=self._raft_term())
+
+    def _raft_term(self) -> int | None:
+        raft_status = getattr(self.commit_log, "status", None)  # RaftLog; InMemoryLog has no terms
+        if not callable(raft_status):
+            return None
+        try:
+            return int(raft_status().term)
+        except Exception:  # not started yet, or already stopped
+            return None
+
     def _new_leader(self) -> str | None:
         """The leader's client address if known and not this node's own."""
         hint = self.commit_log.leader_hint
@@ -237,6 +268,12 @@ class Node:
 
     def session_closed(self, session: Session) -> None:
         self.sessions.pop(session.session_id, None)
+        connected_at = self._connected_at.pop(session.session_id, None)
+        if connected_at is None:  # never got CONNECTED (a port probe, a refused CONNECT)
+            log.debug("client.disconnected", node=self.name, session=session.session_id, peer=session.peer, connected=False)
+        else:
+            log.info("client.disconnected", node=self.name, session=session.session_id, peer=session.peer,
+                     connected_s=round(self.loop.time() - connected_at, 3))
 
     def on_commit(self, commands: Sequence[Command]) -> None:
         """Apply committed commands in order and execute their effects on local sessions."""
@@ -281,12 +318,19 @@ class Node:
                         effect.receipt_id,  # type: ignore[union-attr]
                         wait_for_log=False,
                     )
+                elif kind is BrowseEnd:
+                    if session.state < FAILED:  # after a missing body's ERROR nothing more goes out
+                        session.write(browse_end_frame(effect, session.version))  # type: ignore[arg-type]
             kind = type(command)
             if kind is Connect or kind is Disconnect:
                 session = sessions.get(command.session)  # type: ignore[union-attr]
                 if session is not None:
                     if kind is Connect:
                         session.connect_committed()
+                        self._connected_at[session.session_id] = self.loop.time()
+                        # The passcode never reaches the core's Connect command, so it cannot be logged here.
+                        log.info("client.connected", node=self.name, session=session.session_id, peer=session.peer,
+                                 login=command.login, client_id=command.client_id, version=session.version)  # type: ignore[union-attr]
                     elif session.state < DISCONNECTING and not self.commit_log.is_leader:
                         # Not the client's own Disconnect: a new leader swept the sessions of
                         # this one before it could tell its clients where to go. Tell them now.
@@ -382,6 +426,13 @@ class Node:
             if self.commit_log.is_leader:
                 future = self.commit_log.append([Tick(int(time.time() * 1000))])
                 future.add_done_callback(_ignore_outcome)
+            else:
+                self._note_leader()
+
+    async def _sample_forever(self) -> None:
+        while True:
+            self.rates.sample(time.monotonic(), self.broker.stats()["destinations"])
+            await asyncio.sleep(SAMPLE_SECONDS)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -392,10 +443,17 @@ class Node:
         }
 
     def status(self) -> dict[str, Any]:
-        """Role, term, commit / applied index and counters (JSON-able), for /status."""
+        """Role, term, commit / applied index, counters and rates (JSON-able), for /status.
+
+        `sessions` counts this node's client connections; `broker` is the replicated state's
+        counters (the same on every member that applied as much), among them `broker.sessions`,
+        the sessions the group knows. `rates` is this node's view of how fast they move:
+        enqueue / dequeue msg/s in all and per destination (see `raftmq.server.rates`)."""
         commit_log = self.commit_log
+        broker = self.broker.stats()
         status: dict[str, Any] = {
             "node": self.name,
+            "pid": os.getpid(),
             "role": "leader" if commit_log.is_leader else "follower",
             "leader": None if commit_log.is_leader else commit_log.leader_hint,
             "applied_index": commit_log.position.index,
@@ -406,7 +464,8 @@ class Node:
             "sessions_swept": self.sessions_swept,
             "leader_changes": self.leader_changes,
             "failure": self.failure,
-            "broker": self.broker.stats(),
+            "broker": broker,
+            "rates": self.rates.rates(time.monotonic(), broker["destinations"]),
         }
         raft_status = getattr(commit_log, "status", None)  # RaftLog
         if callable(raft_status):
@@ -414,6 +473,8 @@ class Node:
             status["raft"] = {name: getattr(raft, name) for name in raft.__slots__}
             status["term"] = raft.term
             status["commit_index"] = raft.commit_index
+        else:  # one node: whatever is appended is committed and applied at once
+            status["commit_index"] = status["applied_index"]
         if self.bodies is not None:
             status["bodies"] = self.bodies.stats()
         return status
@@ -440,22 +501,6 @@ def _ignore_outcome(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def _configure_logging() -> None:
-    if structlog.is_configured():
-        return
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"], sort_keys=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-
-
 def _new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -464,28 +509,73 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-async def _run(config: NodeConfig) -> None:
+def setup_logging(who: str, log_file: str | os.PathLike[str] | None, log_level: str | None) -> None:
+    """`configure_logging`, with a bad level or an unwritable log file a one-line error."""
+    try:
+        configure_logging(json_path=log_file, level=log_level)
+    except ValueError as exc:
+        raise SystemExit(f"{who}: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"{who}: cannot write the log file {log_file}: {exc.strerror or exc}") from None
+
+
+def announce_ready(node: Node, on_ready: ReadyCallback | None) -> None:
+    """The node serves clients: log it and tell the caller (the CLI prints the readiness line
+    `raftmq node listening on HOST:PORT` that scripts and `raftmq up` wait for)."""
+    host, port = node.address
+    log.info("node.listening", node=node.name, host=host, port=port, pid=os.getpid())
+    if on_ready is not None:
+        on_ready(host, port)
+
+
+async def _run(config: NodeConfig, on_ready: ReadyCallback | None) -> None:
     node = Node(config)
     try:
         await node.start()
     except OSError as exc:
         log.error("node.start_failed", host=config.host, port=config.port, error=str(exc))
         raise SystemExit(f"raftmq node: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    admin = await _start_admin(node)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    host, port = node.address
-    print(f"raftmq node listening on {host}:{port}", flush=True)
+    announce_ready(node, on_ready)
     try:
         await stop.wait()
     finally:
         log.info("node.stopping", node=node.name)
+        if admin is not None:
+            await admin.stop()
         await node.stop()
 
 
-def serve(config: NodeConfig) -> None:
-    """Run a node in the foreground until SIGINT/SIGTERM."""
-    _configure_logging()
+async def _start_admin(node: Node) -> Any:
+    """The `admin` port of a single node (/status, /metrics, /health), if configured."""
+    if node.config.admin is None:
+        return None
+    from raftmq.config import split_address
+    from raftmq.server.admin import AdminServer
+
+    host, port = split_address(node.config.admin)
+    admin = AdminServer(node.status, None, None, host, port)
+    try:
+        await admin.start()
+    except OSError as exc:
+        await node.stop()
+        raise SystemExit(f"raftmq node: cannot listen on {node.config.admin} (admin): {exc.strerror or exc}") from None
+    return admin
+
+
+def serve(
+    config: NodeConfig,
+    *,
+    on_ready: ReadyCallback | None = None,
+    log_file: str | os.PathLike[str] | None = None,
+    log_level: str | None = None,
+) -> None:
+    """Run a node in the foreground until SIGINT/SIGTERM. Logs go to stderr, and as JSON lines
+    to `log_file` if given; `log_level` None: `$RAFTMQ_LOG_LEVEL` or info."""
+    setup_logging("raftmq node", log_file, log_level)
     with asyncio.Runner(loop_factory=_new_event_loop) as runner:
-        runner.run(_run(config))
+        runner.run(_run(config, on_ready))

@@ -4,6 +4,11 @@ commit log and writes what the node hands it.
 Life of a session: AWAIT_CONNECT → (CONNECT appended) CONNECTING → (Connect committed, CONNECTED
 written) OPEN → DISCONNECTING (DISCONNECT appended) or FAILED (ERROR pending) → CLOSED.
 
+Security (raftmq.security): CONNECT's login is checked before anything is appended; a passcode
+that needs scrypt is checked in a worker thread while reading pauses (frames already read wait
+for the answer). With an ACL, every SEND / SUBSCRIBE is authorized as it is translated; a
+refusal is `access denied` like any other bad frame: nothing from it on reaches the log.
+
 Ordering: every frame of one `data_received` becomes one `log.append` batch, so a session's
 commands reach the core in the order they arrived. Output is queued and written once per
 event-loop turn.
@@ -30,11 +35,12 @@ from typing import TYPE_CHECKING, cast
 import structlog
 
 from raftmq import __version__
-from raftmq.core.commands import Command, Connect, Disconnect
+from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader, ProtocolError
 from raftmq.protocol.codec import HEARTBEAT, FrameParser, negotiate_version
 from raftmq.protocol.frame import Frame
+from raftmq.security import READ, WRITE, Principal
 from raftmq.server.dispatcher import connected_frame, error_frame, message_frame, receipt_frame
 from raftmq.server.translate import FrameTranslator, parse_heart_beat
 
@@ -53,6 +59,10 @@ CLOSE_GRACE_SECONDS = 5.0
 HEARTBEAT_SEND_SLACK = 0.9
 # Close a client that promised heart-beats and sent nothing for this many agreed intervals.
 HEARTBEAT_RECEIVE_GRACE = 2.0
+# (operation, destination) pairs a session remembers as authorized before starting afresh.
+ALLOWED_CACHE_SIZE = 1024
+ACCESS_REFUSED = "access refused"  # CONNECT: bad or missing credentials (never says which)
+ACCESS_DENIED = "access denied"  # a frame the ACL does not allow
 
 AWAIT_CONNECT, CONNECTING, OPEN, DISCONNECTING, FAILED, CLOSED = range(6)
 
@@ -89,6 +99,14 @@ class Session(asyncio.Protocol):
         self._receive_interval = 0.0  # seconds; 0 = we expect none
         self._send_timer: asyncio.TimerHandle | None = None
         self._check_timer: asyncio.TimerHandle | None = None
+        self._principal: Principal | None = None  # who CONNECT authenticated
+        self._authorizing = node.security.authorizing
+        self._allowed: set[tuple[str, str]] = set()  # (operation, destination) already checked
+        # While a worker thread checks CONNECT's passcode, reading pauses and frames already
+        # read wait here, so nothing the client pipelined runs before it is let in.
+        self._authenticating = False
+        self._held: list[Frame] = []
+        self._held_error: ProtocolError | None = None
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -116,7 +134,7 @@ class Session(asyncio.Protocol):
                 self._close_after_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        previous, self.state = self.state, CLOSED
+        self.state = CLOSED
         for timer in (self._send_timer, self._check_timer):
             if timer is not None:
                 timer.cancel()
@@ -127,7 +145,6 @@ class Session(asyncio.Protocol):
             self._disconnect_appended = True
             future = self.node.commit_log.append([Disconnect(self.session_id, _now_ms())])
             future.add_done_callback(_ignore_outcome)
-        log.debug("client.disconnected", session=self.session_id, peer=self.peer, clean=previous == DISCONNECTING)
 
     def eof_received(self) -> bool | None:
         """The client closed its sending side. Keep ours open until what it sent has committed
@@ -154,19 +171,26 @@ class Session(asyncio.Protocol):
 
     def _handle_bytes(self, data: bytes) -> None:
         error: ProtocolError | None = None
-        receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
         try:
             frames = self._parser.feed(data)
         except ProtocolError as exc:
             # Frames completed before the malformed one in this chunk are still processed.
             frames = self._parser.frames_before_error
             error = exc
+        if frames and self.state == AWAIT_CONNECT and not self._authenticating:
+            # The parser reads frames pipelined behind CONNECT under the version it negotiates.
+            self._handle_connect(frames[0])
+            frames = frames[1:]
+        if self._authenticating:
+            self._held.extend(frames)
+            self._held_error = self._held_error or error
+            return
+        self._handle_frames_and_error(frames, error)
+
+    def _handle_frames_and_error(self, frames: list[Frame], error: ProtocolError | None) -> None:
+        receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
         if frames:
-            if self.state == AWAIT_CONNECT:
-                # The parser reads frames pipelined behind CONNECT under the version it negotiates.
-                self._handle_connect(frames[0])
-                frames = frames[1:]
-            if frames and self.state in (CONNECTING, OPEN):
+            if self.state in (CONNECTING, OPEN):
                 refused = self._handle_frames(frames)
                 if refused is not None:
                     error, receipt_id = refused
@@ -183,6 +207,44 @@ class Session(asyncio.Protocol):
         except ProtocolError as exc:
             self.fail(exc.message, exc.detail or exc.message, extra={"version": "1.0,1.1,1.2"})
             return
+        security = self.node.security
+        login, passcode = frame.get("login"), frame.get("passcode")
+        decided = security.quick_login(login, passcode)
+        if decided is True:
+            self._authenticating = True
+            self._update_reading()
+            checked = self._loop.run_in_executor(None, security.login, login, passcode)
+            checked.add_done_callback(partial(self._login_checked, frame, version, client_send, client_receive))
+            return
+        self._accept_connect(frame, decided, version, client_send, client_receive)  # type: ignore[arg-type]
+
+    def _login_checked(
+        self, frame: Frame, version: str, client_send: int, client_receive: int, checked: asyncio.Future[Principal | None]
+    ) -> None:
+        self._authenticating = False
+        held, error = self._held, self._held_error
+        self._held, self._held_error = [], None
+        if self.state != AWAIT_CONNECT:
+            return  # the client went away (or half-closed) meanwhile
+        try:
+            principal = checked.result()
+            self._accept_connect(frame, principal, version, client_send, client_receive)
+            if self.state < DISCONNECTING:
+                self._handle_frames_and_error(held, error)
+        except Exception as exc:  # like data_received: a bug costs this connection only
+            self.node.internal_errors += 1
+            log.exception("client.internal_error", session=self.session_id, peer=self.peer)
+            self.fail("internal error", f"{type(exc).__name__} while handling CONNECT")
+        self._update_reading()
+
+    def _accept_connect(
+        self, frame: Frame, principal: Principal | None, version: str, client_send: int, client_receive: int
+    ) -> None:
+        if principal is None:
+            log.info("client.login_refused", session=self.session_id, peer=self.peer, login=frame.get("login"))
+            self.fail(ACCESS_REFUSED, "invalid login or passcode")
+            return
+        self._principal = principal
         if not self.node.commit_log.is_leader:
             hint = self.node.commit_log.leader_hint
             extra = {"leader": hint} if hint else None
@@ -201,7 +263,8 @@ class Session(asyncio.Protocol):
         self._translator = FrameTranslator(self.session_id, version, client_id)
         self.state = CONNECTING
         self._connect_appended = True
-        self._append([Connect(self.session_id, _now_ms(), frame.get("login"), client_id)])
+        login = principal.name if self.node.security.authenticating else frame.get("login")
+        self._append([Connect(self.session_id, _now_ms(), login, client_id)])
         log.info("client.connecting", session=self.session_id, peer=self.peer, version=version, client_id=client_id)
 
     def _handle_frames(self, frames: list[Frame]) -> tuple[ProtocolError, str | None] | None:
@@ -211,9 +274,12 @@ class Session(asyncio.Protocol):
         now = _now_ms()
         commands: list[Command] = []
         refused: tuple[ProtocolError, str | None] | None = None
+        authorizing = self._authorizing
         for frame in frames:
             try:
                 command = translator.translate(frame, now)
+                if authorizing:
+                    self._authorize(command)
             except ProtocolError as exc:
                 refused = (exc, frame.get("receipt"))
                 break
@@ -225,6 +291,37 @@ class Session(asyncio.Protocol):
         if commands:
             self._append(commands)
         return refused
+
+    def _authorize(self, command: Command) -> None:
+        """Raise `ProtocolError` (access denied) unless the ACL lets this session's principal
+        do what `command` does; creating a destination also needs admin."""
+        kind = type(command)
+        if kind is Send:
+            operation, creates = WRITE, True
+        elif kind is Subscribe:
+            operation, creates = READ, True
+        elif getattr(command, "destination", None) is not None:
+            operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
+        else:
+            return
+        destination: str = command.destination  # type: ignore[attr-defined]
+        key = (operation, destination)
+        if key in self._allowed:
+            return
+        principal = self._principal
+        assert principal is not None
+        # The leader's core holds everything committed; a destination another session is
+        # creating right now (appended, not committed) still counts as new here.
+        exists = self.node.broker.has_destination(destination)
+        refusal = self.node.security.refusal(principal, operation, destination, exists or not creates)
+        if refusal is not None:
+            log.info("client.access_denied", session=self.session_id, peer=self.peer, user=principal.name,
+                     operation=operation, destination=destination)
+            raise ProtocolError(ACCESS_DENIED, refusal)
+        if exists:  # destinations are never removed, so this answer stays right
+            if len(self._allowed) >= ALLOWED_CACHE_SIZE:
+                self._allowed.clear()
+            self._allowed.add(key)
 
     def _append(self, commands: list[Command]) -> None:
         future = self.node.commit_log.append(commands)
@@ -255,7 +352,10 @@ class Session(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        paused = self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect or self.state >= FAILED
+        paused = (
+            self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect
+            or self._authenticating or self.state >= FAILED
+        )
         if paused:
             if transport.is_reading():
                 transport.pause_reading()
@@ -291,7 +391,6 @@ class Session(asyncio.Protocol):
             self._send_timer = self._loop.call_later(self._send_interval, self._heartbeat_send)
         if self._receive_interval:
             self._check_timer = self._loop.call_later(self._receive_interval, self._heartbeat_check)
-        log.info("client.connected", session=self.session_id, peer=self.peer, version=self.version)
 
     def disconnect_committed(self) -> None:
         """Our Disconnect was applied (and its RECEIPT, if any, queued): flush and close."""

@@ -15,13 +15,17 @@ from collections.abc import Callable
 from raftmq.core.commands import (
     ACK_AUTO,
     ACK_MODES,
+    DEFAULT_BROWSE_LIMIT,
+    MAX_BROWSE_LIMIT,
     Abort,
     Ack,
     Begin,
+    Browse,
     Command,
     Commit,
     Disconnect,
     Nack,
+    Noop,
     Send,
     Subscribe,
     Unsubscribe,
@@ -34,6 +38,7 @@ from raftmq.protocol.frame import Frame
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
+BROWSE_LIMIT_HEADER = "browser-limit"  # ours: ActiveMQ browsers have no limit
 
 
 def parse_heart_beat(value: str | None) -> tuple[int, int]:
@@ -90,7 +95,7 @@ class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
-    __slots__ = ("session_id", "version", "client_id", "transactions", "subscriptions", "_table")
+    __slots__ = ("session_id", "version", "client_id", "transactions", "subscriptions", "browsers", "_table")
 
     def __init__(self, session_id: str, version: str, client_id: str | None) -> None:
         self.session_id = session_id
@@ -98,6 +103,7 @@ class FrameTranslator:
         self.client_id = client_id
         self.transactions: set[str] = set()
         self.subscriptions: set[str] = set()
+        self.browsers: set[str] = set()  # ids of browser subscriptions (ended, until UNSUBSCRIBE)
         self._table: dict[str, Callable[[Frame, int], Command]] = {
             "SEND": self._send,
             "SUBSCRIBE": self._subscribe,
@@ -138,8 +144,10 @@ class FrameTranslator:
             if self.version != "1.0":
                 raise ProtocolError("SUBSCRIBE requires an id header", "STOMP 1.1 and 1.2 require 'id' on SUBSCRIBE")
             sub_id = destination  # 1.0: one subscription per destination
-        if sub_id in self.subscriptions:
+        if sub_id in self.subscriptions or sub_id in self.browsers:
             raise ProtocolError("duplicate subscription id", f"subscription {sub_id!r} already exists here")
+        if _is_true(frame.get("browser")):
+            return self._browse(frame, now, destination, sub_id)
         ack = frame.get("ack", ACK_AUTO)
         if ack not in ACK_MODES:
             raise ProtocolError("invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
@@ -175,6 +183,26 @@ class FrameTranslator:
             frame.get("receipt"),
         )
 
+    def _browse(self, frame: Frame, now: int, destination: str, sub_id: str) -> Command:
+        """ActiveMQ's queue browser: copies of the queue's messages, then `browser:end`."""
+        if not destination.startswith(QUEUE_PREFIX):
+            raise ProtocolError("browsing works on queues", f"browser:true needs a /queue/ destination, got {destination!r}")
+        limit = DEFAULT_BROWSE_LIMIT
+        raw = frame.get(BROWSE_LIMIT_HEADER)
+        if raw is not None:
+            if not raw.strip().isdigit() or not 0 < int(raw) <= MAX_BROWSE_LIMIT:
+                detail = f"{BROWSE_LIMIT_HEADER} must be an integer from 1 to {MAX_BROWSE_LIMIT}, got {raw!r}"
+                raise ProtocolError(f"invalid {BROWSE_LIMIT_HEADER} header", detail)
+            limit = int(raw)
+        selector = frame.get("selector")
+        if selector is not None and selector.strip():
+            try:
+                compile_selector(selector)
+            except SelectorError as exc:
+                raise ProtocolError("invalid selector", str(exc)) from None
+        self.browsers.add(sub_id)
+        return Browse(self.session_id, sub_id, destination, now, limit, selector, frame.get("receipt"))
+
     def _durable_name(self, frame: Frame, sub_id: str) -> str | None:
         activemq_name = frame.get("activemq.subscriptionName")
         if activemq_name is not None:
@@ -196,6 +224,9 @@ class FrameTranslator:
             sub_id = frame.get("destination")
         if sub_id is None or sub_id == "":
             raise ProtocolError("UNSUBSCRIBE requires an id header", "UNSUBSCRIBE frame without 'id'")
+        if sub_id in self.browsers:
+            self.browsers.discard(sub_id)  # it ended with browser:end; only a receipt is owed
+            return Noop(self.session_id, now, frame.get("receipt"))
         if sub_id not in self.subscriptions:
             raise ProtocolError("unknown subscription", f"no subscription {sub_id!r} on this connection")
         self.subscriptions.discard(sub_id)

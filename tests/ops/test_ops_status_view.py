@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -13,12 +14,20 @@ import pytest
 from raftmq.ops.status_view import NodeAddress, collect_status, render_to_string, summarise
 
 
-def node_status(role: str, term: int, commit: int, applied: int, destinations: dict[str, Any] | None = None) -> dict[str, Any]:
+def node_status(role: str, term: int, commit: int, applied: int, destinations: dict[str, Any] | None = None,
+                dead: int = 0, health: str = "ok") -> dict[str, Any]:
     return {"node": "x", "role": role, "term": term, "commit_index": commit, "applied_index": applied, "sessions": 2,
-            "failure": None, "broker": {"sessions": 2, "destinations": destinations or {}}}
+            "failure": None, "health": health, "pid": 4242,
+            "rates": {"enqueue_rate": 12.5, "dequeue_rate": 10.0, "enqueued": 40, "dequeued": 30,
+                      "destinations": {name: RATES[name] for name in destinations or {}}},
+            "broker": {"sessions": 5, "destinations": destinations or {},
+                       "dead_letter": {"destination": "/queue/DLQ", "depth": dead, "dead_lettered": dead}}}
 
 
 QUEUE = {"depth": 7, "in_flight": 3, "consumers": 2, "enqueued": 40, "dequeued": 30, "expired": 0, "dead_lettered": 1}
+DLQ = {"depth": 1, "in_flight": 0, "consumers": 0, "enqueued": 1, "dequeued": 0, "expired": 0, "dead_lettered": 0}
+RATES = {"/queue/orders": {"enqueue_rate": 12.5, "dequeue_rate": 10.0}, "/queue/DLQ": {"enqueue_rate": 0.1, "dequeue_rate": 0.0},
+         "/queue/a": {"enqueue_rate": 1.0, "dequeue_rate": 2.0}}
 NODES = [NodeAddress("g1", f"n{i}", f"127.0.0.1:{61000 + i}", f"127.0.0.1:{62000 + i}", 100 + i) for i in (1, 2, 3)]
 
 
@@ -32,8 +41,12 @@ def test_summary_roles_lag_and_destinations_come_from_the_leader() -> None:
     assert group["leader"] == "n2" and group["term"] == 4 and group["commit_index"] == 120 and group["nodes_up"] == 2
     rows = {row["id"]: row for row in group["nodes"]}
     assert rows["n1"]["lag"] == 25 and rows["n2"]["lag"] == 2
-    assert rows["n3"] == {"id": "n3", "client": "127.0.0.1:61003", "admin": "127.0.0.1:62003", "pid": 103, "up": False, "role": "down"}
-    assert group["destinations"] == {"/queue/orders": QUEUE}
+    assert rows["n3"] == {"id": "n3", "client": "127.0.0.1:61003", "admin": "127.0.0.1:62003", "pid": 103, "up": False,
+                          "role": "down", "health": "down"}
+    assert rows["n1"]["connections"] == 2 and rows["n1"]["health"] == "ok"
+    assert group["destinations"] == {"/queue/orders": {**QUEUE, **RATES["/queue/orders"]}}  # the leader's rates beside
+    assert group["sessions"] == 5 and group["rates"]["enqueue_rate"] == 12.5
+    assert group["ok"] is False and summary["ok"] is False  # n3 is down
     json.dumps(summary)  # what --json prints
 
 
@@ -55,7 +68,8 @@ def test_rendered_view_shows_master_slave_down_and_queues() -> None:
     assert "master" in lines["n2"] and "127.0.0.1:61002" in lines["n2"]
     assert "down" in lines["n3"] and "103" in lines["n3"]
     cells = [cell.strip() for cell in lines["/queue/orders"].split("│")[1:-1]]
-    assert cells == ["/queue/orders", "7", "2", "3", "40", "30", "1"]  # depth, consumers, in-flight, ...
+    # depth, consumers, in-flight, enq/s, deq/s, enqueued, dequeued, dead-lettered
+    assert cells == ["/queue/orders", "7", "2", "3", "12.5", "10.0", "40", "30", "1"]
 
 
 def test_a_group_without_leader_says_so() -> None:
@@ -99,5 +113,60 @@ def test_collect_status_asks_each_node_and_marks_silent_ones_down(fake_admin: st
         nodes = [NodeAddress("g", "up", "127.0.0.1:1", fake_admin), NodeAddress("g", "gone", "127.0.0.1:2", silent)]
         summary = collect_status(nodes, timeout=1.0)
     (group,) = summary["groups"]
-    assert group["leader"] == "up" and group["term"] == 9 and group["destinations"] == {"/queue/a": QUEUE}
+    assert group["leader"] == "up" and group["term"] == 9 and group["destinations"] == {"/queue/a": {**QUEUE, **RATES["/queue/a"]}}
     assert [(row["id"], row["role"], row["up"]) for row in group["nodes"]] == [("up", "leader", True), ("gone", "down", False)]
+
+
+def test_exit_verdict_needs_every_node_up_and_exactly_one_leader() -> None:
+    up = summarise([(NODES[0], node_status("follower", 4, 9, 9)), (NODES[1], node_status("leader", 4, 9, 9))])
+    assert up["ok"] and up["groups"][0]["leaders"] == 1
+    leaderless = summarise([(NODES[0], node_status("follower", 4, 9, 9, health="unavailable")),
+                            (NODES[1], node_status("follower", 4, 9, 9, health="unavailable"))])
+    assert not leaderless["ok"] and leaderless["groups"][0]["leaders"] == 0
+    two = summarise([(NODES[0], node_status("leader", 3, 9, 9)), (NODES[1], node_status("leader", 4, 9, 9))])
+    assert not two["ok"] and two["groups"][0]["leaders"] == 2
+    # One group fine, another with a node down: not ok overall.
+    other = NodeAddress("g2", "m1", "127.0.0.1:1", "127.0.0.1:2")
+    mixed = summarise([(NODES[0], node_status("leader", 4, 9, 9)), (other, None)])
+    assert [group["ok"] for group in mixed["groups"]] == [True, False] and not mixed["ok"]
+
+
+def test_view_shows_health_rates_connections_and_highlights_dead_letters() -> None:
+    from rich.console import Console
+
+    from raftmq.ops.status_view import render_status
+
+    summary = summarise([
+        (NODES[0], node_status("follower", 4, 9, 9, health="unavailable")),
+        (NODES[1], node_status("leader", 4, 9, 9, {"/queue/orders": QUEUE, "/queue/DLQ": DLQ}, dead=1)),
+    ])
+    console = Console(file=io.StringIO(), record=True, width=120, force_terminal=True, color_system="standard")
+    console.print(render_status(summary))
+    text = console.export_text(clear=False)
+    assert "master n2, term 4, 2/2 nodes up, 5 sessions, 12.5 in / 10.0 out msg/s" in text
+    assert "dead-letter queue /queue/DLQ: 1 waiting, 1 dead-lettered in all" in text
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    assert rows["n1"][:2] == ["slave", "unavailable"] and rows["n2"][:2] == ["master", "ok"]
+    assert rows["n1"][6] == "2"  # conns
+    assert rows["/queue/DLQ"] == ["1", "0", "0", "0.1", "0.0", "1", "0", "0"]
+    styled = console.export_text(styles=True)
+    bold_red = "\x1b[1;31m"
+    assert f"{bold_red}/queue/DLQ" in styled  # messages wait in the DLQ
+    assert f"{bold_red}1 waiting" in styled
+    assert f"{bold_red}unavailable" in styled
+    assert f"{bold_red}/queue/orders" not in styled  # nothing waits there to be looked at
+    quiet = summarise([(NODES[1], node_status("leader", 4, 9, 9, {"/queue/DLQ": {**DLQ, "depth": 0}}))])
+    console = Console(file=io.StringIO(), record=True, width=120, force_terminal=True, color_system="standard")
+    console.print(render_status(quiet))
+    styled = console.export_text(styles=True)
+    assert bold_red not in styled and "0 waiting" in styled
+
+
+def test_rates_show_as_dashes_until_known() -> None:
+    status = node_status("leader", 1, 1, 1, {"/queue/orders": QUEUE})
+    status["rates"] = {"enqueue_rate": None, "dequeue_rate": None,
+                       "destinations": {"/queue/orders": {"enqueue_rate": None, "dequeue_rate": None}}}
+    text = render_to_string(summarise([(NODES[1], status)]), width=120)
+    cells = [line.split("│")[2:-1] for line in text.splitlines() if "/queue/orders" in line][0]
+    assert [cell.strip() for cell in cells][3:5] == ["-", "-"] and "msg/s" not in text

@@ -23,9 +23,9 @@ def raftmq(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT, cwd=cwd)
 
 
-def status_json(config: Path, cwd: Path) -> dict:
+def status_json(config: Path, cwd: Path, code: int = 0) -> dict:
     result = raftmq("status", "--json", "--config", str(config), cwd=cwd)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == code, result.stderr  # 1: a node is down or a group has no leader
     return json.loads(result.stdout)
 
 
@@ -62,16 +62,19 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         assert again.returncode != 0 and "already running" in again.stderr, again.stdout + again.stderr
         assert read_state(state_dir) == state  # the running cluster's state is untouched
 
-        victim = next(node for node in state.nodes if node.id == "n2")
+        # A follower: killing the leader would leave the group electing while the view is taken.
+        leader = next(row["id"] for row in group["nodes"] if row["role"] == "leader")
+        victim = next(node for node in state.nodes if node.id != leader)
+        survivors = [node.id for node in state.nodes if node is not victim]
         os.kill(victim.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while is_our_node(victim) and time.monotonic() < deadline:
             time.sleep(0.05)
-        rows = {row["id"]: row for row in status_json(config, tmp_path)["groups"][0]["nodes"]}
-        assert rows["n2"]["up"] is False and rows["n2"]["role"] == "down"
-        assert rows["n1"]["up"] and rows["n3"]["up"]
+        rows = {row["id"]: row for row in status_json(config, tmp_path, code=1)["groups"][0]["nodes"]}
+        assert rows[victim.id]["up"] is False and rows[victim.id]["role"] == "down"
+        assert all(rows[node_id]["up"] for node_id in survivors)
         view = raftmq("status", "--once", "--config", str(config), cwd=tmp_path)
-        assert view.returncode == 0 and "2/3 nodes up" in view.stdout and "master" in view.stdout, view.stdout + view.stderr
+        assert view.returncode == 1 and "2/3 nodes up" in view.stdout and "master" in view.stdout, view.stdout + view.stderr
 
         down = raftmq("down", "--config", str(config), cwd=tmp_path)
         assert down.returncode == 0 and "stopped 2 node(s)" in down.stdout, down.stdout + down.stderr
