@@ -20,10 +20,28 @@ from raftmq.errors import BrokerRefused, ClientError
 
 NOT_LEADER = "not the leader"
 ACCESS_REFUSED = "access refused"  # CONNECT refused for its login/passcode: retrying cannot help
+# ERRORs that pass no verdict on what the client sent: the node is not (or no longer) the one to
+# talk to, is stopping, or lost commands to a leader change. Resending elsewhere is the cure.
+# Any other ERROR answers a frame of the client's, and that frame would be refused again.
+TRANSIENT_ERRORS = frozenset({
+    NOT_LEADER,
+    "broker shutting down",
+    "command not committed",  # the append failed (leader change, timeout): outcome unknown
+    "not connected",  # the replicated state no longer knows the session: a new leader swept it
+    "heart-beat timeout",
+    "slow consumer",
+    "message body unavailable",  # a body this node cannot read: another member may have it
+})
 
 
 def is_access_refused(error: BaseException) -> bool:
     return isinstance(error, BrokerRefused) and error.headers.get("message") == ACCESS_REFUSED
+
+
+def is_verdict(error: BaseException | None) -> bool:
+    """Whether a connection ended with an ERROR that refused one of the client's frames
+    (too large, malformed, access denied, an invalid destination...): resending cannot help."""
+    return isinstance(error, BrokerRefused) and error.headers.get("message") not in TRANSIENT_ERRORS
 
 
 class RedirectLimitExceeded(ClientError):
@@ -39,7 +57,9 @@ class FailoverEvent:
     """What a listener in `FailoverClient.events` is told.
 
     kind: `connected` (address, group, resent: the `_AMQ_DUPL_ID`s written again),
-    `disconnected` (address, error), `redirected` (address that refused or was deposed,
+    `disconnected` (address, error), `refused` (error: an ERROR that failed a SEND, then not
+    retried, or ended a subscription; dupl_id: that SEND's `_AMQ_DUPL_ID`),
+    `redirected` (address that refused or was deposed,
     target: the leader it named), `attempt_failed` (attempt number, error), `failed` (error:
     the client gave up), `closed`.
     """
@@ -51,6 +71,7 @@ class FailoverEvent:
     error: BaseException | None = None
     attempt: int = 0
     resent: tuple[str, ...] = ()
+    dupl_id: str | None = None
 
 
 EventListener = Callable[[FailoverEvent], None]

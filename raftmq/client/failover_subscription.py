@@ -167,6 +167,15 @@ class FailoverSubscription:
         self._wake()
         return client.last_receipt_id
 
+    @property
+    def _awaiting_receipt(self) -> bool:
+        """Subscribed on the current connection and its RECEIPT has not come (yet)."""
+        inner = self._inner
+        if self._ended or inner is None or inner.receipt is None:
+            return False
+        fut = inner.receipt
+        return not fut.done() or fut.cancelled() or fut.exception() is not None
+
     def _on_inner_receipt(self, fut: asyncio.Future[Frame]) -> None:
         if self.receipt.done() or fut.cancelled() or fut.exception() is not None:
             return  # a refusal reaches us through `_end`; a break means a later SUBSCRIBE

@@ -37,6 +37,7 @@ NODE_LOG = "node.log"
 UP_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
+EMPTY_CMDLINE_WAIT_SECONDS = 0.5  # zombies and kernel threads keep an empty cmdline for good
 # How long `down` waits for the launcher to let go of the nodes (SIGUSR1) before SIGKILL.
 RELEASE_TIMEOUT_SECONDS = 5.0
 RELEASE_SIGNAL = signal.SIGUSR1
@@ -169,11 +170,18 @@ def process_start_time(pid: int) -> int | None:
 
 
 def process_argv(pid: int) -> tuple[str, ...] | None:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part)
+    """The argv in /proc/<pid>/cmdline; None once the process is gone. Right after a fork+exec
+    (Popen returns as soon as the child execs) the kernel shows an empty cmdline for a moment,
+    so an empty one is read again, boundedly, before it is believed."""
+    deadline = time.monotonic() + EMPTY_CMDLINE_WAIT_SECONDS
+    while True:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return None
+        if cmdline or time.monotonic() >= deadline:
+            return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part)
+        time.sleep(0.005)
 
 
 def is_same_process(pid: int, start_time: int, argv: tuple[str, ...]) -> bool:

@@ -62,7 +62,7 @@ def run_attached(topology: Topology, state: ClusterState, children: dict[int, su
     from rich.live import Live
     from rich.text import Text
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)  # a log keeps whole tables
 
     def say(line: str) -> None:
         console.print(Text(line), soft_wrap=True)  # one line per event, however narrow the terminal
@@ -74,14 +74,18 @@ def run_attached(topology: Topology, state: ClusterState, children: dict[int, su
         return render_status(collect_status([node.address() for node in supervisor.state.nodes]))
 
     try:
-        with Live(view(), console=console, auto_refresh=False) as live:
-            refreshed = time.monotonic()
-            while not supervisor.settled:
-                supervisor.poll()
-                if time.monotonic() - refreshed >= REFRESH_SECONDS:
-                    live.update(view(), refresh=True)
-                    refreshed = time.monotonic()
-                time.sleep(SUPERVISE_POLL_SECONDS)
+        try:
+            with Live(view(), console=console, auto_refresh=False) as live:
+                refreshed = time.monotonic()
+                while not supervisor.settled:
+                    supervisor.poll()
+                    if time.monotonic() - refreshed >= REFRESH_SECONDS:
+                        live.update(view(), refresh=True)
+                        refreshed = time.monotonic()
+                    time.sleep(SUPERVISE_POLL_SECONDS)
+        finally:
+            if not console.is_terminal:
+                console.line()  # Live leaves its last frame without a newline off a terminal
         say("every node has exited")
     except Released:
         released = True

@@ -51,6 +51,9 @@ STOP_DRAIN_SECONDS = 2.0
 # clients (so the ERROR can name it); meanwhile whatever they send fails with NotLeader.
 LEADER_HINT_WAIT_SECONDS = 1.0
 STATE_FORMAT = 1  # of snapshot_state()
+# A committed batch whose commands were stamped longer ago than this is a replay (restart,
+# catch-up), not live traffic: enqueue/dequeue rates restart from the counters after it.
+REPLAY_AGE_MS = 5_000
 BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
 ReadyCallback = Callable[[str, int], None]  # (host, port), once the node serves clients
 
@@ -84,6 +87,7 @@ class Node:
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock
+        self._rates_stale = False  # set by a replay or restore: the counters jumped, rates restart
         self._loop: asyncio.AbstractEventLoop | None = None
         self._address: tuple[str, int] | None = None
         self._stopping = False
@@ -287,6 +291,8 @@ class Node:
                 # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
                 self._fail(f"cannot write the body journal at raft index {position.index}: {exc}")
                 raise
+        if commands and _wall_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
+            self._rates_stale = True  # old commands: a replay, not traffic to show as a rate
         apply = self.broker.apply
         sessions = self.sessions
         for command in commands:
@@ -379,6 +385,7 @@ class Node:
         """Replace the state by a snapshot's (ours after a restart, or the leader's when this
         member fell behind a compaction); fetch from peers the bodies it references that
         this member lacks."""
+        self._rates_stale = True  # the counters are replaced wholesale
         if not data:
             self.broker = Broker(self.config.core)
             return
@@ -431,8 +438,20 @@ class Node:
 
     async def _sample_forever(self) -> None:
         while True:
-            self.rates.sample(time.monotonic(), self.broker.stats()["destinations"])
+            self._sample_rates(self.broker.stats()["destinations"])
             await asyncio.sleep(SAMPLE_SECONDS)
+
+    def _sample_rates(self, destinations: dict[str, Any]) -> None:
+        if self._rates_stale:
+            self._rates_stale = False
+            self.rates.restart(time.monotonic(), destinations)
+        else:
+            self.rates.sample(time.monotonic(), destinations)
+
+    def _rates(self, destinations: dict[str, Any]) -> dict[str, Any]:
+        if self._rates_stale:
+            self._sample_rates(destinations)
+        return self.rates.rates(time.monotonic(), destinations)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -465,7 +484,7 @@ class Node:
             "leader_changes": self.leader_changes,
             "failure": self.failure,
             "broker": broker,
-            "rates": self.rates.rates(time.monotonic(), broker["destinations"]),
+            "rates": self._rates(broker["destinations"]),
         }
         raft_status = getattr(commit_log, "status", None)  # RaftLog
         if callable(raft_status):
@@ -494,6 +513,10 @@ def _tune_gc() -> None:
     gc.freeze()
     first, second, third = gc.get_threshold()
     gc.set_threshold(max(GC_GEN0_THRESHOLD, first), second, third)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

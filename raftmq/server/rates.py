@@ -36,6 +36,12 @@ class RateSampler:
         while len(samples) > 1 and now - samples[1][0] >= self.window:
             samples.popleft()
 
+    def restart(self, now: float, destinations: dict[str, dict[str, Any]]) -> None:
+        """Forget every sample and start again from the counters as they are now: the growth
+        so far was not traffic (a replayed journal, a restored snapshot)."""
+        self._samples.clear()
+        self.sample(now, destinations)
+
     def rates(self, now: float, destinations: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """`enqueue_rate` / `dequeue_rate` (msg/s, None while too young) in all and per
         destination (`destinations`: the live counters), with the span they cover."""

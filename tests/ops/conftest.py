@@ -26,8 +26,18 @@ def write_group(tmp_path: Path) -> Callable[..., Path]:
     """write_group(name="g1", size=3, ports=None, admin=True) -> path of a group file whose
     data directory is tmp_path/<name>."""
 
+    handed_out: set[int] = set()  # free_ports may hand the same free port to two groups of one test
+
+    def fresh_ports(count: int) -> list[int]:
+        for _ in range(50):
+            ports = free_ports(count)
+            if not handed_out & set(ports):
+                handed_out.update(ports)
+                return ports
+        raise RuntimeError(f"no {count} free ports distinct from {sorted(handed_out)}")
+
     def write(name: str = "g1", size: int = 3, ports: list[int] | None = None, admin: bool = True) -> Path:
-        ports = ports if ports is not None else free_ports(3 * size)
+        ports = ports if ports is not None else fresh_ports(3 * size)
         path = tmp_path / f"{name}.toml"
         path.write_text(group_file_text(name, tmp_path / name, ports, size, admin), encoding="utf-8")
         return path

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from raftmq.ops.launcher import ClusterState, is_our_node, read_state, stop_nodes
+from raftmq.ops.launcher import ClusterState, is_our_node, launcher_alive, read_state, stop_nodes
 
 WriteGroup = Callable[..., Path]
 COMMAND_TIMEOUT = 40
@@ -52,6 +52,12 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
                 time.sleep(0.05)
             assert "raftmq node listening on" in Path(node.log).read_text()
 
+        sent = raftmq("send", "/queue/flow", "hello from the CLI", "--count", "2", "--config", str(config), cwd=tmp_path)
+        assert sent.returncode == 0 and "sent 2 message(s)" in sent.stdout, sent.stdout + sent.stderr
+        received = raftmq("receive", "/queue/flow", "--count", "2", "--timeout", "10", "--config", str(config), cwd=tmp_path)
+        assert received.returncode == 0, received.stdout + received.stderr
+        assert received.stdout.splitlines() == ["hello from the CLI"] * 2
+
         summary = status_json(config, tmp_path)
         (group,) = summary["groups"]
         assert len(group["nodes"]) == 3 and group["nodes_up"] == 3
@@ -83,6 +89,7 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         for node in state.nodes:
             assert not Path(f"/proc/{node.pid}").exists() or _is_zombie(node.pid)
         assert read_state(state_dir) is None
+        assert state.launcher_pid > 0 and not launcher_alive(state), "the detached supervisor outlived raftmq down"
     finally:
         cleanup(state)
 

@@ -71,3 +71,39 @@ def test_health_verdicts() -> None:
     verdict, reason = health({"role": "follower", "leader": None, "failure": None})
     assert verdict == "unavailable" and "no leader" in reason
     assert health({"role": "leader", "failure": "cannot write the body journal"}) == ("failed", "cannot write the body journal")
+
+
+def test_restart_forgets_growth_that_was_not_traffic() -> None:
+    sampler = RateSampler(window=10, min_span=0.5)
+    sampler.sample(100.0, {"/queue/a": counters(0, 0)})
+    sampler.restart(101.0, {"/queue/a": counters(500, 200)})  # a replayed journal
+    totals = sampler.rates(103.0, {"/queue/a": counters(504, 202)})
+    assert totals["destinations"]["/queue/a"] == {"enqueue_rate": 2.0, "dequeue_rate": 1.0}
+
+
+async def _node_rates_after(stamp_ms: int) -> dict[str, object]:
+    import time
+
+    from raftmq.config import NodeConfig
+    from raftmq.core.commands import Connect, Send
+    from raftmq.server.node import Node
+
+    node = Node(NodeConfig(port=0, tick_interval_ms=0))
+    await node.start()
+    try:
+        node.rates.sample(time.monotonic() - 2.0, node.broker.stats()["destinations"])  # 2 s of history
+        node.on_commit([Connect("s1", stamp_ms)] + [Send("s1", "/queue/a", (), b"x", stamp_ms) for _ in range(40)])
+        return node.status()["rates"]["destinations"]["/queue/a"]
+    finally:
+        await node.stop()
+
+
+def test_a_replayed_batch_is_not_reported_as_a_rate() -> None:
+    import asyncio
+    import time
+
+    now_ms = int(time.time() * 1000)
+    live = asyncio.run(_node_rates_after(now_ms))
+    assert live["enqueue_rate"] is not None and live["enqueue_rate"] > 10  # 40 fresh messages in ~2 s
+    replayed = asyncio.run(_node_rates_after(now_ms - 60_000))  # stamped a minute ago: a replay
+    assert replayed["enqueue_rate"] is None  # the window restarted at the replay
