@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -16,12 +17,12 @@ def main() -> None:
     """raftmq: a STOMP 1.2 message broker in which every logical broker is a Raft group."""
 
 
-def _parse_listen(value: str | None) -> tuple[str, int] | None:
+def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int] | None:
     if value is None:
         return None
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint="--listen")
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
     return host, int(port)
 
 
@@ -29,6 +30,8 @@ def _parse_listen(value: str | None) -> tuple[str, int] | None:
 @click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
 @click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
+@click.option("--admin", "admin", metavar="HOST:PORT",
+              help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
 @click.option(
     "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
     help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
@@ -37,7 +40,8 @@ def _parse_listen(value: str | None) -> tuple[str, int] | None:
     "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
-def node(listen: str | None, config_path: str | None, node_id: str | None, log_file: str | None, log_level: str) -> None:
+def node(listen: str | None, config_path: str | None, node_id: str | None, admin: str | None, log_file: str | None,
+         log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
     Once it serves clients it prints `raftmq node listening on HOST:PORT` on stdout; its log
@@ -58,8 +62,8 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, log_f
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     if isinstance(config, GroupConfig):
-        if listen is not None:
-            raise click.UsageError("--listen does not apply to a group member: its [[node]] names its client address")
+        if listen is not None or admin is not None:
+            raise click.UsageError("--listen and --admin do not apply to a group member: its [[node]] names its addresses")
         from raftmq.server.group import serve_group
 
         serve_group(config, node_id, on_ready=_print_ready, log_file=log_file, log_level=log_level)  # type: ignore[arg-type]
@@ -69,6 +73,9 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, log_f
     address = _parse_listen(listen)
     if address is not None:
         config = config.with_address(*address)
+    if admin is not None:
+        admin_address = _parse_listen(admin, "--admin")
+        config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
     serve(config, on_ready=_print_ready, log_file=log_file, log_level=log_level)
 
 

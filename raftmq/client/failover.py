@@ -16,9 +16,16 @@ What survives a reconnect:
   same id, in the original order and before any newer SEND, so the broker's duplicate
   detection stores it once. Only a RECEIPT completes a send: if the client gives up, closes or
   the `timeout` option runs out first, the send fails with `ClientError` (outcome unknown).
-  A SEND the broker refused (an ERROR naming its receipt) fails with `BrokerRefused` and is
-  not retried. Duplicate detection is per group: a SEND retried on another group may be
-  stored by both.
+  Duplicate detection is per group: a SEND retried on another group may be stored by both.
+- Not what the broker refused. An ERROR that is a verdict on a frame (too large, malformed,
+  access denied, an invalid destination: anything but the transient ones in
+  `failover_connector.TRANSIENT_ERRORS`) fails that SEND, or ends that subscription, with
+  `BrokerRefused` carrying the broker's message; it is not written again, and the rest goes on
+  over a new connection. The ERROR names the frame by `receipt-id` when the broker could read
+  it. One that could not be parsed (over a size limit) is named by nothing: the node answers
+  every frame before it first, so it is pinned on the oldest frame of that connection still
+  waiting for its RECEIPT once the same ERROR came back for it `UNNAMED_REFUSALS_TO_BLAME`
+  times in a row (had the culprit no receipt, it is not written again and the run breaks).
 - Subscriptions: subscribed again with the same destination, id, ack mode and headers.
   Messages a broken connection delivered are never ACKed on another one; `ack` on them returns
   False and the broker redelivers them.
@@ -47,6 +54,7 @@ from raftmq.client.failover_connector import (
     FailoverEvent,
     Whereabouts,
     hinted_leader,
+    is_verdict,
 )
 from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url
@@ -61,6 +69,9 @@ DUPL_ID_HEADER = "_AMQ_DUPL_ID"
 # noticed and nothing fails over. 10 s matches the node's default; the client gives up on a
 # silent broker after twice its interval.
 DEFAULT_HEARTBEAT = (10_000, 10_000)
+# See the module docstring: one repeat tells a frame that is refused on every connection from
+# one that only came after the culprit, at the cost of one more connection per refused frame.
+UNNAMED_REFUSALS_TO_BLAME = 2
 HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 GroupsArg = Sequence[Sequence[Address | tuple[str, int] | str]]
 
@@ -81,6 +92,18 @@ class _PendingSend:
     future: asyncio.Future[Frame | None]
     writes: int = 0  # how many connections it was written on
     timer: asyncio.TimerHandle | None = None
+    inner: asyncio.Future[Frame] | None = None  # its RECEIPT on the connection it was last written on
+
+    @property
+    def awaiting_receipt(self) -> bool:
+        inner = self.inner
+        if self.future.done() or inner is None:
+            return False
+        return not inner.done() or inner.cancelled() or inner.exception() is not None
+
+
+def _awaits_receipt(item: _PendingSend | FailoverSubscription) -> bool:
+    return item.awaiting_receipt if isinstance(item, _PendingSend) else item._awaiting_receipt
 
 
 def _new_dupl_id() -> str:
@@ -151,7 +174,10 @@ class FailoverClient:
         self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
         self._seq = itertools.count(1)
         self._pending: dict[int, _PendingSend] = {}
+        # Receipt id -> what it confirms, for the current connection, in the order written.
         self._inner_receipts: dict[str, _PendingSend | FailoverSubscription] = {}
+        # (frame, ERROR message, times in a row): unnamed refusals pinned on one frame so far.
+        self._suspect: tuple[_PendingSend | FailoverSubscription, str, int] | None = None
         self._subscriptions: dict[str, FailoverSubscription] = {}
         self._sub_ids = itertools.count(1)
         self._transactions: dict[str, int] = {}  # id -> the connection it was begun on
@@ -257,14 +283,23 @@ class FailoverClient:
         self._set_state("reconnecting")
         culprit = None
         if isinstance(cause, BrokerRefused):
-            culprit = self._inner_receipts.get(cause.headers.get("receipt-id", ""))
             self._leader_hint = hinted_leader(cause)
+            if is_verdict(cause):
+                culprit = self._culprit(cause)
+            else:
+                self._suspect = None
+        else:
+            self._suspect = None
         self._inner_receipts = {}
-        if isinstance(culprit, FailoverSubscription):
-            self._subscriptions.pop(culprit.id, None)
-            culprit._end(cause)
-        elif culprit is not None:
-            self._settle(culprit, error=cause)
+        if culprit is not None:
+            assert isinstance(cause, BrokerRefused)
+            # A copy each: the same exception raised in several awaits would pile up tracebacks.
+            refusal = BrokerRefused(str(cause), dict(cause.headers), cause.body)
+            if isinstance(culprit, FailoverSubscription):
+                self._subscriptions.pop(culprit.id, None)
+                culprit._end(refusal)
+            else:
+                self._settle(culprit, error=refusal)
         self._transactions.clear()
         for pending in list(self._pending.values()):
             if pending.transaction is not None:
@@ -273,8 +308,31 @@ class FailoverClient:
         for subscription in self._subscriptions.values():
             subscription._detach()
         self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
+        if culprit is not None:
+            dupl_id = culprit.dupl_id if isinstance(culprit, _PendingSend) else None
+            self._emit(FailoverEvent("refused", address=self.address, group=self.group, error=cause, dupl_id=dupl_id))
         if self._leader_hint is not None:
             self._emit(FailoverEvent("redirected", address=self.address, group=self.group, target=self._leader_hint))
+
+    def _culprit(self, refusal: BrokerRefused) -> _PendingSend | FailoverSubscription | None:
+        """The SEND or subscription a verdict ERROR refused, if known well enough to stop
+        retrying it (see the module docstring); None lets everything be written again."""
+        receipt_id = refusal.headers.get("receipt-id")
+        if receipt_id is not None:
+            self._suspect = None
+            return self._inner_receipts.get(receipt_id)  # None: an ACK, COMMIT... never resent
+        oldest = next((item for item in self._inner_receipts.values() if _awaits_receipt(item)), None)
+        if oldest is None:
+            self._suspect = None
+            return None
+        message = refusal.headers.get("message") or str(refusal)
+        suspect = self._suspect
+        times = suspect[2] + 1 if suspect is not None and suspect[0] is oldest and suspect[1] == message else 1
+        if times >= UNNAMED_REFUSALS_TO_BLAME:
+            self._suspect = None
+            return oldest
+        self._suspect = (oldest, message, times)
+        return None
 
     def _give_up(self, error: ClientError) -> None:
         self._set_state("failed")
@@ -350,6 +408,7 @@ class FailoverClient:
         except ClientError:
             return False  # broken: the supervisor notices and this SEND waits for the next one
         pending.writes += 1
+        pending.inner = inner
         if inner is None:
             self._settle(pending, result=None)
         else:

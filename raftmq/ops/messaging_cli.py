@@ -96,7 +96,8 @@ def _run(endpoints: Endpoints, operation: Callable[[], Any]) -> Any:
         raise click.ClickException(f"cannot connect to {endpoints.url} ({endpoints.source}): {exc}") from None
     except BrokerRefused as exc:
         detail = exc.body.decode("utf-8", "replace").strip().splitlines()
-        raise click.ClickException(f"the broker refused: {exc}" + (f" ({detail[0]})" if detail else "")) from None
+        extra = f" ({detail[0]})" if detail and detail[0] != str(exc) else ""  # a bare ERROR repeats its message
+        raise click.ClickException(f"the broker refused: {exc}{extra}") from None
     except ClientError as exc:
         raise click.ClickException(f"{endpoints.url}: {exc}") from None
     except RaftmqError as exc:

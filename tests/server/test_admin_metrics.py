@@ -217,3 +217,27 @@ def test_admin_addresses_are_checked_where_they_are_configured(tmp_path: Path) -
                      '[[node]]\nid = "n1"\nclient = "127.0.0.1:1"\nraft = "127.0.0.1:2"\n')
     with pytest.raises(ConfigError, match=r"group\.toml: server\.admin: set by each \[\[node\]\]"):
         load_group_config(group)
+
+
+def test_node_admin_option_serves_health_and_is_checked(tmp_path: Path) -> None:
+    client, admin = free_ports(2)
+    stdout = tmp_path / "node.out"
+    with open(stdout, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{client}",
+                                 "--admin", f"127.0.0.1:{admin}"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        ready = wait_for(lambda: "raftmq node listening on" in stdout.read_text() or proc.poll() is not None, 15)
+        assert ready and proc.poll() is None, stdout.read_text()
+        code, answer = health(admin)
+        assert code == 200 and answer["status"] == "ok" and answer["role"] == "leader"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    bad = subprocess.run([sys.executable, "-m", "raftmq", "node", "--admin", "nowhere"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "--admin" in bad.stderr and "expected HOST:PORT" in bad.stderr, bad.stderr
