@@ -159,13 +159,7 @@ class FrameTranslator:
                     raise ProtocolError(f"invalid {name} header", f"{name} must be a non-negative integer, got {raw!r}")
                 prefetch = int(raw)
                 break
-        selector = frame.get("selector")
-        if selector is not None and selector.strip():
-            # The core compiles it too; checking here refuses the frame before it is appended.
-            try:
-                compile_selector(selector)
-            except SelectorError as exc:
-                raise ProtocolError("invalid selector", str(exc)) from None
+        selector = _checked_selector(frame)
         durable_name = None
         if destination.startswith(TOPIC_PREFIX):
             durable_name = self._durable_name(frame, sub_id)
@@ -194,12 +188,7 @@ class FrameTranslator:
                 detail = f"{BROWSE_LIMIT_HEADER} must be an integer from 1 to {MAX_BROWSE_LIMIT}, got {raw!r}"
                 raise ProtocolError(f"invalid {BROWSE_LIMIT_HEADER} header", detail)
             limit = int(raw)
-        selector = frame.get("selector")
-        if selector is not None and selector.strip():
-            try:
-                compile_selector(selector)
-            except SelectorError as exc:
-                raise ProtocolError("invalid selector", str(exc)) from None
+        selector = _checked_selector(frame)
         self.browsers.add(sub_id)
         return Browse(self.session_id, sub_id, destination, now, limit, selector, frame.get("receipt"))
 
@@ -287,3 +276,15 @@ class FrameTranslator:
 
     def _disconnect(self, frame: Frame, now: int) -> Command:
         return Disconnect(self.session_id, now, frame.get("receipt"))
+
+
+def _checked_selector(frame: Frame) -> str | None:
+    """The frame's `selector` header. The core compiles it too; compiling it here refuses a
+    bad one before the frame is appended."""
+    selector = frame.get("selector")
+    if selector is not None and selector.strip():
+        try:
+            compile_selector(selector)
+        except SelectorError as exc:
+            raise ProtocolError("invalid selector", str(exc)) from None
+    return selector
