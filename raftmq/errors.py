@@ -21,6 +21,9 @@ class ProtocolError(RaftmqError):
         super().__init__(message)
         self.message = message
         self.detail = detail
+        # The offending frame's `receipt` header when its headers could be read (a body over
+        # the limit): the ERROR then names the frame, so a client fails that one operation.
+        self.receipt: str | None = None
 
 
 class FrameTooLarge(ProtocolError):

@@ -237,7 +237,11 @@ class FrameParser:
         if found >= 0:
             value_end = rest.find("\n", found)
             value = rest[found + 15 : value_end if value_end >= 0 else len(rest)]
-            length = self._content_length(value, body_start - start)
+            try:
+                length = self._content_length(value, body_start - start)
+            except ProtocolError as exc:
+                exc.receipt = next((v for name, v in headers if name == "receipt"), None)
+                raise
         return command, headers, body_start - start, length
 
     def _content_length(self, value: str, head_size: int) -> int:

@@ -195,7 +195,7 @@ class Session(asyncio.Protocol):
                 if refused is not None:
                     error, receipt_id = refused
         if error is not None and self.state < DISCONNECTING:
-            self.fail(error.message, error.detail, receipt_id)
+            self.fail(error.message, error.detail, receipt_id or error.receipt)
 
     def _handle_connect(self, frame: Frame) -> None:
         if frame.command not in ("CONNECT", "STOMP"):

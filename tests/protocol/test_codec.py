@@ -364,6 +364,15 @@ def test_declared_content_length_over_limit_fails_at_once() -> None:
         FrameParser().feed(b"SEND\ncontent-length:99999999999999999999999999\n\n")
 
 
+def test_a_body_over_the_limit_names_the_frames_receipt() -> None:
+    with pytest.raises(FrameTooLarge) as refused:
+        FrameParser(Limits(max_body_bytes=10)).feed(b"SEND\nreceipt:r\\c7\nreceipt:second\ncontent-length:11\n\n")
+    assert refused.value.receipt == "r:7"  # unescaped, and the first header wins
+    with pytest.raises(FrameTooLarge) as unnamed:
+        FrameParser(Limits(max_body_bytes=10)).feed(b"SEND\ncontent-length:11\n\n")
+    assert unnamed.value.receipt is None
+
+
 def test_declared_content_length_over_frame_limit_fails_at_once() -> None:
     parser = FrameParser(Limits(max_frame_bytes=100))
     with pytest.raises(FrameTooLarge):
