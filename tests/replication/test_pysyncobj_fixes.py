@@ -360,6 +360,18 @@ def test_a_leader_without_quorum_steps_down_within_an_election_timeout(group: An
     assert time.monotonic() - started < 1.5
 
 
+def test_a_group_of_one_commits_without_waiting_for_its_next_tick(group: Any) -> None:
+    # A long tick makes the stock behaviour unmistakable: each append committed one whole tick
+    # later (nothing but the tick wakes a member that has no followers to answer it).
+    (solo,) = group(1, tick_period=0.5, append_entries_period=0.5, election_timeout_min=1.6, election_timeout_max=1.7)
+    leader_of([solo], timeout=10.0)
+    commit(solo, b"warm-up", timeout=5.0)
+    for i in range(3):
+        started = time.monotonic()
+        commit(solo, b"entry %d" % i, timeout=5.0)
+        assert time.monotonic() - started < 0.25, f"entry {i} waited for the tick"
+
+
 # -- 8. bind address and password -------------------------------------------------------------------
 
 
