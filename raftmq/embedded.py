@@ -21,7 +21,8 @@ one with a `data_dir`, are a Raft group (`RaftLog`, body journal) whose files go
 process's GIL switch interval (see raftmq.replication.raft_log), for this whole process.
 
 The nodes log through structlog as configured by the application (structlog's default prints
-to stdout).
+every event to stdout); `raftmq.logs.configure_logging(level="warning")` sends only warnings
+and errors to stderr, `json_path=...` adds a JSON-lines file.
 """
 
 from __future__ import annotations
