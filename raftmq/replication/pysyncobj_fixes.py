@@ -2,10 +2,11 @@
 
 Nothing here copies pysyncobj: we pass our own journal through its `journalFile` hook (via a
 wrapped `createJournal`), a `TCPTransport` subclass through `transportClass`, our own snapshot
-format through its `serializer`/`deserializer` hooks, override `_onTick` and
-`_checkCommandsToApply` in a `SyncObj` subclass (both call the original), and swap three
-module-level names (the pickle protocol, the zlib used on the wire, the rename used for
-snapshot files). Importing this module with any pysyncobj but 0.3.17 raises ImportError.
+format through its `serializer`/`deserializer` hooks, override `_onTick`,
+`_checkCommandsToApply` and the private `__applyLogEntries` in a `SyncObj` subclass (each
+calls the original), and swap three module-level names (the pickle protocol, the zlib used on
+the wire, the rename used for snapshot files). Importing this module with any pysyncobj but
+0.3.17 raises ImportError.
 
 | fix (name in `enabled`) | hole it closes |
 |---|---|
@@ -19,6 +20,8 @@ snapshot files). Importing this module with any pysyncobj but 0.3.17 raises Impo
 | `fallback`          | a leader without quorum steps down after one minimum election timeout, not 30 s |
 | `bind`              | the Raft port is bound to its configured address; off loopback a password is required |
 | `no_spurious_truncation` | a follower no longer deletes entries it already holds when a late or repeated append-entries arrives |
+| `solo_commit`       | a group of one commits what it appended at once, not one tick period later |
+| `piggyback_commit`  | a new commit index rides on the next append-entries (or goes out within one tick), not in an extra message to every follower per commit |
 
 `enabled` exists so a regression test can turn one fix off and show that it then fails; the
 product never changes it.
@@ -31,6 +34,7 @@ corrupt journal record is cut off at open with everything after it (the leader r
 from __future__ import annotations
 
 import collections
+import errno
 import ipaddress
 import os
 import pickle
@@ -64,7 +68,7 @@ log = structlog.get_logger("raftmq.replication.pysyncobj_fixes")
 
 FIX_NAMES = (
     "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
-    "no_spurious_truncation", "solo_commit",
+    "no_spurious_truncation", "solo_commit", "piggyback_commit",
 )
 enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
 
@@ -145,6 +149,11 @@ assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
 
 
 _JOURNAL_MAGIC = b"RAFTMQ-RAFT-JOURNAL-1\n"
+# Space reserved ahead of the records (zeros at the end of the file, read as "no more records").
+# An fdatasync after an append that grows the file also commits the new size through the
+# filesystem's journal; inside reserved space it flushes data and extent state only
+# (ext4 here: ~0.17 -> ~0.11 ms, with three members syncing at once ~0.25 -> ~0.18 ms).
+JOURNAL_RESERVE_BYTES = 4 * 2**20
 # payload length, crc32c(index, term, payload), index, term
 _RECORD = struct.Struct("<IIQQ")
 _INDEX_TERM = struct.Struct("<QQ")
@@ -173,6 +182,8 @@ class DurableJournal(Journal):
         self._ends: list[int] = []  # file offset just past each record
         self._dirty = False
         self._meta_dirty = False
+        self._allocated = 0  # file size: records up to _size, then reserved zeros
+        self._reserve = True  # off where the filesystem cannot preallocate
         self.durable_index = 0  # last index whose record is known to be on stable storage
         self.fsyncs = 0
         self._meta = self._load_meta()
@@ -206,7 +217,7 @@ class DurableJournal(Journal):
             os.write(self._fd, _JOURNAL_MAGIC)
             os.fsync(self._fd)
             fsync_directory(self.path)
-            self._size = len(_JOURNAL_MAGIC)
+            self._size = self._allocated = len(_JOURNAL_MAGIC)
             return
         if not data.startswith(_JOURNAL_MAGIC):
             raise JournalError(f"{self.path}: not a raftmq Raft journal")
@@ -225,10 +236,12 @@ class DurableJournal(Journal):
             self._entries.append((command, index, term))
             self._ends.append(end)
             offset = end
-        if offset < len(data):
+        self._allocated = len(data)
+        if data.count(0, offset) != len(data) - offset:  # not just reserved space
             log.warning("raft.journal_torn_tail_truncated", path=self.path, offset=offset, dropped_bytes=len(data) - offset)
             os.ftruncate(self._fd, offset)
             os.fsync(self._fd)
+            self._allocated = offset
         self._size = offset
         os.lseek(self._fd, offset, os.SEEK_SET)
         self.durable_index = self._entries[-1][1] if self._entries else 0
@@ -238,6 +251,8 @@ class DurableJournal(Journal):
     def add(self, command: bytes, idx: int, term: int) -> None:
         command = bytes(command)
         record = _RECORD.pack(len(command), _record_crc(idx, term, command), idx, term) + command
+        if self._reserve and self._size + len(record) > self._allocated:
+            self._reserve_space(self._size + len(record) + JOURNAL_RESERVE_BYTES)
         self._write_all(record)
         self._entries.append((command, idx, term))
         self._size += len(record)
@@ -277,7 +292,7 @@ class DurableJournal(Journal):
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR)
         os.lseek(self._fd, size, os.SEEK_SET)
-        self._entries, self._ends, self._size = keep, ends, size
+        self._entries, self._ends, self._size, self._allocated = keep, ends, size, size
         self.fsyncs += 1
         self._dirty = False
         self.durable_index = keep[-1][1] if keep else 0
@@ -356,9 +371,20 @@ class DurableJournal(Journal):
         self.deleteEntriesTo(position)
         return True
 
+    def _reserve_space(self, end: int) -> None:
+        try:
+            os.posix_fallocate(self._fd, self._allocated, end - self._allocated)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                self._reserve = False  # appends grow the file, as they would without this
+            return  # anything else (ENOSPC): the write that follows reports it
+        self._allocated = end
+
     def _truncate(self, keep: int) -> None:
         new_size = self._ends[keep - 1] if keep > 0 else len(_JOURNAL_MAGIC)
+        # Cut the reserved space too: records dropped here must not be found past the end later.
         os.ftruncate(self._fd, new_size)
+        self._allocated = new_size
         os.lseek(self._fd, new_size, os.SEEK_SET)
         del self._entries[keep:]
         del self._ends[keep:]
@@ -615,6 +641,7 @@ class HardenedSyncObj(SyncObj):
             bindRetryTime=0.2,
         )
         self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
+        self._commit_notice_delay = tick_period
         self._alone = all(peer == self_address for peer in peers)
         super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
 
@@ -665,6 +692,21 @@ class HardenedSyncObj(SyncObj):
             # A group of one commits at the top of a tick, and nothing (no follower's answer)
             # wakes this tick's poll: what was just appended would wait a whole tick period.
             self._SyncObj__pipeNotifier.notify()
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        # With appendEntriesUseBatch off, pysyncobj answers every commit with an append-entries
+        # to each follower that carries nothing but the new commit index, and each follower
+        # answers it: at one client message in flight that doubles the Raft traffic every
+        # member handles (on 2 shared cores the CPU it costs shows in the latency). Under traffic
+        # the next entry's append-entries carries the index anyway; otherwise it goes out
+        # within a tick. Followers only apply later; what a client is told does not change.
+        send_now = SyncObj._SyncObj__applyLogEntries(self)
+        if send_now and enabled["piggyback_commit"]:
+            notice_at = pso_syncobj.monotonicTime() + self._commit_notice_delay
+            if notice_at < self._SyncObj__newAppendEntriesTime:
+                self._SyncObj__newAppendEntriesTime = notice_at
+            return False
+        return send_now
 
     def _last_index(self) -> int:
         journal = self.durable_journal

@@ -303,6 +303,8 @@ class Node:
                 self.apply_failures += 1
                 log.exception("broker.apply_failed", command=type(command).__name__)
                 continue
+            if len(effects) > 1 and type(effects[-1]) is Receipt:
+                effects = _receipt_first(effects)
             for effect in effects:
                 session = sessions.get(effect.session)
                 if session is None:
@@ -513,6 +515,19 @@ def _tune_gc() -> None:
     gc.freeze()
     first, second, third = gc.get_threshold()
     gc.set_threshold(max(GC_GEN0_THRESHOLD, first), second, third)
+
+
+def _receipt_first(effects: list[Any]) -> list[Any]:
+    """A SEND's receipt ahead of the deliveries it caused, when they go to other sessions
+    (each session keeps its own order). Frames leave in the order sessions were first written
+    to, so the producer hears first and its next SEND tends to reach the leader before the
+    consumer's ACK: it then goes out as an entry at once instead of queueing behind the ACK's
+    entry on every follower (1P×1C receipt p50 about 0.1 ms lower)."""
+    receipt = effects[-1]
+    for effect in effects[:-1]:
+        if effect.session == receipt.session:
+            return effects
+    return [receipt, *effects[:-1]]
 
 
 def _wall_ms() -> int:

@@ -372,6 +372,37 @@ def test_a_group_of_one_commits_without_waiting_for_its_next_tick(group: Any) ->
         assert time.monotonic() - started < 0.25, f"entry {i} waited for the tick"
 
 
+def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Heartbeats 0.5 s apart: any append-entries beyond one per entry per follower is the
+    # commit-index-only message this fix removes, and a follower that learns the last commit
+    # quickly learned it from the one-tick notice, not from a heartbeat.
+    sent: dict[str, int] = {}
+    original_send = TCPTransport.send
+
+    def counting_send(transport: Any, node: Any, message: Any) -> bool:
+        if isinstance(message, dict) and message.get("type") == "append_entries" and message.get("entries"):
+            sent[transport._selfNode.address] = sent.get(transport._selfNode.address, 0) + 1
+        elif isinstance(message, dict) and message.get("type") == "append_entries":
+            sent["empty " + transport._selfNode.address] = sent.get("empty " + transport._selfNode.address, 0) + 1
+        return original_send(transport, node, message)
+
+    members = group(3, append_entries_period=0.5, election_timeout_min=1.6, election_timeout_max=1.7)
+    leader = leader_of(members, timeout=10.0)
+    commit(leader, b"warm-up")
+    monkeypatch.setattr(TCPTransport, "send", counting_send)
+    count = 40
+    for k in range(count):
+        commit(leader, b"one-at-a-time %d" % k)
+    followers = [m for m in members if m is not leader]
+    assert wait_until(lambda: all(len(m.applied) == count + 1 for m in followers), 0.25), "followers did not learn the last commit"
+    monkeypatch.setattr(TCPTransport, "send", original_send)
+    empty = sent.get("empty " + leader.address, 0)
+    assert sent.get(leader.address, 0) >= 2 * count
+    # Stock: one per commit per follower (~2 * count). Left: heartbeats, the last notice, and a
+    # notice whenever the next entry came more than a tick later (a loaded machine).
+    assert empty <= count // 2, f"{empty} commit-index-only append-entries for {count} commits"
+
+
 # -- 8. bind address and password -------------------------------------------------------------------
 
 
@@ -477,6 +508,36 @@ def test_journal_round_trip_truncation_and_torn_tail(tmp_path: Any) -> None:
     assert list(reopened[:]) == [(b"cmd3", 3, 1), (b"cmd4", 4, 2), (b"cmd5", 5, 2), (b"new6", 6, 3)]
     assert reopened.size_bytes == os.path.getsize(path)
     reopened._destroy()
+
+
+def test_journal_reserves_space_that_reads_as_its_end(tmp_path: Any) -> None:
+    path = str(tmp_path / "j")
+    journal = DurableJournal(path)
+    for idx in range(1, 6):
+        journal.add(b"cmd%d" % idx, idx, 1)
+    journal.sync()
+    assert os.path.getsize(path) > journal.size_bytes + fixes.JOURNAL_RESERVE_BYTES // 2
+    journal.deleteEntriesFrom(3)  # drop 4, 5; then a 4 of the same size at a later term
+    journal.add(b"new4", 4, 2)
+    journal.sync()
+    end = journal.size_bytes
+    journal._destroy()
+
+    reopened = DurableJournal(path)  # the reserved zeros are no torn tail: nothing is cut
+    assert list(reopened[:]) == [(b"cmd1", 1, 1), (b"cmd2", 2, 1), (b"cmd3", 3, 1), (b"new4", 4, 2)]
+    assert reopened.size_bytes == end < os.path.getsize(path)
+    reopened._destroy()
+
+    fd = os.open(path, os.O_WRONLY)  # a crash in the middle of writing record 5
+    os.pwrite(fd, b"\x40\x00\x00\x00half a record", end)
+    os.close(fd)
+    reopened = DurableJournal(path)
+    assert [e[1] for e in reopened[:]] == [1, 2, 3, 4]
+    assert reopened.size_bytes == end == os.path.getsize(path)
+    reopened.add(b"cmd5", 5, 2)
+    reopened.sync()
+    reopened._destroy()
+    assert [e[0] for e in DurableJournal(path)[:]] == [b"cmd1", b"cmd2", b"cmd3", b"new4", b"cmd5"]
 
 
 def test_version_is_pinned() -> None:
