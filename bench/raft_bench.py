@@ -30,6 +30,7 @@ import msgpack
 
 from raftmq.core.commands import Send
 from raftmq.errors import RaftmqError
+from raftmq.logs import configure_logging
 from raftmq.replication.raft_log import RaftLog, RaftSettings
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +174,8 @@ class Member:
 
 
 def member_main(args: argparse.Namespace) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    # stdout carries this member's JSON replies: every log line (stdlib and structlog) goes to stderr.
+    configure_logging(console=False, level="info")
     settings = RaftSettings(args.self_address, tuple(args.peers.split(",")), args.data,
                             max_in_flight_entries=args.max_in_flight, compact_after_bytes=args.compact_after_bytes)
     asyncio.run(Member(settings).run())
