@@ -403,6 +403,19 @@ def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch
     assert empty <= count // 2, f"{empty} commit-index-only append-entries for {count} commits"
 
 
+def test_a_candidate_retries_a_failed_round_sooner_than_an_election_timeout(group: Any) -> None:
+    # A split vote: both survivors stand at once and neither gets a majority. Stock pysyncobj
+    # waits a whole election timeout (0.3-0.6 s here) before the next round.
+    members = group(3)
+    obj = leader_of(members).obj  # a leader's tick ignores the election deadline set below
+    assert obj is not None
+    obj._SyncObj__raftElectionDeadline = 0.0  # passed: what the tick sees when it stands again
+    rounds = [obj._SyncObj__generateRaftTimeout() for _ in range(200)]
+    assert all(fixes.CANDIDATE_ROUND_MIN <= t <= fixes.CANDIDATE_ROUND_MAX for t in rounds)
+    obj._SyncObj__raftElectionDeadline = time.monotonic() + 10  # a follower hearing its leader
+    assert all(0.3 <= obj._SyncObj__generateRaftTimeout() <= 0.6 for _ in range(200))
+
+
 # -- 8. bind address and password -------------------------------------------------------------------
 
 
