@@ -45,7 +45,6 @@ MAX_ANSWER_BYTES = 32 * 2**20
 INDEXES_PER_REQUEST = 4096
 READ_TIMEOUT = 10.0
 SIGNATURE_HEADER = "X-Raftmq-Signature"
-CONTENT_TYPE_METRICS = CONTENT_TYPE_LATEST
 
 
 def sign(password: str, body: bytes) -> str:
@@ -135,7 +134,7 @@ class AdminServer:
                 status["verify"] = self._verify()
             return 200, "application/json", json.dumps(status, default=str).encode() + b"\n"
         if method == "GET" and path == "/metrics":
-            return 200, CONTENT_TYPE_METRICS, exposition(self._registry)
+            return 200, CONTENT_TYPE_LATEST, exposition(self._registry)
         if method == "GET" and path == "/health":
             return self._health_answer()
         if method == "POST" and path == "/bodies":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from dataclasses import dataclass
 
 import structlog
@@ -21,7 +20,7 @@ from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.raft_log import RaftLog, RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node, ReadyCallback, _new_event_loop, announce_ready, setup_logging
+from raftmq.server.node import Node, ReadyCallback, _new_event_loop, run_until_stopped, setup_logging
 
 log = structlog.get_logger("raftmq.server.group")
 
@@ -120,15 +119,7 @@ async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback 
             raise SystemExit(f"raftmq node {node_id}: cannot listen: {exc.strerror or exc}") from None
         except RaftmqError as exc:
             raise SystemExit(f"raftmq node {node_id}: {exc}") from None
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        announce_ready(node, on_ready)
-        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.failed.wait())]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
+        await run_until_stopped(node, on_ready)
     finally:
         log.info("node.stopping", node=node.name)
         if member.admin is not None:

@@ -66,21 +66,21 @@ class StatusCollector(Collector):
         labels = {"group": str(status.get("group") or ""), "node": str(status.get("node") or "")}
         names, values = list(labels), list(labels.values())
 
-        def gauge(name: str, documentation: str, value: Any) -> Metric | None:
+        def single(kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, documentation: str,
+                   value: Any) -> Metric | None:
             if not _number(value):
                 return None
-            family = GaugeMetricFamily(f"raftmq_{name}", documentation, labels=names)
+            family = kind(f"raftmq_{name}", documentation, labels=names)
             family.add_metric(values, value)
             return family
+
+        def gauge(name: str, documentation: str, value: Any) -> Metric | None:
+            return single(GaugeMetricFamily, name, documentation, value)
 
         def counter(name: str, documentation: str, value: Any) -> Metric | None:
-            if not _number(value):
-                return None
-            family = CounterMetricFamily(f"raftmq_{name}", documentation, labels=names)
-            family.add_metric(values, value)
-            return family
+            return single(CounterMetricFamily, name, documentation, value)
 
-        verdict, _ = health(status)
+        verdict = status.get("health") or health(status)[0]  # AdminServer.status has judged it
         applied, commit = status.get("applied_index"), status.get("commit_index")
         raft = status.get("raft") or {}
         bodies = status.get("bodies") or {}

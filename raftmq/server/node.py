@@ -566,6 +566,21 @@ def announce_ready(node: Node, on_ready: ReadyCallback | None) -> None:
         on_ready(host, port)
 
 
+async def run_until_stopped(node: Node, on_ready: ReadyCallback | None) -> None:
+    """Announce the started node, then wait for SIGINT / SIGTERM or for the node to fail."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    announce_ready(node, on_ready)
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.failed.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 async def _run(config: NodeConfig, on_ready: ReadyCallback | None) -> None:
     node = Node(config)
     try:
@@ -574,13 +589,8 @@ async def _run(config: NodeConfig, on_ready: ReadyCallback | None) -> None:
         log.error("node.start_failed", host=config.host, port=config.port, error=str(exc))
         raise SystemExit(f"raftmq node: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
     admin = await _start_admin(node)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    announce_ready(node, on_ready)
     try:
-        await stop.wait()
+        await run_until_stopped(node, on_ready)
     finally:
         log.info("node.stopping", node=node.name)
         if admin is not None:
