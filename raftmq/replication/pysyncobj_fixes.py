@@ -23,6 +23,8 @@ the wire, the rename used for snapshot files). Importing this module with any py
 | `solo_commit`       | a group of one commits what it appended at once, not one tick period later |
 | `short_candidate_round` | a candidate whose votes do not come in (a split vote) retries after 0.1-0.25 s, not after another whole election timeout |
 | `piggyback_commit`  | a new commit index rides on the next append-entries (or goes out within one tick), not in an extra message to every follower per commit |
+| `pre_vote`          | a member asks whether it could win before it raises its term, and nobody votes while it hears from a working leader (raftmq.replication.leadership): a healed partition does not depose a healthy leader |
+| `lease`             | a leader writes deliveries and receipts only while a majority answered it within the lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale |
 
 `enabled` exists so a regression test can turn one fix off and show that it then fails; the
 product never changes it.
@@ -54,12 +56,13 @@ import pysyncobj.serializer as pso_serializer
 import pysyncobj.syncobj as pso_syncobj
 import pysyncobj.tcp_connection as pso_tcp
 import structlog
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import Journal
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION
 
 from raftmq.errors import ConfigError, RaftmqError
+from raftmq.replication.leadership import Leadership, LogTip
 from raftmq.storage.journal import log_if_slow_fsync
 
 PINNED_VERSION = "0.3.17"
@@ -70,7 +73,7 @@ log = structlog.get_logger("raftmq.replication.pysyncobj_fixes")
 
 FIX_NAMES = (
     "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
-    "no_spurious_truncation", "solo_commit", "piggyback_commit", "short_candidate_round",
+    "no_spurious_truncation", "solo_commit", "piggyback_commit", "short_candidate_round", "pre_vote", "lease",
 )
 enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
 
@@ -480,6 +483,7 @@ def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
 # Transport: durable before it speaks
 
 _DURABLE_BEFORE_SENDING = frozenset({"next_node_idx", "response_vote", "request_vote"})
+_ELECTION_MESSAGES = frozenset({"pre_vote", "pre_vote_response"})  # ours, never passed to pysyncobj
 
 
 class DurableTransport(TCPTransport):
@@ -488,16 +492,35 @@ class DurableTransport(TCPTransport):
     covering every entry it carried."""
 
     def send(self, node: Any, message: Any) -> bool:
-        if enabled["fsync"] and isinstance(message, dict) and message.get("type") in _DURABLE_BEFORE_SENDING:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if enabled["fsync"] and kind in _DURABLE_BEFORE_SENDING:
             self._syncObj.durable_journal.sync()
+        if kind is not None:
+            message = self._syncObj.outgoing(kind, message)
         return super().send(node, message)
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
-        if enabled["no_spurious_truncation"] and isinstance(message, dict) and message.get("type") == "append_entries":
-            message = trim_known_entries(self._syncObj.durable_journal, message)
-            if message is None:
-                return
-        super()._onMessageReceived(node, message)
+        if not isinstance(message, dict):
+            return  # every Raft message is a dict; anything else is not for pysyncobj
+        sync: HardenedSyncObj = self._syncObj
+        kind = message.get("type")
+        if kind in _ELECTION_MESSAGES:
+            sync.on_election_message(node, message)
+            return
+        if kind == "request_vote" and sync.ignores_vote_request(message):
+            return
+        if kind == "next_node_idx":
+            sync.on_answer(node, message)
+        elif kind == "append_entries":
+            sync.on_append_entries(message)
+            if enabled["no_spurious_truncation"]:
+                message = trim_known_entries(sync.durable_journal, message)
+                if message is None:
+                    return
+        try:
+            super()._onMessageReceived(node, message)
+        finally:
+            sync.answering_mark = None
 
 
 def trim_known_entries(log: DurableJournal, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -598,6 +621,10 @@ class HardenedSyncObj(SyncObj):
         for peer in peers:
             check_raft_address(peer, password)
         os.makedirs(data_dir, exist_ok=True)
+        self.leadership = Leadership(len({self_address, *peers}), election_timeout_min)
+        self.answering_mark: float | None = None  # `lm` of the append-entries being answered
+        self._handover_election = False  # this tick's election was asked for by the leader
+        self._on_state_changed = on_state_changed
         self.apply_errors = 0
         self.last_apply_error: str | None = None
         self._on_apply = on_apply
@@ -642,7 +669,7 @@ class HardenedSyncObj(SyncObj):
             logCompactionMinTime=10**9,
             logCompactionBatchSize=2**18,
             commandsWaitLeader=False,
-            onStateChanged=never_raise(on_state_changed, "onStateChanged") if on_state_changed else None,
+            onStateChanged=never_raise(self._state_changed, "onStateChanged"),
             dynamicMembershipChange=False,
             maxBindRetries=5,
             bindRetryTime=0.2,
@@ -678,6 +705,14 @@ class HardenedSyncObj(SyncObj):
     # -- overridden ticks: durability before counting, compaction by bytes
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        if enabled["pre_vote"] and not self.leadership.alone:
+            self._before_election()
+        try:
+            self._tick(timeToWait)
+        finally:
+            self._handover_election = False
+
+    def _tick(self, timeToWait: float) -> None:
         if enabled["fsync"]:
             # Entries added since the last tick (the no-op of a new leader, appends received
             # while polling) are durable before this tick's commit count includes us.
@@ -728,6 +763,82 @@ class HardenedSyncObj(SyncObj):
     def _last_index(self) -> int:
         journal = self.durable_journal
         return journal[-1][1] if len(journal) else 0
+
+    # -- pre-vote, stickiness, lease (decisions in raftmq.replication.leadership)
+
+    def _state_changed(self, old: int, new: int) -> None:
+        if new == _RAFT_STATE.LEADER:
+            self.leadership.became_leader(time.monotonic())
+        elif old == _RAFT_STATE.LEADER:
+            self.leadership.stepped_down()
+        if self._on_state_changed is not None:
+            self._on_state_changed(old, new)
+
+    def _before_election(self) -> None:
+        """pysyncobj stands for election (raising its term) in this tick when the election
+        deadline has passed. Unless the leader asked for it or a pre-vote round was just won,
+        run a pre-vote round instead and push the deadline past it."""
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        if self._SyncObj__transferInProgress:
+            self._handover_election = True  # our request_vote says so: voters waive stickiness
+            return
+        if self.leadership.take_prevote_win():
+            return
+        term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
+        tip = self._log_tip()
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, {"type": "pre_vote", "term": term, "last_log_term": tip.term,
+                                                 "last_log_index": tip.index})
+
+    def _log_tip(self) -> LogTip:
+        return LogTip(self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+
+    def on_election_message(self, node: Any, message: dict[str, Any]) -> None:
+        """A pre-vote request or answer (tick thread)."""
+        term = message.get("term")
+        if not isinstance(term, int):
+            return
+        if message["type"] == "pre_vote":
+            theirs = LogTip(int(message.get("last_log_term", 0)), int(message.get("last_log_index", 0)))
+            granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
+            self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
+        elif self._SyncObj__raftState != _RAFT_STATE.LEADER and self.leadership.prevote_answer(node, term, message.get("granted") is True):
+            self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
+
+    def ignores_vote_request(self, message: dict[str, Any]) -> bool:
+        return enabled["pre_vote"] and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
+
+    def on_append_entries(self, message: dict[str, Any]) -> None:
+        if message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+            self.leadership.heard_from_leader(time.monotonic())
+            self.answering_mark = message.get("lm")
+
+    def on_answer(self, node: Any, message: dict[str, Any]) -> None:
+        mark = message.get("lm")
+        if isinstance(mark, float) and self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            self.leadership.echoed(node, mark)
+
+    def outgoing(self, kind: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Stamp what the lease and stickiness need on a message about to be sent."""
+        if kind == "append_entries":
+            return {**message, "lm": time.monotonic()}
+        if kind == "next_node_idx" and self.answering_mark is not None:
+            return {**message, "lm": self.answering_mark}
+        if kind == "request_vote" and self._handover_election:
+            return {**message, "handover": True}
+        if kind == "timeout_now":
+            self.leadership.handing_over()
+        return message
+
+    def lease_holds(self, now: float) -> bool:
+        """May this member, as leader, write to clients now? (any thread: one float read)"""
+        return not enabled["lease"] or now < self.leadership.lease_expiry
 
     # -- snapshot hooks
 

@@ -266,6 +266,10 @@ class RaftLog(CommitLog):
     def is_leader(self) -> bool:
         return self._syncobj is not None and not self._stopped and self._syncobj.is_leader
 
+    def holds_lease(self) -> bool:
+        syncobj = self._syncobj
+        return syncobj is not None and not self._stopped and syncobj.lease_holds(time.monotonic())
+
     @property
     def leader_hint(self) -> str | None:
         leader = self._syncobj.leader_address if self._syncobj is not None else None

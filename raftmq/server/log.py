@@ -8,7 +8,8 @@ once (single node, no replication); `RaftLog` (raftmq.replication.raft_log) repl
 While `on_commit` runs, `position` names the batch it was given (Raft index and term), which is
 what the same batch is called on every replica (the body journal's records carry it). A log
 whose leadership can change reports each change to the listener set with
-`set_role_listener`, on the event loop, before it fails the appends in flight.
+`set_role_listener`, on the event loop, before it fails the appends in flight, and answers
+`holds_lease()` with whether its leadership is certainly current at this instant.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ class CommitLog(ABC):
     async def transfer_leadership(self, timeout: float = 1.0) -> bool:
         """Hand leadership to another member before a graceful stop; True once done."""
         return False
+
+    def holds_lease(self) -> bool:
+        """May this node write deliveries and receipts to clients at this moment? A replicated
+        log says yes only while its leader lease holds (raftmq.replication.leadership); asked
+        at the moment of writing, since a pause can end a leadership between two lines."""
+        return True
 
 
 class InMemoryLog(CommitLog):

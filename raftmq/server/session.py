@@ -53,6 +53,9 @@ SERVER_HEADER = f"raftmq/{__version__}"
 # A session whose transport buffers more than this is a consumer that does not keep up with
 # auto-ack deliveries (acked deliveries are bounded by prefetch instead): it is closed.
 SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
+# While the leader lease does not hold, queued output is looked at again this often (the lease
+# is renewed by every heart-beat round, every 20 ms by default, or the node steps down).
+LEASE_RECHECK_SECONDS = 0.005
 # A closing connection whose client does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
 # Heart-beats are a liveness hint; send one when the line has been quiet this share of the interval.
@@ -422,6 +425,13 @@ class Session(asyncio.Protocol):
         if not self._out or transport is None or transport.is_closing():
             self._out.clear()
             return
+        if not self.node.commit_log.holds_lease():
+            # Our leadership may have ended unseen (this process was paused, or cut off): what is
+            # queued waits for the lease to be renewed, or is dropped when the session fails
+            # because the node stepped down (a new leader redelivers it, flagged).
+            self._flush_scheduled = True
+            self._loop.call_later(LEASE_RECHECK_SECONDS, self._flush)
+            return
         out, self._out = self._out, []
         transport.writelines(out)  # one send per flush (recent uvloop writev()s the list)
         self._last_written = self._loop.time()
@@ -429,12 +439,19 @@ class Session(asyncio.Protocol):
             # The client would never read an ERROR queued behind all that: drop the connection.
             self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
 
-    def _close_after_flush(self) -> None:
+    def _close_after_flush(self, last: bytes | None = None) -> None:
+        """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        if self._out:
-            out, self._out = self._out, []
+        out, self._out = self._out, []
+        if out and not self.node.commit_log.holds_lease():
+            log.info("client.writes_dropped", session=self.session_id, peer=self.peer, frames=len(out),
+                     reason="leader lease lapsed")
+            out = []
+        if last is not None:
+            out.append(last)
+        if out:
             transport.write(b"".join(out))
         transport.close()  # asyncio closes after the buffered data is written
         self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
@@ -471,8 +488,7 @@ class Session(asyncio.Protocol):
     def _send_error(self, frame: bytes) -> None:
         if self.state == CLOSED:
             return
-        self._out.append(frame)
-        self._close_after_flush()
+        self._close_after_flush(frame)
 
     def shutdown(self) -> None:
         """The node is stopping: tell the client and close."""

@@ -558,3 +558,114 @@ def test_version_is_pinned() -> None:
     from pysyncobj.version import VERSION
 
     assert VERSION == fixes.PINNED_VERSION
+
+
+# -- 12. pre-vote and stickiness; 13. the leader lease ------------------------------------------------
+
+
+class Partition:
+    """Drops every Raft message between `isolated` and the rest (in both directions), at the
+    transport: the TCP connections stay up, as they do through a short real partition."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.isolated: set[str] = set()
+        original_send = fixes.DurableTransport.send
+        original_receive = fixes.DurableTransport._onMessageReceived
+
+        def cut(transport: Any, node: Any) -> bool:
+            return (transport._selfNode.address in self.isolated) != (str(node.id) in self.isolated)
+
+        def send(transport: Any, node: Any, message: Any) -> bool:
+            return True if cut(transport, node) else original_send(transport, node, message)
+
+        def receive(transport: Any, node: Any, message: Any) -> None:
+            if not cut(transport, node):
+                original_receive(transport, node, message)
+
+        monkeypatch.setattr(fixes.DurableTransport, "send", send)
+        monkeypatch.setattr(fixes.DurableTransport, "_onMessageReceived", receive)
+
+
+def term_of(member: Member) -> int:
+    assert member.obj is not None
+    return int(member.obj.raftCurrentTerm)
+
+
+def test_a_healed_partition_does_not_depose_a_healthy_leader(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stock pysyncobj: the cut-off follower stands again and again (its term climbs); when the
+    # partition heals its higher term makes the healthy leader step down.
+    partition = Partition(monkeypatch)
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"before")
+    term = term_of(leader)
+    follower = next(m for m in members if m is not leader)
+    partition.isolated = {follower.address}
+    time.sleep(2.5)  # several election timeouts
+    assert leader.obj is not None and leader.obj.is_leader and term_of(leader) == term
+    partition.isolated = set()
+    deposed = wait_until(lambda: leader.obj is None or not leader.obj.is_leader or term_of(leader) != term, 1.5)
+    assert not deposed, f"the healthy leader lost its leadership (term {term} -> {term_of(leader)})"
+    commit(leader, b"after")
+    assert wait_until(lambda: b"after" in follower.applied, 3) and term_of(follower) == term
+
+
+def test_a_cut_off_member_does_not_raise_its_term(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    partition = Partition(monkeypatch)
+    members = group(3)
+    leader = leader_of(members)
+    term = term_of(leader)
+    follower = next(m for m in members if m is not leader)
+    partition.isolated = {follower.address}
+    time.sleep(2.0)
+    assert term_of(follower) == term  # it asked (pre-vote), nobody agreed, it never stood
+
+
+def test_a_majority_elects_a_new_leader_when_the_old_one_is_cut_off(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Liveness with pre-vote: the followers stop hearing from the leader, agree, and elect.
+    partition = Partition(monkeypatch)
+    members = group(3)
+    old = leader_of(members)
+    partition.isolated = {old.address}
+    others = [m for m in members if m is not old]
+    started = time.monotonic()
+    assert wait_until(lambda: any(m.obj is not None and m.obj.is_leader for m in others), 3.0)
+    assert time.monotonic() - started < 2.0
+    assert wait_until(lambda: old.obj is not None and not old.obj.is_leader, 2.0)  # check-quorum
+
+
+def test_leadership_transfer_still_works_with_stickiness(group: Any) -> None:
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"x")
+    assert leader.obj is not None
+    outcome: list[int] = []
+    leader.obj.run_in_tick_thread(lambda: leader.obj.transferLeadership(callback=lambda _r, error: outcome.append(error)))
+    assert wait_until(lambda: outcome == [fixes.SUCCESS], 2.0), outcome
+    assert wait_until(lambda: any(m is not leader and m.obj is not None and m.obj.is_leader for m in members), 2.0)
+    assert not leader.obj.lease_holds(time.monotonic())
+
+
+def test_a_leader_that_stalled_past_its_lease_knows_it_at_once(group: Any) -> None:
+    # The tick thread stalls (as in a SIGSTOP of the process) for longer than the election
+    # timeout; the followers elect someone else. The moment it runs again, before it has read
+    # a single message, it must not consider itself free to write to clients.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"x")
+    obj = leader.obj
+    assert obj is not None
+    assert wait_until(lambda: obj.lease_holds(time.monotonic()), 1.0)  # a healthy leader holds it
+    assert all(m.obj is not None and not m.obj.lease_holds(time.monotonic()) for m in members if m is not leader)
+    seen: list[tuple[bool, bool]] = []
+
+    def stall() -> None:
+        time.sleep(1.0)
+        seen.append((obj.is_leader, obj.lease_holds(time.monotonic())))
+
+    obj.run_in_tick_thread(stall)
+    assert wait_until(lambda: bool(seen), 3.0)
+    still_leader, lease = seen[0]
+    assert still_leader, "pysyncobj had already noticed (the test proves nothing)"
+    assert not lease, "a leader stalled past its lease believed it could still write"
+    assert wait_until(lambda: any(m is not leader and m.obj is not None and m.obj.is_leader for m in members), 3.0)
