@@ -483,7 +483,7 @@ def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
 # Transport: durable before it speaks
 
 _DURABLE_BEFORE_SENDING = frozenset({"next_node_idx", "response_vote", "request_vote"})
-_ELECTION_MESSAGES = frozenset({"pre_vote", "pre_vote_response"})  # ours, never passed to pysyncobj
+_ELECTION_MESSAGES = frozenset({"pre_vote", "pre_vote_response", "higher_term"})  # ours, never passed to pysyncobj
 
 
 class DurableTransport(TCPTransport):
@@ -512,7 +512,7 @@ class DurableTransport(TCPTransport):
         if kind == "next_node_idx":
             sync.on_answer(node, message)
         elif kind == "append_entries":
-            sync.on_append_entries(message)
+            sync.on_append_entries(node, message)
             if enabled["no_spurious_truncation"]:
                 message = trim_known_entries(sync.durable_journal, message)
                 if message is None:
@@ -804,7 +804,14 @@ class HardenedSyncObj(SyncObj):
         term = message.get("term")
         if not isinstance(term, int):
             return
-        if message["type"] == "pre_vote":
+        if message["type"] == "higher_term":
+            if enabled["pre_vote"] and term > self._SyncObj__raftCurrentTerm:
+                # Raft: a reply with a higher term makes a leader a follower of that term.
+                log.info("raft.stepped_down_for_higher_term", term=self._SyncObj__raftCurrentTerm, new_term=term)
+                self._SyncObj__setCurrentTerm(term, None)
+                self._SyncObj__raftLeader = None
+                self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        elif message["type"] == "pre_vote":
             theirs = LogTip(int(message.get("last_log_term", 0)), int(message.get("last_log_index", 0)))
             granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
             self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
@@ -814,10 +821,17 @@ class HardenedSyncObj(SyncObj):
     def ignores_vote_request(self, message: dict[str, Any]) -> bool:
         return enabled["pre_vote"] and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
 
-    def on_append_entries(self, message: dict[str, Any]) -> None:
-        if message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+    def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        term = message.get("term", -1)
+        if term >= self._SyncObj__raftCurrentTerm:
             self.leadership.heard_from_leader(time.monotonic())
             self.answering_mark = message.get("lm")
+        elif enabled["pre_vote"]:
+            # pysyncobj drops an append-entries of an older term without a word. A member whose
+            # term got ahead (it won a pre-vote round, then lost the election it stood in) would
+            # then never hear of a leader, and stickiness keeps it from standing again: tell
+            # the leader our term, as Raft's reply would.
+            self._SyncObj__transport.send(node, {"type": "higher_term", "term": self._SyncObj__raftCurrentTerm})
 
     def on_answer(self, node: Any, message: dict[str, Any]) -> None:
         mark = message.get("lm")

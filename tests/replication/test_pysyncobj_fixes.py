@@ -669,3 +669,22 @@ def test_a_leader_that_stalled_past_its_lease_knows_it_at_once(group: Any) -> No
     assert still_leader, "pysyncobj had already noticed (the test proves nothing)"
     assert not lease, "a leader stalled past its lease believed it could still write"
     assert wait_until(lambda: any(m is not leader and m.obj is not None and m.obj.is_leader for m in members), 3.0)
+
+
+def test_a_member_whose_term_got_ahead_is_not_left_behind(group: Any) -> None:
+    # At start-up two members can win pre-vote rounds at once; one wins the election, the other
+    # has by then stood at a higher term and lost. pysyncobj ignores the leader's older-term
+    # append-entries without a reply and stickiness keeps the member from standing: stuck for
+    # good (seen as a group start that never settled). Made here on purpose.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"before")
+    follower = next(m for m in members if m is not leader)
+    assert follower.obj is not None
+    ahead = term_of(leader) + 2
+    follower.obj.run_in_tick_thread(lambda: follower.obj._SyncObj__setCurrentTerm(ahead, None))
+    assert wait_until(lambda: term_of(follower) == ahead, 1.0)
+    assert wait_until(lambda: any(m.obj is not None and m.obj.is_leader and term_of(m) > ahead - 1 for m in members), 5.0)
+    new = leader_of(members)
+    commit(new, b"after")
+    assert wait_until(lambda: all(b"after" in m.applied for m in members), 5.0), "a member was left behind"
