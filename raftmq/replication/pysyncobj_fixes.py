@@ -790,7 +790,10 @@ class HardenedSyncObj(SyncObj):
             return
         term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
-        self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
+        leader = self._SyncObj__raftLeader
+        if leader is not None:  # once per loss, not per round
+            log.info("raft.leader_lost", leader=str(leader.id), term=term - 1, asking="pre-vote")
+            self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
         tip = self._log_tip()
         for node in self._SyncObj__otherNodes:
             self._SyncObj__transport.send(node, {"type": "pre_vote", "term": term, "last_log_term": tip.term,
