@@ -24,6 +24,7 @@ the wire, the rename used for snapshot files). Importing this module with any py
 | `short_candidate_round` | a candidate whose votes do not come in (a split vote) retries after 0.1-0.25 s, not after another whole election timeout |
 | `piggyback_commit`  | a new commit index rides on the next append-entries (or goes out within one tick), not in an extra message to every follower per commit |
 | `pre_vote`          | a member asks whether it could win before it raises its term, and nobody votes while it hears from a working leader (raftmq.replication.leadership): a healed partition does not depose a healthy leader |
+| `wire`              | the Raft port speaks our wire (raftmq.replication.wire): peers prove the group secret before anything is decoded, frames are AES-GCM and msgpack, never pickle; reads bounded per frame and per poll; handshakes time out |
 | `lease`             | a leader writes deliveries and receipts only while a majority answered it within the lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale |
 
 `enabled` exists so a regression test can turn one fix off and show that it then fails; the
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import functools
 import ipaddress
 import os
 import pickle
@@ -63,6 +65,7 @@ from pysyncobj.version import VERSION
 
 from raftmq.errors import ConfigError, RaftmqError
 from raftmq.replication.leadership import Leadership, LogTip
+from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, RaftServer, group_secret
 from raftmq.storage.journal import log_if_slow_fsync
 
 PINNED_VERSION = "0.3.17"
@@ -73,7 +76,7 @@ log = structlog.get_logger("raftmq.replication.pysyncobj_fixes")
 
 FIX_NAMES = (
     "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
-    "no_spurious_truncation", "solo_commit", "piggyback_commit", "short_candidate_round", "pre_vote", "lease",
+    "no_spurious_truncation", "solo_commit", "piggyback_commit", "short_candidate_round", "pre_vote", "lease", "wire",
 )
 enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
 
@@ -489,7 +492,65 @@ _ELECTION_MESSAGES = frozenset({"pre_vote", "pre_vote_response", "higher_term"})
 class DurableTransport(TCPTransport):
     """Syncs the journal before an append-entries response or a vote leaves this node. A
     follower answers once per append-entries message, so that is one fdatasync per message,
-    covering every entry it carried."""
+    covering every entry it carried. Its connections are ours (raftmq.replication.wire):
+    authenticated by the group secret, encrypted, msgpack, bounded; pysyncobj's pickling
+    TcpConnection and TcpServer are never built."""
+
+    _refusals_logged_at = 0.0
+    _refusals_unlogged = 0
+
+    def _createServer(self) -> None:
+        if not enabled["wire"]:
+            super()._createServer()
+            return
+        address = self._syncObj.conf.bindAddress or self._selfNode.address
+        host, port = address.rsplit(":", 1)
+        self._server = RaftServer(self._syncObj._poller, host, int(port), self._onNewIncomingConnection, self._accepted)
+
+    def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
+        conf = self._syncObj.conf
+        return RaftConnection(self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
+                              bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
+                              on_refused=self._refused)
+
+    def _accepted(self, sock: Any) -> RaftConnection:
+        return self._connection(sock=sock)
+
+    def addNode(self, node: Any) -> None:
+        if not enabled["wire"]:
+            super().addNode(node)
+            return
+        self._nodes.add(node)
+        self._nodeAddrToNode[node.address] = node
+        if self._shouldConnect(node):
+            conn = self._connection(bind_host=self._selfNode.address.rsplit(":", 1)[0].strip("[]"))
+            conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
+            conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+            self._connections[node] = conn
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        if enabled["wire"] and len(self._unknownConnections) >= MAX_UNAUTHENTICATED:
+            self._refused(getattr(conn, "peer", "?"), "too many connections still in their handshake")
+            conn.disconnect()
+            return
+        super()._onNewIncomingConnection(conn)
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        if enabled["wire"]:
+            now = time.monotonic()
+            for conn in [*self._unknownConnections, *self._connections.values()]:
+                conn.check_deadlines(now)
+
+    def _refused(self, peer: str, reason: str) -> None:
+        # A stranger may hammer the port: one line per second at most, with what was skipped.
+        now = time.monotonic()
+        if now - self._refusals_logged_at < 1.0:
+            self._refusals_unlogged += 1
+            return
+        log.warning("raft.peer_refused", peer=peer, reason=reason, more_refused=self._refusals_unlogged)
+        self._refusals_logged_at, self._refusals_unlogged = now, 0
 
     def send(self, node: Any, message: Any) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
@@ -615,12 +676,15 @@ class HardenedSyncObj(SyncObj):
         append_entries_batch_bytes: int = APPEND_ENTRIES_BATCH_BYTES,
         compact_after_bytes: int = 64 * 2**20,
         journal: DurableJournal | None = None,
+        secret: str | None = None,
     ) -> None:
         apply_module_fixes()
         check_raft_address(self_address, password)
         for peer in peers:
             check_raft_address(peer, password)
         os.makedirs(data_dir, exist_ok=True)
+        # Members keep their files in <group dir>/<id>/; the group's secret sits beside them.
+        self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
         self.leadership = Leadership(len({self_address, *peers}), election_timeout_min)
         self.answering_mark: float | None = None  # `lm` of the append-entries being answered
         self._handover_election = False  # this tick's election was asked for by the leader
@@ -646,7 +710,7 @@ class HardenedSyncObj(SyncObj):
                 self.durable_journal.align_to_snapshot(last, previous)
         fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
         conf = SyncObjConf(
-            password=password,
+            password=None if enabled["wire"] else password,  # our wire encrypts; pysyncobj's Fernet is not used
             autoTickPeriod=tick_period,
             appendEntriesPeriod=append_entries_period,
             raftMinTimeout=election_timeout_min,
@@ -705,7 +769,7 @@ class HardenedSyncObj(SyncObj):
     # -- overridden ticks: durability before counting, compaction by bytes
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
-        if enabled["pre_vote"] and not self.leadership.alone:
+        if not self.leadership.alone:
             self._before_election()
         try:
             self._tick(timeToWait)
@@ -786,14 +850,15 @@ class HardenedSyncObj(SyncObj):
         if self._SyncObj__transferInProgress:
             self._handover_election = True  # our request_vote says so: voters waive stickiness
             return
-        if self.leadership.take_prevote_win():
+        leader = self._SyncObj__raftLeader
+        if leader is not None:  # once per loss, not per round
+            log.info("raft.leader_lost", leader=str(leader.id), term=self._SyncObj__raftCurrentTerm,
+                     asking="pre-vote" if enabled["pre_vote"] else "vote")
+            self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
+        if not enabled["pre_vote"] or self.leadership.take_prevote_win():
             return
         term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
-        leader = self._SyncObj__raftLeader
-        if leader is not None:  # once per loss, not per round
-            log.info("raft.leader_lost", leader=str(leader.id), term=term - 1, asking="pre-vote")
-            self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
         tip = self._log_tip()
         for node in self._SyncObj__otherNodes:
             self._SyncObj__transport.send(node, {"type": "pre_vote", "term": term, "last_log_term": tip.term,

@@ -69,6 +69,9 @@ class RaftSettings:
     data_dir: str  # journal, metadata and snapshot of this member
     # Required unless every address is loopback; needs `cryptography`. Kept out of reprs.
     password: str | None = field(default=None, repr=False)
+    # The group secret the Raft wire authenticates with (the password, or the group's generated
+    # one: raftmq.replication.wire.group_secret). None: the one beside `data_dir`.
+    secret: str | None = field(default=None, repr=False)
     # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
     tick_period: float = 0.005
     append_entries_period: float = 0.02
@@ -221,7 +224,7 @@ class RaftLog(CommitLog):
             snapshot=self._snapshot_in_tick_thread if self._snapshot else None,
             restore=self._restore_in_tick_thread if self._restore else None,
             on_state_changed=self._state_changed_in_tick_thread,
-            password=s.password, tick_period=s.tick_period, append_entries_period=s.append_entries_period,
+            password=s.password, secret=s.secret, tick_period=s.tick_period, append_entries_period=s.append_entries_period,
             election_timeout_min=s.election_timeout_min, election_timeout_max=s.election_timeout_max,
             leader_fallback_timeout=s.leader_fallback_timeout, connection_timeout=s.connection_timeout,
             connection_retry=s.connection_retry, append_entries_batch_bytes=s.append_entries_batch_bytes,

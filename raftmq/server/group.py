@@ -18,6 +18,7 @@ from raftmq.config import GroupConfig, split_address
 from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.raft_log import RaftLog, RaftSettings
+from raftmq.replication.wire import group_secret
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.node import Node, ReadyCallback, _new_event_loop, run_until_stopped, setup_logging
@@ -27,7 +28,8 @@ log = structlog.get_logger("raftmq.server.group")
 FETCH_BUDGET_SECONDS = 5.0
 
 
-def raft_settings(group: GroupConfig, node_id: str) -> RaftSettings:
+def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -> RaftSettings:
+    """`secret`: the group's (`group_secret`), read from its data directory when not given."""
     timings = group.raft
     fallback = timings.leader_fallback_timeout_ms
     return RaftSettings(
@@ -35,6 +37,7 @@ def raft_settings(group: GroupConfig, node_id: str) -> RaftSettings:
         peers=tuple(member.raft for member in group.members),
         data_dir=str(group.member_dir(node_id) / "raft"),
         password=group.password,
+        secret=secret or group_secret(group.password, group.data_dir),
         tick_period=timings.tick_period_ms / 1000,
         append_entries_period=timings.append_entries_period_ms / 1000,
         election_timeout_min=timings.election_timeout_min_ms / 1000,
@@ -71,23 +74,25 @@ def open_member(group: GroupConfig, node_id: str) -> Member:
         cache_bytes=group.journal.cache_bytes,
     )
     bodies = BodyStore(journal, group.journal.body_cache_bytes)
+    # The Raft wire and the body fetches between members authenticate with it; strangers get nothing.
+    secret = group_secret(group.password, group.data_dir)
     node = Node(group.node_config(node_id), bodies=bodies)
     raft = RaftLog(
-        raft_settings(group, node_id),
+        raft_settings(group, node_id, secret),
         snapshot=node.snapshot_state,
         restore=node.restore_state,
         client_addresses={m.raft: m.client for m in group.members},
     )
     node.commit_log = raft
-    node.fetch_bodies = lambda indexes: _fetch_from_peers(group, node_id, raft, indexes)
+    node.fetch_bodies = lambda indexes: _fetch_from_peers(group, node_id, raft, indexes, secret)
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
-        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, group.password, group=group.name)
+        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, secret, group=group.name)
     return Member(node, raft, bodies, admin)
 
 
-def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: list[int]) -> list[IndexRecords]:
+def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: list[int], secret: str) -> list[IndexRecords]:
     """The leader first (it has applied the most), then the other members."""
     try:
         leader = raft.status().leader
@@ -96,7 +101,7 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
     others = [m for m in group.members if m.id != node_id and m.admin is not None]
     others.sort(key=lambda m: m.raft != leader)
     peers = [split_address(m.admin) for m in others if m.admin is not None]
-    return fetch_bodies(peers, indexes, group.password, budget=FETCH_BUDGET_SECONDS)
+    return fetch_bodies(peers, indexes, secret, budget=FETCH_BUDGET_SECONDS)
 
 
 async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None) -> int:

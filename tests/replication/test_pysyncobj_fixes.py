@@ -26,6 +26,7 @@ from pysyncobj.transport import TCPTransport
 from raftmq.core.commands import Send
 from raftmq.errors import ConfigError
 from raftmq.replication import pysyncobj_fixes as fixes
+from raftmq.replication import wire
 from raftmq.replication.pysyncobj_fixes import DurableJournal, HardenedSyncObj, check_raft_address
 from raftmq.replication.raft_log import encode_entry
 from raftmq.replication.command_codec import encode_batch
@@ -291,18 +292,27 @@ def test_a_1kib_command_is_not_inflated_on_the_wire(group: Any, monkeypatch: pyt
     members = group(2)
     leader = leader_of(members)
     wire_sizes: list[int] = []
-    installed = pso_tcp.zlib
+    if fixes.enabled["wire"]:  # our frames: the command as pysyncobj pickles it into the log, msgpack, GCM tag
+        original = wire.RaftConnection._send_frame
 
-    class RecordingZlib:
-        @staticmethod
-        def compress(data: bytes, level: int = -1) -> bytes:
-            out = installed.compress(data, level)
-            wire_sizes.append(len(out))
-            return out
+        def recording_send_frame(conn: Any, frame: bytes) -> None:
+            wire_sizes.append(len(frame))
+            original(conn, frame)
 
-        decompress = staticmethod(installed.decompress)
+        monkeypatch.setattr(wire.RaftConnection, "_send_frame", recording_send_frame)
+    else:
+        installed = pso_tcp.zlib
 
-    monkeypatch.setattr(pso_tcp, "zlib", RecordingZlib)
+        class RecordingZlib:
+            @staticmethod
+            def compress(data: bytes, level: int = -1) -> bytes:
+                out = installed.compress(data, level)
+                wire_sizes.append(len(out))
+                return out
+
+            decompress = staticmethod(installed.decompress)
+
+        monkeypatch.setattr(pso_tcp, "zlib", RecordingZlib)
     command = Send("s1", "/queue/a", (("receipt", "r1"),), os.urandom(1024), 1_700_000_000_000)
     entry = encode_entry([encode_batch([command])])
     commit(leader, entry)

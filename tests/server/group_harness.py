@@ -29,8 +29,9 @@ READY_LINE = "raftmq node listening on "
 
 
 class Member:
-    def __init__(self, node_id: str, client: int, raft: int, admin: int, log_dir: Path) -> None:
+    def __init__(self, node_id: str, client: int, raft: int, admin: int, log_dir: Path, host: str = "127.0.0.1") -> None:
         self.id = node_id
+        self.host = host
         self.client_port, self.raft_port, self.admin_port = client, raft, admin
         self.stdout_path = log_dir / f"{node_id}.stdout"
         self.stderr_path = log_dir / f"{node_id}.stderr"
@@ -38,7 +39,7 @@ class Member:
 
     @property
     def client(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def alive(self) -> bool:
@@ -53,12 +54,14 @@ class Group:
     override keys of those tables."""
 
     def __init__(self, tmp_path: Path, size: int = 3, raft: dict[str, Any] | None = None,
-                 journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None) -> None:
+                 journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
+                 hosts: list[str] | None = None) -> None:
         self.dir = tmp_path
         self.data_dir = tmp_path / "data"
         ports = free_ports(3 * size)
+        hosts = hosts or ["127.0.0.1"] * size  # one loopback address per member lets a test cut one off
         self.members = {
-            f"n{i + 1}": Member(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], tmp_path)
+            f"n{i + 1}": Member(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], tmp_path, hosts[i])
             for i in range(size)
         }
         lines = ["[group]", 'name = "test"', f'data_dir = "{self.data_dir}"']
@@ -68,7 +71,7 @@ class Group:
                 lines.extend(f"{key} = {value!r}" for key, value in values.items())
         for member in self.members.values():
             lines += ["[[node]]", f'id = "{member.id}"', f'client = "{member.client}"',
-                      f'raft = "127.0.0.1:{member.raft_port}"', f'admin = "127.0.0.1:{member.admin_port}"']
+                      f'raft = "{member.host}:{member.raft_port}"', f'admin = "{member.host}:{member.admin_port}"']
         self.config_path = tmp_path / "group.toml"
         self.config_path.write_text("\n".join(lines) + "\n")
 
@@ -129,7 +132,7 @@ class Group:
 
     def status(self, node_id: str, verify: bool = False, timeout: float = 2.0) -> dict[str, Any] | None:
         member = self.members[node_id]
-        url = f"http://127.0.0.1:{member.admin_port}/status" + ("?verify=1" if verify else "")
+        url = f"http://{member.host}:{member.admin_port}/status" + ("?verify=1" if verify else "")
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 return json.load(response)
@@ -163,7 +166,7 @@ class Group:
         raise AssertionError(f"{node_id} did not apply index {index} within {timeout}s: {status}")
 
     def client_addresses(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", m.client_port) for m in self.members.values()]
+        return [(m.host, m.client_port) for m in self.members.values()]
 
 
 async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0) -> StompClient:

@@ -1,0 +1,449 @@
+"""The Raft port's wire: authenticated, encrypted, msgpack-framed, bounded. No pickle.
+
+pysyncobj's own connection unpickles the first frame of any TCP connection before any check,
+so whoever can reach a member's Raft port can run code as the broker; and it grows its read
+buffer by concatenation, so one fast stream stalls the tick thread. `RaftConnection` and
+`RaftServer` replace its `TcpConnection` and `TcpServer` (same methods, same poller, same tick
+thread), and `DurableTransport` (pysyncobj_fixes) builds them.
+
+A connection, both ways:
+
+1. Each side sends HELLO: `MAGIC` + 16 random bytes (its nonce). Before the peer has proved
+   itself a frame may be at most `HANDSHAKE_FRAME_MAX` bytes, and the whole handshake must end
+   within `HANDSHAKE_SECONDS` (checked every tick: a silent stranger is closed too).
+2. Both derive `k = HMAC-SHA256(secret, client nonce + server nonce)` and send a proof,
+   `HMAC(k, role)`, compared in constant time. Nothing the peer sends is decoded as a Raft
+   message before its proof checked out.
+3. From then on every frame is AES-256-GCM under a per-direction key derived from `k`, with the
+   frame's sequence number as nonce (a replayed, reordered or altered frame fails and closes the
+   connection), holding one msgpack-encoded pysyncobj message (dicts, lists, str, int, float,
+   bool, None, bytes: arrays decode as tuples, the shape pysyncobj's entries have).
+
+Reads take at most `READ_BUDGET_BYTES` per poll event (the poller is level-triggered and comes
+back), frames past `FRAME_MAX` close the connection, and the buffer is a bytearray trimmed as
+frames are consumed. Outgoing connections bind to the member's own host, so its Raft traffic
+always carries its own address (firewall rules and partition tests rely on it).
+
+The secret is the group's configured password or, when none is configured, a random one that
+the first member to start writes (0600) into the group's data directory: `group_secret`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import structlog
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.tcp_connection import CONNECTION_STATE
+
+from raftmq.errors import ConfigError
+
+log = structlog.get_logger("raftmq.replication.wire")
+
+MAGIC = b"RAFTMQ1\n"
+NONCE_BYTES = 16
+HANDSHAKE_FRAME_MAX = 64
+HANDSHAKE_SECONDS = 3.0
+# A member sends append-entries batches of at most 4 MiB (pysyncobj_fixes.APPEND_ENTRIES_BATCH_BYTES)
+# and snapshot chunks of 256 KiB; msgpack and the tag add little. Anything bigger is not ours.
+FRAME_MAX = 16 * 2**20
+READ_BUDGET_BYTES = 2**20
+MAX_UNAUTHENTICATED = 16  # strangers still in their handshake, per member
+SECRET_FILE = "group.secret"
+_LENGTH = struct.Struct(">I")
+_SEQ = struct.Struct(">4xQ")  # 12-byte GCM nonce: four zero bytes and the frame's sequence number
+_HELLO, _PROOF, _OPEN = range(3)
+
+
+class WireError(Exception):
+    """A peer broke the wire protocol; the connection is closed (never raised to pysyncobj)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The group secret
+
+
+def group_secret(password: str | None, group_dir: str | os.PathLike[str]) -> str:
+    """The configured password, or the secret stored in `group_dir/group.secret`, created
+    (0600, race-free: members of a group may start at the same moment) when missing."""
+    if password:
+        return password
+    directory = Path(group_dir)
+    path = directory / SECRET_FILE
+    directory.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        tmp = directory / f".{SECRET_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # fails if another member got there first: theirs wins
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ConfigError(f"{path}: the group secret must be readable by its owner only (mode {mode:o}; chmod 600 it)")
+    secret = path.read_text(encoding="ascii", errors="replace").strip()
+    if len(secret) < 16:
+        raise ConfigError(f"{path}: not a group secret (too short); remove it to have a new one made")
+    return secret
+
+
+# ---------------------------------------------------------------------------------------------
+# Message codec
+
+
+def encode_message(message: Any) -> bytes:
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def decode_message(data: bytes) -> Any:
+    """Plain data only: msgpack builds no objects but dicts, tuples, str, bytes and numbers."""
+    return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection
+
+
+def _derive(secret: bytes, client_nonce: bytes, server_nonce: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """(client proof, server proof, client->server key, server->client key)."""
+    k = hmac.new(secret, b"raftmq-raft-1" + client_nonce + server_nonce, hashlib.sha256).digest()
+
+    def part(label: bytes) -> bytes:
+        return hmac.new(k, label, hashlib.sha256).digest()
+
+    return part(b"client proof"), part(b"server proof"), part(b"client key"), part(b"server key")
+
+
+class RaftConnection:
+    """One Raft peer connection; the interface pysyncobj's TCPTransport uses of TcpConnection."""
+
+    def __init__(self, poller: Any, secret: str, *, timeout: float, sock: socket.socket | None = None,
+                 bind_host: str | None = None, send_buffer: int = 2**21, recv_buffer: int = 2**21,
+                 on_refused: Callable[[str, str], None] | None = None) -> None:
+        self.sendRandKey = self.recvRandKey = self.encryptor = None  # pysyncobj's Fernet: unused
+        self._poller = poller
+        self._secret = secret.encode()
+        self._timeout = timeout
+        self._bind_host = bind_host
+        self._send_buffer, self._recv_buffer = send_buffer, recv_buffer
+        self._on_refused = on_refused
+        self._on_message: Callable[[Any], None] | None = None
+        self._on_connected: Callable[[], None] | None = None
+        self._on_disconnected: Callable[[], None] | None = None
+        self._sock: socket.socket | None = None
+        self._fileno: int | None = None
+        self._state = CONNECTION_STATE.DISCONNECTED
+        self.peer = "?"
+        self._in = bytearray()
+        self._out = bytearray()
+        self._pending: list[Any] = []
+        self._phase = _HELLO
+        self._handshake_deadline = float("inf")
+        self._last_read = time.monotonic()
+        if sock is not None:  # accepted: the peer is the client of the handshake
+            self._adopt(sock, client=False)
+            self._tcp_established()
+
+    # -- pysyncobj's interface ------------------------------------------------------------------
+
+    def setOnConnectedCallback(self, callback: Callable[[], None] | None) -> None:
+        self._on_connected = callback
+
+    def setOnMessageReceivedCallback(self, callback: Callable[[Any], None] | None) -> None:
+        self._on_message = callback
+
+    def setOnDisconnectedCallback(self, callback: Callable[[], None] | None) -> None:
+        self._on_disconnected = callback
+
+    @property
+    def state(self) -> int:
+        return self._state
+
+    def fileno(self) -> int | None:
+        return self._fileno
+
+    def getSendBufferSize(self) -> int:
+        return len(self._out)
+
+    def connect(self, host: str, port: int) -> bool:
+        if host is None:
+            return False
+        self._close_socket()  # silently: the transport calls this from its disconnect handler
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if self._bind_host:
+                sock.bind((self._bind_host, 0))
+            self._adopt(sock, client=True)
+            sock.connect((host, port))
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.EINPROGRESS:
+                self._close_socket()
+                return False
+        self.peer = f"{host}:{port}"
+        return True
+
+    def send(self, message: Any) -> None:
+        if self._phase != _OPEN:
+            self._pending.append(message)  # pysyncobj may speak first on an accepted connection
+            return
+        self._send_frame(self._seal(encode_message(message)))
+
+    def disconnect(self) -> None:
+        notify = self._state != CONNECTION_STATE.DISCONNECTED and self._on_disconnected is not None
+        self._close_socket()
+        if notify:
+            assert self._on_disconnected is not None
+            self._on_disconnected()
+
+    # -- ours --------------------------------------------------------------------------------------
+
+    @property
+    def authenticated(self) -> bool:
+        return self._phase == _OPEN
+
+    def check_deadlines(self, now: float) -> None:
+        """Called every tick: close a handshake that took too long (a silent stranger sends no
+        event that would let us notice), or a peer that sent nothing for `timeout`."""
+        if self._state == CONNECTION_STATE.DISCONNECTED:
+            return
+        if self._phase != _OPEN and now > self._handshake_deadline:
+            self._refuse("handshake not completed in time")
+        elif self._phase == _OPEN and now - self._last_read > self._timeout:
+            self.disconnect()
+
+    # -- socket ---------------------------------------------------------------------------------
+
+    def _adopt(self, sock: socket.socket, client: bool) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._recv_buffer)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._fileno = sock.fileno()
+        self._client = client
+        self._in = bytearray()
+        self._out = bytearray()
+        self._pending = []
+        self._phase = _HELLO
+        self._nonce = os.urandom(NONCE_BYTES)
+        self._peer_proof = b""
+        self._send_key: AESGCM | None = None
+        self._recv_key: AESGCM | None = None
+        self._send_seq = self._recv_seq = 0
+        self._last_read = time.monotonic()
+        self._handshake_deadline = self._last_read + HANDSHAKE_SECONDS
+        self._state = CONNECTION_STATE.CONNECTING
+        self._tcp_up = not client
+        if not client:
+            try:
+                host, port = sock.getpeername()[:2]
+                self.peer = f"{host}:{port}"
+            except OSError:
+                pass
+        self._poller.subscribe(self._fileno, self._on_event,
+                               POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR)
+
+    def _close_socket(self) -> None:
+        if self._fileno is not None:
+            self._poller.unsubscribe(self._fileno)
+            self._fileno = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._state = CONNECTION_STATE.DISCONNECTED
+        self._in = bytearray()
+        self._out = bytearray()
+        self._pending = []
+
+    def _on_event(self, descr: int, event: int) -> None:
+        if descr != self._fileno or self._sock is None:
+            self._poller.unsubscribe(descr)
+            return
+        try:
+            if event & POLL_EVENT_TYPE.ERROR or self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self.disconnect()
+                return
+            if not self._tcp_up:
+                self._tcp_up = True
+                self._tcp_established()
+            if event & POLL_EVENT_TYPE.READ:
+                self._read()
+            if self._sock is not None and event & POLL_EVENT_TYPE.WRITE:
+                self._flush()
+        except WireError as exc:
+            self._refuse(str(exc))
+
+    def _tcp_established(self) -> None:
+        self._send_frame(MAGIC + self._nonce)
+
+    def _read(self) -> None:
+        budget = READ_BUDGET_BYTES
+        while budget > 0 and self._sock is not None:
+            try:
+                chunk = self._sock.recv(min(budget, self._recv_buffer))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.disconnect()
+                return
+            if not chunk:
+                self.disconnect()
+                return
+            self._in += chunk
+            budget -= len(chunk)
+            self._last_read = time.monotonic()
+            self._parse()
+
+    def _parse(self) -> None:
+        offset = 0
+        data = self._in
+        limit = FRAME_MAX if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
+        # A callback may close (and the transport reconnect) this connection: stop at once then.
+        while len(data) - offset >= _LENGTH.size and self._in is data:
+            (length,) = _LENGTH.unpack_from(data, offset)
+            if length > limit:
+                raise WireError(f"frame of {length} bytes (limit {limit})")
+            end = offset + _LENGTH.size + length
+            if end > len(data):
+                break
+            frame = bytes(data[offset + _LENGTH.size:end])
+            offset = end
+            self._frame(frame)
+            limit = FRAME_MAX if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
+        if self._in is data:
+            del data[:offset]
+
+    def _frame(self, frame: bytes) -> None:
+        if self._phase == _OPEN:
+            assert self._recv_key is not None
+            try:
+                plain = self._recv_key.decrypt(_SEQ.pack(self._recv_seq), frame, None)
+                message = decode_message(plain)
+            except Exception as exc:
+                raise WireError(f"bad frame from an authenticated peer ({type(exc).__name__})") from None
+            self._recv_seq += 1
+            if self._on_message is not None:
+                self._on_message(message)
+        elif self._phase == _HELLO:
+            if len(frame) != len(MAGIC) + NONCE_BYTES or not frame.startswith(MAGIC):
+                raise WireError("not a raftmq Raft peer (bad hello)")
+            peer_nonce = frame[len(MAGIC):]
+            client_nonce, server_nonce = (self._nonce, peer_nonce) if self._client else (peer_nonce, self._nonce)
+            client_proof, server_proof, client_key, server_key = _derive(self._secret, client_nonce, server_nonce)
+            mine, self._peer_proof = (client_proof, server_proof) if self._client else (server_proof, client_proof)
+            send_key, recv_key = (client_key, server_key) if self._client else (server_key, client_key)
+            self._send_key, self._recv_key = AESGCM(send_key), AESGCM(recv_key)
+            self._phase = _PROOF
+            self._send_frame(mine)
+        else:
+            if not hmac.compare_digest(frame, self._peer_proof):
+                raise WireError("wrong group secret")
+            self._phase = _OPEN
+            self._state = CONNECTION_STATE.CONNECTED
+            pending, self._pending = self._pending, []
+            for message in pending:
+                self.send(message)
+            if self._client and self._on_connected is not None:
+                self._on_connected()
+
+    def _seal(self, plain: bytes) -> bytes:
+        assert self._send_key is not None
+        sealed = self._send_key.encrypt(_SEQ.pack(self._send_seq), plain, None)
+        self._send_seq += 1
+        return sealed
+
+    def _send_frame(self, frame: bytes) -> None:
+        if self._sock is None:
+            return
+        self._out += _LENGTH.pack(len(frame))
+        self._out += frame
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._out and self._sock is not None:
+            try:
+                sent = self._sock.send(self._out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.disconnect()
+                return
+            del self._out[:sent]
+        if self._fileno is not None:
+            mask = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR | (POLL_EVENT_TYPE.WRITE if self._out or not self._tcp_up else 0)
+            self._poller.subscribe(self._fileno, self._on_event, mask)
+
+    def _refuse(self, reason: str) -> None:
+        if self._on_refused is not None:
+            self._on_refused(self.peer, reason)
+        self.disconnect()
+
+
+class RaftServer:
+    """Accepts Raft connections (the interface TCPTransport uses of pysyncobj's TcpServer)."""
+
+    def __init__(self, poller: Any, host: str, port: int, on_new_connection: Callable[[RaftConnection], None],
+                 make_connection: Callable[[socket.socket], RaftConnection]) -> None:
+        self._poller = poller
+        self._address = (host, int(port))
+        self._on_new_connection = on_new_connection
+        self._make_connection = make_connection
+        self._sock: socket.socket | None = None
+        self._fileno: int | None = None
+
+    def bind(self) -> None:
+        family = socket.AF_INET6 if ":" in self._address[0] else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setblocking(False)
+            sock.bind(self._address)
+            sock.listen(64)
+        except OSError:
+            sock.close()
+            raise
+        self._sock, self._fileno = sock, sock.fileno()
+        self._poller.subscribe(self._fileno, self._on_event, POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+
+    def unbind(self) -> None:
+        if self._fileno is not None:
+            self._poller.unsubscribe(self._fileno)
+            self._fileno = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _on_event(self, descr: int, event: int) -> None:
+        if self._sock is None:
+            return
+        for _ in range(MAX_UNAUTHENTICATED):  # bounded: a flood of connects cannot hold the tick
+            try:
+                sock, _address = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("raft.accept_failed", error=exc.strerror)
+                return
+            self._on_new_connection(self._make_connection(sock))
