@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 
 import click
@@ -32,6 +33,10 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
 @click.option("--admin", "admin", metavar="HOST:PORT",
               help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
+@click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Where a single node keeps its journal, in DIR/<name>/; default: [node] data_dir, or ./.raftmq.")
+@click.option("--in-memory", "in_memory", is_flag=True,
+              help="Keep everything in memory: nothing survives a restart (default: durable, in --data-dir).")
 @click.option(
     "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
     help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
@@ -40,13 +45,16 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
-def node(listen: str | None, config_path: str | None, node_id: str | None, admin: str | None, log_file: str | None,
-         log_level: str) -> None:
+def node(listen: str | None, config_path: str | None, node_id: str | None, admin: str | None, data_dir: str | None,
+         in_memory: bool, log_file: str | None, log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
-    Once it serves clients it prints `raftmq node listening on HOST:PORT` on stdout; its log
-    goes to stderr (pretty on a terminal, key=value lines otherwise)."""
-    from raftmq.config import GroupConfig, NodeConfig, load_config
+    A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
+    (--data-dir), so what it acknowledged survives kill -9 and power loss; --in-memory keeps
+    nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
+    in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
+    key=value lines otherwise)."""
+    from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
     from raftmq.errors import ConfigError
     from raftmq.server.node import serve
 
@@ -61,12 +69,14 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
                 raise ConfigError(f"{config_path}: {exc}") from None
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    if isinstance(config, GroupConfig):
-        if listen is not None or admin is not None:
-            raise click.UsageError("--listen and --admin do not apply to a group member: its [[node]] names its addresses")
-        from raftmq.server.group import serve_group
+    from raftmq.server.group import serve_group
 
-        serve_group(config, node_id, on_ready=_print_ready, log_file=log_file, log_level=log_level)  # type: ignore[arg-type]
+    if isinstance(config, GroupConfig):
+        if listen is not None or admin is not None or data_dir is not None or in_memory:
+            raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
+                                   "its [[node]] and [group] name its addresses and data directory")
+        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
+        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level)  # type: ignore[arg-type]
         return
     if node_id is not None:
         raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
@@ -76,12 +86,23 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
     if admin is not None:
         admin_address = _parse_listen(admin, "--admin")
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
-    serve(config, on_ready=_print_ready, log_file=log_file, log_level=log_level)
+    if in_memory or config.in_memory:
+        if data_dir is not None:
+            raise click.UsageError("--data-dir and --in-memory: choose one")
+        ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
+        serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
+        return
+    try:
+        group = single_node_group(config, data_dir)
+    except ConfigError as exc:
+        raise click.ClickException(f"{config_path or 'raftmq node'}: {exc}") from exc
+    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
+    serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
 
 
-def _print_ready(host: str, port: int) -> None:
-    # Byte-for-byte what `raftmq up`, scripts and tests wait for on stdout.
-    click.echo(f"raftmq node listening on {host}:{port}")
+def _print_ready(how: str, host: str, port: int) -> None:
+    # What `raftmq up`, scripts and tests wait for on stdout: the prefix up to the address.
+    click.echo(f"raftmq node listening on {host}:{port} ({how})")
     sys.stdout.flush()
 
 

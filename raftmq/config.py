@@ -38,6 +38,11 @@ class NodeConfig:
     # "host:port" of a single node's admin HTTP (/status, /metrics, /health); None: none.
     # A group's members set theirs in [[node]] (admin), not here.
     admin: str | None = None
+    # A single node is a one-member Raft group keeping its journal in <data_dir>/<name>/
+    # (relative to the working directory), so a receipt means "fsynced". in_memory = true keeps
+    # everything in memory instead: nothing survives a restart. Not for group members ([group]).
+    data_dir: str = ".raftmq"
+    in_memory: bool = False
     limits: Limits = field(default_factory=Limits)
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
@@ -187,6 +192,20 @@ class GroupConfig:
 _GROUP_SECTIONS = ("group", "raft", "journal", "server", "limits", "core", "node", *SECURITY_TABLES)
 _GROUP_KEYS = ("name", "data_dir", "password", "password_env")
 _MEMBER_SERVER_KEYS = ("host", "port", "name", "admin")  # set per member, not in [server]
+_SINGLE_NODE_KEYS = ("data_dir", "in_memory")  # a group has [group] data_dir and is never in memory
+
+
+# A single node's Raft port: nobody ever connects to a group of one, so any free port on
+# loopback does (the OS picks it; the member's id stays the same string across restarts).
+SOLO_RAFT_ADDRESS = "127.0.0.1:0"
+
+
+def single_node_group(config: NodeConfig, data_dir: str | None = None) -> GroupConfig:
+    """The one-member group a durable single node runs as: its files in <data_dir>/<name>/."""
+    if not NODE_ID_PATTERN.match(config.name):
+        raise ConfigError(f"node.name {config.name!r}: use letters, digits, '_', '.', '-' (it names a directory)")
+    member = GroupMember(id=config.name, client=f"{config.host}:{config.port}", raft=SOLO_RAFT_ADDRESS, admin=config.admin)
+    return GroupConfig(name=config.name, data_dir=data_dir or config.data_dir, members=(member,), server=config)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -239,9 +258,10 @@ def load_group_config(path: str | Path) -> GroupConfig:
     if journal.segment_bytes == 0:
         raise ConfigError(f"{path}: journal.segment_bytes must be positive")
     server_table = raw.get("server", {})
-    for key in (*_MEMBER_SERVER_KEYS, "limits", "core", "security"):
+    for key in (*_MEMBER_SERVER_KEYS, *_SINGLE_NODE_KEYS, "limits", "core", "security"):
         if key in server_table:
-            where = "each [[node]] (id, client, admin)" if key in _MEMBER_SERVER_KEYS else f"a [{key}] table"
+            where = ("each [[node]] (id, client, admin)" if key in _MEMBER_SERVER_KEYS
+                     else "[group] data_dir (a group is always durable)" if key in _SINGLE_NODE_KEYS else f"a [{key}] table")
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")

@@ -43,6 +43,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
             [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
             stdout=stdout,
             stderr=stderr,
+            cwd=logs,  # the default node is durable: its .raftmq/ lands in the test's temp dir
         )
     try:
         _wait_ready(proc, stdout_path, stderr_path, port)

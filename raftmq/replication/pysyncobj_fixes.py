@@ -742,6 +742,9 @@ class HardenedSyncObj(SyncObj):
         self._commit_notice_delay = tick_period
         self._alone = all(peer == self_address for peer in peers)
         super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
+        if self._alone and enabled["solo_commit"]:
+            # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
+            self._SyncObj__raftElectionDeadline = 0.0
 
     # -- the one replicated method
 

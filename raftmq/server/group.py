@@ -26,6 +26,7 @@ from raftmq.server.node import Node, ReadyCallback, _new_event_loop, run_until_s
 log = structlog.get_logger("raftmq.server.group")
 
 FETCH_BUDGET_SECONDS = 5.0
+SOLO_LEADER_WAIT_SECONDS = 10.0
 
 
 def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -> RaftSettings:
@@ -121,9 +122,16 @@ async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback 
             if member.admin is not None:
                 await member.admin.start()
         except OSError as exc:
-            raise SystemExit(f"raftmq node {node_id}: cannot listen: {exc.strerror or exc}") from None
+            where = group.member(node_id).client if node._server is None else f"{group.member(node_id).admin} (admin)"
+            raise SystemExit(f"raftmq node {node_id}: cannot listen on {where}: {exc.strerror or exc}") from None
         except RaftmqError as exc:
             raise SystemExit(f"raftmq node {node_id}: {exc}") from None
+        if len(group.members) == 1:
+            # A group of one leads as soon as its journal is replayed: say "ready" only then, so
+            # a client that connects on the readiness line is served, not sent elsewhere.
+            deadline = asyncio.get_running_loop().time() + SOLO_LEADER_WAIT_SECONDS
+            while not node.commit_log.is_leader and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
         await run_until_stopped(node, on_ready)
     finally:
         log.info("node.stopping", node=node.name)

@@ -42,7 +42,7 @@ class NodeProcess:
             self.port = sock.getsockname()[1]
         self.address = Address("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}"],
+            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -58,7 +58,7 @@ class NodeProcess:
             line = self.proc.stdout.readline()
             if not line:
                 break
-            if line.strip() == f"raftmq node listening on 127.0.0.1:{self.port}":
+            if line.startswith(f"raftmq node listening on 127.0.0.1:{self.port} "):
                 return
         raise RuntimeError(f"node on port {self.port} not ready (exit code {self.proc.poll()})")
 

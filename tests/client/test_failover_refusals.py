@@ -53,6 +53,7 @@ class TinyNode:
                 [sys.executable, "-m", "raftmq", "node", "--config", str(config), "--log-file", str(self.log_path)],
                 stdout=out,
                 stderr=subprocess.DEVNULL,
+                cwd=tmp,
             )
 
     def wait_ready(self) -> None:

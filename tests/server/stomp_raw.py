@@ -205,7 +205,7 @@ class NodeProcess:
         self.port = free_port()
         self.address = ("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", *(extra_args or [])],
+            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory", *(extra_args or [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -233,7 +233,7 @@ class NodeProcess:
             if not line:
                 break
             if line.startswith("raftmq node listening on"):
-                assert line.strip() == f"raftmq node listening on 127.0.0.1:{self.port}", line
+                assert line.strip() == f"raftmq node listening on 127.0.0.1:{self.port} (in memory: nothing survives a restart)", line
                 return
         self.kill()
         raise RuntimeError(f"node not ready in {timeout}s; stdout {line!r}; stderr {''.join(self.stderr_lines)[-2000:]}")

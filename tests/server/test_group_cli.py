@@ -20,9 +20,9 @@ def test_group_config_needs_a_known_member_and_no_listen() -> None:
     unknown = run("--config", group, "--node", "n9")
     assert unknown.returncode != 0 and "configs/group.toml: group g1: no member 'n9'" in unknown.stderr
     listen = run("--config", group, "--node", "n1", "--listen", "127.0.0.1:7000")
-    assert listen.returncode != 0 and "--listen and --admin do not apply to a group member" in listen.stderr
+    assert listen.returncode != 0 and "--listen, --admin, --data-dir and --in-memory do not apply to a group member" in listen.stderr
     admin = run("--config", group, "--node", "n1", "--admin", "127.0.0.1:7001")
-    assert admin.returncode != 0 and "--listen and --admin do not apply to a group member" in admin.stderr
+    assert admin.returncode != 0 and "--listen, --admin, --data-dir and --in-memory do not apply to a group member" in admin.stderr
     single = run("--config", "configs/node.toml", "--node", "n1")
     assert single.returncode != 0 and "--node needs a group configuration" in single.stderr
     for result in (missing, unknown, listen, admin, single):

@@ -103,7 +103,7 @@ def test_group_member_logs_json_lines_without_credentials(tmp_path: Path) -> Non
     finally:
         code = stop(proc)
     assert code == 0
-    assert stdout_path.read_text() == f"raftmq node listening on 127.0.0.1:{client_port}\n"
+    assert stdout_path.read_text().startswith(f"raftmq node listening on 127.0.0.1:{client_port} (durable: data in ")
 
     lines = read_json_lines(log_path)
     assert lines and log_path.read_text(encoding="utf-8").endswith("\n")
@@ -157,7 +157,7 @@ def test_single_node_console_is_pretty_on_a_terminal_and_writes_no_file(tmp_path
     work = tmp_path / "cwd"
     work.mkdir()
     with open(stdout_path, "wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory"],
                                 stdout=stdout, stderr=slave, stdin=subprocess.DEVNULL, cwd=work, env=env)
     os.close(slave)
     seen = b""
@@ -177,7 +177,7 @@ def test_single_node_console_is_pretty_on_a_terminal_and_writes_no_file(tmp_path
     assert "node.listening" in text, text
     assert "\x1b[" in text  # coloured
     assert "timestamp=" not in text and "event=" not in text  # not the plain key=value lines
-    assert stdout_path.read_text() == f"raftmq node listening on 127.0.0.1:{port}\n"
+    assert stdout_path.read_text() == f"raftmq node listening on 127.0.0.1:{port} (in memory: nothing survives a restart)\n"
     assert list(work.iterdir()) == []  # no data directory, no --log-file: console only
 
 
@@ -186,7 +186,7 @@ def test_single_node_log_file_option(tmp_path: Path) -> None:
     log_path = tmp_path / "logs" / "node.jsonl"
     stdout_path, stderr_path = tmp_path / "stdout", tmp_path / "stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}",
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory",
                                  "--log-file", str(log_path), "--log-level", "warning"], stdout=stdout, stderr=stderr)
     try:
         wait_ready(proc, stdout_path, stderr_path)
@@ -200,7 +200,7 @@ def test_single_node_log_file_option(tmp_path: Path) -> None:
     assert stderr_path.read_text() == ""
 
     unwritable = stdout_path / "node.jsonl"  # under a regular file
-    proc = subprocess.run([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}",
+    proc = subprocess.run([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory",
                            "--log-file", str(unwritable)], capture_output=True, text=True, timeout=WAIT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stdout == ""
     assert f"raftmq node: cannot write the log file {unwritable}: " in proc.stderr

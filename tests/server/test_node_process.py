@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from stomp_raw import NodeProcess, RawClient, frame_bytes, unique
 
@@ -30,7 +31,7 @@ def test_sigterm_tells_clients_and_exits_cleanly() -> None:
         node.kill()
 
 
-def test_port_in_use_is_a_clear_error_not_a_traceback() -> None:
+def test_port_in_use_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -40,6 +41,7 @@ def test_port_in_use_is_a_clear_error_not_a_traceback() -> None:
             capture_output=True,
             text=True,
             timeout=20,
+            cwd=tmp_path,
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
