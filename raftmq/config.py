@@ -29,8 +29,22 @@ class NodeConfig:
     port: int = 61613
     name: str = "node1"  # names this node in logs and session ids
     # What the server offers in CONNECTED heart-beat: (can send every ms, wants to receive every ms).
-    heartbeat_send_ms: int = 10_000
-    heartbeat_receive_ms: int = 10_000
+    # Each direction then runs at the larger of this and what the client asked for, so these are
+    # floors: a client asking for 1 s heart-beats gets them and a dead peer is noticed in ~2 s.
+    heartbeat_send_ms: int = 1_000
+    heartbeat_receive_ms: int = 1_000
+    # A connection that has not sent a complete CONNECT this long after it opened gets an ERROR and
+    # is closed, silent or trickling (RabbitMQ's handshake_timeout is 10 s). 0: no deadline.
+    connect_timeout_ms: int = 10_000
+    # Client connections one node holds at once (relayed ones included); one more gets an ERROR
+    # `too many connections` and is closed. ActiveMQ's maximumConnections default.
+    max_connections: int = 1_000
+    # Before CONNECT has been read a connection may buffer at most this much of a frame: a CONNECT
+    # is a few headers, and a stranger must not make the node hold a 16 MiB frame per socket.
+    max_connect_frame_bytes: int = 65_536
+    # Bytes of unfinished frames all connections of this node may buffer together; the connection
+    # whose input would pass it gets an ERROR `server busy` and is closed (the others go on).
+    max_unfinished_frame_bytes: int = 256 * 2**20
     # Commands a session may have appended but not yet committed before we stop reading its
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
@@ -148,7 +162,7 @@ class RaftTimings:
     snapshot_timeout_ms: int = 5000
     max_entry_bytes: int = 256 * 1024
     max_in_flight_entries: int = 2
-    append_entries_batch_bytes: int = 4 * 2**20
+    append_entries_batch_bytes: int = 24 * 2**20  # one entry may hold a whole 16 MiB body
     compact_after_bytes: int = 64 * 2**20
 
 

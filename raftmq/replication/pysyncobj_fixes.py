@@ -65,7 +65,7 @@ from pysyncobj.version import VERSION
 
 from raftmq.errors import ConfigError, RaftmqError
 from raftmq.replication.leadership import Leadership, LogTip
-from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, RaftServer, group_secret
+from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, RaftServer, frame_max_for, group_secret
 from raftmq.storage.journal import log_if_slow_fsync
 
 PINNED_VERSION = "0.3.17"
@@ -81,7 +81,8 @@ FIX_NAMES = (
 enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
 
 STOCK_APPEND_ENTRIES_BATCH_BYTES = 2**16
-APPEND_ENTRIES_BATCH_BYTES = 4 * 2**20
+# Also the largest entry: one SEND of a 16 MiB body (the STOMP body limit) must fit in one.
+APPEND_ENTRIES_BATCH_BYTES = 24 * 2**20
 STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
 # How long a candidate waits for the votes of one election round before it tries again. Votes
 # answer within milliseconds; waiting a whole election timeout (0.3-0.6 s) after a split vote
@@ -511,7 +512,7 @@ class DurableTransport(TCPTransport):
         conf = self._syncObj.conf
         return RaftConnection(self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
                               bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
-                              on_refused=self._refused)
+                              frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused)
 
     def _accepted(self, sock: Any) -> RaftConnection:
         return self._connection(sock=sock)

@@ -90,7 +90,7 @@ class RaftSettings:
     # entry); under heavier load everything that arrives meanwhile is coalesced instead, since
     # every entry costs each member a round of Python work whatever its size.
     light_load_bytes: int = 16 * 1024
-    append_entries_batch_bytes: int = 4 * 2**20  # also the hard limit of one entry
+    append_entries_batch_bytes: int = 24 * 2**20  # also the hard limit of one entry (a 16 MiB body fits)
     compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
     commit_timeout: float = 5.0  # an append not committed by then fails (outcome unknown)
     snapshot_timeout: float = 5.0

@@ -20,7 +20,7 @@ A connection, both ways:
    bool, None, bytes: arrays decode as tuples, the shape pysyncobj's entries have).
 
 Reads take at most `READ_BUDGET_BYTES` per poll event (the poller is level-triggered and comes
-back), frames past `FRAME_MAX` close the connection, and the buffer is a bytearray trimmed as
+back), frames past the frame limit (twice the append-entries batch size) close the connection, and the buffer is a bytearray trimmed as
 frames are consumed. Outgoing connections bind to the member's own host, so its Raft traffic
 always carries its own address (firewall rules and partition tests rely on it).
 
@@ -55,9 +55,14 @@ MAGIC = b"RAFTMQ1\n"
 NONCE_BYTES = 16
 HANDSHAKE_FRAME_MAX = 64
 HANDSHAKE_SECONDS = 3.0
-# A member sends append-entries batches of at most 4 MiB (pysyncobj_fixes.APPEND_ENTRIES_BATCH_BYTES)
-# and snapshot chunks of 256 KiB; msgpack and the tag add little. Anything bigger is not ours.
-FRAME_MAX = 16 * 2**20
+# pysyncobj fills an append-entries until it reaches its batch size, so one may hold up to twice
+# that (the last entry is at most one batch); snapshot chunks are 256 KiB. The transport passes
+# `frame_max_for(batch bytes)`; anything bigger is not ours.
+def frame_max_for(batch_bytes: int) -> int:
+    return 2 * batch_bytes + 2**20
+
+
+FRAME_MAX = frame_max_for(24 * 2**20)
 READ_BUDGET_BYTES = 2**20
 MAX_UNAUTHENTICATED = 16  # strangers still in their handshake, per member
 SECRET_FILE = "group.secret"
@@ -137,7 +142,8 @@ class RaftConnection:
 
     def __init__(self, poller: Any, secret: str, *, timeout: float, sock: socket.socket | None = None,
                  bind_host: str | None = None, send_buffer: int = 2**21, recv_buffer: int = 2**21,
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+                 frame_max: int = FRAME_MAX, on_refused: Callable[[str, str], None] | None = None) -> None:
+        self._frame_max = frame_max
         self.sendRandKey = self.recvRandKey = self.encryptor = None  # pysyncobj's Fernet: unused
         self._poller = poller
         self._secret = secret.encode()
@@ -318,7 +324,7 @@ class RaftConnection:
     def _parse(self) -> None:
         offset = 0
         data = self._in
-        limit = FRAME_MAX if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
+        limit = self._frame_max if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
         # A callback may close (and the transport reconnect) this connection: stop at once then.
         while len(data) - offset >= _LENGTH.size and self._in is data:
             (length,) = _LENGTH.unpack_from(data, offset)
@@ -330,7 +336,7 @@ class RaftConnection:
             frame = bytes(data[offset + _LENGTH.size:end])
             offset = end
             self._frame(frame)
-            limit = FRAME_MAX if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
+            limit = self._frame_max if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
         if self._in is data:
             del data[:offset]
 

@@ -21,7 +21,7 @@ from raftmq.replication.raft_log import RaftLog, RaftSettings
 from raftmq.replication.wire import group_secret
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node, ReadyCallback, _new_event_loop, run_until_stopped, setup_logging
+from raftmq.server.node import Node, ReadyCallback, _new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
 
 log = structlog.get_logger("raftmq.server.group")
 
@@ -154,6 +154,7 @@ def serve_group(
     stderr and as JSON lines to `log_file`, by default `<member dir>/raftmq.log.jsonl`."""
     json_path = log_file if log_file is not None else group.member_dir(node_id) / LOG_FILE_NAME
     setup_logging(f"raftmq node {node_id}", json_path, log_level)
+    raise_fd_limit()
     with asyncio.Runner(loop_factory=_new_event_loop) as runner:
         code = runner.run(_run_member(group, node_id, on_ready))
     if code:

@@ -22,6 +22,7 @@ import asyncio
 import gc
 import itertools
 import os
+import resource
 import secrets
 import signal
 import time
@@ -93,6 +94,7 @@ class Node:
         self._stopping = False
         self.apply_failures = 0  # commands the core raised on (a bug; logged and skipped)
         self.internal_errors = 0  # connections closed because handling their input raised
+        self.unfinished_frame_bytes = 0  # buffered by all sessions' parsers (max_unfinished_frame_bytes)
         self.body_failures = 0  # deliveries refused because the body was missing or corrupt
         self.sessions_swept = 0  # Disconnects appended for sessions of earlier leaders
         self.leader_changes = 0
@@ -547,6 +549,20 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft descriptor limit to the hard one: every client costs a descriptor, and a
+    1024 soft limit (the usual default) locks new clients out long before max_connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("node.fd_limit_unchanged", soft=soft, hard=hard, error=str(exc))
+            return soft, hard
+        log.info("node.fd_limit_raised", soft=soft, to=hard)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 def setup_logging(who: str, log_file: str | os.PathLike[str] | None, log_level: str | None) -> None:
     """`configure_logging`, with a bad level or an unwritable log file a one-line error."""
     try:
@@ -625,5 +641,6 @@ def serve(
     """Run a node in the foreground until SIGINT/SIGTERM. Logs go to stderr, and as JSON lines
     to `log_file` if given; `log_level` None: `$RAFTMQ_LOG_LEVEL` or info."""
     setup_logging("raftmq node", log_file, log_level)
+    raise_fd_limit()
     with asyncio.Runner(loop_factory=_new_event_loop) as runner:
         runner.run(_run(config, on_ready))

@@ -110,6 +110,8 @@ class Session(asyncio.Protocol):
         self._authenticating = False
         self._held: list[Frame] = []
         self._held_error: ProtocolError | None = None
+        self._connect_timer: asyncio.TimerHandle | None = None
+        self._buffered = 0  # this session's share of the node's unfinished-frame budget
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -121,6 +123,19 @@ class Session(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         self._last_received = self._last_written = self._loop.time()
         log.debug("client.accepted", session=self.session_id, peer=self.peer)
+        config = self.node.config
+        if len(self.node.sessions) > config.max_connections:
+            log.warning("client.refused", session=self.session_id, peer=self.peer, reason="too many connections",
+                        max_connections=config.max_connections)
+            self.fail("too many connections", f"this node serves at most {config.max_connections} connections")
+            return
+        if config.connect_timeout_ms:
+            self._connect_timer = self._loop.call_later(config.connect_timeout_ms / 1000, self._connect_deadline)
+
+    def _connect_deadline(self) -> None:
+        if self.state == AWAIT_CONNECT and not self._authenticating:
+            log.info("client.connect_timeout", session=self.session_id, peer=self.peer)
+            self.fail("connect timeout", f"no CONNECT within {self.node.config.connect_timeout_ms} ms")
 
     def data_received(self, data: bytes) -> None:
         if self.state >= DISCONNECTING:
@@ -138,9 +153,10 @@ class Session(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = CLOSED
-        for timer in (self._send_timer, self._check_timer):
+        for timer in (self._send_timer, self._check_timer, self._connect_timer):
             if timer is not None:
                 timer.cancel()
+        self._account_buffered(0)
         self._out.clear()
         self.node.session_closed(self)
         if self._connect_appended and not self._disconnect_appended:
@@ -180,6 +196,14 @@ class Session(asyncio.Protocol):
             # Frames completed before the malformed one in this chunk are still processed.
             frames = self._parser.frames_before_error
             error = exc
+        if error is None and not self._account_buffered(self._parser.buffered):
+            self.fail("server busy", "too much unfinished input buffered on this node; try again later")
+            return
+        if error is None and not frames and self.state == AWAIT_CONNECT:
+            limit = self.node.config.max_connect_frame_bytes
+            if self._parser.buffered > limit:
+                self.fail("frame too large", f"a CONNECT frame is at most {limit} bytes")
+                return
         if frames and self.state == AWAIT_CONNECT and not self._authenticating:
             # The parser reads frames pipelined behind CONNECT under the version it negotiates.
             self._handle_connect(frames[0])
@@ -189,6 +213,19 @@ class Session(asyncio.Protocol):
             self._held_error = self._held_error or error
             return
         self._handle_frames_and_error(frames, error)
+
+    def _account_buffered(self, buffered: int) -> bool:
+        """Move this session's share of the node's unfinished-frame budget to `buffered` bytes;
+        False (share unchanged) when growing it would pass the budget."""
+        node = self.node
+        grow = buffered - self._buffered
+        if grow > 0 and node.unfinished_frame_bytes + grow > node.config.max_unfinished_frame_bytes:
+            log.warning("client.refused", session=self.session_id, peer=self.peer, reason="unfinished-frame budget",
+                        buffered=buffered, node_buffered=node.unfinished_frame_bytes)
+            return False
+        node.unfinished_frame_bytes += grow
+        self._buffered = buffered
+        return True
 
     def _handle_frames_and_error(self, frames: list[Frame], error: ProtocolError | None) -> None:
         receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
