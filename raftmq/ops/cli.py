@@ -162,11 +162,12 @@ def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str,
 @click.option("--timeout", type=click.FloatRange(min=0), default=STOP_GRACE_SECONDS, show_default=True,
               help="Seconds each node gets to stop after SIGTERM before SIGKILL.")
 def down_command(config_path: str | None, preset: str | None, timeout: float) -> None:
-    """Stop a cluster started by `raftmq up` (found through its state file): first its
-    supervisor (so that nothing restarts a node being stopped), then every node."""
+    """Stop a cluster started by `raftmq up` (found through its state file): its supervisor
+    stops every node it launched, waits for each and exits; `down` waits for it, then stops by
+    pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
     from raftmq.ops.launcher import (
-        cluster_lock, read_state, release_launcher, remove_state, running_nodes, state_path, stop_nodes,
+        STOP_GRACE_SECONDS, cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_nodes,
     )
 
     try:
@@ -176,9 +177,11 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
             if state is None:
                 click.echo(f"no raftmq cluster state at {state_path(topology.state_dir)}: nothing to stop")
                 return
-            release_launcher(state)
-            state = read_state(topology.state_dir) or state  # it may have restarted a node just before
             alive = running_nodes(state)
+            # The supervisor stops its nodes together within their grace, plus a margin to exit.
+            stop_launcher(state, timeout=STOP_GRACE_SECONDS + 5.0)
+            state = read_state(topology.state_dir) or state  # it may have restarted a node just before
+            alive = alive + [node for node in running_nodes(state) if node not in alive]
             killed = stop_nodes(state, grace=timeout)
             remove_state(topology.state_dir)
     except RaftmqError as exc:

@@ -336,6 +336,26 @@ def last_log_line(path: Path) -> str:
 # -- stopping ---------------------------------------------------------------------------------
 
 
+def stop_launcher(state: ClusterState, timeout: float) -> bool:
+    """Ask the launcher to stop the cluster itself (SIGTERM): it is the nodes' parent, so it
+    stops each one gracefully (leaders hand over) and reaps it before it exits; wait for that.
+    Left to `down` instead, the nodes would be re-parented and, where PID 1 does not reap,
+    linger as zombies. SIGKILL past `timeout` (then `down` stops what is left by pid). True
+    when a launcher was running."""
+    if not launcher_alive(state) or state.launcher_pid == os.getpid():
+        return False
+    _signal(state.launcher_pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while launcher_alive(state) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if launcher_alive(state):
+        _signal(state.launcher_pid, signal.SIGKILL)
+        deadline = time.monotonic() + RELEASE_TIMEOUT_SECONDS
+        while launcher_alive(state) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+    return True
+
+
 def release_launcher(state: ClusterState, timeout: float = RELEASE_TIMEOUT_SECONDS) -> bool:
     """Ask the launcher to let go of the nodes (RELEASE_SIGNAL: it stops supervising and exits
     without touching them), so that nothing restarts a node `down` is stopping. SIGKILL if

@@ -7,11 +7,12 @@ supervisor process behind (`raftmq up --supervise`, its own session, output in
 each exit status, and `up --detach` returns once it has written `ready` to the state file.
 
 Signals, to either kind of launcher:
-- SIGINT / SIGTERM / SIGHUP: stop the cluster (each node gracefully) and exit;
-- SIGUSR1 (`raftmq down`): exit at once and leave the nodes to `down`, which stops them by
-  verified pid, so nothing restarts a node `down` is stopping.
+- SIGINT / SIGTERM / SIGHUP: stop the cluster (each node gracefully), wait for every node (the
+  launcher is their parent: it reaps them, none is left to be adopted) and exit. `raftmq down`
+  sends SIGTERM and waits for the launcher to exit;
+- SIGUSR1: exit at once and leave the nodes running (to whoever stops them by pid).
 A launcher that is killed outright leaves the nodes running; `down` still finds them in the
-state file.
+state file and stops them by verified pid.
 """
 
 from __future__ import annotations

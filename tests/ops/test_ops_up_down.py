@@ -155,3 +155,43 @@ def _is_zombie(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat[stat.rfind(")") + 2] == "Z"
+
+
+def test_down_lets_the_supervisor_stop_and_reap_its_nodes(write_group: WriteGroup, tmp_path: Path) -> None:
+    # Before: `down` told the supervisor to let go (SIGUSR1) and stopped the nodes itself, so
+    # they were re-parented while stopping and, where PID 1 does not reap, left as zombies.
+    config = write_group("g1")
+    state: ClusterState | None = None
+    try:
+        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
+        state = read_state(tmp_path / "g1")
+        assert up.returncode == 0 and state is not None, up.stdout + up.stderr
+        supervisor, pids = state.launcher_pid, [node.pid for node in state.nodes]
+        assert all(parent_of(pid) == supervisor for pid in pids)
+        down = subprocess.Popen([sys.executable, "-m", "raftmq", "down", "--config", str(config)], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        adopted: set[int] = set()
+        deadline = time.monotonic() + COMMAND_TIMEOUT
+        while down.poll() is None and time.monotonic() < deadline:
+            for pid in pids:
+                parent = parent_of(pid)
+                if parent is not None and parent != supervisor:
+                    adopted.add(pid)
+            time.sleep(0.01)
+        out, err = down.communicate(timeout=COMMAND_TIMEOUT)
+        assert down.returncode == 0 and "stopped 3 node(s)" in out, out + err
+        assert not adopted, f"nodes {sorted(adopted)} outlived their supervisor"
+        assert not launcher_alive(state)
+        assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == [], "a node is still there (or a zombie)"
+        state = None
+    finally:
+        cleanup(state)
+
+
+def parent_of(pid: int) -> int | None:
+    """PPid of a live (non-zombie) process, else None."""
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    except OSError:
+        return None
+    return None if fields.get("State", "").startswith("Z") else int(fields["PPid"])
