@@ -119,7 +119,7 @@ def test_test_preset_end_to_end(tmp_path: Path) -> None:
 
         down = raftmq("down", cwd=tmp_path)
         assert down.returncode == 0 and down.stdout == "stopped 2 node(s)\n", down.stdout + down.stderr
-        assert "raftmq down took over: leaving the nodes to it" in (state_dir / "supervisor.log").read_text()
+        assert "SIGTERM: stopping the cluster" in (state_dir / "supervisor.log").read_text()  # down asks the supervisor to stop its nodes
         assert gone(state.launcher_pid) and all(gone(n.pid) for n in state.nodes)
         assert read_state(state_dir) is None
     finally:
@@ -166,7 +166,7 @@ def test_on_failure_restarts_and_down_survives_a_killed_supervisor(write_group: 
         cleanup([*seen, read_state(state_dir)])
 
 
-def test_attached_up_reports_restarts_and_lets_down_take_over(write_group: WriteGroup, tmp_path: Path) -> None:
+def test_attached_up_reports_restarts_and_stops_its_nodes_for_down(write_group: WriteGroup, tmp_path: Path) -> None:
     config = write_group("g2")
     state_dir = tmp_path / "g2"
     output = tmp_path / "up.out"
@@ -192,7 +192,7 @@ def test_attached_up_reports_restarts_and_lets_down_take_over(write_group: Write
         down = raftmq("down", "--config", str(config), cwd=tmp_path)
         assert down.returncode == 0 and down.stdout == "stopped 3 node(s)\n", down.stdout + down.stderr
         assert up.wait(timeout=20) == 0, output.read_text()
-        assert "raftmq down is stopping the cluster; leaving the nodes to it" in output.read_text()
+        assert "stopping the cluster (leaders hand over, then each node exits)" in output.read_text()  # down asks up to stop its nodes
         restarted = seen[-1]
         assert restarted is not None and all(gone(n.pid) for n in (*state.nodes, *restarted.nodes))
         assert read_state(state_dir) is None
