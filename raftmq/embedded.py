@@ -20,9 +20,11 @@ one with a `data_dir`, are a Raft group (`RaftLog`, body journal) whose files go
 `data_dir`, or to a temporary directory removed by `stop()`. A Raft member lowers the
 process's GIL switch interval (see raftmq.replication.raft_log), for this whole process.
 
-The nodes log through structlog as configured by the application (structlog's default prints
-every event to stdout); `raftmq.logs.configure_logging(level="warning")` sends only warnings
-and errors to stderr, `json_path=...` adds a JSON-lines file.
+The nodes log through structlog as configured by the application; if it configured nothing,
+`start()` sends their events to the standard `logging` module (shown where the application's
+logging, or pytest's log capture, shows them; never printed from the broker's thread).
+`raftmq.logs.configure_logging(level="warning")` sends only warnings and errors to stderr,
+`json_path=...` adds a JSON-lines file.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 from raftmq.client.sync import Client
 from raftmq.config import GroupConfig, GroupMember, NodeConfig, split_address
 from raftmq.errors import RaftmqError
+from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.server.admin import AdminServer
 from raftmq.server.bodies import BodyStore
 from raftmq.server.node import Node
@@ -132,6 +135,7 @@ class EmbeddedBroker:
         if self._state != "new":
             raise EmbeddedBrokerError(f"start() on an embedded broker that is {self._state}")
         self._state = "running"
+        log_through_stdlib_if_unconfigured()
         deadline = time.monotonic() + self.start_timeout
         try:
             self._plan()

@@ -172,6 +172,28 @@ def configure_logging(
     )
 
 
+def log_through_stdlib_if_unconfigured() -> None:
+    """For a process that embeds raftmq (a test run, an application with an EmbeddedBroker)
+    and has not configured structlog: send our events to the standard `logging` module, which
+    shows them only where the application (or pytest's log capture) asks. structlog's own
+    default prints every event to stdout, from whatever thread logs it, even in the middle of
+    pytest's progress line."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *_shared_processors(),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+
+
 def reset_logging() -> None:
     """Remove the handlers `configure_logging` installed and restore structlog's defaults."""
     global _previous_root_level

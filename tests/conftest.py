@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from raftmq.logs import log_through_stdlib_if_unconfigured
+
 READY_PREFIX = "raftmq node listening on "
+
+
+@pytest.fixture(autouse=True)
+def _in_process_nodes_log_through_logging() -> None:
+    """In-process nodes (and a test that reset structlog) log through the logging module, which
+    pytest captures per test, never with structlog's default print from a node's loop thread."""
+    log_through_stdlib_if_unconfigured()
 READY_TIMEOUT = 20.0
 
 

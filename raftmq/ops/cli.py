@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -151,9 +152,26 @@ def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str,
         click.echo(f"  group {group['name']}: master {group['leader']} (term {group['term']})")
     click.echo(f"clients: {failover}")
     click.echo(f"hosts:   {','.join(node.client for node in state.nodes)}")
-    click.echo(f"state:   {state_path(topology.state_dir)} (node logs: <data dir>/<node>/node.log)")
+    click.echo(f"state:   {_shown(state_path(topology.state_dir))}")
+    click.echo(f"logs:    {', '.join(_log_paths(nodes) for nodes in groups)}")
     click.echo(f"restart: {topology.restart.mode}" + (f" (supervisor pid {state.launcher_pid})" if detach else ""))
     click.echo(f"stop:    {hint}" if detach else "stop:    Ctrl-C")
+
+
+def _shown(path: Path) -> str:
+    """A path as a newcomer types it: relative to the working directory when under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _log_paths(nodes: list[Any]) -> str:
+    """One group's node logs, e.g. `.raftmq/g1/{n1,n2,n3}/node.log` (each path when they differ)."""
+    paths = [Path(_shown(Path(node.log))) for node in nodes]
+    if len(paths) > 1 and len({(p.parent.parent, p.name) for p in paths}) == 1:
+        return f"{paths[0].parent.parent}/{{{','.join(p.parent.name for p in paths)}}}/{paths[0].name}"
+    return ", ".join(str(p) for p in paths)
 
 
 @click.command("down")

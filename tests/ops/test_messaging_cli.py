@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from raftmq.cli import main
@@ -50,15 +49,10 @@ def one_error_line(result: Result) -> str:
 
 @pytest.fixture(scope="module")
 def embedded() -> Iterator[EmbeddedBroker]:
-    # The embedded nodes log through structlog, by default to whatever sys.stdout is when they
-    # log: during CliRunner.invoke that is the command's captured output. Send them elsewhere.
-    previous = structlog.get_config()
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.__stderr__))
-    try:
-        with EmbeddedBroker() as broker:
-            yield broker
-    finally:
-        structlog.configure(**previous)
+    # Its nodes log through the logging module (EmbeddedBroker.start), never into the captured
+    # output of a CliRunner.invoke nor onto the terminal between tests.
+    with EmbeddedBroker() as broker:
+        yield broker
 
 
 # -- send / receive against the shared node -----------------------------------------------------

@@ -94,7 +94,9 @@ def until(config: Path, ready: Callable[[dict], bool] = lambda _summary: True, t
 
 def test_status_json_and_once_against_a_running_group(running_group: Members) -> None:
     config = running_group.config
-    first = until(config)
+    # Right after the election a follower may not have heard the leader yet (health
+    # "unavailable") while the group is already up: wait until every member reports it.
+    first = until(config, lambda summary: all(row["health"] == "ok" for g in summary["groups"] for row in g["nodes"]))
     assert first.exit_code == 0, first.output
     summary = json.loads(first.output)
     (group,) = summary["groups"]
