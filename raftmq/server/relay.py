@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import structlog
 
 from raftmq.config import split_address
+from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
 from raftmq.server.dispatcher import error_frame
 
@@ -92,19 +93,19 @@ class Relays:
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        self._active: set[Relay] = set()
-        self.total = 0  # relayed sessions since start
+        self._active: set[Relay] = set()  # connecting to the leader, relaying, or refusing
+        self.total = 0  # sessions relayed to a leader since start
         self._watch: asyncio.TimerHandle | None = None
         self._tls: tuple[ssl.SSLContext, bytes] | None = None
 
     def __len__(self) -> int:
-        return len(self._active)
+        """Sessions relayed to a leader now."""
+        return sum(1 for relay in self._active if relay.leader is not None)
 
     def start(self, session: Session, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
         relay = Relay(self, self._node, session, transport, prefix)
         self._active.add(relay)
-        self.total += 1
         if self._watch is None:
             self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
         relay.start()
@@ -149,6 +150,7 @@ class Relay:
         self._loop = node.loop
         self.session = session
         self._client = client
+        self.client_tls = client.get_extra_info("ssl_object") is not None
         self._prefix = prefix
         self._upstream: asyncio.Transport | None = None
         self.leader: str | None = None
@@ -174,8 +176,8 @@ class Relay:
             if leader is not None:
                 try:
                     upstream = await self._open(leader)
-                except (OSError, TimeoutError, ssl.SSLError, ValueError) as exc:
-                    failure = f"{leader}: {exc or type(exc).__name__}"
+                except (OSError, TimeoutError, ValueError, RelayRefused) as exc:  # ssl.SSLError is an OSError
+                    failure = str(exc) or type(exc).__name__
                 else:
                     self._connected(leader, upstream)
                     return
@@ -190,19 +192,22 @@ class Relay:
         tls = self._relays.upstream_tls()
         async with asyncio.timeout(UPSTREAM_CONNECT_SECONDS):
             if tls is None:
-                transport, _ = await self._loop.create_connection(lambda: _UpstreamSide(self), host, port)
+                transport, side = await self._loop.create_connection(lambda: _UpstreamSide(self), host, port)
             else:
-                transport, _ = await self._loop.create_connection(
+                transport, side = await self._loop.create_connection(
                     lambda: _UpstreamSide(self), host, port, ssl=tls[0], server_hostname=host
                 )
-        upstream = transport  # uvloop's transports implement asyncio.Transport without subclassing it
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        upstream = cast(asyncio.Transport, transport)
         if tls is not None:
             ssl_object = upstream.get_extra_info("ssl_object")
             certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
             if certificate != tls[1]:
                 upstream.abort()
-                raise ssl.SSLError(f"the certificate {leader} presents is not this group's ([tls] cert_file)")
-        return upstream  # type: ignore[return-value]
+                raise RelayRefused("its certificate is not this group's ([tls] cert_file)")
+        if side.lost:
+            raise ConnectionResetError("closed as soon as it was opened")
+        return upstream
 
     def _connected(self, leader: str, upstream: asyncio.Transport) -> None:
         if self._ended:  # the client left while we connected
@@ -210,6 +215,7 @@ class Relay:
             return
         self.leader = leader
         self._upstream = upstream
+        self._relays.total += 1
         prefix, self._prefix = self._prefix, b""
         self._client.resume_reading()
         upstream.write(prefix)  # may pause the client again at once (pause_writing)
@@ -223,7 +229,7 @@ class Relay:
         if leader is None:
             detail = f"no leader known after {LEADER_WAIT_SECONDS:g} s (an election, or no quorum)"
         else:
-            detail = f"the leader does not answer ({failure})"
+            detail = f"cannot relay to the leader {leader}: {failure}"
         log.info("client.relay_failed", node=self._node.name, session=session.session_id, peer=session.peer,
                  leader=leader, detail=detail)
         frame = error_frame("not the leader", detail, session.version, None, {"leader": leader} if leader else None)
@@ -247,10 +253,12 @@ class Relay:
             self._close(self._client)
 
     def client_data(self, data: bytes) -> None:
-        if self._upstream is not None:
-            self._upstream.write(data)
-        else:  # reading is paused until then; a read already under way still lands here
-            self._prefix += data
+        upstream = self._upstream
+        if upstream is None:
+            if not self._ended and not self._client.is_closing():
+                self._prefix += data  # reading is paused until then; a read under way lands here
+        elif not upstream.is_closing():
+            upstream.write(data)
 
     def client_eof(self) -> None:
         self._client_eof = True
@@ -276,8 +284,9 @@ class Relay:
     def upstream_data(self, data: bytes) -> None:
         self._client.write(data)
 
-    def upstream_lost(self) -> None:
-        self._close(self._client)
+    def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
+        if transport is not None and transport is self._upstream:  # not an attempt that failed
+            self._close(self._client)
 
     @staticmethod
     def set_reading(transport: asyncio.Transport | None, reading: bool) -> None:
@@ -307,6 +316,8 @@ class Relay:
     def _close(self, transport: asyncio.Transport) -> None:
         if transport.is_closing():
             return
+        # A TLS transport reads the peer's close_notify as it closes: a paused one would hang.
+        transport.resume_reading()
         transport.close()  # after its buffer is written...
         self._loop.call_later(CLOSE_GRACE_SECONDS, _abort, transport)  # ...if the peer reads it
 
@@ -322,7 +333,9 @@ class _ClientSide(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._relay.client_eof()
-        return True  # keep writing to the client what the leader still sends
+        # Keep writing to the client what the leader still sends (TLS cannot half-close: there
+        # the transport closes whatever this returns, and the relay's other side follows).
+        return not self._relay.client_tls
 
     def pause_writing(self) -> None:
         Relay.set_reading(self._relay.upstream, False)
@@ -339,6 +352,11 @@ class _UpstreamSide(asyncio.Protocol):
 
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
+        self._transport: asyncio.BaseTransport | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
 
     def data_received(self, data: bytes) -> None:
         self._relay.upstream_data(data)
@@ -350,7 +368,8 @@ class _UpstreamSide(asyncio.Protocol):
         Relay.set_reading(self._relay.client, True)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._relay.upstream_lost()
+        self.lost = True
+        self._relay.upstream_lost(self._transport)
 
 
 def _abort(transport: asyncio.Transport) -> None:

@@ -16,6 +16,7 @@ import pytest
 import stomp
 from group_harness import Group, connect_leader, drain_queue
 from stomp_raw import WAIT, Listener, RawClient, frame_bytes, unique
+from tls_certs import CertFiles, make_certificates
 
 from raftmq.client import connect, connect_failover
 
@@ -245,3 +246,75 @@ def test_connect_headers_reach_the_leader_unchanged(group: Group) -> None:
     assert frames[0].headers["version"] == "1.2"
     assert frames[0].headers["session"].startswith(f"{leader}:")  # the leader's session
     assert frames[1].headers["receipt-id"] == "s"
+
+
+def tls_table(files: CertFiles) -> str:
+    return f'[tls]\ncert_file = "{files.cert}"\nkey_file = "{files.key}"\n'
+
+
+def test_a_tls_group_relays_over_tls(tmp_path: Path) -> None:
+    server, _client = make_certificates(tmp_path / "certs")
+    group = Group(tmp_path)
+    group.config_path.write_text(group.config_path.read_text() + tls_table(server))
+    try:
+        group.start()
+        leader = group.leader()
+        follower = follower_of(group, leader)
+        address = ("127.0.0.1", group.members[follower].client_port)
+        conn = stomp.Connection12([address], timeout=WAIT, reconnect_attempts_max=1)
+        conn.set_ssl(for_hosts=[address], ca_certs=str(server.ca))
+        listener = Listener()
+        conn.set_listener("t", listener)
+        conn.connect(wait=True)
+        try:
+            assert listener.connected.wait(WAIT)
+            assert status(group, follower)["relayed_sessions"] == 1
+            destination = unique()
+            conn.subscribe(destination, id="1", ack="auto", headers={"receipt": "s"})
+            listener.receipt("s")
+            conn.send(destination, "relayed over tls", receipt="m")
+            listener.receipt("m")
+            assert listener.message().body == "relayed over tls"
+        finally:
+            conn.disconnect()
+    finally:
+        group.close()
+
+
+def test_a_follower_relays_only_to_a_leader_with_the_groups_certificate(tmp_path: Path) -> None:
+    """n1 runs with another certificate than n2 and n3 (a misconfiguration, or someone else's
+    server on the leader's address): a follower refuses to relay between them."""
+    ours, _ = make_certificates(tmp_path / "ours")
+    theirs, _ = make_certificates(tmp_path / "theirs", ca_name="another CA")
+    group = Group(tmp_path)
+    plain = group.config_path.read_text()
+    group.config_path.write_text(plain + tls_table(ours))
+    odd = tmp_path / "n1.toml"
+    odd.write_text(plain + tls_table(theirs))
+    main = group.config_path
+    try:
+        group.config_path = odd
+        group.start("n1", wait=False)
+        group.config_path = main
+        group.start("n2", "n3", wait=False)
+        for node_id in group.members:
+            group.wait_ready(node_id)
+        leader = group.leader()
+        # A follower whose certificate differs from the leader's.
+        follower = "n1" if leader != "n1" else "n2"
+        files = theirs if follower == "n1" else ours
+        address = ("127.0.0.1", group.members[follower].client_port)
+        conn = stomp.Connection12([address], timeout=WAIT, reconnect_attempts_max=1)
+        conn.set_ssl(for_hosts=[address], ca_certs=str(files.ca))
+        listener = Listener()
+        conn.set_listener("t", listener)
+        with pytest.raises(stomp.exception.ConnectFailedException):
+            conn.connect(wait=True)
+        error = listener.errors.get(timeout=WAIT)
+        assert error.headers["message"] == "not the leader", error.headers
+        assert error.headers["leader"] == group.members[leader].client
+        assert "certificate" in error.body, error.body
+        assert status(group, follower)["relayed_sessions"] == 0
+    finally:
+        group.config_path = main
+        group.close()
