@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -318,3 +319,34 @@ def test_a_follower_relays_only_to_a_leader_with_the_groups_certificate(tmp_path
     finally:
         group.config_path = main
         group.close()
+
+
+def test_relays_to_a_paused_leader_close_once_a_new_leader_is_known(group: Group) -> None:
+    """SIGSTOP leaves the old leader's sockets open: the follower closes the relays to it when
+    it learns of the new leader, and the client can go on through any member."""
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    destination = unique()
+    conn, listener = stomppy([("127.0.0.1", group.members[follower].client_port)])
+    try:
+        conn.send(destination, "before", receipt="before", headers={"persistent": "true"})
+        listener.receipt("before")
+        group.signal(leader, signal.SIGSTOP)
+        survivors = tuple(i for i in group.members if i != leader)
+        group.leader(among=survivors, timeout=15)
+        assert listener.disconnected.wait(WAIT), "the relay to the paused leader stayed open"
+    finally:
+        group.signal(leader, signal.SIGCONT)
+        try:
+            conn.disconnect()
+        except Exception:
+            pass
+    again, listener = stomppy([("127.0.0.1", group.members[follower].client_port)])
+    try:
+        again.subscribe(destination, id="s", ack="client-individual")
+        message = listener.message()
+        assert message.body == "before"
+        again.ack(message.headers["ack"], receipt="ack")
+        listener.receipt("ack")
+    finally:
+        again.disconnect()
