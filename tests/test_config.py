@@ -35,6 +35,7 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[core]\nmax_delivery_count = true\n", r"core\.max_delivery_count must be int"),
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
+        ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
@@ -143,6 +144,8 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         (lambda t: t.replace("[[node]]", "[[node]]\nport = 1", 1), r"unknown key node\[0\]\.port"),
         (lambda t: t[: t.index("[[node]]")], r"needs at least one \[\[node\]\]"),
         (lambda t: t.replace("[group]", "[groups]"), r"unknown table or key 'groups'"),
+        (lambda t: t + "[server]\nfollower_clients = 'proxy'\n",
+         r"group\.toml: server\.follower_clients must be one of 'relay', 'redirect', got 'proxy'"),
     ],
 )
 def test_group_errors_name_file_and_key(tmp_path: Path, edit, expected: str) -> None:  # noqa: ANN001

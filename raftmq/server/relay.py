@@ -248,7 +248,7 @@ class Relay:
             self._deposed_at = now
         elif now - self._deposed_at >= DEPOSED_GRACE_SECONDS:
             session = self.session
-            log.info("client.relay_deposed", node=self._node.name, session=session.session_id, peer=session.peer,
+            log.info("client.relay_closed", node=self._node.name, session=session.session_id, peer=session.peer,
                      leader=self.leader, new_leader=leader)
             self._close(self._client)
 

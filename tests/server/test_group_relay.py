@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def status(group: Group, node_id: str) -> dict:
     return answer
 
 
+def metric(group: Group, node_id: str, name: str) -> float:
+    url = f"http://127.0.0.1:{group.members[node_id].admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert len(values) == 1, f"{name}: {values}"
+    return values[0]
+
+
 def wait_for(predicate, what: str, timeout: float = 10.0) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -76,6 +86,7 @@ def test_stompy_given_all_hosts_works_through_a_follower(group: Group) -> None:
         # It went to the first host, a follower, which pipes it to the leader.
         assert status(group, follower)["relayed_sessions"] == 1
         assert status(group, leader)["broker"]["sessions"] == 1
+        assert metric(group, follower, "raftmq_relayed_connections") == 1
         for i in range(20):
             conn.send(destination, f"m{i}", receipt=f"r{i}", headers={"persistent": "true"})
             listener.receipt(f"r{i}")
@@ -91,6 +102,7 @@ def test_stompy_given_all_hosts_works_through_a_follower(group: Group) -> None:
     wait_for(lambda: status(group, follower)["relayed_sessions"] == 0 and status(group, follower)["sessions"] == 0,
              "the follower forgets the relayed session")
     assert status(group, follower)["relayed_total"] == 1
+    assert metric(group, follower, "raftmq_relayed_sessions_total") == 1
     assert status(group, leader)["broker"]["destinations"][destination]["depth"] == 0
 
 
