@@ -217,7 +217,7 @@ class Relay:
         self._upstream = upstream
         self._relays.total += 1
         prefix, self._prefix = self._prefix, b""
-        self._client.resume_reading()
+        self.set_reading(self._client, True)
         upstream.write(prefix)  # may pause the client again at once (pause_writing)
         if self._client_eof:
             self._forward_eof()
@@ -273,16 +273,17 @@ class Relay:
         if upstream.can_write_eof():
             upstream.write_eof()
         else:
-            upstream.close()
+            self._close(upstream)
 
     def client_lost(self, exc: Exception | None) -> None:
         self._end()
         if self._upstream is not None:
-            self._upstream.close()  # what the client sent still reaches the leader
+            self._close(self._upstream)  # what the client sent still reaches the leader
         self.session.connection_lost(exc)  # the node forgets the session, like any other
 
     def upstream_data(self, data: bytes) -> None:
-        self._client.write(data)
+        if not self._client.is_closing():
+            self._client.write(data)
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -197,12 +198,7 @@ def test_failover_client_connects_to_the_leader_directly(group: Group) -> None:
     assert {i: status(group, i)["relayed_total"] for i in group.members} == before
 
 
-def test_bench_with_a_failover_url_starting_at_a_follower(group: Group, tmp_path: Path) -> None:
-    leader = group.leader()
-    follower = follower_of(group, leader)
-    hosts = hosts_follower_first(group, leader, follower)
-    url = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in hosts) + ")?randomize=false"
-    result_path = tmp_path / "bench.json"
+def run_bench(url: str, result_path: Path) -> dict:
     run = subprocess.run(
         [sys.executable, "-m", "raftmq", "bench", "--url", url, "-n", "300", "-p", "2", "-c", "2",
          "-s", "256", "--receipt-window", "10", "--timeout", "10", "--json", str(result_path), "-q"],
@@ -210,10 +206,22 @@ def test_bench_with_a_failover_url_starting_at_a_follower(group: Group, tmp_path
     )
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(result_path.read_text())
-    assert result["lost"] == 0 and result["errors"] == 0, result
-    assert result["received"] >= 300, result
+    assert result["lost"] == 0 and result["errors"] == 0 and result["duplicated"] == 0, result
+    assert result["received"] == 300, result
+    return result
+
+
+def test_bench_with_a_failover_url_starting_at_a_follower(group: Group, tmp_path: Path) -> None:
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    hosts = hosts_follower_first(group, leader, follower)
+    url = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in hosts) + ")?randomize=false"
+    assert run_bench(url, tmp_path / "failover.json")["url"] == url
     # Its connections were redirected to the leader, not relayed by the follower.
     assert status(group, follower)["relayed_total"] == 0
+    # A plain URL naming the follower works too: relayed (2 producers, 2 consumers).
+    run_bench(f"stomp://{group.members[follower].client}", tmp_path / "plain.json")
+    assert status(group, follower)["relayed_total"] == 4
 
 
 def test_redirect_mode_refuses_naming_the_leader(tmp_path: Path) -> None:
@@ -362,3 +370,23 @@ def test_relays_to_a_paused_leader_close_once_a_new_leader_is_known(group: Group
         listener.receipt("ack")
     finally:
         again.disconnect()
+
+
+def test_a_client_that_half_closes_still_gets_its_receipts(group: Group) -> None:
+    """CONNECT, SEND with a receipt, then shutdown(SHUT_WR) at once: the follower passes the
+    half-close on and keeps writing what the leader answers until the leader closes."""
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    client = RawClient(("127.0.0.1", group.members[follower].client_port))
+    destination = unique()
+    try:
+        client.send(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"})
+                    + frame_bytes("SEND", {"destination": destination, "receipt": "sent", "persistent": "true"}, b"last words"))
+        client.sock.shutdown(socket.SHUT_WR)
+        frames = client.read_until_closed()
+    finally:
+        client.close()
+    assert [f.command for f in frames] == ["CONNECTED", "RECEIPT"], frames
+    assert frames[1].headers["receipt-id"] == "sent"
+    wait_for(lambda: status(group, leader)["broker"]["destinations"].get(destination, {}).get("depth") == 1,
+             "the message is stored")
