@@ -390,3 +390,42 @@ def test_a_client_that_half_closes_still_gets_its_receipts(group: Group) -> None
     assert frames[1].headers["receipt-id"] == "sent"
     wait_for(lambda: status(group, leader)["broker"]["destinations"].get(destination, {}).get("depth") == 1,
              "the message is stored")
+
+
+def test_a_client_arriving_during_an_election_is_relayed_to_the_new_leader(group: Group) -> None:
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    group.kill(leader)
+    # At once, before the group has a new leader: the follower waits for one (bounded).
+    conn, listener = stomppy([("127.0.0.1", group.members[follower].client_port)])
+    try:
+        destination = unique()
+        conn.send(destination, "after the election", receipt="r")
+        listener.receipt("r")
+        new = group.leader(among=tuple(i for i in group.members if i != leader))
+        assert status(group, new)["broker"]["destinations"][destination]["depth"] == 1
+    finally:
+        conn.disconnect()
+
+
+def test_without_a_quorum_a_follower_answers_not_the_leader(group: Group) -> None:
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    for node_id in group.members:
+        if node_id != follower:
+            group.kill(node_id)
+    # pysyncobj keeps naming the dead leader while it reaches no peer: the follower cannot
+    # reach it (or, once it forgets it, knows none) and says so after its bounded wait.
+    client = RawClient(("127.0.0.1", group.members[follower].client_port))
+    started = time.monotonic()
+    try:
+        client.send(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"}))
+        frames = client.read_until_closed(timeout=10)
+    finally:
+        client.close()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert frames[0].headers["message"] == "not the leader"
+    body = frames[0].body.decode()
+    assert "no leader known" in body or f"cannot relay to the leader {group.members[leader].client}" in body, body
+    assert time.monotonic() - started < 9  # a bounded wait, not until the client gives up
+    assert status(group, follower)["sessions"] == 0
