@@ -10,8 +10,9 @@ In a group (`raftmq.server.group` builds it) the log is a `RaftLog` and every me
 node's `snapshot_state` / `restore_state` are the Raft snapshot. Only the leader runs client
 sessions and appends Ticks; a follower relays its clients' connections to the leader
 (raftmq.server.relay) or, in redirect mode, refuses them naming the leader. Losing
-leadership closes every client connection with an ERROR naming the new leader; gaining it appends a Disconnect for every session the core still knows
-from earlier leaders, so their unacknowledged deliveries return to their queues.
+leadership closes every client connection with an ERROR naming the new leader; gaining it
+appends a Disconnect for every session the core still knows from earlier leaders, so their
+unacknowledged deliveries return to their queues.
 
 `serve(config)` is the foreground entry point the CLI calls: it runs a `Node` until SIGINT or
 SIGTERM, logging as `raftmq.logs` sets up.
