@@ -33,6 +33,7 @@ from typing import Any
 
 from raftmq.client import connect
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.frame import REDIRECT_HEADER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO_ROOT / "configs" / "group.toml"
@@ -267,7 +268,8 @@ class NodeGroup:
 
     # -- finding the leader -----------------------------------------------------------------
     def find_leader(self, timeout: float = 30.0, exclude: tuple[str, ...] = ()) -> str:
-        """The member that accepts a STOMP CONNECT (followers refuse with `not the leader`)."""
+        """The member that accepts a STOMP CONNECT that asks followers for the redirect (they
+        refuse it with `not the leader`)."""
         deadline = time.monotonic() + timeout
         while True:
             live = [m for m in self.members.values() if m.alive and m.id not in exclude]
@@ -324,7 +326,8 @@ def _addr(address: tuple[str, int]) -> str:
 
 async def _accepts_connect(address: tuple[str, int]) -> bool:
     try:
-        client = await connect(address[0], address[1], timeout=PROBE_TIMEOUT_SECONDS)
+        # Asking for the redirect: a follower would otherwise relay the probe to the leader.
+        client = await connect(address[0], address[1], timeout=PROBE_TIMEOUT_SECONDS, headers=[(REDIRECT_HEADER, "true")])
     except BrokerRefused:
         return False  # `not the leader` (or not ready): a follower
     except (ClientError, OSError, TimeoutError):

@@ -49,6 +49,9 @@ class NodeConfig:
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
     tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)
+    # What a group's follower does with a client: "relay" its session to the leader (any
+    # node serves any client), or "redirect" it (ERROR not the leader + a `leader` header).
+    follower_clients: str = "relay"
     # "host:port" of a single node's admin HTTP (/status, /metrics, /health); None: none.
     # A group's members set theirs in [[node]] (admin), not here.
     admin: str | None = None
@@ -97,7 +100,19 @@ def load_node_config(path: str | Path) -> NodeConfig:
             split_address(config.admin)
         except ValueError as exc:
             raise ConfigError(f"{path}: node.admin: {exc}") from None
+    _check_follower_clients(config, path, "node")
     return config
+
+
+FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.relay: RELAY, REDIRECT
+
+
+def _check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
+    if config.follower_clients not in FOLLOWER_CLIENT_MODES:
+        raise ConfigError(
+            f"{path}: {prefix}.follower_clients must be one of {', '.join(map(repr, FOLLOWER_CLIENT_MODES))}, "
+            f"got {config.follower_clients!r}"
+        )
 
 
 def build_dataclass(cls: type, table: dict[str, Any], path: Path, prefix: str, **extra: Any) -> Any:
@@ -281,6 +296,7 @@ def load_group_config(path: str | Path) -> GroupConfig:
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
     security = load_security(raw, path)
     server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
+    _check_follower_clients(server, path, "server")
     return GroupConfig(name, data_dir, members, password, raft, journal, server)
 
 

@@ -59,6 +59,11 @@ class NotLeader(RaftmqError):
         self.leader = leader
 
 
+class RelayRefused(RaftmqError):
+    """A follower will not relay a client to the node at the leader's address (a TLS
+    certificate that is not the group's)."""
+
+
 class CommitFailed(RaftmqError):
     """A command's outcome is unknown or it was not committed (leader change, timeout)."""
 

@@ -35,6 +35,7 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[core]\nmax_delivery_count = true\n", r"core\.max_delivery_count must be int"),
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
+        ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
@@ -131,7 +132,7 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         (lambda t: t + "[raft]\ntick_ms = 5\n", r"unknown key raft\.tick_ms"),
         (lambda t: t + "[raft]\nelection_timeout_min_ms = '300'\n", r"raft\.election_timeout_min_ms must be int, got str"),
         (lambda t: t + "[raft]\nelection_timeout_max_ms = 200\n", r"raft\.election_timeout_max_ms must exceed"),
-        (lambda t: t + "[raft]\nmax_entry_bytes = 8388608\n", r"raft\.max_entry_bytes must be below"),
+        (lambda t: t + "[raft]\nmax_entry_bytes = 33554432\n", r"raft\.max_entry_bytes must be below"),
         (lambda t: t + "[journal]\nsegment_bytes = 0\n", r"journal\.segment_bytes must be positive"),
         (lambda t: t + "[server]\nport = 1\n", r"server\.port: set by each \[\[node\]\]"),
         (lambda t: t + "[wat]\n", r"unknown table or key 'wat'"),
@@ -143,6 +144,8 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         (lambda t: t.replace("[[node]]", "[[node]]\nport = 1", 1), r"unknown key node\[0\]\.port"),
         (lambda t: t[: t.index("[[node]]")], r"needs at least one \[\[node\]\]"),
         (lambda t: t.replace("[group]", "[groups]"), r"unknown table or key 'groups'"),
+        (lambda t: t + "[server]\nfollower_clients = 'proxy'\n",
+         r"group\.toml: server\.follower_clients must be one of 'relay', 'redirect', got 'proxy'"),
     ],
 )
 def test_group_errors_name_file_and_key(tmp_path: Path, edit, expected: str) -> None:  # noqa: ANN001

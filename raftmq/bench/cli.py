@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from raftmq.bench.board import Totals
-from raftmq.bench.options import ACK_MODES, BenchOptions, parse_url
+from raftmq.bench.options import ACK_MODES, BenchOptions, is_failover_url, parse_failover, parse_url
 from raftmq.bench.report import print_report, write_json
 from raftmq.bench.runner import run_bench
 
@@ -68,7 +68,9 @@ class _LiveProgress:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", default="stomp://127.0.0.1:61613", show_default=True, help="Broker, stomp://HOST:PORT.")
+@click.option("--url", default="stomp://127.0.0.1:61613", show_default=True,
+              help="Broker, stomp://HOST:PORT; or a group's failover:(stomp://H1:P1,stomp://H2:P2,...) "
+                   "to connect to its leader, like raftmq send.")
 @click.option("--login", default=None, help="CONNECT login.")
 @click.option("--passcode", default=None, help="CONNECT passcode.")
 @click.option("--vhost", default=None, help="CONNECT host header (RabbitMQ wants /).")
@@ -132,8 +134,13 @@ def bench_command(
     without redelivered:true) and redelivered messages. Exits 1 when messages were lost,
     2 when there were errors (connection failures, ERROR frames) but no loss.
     """
+    failover_url: str | None = None
     try:
-        host, port = parse_url(url)
+        if is_failover_url(url):
+            first = parse_failover(url).groups[0][0]
+            host, port, failover_url = first.host, first.port, url
+        else:
+            host, port = parse_url(url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--url") from exc
     if messages is not None and duration is not None:
@@ -146,6 +153,7 @@ def bench_command(
     opts = BenchOptions(
         host=host,
         port=port,
+        failover_url=failover_url,
         login=login,
         passcode=passcode,
         vhost=vhost,

@@ -5,7 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from raftmq.client.failover_url import FailoverTarget, parse_failover_url
+
 ACK_MODES = ("client-individual", "client", "auto")
+# A failover URL that does not say how often to retry gets this many connect attempts per
+# connection (back-off from 10 ms: ~0.3 s in all), enough to ride out a leader election.
+FAILOVER_STARTUP_ATTEMPTS = 6
+
+
+def is_failover_url(url: str) -> bool:
+    """`failover:(...)` or a list of addresses: each connection looks for the group's leader."""
+    return url.strip().lower().startswith("failover:") or "," in url
+
+
+def parse_failover(url: str) -> FailoverTarget:
+    """A failover URL for the bench; raises ValueError naming what is wrong."""
+    target = parse_failover_url(url)  # InvalidFailoverUrl is a ValueError
+    if target.tls:
+        raise ValueError("raftmq bench does not speak TLS (stomp+ssl://): give stomp:// addresses")
+    options = target.options
+    if options.startup_max_reconnect_attempts == -1 and options.max_reconnect_attempts == -1:
+        options = options.replace(startup_max_reconnect_attempts=FAILOVER_STARTUP_ATTEMPTS)
+    return FailoverTarget(target.groups, options, target.tls)
 
 
 def parse_url(url: str) -> tuple[str, int]:
@@ -35,6 +56,9 @@ def split_evenly(total: int, parts: int) -> list[int]:
 class BenchOptions:
     host: str = "127.0.0.1"
     port: int = 61613
+    # A failover URL (`failover:(stomp://h1:p1,...)` or h1:p1,h2:p2): every connection goes to
+    # the leader, found as `raftmq send` finds it; host and port are then its first address.
+    failover_url: str | None = None
     login: str | None = None
     passcode: str | None = None
     vhost: str | None = None
@@ -55,6 +79,10 @@ class BenchOptions:
     connect_timeout: float = 10.0
     run_id: str = "run"
     heartbeat_ms: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.failover_url or f"stomp://{self.host}:{self.port}"
 
     def producers_of(self, process: int) -> list[int]:
         return [p for p in range(self.producers) if p % self.processes == process]

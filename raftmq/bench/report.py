@@ -40,7 +40,7 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         opts = self.options
         return {
-            "url": f"stomp://{opts.host}:{opts.port}",
+            "url": opts.url,
             "destination": opts.destination,
             "producers": opts.producers,
             "consumers": opts.consumers,
@@ -152,7 +152,7 @@ def _ms(value_ns: float) -> str:
 def render_table(result: BenchResult) -> Table:
     opts = result.options
     title = (
-        f"raftmq bench: stomp://{opts.host}:{opts.port} {opts.destination}  "
+        f"raftmq bench: {opts.url} {opts.destination}  "
         f"{opts.producers}P×{opts.consumers}C  {opts.size} B  "
         f"{'persistent' if opts.persistent else 'non-persistent'}  "
         f"receipt window {opts.receipt_window}  ack {opts.ack}  processes {opts.processes}"

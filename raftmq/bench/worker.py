@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from raftmq.bench.accounting import ReceiveLedger, SendLedger
 from raftmq.bench.board import Board, Tally
-from raftmq.bench.options import BenchOptions
+from raftmq.bench.options import BenchOptions, parse_failover
 from raftmq.bench.stats import LatencyHistogram
 from raftmq.client import StompClient, connect
+from raftmq.client.failover_connector import connect_to_leader
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
 
@@ -65,15 +66,20 @@ class WorkerState:
 
 
 async def _connect(opts: BenchOptions) -> StompClient:
-    return await connect(
-        opts.host,
-        opts.port,
-        login=opts.login,
-        passcode=opts.passcode,
-        vhost=opts.vhost,
-        heartbeat=(opts.heartbeat_ms, opts.heartbeat_ms),
-        timeout=opts.connect_timeout,
-    )
+    kwargs = {
+        "login": opts.login,
+        "passcode": opts.passcode,
+        "vhost": opts.vhost,
+        "heartbeat": (opts.heartbeat_ms, opts.heartbeat_ms),
+        "timeout": opts.connect_timeout,
+    }
+    if opts.failover_url is None:
+        return await connect(opts.host, opts.port, **kwargs)
+    # Once connected, a broken connection is an error the run reports, as with one address:
+    # resending what the broker may have stored would blur the loss and duplicate counts.
+    target = parse_failover(opts.failover_url)
+    client, _address = await connect_to_leader(target.groups, target.options, **kwargs)
+    return client
 
 
 class _Window:

@@ -17,6 +17,7 @@ from raftmq.client.connection import StompClient, connect
 from raftmq.client.failover_url import Address, FailoverOptions, InvalidFailoverUrl, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.frame import REDIRECT_HEADER
 
 NOT_LEADER = "not the leader"
 ACCESS_REFUSED = "access refused"  # CONNECT refused for its login/passcode: retrying cannot help
@@ -109,7 +110,12 @@ class Connector:
     ) -> None:
         self.groups = groups
         self.options = options
-        self._connect_kwargs = connect_kwargs
+        # Followers relay a client to the leader unless it asks to be redirected; this client
+        # follows redirects, so it asks, and its session runs on the leader without a hop.
+        headers = list(connect_kwargs.get("headers") or [])
+        if not any(name == REDIRECT_HEADER for name, _value in headers):
+            headers.append((REDIRECT_HEADER, "true"))
+        self._connect_kwargs = {**connect_kwargs, "headers": headers}
         policy = options.effective_policy
         self._group_policy = make_policy(policy, rng)
         self._node_policies = [make_policy(policy, rng) for _ in groups]
@@ -188,3 +194,15 @@ class Connector:
                 target = leader
                 continue
             return client, target
+
+
+async def connect_to_leader(
+    groups: tuple[tuple[Address, ...], ...], options: FailoverOptions, **connect_kwargs: Any
+) -> tuple[StompClient, Address]:
+    """One plain connection to a leader of `groups`, found as `FailoverClient` finds it (policy,
+    redirects, the startup attempts of `options`), and nothing more: no reconnecting, no
+    resending. For callers that account for a broken connection themselves (`raftmq bench`).
+    `connect_kwargs` are `connect()`'s (login, timeout, ssl_context, ...)."""
+    connector = Connector(groups, options, connect_kwargs, random.Random(), lambda _event: None, lambda: False)
+    client, _group, address = await connector.establish(startup=True, known=Whereabouts())
+    return client, address

@@ -13,6 +13,10 @@ ALL_COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 
+# raftmq's CONNECT header for a client that follows `not the leader` redirects (ours): with
+# "true", a follower answers with the redirect instead of relaying the session to the leader.
+REDIRECT_HEADER = "raftmq.redirect"
+
 
 @dataclass(slots=True)
 class Frame:

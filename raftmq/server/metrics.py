@@ -40,6 +40,7 @@ _NODE_COUNTERS = (
     ("internal_errors", "internal_errors", "Client connections closed because handling their input raised."),
     ("body_failures", "body_failures", "Deliveries refused because the message body was missing or corrupt."),
     ("sessions_swept", "sessions_swept", "Sessions of earlier leaders disconnected by this node as the new leader."),
+    ("relayed_sessions", "relayed_total", "Client sessions this node relayed to its group's leader (as a follower)."),
 )
 # (metric suffix, counter key in a destination's stats, help).
 _DESTINATION_GAUGES = (
@@ -101,6 +102,8 @@ class StatusCollector(Collector):
             counter("raft_apply_errors", "Raft entries that failed to apply.", raft.get("apply_errors")),
             gauge("body_journal_bytes", "Bytes in the message body journal's segments.", bodies.get("bytes")),
             gauge("connections", "Client connections open on this node.", status.get("sessions")),
+            gauge("relayed_connections", "Client connections this follower relays to the leader now.",
+                  status.get("relayed_sessions")),
             gauge("sessions", "Client sessions the group's broker state knows (on every member alike).",
                   broker.get("sessions")),
             gauge("dead_letter_depth", "Messages waiting in the dead-letter queue.",

@@ -7,10 +7,12 @@ Disconnect a closing session appends returns its deliveries to their queues).
 
 In a group (`raftmq.server.group` builds it) the log is a `RaftLog` and every member runs
 `on_commit`: bodies go to the body journal (`BodyStore`), the core holds references, and the
-node's `snapshot_state` / `restore_state` are the Raft snapshot. Only the leader serves
-clients and appends Ticks. Losing leadership closes every client connection with an ERROR
-naming the new leader; gaining it appends a Disconnect for every session the core still knows
-from earlier leaders, so their unacknowledged deliveries return to their queues.
+node's `snapshot_state` / `restore_state` are the Raft snapshot. Only the leader runs client
+sessions and appends Ticks; a follower relays its clients' connections to the leader
+(raftmq.server.relay) or, in redirect mode, refuses them naming the leader. Losing
+leadership closes every client connection with an ERROR naming the new leader; gaining it
+appends a Disconnect for every session the core still knows from earlier leaders, so their
+unacknowledged deliveries return to their queues.
 
 `serve(config)` is the foreground entry point the CLI calls: it runs a `Node` until SIGINT or
 SIGTERM, logging as `raftmq.logs` sets up.
@@ -42,6 +44,7 @@ from raftmq.server.bodies import BodyStore, BodyUnavailable, IndexRecords, iter_
 from raftmq.server.dispatcher import browse_end_frame
 from raftmq.server.log import CommitLog, InMemoryLog
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
+from raftmq.server.relay import Relays
 from raftmq.server.session import DISCONNECTING, FAILED, Session
 
 log = structlog.get_logger("raftmq.server.node")
@@ -82,6 +85,7 @@ class Node:
         self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.name = name or config.name
         self.sessions: dict[str, Session] = {}
+        self.relays = Relays(self)  # sessions of this follower's clients, piped to the leader
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
@@ -481,6 +485,8 @@ class Node:
             "leader": None if commit_log.is_leader else commit_log.leader_hint,
             "applied_index": commit_log.position.index,
             "sessions": len(self.sessions),
+            "relayed_sessions": len(self.relays),
+            "relayed_total": self.relays.total,
             "apply_failures": self.apply_failures,
             "internal_errors": self.internal_errors,
             "body_failures": self.body_failures,

@@ -2,7 +2,8 @@
 commit log and writes what the node hands it.
 
 Life of a session: AWAIT_CONNECT → (CONNECT appended) CONNECTING → (Connect committed, CONNECTED
-written) OPEN → DISCONNECTING (DISCONNECT appended) or FAILED (ERROR pending) → CLOSED.
+written) OPEN → DISCONNECTING (DISCONNECT appended) or FAILED (ERROR pending) → CLOSED. On a
+follower, AWAIT_CONNECT → RELAYED: the connection is piped to the leader (raftmq.server.relay).
 
 Security (raftmq.security): CONNECT's login is checked before anything is appended; a passcode
 that needs scrypt is checked in a worker thread while reading pauses (frames already read wait
@@ -42,6 +43,7 @@ from raftmq.protocol.codec import HEARTBEAT, FrameParser, negotiate_version
 from raftmq.protocol.frame import Frame
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.dispatcher import connected_frame, error_frame, message_frame, receipt_frame
+from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.translate import FrameTranslator, parse_heart_beat
 
 if TYPE_CHECKING:
@@ -67,7 +69,7 @@ ALLOWED_CACHE_SIZE = 1024
 ACCESS_REFUSED = "access refused"  # CONNECT: bad or missing credentials (never says which)
 ACCESS_DENIED = "access denied"  # a frame the ACL does not allow
 
-AWAIT_CONNECT, CONNECTING, OPEN, DISCONNECTING, FAILED, CLOSED = range(6)
+AWAIT_CONNECT, CONNECTING, OPEN, DISCONNECTING, FAILED, RELAYED, CLOSED = range(7)
 
 
 class Session(asyncio.Protocol):
@@ -112,6 +114,10 @@ class Session(asyncio.Protocol):
         self._held_error: ProtocolError | None = None
         self._connect_timer: asyncio.TimerHandle | None = None
         self._buffered = 0  # this session's share of the node's unfinished-frame budget
+        # What the client sent before its CONNECT was handled, for a follower to replay to
+        # the leader (None: not kept: redirect mode, or more than relay.PREFIX_MAX_BYTES).
+        self._before_connect: list[bytes] | None = [] if node.config.follower_clients != REDIRECT else None
+        self._before_connect_bytes = 0
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -141,6 +147,8 @@ class Session(asyncio.Protocol):
         if self.state >= DISCONNECTING:
             return  # after an ERROR or DISCONNECT nothing more is read
         self._last_received = self._loop.time()
+        if self.state == AWAIT_CONNECT and self._before_connect is not None:
+            self._keep_for_relay(data)
         try:
             self._handle_bytes(data)
         except Exception as exc:  # a bug must cost one connection, never the node
@@ -285,7 +293,11 @@ class Session(asyncio.Protocol):
             self.fail(ACCESS_REFUSED, "invalid login or passcode")
             return
         self._principal = principal
+        before_connect, self._before_connect = self._before_connect, None
         if not self.node.commit_log.is_leader:
+            if before_connect is not None and not redirect_wanted(self.node.config.follower_clients, frame):
+                self._relay(b"".join(before_connect))
+                return
             hint = self.node.commit_log.leader_hint
             extra = {"leader": hint} if hint else None
             detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
@@ -306,6 +318,24 @@ class Session(asyncio.Protocol):
         login = principal.name if self.node.security.authenticating else frame.get("login")
         self._append([Connect(self.session_id, _now_ms(), login, client_id)])
         log.info("client.connecting", session=self.session_id, peer=self.peer, version=version, client_id=client_id)
+
+    def _keep_for_relay(self, data: bytes) -> None:
+        self._before_connect_bytes += len(data)
+        if self._before_connect_bytes > PREFIX_MAX_BYTES:
+            self._before_connect = None  # too much to replay: a follower redirects this one
+        else:
+            self._before_connect.append(data)  # type: ignore[union-attr]
+
+    def _relay(self, prefix: bytes) -> None:
+        """A follower's client: hand the connection to a relay to the leader. The session
+        stays in the node's sessions (a client connection of this node) until it closes."""
+        transport = self._transport
+        assert transport is not None
+        self.state = RELAYED
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()  # CONNECT was read; the leader applies its own limits
+        self._account_buffered(0)  # what the parser held is replayed, not buffered here
+        self.node.relays.start(self, transport, prefix)
 
     def _handle_frames(self, frames: list[Frame]) -> tuple[ProtocolError, str | None] | None:
         """Translate and append; stop at the first bad frame and return its error and receipt."""
@@ -390,8 +420,8 @@ class Session(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
-            return
+        if transport is None or transport.is_closing() or self.state == RELAYED:
+            return  # a relayed connection's reading is the relay's
         paused = (
             self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect
             or self._authenticating or self.state >= FAILED

@@ -23,8 +23,10 @@ from stomp_raw import stomp_connection
 from raftmq.client import StompClient, connect
 from raftmq.embedded import free_ports
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.frame import REDIRECT_HEADER
 
 READY_TIMEOUT = 20.0
+REDIRECT = [(REDIRECT_HEADER, "true")]  # CONNECT headers: a follower redirects instead of relaying
 READY_LINE = "raftmq node listening on "
 
 
@@ -170,7 +172,8 @@ class Group:
 
 
 async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0) -> StompClient:
-    """Connect to whichever member leads: follow a refusal's `leader` header, else try the next."""
+    """Connect to whichever member leads: follow a refusal's `leader` header, else try the next.
+    Followers are asked for the redirect (they would relay the session to the leader)."""
     deadline = time.monotonic() + timeout
     candidates = list(addresses)
     turn = 0
@@ -179,14 +182,14 @@ async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0
         host, port = candidates[turn % len(candidates)]
         turn += 1
         try:
-            return await connect(host, port, timeout=2.0)
+            return await connect(host, port, timeout=2.0, headers=REDIRECT)
         except BrokerRefused as exc:
             last = exc
             leader = exc.headers.get("leader")
             if leader:
                 lhost, _, lport = leader.rpartition(":")
                 try:
-                    return await connect(lhost, int(lport), timeout=2.0)
+                    return await connect(lhost, int(lport), timeout=2.0, headers=REDIRECT)
                 except ClientError as again:
                     last = again
         except ClientError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from group_harness import Group, Producer, StompPyProducer, body_for, connect_leader, drain_queue
+from group_harness import REDIRECT, Group, Producer, StompPyProducer, body_for, connect_leader, drain_queue
 
 from raftmq.client import connect
 from raftmq.errors import BrokerRefused, ClientError
@@ -121,7 +121,7 @@ def test_follower_refuses_connect_naming_the_leader(group: Group) -> None:
 
     async def attempt() -> BrokerRefused:
         try:
-            await connect("127.0.0.1", group.members[follower].client_port)
+            await connect("127.0.0.1", group.members[follower].client_port, headers=REDIRECT)
         except BrokerRefused as exc:
             return exc
         raise AssertionError("a follower accepted CONNECT")

@@ -141,7 +141,8 @@ def test_session_stops_reading_while_too_many_commands_are_uncommitted() -> None
 
 
 def test_follower_refuses_connect_naming_the_leader() -> None:
-    with in_process_node(commit_log=HoldingLog(leader=False, hint="10.0.0.7:61613")) as runner:
+    config = NodeConfig(follower_clients="redirect")
+    with in_process_node(config, commit_log=HoldingLog(leader=False, hint="10.0.0.7:61613")) as runner:
         client = RawClient(runner.address)
         client.send(frame_bytes("CONNECT", {"accept-version": "1.2"}))
         frames = client.read_until_closed()

@@ -1,0 +1,390 @@
+"""Any node serves any client: a follower relays a client's connection to its group's leader.
+
+Only the leader runs sessions (its core is the one that decides). A follower reads and checks
+CONNECT as the leader would (first frame, version, heart-beat, login); where it would answer
+`ERROR not the leader`, it instead opens a connection to the leader's client address, writes
+the bytes the client sent so far (CONNECT included) and from then on copies bytes both ways.
+The session, its receipts and its deliveries are the leader's own, unchanged: the follower
+never parses what it copies. It is what RabbitMQ does for a queue whose leader is elsewhere,
+and what lets ordinary STOMP clients (stomp.py given three hosts) use any member.
+
+Modes (`follower_clients` in a group's [server] table):
+- `relay` (the default): as above.
+- `redirect`: the follower answers `ERROR not the leader` with a `leader` header and closes.
+A client that follows redirects (ours) sends the CONNECT header `raftmq.redirect:true`; a
+follower honours it in relay mode too, so that client reaches the leader without the extra hop.
+
+Back-pressure: a side is not read while the other side's write buffer is above its high-water
+mark (asyncio's pause_writing / resume_writing), so a slow reader on either end costs the
+follower one buffer's worth of memory, never more.
+
+Ends: when either side closes, the other is closed after what was already read from it is
+written (an ERROR from the leader, e.g. `not the leader` after a failover, reaches the client
+whole). When the follower learns of a new leader, the connections it relays to the old one are
+closed after a short grace (the deposed leader's own ERROR goes first when it can still send
+one); the client reconnects, to any member. A leader that dies (kill -9) resets its end, which
+closes the client's at once.
+
+No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
+trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
+
+TLS: when the group's client port uses TLS ([tls]), the follower speaks TLS to the leader too.
+Every member of a group presents the same certificate (the group file has one [tls] table), so
+the follower trusts exactly that certificate: the leader's must be byte-for-byte the follower's
+own `cert_file` (certificate pinning; no CA or host name is involved, and no other server can
+pass for the leader). The follower presents that certificate as its client certificate, for a
+leader that requires one (`require_client_cert`: the certificate must then be signed by
+`ca_file`, or clients must use redirect mode).
+
+A relayed connection is a client connection of the follower (its session stays in the node's
+sessions until the client's side closes), so connection limits count it; the leader counts the
+relay's own connection as one of its clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import TYPE_CHECKING, Final, cast
+
+import structlog
+
+from raftmq.config import split_address
+from raftmq.errors import RelayRefused
+from raftmq.protocol.frame import REDIRECT_HEADER
+from raftmq.server.dispatcher import error_frame
+
+if TYPE_CHECKING:
+    from raftmq.protocol.frame import Frame
+    from raftmq.server.node import Node
+    from raftmq.server.session import Session
+
+log = structlog.get_logger("raftmq.server.relay")
+
+RELAY: Final = "relay"
+REDIRECT: Final = "redirect"
+
+# Bytes a session keeps from before its CONNECT is handled, to replay to the leader. A CONNECT
+# is a few hundred bytes; the read that completes it may carry frames pipelined behind it. A
+# connection that sends more than this before CONNECT is handled gets the redirect instead.
+PREFIX_MAX_BYTES = 256 * 1024
+# How long a follower looks for a reachable leader for a new client: past a leader election
+# (300-600 ms timeouts by default, a split vote adds a round) with room to spare.
+LEADER_WAIT_SECONDS = 2.0
+LEADER_POLL_SECONDS = 0.02
+# One attempt to open the connection to the leader (TCP, and TLS when the port uses it).
+UPSTREAM_CONNECT_SECONDS = 1.0
+# How often the follower compares the leader it relays to with the one it knows now, and how
+# long a relay to a deposed leader stays open after the change was seen.
+WATCH_SECONDS = 0.1
+DEPOSED_GRACE_SECONDS = 0.5
+# A closing side whose peer does not read what is left is dropped after this long.
+CLOSE_GRACE_SECONDS = 5.0
+
+
+def redirect_wanted(mode: str, connect: Frame) -> bool:
+    """Whether a follower answers this CONNECT with the redirect rather than relaying it."""
+    return mode == REDIRECT or (connect.get(REDIRECT_HEADER) or "").lower() == "true"
+
+
+class Relays:
+    """A node's relayed connections: starts them, counts them, and closes the ones whose
+    leader was deposed."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._active: set[Relay] = set()  # connecting to the leader, relaying, or refusing
+        self.total = 0  # sessions relayed to a leader since start
+        self._watch: asyncio.TimerHandle | None = None
+        self._tls: tuple[ssl.SSLContext, bytes] | None = None
+
+    def __len__(self) -> int:
+        """Sessions relayed to a leader now."""
+        return sum(1 for relay in self._active if relay.leader is not None)
+
+    def start(self, session: Session, transport: asyncio.Transport, prefix: bytes) -> None:
+        """Take over `transport` (the session's) and relay it to the leader."""
+        relay = Relay(self, self._node, session, transport, prefix)
+        self._active.add(relay)
+        if self._watch is None:
+            self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
+        relay.start()
+
+    def ended(self, relay: Relay) -> None:
+        self._active.discard(relay)
+
+    def _check_leader(self) -> None:
+        self._watch = None
+        if not self._active:
+            return
+        leader = self._node.commit_log.leader_hint
+        now = self._node.loop.time()
+        for relay in list(self._active):
+            relay.check_leader(leader, now)
+        self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
+
+    def upstream_tls(self) -> tuple[ssl.SSLContext, bytes] | None:
+        """(client context, the group's certificate in DER) when the client port uses TLS."""
+        tls = self._node.config.security.tls
+        if tls is None:
+            return None
+        if self._tls is None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            # The leader is trusted by the pin checked after the handshake, not by a CA.
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+            with open(tls.cert_file, encoding="ascii") as pem:
+                own = ssl.PEM_cert_to_DER_cert(_first_pem_certificate(pem.read()))
+            self._tls = (context, own)
+        return self._tls
+
+
+class Relay:
+    """One client connection piped to the leader. `leader`: the client address relayed to."""
+
+    def __init__(self, relays: Relays, node: Node, session: Session, client: asyncio.Transport, prefix: bytes) -> None:
+        self._relays = relays
+        self._node = node
+        self._loop = node.loop
+        self.session = session
+        self._client = client
+        self.client_tls = client.get_extra_info("ssl_object") is not None
+        self._prefix = prefix
+        self._upstream: asyncio.Transport | None = None
+        self.leader: str | None = None
+        self._client_eof = False
+        self._ended = False
+        self._deposed_at: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        # Nothing more is read from the client until the leader's connection can take it.
+        self._client.pause_reading()
+        self._client.set_protocol(_ClientSide(self))
+        self._task = self._loop.create_task(self._connect())
+
+    # -- finding and opening the leader ------------------------------------------------------
+
+    async def _connect(self) -> None:
+        deadline = self._loop.time() + LEADER_WAIT_SECONDS
+        leader: str | None = None
+        failure = ""
+        while not self._ended:
+            leader = self._node.commit_log.leader_hint
+            if leader is not None:
+                try:
+                    upstream = await self._open(leader)
+                except (OSError, TimeoutError, ValueError, RelayRefused) as exc:  # ssl.SSLError is an OSError
+                    failure = str(exc) or type(exc).__name__
+                else:
+                    self._connected(leader, upstream)
+                    return
+            if self._loop.time() >= deadline:
+                break
+            await asyncio.sleep(LEADER_POLL_SECONDS)
+        if not self._ended:
+            self._refuse(leader, failure)
+
+    async def _open(self, leader: str) -> asyncio.Transport:
+        host, port = split_address(leader)
+        tls = self._relays.upstream_tls()
+        async with asyncio.timeout(UPSTREAM_CONNECT_SECONDS):
+            if tls is None:
+                transport, side = await self._loop.create_connection(lambda: _UpstreamSide(self), host, port)
+            else:
+                transport, side = await self._loop.create_connection(
+                    lambda: _UpstreamSide(self), host, port, ssl=tls[0], server_hostname=host
+                )
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        upstream = cast(asyncio.Transport, transport)
+        if tls is not None:
+            ssl_object = upstream.get_extra_info("ssl_object")
+            certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if certificate != tls[1]:
+                upstream.abort()
+                raise RelayRefused("its certificate is not this group's ([tls] cert_file)")
+        if side.lost:
+            raise ConnectionResetError("closed as soon as it was opened")
+        return upstream
+
+    def _connected(self, leader: str, upstream: asyncio.Transport) -> None:
+        if self._ended:  # the client left while we connected
+            upstream.close()
+            return
+        self.leader = leader
+        self._upstream = upstream
+        self._relays.total += 1
+        prefix, self._prefix = self._prefix, b""
+        self.set_reading(self._client, True)
+        upstream.write(prefix)  # may pause the client again at once (pause_writing)
+        if self._client_eof:
+            self._forward_eof()
+        session = self.session
+        log.info("client.relayed", node=self._node.name, session=session.session_id, peer=session.peer, leader=leader)
+
+    def _refuse(self, leader: str | None, failure: str) -> None:
+        session = self.session
+        if leader is None:
+            detail = f"no leader known after {LEADER_WAIT_SECONDS:g} s (an election, or no quorum)"
+        else:
+            detail = f"cannot relay to the leader {leader}: {failure}"
+        log.info("client.relay_failed", node=self._node.name, session=session.session_id, peer=session.peer,
+                 leader=leader, detail=detail)
+        frame = error_frame("not the leader", detail, session.version, None, {"leader": leader} if leader else None)
+        if not self._client.is_closing():
+            self._client.write(frame)
+        self._close(self._client)
+
+    # -- while relaying ----------------------------------------------------------------------
+
+    def check_leader(self, leader: str | None, now: float) -> None:
+        """The node's view of the leader now: a relay to another one is closed after a grace."""
+        if self.leader is None or leader is None or leader == self.leader:
+            self._deposed_at = None
+            return
+        if self._deposed_at is None:
+            self._deposed_at = now
+        elif now - self._deposed_at >= DEPOSED_GRACE_SECONDS:
+            session = self.session
+            log.info("client.relay_closed", node=self._node.name, session=session.session_id, peer=session.peer,
+                     leader=self.leader, new_leader=leader)
+            self._close(self._client)
+
+    def client_data(self, data: bytes) -> None:
+        upstream = self._upstream
+        if upstream is None:
+            if not self._ended and not self._client.is_closing():
+                self._prefix += data  # reading is paused until then; a read under way lands here
+        elif not upstream.is_closing():
+            upstream.write(data)
+
+    def client_eof(self) -> None:
+        self._client_eof = True
+        if self._upstream is not None:
+            self._forward_eof()
+
+    def _forward_eof(self) -> None:
+        # The client stopped sending but still reads (its receipts): half-close towards the
+        # leader too when the transport can (TLS cannot), else close it after the flush.
+        upstream = self._upstream
+        assert upstream is not None
+        if upstream.can_write_eof():
+            upstream.write_eof()
+        else:
+            self._close(upstream)
+
+    def client_lost(self, exc: Exception | None) -> None:
+        self._end()
+        if self._upstream is not None:
+            self._close(self._upstream)  # what the client sent still reaches the leader
+        self.session.connection_lost(exc)  # the node forgets the session, like any other
+
+    def upstream_data(self, data: bytes) -> None:
+        if not self._client.is_closing():
+            self._client.write(data)
+
+    def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
+        if transport is not None and transport is self._upstream:  # not an attempt that failed
+            self._close(self._client)
+
+    @staticmethod
+    def set_reading(transport: asyncio.Transport | None, reading: bool) -> None:
+        if transport is None or transport.is_closing():
+            return
+        if reading:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+    @property
+    def client(self) -> asyncio.Transport:
+        return self._client
+
+    @property
+    def upstream(self) -> asyncio.Transport | None:
+        return self._upstream
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._relays.ended(self)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _close(self, transport: asyncio.Transport) -> None:
+        if transport.is_closing():
+            return
+        # A TLS transport reads the peer's close_notify as it closes: a paused one would hang.
+        transport.resume_reading()
+        transport.close()  # after its buffer is written...
+        self._loop.call_later(CLOSE_GRACE_SECONDS, _abort, transport)  # ...if the peer reads it
+
+
+class _ClientSide(asyncio.Protocol):
+    """The protocol of the client's transport once it is relayed."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+
+    def data_received(self, data: bytes) -> None:
+        self._relay.client_data(data)
+
+    def eof_received(self) -> bool:
+        self._relay.client_eof()
+        # Keep writing to the client what the leader still sends (TLS cannot half-close: there
+        # the transport closes whatever this returns, and the relay's other side follows).
+        return not self._relay.client_tls
+
+    def pause_writing(self) -> None:
+        Relay.set_reading(self._relay.upstream, False)
+
+    def resume_writing(self) -> None:
+        Relay.set_reading(self._relay.upstream, True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._relay.client_lost(exc)
+
+
+class _UpstreamSide(asyncio.Protocol):
+    """The protocol of the follower's connection to the leader."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self._transport: asyncio.BaseTransport | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._relay.upstream_data(data)
+
+    def pause_writing(self) -> None:
+        Relay.set_reading(self._relay.client, False)
+
+    def resume_writing(self) -> None:
+        Relay.set_reading(self._relay.client, True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._relay.upstream_lost(self._transport)
+
+
+def _abort(transport: asyncio.Transport) -> None:
+    try:
+        transport.abort()  # a no-op once the connection is gone
+    except Exception:  # some transports refuse once detached from their socket
+        pass
+
+
+def _first_pem_certificate(text: str) -> str:
+    """The first certificate of a PEM file (the leaf; a chain may follow it)."""
+    end_marker = "-----END CERTIFICATE-----"
+    start = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find(end_marker, start)
+    if start < 0 or end < 0:
+        raise ValueError("no certificate in the [tls] cert_file")
+    return text[start:end + len(end_marker)] + "\n"
