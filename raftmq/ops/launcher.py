@@ -38,8 +38,8 @@ UP_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5  # zombies and kernel threads keep an empty cmdline for good
-# How long `down` waits for the launcher to let go of the nodes (SIGUSR1) before SIGKILL.
-RELEASE_TIMEOUT_SECONDS = 5.0
+# How long `down` waits for a launcher it had to SIGKILL to be gone.
+KILL_WAIT_SECONDS = 5.0
 RELEASE_SIGNAL = signal.SIGUSR1
 
 # NodeProcess.state
@@ -350,25 +350,7 @@ def stop_launcher(state: ClusterState, timeout: float) -> bool:
         time.sleep(POLL_SECONDS)
     if launcher_alive(state):
         _signal(state.launcher_pid, signal.SIGKILL)
-        deadline = time.monotonic() + RELEASE_TIMEOUT_SECONDS
-        while launcher_alive(state) and time.monotonic() < deadline:
-            time.sleep(POLL_SECONDS)
-    return True
-
-
-def release_launcher(state: ClusterState, timeout: float = RELEASE_TIMEOUT_SECONDS) -> bool:
-    """Ask the launcher to let go of the nodes (RELEASE_SIGNAL: it stops supervising and exits
-    without touching them), so that nothing restarts a node `down` is stopping. SIGKILL if
-    it is still there after `timeout`. True when a launcher was running."""
-    if not launcher_alive(state) or state.launcher_pid == os.getpid():
-        return False
-    _signal(state.launcher_pid, RELEASE_SIGNAL)
-    deadline = time.monotonic() + timeout
-    while launcher_alive(state) and time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS)
-    if launcher_alive(state):
-        _signal(state.launcher_pid, signal.SIGKILL)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
         while launcher_alive(state) and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
     return True

@@ -105,6 +105,13 @@ class Leadership:
         """Would we vote for a member standing at `term` with log tip `theirs`?"""
         return term >= current_term and theirs.at_least(mine) and not self.in_contact(now)
 
+    def stand_aside(self) -> None:
+        """We just granted another member's pre-vote: our own round (if any) is over, so two
+        members whose timers fired together (a group starting up) do not both stand and split
+        the vote; the caller also pushes its election timer back, as granting a vote does."""
+        self.prevote_term = 0
+        self.prevote_won = False
+
     def prevote_answer(self, voter: Hashable, term: int, granted: bool) -> bool:
         """Count an answer to our round; True exactly once, when a majority (us included) said yes."""
         if not granted or term != self.prevote_term or self.prevote_won:

@@ -886,6 +886,9 @@ class HardenedSyncObj(SyncObj):
         elif message["type"] == "pre_vote":
             theirs = LogTip(int(message.get("last_log_term", 0)), int(message.get("last_log_index", 0)))
             granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
+            if granted and self._SyncObj__raftState != _RAFT_STATE.LEADER:
+                self.leadership.stand_aside()
+                self._SyncObj__raftElectionDeadline = time.monotonic() + SyncObj._SyncObj__generateRaftTimeout(self)
             self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
         elif self._SyncObj__raftState != _RAFT_STATE.LEADER and self.leadership.prevote_answer(node, term, message.get("granted") is True):
             self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick

@@ -196,3 +196,20 @@ def test_documented_plugin_setup_works_in_a_users_project(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "2 passed" in result.stdout
+
+
+def test_an_embedded_broker_prints_nothing_when_the_application_configured_no_logging(tmp_path) -> None:  # noqa: ANN001
+    # structlog's default prints every event to stdout, from the broker's loop thread: in a
+    # test run that lands in the middle of pytest's progress line.
+    script = (
+        "from raftmq.embedded import EmbeddedBroker\n"
+        "with EmbeddedBroker() as broker:\n"
+        "    with broker.client() as client:\n"
+        "        client.send('/queue/q', b'x', receipt=True)\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", done.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,10 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         clients = [node.client for node in state.nodes]
         assert f"clients: failover:({','.join('stomp://' + c for c in clients)})" in up.stdout
         assert f"hosts:   {','.join(clients)}" in up.stdout
+        assert "<data dir>" not in up.stdout  # real paths, not a placeholder
+        shown = next(line for line in up.stdout.splitlines() if line.startswith("logs:")).split(None, 1)[1]
+        head, ids, tail = re.fullmatch(r"(.*)/\{(.*)\}/(.*)", shown).groups()  # .raftmq/g1/{n1,n2,n3}/node.log
+        assert {tmp_path / head / i / tail for i in ids.split(",")} == {Path(node.log) for node in state.nodes}
         for node in state.nodes:  # stdout went to its log (the line may trail the admin endpoint)
             deadline = time.monotonic() + 10
             while "raftmq node listening on" not in Path(node.log).read_text() and time.monotonic() < deadline:

@@ -125,3 +125,12 @@ def test_no_voter_of_a_majority_behind_a_lease_grants_before_it_ends(members: in
             voter = Leadership(members, MIN)
             voter.heard_from_leader(t)
             assert voter.ignores_vote_request(expiry, handover=False)
+
+
+def test_granting_a_pre_vote_ends_our_own_round() -> None:
+    # Two members whose timers fired together (a group starting up) must not both stand.
+    member = Leadership(3, MIN)
+    term = member.start_prevote(current_term=0)
+    member.stand_aside()
+    assert not member.prevote_answer("a", term, granted=True)
+    assert not member.take_prevote_win()
