@@ -848,7 +848,9 @@ class HardenedSyncObj(SyncObj):
         run a pre-vote round instead and push the deadline past it."""
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             return
-        now = time.monotonic()
+        # pysyncobj's deadlines are on its own clock (CLOCK_MONOTONIC_RAW, which is not
+        # time.monotonic: 0.25 s apart on this machine); ours (leadership) on time.monotonic.
+        now = pso_syncobj.monotonicTime()
         if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
             return
         if self._SyncObj__transferInProgress:
@@ -888,7 +890,7 @@ class HardenedSyncObj(SyncObj):
             granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
             if granted and self._SyncObj__raftState != _RAFT_STATE.LEADER:
                 self.leadership.stand_aside()
-                self._SyncObj__raftElectionDeadline = time.monotonic() + SyncObj._SyncObj__generateRaftTimeout(self)
+                self._SyncObj__raftElectionDeadline = pso_syncobj.monotonicTime() + SyncObj._SyncObj__generateRaftTimeout(self)
             self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
         elif self._SyncObj__raftState != _RAFT_STATE.LEADER and self.leadership.prevote_answer(node, term, message.get("granted") is True):
             self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
