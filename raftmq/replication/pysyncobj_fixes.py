@@ -90,6 +90,9 @@ STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
 CANDIDATE_ROUND_MIN = 0.10
 CANDIDATE_ROUND_MAX = 0.25
 WIRE_PICKLE_PROTOCOL = 5
+# A deadline this close counts as passed: pysyncobj reads the clock again a moment later in the
+# same tick, and a deadline passing in between would let it stand without a pre-vote.
+PREVOTE_LOOKAHEAD = 0.02
 
 
 class JournalError(RaftmqError):
@@ -196,6 +199,7 @@ class DurableJournal(Journal):
         self._ends: list[int] = []  # file offset just past each record
         self._dirty = False
         self._meta_dirty = False
+        self._meta_due = False  # pysyncobj's one-second timer fired; stored at the next tick
         self._allocated = 0  # file size: records up to _size, then reserved zeros
         self._reserve = True  # off where the filesystem cannot preallocate
         self.durable_index = 0  # last index whose record is known to be on stable storage
@@ -350,8 +354,14 @@ class DurableJournal(Journal):
         return self._meta.get("voted_for")
 
     def onOneSecondTimer(self) -> None:
-        if self._meta_dirty:
+        # pysyncobj calls this inside its tick; the fsyncs happen in store_meta_when_due, which
+        # HardenedSyncObj calls earlier in the tick (see HardenedSyncObj._tick).
+        self._meta_due = True
+
+    def store_meta_when_due(self) -> None:
+        if self._meta_due and self._meta_dirty:
             self._store_meta()
+        self._meta_due = False
 
     # -- ours
 
@@ -773,23 +783,27 @@ class HardenedSyncObj(SyncObj):
     # -- overridden ticks: durability before counting, compaction by bytes
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
-        if not self.leadership.alone:
-            self._before_election()
         try:
             self._tick(timeToWait)
         finally:
             self._handover_election = False
 
     def _tick(self, timeToWait: float) -> None:
+        journal = self.durable_journal
         if enabled["fsync"]:
             # Entries added since the last tick (the no-op of a new leader, appends received
             # while polling) are durable before this tick's commit count includes us.
-            self.durable_journal.sync()
+            journal.sync()
         while self._tick_tasks:
             self._tick_tasks.popleft()()
         limit = self._compact_after_bytes
-        if limit is not None and self.durable_journal.size_bytes > limit and time.monotonic() >= self._compaction_retry_at:
+        if limit is not None and journal.size_bytes > limit and time.monotonic() >= self._compaction_retry_at:
             self.forceLogCompaction()
+        journal.store_meta_when_due()  # here, not in pysyncobj's tick: no fsync between the two checks below
+        if not self.leadership.alone:
+            # Last thing before pysyncobj looks at the election deadline in this tick, so it
+            # cannot pass unseen in between and let pysyncobj stand without a pre-vote.
+            self._before_election()
         super()._onTick(timeToWait)
 
     def _checkCommandsToApply(self) -> None:
@@ -851,7 +865,7 @@ class HardenedSyncObj(SyncObj):
         # pysyncobj's deadlines are on its own clock (CLOCK_MONOTONIC_RAW, which is not
         # time.monotonic: 0.25 s apart on this machine); ours (leadership) on time.monotonic.
         now = pso_syncobj.monotonicTime()
-        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+        if self._SyncObj__raftElectionDeadline >= now + PREVOTE_LOOKAHEAD or not self._SyncObj__connectedToAnyone():
             return
         if self._SyncObj__transferInProgress:
             self._handover_election = True  # our request_vote says so: voters waive stickiness

@@ -624,7 +624,10 @@ def test_a_cut_off_member_does_not_raise_its_term(group: Any, monkeypatch: pytes
     partition = Partition(monkeypatch)
     members = group(3)
     leader = leader_of(members)
+    commit(leader, b"settled")  # every member follows this leader: start-up elections are over
+    assert wait_until(lambda: all(b"settled" in m.applied for m in members), 3)
     term = term_of(leader)
+    assert {term_of(m) for m in members} == {term}
     follower = next(m for m in members if m is not leader)
     partition.isolated = {follower.address}
     time.sleep(2.0)
