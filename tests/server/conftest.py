@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from group_harness import Group
 from stomp_raw import InProcessNode, NodeProcess
 
 
@@ -34,3 +36,14 @@ def inproc() -> Iterator[InProcessNode]:
         yield runner
     finally:
         runner.stop()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    """A started 3-member group of real node processes, killed by pid afterwards."""
+    group = Group(tmp_path)
+    try:
+        group.start()
+        yield group
+    finally:
+        group.close()

@@ -8,8 +8,6 @@ import collections
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from group_harness import REDIRECT, Group, Producer, StompPyProducer, body_for, connect_leader, drain_queue
@@ -18,16 +16,6 @@ from raftmq.client import connect
 from raftmq.errors import BrokerRefused, ClientError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    group = Group(tmp_path)
-    try:
-        group.start()
-        yield group
-    finally:
-        group.close()
 
 
 def check_delivered(delivered: list[tuple[str, bytes, dict[str, str]]], receipted: set[str], sent: set[str]) -> None:

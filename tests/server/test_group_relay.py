@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,6 @@ from tls_certs import CertFiles, make_certificates
 from raftmq.client import connect, connect_failover
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    group = Group(tmp_path)
-    try:
-        group.start()
-        yield group
-    finally:
-        group.close()
 
 
 def follower_of(group: Group, leader: str) -> str:
