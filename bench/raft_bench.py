@@ -40,10 +40,10 @@ from raftmq.replication.raft_log import RaftLog, RaftSettings
 class Member:
     def __init__(self, settings: RaftSettings) -> None:
         self.ids: list[str] = []
-        self.log = RaftLog(settings, snapshot=self.snapshot, restore=self.restore)
+        self.log = RaftLog(settings)
         self.out_lock = asyncio.Lock()
 
-    def on_commit(self, commands: Any) -> None:
+    def apply(self, commands: Any) -> None:
         for command in commands:
             self.ids.append(dict(command.headers)["id"])
 
@@ -61,9 +61,9 @@ class Member:
         """Append `count` Sends in one call; None when committed, else the error's class name."""
         try:
             if count == 1:
-                await self.log.append([Send("bench", "/queue/bench", (("id", ident),), body, 0)])
+                await self.log.propose([Send("bench", "/queue/bench", (("id", ident),), body, 0)])
             else:
-                await self.log.append([Send("bench", "/queue/bench", (("id", f"{ident}.{k}"),), body, 0) for k in range(count)])
+                await self.log.propose([Send("bench", "/queue/bench", (("id", f"{ident}.{k}"),), body, 0) for k in range(count)])
             return None
         except RaftmqError as exc:
             return type(exc).__name__
@@ -72,7 +72,7 @@ class Member:
         op = request["op"]
         body = b"\xa5" * int(request.get("body", 1024))
         if op == "status":
-            status = self.log.status()
+            status = self.log.raft_status()
             return {"status": {k: getattr(status, k) for k in status.__slots__}, "applied": len(self.ids)}
         if op == "ids":
             return {"ids": self.ids}
@@ -150,7 +150,7 @@ class Member:
                 "mb_per_s": done * len(body) / elapsed / 1e6}
 
     async def run(self) -> None:
-        await self.log.start(self.on_commit)
+        await self.log.start(self)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)

@@ -56,7 +56,7 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
     key=value lines otherwise)."""
     from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
     from raftmq.errors import ConfigError
-    from raftmq.server.node import serve
+    from raftmq.app.run import serve
 
     try:
         config = load_config(config_path) if config_path else NodeConfig()
@@ -69,7 +69,7 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
                 raise ConfigError(f"{config_path}: {exc}") from None
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    from raftmq.server.group import serve_group
+    from raftmq.app.group import serve_group
 
     if isinstance(config, GroupConfig):
         if listen is not None or admin is not None or data_dir is not None or in_memory:

@@ -361,7 +361,7 @@ class EmbeddedBroker:
         return _RunningNode(node, admin, None)
 
     def _open_group_member(self, node_id: str) -> _RunningNode:
-        from raftmq.server.group import open_member
+        from raftmq.app.group import open_member
 
         assert self._group is not None
         member = open_member(self._group, node_id)
@@ -406,8 +406,7 @@ class EmbeddedBroker:
         for node_id, running in self._running.items():
             node = running.node
             if node.commit_log.is_leader:
-                raft_status = getattr(node.commit_log, "status", None)  # RaftLog; InMemoryLog has no term
-                term = raft_status().term if callable(raft_status) else 0
+                term = node.commit_log.status().term
                 if best is None or term > best[0]:
                     best = (term, node_id)
         return None if best is None else best[1]

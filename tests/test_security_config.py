@@ -13,7 +13,7 @@ from raftmq.config import GroupConfig, NodeConfig, load_group_config, load_node_
 from raftmq.errors import ConfigError
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import AclEntry, Security, SecurityConfig
-from raftmq.server.group import raft_settings
+from raftmq.app.group import raft_settings
 
 REPO = Path(__file__).resolve().parents[1]
 HASH = hash_password("pw", n=16, r=1, p=1)

@@ -44,7 +44,7 @@ from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import decode_batch, encode_batch, thread_packer
 from raftmq.replication.pysyncobj_fixes import SUCCESS, DurableJournal, HardenedSyncObj
-from raftmq.server.log import CommitLog, LogPosition, OnCommit, RoleListener
+from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, RoleListener, StateMachine
 
 log = structlog.get_logger("raftmq.replication.raft_log")
 
@@ -164,18 +164,12 @@ class RaftLog(CommitLog):
         self,
         settings: RaftSettings,
         *,
-        snapshot: Callable[[], bytes] | None = None,
-        restore: Callable[[bytes], None] | None = None,
         client_addresses: Mapping[str, str] | None = None,
     ) -> None:
-        if (snapshot is None) != (restore is None):
-            raise ValueError("pass both snapshot and restore, or neither")
         self.settings = settings
-        self._snapshot = snapshot
-        self._restore = restore
         self._client_addresses = dict(client_addresses or {})
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._on_commit: OnCommit | None = None
+        self._machine: StateMachine | None = None
         self._syncobj: HardenedSyncObj | None = None
         self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
         self._in_flight: dict[int, _Pending] = {}  # by token, until its futures are settled
@@ -196,10 +190,10 @@ class RaftLog(CommitLog):
 
     # -- CommitLog
 
-    async def start(self, on_commit: OnCommit) -> None:
+    async def start(self, machine: StateMachine) -> None:
         s = self.settings
         self._loop = asyncio.get_running_loop()
-        self._on_commit = on_commit
+        self._machine = machine
         if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         os.makedirs(s.data_dir, exist_ok=True)
@@ -221,8 +215,8 @@ class RaftLog(CommitLog):
         return HardenedSyncObj(
             s.self_address, list(s.peers), data_dir=s.data_dir, journal=journal,
             on_apply=self._apply_in_tick_thread,
-            snapshot=self._snapshot_in_tick_thread if self._snapshot else None,
-            restore=self._restore_in_tick_thread if self._restore else None,
+            snapshot=self._snapshot_in_tick_thread,
+            restore=self._restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
             password=s.password, secret=s.secret, tick_period=s.tick_period, append_entries_period=s.append_entries_period,
             election_timeout_min=s.election_timeout_min, election_timeout_max=s.election_timeout_max,
@@ -231,8 +225,8 @@ class RaftLog(CommitLog):
             compact_after_bytes=s.compact_after_bytes,
         )
 
-    def append(self, commands: Sequence[Command]) -> asyncio.Future[None]:
-        assert self._loop is not None, "append before start"
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+        assert self._loop is not None, "propose before start"
         future: asyncio.Future[None] = self._loop.create_future()
         if self._stopped:
             future.set_exception(CommitFailed("log stopped"))
@@ -321,7 +315,15 @@ class RaftLog(CommitLog):
                 await asyncio.sleep(0.005)
         return not syncobj.is_leader
 
-    def status(self) -> RaftStatus:
+    def status(self) -> LogStatus:
+        raft = self.raft_status()
+        return LogStatus(
+            is_leader=raft.is_leader, leader=None if raft.is_leader else raft.leader_client, term=raft.term,
+            commit_index=raft.commit_index, applied_index=self._position.index, replicated=True,
+            details={name: getattr(raft, name) for name in raft.__slots__},
+        )
+
+    def raft_status(self) -> RaftStatus:
         syncobj = self._syncobj
         assert syncobj is not None
         journal = syncobj.durable_journal
@@ -504,10 +506,10 @@ class RaftLog(CommitLog):
                 log.critical("raft.entry_undecodable", index=index, error=str(exc))
                 self._record_apply_error(index, exc)
                 return
-        if not commands or self._on_commit is None:
+        if not commands or self._machine is None:
             return
         try:
-            self._on_commit(commands)
+            self._machine.apply(commands)
         except Exception as exc:
             log.exception("raft.apply_failed", index=index)
             self._record_apply_error(index, exc)
@@ -524,9 +526,9 @@ class RaftLog(CommitLog):
             self._call_on_loop(self._gained_leadership)
 
     def _snapshot_in_tick_thread(self) -> bytes:
-        assert self._snapshot is not None and self._loop is not None
+        assert self._machine is not None and self._loop is not None
         result: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        snapshot = self._snapshot
+        snapshot = self._machine.snapshot
 
         def take() -> None:  # queued after every batch handed over so far: state == last applied
             try:
@@ -541,10 +543,10 @@ class RaftLog(CommitLog):
         self._call_on_loop(self._restore_on_loop, state, index)
 
     def _restore_on_loop(self, state: bytes, index: int) -> None:
-        assert self._restore is not None
+        assert self._machine is not None
         self._delivered_index = index
         self._position = LogPosition(index, self._position.term)
         try:
-            self._restore(state)
+            self._machine.restore(state)
         except Exception:
             log.exception("raft.restore_failed", index=index)

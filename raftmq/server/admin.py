@@ -2,7 +2,7 @@
 
 - `GET /status`: `Node.status()` as JSON (role, term, commit / applied index, counters,
   rates) plus `group` and `health`; `GET /status?verify=1` also reads back every body the
-  core references (`Node.verify_bodies`).
+  core references (`Replica.verify_bodies`).
 - `GET /metrics`: the same numbers for Prometheus (`raftmq.server.metrics`), read at scrape time.
 - `GET /health`: `{"status": "ok" | "unavailable" | "failed", ...}`, HTTP 200 when ok (the
   node leads, or follows a leader it knows, and has not failed), 503 otherwise: what a load

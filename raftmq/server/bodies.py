@@ -1,6 +1,6 @@
 """Message bodies of a group member: kept in the body journal, referred to by the core.
 
-In a group, `Node.on_commit` hands every Send of a committed Raft entry to `BodyStore.store`,
+In a group, `Replica.apply` hands every Send of a committed Raft entry to `BodyStore.store`,
 which writes one journal batch per entry (one record per Send, in order) and gives the core
 a body reference `(raft_index, ordinal)` instead of the bytes: the position of the record
 among the records of that Raft index, which is the same on every replica, so snapshots (which

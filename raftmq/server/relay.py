@@ -57,7 +57,7 @@ from raftmq.server.dispatcher import error_frame
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
     from raftmq.server.node import Node
-    from raftmq.server.session import Session
+    from raftmq.server.connection import Connection
 
 log = structlog.get_logger("raftmq.server.relay")
 
@@ -102,7 +102,7 @@ class Relays:
         """Sessions relayed to a leader now."""
         return sum(1 for relay in self._active if relay.leader is not None)
 
-    def start(self, session: Session, transport: asyncio.Transport, prefix: bytes) -> None:
+    def start(self, session: Connection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
         relay = Relay(self, self._node, session, transport, prefix)
         self._active.add(relay)
@@ -144,7 +144,7 @@ class Relays:
 class Relay:
     """One client connection piped to the leader. `leader`: the client address relayed to."""
 
-    def __init__(self, relays: Relays, node: Node, session: Session, client: asyncio.Transport, prefix: bytes) -> None:
+    def __init__(self, relays: Relays, node: Node, session: Connection, client: asyncio.Transport, prefix: bytes) -> None:
         self._relays = relays
         self._node = node
         self._loop = node.loop

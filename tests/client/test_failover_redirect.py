@@ -26,7 +26,7 @@ from raftmq.client import (
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
-from raftmq.server.log import CommitLog, OnCommit
+from raftmq.replication.commit_log import CommitLog, LogStatus, StateMachine
 from raftmq.server.node import Node
 
 TEST_TIMEOUT = 15.0
@@ -41,10 +41,13 @@ class FollowerLog(CommitLog):
     def __init__(self, hint: str | None = None) -> None:
         self.hint = hint
 
-    async def start(self, on_commit: OnCommit) -> None:
+    async def start(self, machine: StateMachine) -> None:
         pass
 
-    def append(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+    def status(self) -> LogStatus:
+        return LogStatus(False, self.hint, 0, 0, 0, False, {})
+
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(NotLeader(self.hint))
         return future

@@ -56,7 +56,7 @@ class StateMachine:
         self.commit_calls = 0
         self.restores = 0
 
-    def on_commit(self, commands: Any) -> None:
+    def apply(self, commands: Any) -> None:
         self.commit_calls += 1
         self.ids.extend(dict(c.headers)["id"] for c in commands)
 
@@ -66,6 +66,10 @@ class StateMachine:
     def restore(self, state: bytes) -> None:
         self.restores += 1
         self.ids = list(msgpack.unpackb(state))
+
+
+class Inert(StateMachine):
+    """A state machine for tests that never commit anything."""
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float) -> bool:
@@ -88,8 +92,8 @@ class InProcessGroup:
     async def start(self, i: int) -> RaftLog:
         machine = self.machines[i] = StateMachine()
         settings = RaftSettings(self.addresses[i], tuple(self.addresses), str(self.root / f"m{i}"), **self.settings)
-        log = RaftLog(settings, snapshot=machine.snapshot, restore=machine.restore, client_addresses=self.clients)
-        await log.start(machine.on_commit)
+        log = RaftLog(settings, client_addresses=self.clients)
+        await log.start(machine)
         self.logs[i] = log
         return log
 
@@ -143,12 +147,12 @@ def test_entry_round_trip_and_refusals() -> None:
 def test_appends_commit_in_order_and_coalesce(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("first")])
+        await leader.propose([send("first")])
         index_before = leader.status().commit_index
         resolved: list[str] = []
         futures = []
         for k in range(500):
-            future = leader.append([send(f"c{k}")])
+            future = leader.propose([send(f"c{k}")])
             future.add_done_callback(lambda f, k=k: resolved.append(f"c{k}"))
             futures.append(future)
         await asyncio.gather(*futures)
@@ -168,7 +172,7 @@ def test_entries_stay_within_max_entry_bytes(tmp_path: Path) -> None:
         leader = await group.leader()
         machine = group.machines[0]
         calls_before = machine.commit_calls
-        await asyncio.gather(*(leader.append([send(f"big{k}", os.urandom(10_000))]) for k in range(40)))
+        await asyncio.gather(*(leader.propose([send(f"big{k}", os.urandom(10_000))]) for k in range(40)))
         # 40 x ~10 KB with 64 KB entries: at least 7 entries, each one on_commit call.
         assert machine.commit_calls - calls_before >= 7
 
@@ -178,10 +182,10 @@ def test_entries_stay_within_max_entry_bytes(tmp_path: Path) -> None:
 def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("x")])
+        await leader.propose([send("x")])
         follower = next(log for log in group.logs if log is not None and log is not leader)
         with pytest.raises(NotLeader) as refused:
-            await follower.append([send("y")])
+            await follower.propose([send("y")])
         assert refused.value.leader == group.clients[leader.settings.self_address]
         assert follower.leader_hint == refused.value.leader
 
@@ -189,22 +193,22 @@ def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> N
 
 
 def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_on_commit = StateMachine.on_commit
+    real_apply = StateMachine.apply
 
     def on_commit_refusing_poison(self: StateMachine, commands: Any) -> None:
         if any(dict(c.headers)["id"] == "poison" for c in commands):
             raise ValueError("cannot apply the poison")
-        real_on_commit(self, commands)
+        real_apply(self, commands)
 
-    monkeypatch.setattr(StateMachine, "on_commit", on_commit_refusing_poison)
+    monkeypatch.setattr(StateMachine, "apply", on_commit_refusing_poison)
 
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
         with pytest.raises(CommitFailed):
-            await leader.append([send("poison")])
-        await leader.append([send("after")])
+            await leader.propose([send("poison")])
+        await leader.propose([send("after")])
         assert group.machines[0].ids == ["after"]
-        status = leader.status()
+        status = leader.raft_status()
         assert status.apply_errors == 1
         assert "cannot apply the poison" in (status.last_apply_error or "")
 
@@ -225,12 +229,12 @@ def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path:
 
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("poison")])
-        await leader.append([send("after")])
+        await leader.propose([send("poison")])
+        await leader.propose([send("after")])
         assert group.machines[group.logs.index(leader)].ids == ["poison", "after"]
         followers = [log for log in group.logs if log is not None and log is not leader]
-        assert await eventually(lambda: all(f.status().apply_errors == 1 for f in followers), 5)
-        assert all("version 99" in (f.status().last_apply_error or "") for f in followers)
+        assert await eventually(lambda: all(f.raft_status().apply_errors == 1 for f in followers), 5)
+        assert all("version 99" in (f.raft_status().last_apply_error or "") for f in followers)
         assert await eventually(
             lambda: all(group.machines[group.logs.index(f)].ids == ["after"] for f in followers), 5
         )
@@ -241,17 +245,17 @@ def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path:
 def test_a_leader_cut_off_from_its_followers_fails_appends_never_succeeds(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("committed")])
+        await leader.propose([send("committed")])
         for i, log in enumerate(group.logs):
             if log is not leader:
                 await group.stop(i)
         started = time.monotonic()
         with pytest.raises((CommitFailed, NotLeader)):
-            await leader.append([send("orphan")])
+            await leader.propose([send("orphan")])
         assert time.monotonic() - started < 2.0
         assert await eventually(lambda: not leader.is_leader, 2.0)
         with pytest.raises(NotLeader):
-            await leader.append([send("refused")])
+            await leader.propose([send("refused")])
         machine = group.machines[group.logs.index(leader)]
         assert "orphan" not in machine.ids
 
@@ -263,11 +267,11 @@ def test_appends_queued_behind_the_in_flight_entry_fail_when_leadership_is_lost(
     # before the fix they raised inside the loop callback and were never resolved.
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("committed")])
+        await leader.propose([send("committed")])
         for i, log in enumerate(group.logs):
             if log is not leader:
                 await group.stop(i)
-        futures = [leader.append([send(f"q{k}", b"x" * 20_000)]) for k in range(30)]
+        futures = [leader.propose([send(f"q{k}", b"x" * 20_000)]) for k in range(30)]
         done, pending = await asyncio.wait(futures, timeout=5.0)
         assert not pending, f"{len(pending)} appends never resolved"
         assert all(isinstance(f.exception(), (CommitFailed, NotLeader)) for f in done)
@@ -278,11 +282,11 @@ def test_appends_queued_behind_the_in_flight_entry_fail_when_leadership_is_lost(
 def test_transfer_leadership_hands_over(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("x")])
+        await leader.propose([send("x")])
         assert await leader.transfer_leadership(timeout=2.0)
         new_leader = await group.leader()
         assert new_leader is not leader
-        await new_leader.append([send("y")])
+        await new_leader.propose([send("y")])
 
     run_group(tmp_path, 3, body)
 
@@ -291,16 +295,16 @@ def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
         for k in range(30):
-            await leader.append([send(f"m{k}", os.urandom(2000))])
-        assert await eventually(lambda: leader.status().journal_entries < 10, 5), leader.status()
-        await leader.append([send("tail")])
+            await leader.propose([send(f"m{k}", os.urandom(2000))])
+        assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), leader.status()
+        await leader.propose([send("tail")])
         await group.stop(0)
         log = await group.start(0)
         expected = [f"m{k}" for k in range(30)] + ["tail"]
         assert await eventually(lambda: group.machines[0].ids == expected, 5), group.machines[0].ids
-        await (await group.leader()).append([send("after restart")])
+        await (await group.leader()).propose([send("after restart")])
         assert group.machines[0].ids[-1] == "after restart"
-        assert log.status().delivered_index == log.status().last_applied
+        assert log.raft_status().delivered_index == log.raft_status().last_applied
 
     run_group(tmp_path, 1, body, compact_after_bytes=20_000)
 
@@ -308,18 +312,18 @@ def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
 def test_a_follower_behind_a_compaction_catches_up_by_snapshot(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await leader.append([send("before")])
+        await leader.propose([send("before")])
         lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
         await group.stop(lagging)
         for k in range(40):
-            await leader.append([send(f"m{k}", os.urandom(2000))])
-        assert await eventually(lambda: leader.status().journal_entries < 10, 5), "leader did not compact"
+            await leader.propose([send(f"m{k}", os.urandom(2000))])
+        assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), "leader did not compact"
         log = await group.start(lagging)
         expected = ["before"] + [f"m{k}" for k in range(40)]
         assert await eventually(lambda: group.machines[lagging].ids == expected, 10), group.machines[lagging].ids[:5]
-        await leader.append([send("after")])
+        await leader.propose([send("after")])
         assert await eventually(lambda: group.machines[lagging].ids[-1:] == ["after"], 5)
-        assert log.status().apply_errors == 0
+        assert log.raft_status().apply_errors == 0
         assert group.machines[lagging].restores == 1  # brought up to date by the leader's snapshot
 
     run_group(tmp_path, 3, body, compact_after_bytes=20_000)
@@ -333,10 +337,10 @@ def test_start_refuses_a_busy_port_and_an_open_address(tmp_path: Path) -> None:
             address = f"127.0.0.1:{busy.getsockname()[1]}"
             log = RaftLog(RaftSettings(address, (address,), str(tmp_path / "busy")))
             with pytest.raises(RaftmqError, match="cannot bind"):
-                await log.start(lambda commands: None)
+                await log.start(Inert())
         exposed = RaftLog(RaftSettings("10.1.2.3:7000", ("10.1.2.3:7000",), str(tmp_path / "open")))
         with pytest.raises(ConfigError, match="password"):
-            await exposed.start(lambda commands: None)
+            await exposed.start(Inert())
 
     asyncio.run(asyncio.wait_for(main(), 20))
 
@@ -425,7 +429,7 @@ def test_a_group_with_a_password_replicates(tmp_path: Path) -> None:
     # Off loopback a password is required; it must actually work (pysyncobj needs `cryptography`).
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
-        await asyncio.gather(*(leader.append([send(f"p{k}")]) for k in range(20)))
+        await asyncio.gather(*(leader.propose([send(f"p{k}")]) for k in range(20)))
         expected = [f"p{k}" for k in range(20)]
         assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
 

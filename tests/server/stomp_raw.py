@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import stomp
 
 from raftmq.config import NodeConfig
-from raftmq.server.log import CommitLog
+from raftmq.replication.commit_log import CommitLog
 from raftmq.server.node import Node
 
 WAIT = 5.0  # seconds any single wait in these tests may take before it fails

@@ -20,7 +20,7 @@ from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Begin, Connect, Dis
 from raftmq.core.effects import Deliver
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import KIND_MESSAGE, BodyStore, BodyUnavailable, decode_body, iter_snapshot_refs
-from raftmq.server.log import InMemoryLog
+from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.node import Node
 from raftmq.storage.journal import Journal
 
@@ -166,18 +166,19 @@ def test_node_delivers_bodies_from_the_journal_and_restores_from_a_snapshot(tmp_
             frames = [await asyncio.wait_for(subscription.get(), 5) for _ in range(2)]
             assert [f.body for f in frames] == [b"body-0", b"body-1"]  # read back from the journal
             await client.ack(frames[0], receipt=True)
-            state = first.snapshot_state()
+            state = first.replica.snapshot()
             await client.disconnect()
 
             second_journal = Journal(tmp_path / "second")
             second = Node(
                 NodeConfig(port=0), InMemoryLog(), bodies=BodyStore(second_journal),
-                fetch_bodies=lambda indexes: first.bodies.records_at(indexes, 1 << 20)[1],  # type: ignore[union-attr]
+                fetch_bodies=lambda indexes: first.replica.bodies.records_at(indexes, 1 << 20)[1],  # type: ignore[union-attr]
             )
-            second.restore_state(state)
+            second.replica.restore(state)
+            await second.replica.fetches_done()  # fetched in a worker thread
             assert second.broker.stats() == Broker.restore(msgpack.unpackb(state)["broker"], second.config.core).stats()
-            assert second.verify_bodies() == {"references": 4, "unreadable": 0}
-            assert second.bodies is not None and second.bodies.missing == set()
+            assert second.replica.verify_bodies() == {"references": 4, "unreadable": 0}
+            assert second.replica.bodies is not None and second.replica.bodies.missing == set()
             second_journal.close()
         finally:
             await first.stop()

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stomp_raw import RawClient, connect, frame_bytes, in_process_node, unique
 
-import raftmq.server.session as session_module
+import raftmq.server.connection as session_module
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
-from raftmq.server.log import CommitLog, InMemoryLog, OnCommit
+from raftmq.replication.commit_log import CommitLog, InMemoryLog, LogStatus, StateMachine
 
 FAST_BEATS = NodeConfig(heartbeat_send_ms=100, heartbeat_receive_ms=100)
 
@@ -31,12 +31,15 @@ class HoldingLog(CommitLog):
         self.max_held_commands = 0
         self._leader = leader
         self._hint = hint
-        self._on_commit: OnCommit | None = None
+        self._machine: StateMachine | None = None
 
-    async def start(self, on_commit: OnCommit) -> None:
-        self._on_commit = on_commit
+    async def start(self, machine: StateMachine) -> None:
+        self._machine = machine
 
-    def append(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+    def status(self) -> LogStatus:
+        return LogStatus(self._leader, self._hint, 0, 0, 0, False, {})
+
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         future = asyncio.get_running_loop().create_future()
         if not self._leader:
             future.set_exception(NotLeader(self._hint))
@@ -50,8 +53,8 @@ class HoldingLog(CommitLog):
 
     def release(self) -> int:
         held, self.held = self.held, []
-        assert self._on_commit is not None
-        self._on_commit([command for commands, _ in held for command in commands])
+        assert self._machine is not None
+        self._machine.apply([command for commands, _ in held for command in commands])
         for _, future in held:
             future.set_result(None)
         return sum(len(commands) for commands, _ in held)
@@ -276,9 +279,9 @@ class SpyLog(InMemoryLog):
         super().__init__()
         self.sends: list[Send] = []
 
-    def append(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         self.sends.extend(c for c in commands if isinstance(c, Send))
-        return super().append(commands)
+        return super().propose(commands)
 
 
 def test_sends_are_translated_with_user_headers_only() -> None:

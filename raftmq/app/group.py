@@ -21,9 +21,10 @@ from raftmq.replication.raft_log import RaftLog, RaftSettings
 from raftmq.replication.wire import group_secret
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node, ReadyCallback, _new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
+from raftmq.app.run import ReadyCallback, new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
+from raftmq.server.node import Node
 
-log = structlog.get_logger("raftmq.server.group")
+log = structlog.get_logger("raftmq.app.group")
 
 FETCH_BUDGET_SECONDS = 5.0
 SOLO_LEADER_WAIT_SECONDS = 10.0
@@ -77,26 +78,22 @@ def open_member(group: GroupConfig, node_id: str) -> Member:
     bodies = BodyStore(journal, group.journal.body_cache_bytes)
     # The Raft wire and the body fetches between members authenticate with it; strangers get nothing.
     secret = group_secret(group.password, group.data_dir)
-    node = Node(group.node_config(node_id), bodies=bodies)
-    raft = RaftLog(
-        raft_settings(group, node_id, secret),
-        snapshot=node.snapshot_state,
-        restore=node.restore_state,
-        client_addresses={m.raft: m.client for m in group.members},
+    raft = RaftLog(raft_settings(group, node_id, secret), client_addresses={m.raft: m.client for m in group.members})
+    node = Node(
+        group.node_config(node_id), raft, bodies=bodies,
+        fetch_bodies=lambda indexes: _fetch_from_peers(group, node_id, raft, indexes, secret),
     )
-    node.commit_log = raft
-    node.fetch_bodies = lambda indexes: _fetch_from_peers(group, node_id, raft, indexes, secret)
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
-        admin = AdminServer(node.status, bodies, node.verify_bodies, host, port, secret, group=group.name)
+        admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name)
     return Member(node, raft, bodies, admin)
 
 
 def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: list[int], secret: str) -> list[IndexRecords]:
     """The leader first (it has applied the most), then the other members."""
     try:
-        leader = raft.status().leader
+        leader = raft.raft_status().leader
     except AssertionError:  # restoring while the Raft member is still being built
         leader = None
     others = [m for m in group.members if m.id != node_id and m.admin is not None]
@@ -155,7 +152,7 @@ def serve_group(
     json_path = log_file if log_file is not None else group.member_dir(node_id) / LOG_FILE_NAME
     setup_logging(f"raftmq node {node_id}", json_path, log_level)
     raise_fd_limit()
-    with asyncio.Runner(loop_factory=_new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
         code = runner.run(_run_member(group, node_id, on_ready))
     if code:
         raise SystemExit(code)

@@ -1,0 +1,189 @@
+"""The commit-log seam: the shell proposes commands, the log commits them in one order, and the
+state machine (the node) applies them.
+
+A `CommitLog` takes batches of commands (`propose`), puts them in one total order, and hands
+every committed batch to its `StateMachine` (`apply`), on the event loop, in commit order.
+`InMemoryLog` commits at once (one node, no replication); `RaftLog`
+(raftmq.replication.raft_log) replicates to a majority first. The log knows nothing of STOMP
+or of the broker core: it moves `Command`s.
+
+While `apply` runs, `position` names the batch it was given (Raft index and term), which is
+what the same batch is called on every replica (the body journal's records carry it). A log
+whose leadership can change reports each change to its role listener, on the event loop,
+before it fails the proposals in flight, and answers `holds_lease()` with whether its
+leadership is certainly current at this instant.
+
+The order in which the shell executes one committed batch (etcd's Ready contract, here):
+
+1. the batch is durable: fsynced by a majority (RaftLog) before it is handed over;
+2. the bodies of its SENDs are written to the body journal (`BodyStore.store`), before the
+   core holds references to them;
+3. the core applies each command (`Broker.apply`), which returns effects;
+4. the effects are executed on this node's sessions, in the order the core returned them
+   (a SEND's RECEIPT may move ahead of deliveries to *other* sessions; each session keeps its
+   own order), and are written to sockets only while the leader lease holds;
+5. last, the futures `propose` returned complete (success, or `NotLeader` / `CommitFailed`
+   when the outcome is unknown). A session therefore sees a command's effects before its
+   future settles, and a RECEIPT never leaves before its command is durable and applied.
+
+`snapshot()` and `restore()` run on the event loop too, in order with `apply`: a snapshot holds
+exactly the batches applied before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from raftmq.core.commands import Command
+from raftmq.errors import CommitFailed
+
+RoleListener = Callable[[bool], None]  # called with True on becoming leader, False on losing it
+
+
+class LogPosition(NamedTuple):
+    index: int  # of the committed batch (Raft index; InMemoryLog counts batches)
+    term: int  # Raft term of that batch (0 without Raft)
+
+
+class StateMachine(Protocol):
+    """What a commit log drives. All three run on the event loop, in commit order."""
+
+    def apply(self, commands: Sequence[Command]) -> None:
+        """One committed batch; raising stops this replica (it must not diverge)."""
+
+    def snapshot(self) -> bytes:
+        """The whole state after the last applied batch."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state by a snapshot's (b"": the empty state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogStatus:
+    """A log's view of itself, the same shape for every log (admin /status shows it)."""
+
+    is_leader: bool
+    leader: str | None  # the leader's client address, when known and not this node
+    term: int  # 0 without Raft
+    commit_index: int
+    applied_index: int
+    replicated: bool  # False: one node, whatever is proposed commits at once
+    details: dict[str, Any]  # log-specific counters (RaftLog: journal, fsyncs, apply errors...)
+
+
+class CommitLog(ABC):
+    @abstractmethod
+    async def start(self, machine: StateMachine) -> None:
+        """Begin committing; `machine.apply` runs on the event loop for each committed batch."""
+
+    @abstractmethod
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+        """Submit commands (kept in order). The future completes after `apply` has run for
+        them, or fails with `NotLeader` / `CommitFailed` when their outcome is unknown. An
+        empty proposal completes after everything proposed before it."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop committing; pending proposals fail with `CommitFailed`."""
+
+    @abstractmethod
+    def status(self) -> LogStatus:
+        """Role, term and indexes, for /status and the logs."""
+
+    @property
+    def is_leader(self) -> bool:
+        return True
+
+    @property
+    def leader_hint(self) -> str | None:
+        """The leader's client address when this node is not the leader, if known."""
+        return None
+
+    @property
+    def position(self) -> LogPosition:
+        """The batch `apply` is handling now (or handled last)."""
+        return LogPosition(0, 0)
+
+    def set_role_listener(self, listener: RoleListener | None) -> None:
+        """Be told of leadership changes (a log that is always leader never calls it)."""
+
+    @property
+    def snapshot_floor(self) -> int:
+        """An index at or below that of the last durable snapshot (0: none): entries up to it
+        may exist nowhere but in that snapshot."""
+        return 0
+
+    async def transfer_leadership(self, timeout: float = 1.0) -> bool:
+        """Hand leadership to another member before a graceful stop; True once done."""
+        return False
+
+    def holds_lease(self) -> bool:
+        """May this node write deliveries and receipts to clients at this moment? A replicated
+        log says yes only while its leader lease holds (raftmq.replication.leadership); asked
+        at the moment of writing, since a pause can end a leadership between two lines."""
+        return True
+
+
+class InMemoryLog(CommitLog):
+    """Commits whatever was proposed during one event-loop turn as one batch.
+
+    Coalescing per loop turn is the same group commit the Raft log does per replication
+    round: the cost of a commit is paid once for every command that arrived meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._machine: StateMachine | None = None
+        self._pending: list[Command] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = False
+        self._batches = 0
+
+    @property
+    def position(self) -> LogPosition:
+        return LogPosition(self._batches, 0)
+
+    def status(self) -> LogStatus:
+        return LogStatus(True, None, 0, self._batches, self._batches, False, {})
+
+    async def start(self, machine: StateMachine) -> None:
+        self._machine = machine
+        self._loop = asyncio.get_running_loop()
+
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+        assert self._loop is not None, "propose before start"
+        future: asyncio.Future[None] = self._loop.create_future()
+        if self._stopped:
+            future.set_exception(CommitFailed("log stopped"))
+            return future
+        self._pending.extend(commands)
+        self._waiters.append(future)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, waiters = self._pending, self._waiters
+        self._pending, self._waiters = [], []
+        if self._stopped or not pending and not waiters:
+            return
+        assert self._machine is not None
+        self._batches += 1
+        self._machine.apply(pending)
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for future in self._waiters:
+            if not future.done():
+                future.set_exception(CommitFailed("log stopped"))
+        self._pending, self._waiters = [], []

@@ -1,0 +1,406 @@
+"""One client connection: the asyncio shell around a `StompSession` (raftmq.server.stomp_session).
+
+It feeds the session the bytes it reads and the time, executes the session's decisions
+(propose to the commit log, write an ERROR, check a passcode in a worker thread, relay to the
+leader), and writes what the node hands it when commands commit. Output is queued and written
+once per event-loop turn, and only while the leader lease holds.
+
+Flow control:
+- reading pauses while more than `max_pending_commands` of this session's commands are
+  proposed but not committed (a producer waits for the log rather than growing our memory);
+- reading also pauses while the transport's write buffer is above its high-water mark (a
+  client that does not read its receipts stops being read);
+- deliveries are bounded by the core's prefetch (unacknowledged deliveries per subscription);
+  for ack mode auto, which the core does not hold back, a connection whose write buffer passes
+  `SLOW_CONSUMER_BYTES` is dropped (logged as `slow consumer`; it would never read an ERROR).
+  No write ever blocks the loop, so a stuck consumer only fills its own buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import cast
+
+import structlog
+
+from raftmq.core.effects import Deliver
+from raftmq.errors import NotLeader
+from raftmq.protocol.codec import HEARTBEAT
+from raftmq.security import Principal
+from raftmq.server.dispatcher import error_frame, message_frame, receipt_frame
+from raftmq.server.host import ConnectionHost
+from raftmq.server.stomp_session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+
+log = structlog.get_logger("raftmq.server.connection")
+
+# A connection whose transport buffers more than this is a consumer that does not keep up with
+# auto-ack deliveries (acked deliveries are bounded by prefetch instead): it is closed.
+SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
+# While the leader lease does not hold, queued output is looked at again this often (the lease
+# is renewed by every heart-beat round, every 20 ms by default, or the node steps down).
+LEASE_RECHECK_SECONDS = 0.005
+# A closing connection whose client does not read what is left is dropped after this long.
+CLOSE_GRACE_SECONDS = 5.0
+# Heart-beats are a liveness hint; send one when the line has been quiet this share of the interval.
+HEARTBEAT_SEND_SLACK = 0.9
+# Close a client that promised heart-beats and sent nothing for this many agreed intervals.
+HEARTBEAT_RECEIVE_GRACE = 2.0
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, host: ConnectionHost, session_id: str) -> None:
+        self.host = host
+        self.session_id = session_id
+        self.stomp = StompSession(host, session_id)
+        self.peer = "?"
+        self._max_pending = max(1, host.config.max_pending_commands)
+        self._loop = host.loop
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._pending = 0  # commands proposed, not yet committed
+        self._last_proposal: asyncio.Future[None] | None = None
+        self._read_paused_for_log = False
+        self._read_paused_for_writes = False
+        self._held_for_redirect = False
+        self._last_received = 0.0
+        self._last_written = 0.0
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._check_timer: asyncio.TimerHandle | None = None
+        self._connect_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def state(self) -> SessionState:
+        return self.stomp.state
+
+    @property
+    def version(self) -> str:
+        return self.stomp.version
+
+    @property
+    def open_for_output(self) -> bool:
+        """Deliveries and browse ends still go out (no ERROR is pending)."""
+        return self.stomp.state < SessionState.FAILED
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self._last_received = self._last_written = self._loop.time()
+        log.debug("client.accepted", session=self.session_id, peer=self.peer)
+        config = self.host.config
+        if self.host.connection_count > config.max_connections:
+            log.warning("client.refused", session=self.session_id, peer=self.peer, reason="too many connections",
+                        max_connections=config.max_connections)
+            self.fail("too many connections", f"this node serves at most {config.max_connections} connections")
+            return
+        if config.connect_timeout_ms:
+            self._connect_timer = self._loop.call_later(config.connect_timeout_ms / 1000, self._connect_deadline)
+
+    def _connect_deadline(self) -> None:
+        if self.stomp.state == SessionState.AWAIT_CONNECT and not self.stomp.authenticating:
+            log.info("client.connect_timeout", session=self.session_id, peer=self.peer)
+            self.fail("connect timeout", f"no CONNECT within {self.host.config.connect_timeout_ms} ms")
+
+    def data_received(self, data: bytes) -> None:
+        if self.stomp.state >= SessionState.DISCONNECTING:
+            return  # after an ERROR or DISCONNECT nothing more is read
+        self._last_received = self._loop.time()
+        try:
+            self._execute(self.stomp.receive(data, _now_ms()))
+        except Exception as exc:  # a bug must cost one connection, never the node
+            self._internal_error(exc, "a frame")
+
+    def _internal_error(self, exc: Exception, what: str) -> None:
+        self.host.internal_error()
+        log.exception("client.internal_error", session=self.session_id, peer=self.peer)
+        if self.stomp.state < SessionState.FAILED:
+            self.fail("internal error", f"{type(exc).__name__} while handling {what}")
+        else:
+            self._close_after_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._send_timer, self._check_timer, self._connect_timer):
+            if timer is not None:
+                timer.cancel()
+        self._out.clear()
+        decisions = self.stomp.closed(_now_ms())
+        self.host.connection_closed(self)
+        for decision in decisions:
+            if isinstance(decision, Propose):
+                self.host.propose(decision.commands).add_done_callback(_ignore_outcome)
+
+    def eof_received(self) -> bool | None:
+        """The client closed its sending side. Keep ours open until what it sent has committed
+        (so its receipts still go out), then close."""
+        if self.stomp.state >= SessionState.FAILED:
+            return True  # the pending ERROR closes the connection
+        self.stomp.half_closed()
+        pending = self._last_proposal
+        if pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: self._close_after_flush())
+        else:
+            self._close_after_flush()  # output may still be queued for this loop turn
+        return True
+
+    def pause_writing(self) -> None:
+        self._read_paused_for_writes = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._read_paused_for_writes = False
+        self._update_reading()
+
+    # ---- executing the session's decisions -----------------------------------------------------
+
+    def _execute(self, decisions: list[Decision]) -> None:
+        for decision in decisions:
+            if isinstance(decision, Propose):
+                self._propose(decision)
+            elif isinstance(decision, Refuse):
+                self._refuse(decision)
+            elif isinstance(decision, Note):
+                log.info(decision.event, session=self.session_id, peer=self.peer, **decision.fields)
+            elif isinstance(decision, CheckLogin):
+                self._update_reading()
+                security = self.host.security
+                checked = self._loop.run_in_executor(None, security.login, decision.login, decision.passcode)
+                checked.add_done_callback(self._login_checked)
+            elif isinstance(decision, Relay):
+                self._relay(decision.prefix)
+
+    def _login_checked(self, checked: asyncio.Future[Principal | None]) -> None:
+        try:
+            self._execute(self.stomp.login_checked(checked.result(), _now_ms()))
+        except Exception as exc:  # like data_received: a bug costs this connection only
+            self.stomp.authenticating = False
+            self._internal_error(exc, "CONNECT")
+        self._update_reading()
+
+    def _propose(self, decision: Propose) -> None:
+        commands = decision.commands
+        future = self.host.propose(commands)
+        self._pending += len(commands)
+        self._last_proposal = future
+        future.add_done_callback(partial(self._proposal_done, len(commands)))
+        if self._pending > self._max_pending and not self._read_paused_for_log:
+            self._read_paused_for_log = True
+            self._update_reading()
+
+    def _proposal_done(self, count: int, future: asyncio.Future[None]) -> None:
+        self._pending -= count
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None and self.stomp.state < SessionState.FAILED and not self._held_for_redirect:
+            if isinstance(exc, NotLeader):
+                self.fail("not the leader", str(exc), extra={"leader": exc.leader} if exc.leader else None)
+            else:
+                self.fail("command not committed", f"{type(exc).__name__}: {exc}")
+            return
+        if self._read_paused_for_log and self._pending <= self._max_pending // 2:
+            self._read_paused_for_log = False
+            self._update_reading()
+
+    def _relay(self, prefix: bytes) -> None:
+        """A follower's client: hand the connection to a relay to the leader. The connection
+        stays in the node's connections until it closes."""
+        transport = self._transport
+        assert transport is not None
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()  # CONNECT was read; the leader applies its own limits
+        self.host.relays.start(self, transport, prefix)
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        state = self.stomp.state
+        if transport is None or transport.is_closing() or state == SessionState.RELAYED:
+            return  # a relayed connection's reading is the relay's
+        paused = (
+            self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect
+            or self.stomp.authenticating or state >= SessionState.FAILED
+        )
+        if paused:
+            if transport.is_reading():
+                transport.pause_reading()
+        elif not transport.is_reading():
+            transport.resume_reading()
+
+    @property
+    def held_for_redirect(self) -> bool:
+        return self._held_for_redirect
+
+    def hold_for_redirect(self) -> None:
+        """This node lost leadership and does not know the new leader yet: read nothing more
+        and let commands that fail meanwhile not answer; the node calls `fail` with the
+        leader's address once it knows it (or gives up waiting)."""
+        self._held_for_redirect = True
+        self._update_reading()
+
+    # ---- called by the node when commands of this session commit ----------------------------
+
+    def connect_committed(self) -> None:
+        """Our Connect was applied: answer CONNECTED and start heart-beating."""
+        frame, opened = self.stomp.connect_committed()
+        if frame is not None:
+            self.write(frame)
+        if not opened:
+            return
+        if self.stomp.send_interval_ms:
+            self._send_timer = self._loop.call_later(self.stomp.send_interval_ms / 1000, self._heartbeat_send)
+        if self.stomp.receive_interval_ms:
+            self._check_timer = self._loop.call_later(self.stomp.receive_interval_ms / 1000, self._heartbeat_check)
+
+    def disconnect_committed(self) -> None:
+        """Our Disconnect was applied (and its RECEIPT, if any, queued): flush and close."""
+        if self.stomp.state == SessionState.CLOSED:
+            return
+        self.stomp.half_closed()
+        self._close_after_flush()
+
+    def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
+        """`body`: the message's bytes when the effect holds a body reference (a group)."""
+        if self.stomp.state < SessionState.FAILED:
+            self.write(message_frame(effect, self.stomp.version, body))
+
+    def receipt(self, receipt_id: str) -> None:
+        if self.stomp.state != SessionState.CLOSED:
+            self.write(receipt_frame(receipt_id, self.stomp.version))
+
+    # ---- output ----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self._transport
+        if not self._out or transport is None or transport.is_closing():
+            self._out.clear()
+            return
+        if not self.host.holds_lease():
+            # Our leadership may have ended unseen (this process was paused, or cut off): what is
+            # queued waits for the lease to be renewed, or is dropped when the session fails
+            # because the node stepped down (a new leader redelivers it, flagged).
+            self._flush_scheduled = True
+            self._loop.call_later(LEASE_RECHECK_SECONDS, self._flush)
+            return
+        out, self._out = self._out, []
+        transport.writelines(out)  # one send per flush (recent uvloop writev()s the list)
+        self._last_written = self._loop.time()
+        if self._read_paused_for_writes and transport.get_write_buffer_size() > SLOW_CONSUMER_BYTES:
+            # The client would never read an ERROR queued behind all that: drop the connection.
+            self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
+
+    def _close_after_flush(self, last: bytes | None = None) -> None:
+        """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        out, self._out = self._out, []
+        if out and not self.host.holds_lease():
+            log.info("client.writes_dropped", session=self.session_id, peer=self.peer, frames=len(out),
+                     reason="leader lease lapsed")
+            out = []
+        if last is not None:
+            out.append(last)
+        if out:
+            transport.write(b"".join(out))
+        transport.close()  # asyncio closes after the buffered data is written
+        self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
+
+    def fail(
+        self,
+        message: str,
+        detail: str = "",
+        receipt_id: str | None = None,
+        *,
+        wait_for_log: bool = True,
+        abort: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """Answer with ERROR and close. Nothing the client sends from now on is processed.
+
+        With `wait_for_log`, commands proposed before the error commit first and their receipts
+        go out before the ERROR; the node passes False for an error the core found, which is
+        reported at once. `abort` drops the connection without waiting for the client to read."""
+        for decision in self.stomp.fail(message, detail, receipt_id, extra):
+            assert isinstance(decision, Refuse)
+            self._refuse(decision, wait_for_log=wait_for_log, abort=abort)
+
+    def _refuse(self, refuse: Refuse, *, wait_for_log: bool = True, abort: bool = False) -> None:
+        self._update_reading()
+        log.info("client.error", session=self.session_id, peer=self.peer, message=refuse.message, detail=refuse.detail)
+        pending = self._last_proposal
+        if abort:
+            self.abort()
+        elif wait_for_log and pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: self._send_error(refuse.frame))
+        else:
+            self._send_error(refuse.frame)
+
+    def _send_error(self, frame: bytes) -> None:
+        if self.stomp.state == SessionState.CLOSED:
+            return
+        self._close_after_flush(frame)
+
+    def shutdown(self) -> None:
+        """The node is stopping: tell the client and close."""
+        if self.stomp.state >= SessionState.FAILED:
+            self._close_after_flush()
+            return
+        self.stomp.state = SessionState.FAILED
+        self._send_error(error_frame("broker shutting down", "the node is stopping", self.stomp.version))
+
+    def abort(self) -> None:
+        """Drop the connection without flushing (a client that stopped reading)."""
+        if self._transport is not None and self.stomp.state != SessionState.CLOSED:
+            self._transport.abort()
+
+    # ---- heart-beats -------------------------------------------------------------------------
+
+    def _heartbeat_send(self) -> None:
+        if self.stomp.state >= SessionState.FAILED:
+            return
+        interval = self.stomp.send_interval_ms / 1000
+        transport = self._transport
+        now = self._loop.time()
+        quiet = now - self._last_written
+        if quiet >= interval * HEARTBEAT_SEND_SLACK and not self._out:
+            if transport is not None and not transport.is_closing():
+                transport.write(HEARTBEAT)
+            self._last_written = now
+            quiet = 0.0
+        self._send_timer = self._loop.call_later(max(0.001, interval - quiet), self._heartbeat_send)
+
+    def _heartbeat_check(self) -> None:
+        if self.stomp.state >= SessionState.FAILED:
+            return
+        interval = self.stomp.receive_interval_ms / 1000
+        now = self._loop.time()
+        if self._read_paused_for_log or self._read_paused_for_writes:
+            self._last_received = now  # we are the ones not reading: the silence is ours
+        silent = now - self._last_received
+        limit = interval * HEARTBEAT_RECEIVE_GRACE
+        if silent > limit:
+            log.info("client.heartbeat_timeout", session=self.session_id, peer=self.peer, silent_s=round(silent, 3))
+            detail = f"nothing received for {silent:.1f} s (agreed interval {interval:.3f} s)"
+            self.fail("heart-beat timeout", detail)
+            return
+        self._check_timer = self._loop.call_later(max(0.001, limit - silent), self._heartbeat_check)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _ignore_outcome(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved so asyncio does not warn about it

@@ -1,0 +1,352 @@
+"""The STOMP session, sans-I/O: bytes and events in, decisions out.
+
+`StompSession` holds a client connection's protocol state (`SessionState`), parses its bytes,
+negotiates CONNECT (version, heart-beats, login), authorizes and translates frames into core
+commands. It never touches a socket, a timer or a clock: the shell (raftmq.server.connection)
+passes the time in and executes what comes out:
+
+- `Propose(commands)`: hand them to the commit log, in order;
+- `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
+- `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
+- `Relay(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
+- `Note(event, fields)`: log it.
+
+Life of a session: AWAIT_CONNECT → (CONNECT proposed) CONNECTING → (Connect committed, CONNECTED
+written) OPEN → DISCONNECTING (DISCONNECT proposed, or the client half-closed) or FAILED (ERROR
+pending) → CLOSED. On a follower, AWAIT_CONNECT → RELAYED.
+
+Security (raftmq.security): CONNECT's login is checked before anything is proposed; frames the
+client pipelined behind CONNECT wait until the answer. With an ACL, every SEND / SUBSCRIBE is
+authorized as it is translated; a refusal is `access denied` like any other bad frame: nothing
+from it on reaches the log. Every frame of one `receive` becomes one proposal, so a session's
+commands reach the core in the order they arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from raftmq import __version__
+from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import FrameParser, negotiate_version
+from raftmq.protocol.frame import Frame
+from raftmq.security import READ, WRITE, Principal
+from raftmq.server.dispatcher import connected_frame, error_frame
+from raftmq.server.host import SessionHost
+from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
+from raftmq.server.translate import FrameTranslator, parse_heart_beat
+
+SERVER_HEADER = f"raftmq/{__version__}"
+# (operation, destination) pairs a session remembers as authorized before starting afresh.
+ALLOWED_CACHE_SIZE = 1024
+ACCESS_REFUSED = "access refused"  # CONNECT: bad or missing credentials (never says which)
+ACCESS_DENIED = "access denied"  # a frame the ACL does not allow
+
+
+class SessionState(IntEnum):
+    AWAIT_CONNECT = 0
+    CONNECTING = 1
+    OPEN = 2
+    DISCONNECTING = 3
+    FAILED = 4
+    RELAYED = 5
+    CLOSED = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    commands: list[Command]
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    frame: bytes  # the ERROR frame, in the session's version
+    message: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLogin:
+    login: str | None
+    passcode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    prefix: bytes  # everything the client sent so far, to replay to the leader
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Decision = Propose | Refuse | CheckLogin | Relay | Note
+
+
+@dataclass(slots=True)
+class _PendingConnect:
+    frame: Frame
+    version: str
+    client_send: int
+    client_receive: int
+
+
+class StompSession:
+    def __init__(self, host: SessionHost, session_id: str) -> None:
+        self.host = host
+        self.session_id = session_id
+        self.state = SessionState.AWAIT_CONNECT
+        # Until CONNECT is accepted, ERROR frames go out unescaped (as in 1.0): the client has
+        # not been told a version yet, and every version reads an unescaped colon in a value.
+        self.version = "1.0"
+        config = host.config
+        # CONNECT, STOMP and CONNECTED are never escaped, so any version parses CONNECT.
+        self._parser = FrameParser(config.limits, "1.2")
+        self._translator: FrameTranslator | None = None
+        self.send_interval_ms = 0  # agreed heart-beats we send (0: none)
+        self.receive_interval_ms = 0  # agreed heart-beats we expect (0: none)
+        self.connect_proposed = False
+        self.disconnect_proposed = False
+        self._connected_sent = False
+        self.authenticating = False  # a passcode check is under way: hold what the client sends
+        self._pending_connect: _PendingConnect | None = None
+        self._held: list[Frame] = []
+        self._held_error: ProtocolError | None = None
+        self._principal: Principal | None = None  # who CONNECT authenticated
+        self._authorizing = host.security.authorizing
+        self._allowed: set[tuple[str, str]] = set()  # (operation, destination) already checked
+        self._buffered = 0  # this session's share of the node's unfinished-frame budget
+        # What the client sent before its CONNECT was handled, for a follower to replay to
+        # the leader (None: not kept: redirect mode, or more than PREFIX_MAX_BYTES).
+        self._before_connect: list[bytes] | None = [] if config.follower_clients != REDIRECT else None
+        self._before_connect_bytes = 0
+
+    # ---- events in -------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now_ms: int) -> list[Decision]:
+        """Bytes from the client. Raises only on a bug (the shell closes the connection)."""
+        if self.state >= SessionState.DISCONNECTING:
+            return []  # after an ERROR or DISCONNECT nothing more is read
+        if self.state == SessionState.AWAIT_CONNECT and self._before_connect is not None:
+            self._keep_for_relay(data)
+        error: ProtocolError | None = None
+        try:
+            frames = self._parser.feed(data)
+        except ProtocolError as exc:
+            # Frames completed before the malformed one in this chunk are still processed.
+            frames = self._parser.frames_before_error
+            error = exc
+        if error is None and not self._account_buffered(self._parser.buffered):
+            note = Note("client.refused", {"reason": "unfinished-frame budget", "buffered": self._parser.buffered})
+            return [note, *self.fail("server busy", "too much unfinished input buffered on this node; try again later")]
+        if error is None and not frames and self.state == SessionState.AWAIT_CONNECT:
+            limit = self.host.config.max_connect_frame_bytes
+            if self._parser.buffered > limit:
+                return self.fail("frame too large", f"a CONNECT frame is at most {limit} bytes")
+        decisions: list[Decision] = []
+        if frames and self.state == SessionState.AWAIT_CONNECT and not self.authenticating:
+            # The parser reads frames pipelined behind CONNECT under the version it negotiates.
+            decisions += self._connect(frames[0], now_ms)
+            frames = frames[1:]
+        if self.authenticating:
+            self._held.extend(frames)
+            self._held_error = self._held_error or error
+            return decisions
+        return decisions + self._frames(frames, error, now_ms)
+
+    def login_checked(self, principal: Principal | None, now_ms: int) -> list[Decision]:
+        """The answer to `CheckLogin`; then the frames held meanwhile are handled."""
+        self.authenticating = False
+        held, error = self._held, self._held_error
+        self._held, self._held_error = [], None
+        pending, self._pending_connect = self._pending_connect, None
+        if self.state != SessionState.AWAIT_CONNECT or pending is None:
+            return []  # the client went away (or half-closed) meanwhile
+        decisions = self._accept(pending, principal, now_ms)
+        if self.state < SessionState.DISCONNECTING:
+            decisions += self._frames(held, error, now_ms)
+        return decisions
+
+    def connect_committed(self) -> tuple[bytes | None, bool]:
+        """Our Connect was applied: the CONNECTED frame to write (None: already written, or
+        closed), and whether the session just opened (heart-beat timers start). Also when a
+        frame pipelined behind CONNECT already failed or disconnected, so the client learns
+        the session it had."""
+        if self.state == SessionState.CLOSED or self._connected_sent:
+            return None, False
+        self._connected_sent = True
+        config = self.host.config
+        offer = (config.heartbeat_send_ms, config.heartbeat_receive_ms)
+        frame = connected_frame(self.version, offer, self.session_id, SERVER_HEADER)
+        if self.state != SessionState.CONNECTING:
+            return frame, False
+        self.state = SessionState.OPEN
+        return frame, True
+
+    def half_closed(self) -> None:
+        """The client closed its sending side: nothing more comes; what it sent still commits."""
+        self.state = max(self.state, SessionState.DISCONNECTING)
+
+    def closed(self, now_ms: int) -> list[Decision]:
+        """The connection is gone. An abnormal end proposes the Disconnect, so open
+        transactions abort and unacked deliveries go back to their queues."""
+        self.state = SessionState.CLOSED
+        self._account_buffered(0)
+        if self.connect_proposed and not self.disconnect_proposed:
+            self.disconnect_proposed = True
+            return [Propose([Disconnect(self.session_id, now_ms)])]
+        return []
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None,
+             extra: dict[str, str] | None = None) -> list[Decision]:
+        """Enter FAILED and hand out the ERROR frame (nothing, if already failed)."""
+        if self.state >= SessionState.FAILED:
+            return []
+        self.state = SessionState.FAILED
+        return [Refuse(error_frame(message, detail, self.version, receipt_id, extra), message, detail)]
+
+    def relayed(self) -> None:
+        self.state = SessionState.RELAYED
+        self._account_buffered(0)  # what the parser held is replayed, not buffered here
+
+    # ---- CONNECT -----------------------------------------------------------------------------
+
+    def _connect(self, frame: Frame, now_ms: int) -> list[Decision]:
+        if frame.command not in ("CONNECT", "STOMP"):
+            return self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
+        try:
+            version = negotiate_version(frame.get("accept-version"))
+            client_send, client_receive = parse_heart_beat(frame.get("heart-beat"))
+        except ProtocolError as exc:
+            return self.fail(exc.message, exc.detail or exc.message, extra={"version": "1.0,1.1,1.2"})
+        pending = _PendingConnect(frame, version, client_send, client_receive)
+        login, passcode = frame.get("login"), frame.get("passcode")
+        decided = self.host.security.quick_login(login, passcode)
+        if decided is True:
+            self.authenticating = True
+            self._pending_connect = pending
+            return [CheckLogin(login, passcode)]
+        return self._accept(pending, None if decided is False else decided, now_ms)
+
+    def _accept(self, pending: _PendingConnect, principal: Principal | None, now_ms: int) -> list[Decision]:
+        frame = pending.frame
+        if principal is None:
+            note = Note("client.login_refused", {"login": frame.get("login")})
+            return [note, *self.fail(ACCESS_REFUSED, "invalid login or passcode")]
+        self._principal = principal
+        host = self.host
+        before_connect, self._before_connect = self._before_connect, None
+        if not host.is_leader:
+            if before_connect is not None and not redirect_wanted(host.config.follower_clients, frame):
+                self.relayed()
+                return [Relay(b"".join(before_connect))]
+            hint = host.leader_hint
+            detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
+            return self.fail("not the leader", detail, extra={"leader": hint} if hint else None)
+        version = pending.version
+        self.version = version
+        self._parser.version = version
+        config = host.config
+        # STOMP heart-beating: each side uses the larger of what one can send and the other wants.
+        if config.heartbeat_send_ms and pending.client_receive:
+            self.send_interval_ms = max(config.heartbeat_send_ms, pending.client_receive)
+        if config.heartbeat_receive_ms and pending.client_send:
+            self.receive_interval_ms = max(config.heartbeat_receive_ms, pending.client_send)
+        client_id = frame.get("client-id")
+        self._translator = FrameTranslator(self.session_id, version, client_id)
+        self.state = SessionState.CONNECTING
+        self.connect_proposed = True
+        login = principal.name if host.security.authenticating else frame.get("login")
+        return [
+            Propose([Connect(self.session_id, now_ms, login, client_id)]),
+            Note("client.connecting", {"version": version, "client_id": client_id}),
+        ]
+
+    def _keep_for_relay(self, data: bytes) -> None:
+        assert self._before_connect is not None
+        self._before_connect_bytes += len(data)
+        if self._before_connect_bytes > PREFIX_MAX_BYTES:
+            self._before_connect = None  # too much to replay: a follower redirects this one
+        else:
+            self._before_connect.append(data)
+
+    def _account_buffered(self, buffered: int) -> bool:
+        """Move this session's share of the node's unfinished-frame budget to `buffered` bytes;
+        False (share unchanged) when growing it would pass the budget."""
+        if not self.host.reserve_unfinished(buffered - self._buffered):
+            return False
+        self._buffered = buffered
+        return True
+
+    # ---- frames after CONNECT ------------------------------------------------------------------
+
+    def _frames(self, frames: list[Frame], error: ProtocolError | None, now_ms: int) -> list[Decision]:
+        decisions: list[Decision] = []
+        receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
+        if frames and self.state in (SessionState.CONNECTING, SessionState.OPEN):
+            commands, refused = self._translate(frames, now_ms, decisions)
+            if commands:
+                decisions.append(Propose(commands))
+            if refused is not None:
+                error, receipt_id = refused
+        if error is not None and self.state < SessionState.DISCONNECTING:
+            decisions += self.fail(error.message, error.detail, receipt_id or error.receipt)
+        return decisions
+
+    def _translate(
+        self, frames: list[Frame], now_ms: int, notes: list[Decision]
+    ) -> tuple[list[Command], tuple[ProtocolError, str | None] | None]:
+        """Translate until the first bad frame; return the commands and that frame's error."""
+        translator = self._translator
+        assert translator is not None
+        commands: list[Command] = []
+        authorizing = self._authorizing
+        for frame in frames:
+            try:
+                command = translator.translate(frame, now_ms)
+                if authorizing:
+                    self._authorize(command, notes)
+            except ProtocolError as exc:
+                return commands, (exc, frame.get("receipt"))
+            commands.append(command)
+            if type(command) is Disconnect:
+                self.state = SessionState.DISCONNECTING
+                self.disconnect_proposed = True
+                break
+        return commands, None
+
+    def _authorize(self, command: Command, notes: list[Decision]) -> None:
+        """Raise `ProtocolError` (access denied) unless the ACL lets this session's principal
+        do what `command` does; creating a destination also needs admin."""
+        kind = type(command)
+        if kind is Send:
+            operation, creates = WRITE, True
+        elif kind is Subscribe:
+            operation, creates = READ, True
+        elif getattr(command, "destination", None) is not None:
+            operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
+        else:
+            return
+        destination: str = command.destination  # type: ignore[attr-defined]
+        key = (operation, destination)
+        if key in self._allowed:
+            return
+        principal = self._principal
+        assert principal is not None
+        # The leader's core holds everything committed; a destination another session is
+        # creating right now (proposed, not committed) still counts as new here.
+        exists = self.host.has_destination(destination)
+        refusal = self.host.security.refusal(principal, operation, destination, exists or not creates)
+        if refusal is not None:
+            notes.append(Note("client.access_denied", {"user": principal.name, "operation": operation,
+                                                       "destination": destination}))
+            raise ProtocolError(ACCESS_DENIED, refusal)
+        if exists:  # destinations are never removed, so this answer stays right
+            if len(self._allowed) >= ALLOWED_CACHE_SIZE:
+                self._allowed.clear()
+            self._allowed.add(key)

@@ -1,0 +1,180 @@
+"""What a node does when leadership changes hands, and the services that run only on a leader.
+
+Losing leadership closes every client connection with an ERROR naming the new leader (once it
+is known, bounded wait); gaining it proposes a Disconnect for every session the core still
+knows from earlier leaders, so their unacknowledged deliveries return to their queues.
+
+`LeaderService`s (a cluster bridge, say) start once this node leads and everything of earlier
+terms is applied, and stop as soon as it no longer leads (before its clients are redirected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from raftmq.core.commands import Disconnect
+from raftmq.replication.commit_log import CommitLog
+
+if TYPE_CHECKING:
+    from raftmq.server.connection import Connection
+
+log = structlog.get_logger("raftmq.server.succession")
+
+# A node that lost leadership waits this long to learn the new leader before it closes its
+# clients (so the ERROR can name it); meanwhile whatever they send fails with NotLeader.
+LEADER_HINT_WAIT_SECONDS = 1.0
+
+
+class LeaderService(Protocol):
+    """Work that must run on the group's leader only (e.g. a cluster bridge)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class SuccessionHost(Protocol):
+    name: str
+    commit_log: CommitLog
+    sessions: Mapping[str, Connection]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def session_ids_in_core(self) -> list[str]: ...
+
+    def own_client_address(self) -> str | None: ...
+
+
+class Succession:
+    def __init__(self, host: SuccessionHost) -> None:
+        self._host = host
+        self._epoch = 0
+        self._background: set[asyncio.Task[None]] = set()
+        self._logged_leader: str | None = None  # the leader last reported as raft.leader_changed
+        self._services: list[LeaderService] = []
+        self._running: list[LeaderService] = []
+        self.leader_changes = 0
+        self.sessions_swept = 0  # Disconnects proposed for sessions of earlier leaders
+
+    def add_service(self, service: LeaderService) -> None:
+        """Run `service` whenever this node leads (started at the next leadership gained, or
+        now if this node already leads and has taken over)."""
+        self._services.append(service)
+
+    def role_changed(self, leader: bool) -> None:
+        """The commit log's role listener: called on the loop before proposals in flight fail."""
+        self.leader_changes += 1
+        self._epoch += 1
+        self.note_leader(force=True)
+        if not leader:
+            self._spawn(self._stop_services())
+        if not leader and self.new_leader() is not None:
+            # Before the log fails the proposals in flight, so clients read where to go.
+            self.send_clients_to(self.new_leader())
+            return
+        if not leader:
+            for session in self._host.sessions.values():
+                session.hold_for_redirect()
+        self._spawn(self._take_over(self._epoch) if leader else self.close_for_new_leader())
+
+    def _spawn(self, coroutine: object) -> None:
+        task = self._host.loop.create_task(coroutine)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _take_over(self, epoch: int) -> None:
+        """New leader: once everything of earlier terms is applied (an empty entry of ours has
+        committed), disconnect the sessions the core still knows but this node does not
+        serve; they belonged to an earlier leader. Then start the leader's services."""
+        host = self._host
+        try:
+            await host.commit_log.propose([])
+        except Exception:
+            return  # lost leadership again; the next leader sweeps
+        if epoch != self._epoch or not host.commit_log.is_leader:
+            return
+        stale = [session_id for session_id in host.session_ids_in_core() if session_id not in host.sessions]
+        if stale:
+            now = int(time.time() * 1000)
+            try:
+                await host.commit_log.propose([Disconnect(session_id, now) for session_id in stale])
+            except Exception:
+                return
+            self.sessions_swept += len(stale)
+            log.info("node.sessions_swept", node=host.name, sessions=len(stale))
+        if epoch == self._epoch and host.commit_log.is_leader:
+            await self._start_services()
+
+    async def _start_services(self) -> None:
+        for service in self._services:
+            if service in self._running:
+                continue
+            try:
+                await service.start()
+            except Exception:
+                log.exception("node.service_failed", node=self._host.name, service=service.name)
+                continue
+            self._running.append(service)
+
+    async def _stop_services(self) -> None:
+        running, self._running = self._running, []
+        for service in reversed(running):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("node.service_failed", node=self._host.name, service=service.name)
+
+    async def stop(self) -> None:
+        await self._stop_services()
+
+    async def close_for_new_leader(self) -> None:
+        """Not the leader any more: close every client connection with an ERROR naming the
+        new leader, once it is known (bounded wait)."""
+        host = self._host
+        deadline = host.loop.time() + LEADER_HINT_WAIT_SECONDS
+        while self.new_leader() is None and host.sessions and host.loop.time() < deadline:
+            if host.commit_log.is_leader:
+                break  # leader again: the held sessions may have lost commands silently, so they go too
+            await asyncio.sleep(0.02)
+        self.send_clients_to(self.new_leader(), held_only=host.commit_log.is_leader)
+
+    def note_leader(self, force: bool = False) -> None:
+        """Log `raft.leader_changed` when the leader this node knows of is not the one it last
+        reported (a follower learns of a new leader without a role change of its own)."""
+        commit_log = self._host.commit_log
+        leader = commit_log.leader_hint  # a client address, this node's own when it leads
+        if leader == self._logged_leader and not force:
+            return
+        self._logged_leader = leader
+        try:
+            term: int | None = commit_log.status().term if commit_log.status().replicated else None
+        except Exception:  # not started yet, or already stopped
+            term = None
+        log.info("raft.leader_changed", node=self._host.name, role="leader" if commit_log.is_leader else "follower",
+                 leader=leader, term=term)
+
+    def new_leader(self) -> str | None:
+        """The leader's client address if known and not this node's own."""
+        hint = self._host.commit_log.leader_hint
+        own = self._host.own_client_address()
+        if hint is None or own is None:
+            return hint
+        return None if hint == own else hint
+
+    def send_clients_to(self, hint: str | None, held_only: bool = False) -> None:
+        for session in list(self._host.sessions.values()):
+            if held_only and not session.held_for_redirect:
+                continue
+            session.fail(
+                "not the leader",
+                f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
+                extra={"leader": hint} if hint else None,
+            )
