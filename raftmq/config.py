@@ -212,7 +212,12 @@ class GroupConfig:
     def node_config(self, node_id: str) -> NodeConfig:
         member = self.member(node_id)
         host, port = split_address(member.client)
-        return dataclasses.replace(self.server, host=host, port=port, name=member.id)
+        core = self.server.core
+        if core.broker_name == CoreConfig.broker_name:
+            # Message ids are "<broker_name>-<n>": unique per group only if the name is, which
+            # matters as soon as groups exchange messages (cluster connections, dedup ids).
+            core = dataclasses.replace(core, broker_name=self.name)
+        return dataclasses.replace(self.server, host=host, port=port, name=member.id, core=core)
 
     def member_dir(self, node_id: str) -> Path:
         return Path(self.data_dir) / self.member(node_id).id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -90,7 +91,7 @@ def open_member(group: GroupConfig, node_id: str) -> Member:
     return Member(node, raft, bodies, admin)
 
 
-def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: list[int], secret: str) -> list[IndexRecords]:
+def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: Sequence[int], secret: str) -> list[IndexRecords]:
     """The leader first (it has applied the most), then the other members."""
     try:
         leader = raft.raft_status().leader
@@ -99,7 +100,7 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
     others = [m for m in group.members if m.id != node_id and m.admin is not None]
     others.sort(key=lambda m: m.raft != leader)
     peers = [split_address(m.admin) for m in others if m.admin is not None]
-    return fetch_bodies(peers, indexes, secret, budget=FETCH_BUDGET_SECONDS)
+    return fetch_bodies(peers, list(indexes), secret, budget=FETCH_BUDGET_SECONDS)
 
 
 async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None) -> int:

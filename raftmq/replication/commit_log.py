@@ -36,7 +36,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from raftmq.core.commands import Command
 from raftmq.errors import CommitFailed
@@ -44,7 +44,8 @@ from raftmq.errors import CommitFailed
 RoleListener = Callable[[bool], None]  # called with True on becoming leader, False on losing it
 
 
-class LogPosition(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LogPosition:
     index: int  # of the committed batch (Raft index; InMemoryLog counts batches)
     term: int  # Raft term of that batch (0 without Raft)
 
@@ -58,8 +59,10 @@ class StateMachine(Protocol):
     def snapshot(self) -> bytes:
         """The whole state after the last applied batch."""
 
-    def restore(self, data: bytes) -> None:
-        """Replace the state by a snapshot's (b"": the empty state)."""
+    def restore(self, data: bytes) -> asyncio.Future[None] | None:
+        """Replace the state by a snapshot's (b"": the empty state). A future when the machine
+        finishes later (fetching what the snapshot references from peers, off the loop): the
+        log hands it nothing more until that future is done."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,9 @@ class RaftLog(CommitLog):
         self._position = LogPosition(0, 0)
         self._role_listener: RoleListener | None = None
         self._failed_deliveries: set[int] = set()
+        # Set while a restore finishes (StateMachine.restore returned a future): what the tick
+        # thread hands over meanwhile waits here, in order.
+        self._held: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] | None = None
         self._apply_errors = 0
         self._last_apply_error: str | None = None
 
@@ -399,7 +402,7 @@ class RaftLog(CommitLog):
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._settle, token, result, error)
+            loop.call_soon_threadsafe(self._in_order, self._settle, (token, result, error))
 
     def _settle(self, token: int, result: Any, error: int) -> None:
         pending = self._in_flight.pop(token, None)
@@ -482,9 +485,26 @@ class RaftLog(CommitLog):
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
+    def _in_order(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Run an apply, restore, snapshot or settlement now, or after the restore that holds
+        them (one whose state machine finishes later, fetching bodies) has finished."""
+        if self._held is not None:
+            self._held.append((fn, args))
+        else:
+            fn(*args)
+
+    def _release_held(self, _done: object) -> None:
+        held, self._held = self._held, None
+        while held:
+            fn, args = held.popleft()
+            fn(*args)
+            if self._held is not None:  # a restore among them holds again
+                self._held.extend(held)
+                return
+
     def _apply_in_tick_thread(self, index: int, term: int, entry: bytes) -> int:
         # Decoding happens on the loop: the tick thread stays free for heartbeats and I/O.
-        self._call_on_loop(self._deliver, index, term, entry)
+        self._call_on_loop(self._in_order, self._deliver, (index, term, entry))
         return index
 
     def _deliver(self, index: int, term: int, entry: bytes) -> None:
@@ -536,17 +556,27 @@ class RaftLog(CommitLog):
             except BaseException as exc:
                 result.set_exception(exc)
 
-        self._loop.call_soon_threadsafe(take)
+        self._loop.call_soon_threadsafe(self._in_order, take, ())
         return result.result(timeout=self.settings.snapshot_timeout)
 
     def _restore_in_tick_thread(self, state: bytes, index: int) -> None:
-        self._call_on_loop(self._restore_on_loop, state, index)
+        self._call_on_loop(self._in_order, self._restore_on_loop, (state, index))
 
     def _restore_on_loop(self, state: bytes, index: int) -> None:
         assert self._machine is not None
+        try:
+            finishing = self._machine.restore(state)
+        except Exception:
+            self._restored(index)
+            log.exception("raft.restore_failed", index=index)
+            return
+        if finishing is None:
+            self._restored(index)
+        else:
+            # Not applied up to `index` until the machine says so (status shows the old index).
+            self._held = collections.deque([(self._restored, (index,))])
+            finishing.add_done_callback(self._release_held)
+
+    def _restored(self, index: int) -> None:
         self._delivered_index = index
         self._position = LogPosition(index, self._position.term)
-        try:
-            self._machine.restore(state)
-        except Exception:
-            log.exception("raft.restore_failed", index=index)

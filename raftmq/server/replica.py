@@ -45,10 +45,17 @@ BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
 class ReplicaHost(Protocol):
     """What the replica needs from the node around it."""
 
-    config: NodeConfig
-    name: str
-    commit_log: CommitLog
-    sessions: Mapping[str, Connection]
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def sessions(self) -> Mapping[str, Connection]: ...
 
     def fail(self, reason: str) -> None: ...
 
@@ -67,7 +74,6 @@ class Replica:
         self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.apply_failures = 0  # commands the core raised on (then the node stops)
         self.body_failures = 0  # deliveries refused because the body was missing or corrupt
-        self._fetches: set[asyncio.Task[None]] = set()
 
     # -- StateMachine
 
@@ -102,14 +108,14 @@ class Replica:
                 session = sessions.get(effect.session)
                 if session is not None:
                     self._execute(effect, session)
-            kind = type(command)
-            if kind is Connect or kind is Disconnect:
-                session = sessions.get(command.session)  # type: ignore[attr-defined]
+            if isinstance(command, Connect):
+                session = sessions.get(command.session)
                 if session is not None:
-                    if kind is Connect:
-                        host.connected(session, command)  # type: ignore[arg-type]
-                    else:
-                        host.disconnected(session)
+                    host.connected(session, command)
+            elif isinstance(command, Disconnect):
+                session = sessions.get(command.session)
+                if session is not None:
+                    host.disconnected(session)
 
     def _execute(self, effect: Effect, session: Connection) -> None:
         if isinstance(effect, Deliver):
@@ -135,7 +141,7 @@ class Replica:
         message = effect.message
         assert self.bodies is not None
         try:
-            return self.bodies.body(message.body)  # type: ignore[arg-type]
+            return self.bodies.body(message.body)  # type: ignore[arg-type]  # a (index, ordinal) reference here
         except BodyUnavailable as exc:
             self.body_failures += 1
             log.error("node.body_unavailable", node=self._host.name, message_id=message.message_id, error=str(exc))
@@ -154,7 +160,7 @@ class Replica:
             self.bodies.snapshot_taken(index, dump)
         return msgpack.packb({"format": STATE_FORMAT, "index": index, "broker": dump}, use_bin_type=True)  # type: ignore[no-any-return]
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes) -> asyncio.Future[None] | None:
         """Replace the state by a snapshot's (ours after a restart, or the leader's when this
         member fell behind a compaction); fetch from peers the bodies it references that
         this member lacks."""
@@ -162,7 +168,7 @@ class Replica:
         host.replayed()  # the counters are replaced wholesale
         if not data:
             self.broker = Broker(host.config.core)
-            return
+            return None
         try:
             state = msgpack.unpackb(data, raw=False)
             if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
@@ -173,18 +179,17 @@ class Replica:
             host.fail(f"cannot restore the Raft snapshot: {type(exc).__name__}: {exc}")
             raise
         if self.bodies is None:
-            return
+            return None
         missing = self.bodies.restored(int(state["index"]), state["broker"])
         self.bodies.sync()
         if missing and self.fetch_bodies is not None:
-            # Fetching blocks on peers' admin ports for up to seconds: a worker thread does it
-            # while the loop goes on (a follower serves no client; a delivery whose body has
-            # not arrived yet fails its session, and the message returns to its queue).
-            task = asyncio.get_running_loop().create_task(self._fetch(sorted(missing)))
-            self._fetches.add(task)
-            task.add_done_callback(self._fetches.discard)
-        elif self.bodies.missing:
+            # Fetching waits on peers' admin ports for up to seconds: a worker thread does it
+            # while the loop serves on; the log applies nothing more until it is done (the body
+            # journal only grows, so what is fetched must land before later entries).
+            return asyncio.get_running_loop().create_task(self._fetch(sorted(missing)))
+        if self.bodies.missing:
             log.error("node.bodies_missing", node=host.name, indexes=len(self.bodies.missing))
+        return None
 
     async def _fetch(self, missing: list[int]) -> None:
         bodies, fetch, name = self.bodies, self.fetch_bodies, self._host.name
@@ -199,11 +204,6 @@ class Replica:
         bodies.sync()
         if bodies.missing:
             log.error("node.bodies_missing", node=name, indexes=len(bodies.missing))
-
-    async def fetches_done(self) -> None:
-        """Wait until the body fetches started by restores so far have ended."""
-        while self._fetches:
-            await asyncio.gather(*self._fetches, return_exceptions=True)
 
     def verify_bodies(self) -> dict[str, int]:
         """Read every body the core references from the journal (checksums included): how

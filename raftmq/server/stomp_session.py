@@ -324,15 +324,15 @@ class StompSession:
         """Raise `ProtocolError` (access denied) unless the ACL lets this session's principal
         do what `command` does; creating a destination also needs admin."""
         kind = type(command)
+        destination: str | None = getattr(command, "destination", None)
+        if destination is None:
+            return
         if kind is Send:
             operation, creates = WRITE, True
         elif kind is Subscribe:
             operation, creates = READ, True
-        elif getattr(command, "destination", None) is not None:
-            operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
         else:
-            return
-        destination: str = command.destination  # type: ignore[attr-defined]
+            operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
         key = (operation, destination)
         if key in self._allowed:
             return

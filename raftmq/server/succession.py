@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -41,9 +41,14 @@ class LeaderService(Protocol):
 
 
 class SuccessionHost(Protocol):
-    name: str
-    commit_log: CommitLog
-    sessions: Mapping[str, Connection]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def sessions(self) -> Mapping[str, Connection]: ...
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -85,8 +90,8 @@ class Succession:
                 session.hold_for_redirect()
         self._spawn(self._take_over(self._epoch) if leader else self.close_for_new_leader())
 
-    def _spawn(self, coroutine: object) -> None:
-        task = self._host.loop.create_task(coroutine)  # type: ignore[arg-type]
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = self._host.loop.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -89,8 +89,8 @@ class InProcessGroup:
         self.machines = [StateMachine() for _ in self.addresses]
         self.logs: list[RaftLog | None] = [None] * size
 
-    async def start(self, i: int) -> RaftLog:
-        machine = self.machines[i] = StateMachine()
+    async def start(self, i: int, machine: StateMachine | None = None) -> RaftLog:
+        machine = self.machines[i] = machine or StateMachine()
         settings = RaftSettings(self.addresses[i], tuple(self.addresses), str(self.root / f"m{i}"), **self.settings)
         log = RaftLog(settings, client_addresses=self.clients)
         await log.start(machine)
@@ -325,6 +325,46 @@ def test_a_follower_behind_a_compaction_catches_up_by_snapshot(tmp_path: Path) -
         assert await eventually(lambda: group.machines[lagging].ids[-1:] == ["after"], 5)
         assert log.raft_status().apply_errors == 0
         assert group.machines[lagging].restores == 1  # brought up to date by the leader's snapshot
+
+    run_group(tmp_path, 3, body, compact_after_bytes=20_000)
+
+
+class SlowRestore(StateMachine):
+    """Finishes each restore 0.3 s later (as a replica fetching bodies from peers does) and
+    records what the log hands it meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def apply(self, commands: Any) -> None:
+        self.events.append("apply")
+        super().apply(commands)
+
+    def restore(self, state: bytes) -> asyncio.Future[None] | None:  # type: ignore[override]
+        super().restore(state)
+        self.events.append("restore")
+        finishing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.3, lambda: (self.events.append("restored"), finishing.set_result(None)))
+        return finishing
+
+
+def test_nothing_is_applied_until_a_restore_that_finishes_later_has_finished(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("before")])
+        lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
+        await group.stop(lagging)
+        for k in range(40):
+            await leader.propose([send(f"m{k}", os.urandom(2000))])
+        assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), "leader did not compact"
+        machine = SlowRestore()
+        await group.start(lagging, machine)
+        # Entries past the snapshot arrive while the restore is still finishing: they wait.
+        await asyncio.gather(*(leader.propose([send(f"late{k}")]) for k in range(5)))
+        assert await eventually(lambda: machine.ids[-1:] == ["late4"], 10), machine.events
+        first_restore = machine.events.index("restore")
+        assert machine.events[first_restore + 1] == "restored", machine.events
 
     run_group(tmp_path, 3, body, compact_after_bytes=20_000)
 

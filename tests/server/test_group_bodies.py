@@ -174,8 +174,9 @@ def test_node_delivers_bodies_from_the_journal_and_restores_from_a_snapshot(tmp_
                 NodeConfig(port=0), InMemoryLog(), bodies=BodyStore(second_journal),
                 fetch_bodies=lambda indexes: first.replica.bodies.records_at(indexes, 1 << 20)[1],  # type: ignore[union-attr]
             )
-            second.replica.restore(state)
-            await second.replica.fetches_done()  # fetched in a worker thread
+            fetching = second.replica.restore(state)
+            assert fetching is not None  # it lacks every body: fetched in a worker thread
+            await fetching
             assert second.broker.stats() == Broker.restore(msgpack.unpackb(state)["broker"], second.config.core).stats()
             assert second.replica.verify_bodies() == {"references": 4, "unreadable": 0}
             assert second.replica.bodies is not None and second.replica.bodies.missing == set()
