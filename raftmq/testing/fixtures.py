@@ -1,6 +1,6 @@
 """pytest fixtures for testing code that talks to raftmq: an embedded broker per test.
 
-Enable them in your top-level `conftest.py`::
+`raftmq.testing` re-exports this module's names, so enable them in your top-level `conftest.py` with::
 
     pytest_plugins = ["raftmq.testing"]
 
