@@ -19,7 +19,6 @@ Flow control:
 from __future__ import annotations
 
 import asyncio
-import time
 from functools import partial
 from typing import cast
 
@@ -57,6 +56,7 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self._max_pending = max(1, host.config.max_pending_commands)
         self._loop = host.loop
+        self._clock = host.clock  # the `now` of the commands this connection makes
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -113,7 +113,7 @@ class Connection(asyncio.Protocol):
             return  # after an ERROR or DISCONNECT nothing more is read
         self._last_received = self._loop.time()
         try:
-            self._execute(self.stomp.receive(data, _now_ms()))
+            self._execute(self.stomp.receive(data, self._clock.now_ms()))
         except Exception as exc:  # a bug must cost one connection, never the node
             self._internal_error(exc, "a frame")
 
@@ -130,7 +130,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._out.clear()
-        decisions = self.stomp.closed(_now_ms())
+        decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
         for decision in decisions:
             if isinstance(decision, Propose):
@@ -177,7 +177,7 @@ class Connection(asyncio.Protocol):
 
     def _login_checked(self, checked: asyncio.Future[Principal | None]) -> None:
         try:
-            self._execute(self.stomp.login_checked(checked.result(), _now_ms()))
+            self._execute(self.stomp.login_checked(checked.result(), self._clock.now_ms()))
         except Exception as exc:  # like data_received: a bug costs this connection only
             self.stomp.authenticating = False
             self._internal_error(exc, "CONNECT")
@@ -395,10 +395,6 @@ class Connection(asyncio.Protocol):
             self.fail("heart-beat timeout", detail)
             return
         self._check_timer = self._loop.call_later(max(0.001, limit - silent), self._heartbeat_check)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
 from raftmq.security import Security
@@ -45,6 +46,9 @@ class SessionHost(Protocol):
 class ConnectionHost(SessionHost, Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
     @property
     def relays(self) -> Relays: ...

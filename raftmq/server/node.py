@@ -19,12 +19,12 @@ import gc
 import itertools
 import os
 import secrets
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
+from raftmq.clock import Clock, SystemClock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Tick
@@ -57,8 +57,12 @@ class Node:
         name: str | None = None,
         bodies: BodyStore | None = None,
         fetch_bodies: BodyFetcher | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._config = config
+        # Where the `now` of commands and rate samples comes from (a ManualClock in tests);
+        # the loop's own timers (heart-beats, timeouts) stay on the loop's clock.
+        self.clock: Clock = clock or SystemClock()
         self.commit_log = commit_log if commit_log is not None else InMemoryLog()
         self._security = Security(config.security)  # logins, ACL, TLS; sessions ask it
         self.name = name or config.name
@@ -270,7 +274,7 @@ class Node:
         while True:
             await asyncio.sleep(interval)
             if self.commit_log.is_leader:
-                future = self.commit_log.propose([Tick(int(time.time() * 1000))])
+                future = self.commit_log.propose([Tick(self.clock.now_ms())])
                 future.add_done_callback(_ignore_outcome)
             else:
                 self.succession.note_leader()
@@ -285,14 +289,14 @@ class Node:
     def _sample_rates(self, destinations: dict[str, Any]) -> None:
         if self._rates_stale:
             self._rates_stale = False
-            self.rates.restart(time.monotonic(), destinations)
+            self.rates.restart(self.clock.monotonic(), destinations)
         else:
-            self.rates.sample(time.monotonic(), destinations)
+            self.rates.sample(self.clock.monotonic(), destinations)
 
     def _rates(self, destinations: dict[str, Any]) -> dict[str, Any]:
         if self._rates_stale:
             self._sample_rates(destinations)
-        return self.rates.rates(time.monotonic(), destinations)
+        return self.rates.rates(self.clock.monotonic(), destinations)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -15,13 +15,13 @@ one here could only hide a bug, and a broken invariant must be loud.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 import structlog
 
+from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
@@ -57,6 +57,9 @@ class ReplicaHost(Protocol):
     @property
     def sessions(self) -> Mapping[str, Connection]: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
     def fail(self, reason: str) -> None: ...
 
     def connected(self, connection: Connection, command: Connect) -> None: ...
@@ -90,7 +93,7 @@ class Replica:
                 # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
                 host.fail(f"cannot write the body journal at raft index {position.index}: {exc}")
                 raise
-        if commands and _wall_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
+        if commands and host.clock.now_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
             host.replayed()  # old commands: a replay, not traffic to show as a rate
         apply = self.broker.apply
         sessions = host.sessions
@@ -231,7 +234,3 @@ def receipt_first(effects: list[Any]) -> list[Any]:
         if effect.session == receipt.session:
             return effects
     return [receipt, *effects[:-1]]
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)

@@ -11,12 +11,12 @@ terms is applied, and stop as soon as it no longer leads (before its clients are
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from raftmq.clock import Clock
 from raftmq.core.commands import Disconnect
 from raftmq.replication.commit_log import CommitLog
 
@@ -52,6 +52,9 @@ class SuccessionHost(Protocol):
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
     def session_ids_in_core(self) -> list[str]: ...
 
@@ -108,7 +111,7 @@ class Succession:
             return
         stale = [session_id for session_id in host.session_ids_in_core() if session_id not in host.sessions]
         if stale:
-            now = int(time.time() * 1000)
+            now = host.clock.now_ms()
             try:
                 await host.commit_log.propose([Disconnect(session_id, now) for session_id in stale])
             except Exception:
