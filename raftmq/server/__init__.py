@@ -1,1 +1,2 @@
-"""The node: asyncio STOMP listener, sessions, the commit-log seam and the effect dispatcher."""
+"""The node: the asyncio STOMP listener and its connections, the sans-I/O STOMP session, the
+replica that applies committed commands, and the admin port."""

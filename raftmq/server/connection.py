@@ -28,7 +28,7 @@ from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader
 from raftmq.protocol.codec import HEARTBEAT
 from raftmq.security import Principal
-from raftmq.server.dispatcher import error_frame, message_frame, receipt_frame
+from raftmq.server.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.host import ConnectionHost
 from raftmq.server.stomp_session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 

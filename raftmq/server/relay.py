@@ -52,7 +52,7 @@ import structlog
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
-from raftmq.server.dispatcher import error_frame
+from raftmq.server.frames import error_frame
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame

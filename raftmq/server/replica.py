@@ -28,7 +28,7 @@ from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, SessionError
 from raftmq.replication.commit_log import CommitLog
 from raftmq.server.bodies import BodyStore, BodyUnavailable, IndexRecords, iter_snapshot_refs
-from raftmq.server.dispatcher import browse_end_frame
+from raftmq.server.frames import browse_end_frame
 
 if TYPE_CHECKING:
     from raftmq.server.connection import Connection

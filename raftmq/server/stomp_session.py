@@ -34,7 +34,7 @@ from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser, negotiate_version
 from raftmq.protocol.frame import Frame
 from raftmq.security import READ, WRITE, Principal
-from raftmq.server.dispatcher import connected_frame, error_frame
+from raftmq.server.frames import connected_frame, error_frame
 from raftmq.server.host import SessionHost
 from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.translate import FrameTranslator, parse_heart_beat

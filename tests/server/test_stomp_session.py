@@ -1,0 +1,164 @@
+"""The sans-I/O STOMP session, driven without a socket, a loop or a clock: bytes and events in,
+decisions out. (The same `StompSession` runs inside every socket `Connection`.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raftmq.config import NodeConfig
+from raftmq.core.commands import Connect, Disconnect, Send
+from raftmq.passwords import hash_password
+from raftmq.protocol.codec import FrameParser
+from raftmq.security import AclEntry, Security, SecurityConfig, UserEntry
+from raftmq.server.stomp_session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+
+NOW = 1_700_000_000_000
+
+
+@dataclass
+class Host:
+    """A SessionHost in a few lines: what a test, a simulator or an in-process bridge provides."""
+
+    config: NodeConfig = field(default_factory=NodeConfig)
+    security: Security = field(default_factory=lambda: Security(SecurityConfig()))
+    is_leader: bool = True
+    leader_hint: str | None = None
+    destinations: set[str] = field(default_factory=set)
+    budget: int = 1 << 30
+    reserved: int = 0
+
+    def has_destination(self, destination: str) -> bool:
+        return destination in self.destinations
+
+    def reserve_unfinished(self, grow: int) -> bool:
+        if grow > 0 and self.reserved + grow > self.budget:
+            return False
+        self.reserved += grow
+        return True
+
+
+def frame(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    head = "".join(f"{k}:{v}\n" for k, v in (headers or {}).items())
+    return f"{command}\n{head}\n".encode() + body + b"\0"
+
+
+CONNECT = frame("CONNECT", {"accept-version": "1.2", "host": "x"})
+
+
+def commands(decisions: list[Decision]) -> list[object]:
+    return [c for d in decisions if isinstance(d, Propose) for c in d.commands]
+
+
+def refusal(decisions: list[Decision]) -> Refuse:
+    refused = [d for d in decisions if isinstance(d, Refuse)]
+    assert len(refused) == 1, decisions
+    return refused[0]
+
+
+def error_headers(refuse: Refuse) -> dict[str, str]:
+    (parsed,) = FrameParser(NodeConfig().limits, "1.2").feed(refuse.frame)
+    assert parsed.command == "ERROR"
+    return dict(parsed.headers)
+
+
+def test_connect_then_pipelined_send_in_one_read() -> None:
+    session = StompSession(Host(), "s1")
+    decisions = session.receive(CONNECT + frame("SEND", {"destination": "/queue/a", "receipt": "r1"}, b"hi"), NOW)
+    proposed = commands(decisions)
+    assert [type(c) for c in proposed] == [Connect, Send]
+    assert proposed[0] == Connect("s1", NOW, None, None)
+    assert session.state is SessionState.CONNECTING
+    connected, opened = session.connect_committed()
+    assert connected is not None and connected.startswith(b"CONNECTED\n") and opened
+    assert session.state is SessionState.OPEN
+    assert session.connect_committed() == (None, False)  # written once
+
+
+def test_heart_beats_are_agreed_from_both_offers() -> None:
+    session = StompSession(Host(NodeConfig(heartbeat_send_ms=2000, heartbeat_receive_ms=3000)), "s1")
+    session.receive(frame("CONNECT", {"accept-version": "1.2", "heart-beat": "1000,5000"}), NOW)
+    assert (session.send_interval_ms, session.receive_interval_ms) == (5000, 3000)
+
+
+def test_a_bad_frame_after_good_ones_proposes_the_good_ones_then_refuses_naming_its_receipt() -> None:
+    session = StompSession(Host(), "s1")
+    session.receive(CONNECT, NOW)
+    decisions = session.receive(
+        frame("SEND", {"destination": "/queue/a"}, b"ok") + frame("SEND", {"destination": "nowhere", "receipt": "r9"}), NOW
+    )
+    assert [type(d) for d in decisions] == [Propose, Refuse]
+    assert error_headers(refusal(decisions))["receipt-id"] == "r9"
+    assert session.state is SessionState.FAILED
+    assert session.receive(frame("SEND", {"destination": "/queue/a"}), NOW) == []  # nothing after an ERROR
+
+
+def test_first_frame_must_be_connect() -> None:
+    session = StompSession(Host(), "s1")
+    refuse = refusal(session.receive(frame("SEND", {"destination": "/queue/a"}), NOW))
+    assert refuse.message == "expected CONNECT"
+
+
+def test_a_follower_relays_or_names_the_leader() -> None:
+    relayed = StompSession(Host(is_leader=False, leader_hint="10.0.0.1:61613"), "s1")
+    decisions = relayed.receive(CONNECT, NOW)
+    assert decisions == [Relay(CONNECT)] and relayed.state is SessionState.RELAYED
+    redirected = StompSession(Host(NodeConfig(follower_clients="redirect"), is_leader=False, leader_hint="10.0.0.1:61613"), "s2")
+    refuse = refusal(redirected.receive(CONNECT, NOW))
+    assert refuse.message == "not the leader" and error_headers(refuse)["leader"] == "10.0.0.1:61613"
+
+
+def test_passcode_check_holds_pipelined_frames_until_answered() -> None:
+    users = (UserEntry("alice", hash_password("pw", n=16, r=1, p=1), ("producers",)),)
+    host = Host(security=Security(SecurityConfig(authentication=True, users=users)))
+    session = StompSession(host, "s1")
+    pipelined = frame("SEND", {"destination": "/queue/a"}, b"x")
+    decisions = session.receive(frame("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "pw"}) + pipelined, NOW)
+    assert decisions == [CheckLogin("alice", "pw")] and session.authenticating
+    assert session.receive(frame("SEND", {"destination": "/queue/b"}, b"y"), NOW) == []  # held too
+    principal = host.security.login("alice", "pw")
+    assert principal is not None
+    after = session.login_checked(principal, NOW + 5)
+    assert [(type(c).__name__, getattr(c, "destination", None)) for c in commands(after)] == [
+        ("Connect", None), ("Send", "/queue/a"), ("Send", "/queue/b"),
+    ]
+
+
+def test_a_wrong_passcode_is_refused_without_saying_why() -> None:
+    refused = StompSession(Host(security=Security(SecurityConfig(authentication=True, allow_anonymous=False))), "s2")
+    decisions = refused.receive(CONNECT, NOW)
+    assert refusal(decisions).message == "access refused"
+    assert any(isinstance(d, Note) and d.event == "client.login_refused" for d in decisions)
+
+
+def test_the_acl_denies_creating_a_destination_without_admin() -> None:
+    acl = (AclEntry("queue", "orders.>", read=("anonymous",), write=("anonymous",)),)
+    host = Host(security=Security(SecurityConfig(acl=acl, anonymous_groups=("anonymous",))))
+    session = StompSession(host, "s1")
+    session.receive(CONNECT, NOW)
+    denied = session.receive(frame("SEND", {"destination": "/queue/orders.new"}), NOW)
+    assert refusal(denied).message == "access denied"
+    host.destinations.add("/queue/orders.old")
+    allowed = StompSession(host, "s2")
+    allowed.receive(CONNECT, NOW)
+    assert [type(c) for c in commands(allowed.receive(frame("SEND", {"destination": "/queue/orders.old"}), NOW))] == [Send]
+
+
+def test_unfinished_input_is_bounded_by_the_nodes_budget() -> None:
+    host = Host(budget=100)
+    session = StompSession(host, "s1")
+    session.receive(CONNECT, NOW)
+    decisions = session.receive(b"SEND\ndestination:/queue/a\n\n" + b"x" * 200, NOW)
+    assert refusal(decisions).message == "server busy"
+    session.closed(NOW)
+    assert host.reserved == 0  # a closed session gives its share back
+
+
+def test_an_abnormal_close_proposes_the_disconnect_once() -> None:
+    session = StompSession(Host(), "s1")
+    session.receive(CONNECT, NOW)
+    assert commands(session.closed(NOW + 1)) == [Disconnect("s1", NOW + 1)]
+    assert session.closed(NOW + 2) == []
+    polite = StompSession(Host(), "s2")
+    polite.receive(CONNECT, NOW)
+    assert [type(c) for c in commands(polite.receive(frame("DISCONNECT", {"receipt": "bye"}), NOW))] == [Disconnect]
+    assert polite.closed(NOW) == []  # its own DISCONNECT was already proposed
