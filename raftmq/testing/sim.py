@@ -65,6 +65,7 @@ class Result:
     commands: int
     sends: int
     retries: int  # SENDs sent again after a lost connection (same _AMQ_DUPL_ID)
+    duplicates: int  # of those, the ones whose first copy had been committed (the core drops them)
     deliveries: int
     acknowledged_sends: int  # audited at the end
     snapshots: int
@@ -78,7 +79,7 @@ class Result:
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {self.steps} steps, {self.commands} commands, {self.sends} sends "
-            f"({self.retries} retried), {self.deliveries} deliveries, {self.crashes} crashes, "
+            f"({self.retries} retried, {self.duplicates} duplicates), {self.deliveries} deliveries, {self.crashes} crashes, "
             f"{self.restarts} restarts ({self.peer_installs} from a peer's snapshot), {self.snapshots} snapshots"
         )
 
@@ -130,6 +131,7 @@ def run(
         commands=commands,
         sends=workload.sends,
         retries=workload.retries,
+        duplicates=checker.duplicates,
         deliveries=checker.deliveries,
         acknowledged_sends=audited,
         snapshots=counters.snapshots,
