@@ -124,6 +124,9 @@ def run(
         audited = _audit(log, checker, workload.now())
     except (Divergence, Violation) as error:
         raise SimulationFailure(seed, step, steps, replicas, str(error)) from error
+    except Exception as error:  # the simulator's own model or clients lost track: still name the seed
+        reason = f"{type(error).__name__} in the simulator: {error}"
+        raise SimulationFailure(seed, step, steps, replicas, reason) from error
     counters = log.counters
     return Result(
         seed=seed,
