@@ -98,6 +98,7 @@ class Checker:
         self.deliveries = 0
         self.acknowledged_sends = 0
         self.stored = 0  # deduplicated SENDs stored so far (what the core's dedup cache saw)
+        self.duplicates = 0  # SENDs committed again after their first copy: the core drops them
         self._committed: list[Send] = []  # the SENDs of the COMMIT being observed
 
     # -- one command and its effects ---------------------------------------------------------
@@ -216,9 +217,13 @@ class Checker:
     def _stored(self, command: Send) -> None:
         """A SEND reached its destination (the core drops it there if it is a duplicate)."""
         record = self.sent[command.body]
-        if record.deduplicated and record.stored_at is None:
+        if not record.deduplicated:
+            return
+        if record.stored_at is None:
             record.stored_at = self.stored
             self.stored += 1
+        else:
+            self.duplicates += 1
 
     def _receipted(self, command: Command) -> None:
         """The client learns its command took effect: SENDs (a COMMIT's ones) are acknowledged."""

@@ -228,7 +228,13 @@ class FakeLog:
         reference = live[0]
         expected = reference.state()
         for member in live:
-            check_invariants(member.broker)  # type: ignore[arg-type]
+            try:
+                check_invariants(member.broker)  # type: ignore[arg-type]
+            except Exception as error:
+                raise Divergence(
+                    f"{member.name}: the core's invariant check failed after log entry {len(self.entries) - 1}: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
         for member in live[1:]:
             self.counters.checks += 1
             got = member.state()

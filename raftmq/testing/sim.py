@@ -65,6 +65,7 @@ class Result:
     commands: int
     sends: int
     retries: int  # SENDs sent again after a lost connection (same _AMQ_DUPL_ID)
+    duplicates: int  # of those, the ones whose first copy had been committed (the core drops them)
     deliveries: int
     acknowledged_sends: int  # audited at the end
     snapshots: int
@@ -78,7 +79,7 @@ class Result:
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {self.steps} steps, {self.commands} commands, {self.sends} sends "
-            f"({self.retries} retried), {self.deliveries} deliveries, {self.crashes} crashes, "
+            f"({self.retries} retried, {self.duplicates} duplicates), {self.deliveries} deliveries, {self.crashes} crashes, "
             f"{self.restarts} restarts ({self.peer_installs} from a peer's snapshot), {self.snapshots} snapshots"
         )
 
@@ -123,6 +124,9 @@ def run(
         audited = _audit(log, checker, workload.now())
     except (Divergence, Violation) as error:
         raise SimulationFailure(seed, step, steps, replicas, str(error)) from error
+    except Exception as error:  # the simulator's own model or clients lost track: still name the seed
+        reason = f"{type(error).__name__} in the simulator: {error}"
+        raise SimulationFailure(seed, step, steps, replicas, reason) from error
     counters = log.counters
     return Result(
         seed=seed,
@@ -130,6 +134,7 @@ def run(
         commands=commands,
         sends=workload.sends,
         retries=workload.retries,
+        duplicates=checker.duplicates,
         deliveries=checker.deliveries,
         acknowledged_sends=audited,
         snapshots=counters.snapshots,

@@ -82,3 +82,17 @@ def test_effects_are_recorded_by_value_when_applied() -> None:
     assert isinstance(deliver, Deliver) and deliver.message.delivery_count == 2  # redelivered to c2 since
     assert record[0] == "Deliver" and record[4][0] == "Message"
     assert record[4][-1] == 1  # the message's delivery count as it was when the effect was made
+
+
+class SelfChecking(Broker):
+    """A core with its own invariant check, which fails once a second session connects."""
+
+    def check_invariants(self) -> None:
+        assert len(self.session_ids()) < 2, "two sessions"
+
+
+def test_the_cores_own_invariant_check_runs_on_every_replica() -> None:
+    log = FakeLog(CONFIG, replicas=2, core_for=lambda i: SelfChecking)
+    log.commit([Connect("a", 1)])
+    with pytest.raises(Divergence, match=r"replica 0: the core's invariant check failed after log entry 1: AssertionError: two sessions"):
+        log.commit([Connect("b", 2)])

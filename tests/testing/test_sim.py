@@ -3,7 +3,7 @@
 Each planted bug is a `Broker` subclass given to some replicas through `run(core_for=...)`:
 one replica that drops a SEND, one whose effect order depends on a value local to it, state
 kept outside the snapshot (caught only once a replica restarts), and bugs every replica shares
-(an acknowledged SEND lost, an ACK settled as a NACK), which only the model's properties catch.
+(an acknowledged SEND lost, an ACK settled as a NACK, no duplicate detection), which only the model's properties catch.
 """
 
 from __future__ import annotations
@@ -151,6 +151,21 @@ class AcksAsNacks(Broker):
 def test_a_redelivered_acknowledged_message_is_caught_though_replicas_agree() -> None:
     failure = _failure(7, 400, lambda i: AcksAsNacks)
     assert "after it was acknowledged" in failure.reason
+
+
+class NoDuplicateDetection(Broker):
+    """Every replica alike: ignores `_AMQ_DUPL_ID`, so a retried SEND is stored twice."""
+
+    def apply(self, command: Command) -> list[Effect]:
+        if isinstance(command, Send):
+            headers = tuple(item for item in command.headers if item[0] != "_AMQ_DUPL_ID")
+            command = Send(command.session, command.destination, headers, command.body, command.now, command.transaction, command.receipt)
+        return super().apply(command)
+
+
+def test_a_retried_send_stored_twice_is_caught() -> None:
+    failure = _failure(8, 500, lambda i: NoDuplicateDetection)
+    assert "one SEND stored twice" in failure.reason
 
 
 def test_the_command_line_prints_failing_seeds_and_exits_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
