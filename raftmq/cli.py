@@ -85,6 +85,7 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
         config = config.with_address(*address)
     if admin is not None:
         admin_address = _parse_listen(admin, "--admin")
+        assert admin_address is not None  # given, so parsed (or a UsageError)
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
     if in_memory or config.in_memory:
         if data_dir is not None:

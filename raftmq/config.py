@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.core.config import CoreConfig
+
+DEFAULT_BROKER_NAME = CoreConfig().broker_name  # "raftmq": replaced by the group's name
 from raftmq.errors import ConfigError
 from raftmq.protocol.limits import Limits
 from raftmq.security import SecurityConfig
@@ -213,7 +215,7 @@ class GroupConfig:
         member = self.member(node_id)
         host, port = split_address(member.client)
         core = self.server.core
-        if core.broker_name == CoreConfig.broker_name:
+        if core.broker_name == DEFAULT_BROKER_NAME:
             # Message ids are "<broker_name>-<n>": unique per group only if the name is, which
             # matters as soon as groups exchange messages (cluster connections, dedup ids).
             core = dataclasses.replace(core, broker_name=self.name)

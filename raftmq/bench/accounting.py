@@ -16,6 +16,7 @@ Definitions:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class Bitmap:
@@ -78,14 +79,14 @@ class SendLedger:
             merged = bitmap.as_int() if mine is None else mine.as_int() | bitmap.as_int()
             self.receipted[producer] = Bitmap.from_int(merged)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sent": dict(self.sent),
             "receipted": {p: bytes(b.bits) for p, b in self.receipted.items()},
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> SendLedger:
+    def from_dict(cls, data: dict[str, Any]) -> SendLedger:
         ledger = cls()
         ledger.sent = {int(p): n for p, n in data["sent"].items()}
         ledger.receipted = {int(p): Bitmap(b) for p, b in data["receipted"].items()}
@@ -125,7 +126,7 @@ class ReceiveLedger:
             theirs_plain = other.plain[producer].as_int()
             mine = self.received.get(producer)
             if mine is None:
-                self.received[producer] = Bitmap(bitmap.bits)
+                self.received[producer] = Bitmap(bytes(bitmap.bits))
                 self.plain[producer] = Bitmap.from_int(theirs_plain)
                 continue
             mine_plain = self.plain[producer].as_int()
@@ -134,7 +135,7 @@ class ReceiveLedger:
             self.received[producer] = Bitmap.from_int(mine.as_int() | bitmap.as_int())
         self.unique = sum(len(b) for b in self.received.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "received": {p: bytes(b.bits) for p, b in self.received.items()},
             "plain": {p: bytes(b.bits) for p, b in self.plain.items()},
@@ -143,7 +144,7 @@ class ReceiveLedger:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> ReceiveLedger:
+    def from_dict(cls, data: dict[str, Any]) -> ReceiveLedger:
         ledger = cls()
         ledger.received = {int(p): Bitmap(b) for p, b in data["received"].items()}
         ledger.plain = {int(p): Bitmap(b) for p, b in data["plain"].items()}

@@ -81,7 +81,7 @@ def _latency_json(summary: Summary) -> dict[str, Any]:
     return out
 
 
-def merge_results(opts: BenchOptions, outputs: list[dict], wall_seconds: float) -> BenchResult:
+def merge_results(opts: BenchOptions, outputs: list[dict[str, Any]], wall_seconds: float) -> BenchResult:
     sent = SendLedger()
     received = ReceiveLedger()
     receipt_latency = LatencyHistogram()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 SIGNIFICANT_BITS = 9
 MAX_VALUE_BITS = 44  # 2**44 ns is about 4.9 hours; larger values land in the last bucket
@@ -120,7 +121,7 @@ class LatencyHistogram:
         )
 
     # -- transport between processes ------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "buckets": {i: n for i, n in enumerate(self.counts) if n},
             "count": self.count,
@@ -130,7 +131,7 @@ class LatencyHistogram:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> LatencyHistogram:
+    def from_dict(cls, data: dict[str, Any]) -> LatencyHistogram:
         histogram = cls()
         for index, n in data["buckets"].items():
             histogram.counts[int(index)] = n

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from raftmq.bench.accounting import ReceiveLedger, SendLedger
 from raftmq.bench.board import Board, Tally
@@ -50,7 +52,7 @@ class WorkerState:
         if text in self.errors or len(self.errors) < MAX_DISTINCT_ERRORS:
             self.errors[text] = self.errors.get(text, 0) + 1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sent": self.sent.to_dict(),
             "received": self.received.to_dict(),
@@ -66,7 +68,7 @@ class WorkerState:
 
 
 async def _connect(opts: BenchOptions) -> StompClient:
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "login": opts.login,
         "passcode": opts.passcode,
         "vhost": opts.vhost,
@@ -204,7 +206,7 @@ class Producer:
             await window.wait_empty()
         return seq - first
 
-    def _receipt_callback(self, seq: int, sent_at: int, measured: bool):  # noqa: ANN202
+    def _receipt_callback(self, seq: int, sent_at: int, measured: bool) -> Callable[[asyncio.Future[Frame]], None]:
         state = self.state
         producer = self.id
 
@@ -258,8 +260,9 @@ class Consumer:
     async def stop(self) -> None:
         client = self.client
         if client is None or client.is_closed:
-            if client is not None and client.closed.result() is not None:
-                self.state.error(client.closed.result())
+            error = client.closed.result() if client is not None else None
+            if error is not None:
+                self.state.error(error)
             return
         try:
             if self._unacked is not None:
@@ -327,14 +330,14 @@ class Consumer:
             pass  # disconnecting: the broker redelivers what we could not ack
 
 
-async def run_worker(opts: BenchOptions, index: int, board: Board) -> dict:
+async def run_worker(opts: BenchOptions, index: int, board: Board) -> dict[str, Any]:
     """Run the producers and consumers `opts` assigns to process `index` until the board says stop."""
     state = WorkerState()
     consumers = [Consumer(opts, c, state) for c in opts.consumers_of(index)]
     producers = [Producer(opts, p, state) for p in opts.producers_of(index)]
     await asyncio.gather(*(consumer.start() for consumer in consumers))
     board.publish(index, state.tally)
-    producing: asyncio.Future | None = None
+    producing: asyncio.Future[Any] | None = None
     try:
         while not board.stop.is_set():
             if producing is None and board.start.is_set():

@@ -238,4 +238,4 @@ def render_to_string(summary: dict[str, Any], width: int = 120) -> str:
     """The view as plain text (no colours), e.g. for tests and `--once` into a pipe."""
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
     console.print(render_status(summary))
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    return str(console.file.getvalue())  # type: ignore[attr-defined]  # a StringIO here

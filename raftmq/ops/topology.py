@@ -70,7 +70,7 @@ class RestartPolicy:
 
     def delay(self, recent_restarts: int) -> float:
         """Seconds to wait before a restart, given the restarts already in the window."""
-        return min(self.backoff_ms / 1000 * 2**recent_restarts, MAX_BACKOFF_SECONDS)
+        return float(min(self.backoff_ms / 1000 * 2**recent_restarts, MAX_BACKOFF_SECONDS))
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "max_restarts": self.max_restarts, "window_s": self.window_s, "backoff_ms": self.backoff_ms}

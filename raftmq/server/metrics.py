@@ -95,7 +95,7 @@ class StatusCollector(Collector):
             gauge("raft_commit_index", "Highest Raft index known committed.", commit),
             gauge("raft_applied_index", "Highest Raft index applied to this node's broker state.", applied),
             gauge("raft_replication_lag", "Committed entries this node has not applied yet (commit - applied).",
-                  max(0, commit - applied) if _number(commit) and _number(applied) else None),
+                  max(0, commit - applied) if isinstance(commit, int) and isinstance(applied, int) else None),
             gauge("raft_journal_bytes", "Bytes in the Raft journal (entries since the last snapshot).",
                   raft.get("journal_bytes")),
             gauge("raft_journal_entries", "Entries in the Raft journal.", raft.get("journal_entries")),
@@ -131,11 +131,11 @@ class StatusCollector(Collector):
                     family.add_metric(label_values, counters[key])
             yield family
         for suffix, key, documentation in _DESTINATION_COUNTERS:
-            family = CounterMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
+            counter = CounterMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
             for label_values, counters in rows:
                 if _number(counters.get(key)):
-                    family.add_metric(label_values, counters[key])
-            yield family
+                    counter.add_metric(label_values, counters[key])
+            yield counter
 
 
 def _number(value: Any) -> bool:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
@@ -197,8 +197,7 @@ class Relay:
                 transport, side = await self._loop.create_connection(
                     lambda: _UpstreamSide(self), host, port, ssl=tls[0], server_hostname=host
                 )
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        upstream = cast(asyncio.Transport, transport)
+        upstream = transport
         if tls is not None:
             ssl_object = upstream.get_extra_info("ssl_object")
             certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None

@@ -144,7 +144,7 @@ class Replica:
         message = effect.message
         assert self.bodies is not None
         try:
-            return self.bodies.body(message.body)  # type: ignore[arg-type]  # a (index, ordinal) reference here
+            return self.bodies.body(message.body)
         except BodyUnavailable as exc:
             self.body_failures += 1
             log.error("node.body_unavailable", node=self._host.name, message_id=message.message_id, error=str(exc))
