@@ -10,12 +10,44 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from raftmq.logs import log_through_stdlib_if_unconfigured
 
 READY_PREFIX = "raftmq node listening on "
+
+
+class UnmarkedIntegration(RuntimeError):
+    """A test without the `integration` marker opened a network socket or started a process."""
+
+
+@pytest.fixture(autouse=True)
+def _pure_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked `integration` may not bind or connect a network socket nor start a
+    process, so `pytest -m "not integration"` is truly the fast, pure part of the suite and the
+    marker cannot silently go missing."""
+    if request.node.get_closest_marker("integration") is not None:
+        return
+    where = request.node.nodeid
+
+    def refuse(what: str) -> Any:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise UnmarkedIntegration(f"{where}: {what} in a test not marked integration")
+
+        return refused
+
+    for method in ("bind", "connect", "connect_ex", "listen"):
+        original = getattr(socket.socket, method)
+
+        def guarded(self: socket.socket, *args: Any, _original: Any = original, _method: str = method) -> Any:
+            if self.family in (socket.AF_INET, socket.AF_INET6):
+                raise UnmarkedIntegration(f"{where}: socket.{_method} in a test not marked integration")
+            return _original(self, *args)
+
+        monkeypatch.setattr(socket.socket, method, guarded)
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starting a process"))
 
 
 @pytest.fixture(autouse=True)

@@ -193,6 +193,7 @@ def test_slow_raft_journal_fsync_is_logged(tmp_path: Path, monkeypatch: pytest.M
     assert slow[0]["duration_ms"] >= journal_module.FSYNC_SLOW_MS
 
 
+@pytest.mark.integration
 def test_no_print_calls_in_the_package() -> None:
     """CLI output goes through click.echo or a rich Console; everything else logs."""
     offenders = []

@@ -13,6 +13,8 @@ from raftmq.client import StompClient, SubscriptionEnded, connect, negotiate_hea
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
 
+pytestmark = pytest.mark.integration
+
 TEST_TIMEOUT = 10.0
 
 

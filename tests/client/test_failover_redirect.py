@@ -29,6 +29,8 @@ from raftmq.errors import NotLeader
 from raftmq.replication.commit_log import CommitLog, LogStatus, StateMachine
 from raftmq.server.node import Node
 
+pytestmark = pytest.mark.integration
+
 TEST_TIMEOUT = 15.0
 FIRST = FailoverOptions(
     randomize=False, initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, connect_timeout_ms=2000

@@ -16,6 +16,8 @@ from raftmq.client.failover import UNNAMED_REFUSALS_TO_BLAME
 from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import Frame
 
+pytestmark = pytest.mark.integration
+
 TEST_TIMEOUT = 10.0
 
 

@@ -24,6 +24,8 @@ from raftmq.client import (
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
 
+pytestmark = pytest.mark.integration
+
 TEST_TIMEOUT = 10.0
 FAST = FailoverOptions(
     initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False, connect_timeout_ms=2000

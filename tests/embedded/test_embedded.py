@@ -18,6 +18,8 @@ from raftmq.config import GroupConfig, GroupMember, NodeConfig
 from raftmq.embedded import EmbeddedBroker, EmbeddedBrokerError, free_ports
 from raftmq.errors import ClientError
 
+pytestmark = pytest.mark.integration
+
 RECEIVE_TIMEOUT = 10.0
 
 

@@ -20,6 +20,8 @@ from raftmq.cli import main
 from raftmq.embedded import EmbeddedBroker, free_ports
 from raftmq.ops.launcher import ClusterState, NodeProcess, process_start_time, write_state
 
+pytestmark = pytest.mark.integration
+
 SUBPROCESS_TIMEOUT = 30.0
 _queue_numbers = itertools.count(1)
 

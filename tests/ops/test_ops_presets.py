@@ -20,6 +20,8 @@ from raftmq.ops import topology as topology_module
 from raftmq.ops.launcher import read_state
 from raftmq.ops.topology import PRESET_SOURCES, PRESETS, RestartPolicy, default_topology, load_topology, preset_path, preset_topology
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 WriteGroup = Callable[..., Path]
 

@@ -104,6 +104,7 @@ def fake_admin() -> Iterator[str]:
         thread.join(timeout=5)
 
 
+@pytest.mark.integration
 def test_collect_status_asks_each_node_and_marks_silent_ones_down(fake_admin: str) -> None:
     import socket
 

@@ -28,6 +28,8 @@ from raftmq.ops.launcher import (
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.ops.topology import RestartPolicy
 
+pytestmark = pytest.mark.integration
+
 
 class Clock:
     def __init__(self) -> None:

@@ -16,6 +16,8 @@ from raftmq.ops import launcher
 from raftmq.ops.cli import status_command, up_command
 from raftmq.ops.topology import default_topology, load_topology
 
+pytestmark = pytest.mark.integration
+
 WriteGroup = Callable[..., Path]
 
 

@@ -14,7 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from raftmq.ops.launcher import ClusterState, is_our_node, launcher_alive, read_state, stop_nodes
+import pytest
+
+from raftmq.ops.launcher import (
+    ClusterState,
+    is_our_node,
+    launcher_alive,
+    read_state,
+    stop_nodes,
+)
+
+pytestmark = pytest.mark.integration
 
 WriteGroup = Callable[..., Path]
 COMMAND_TIMEOUT = 40

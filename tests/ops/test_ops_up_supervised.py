@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from raftmq.ops.launcher import (
     DOWN,
     ClusterState,
@@ -24,6 +26,8 @@ from raftmq.ops.launcher import (
     read_state,
     stop_nodes,
 )
+
+pytestmark = pytest.mark.integration
 
 WriteGroup = Callable[..., Path]
 COMMAND_TIMEOUT = 40

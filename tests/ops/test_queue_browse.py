@@ -7,10 +7,13 @@ import itertools
 import json
 import os
 
+import pytest
 from click.testing import CliRunner, Result
 
 from raftmq.cli import main
 from raftmq.client.sync import Client
+
+pytestmark = pytest.mark.integration
 
 _numbers = itertools.count(1)
 

@@ -31,6 +31,8 @@ from raftmq.replication.pysyncobj_fixes import DurableJournal, HardenedSyncObj, 
 from raftmq.replication.raft_log import encode_entry
 from raftmq.replication.command_codec import encode_batch
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(autouse=True)
 def fix_switches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

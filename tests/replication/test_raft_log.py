@@ -26,6 +26,8 @@ from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
 from raftmq.replication.raft_log import RaftLog, RaftSettings, decode_entry, encode_entry
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -401,7 +403,6 @@ def committed_ids(member: Any) -> list[str]:
     return member.request("ids")["ids"]
 
 
-@pytest.mark.integration
 def test_kill_9_of_the_leader_loses_no_acknowledged_append(process_group: Any) -> None:
     leader = process_group.leader()
     stream = leader.send("stream", prefix="a", count=100_000, concurrency=20, body=512)
@@ -421,7 +422,6 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_append(process_group: Any) -
     del stream
 
 
-@pytest.mark.integration
 def test_kill_9_of_every_member_then_restart_keeps_every_acknowledged_append(process_group: Any) -> None:
     leader = process_group.leader()
     leader.send("stream", prefix="b", count=100_000, concurrency=20, body=512)
@@ -442,7 +442,6 @@ def test_kill_9_of_every_member_then_restart_keeps_every_acknowledged_append(pro
         assert len(ids) == len(set(ids))
 
 
-@pytest.mark.integration
 def test_a_paused_leader_acknowledges_nothing_uncommitted_and_steps_down(process_group: Any) -> None:
     leader = process_group.leader()
     leader.send("stream", prefix="c", count=100_000, concurrency=20, body=512)

@@ -24,6 +24,8 @@ from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.node import Node
 from raftmq.storage.journal import Journal
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def journal(tmp_path: Path) -> Iterator[Journal]:

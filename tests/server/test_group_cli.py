@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -13,6 +15,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "raftmq", "node", *args], capture_output=True, text=True, timeout=30, cwd=REPO)
 
 
+@pytest.mark.integration
 def test_group_config_needs_a_known_member_and_no_listen() -> None:
     group = "configs/group.toml"
     missing = run("--config", group)

@@ -3,7 +3,10 @@ with raw frames."""
 
 from __future__ import annotations
 
+import pytest
 from stomp_raw import RawClient, connect, frame_bytes, unique
+
+pytestmark = pytest.mark.integration
 
 
 def test_stomp_py_browser_sees_the_queue_then_the_end_marker(address) -> None:

@@ -12,6 +12,8 @@ import socket
 import pytest
 from stomp_raw import RawClient, connect, frame_bytes, unique
 
+pytestmark = pytest.mark.integration
+
 BIG = 17 * 1024 * 1024  # over the default 16 MiB limits
 
 

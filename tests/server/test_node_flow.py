@@ -20,6 +20,8 @@ from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog, LogStatus, StateMachine
 
+pytestmark = pytest.mark.integration
+
 FAST_BEATS = NodeConfig(heartbeat_send_ms=100, heartbeat_receive_ms=100)
 
 

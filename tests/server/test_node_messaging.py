@@ -8,6 +8,8 @@ import time
 import pytest
 from stomp_raw import RawClient, connect, frame_bytes, unique
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 def test_connect_negotiates_each_version_and_announces_the_server(address, version: str) -> None:

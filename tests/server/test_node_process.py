@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from stomp_raw import NodeProcess, RawClient, frame_bytes, unique
+
+pytestmark = pytest.mark.integration
 
 
 def test_sigterm_tells_clients_and_exits_cleanly() -> None:

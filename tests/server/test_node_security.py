@@ -22,6 +22,8 @@ from raftmq.client.sync import Client
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.passwords import hash_password
 
+pytestmark = pytest.mark.integration
+
 PASSWORDS = {"admin": "admin-pw-1", "producer": "producer-pw-2", "consumer": "consumer-pw-3", "first": "first-pw-4"}
 # "first" logs in once only: its CONNECT is the one whose passcode check runs in a worker thread.
 GROUPS = {"admin": ["admins"], "producer": ["producers"], "consumer": ["consumers"], "first": ["producers"]}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from raftmq.server.metrics import health
 from raftmq.server.rates import RateSampler
 
@@ -98,6 +100,7 @@ async def _node_rates_after(stamp_ms: int) -> dict[str, object]:
         await node.stop()
 
 
+@pytest.mark.integration
 def test_a_replayed_batch_is_not_reported_as_a_rate() -> None:
     import asyncio
     import time

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import raftmq.testing
 
 
@@ -13,6 +15,7 @@ def test_the_plugin_names_are_listed_and_load_on_use() -> None:
     assert callable(raftmq.testing.pytest_configure)
 
 
+@pytest.mark.integration
 def test_importing_the_simulator_imports_neither_pytest_nor_the_server() -> None:
     code = (
         "import sys, raftmq.testing.sim\n"
