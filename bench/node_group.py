@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,8 +29,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from raftmq import processes
 from raftmq.client import connect
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.processes import free_ports
 from raftmq.protocol.frame import REDIRECT_HEADER
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,20 +57,6 @@ def install_signal_handlers() -> None:
         signal.signal(sig, handler)
     # A shell starts background jobs with SIGINT ignored; we still want Ctrl-C / kill -INT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the kernel just handed out on 127.0.0.1 (free unless someone races us)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def rss_kib(pid: int) -> int | None:
@@ -177,20 +163,12 @@ class NodeGroup:
         if member.alive:
             raise RuntimeError(f"{node_id} is already running (pid {member.pid})")
         member.starts += 1
-        log = open(self.root / f"{node_id}.log", "ab")  # noqa: SIM115 - the child keeps it
-        try:
-            member.process = subprocess.Popen(
-                [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
-                cwd=self.root,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Own session: a Ctrl-C in the terminal reaches only this script, which then
-                # measures what it needs and stops the nodes itself.
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        # Own session: a Ctrl-C in the terminal reaches only this script, which then measures
+        # what it needs and stops the nodes itself.
+        member.process = processes.spawn(
+            [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
+            self.root / f"{node_id}.log", append=True, cwd=self.root, new_session=True,
+        )
 
     def start_all(self, timeout: float = 30.0) -> str:
         """Start every member; return the leader's id once one serves clients."""
@@ -200,13 +178,8 @@ class NodeGroup:
 
     def kill9(self, node_id: str) -> None:
         member = self.members[node_id]
-        if member.process is None:
-            return
-        try:
-            os.kill(member.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        member.process.wait(timeout=STOP_GRACE_SECONDS)
+        if member.process is not None:
+            processes.kill(member.process, STOP_GRACE_SECONDS)
 
     def restart(self, node_id: str) -> None:
         member = self.members[node_id]
@@ -218,14 +191,8 @@ class NodeGroup:
         """SIGTERM, then SIGKILL after a grace period; by pid, never by name."""
         member = self.members[node_id]
         process = member.process
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_GRACE_SECONDS)
+        if process is not None:
+            processes.terminate(process, STOP_GRACE_SECONDS)
 
     def stop_all(self) -> None:
         for member in self.members.values():

@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import msgpack
 from raftmq.core.commands import Send
 from raftmq.errors import RaftmqError
 from raftmq.logs import configure_logging
+from raftmq.processes import free_port
 from raftmq.replication.raft_log import RaftLog, RaftSettings
 
 # ---------------------------------------------------------------------------------------------
@@ -183,12 +183,6 @@ def member_main(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # harness
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MemberProcess:

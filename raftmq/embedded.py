@@ -33,7 +33,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -46,6 +45,7 @@ from raftmq.client.sync import Client
 from raftmq.config import GroupConfig, GroupMember, NodeConfig, split_address
 from raftmq.errors import RaftmqError
 from raftmq.logs import log_through_stdlib_if_unconfigured
+from raftmq.processes import free_ports
 from raftmq.server.admin import AdminServer
 from raftmq.server.bodies import BodyStore
 from raftmq.server.node import Node
@@ -67,21 +67,6 @@ class _RunningNode:
     node: Node
     admin: AdminServer | None
     bodies: BodyStore | None  # a group member's body journal; None for the in-memory node
-
-
-def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports the kernel just handed out (held together, so no duplicates).
-    Another process may take one before we bind it: start() then fails with a clear error."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class EmbeddedBroker:

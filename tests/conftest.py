@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raftmq import processes
 from raftmq.logs import log_through_stdlib_if_unconfigured
 
 READY_PREFIX = "raftmq node listening on "
@@ -51,17 +49,21 @@ def _pure_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
 
 
 @pytest.fixture(autouse=True)
+def _close_raw_clients() -> Iterator[None]:
+    """Sockets a test's hand-written STOMP clients left open are closed when it ends (an unclosed
+    socket is a ResourceWarning, and warnings are errors here)."""
+    yield
+    stomp_raw = sys.modules.get("stomp_raw")
+    if stomp_raw is not None:
+        stomp_raw.RawClient.close_all()
+
+
+@pytest.fixture(autouse=True)
 def _in_process_nodes_log_through_logging() -> None:
     """In-process nodes (and a test that reset structlog) log through the logging module, which
     pytest captures per test, never with structlog's default print from a node's loop thread."""
     log_through_stdlib_if_unconfigured()
 READY_TIMEOUT = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -76,31 +78,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
         host, _, port = external.rpartition(":")
         yield host, int(port)
         return
-    port = _free_port()
+    port = processes.free_port()
     logs = tmp_path_factory.mktemp("node")
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
-    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
-            stdout=stdout,
-            stderr=stderr,
-            cwd=logs,  # the default node is durable: its .raftmq/ lands in the test's temp dir
-        )
+    # The default node is durable: its .raftmq/ lands in the test's temp dir (cwd).
+    proc = processes.spawn([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
+                           stdout_path, stderr_path, cwd=logs)
     try:
-        _wait_ready(proc, stdout_path, stderr_path, port)
+        processes.wait_for_line(proc, stdout_path, f"{READY_PREFIX}127.0.0.1:{port}", READY_TIMEOUT, errors=stderr_path)
         yield "127.0.0.1", port
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
-def _wait_ready(proc: subprocess.Popen, stdout: Path, stderr: Path, port: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if f"{READY_PREFIX}127.0.0.1:{port}" in stdout.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(f"node did not become ready: {stderr.read_text(errors='replace')[-3000:]}")
+        processes.kill(proc)

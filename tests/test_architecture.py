@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "raftmq"
 RANKS = {
     "raftmq.errors": 0,
     "raftmq.clock": 0,
+    "raftmq.processes": 0,
     "raftmq.protocol": 1,
     "raftmq.core": 1,
     "raftmq.passwords": 1,

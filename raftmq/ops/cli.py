@@ -12,7 +12,7 @@ import click
 # Every `raftmq node` process imports this module (raftmq.cli registers these commands), so
 # rich, the launcher and the status view are imported only when a command runs.
 if TYPE_CHECKING:
-    from raftmq.ops.launcher import ClusterState
+    from raftmq.ops.launcher import DeploymentState
     from raftmq.ops.status_view import NodeAddress
     from raftmq.ops.topology import Topology
 
@@ -141,7 +141,7 @@ def _refuse_running(topology: Topology, hint: str) -> None:
     )
 
 
-def _print_endpoints(topology: Topology, state: ClusterState, summary: dict[str, Any], hint: str, detach: bool) -> None:
+def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str, detach: bool) -> None:
     from raftmq.ops.launcher import state_path
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]

@@ -40,7 +40,7 @@ def failover_url(groups: list[list[str]]) -> str:
 
 
 def resolve(url: str | None, config_path: str | None, admin: tuple[str, ...] = ()) -> Endpoints:
-    """Raises `ConfigError` (an unusable URL, config or --admin address) or `ClusterError`
+    """Raises `ConfigError` (an unusable URL, config or --admin address) or `DeploymentError`
     (an unreadable state file), each naming what is wrong."""
     explicit_admin = tuple(_admin_address(address) for address in admin)
     if url is not None:

@@ -29,6 +29,7 @@ from raftmq.config import split_address
 from raftmq.errors import RaftmqError
 from raftmq.ops.status_view import NodeAddress, collect_status
 from raftmq.ops.topology import Topology
+from raftmq.processes import is_same_process, own_identity, process_start_time, send_signal, spawn
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
@@ -37,7 +38,6 @@ NODE_LOG = "node.log"
 UP_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
-EMPTY_CMDLINE_WAIT_SECONDS = 0.5  # zombies and kernel threads keep an empty cmdline for good
 # How long `down` waits for a launcher it had to SIGKILL to be gone.
 KILL_WAIT_SECONDS = 5.0
 RELEASE_SIGNAL = signal.SIGUSR1
@@ -49,7 +49,7 @@ DOWN = "down"  # exited, not restarted (restart = "never", or a clean exit)
 GAVE_UP = "gave-up"  # exited once more after its restart limit
 
 
-class ClusterError(RaftmqError):
+class DeploymentError(RaftmqError):
     """`up` / `down` cannot proceed; the message is one line naming the problem."""
 
 
@@ -73,7 +73,7 @@ class NodeProcess:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterState:
+class DeploymentState:
     topology: str
     state_dir: str
     nodes: tuple[NodeProcess, ...]
@@ -91,13 +91,13 @@ class ClusterState:
                 "restart": self.restart, "nodes": [asdict(node) for node in self.nodes]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClusterState:
+    def from_json(cls, data: dict[str, Any]) -> DeploymentState:
         nodes = tuple(NodeProcess(**{**node, "argv": tuple(node["argv"])}) for node in data["nodes"])
         return cls(data["topology"], data["state_dir"], nodes, data.get("launcher_pid", 0),
                    data.get("launcher_start_time", 0), tuple(data.get("launcher_argv", ())),
                    bool(data.get("detached", False)), bool(data.get("ready", False)), data.get("restart", "never"))
 
-    def replace_node(self, node: NodeProcess) -> ClusterState:
+    def replace_node(self, node: NodeProcess) -> DeploymentState:
         return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n for n in self.nodes))
 
 
@@ -105,23 +105,23 @@ def state_path(state_dir: Path) -> Path:
     return state_dir / STATE_FILE
 
 
-def read_state(state_dir: Path) -> ClusterState | None:
+def read_state(state_dir: Path) -> DeploymentState | None:
     path = state_path(state_dir)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ClusterError(f"{path}: unreadable cluster state ({exc}); remove it once no node of that cluster runs") from None
+        raise DeploymentError(f"{path}: unreadable cluster state ({exc}); remove it once no node of that cluster runs") from None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-        raise ClusterError(f"{path}: not a raftmq cluster state file (version {STATE_VERSION})")
+        raise DeploymentError(f"{path}: not a raftmq cluster state file (version {STATE_VERSION})")
     try:
-        return ClusterState.from_json(data)
+        return DeploymentState.from_json(data)
     except (KeyError, TypeError) as exc:
-        raise ClusterError(f"{path}: malformed cluster state ({exc})") from None
+        raise DeploymentError(f"{path}: malformed cluster state ({exc})") from None
 
 
-def write_state(state: ClusterState) -> Path:
+def write_state(state: DeploymentState) -> Path:
     path = state_path(Path(state.state_dir))
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(state.to_json(), indent=2) + "\n", encoding="utf-8")
@@ -141,12 +141,12 @@ def cluster_lock(state_dir: Path) -> Iterator[None]:
         state_dir.mkdir(parents=True, exist_ok=True)
         handle = open(state_dir / LOCK_FILE, "a+b")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
-        raise ClusterError(f"{state_dir}: cannot create the cluster's data directory ({exc.strerror or exc})") from None
+        raise DeploymentError(f"{state_dir}: cannot create the cluster's data directory ({exc.strerror or exc})") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ClusterError(f"{state_dir}: another raftmq up/down is working on this cluster") from None
+            raise DeploymentError(f"{state_dir}: another raftmq up/down is working on this cluster") from None
         try:
             yield
         finally:
@@ -156,55 +156,16 @@ def cluster_lock(state_dir: Path) -> Iterator[None]:
 # -- process identity --------------------------------------------------------------------------
 
 
-def process_start_time(pid: int) -> int | None:
-    """Start time in clock ticks since boot, or None when there is no such live process (a
-    zombie counts as gone: it has exited, only its exit status waits to be read)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
-    if not fields or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def process_argv(pid: int) -> tuple[str, ...] | None:
-    """The argv in /proc/<pid>/cmdline; None once the process is gone. Right after a fork+exec
-    (Popen returns as soon as the child execs) the kernel shows an empty cmdline for a moment,
-    so an empty one is read again, boundedly, before it is believed."""
-    deadline = time.monotonic() + EMPTY_CMDLINE_WAIT_SECONDS
-    while True:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            return None
-        if cmdline or time.monotonic() >= deadline:
-            return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part)
-        time.sleep(0.005)
-
-
-def is_same_process(pid: int, start_time: int, argv: tuple[str, ...]) -> bool:
-    """True while `pid` is still the process we recorded (same argv, same start time)."""
-    return pid > 0 and process_start_time(pid) == start_time and process_argv(pid) == argv
-
-
 def is_our_node(node: NodeProcess) -> bool:
     return is_same_process(node.pid, node.start_time, node.argv)
 
 
-def launcher_alive(state: ClusterState) -> bool:
+def launcher_alive(state: DeploymentState) -> bool:
     """The `raftmq up` (or its detached supervisor) that owns the nodes still runs."""
     return is_same_process(state.launcher_pid, state.launcher_start_time, state.launcher_argv)
 
 
-def own_identity() -> tuple[int, int, tuple[str, ...]]:
-    """(pid, start time, argv) of this process, as the state file records a launcher."""
-    pid = os.getpid()
-    return pid, process_start_time(pid) or 0, process_argv(pid) or ()
-
-
-def running_nodes(state: ClusterState) -> list[NodeProcess]:
+def running_nodes(state: DeploymentState) -> list[NodeProcess]:
     return [node for node in state.nodes if is_our_node(node)]
 
 
@@ -223,7 +184,7 @@ def check_ports_free(topology: Topology) -> None:
                 try:
                     sock.bind((host, port))
                 except OSError as exc:
-                    raise ClusterError(f"{group.name}/{member.id}: {kind} address {address} is not available ({exc.strerror or exc})") from None
+                    raise DeploymentError(f"{group.name}/{member.id}: {kind} address {address} is not available ({exc.strerror or exc})") from None
 
 
 def check_data_dirs(topology: Topology) -> None:
@@ -241,7 +202,7 @@ def _check_usable_dir(path: Path, label: str) -> None:
         existing = existing.parent
     if not existing.is_dir():
         culprit = "it" if existing == path else str(existing)
-        raise ClusterError(f"{label} {path} is unusable: {culprit} is a file, not a directory")
+        raise DeploymentError(f"{label} {path} is unusable: {culprit} is a file, not a directory")
     probe = existing / f".raftmq-probe-{os.getpid()}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -249,22 +210,18 @@ def _check_usable_dir(path: Path, label: str) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         if existing == path:
-            raise ClusterError(f"{label} {path} is not writable ({reason})") from None
-        raise ClusterError(f"{label} {path} cannot be created: {existing}, its nearest existing parent, is not writable ({reason})") from None
+            raise DeploymentError(f"{label} {path} is not writable ({reason})") from None
+        raise DeploymentError(f"{label} {path} cannot be created: {existing}, its nearest existing parent, is not writable ({reason})") from None
 
 
 def start_node(argv: tuple[str, ...], log_path: Path, note: str | None = None) -> subprocess.Popen[bytes]:
     """One member process in its own session, stdout and stderr appended to `log_path`."""
-    with open(log_path, "ab") as log:
-        if note is not None:
-            log.write(f"--- raftmq up: {note} ---\n".encode())
-            log.flush()
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return spawn(argv, log_path, append=True, note=None if note is None else f"raftmq up: {note}", new_session=True)
 
 
 def launch(
     topology: Topology, python: str = sys.executable, detached: bool = False
-) -> tuple[ClusterState, dict[int, subprocess.Popen[bytes]]]:
+) -> tuple[DeploymentState, dict[int, subprocess.Popen[bytes]]]:
     """Start every member; write the state file, with this process as the launcher. Returns
     the state and our child processes. On any failure the members already started are
     stopped before the error propagates."""
@@ -280,7 +237,7 @@ def launch(
             try:
                 member_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise ClusterError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
+                raise DeploymentError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
             argv = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
             log_path = member_dir / NODE_LOG
             process = start_node(argv, log_path)
@@ -289,23 +246,23 @@ def launch(
             started.append(NodeProcess(group.name, member.id, member.client, member.raft, member.admin or "",
                                        process.pid, start_time or 0, argv, str(log_path)))
         pid, start_time, argv = own_identity()
-        state = ClusterState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, argv,
+        state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, argv,
                              detached, False, topology.restart.mode)
         write_state(state)
     except BaseException:
-        stop_nodes(ClusterState(topology.name, str(topology.state_dir), tuple(started)), children, grace=2.0)
+        stop_nodes(DeploymentState(topology.name, str(topology.state_dir), tuple(started)), children, grace=2.0)
         raise
     return state, children
 
 
 def wait_until_up(
-    state: ClusterState,
+    state: DeploymentState,
     children: dict[int, subprocess.Popen[bytes]] | None = None,
     timeout: float = UP_TIMEOUT_SECONDS,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Poll every node's /status until each group has a leader; return that summary.
-    A node that exits meanwhile, or the deadline, raises ClusterError."""
+    A node that exits meanwhile, or the deadline, raises DeploymentError."""
     deadline = time.monotonic() + timeout
     addresses = [node.address() for node in state.nodes]
     while True:
@@ -313,7 +270,7 @@ def wait_until_up(
             child = children.get(node.pid) if children else None
             exited = child.poll() is not None if child is not None else not is_our_node(node)
             if exited:
-                raise ClusterError(f"{node.group}/{node.id} exited while starting: {last_log_line(Path(node.log))}")
+                raise DeploymentError(f"{node.group}/{node.id} exited while starting: {last_log_line(Path(node.log))}")
         summary = collect_status(addresses)
         if on_poll is not None:
             on_poll(summary)
@@ -321,7 +278,7 @@ def wait_until_up(
             return summary
         if time.monotonic() >= deadline:
             waiting = ", ".join(group["name"] for group in summary["groups"] if group["leader"] is None)
-            raise ClusterError(f"no leader elected within {timeout:g} s in group(s) {waiting}; see the node.log files under {state.state_dir}")
+            raise DeploymentError(f"no leader elected within {timeout:g} s in group(s) {waiting}; see the node.log files under {state.state_dir}")
         time.sleep(POLL_SECONDS)
 
 
@@ -336,7 +293,7 @@ def last_log_line(path: Path) -> str:
 # -- stopping ---------------------------------------------------------------------------------
 
 
-def stop_launcher(state: ClusterState, timeout: float) -> bool:
+def stop_launcher(state: DeploymentState, timeout: float) -> bool:
     """Ask the launcher to stop the cluster itself (SIGTERM): it is the nodes' parent, so it
     stops each one gracefully (leaders hand over) and reaps it before it exits; wait for that.
     Left to `down` instead, the nodes would be re-parented and, where PID 1 does not reap,
@@ -344,12 +301,12 @@ def stop_launcher(state: ClusterState, timeout: float) -> bool:
     when a launcher was running."""
     if not launcher_alive(state) or state.launcher_pid == os.getpid():
         return False
-    _signal(state.launcher_pid, signal.SIGTERM)
+    send_signal(state.launcher_pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while launcher_alive(state) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
     if launcher_alive(state):
-        _signal(state.launcher_pid, signal.SIGKILL)
+        send_signal(state.launcher_pid, signal.SIGKILL)
         deadline = time.monotonic() + KILL_WAIT_SECONDS
         while launcher_alive(state) and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
@@ -357,7 +314,7 @@ def stop_launcher(state: ClusterState, timeout: float) -> bool:
 
 
 def stop_nodes(
-    state: ClusterState,
+    state: DeploymentState,
     children: dict[int, subprocess.Popen[bytes]] | None = None,
     grace: float = STOP_GRACE_SECONDS,
 ) -> list[NodeProcess]:
@@ -373,14 +330,14 @@ def stop_nodes(
 
     remaining = [node for node in state.nodes if alive(node)]
     for node in remaining:
-        _signal(node.pid, signal.SIGTERM)
+        send_signal(node.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while remaining and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
         remaining = [node for node in remaining if alive(node)]
     killed = [node for node in remaining if alive(node)]
     for node in killed:
-        _signal(node.pid, signal.SIGKILL)
+        send_signal(node.pid, signal.SIGKILL)
     for node in killed:
         child = children.get(node.pid)
         if child is not None:
@@ -389,11 +346,6 @@ def stop_nodes(
         else:
             _wait_gone(node, grace)
     return killed
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
 
 
 def _wait_gone(node: NodeProcess, timeout: float) -> None:

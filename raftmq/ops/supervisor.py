@@ -33,15 +33,15 @@ from raftmq.ops.launcher import (
     RELEASE_SIGNAL,
     RESTARTING,
     RUNNING,
-    ClusterState,
+    DeploymentState,
     NodeProcess,
     is_our_node,
     last_log_line,
-    process_start_time,
     start_node,
     write_state,
 )
 from raftmq.ops.topology import RESTART_ON_FAILURE, RestartPolicy
+from raftmq.processes import process_start_time
 
 SUPERVISOR_LOG = "supervisor.log"
 POLL_SECONDS = 0.2
@@ -124,7 +124,7 @@ class Supervisor:
 
     def __init__(
         self,
-        state: ClusterState,
+        state: DeploymentState,
         children: dict[int, subprocess.Popen[bytes]],
         policy: RestartPolicy,
         report: Report,

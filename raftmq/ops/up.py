@@ -23,8 +23,8 @@ from raftmq.errors import RaftmqError
 from raftmq.ops.launcher import (
     POLL_SECONDS,
     STOP_GRACE_SECONDS,
-    ClusterError,
-    ClusterState,
+    DeploymentError,
+    DeploymentState,
     last_log_line,
     launch,
     read_state,
@@ -54,7 +54,7 @@ REFRESH_SECONDS = 1.0
 # -- attached ----------------------------------------------------------------------------------
 
 
-def run_attached(topology: Topology, state: ClusterState, children: dict[int, subprocess.Popen[bytes]]) -> None:
+def run_attached(topology: Topology, state: DeploymentState, children: dict[int, subprocess.Popen[bytes]]) -> None:
     """The live view, with the supervisor reporting (and restarting) nodes above it, until
     Ctrl-C / SIGTERM (stop every node gracefully), SIGUSR1 from `raftmq down` (leave the nodes
     to it) or every node being down for good. Call within `launcher_signals()`."""
@@ -118,7 +118,7 @@ def launcher_signals_ignored() -> Iterator[None]:
 
 def start_detached(
     topology: Topology, forwarded: list[str], timeout: float, python: str = sys.executable
-) -> tuple[ClusterState, dict[str, Any]]:
+) -> tuple[DeploymentState, dict[str, Any]]:
     """Start `raftmq up --supervise` (its own session, output in <state dir>/supervisor.log)
     and wait until it has written a ready state file; returns that state and a status summary.
     On failure every process it started is stopped and the state file removed."""
@@ -131,12 +131,12 @@ def start_detached(
         while True:
             code = supervisor.poll()
             if code is not None:
-                raise ClusterError(_failure(log_path, code))
+                raise DeploymentError(_failure(log_path, code))
             state = read_state(topology.state_dir)
             if state is not None and state.launcher_pid == supervisor.pid and state.ready:
                 break
             if time.monotonic() >= deadline:
-                raise ClusterError(f"the supervisor (pid {supervisor.pid}) did not report the cluster up within "
+                raise DeploymentError(f"the supervisor (pid {supervisor.pid}) did not report the cluster up within "
                                    f"{timeout + SUPERVISOR_START_SLACK_SECONDS:g} s; see {log_path}")
             time.sleep(POLL_SECONDS)
         return state, collect_status([node.address() for node in state.nodes])
@@ -189,7 +189,7 @@ def supervise_detached(topology: Topology, timeout: float) -> int:
         try:
             try:
                 wait_until_up(state, children, timeout)
-            except ClusterError as exc:
+            except DeploymentError as exc:
                 report(f"{FAILED_PREFIX}{exc}")
                 with launcher_signals_ignored():
                     stop_nodes(state, children)

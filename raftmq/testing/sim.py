@@ -196,19 +196,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SimulationFailure as failure:
             failures.append(failure)
             first_line = failure.reason.splitlines()[0]
-            print(f"FAIL seed {seed} at step {failure.step}: {first_line}", flush=True)
+            _say(f"FAIL seed {seed} at step {failure.step}: {first_line}", flush=True)
             if len(failures) == 1 or args.verbose:
-                print(f"  {failure}".replace("\n", "\n  "), flush=True)
+                _say(f"  {failure}".replace("\n", "\n  "), flush=True)
             continue
         if args.verbose:
-            print(result.summary(), flush=True)
+            _say(result.summary(), flush=True)
     elapsed = time.monotonic() - started
-    print(
+    _say(
         f"{args.seeds} seeds x {args.steps} steps, {args.replicas} replicas: "
         f"{len(failures)} failed ({elapsed:.1f} s)"
     )
     return 1 if failures else 0
 
 
+def _say(*parts: object, flush: bool = True) -> None:
+    """One line of the command's report on stdout (the simulator runs without click or rich)."""
+    sys.stdout.write(" ".join(str(part) for part in parts) + "\n")
+    if flush:
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

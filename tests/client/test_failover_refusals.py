@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from raftmq.client import FailoverEvent, SubscriptionEnded, connect, connect_failover
-from raftmq.embedded import free_ports
+from raftmq.processes import free_ports
 from raftmq.errors import BrokerRefused
 
 pytestmark = pytest.mark.integration

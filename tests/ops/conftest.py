@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.embedded import free_ports
+from raftmq.processes import free_ports
 
 
 def group_file_text(name: str, data_dir: Path, ports: list[int], size: int = 3, admin: bool = True) -> str:

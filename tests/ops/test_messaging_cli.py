@@ -18,7 +18,8 @@ from click.testing import CliRunner, Result
 
 from raftmq.cli import main
 from raftmq.embedded import EmbeddedBroker, free_ports
-from raftmq.ops.launcher import ClusterState, NodeProcess, process_start_time, write_state
+from raftmq.ops.launcher import DeploymentState, NodeProcess, write_state
+from raftmq.processes import process_start_time
 
 pytestmark = pytest.mark.integration
 
@@ -170,7 +171,7 @@ def test_commands_default_to_the_running_local_cluster(embedded: EmbeddedBroker,
                        process_start_time(pid) or 0, argv, str(tmp_path / "node.log"))
     state_dir = tmp_path / ".raftmq"
     state_dir.mkdir()
-    write_state(ClusterState("default", str(state_dir), (node,)))
+    write_state(DeploymentState("default", str(state_dir), (node,)))
     monkeypatch.chdir(tmp_path)
     queue = fresh_queue("local")
     assert run("send", queue, "to the local cluster").exit_code == 0

@@ -17,14 +17,13 @@ from raftmq.ops.launcher import (
     GAVE_UP,
     RESTARTING,
     RUNNING,
-    ClusterState,
+    DeploymentState,
     NodeProcess,
-    process_argv,
-    process_start_time,
     read_state,
     start_node,
     write_state,
 )
+from raftmq.processes import process_argv, process_start_time
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.ops.topology import RestartPolicy
 
@@ -49,7 +48,7 @@ class Rig:
         node = NodeProcess("g", "a", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", process.pid,
                            process_start_time(process.pid) or 0, argv, str(self.log))
         self.state_dir = tmp_path
-        write_state(ClusterState("t", str(tmp_path), (node,)))
+        write_state(DeploymentState("t", str(tmp_path), (node,)))
         self.clock = Clock()
         self.lines: list[str] = []
         self.supervisor = Supervisor(read_state(tmp_path), {process.pid: process}, policy, self.lines.append, self.clock)  # type: ignore[arg-type]
@@ -179,7 +178,7 @@ def test_a_node_that_is_not_our_child_is_noticed_through_proc(tmp_path: Path) ->
         while process_argv(sleeper.pid) != tuple(sleeper.args) and time.monotonic() < deadline:
             time.sleep(0.01)
         node = NodeProcess("g", "b", "", "", "", sleeper.pid, process_start_time(sleeper.pid) or 0, tuple(sleeper.args), "nolog")
-        write_state(ClusterState("t", str(tmp_path), (node,)))
+        write_state(DeploymentState("t", str(tmp_path), (node,)))
         lines: list[str] = []
         supervisor = Supervisor(read_state(tmp_path), {}, RestartPolicy("never"), lines.append)  # type: ignore[arg-type]
         supervisor.poll()

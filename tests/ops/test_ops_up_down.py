@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from raftmq.ops.launcher import (
-    ClusterState,
+    DeploymentState,
     is_our_node,
     launcher_alive,
     read_state,
@@ -40,7 +40,7 @@ def status_json(config: Path, cwd: Path, code: int = 0) -> dict:
     return json.loads(result.stdout)
 
 
-def cleanup(state: ClusterState | None) -> None:
+def cleanup(state: DeploymentState | None) -> None:
     if state is not None:
         stop_nodes(state, grace=2.0)
 
@@ -48,7 +48,7 @@ def cleanup(state: ClusterState | None) -> None:
 def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Path) -> None:
     config = write_group("g1")
     state_dir = tmp_path / "g1"
-    state: ClusterState | None = None
+    state: DeploymentState | None = None
     try:
         up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
         state = read_state(state_dir)
@@ -112,7 +112,7 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
 def test_attached_up_stops_the_cluster_on_ctrl_c(write_group: WriteGroup, tmp_path: Path) -> None:
     config = write_group("g2")
     state_dir = tmp_path / "g2"
-    state: ClusterState | None = None
+    state: DeploymentState | None = None
     output = tmp_path / "up.out"
     with open(output, "wb") as out:
         up = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--config", str(config), "--timeout", "25"],
@@ -153,7 +153,7 @@ def test_down_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
                                   tuple(bystander.args), "log")
         assert not is_our_node(wrong_argv) and not is_our_node(wrong_start)
         assert is_our_node(NodeProcess("g", "n3", "", "", "", bystander.pid, start, tuple(bystander.args), "log"))
-        write_state(ClusterState("t", str(tmp_path), (wrong_argv, wrong_start)))
+        write_state(DeploymentState("t", str(tmp_path), (wrong_argv, wrong_start)))
         group = tmp_path / "g.toml"
         group.write_text(f'[group]\nname = "g"\ndata_dir = "{tmp_path}"\n[[node]]\nid = "n1"\nclient = "127.0.0.1:1"\nraft = "127.0.0.1:2"\nadmin = "127.0.0.1:3"\n')
         down = raftmq("down", "--config", str(group), "--timeout", "1", cwd=tmp_path)
@@ -176,7 +176,7 @@ def test_down_lets_the_supervisor_stop_and_reap_its_nodes(write_group: WriteGrou
     # Before: `down` told the supervisor to let go (SIGUSR1) and stopped the nodes itself, so
     # they were re-parented while stopping and, where PID 1 does not reap, left as zombies.
     config = write_group("g1")
-    state: ClusterState | None = None
+    state: DeploymentState | None = None
     try:
         up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
         state = read_state(tmp_path / "g1")

@@ -19,7 +19,7 @@ import pytest
 
 from raftmq.ops.launcher import (
     DOWN,
-    ClusterState,
+    DeploymentState,
     NodeProcess,
     is_our_node,
     launcher_alive,
@@ -74,7 +74,7 @@ def running_with(argument: str) -> list[int]:
     return found
 
 
-def cleanup(states: list[ClusterState | None]) -> None:
+def cleanup(states: list[DeploymentState | None]) -> None:
     for state in states:
         if state is None:
             continue
@@ -85,7 +85,7 @@ def cleanup(states: list[ClusterState | None]) -> None:
 
 def test_test_preset_end_to_end(tmp_path: Path) -> None:
     state_dir = tmp_path / ".raftmq"
-    seen: list[ClusterState | None] = []
+    seen: list[DeploymentState | None] = []
     try:
         up = raftmq("up", "--detach", "--preset", "test", "--timeout", "25", cwd=tmp_path)
         state = read_state(state_dir)
@@ -136,7 +136,7 @@ def test_on_failure_restarts_and_down_survives_a_killed_supervisor(write_group: 
     topology = tmp_path / "topo.toml"
     topology.write_text(f'[topology]\ndata_dir = "{state_dir}"\nrestart = "on-failure"\nrestart_backoff_ms = 100\n'
                         '[[group]]\nfile = "g1.toml"\n')
-    seen: list[ClusterState | None] = []
+    seen: list[DeploymentState | None] = []
     try:
         up = raftmq("up", "--detach", "--config", str(topology), "--timeout", "25", cwd=tmp_path)
         state = read_state(state_dir)
@@ -174,7 +174,7 @@ def test_attached_up_reports_restarts_and_stops_its_nodes_for_down(write_group: 
     config = write_group("g2")
     state_dir = tmp_path / "g2"
     output = tmp_path / "up.out"
-    seen: list[ClusterState | None] = []
+    seen: list[DeploymentState | None] = []
     with open(output, "wb") as out:
         up = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--config", str(config), "--restart", "on-failure",
                                "--timeout", "25"], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)

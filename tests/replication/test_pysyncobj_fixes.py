@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,11 +24,16 @@ from pysyncobj.transport import TCPTransport
 
 from raftmq.core.commands import Send
 from raftmq.errors import ConfigError
+from raftmq.processes import free_port
 from raftmq.replication import pysyncobj_fixes as fixes
 from raftmq.replication import wire
-from raftmq.replication.pysyncobj_fixes import DurableJournal, HardenedSyncObj, check_raft_address
-from raftmq.replication.raft_log import encode_entry
 from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.pysyncobj_fixes import (
+    DurableJournal,
+    HardenedSyncObj,
+    check_raft_address,
+)
+from raftmq.replication.raft_log import encode_entry
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +46,6 @@ def fix_switches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     fixes.enabled.update({name: True for name in fixes.FIX_NAMES})
     fixes.apply_module_fixes()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.005) -> bool:

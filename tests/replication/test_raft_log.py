@@ -21,10 +21,22 @@ import msgpack
 import pytest
 
 from raftmq.core.commands import Command, Send
-from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
+from raftmq.errors import (
+    CommandCodecError,
+    CommitFailed,
+    ConfigError,
+    NotLeader,
+    RaftmqError,
+)
+from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.raft_log import RaftLog, RaftSettings, decode_entry, encode_entry
+from raftmq.replication.raft_log import (
+    RaftLog,
+    RaftSettings,
+    decode_entry,
+    encode_entry,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +52,6 @@ def load_harness() -> Any:
 
 
 harness = load_harness()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def send(ident: str, body: bytes = b"b" * 100) -> Send:

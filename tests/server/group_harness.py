@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import queue
 import random
 import signal
@@ -20,9 +19,10 @@ from typing import Any
 import stomp
 from stomp_raw import stomp_connection
 
+from raftmq import processes
 from raftmq.client import StompClient, connect
-from raftmq.embedded import free_ports
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.processes import free_ports
 from raftmq.protocol.frame import REDIRECT_HEADER
 
 READY_TIMEOUT = 20.0
@@ -84,37 +84,28 @@ class Group:
         for node_id in ids:
             member = self.members[node_id]
             assert not member.alive, f"{node_id} is running"
-            with open(member.stdout_path, "wb") as stdout, open(member.stderr_path, "ab") as stderr:
-                member.proc = subprocess.Popen(
-                    [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
-                    stdout=stdout, stderr=stderr,
-                )
+            member.proc = processes.spawn(
+                [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
+                member.stdout_path, member.stderr_path,
+            )
         if wait:
             for node_id in ids:
                 self.wait_ready(node_id)
 
     def wait_ready(self, node_id: str) -> None:
         member = self.members[node_id]
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if READY_LINE in member.stdout_path.read_text(errors="replace"):
-                return
-            if not member.alive:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"{node_id} not ready (exit {member.proc.poll() if member.proc else None}): {member.stderr()[-3000:]}")
+        assert member.proc is not None
+        processes.wait_for_line(member.proc, member.stdout_path, READY_LINE, READY_TIMEOUT, errors=member.stderr_path)
 
     def signal(self, node_id: str, sig: int) -> None:
         member = self.members[node_id]
         assert member.proc is not None
-        os.kill(member.proc.pid, sig)
+        processes.send_signal(member.proc.pid, signal.Signals(sig))
 
     def kill(self, node_id: str) -> None:
         member = self.members[node_id]
         if member.proc is not None:
-            if member.proc.poll() is None:
-                os.kill(member.proc.pid, signal.SIGKILL)
-            member.proc.wait(timeout=10)
+            processes.kill(member.proc)
 
     def wait_exit(self, node_id: str, timeout: float = 15.0) -> int:
         member = self.members[node_id]
@@ -122,13 +113,8 @@ class Group:
         return member.proc.wait(timeout=timeout)
 
     def close(self) -> None:
-        for node_id, member in self.members.items():
-            if member.proc is not None and member.proc.poll() is None:
-                try:
-                    os.kill(member.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            self.kill(node_id)
+        for node_id in self.members:
+            self.kill(node_id)  # SIGCONT first: a paused member dies at once
 
     # -- observation -----------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import select
 import signal
@@ -17,10 +16,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import stomp
 
+from raftmq import processes
 from raftmq.config import NodeConfig
+from raftmq.processes import free_port
 from raftmq.replication.commit_log import CommitLog
 from raftmq.server.node import Node
 
@@ -44,13 +46,26 @@ def frame_bytes(command: str, headers: dict[str, str] | None = None, body: bytes
 
 
 class RawClient:
-    """A blocking socket speaking hand-written STOMP."""
+    """A blocking socket speaking hand-written STOMP. Every one still open is closed when its
+    test ends (`close_all`, from tests/conftest.py)."""
+
+    open_clients: ClassVar[list[RawClient]] = []
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.sock = socket.create_connection(address, timeout=WAIT)
         self.buf = b""
         self.heartbeats = 0
         self.closed = False
+        RawClient.open_clients.append(self)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    @classmethod
+    def close_all(cls) -> None:
+        clients, cls.open_clients[:] = list(cls.open_clients), []
+        for client in clients:
+            client.close()
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -192,12 +207,6 @@ def connect(address: tuple[str, int], version: str = "1.2", headers: dict | None
     return conn, listener
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class NodeProcess:
     """`python -m raftmq node` as a real subprocess, started and killed by pid."""
 
@@ -242,10 +251,15 @@ class NodeProcess:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
+    def _close_pipes(self) -> None:
+        self._stderr_reader.join(timeout=5)  # ends at the pipe's EOF, once the process is gone
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        processes.kill(self.proc)  # type: ignore[arg-type]  # a text-mode Popen
+        self._close_pipes()
 
 
 class InProcessNode:

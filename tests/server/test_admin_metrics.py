@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from stomp_raw import connect
 
 from raftmq.config import load_group_config, load_node_config
-from raftmq.embedded import free_ports
 from raftmq.errors import ConfigError
+from raftmq.processes import free_ports
 
 pytestmark = pytest.mark.integration
 

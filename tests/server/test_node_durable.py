@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raftmq.client import connect
-from raftmq.embedded import free_ports
+from raftmq.processes import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -20,8 +20,8 @@ import stomp
 from group_harness import Group, connect_leader
 from stomp_raw import Listener, RawClient, frame_bytes
 
-from raftmq.embedded import free_ports
 from raftmq.errors import BrokerRefused, ClientError
+from raftmq.processes import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -18,7 +18,7 @@ import pytest
 import stomp
 from group_harness import READY_LINE, Group
 
-from raftmq.embedded import free_ports
+from raftmq.processes import free_ports
 from raftmq.logs import LEVEL_ENV, LOG_FILE_NAME
 
 pytestmark = pytest.mark.integration

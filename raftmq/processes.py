@@ -1,0 +1,167 @@
+"""Process control, the one implementation `raftmq up`, the benchmarks, the tests and the chaos
+harness share: free loopback ports, starting a process with its output in a file, waiting for
+its readiness line, signalling and stopping it by pid, and telling whether a pid is still the
+process we started (pids are reused).
+
+Every wait is bounded; nothing here finds processes by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from raftmq.errors import RaftmqError
+
+LOOPBACK = "127.0.0.1"
+POLL_SECONDS = 0.05
+# Right after fork+exec the kernel shows an empty cmdline for a moment.
+EMPTY_CMDLINE_WAIT_SECONDS = 0.5
+KILL_WAIT_SECONDS = 10.0
+
+
+class ProcessNotReady(RaftmqError):
+    """A started process exited, or did not print its readiness line in time."""
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """`count` distinct ports free on `host` right now (held open together while picked, so
+    they differ; another process may still take one before it is bound)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    return free_ports(1, host)[0]
+
+
+def spawn(
+    argv: Sequence[str],
+    stdout_path: Path,
+    stderr_path: Path | None = None,
+    *,
+    append: bool = False,
+    note: str | None = None,
+    cwd: Path | None = None,
+    new_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start `argv` with stdout to `stdout_path` and stderr to `stderr_path` (None: into the same
+    file). `note` is written first (a restart marker in an appended log); `new_session` detaches
+    the process from our terminal's signals (`raftmq up`'s members)."""
+    mode = "ab" if append else "wb"
+    with contextlib.ExitStack() as files:
+        stdout = files.enter_context(open(stdout_path, mode))
+        if note is not None:
+            stdout.write(f"--- {note} ---\n".encode())
+            stdout.flush()
+        stderr = subprocess.STDOUT if stderr_path is None else files.enter_context(open(stderr_path, "ab"))
+        return subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd, start_new_session=new_session
+        )
+
+
+def wait_for_line(
+    proc: subprocess.Popen[bytes], path: Path, text: str, timeout: float, errors: Path | None = None
+) -> None:
+    """Wait until `text` appears in `path` (the process's output); raise `ProcessNotReady` naming
+    the end of `errors` (or of `path`) if the process exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(POLL_SECONDS)
+    tail = _tail(errors or path)
+    state = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready in {timeout:.0f} s"
+    raise ProcessNotReady(f"pid {proc.pid} {state}: {tail}")
+
+
+def send_signal(pid: int, sig: signal.Signals) -> bool:
+    """Signal `pid`; False when it no longer exists."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill(proc: subprocess.Popen[bytes], timeout: float = KILL_WAIT_SECONDS) -> int | None:
+    """SIGKILL (after SIGCONT, so a stopped process dies at once) and reap; the exit status."""
+    if proc.poll() is None:
+        send_signal(proc.pid, signal.SIGCONT)
+        send_signal(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        return proc.wait(timeout=timeout)
+    return None
+
+
+def terminate(proc: subprocess.Popen[bytes], grace: float) -> int | None:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL; reaped either way."""
+    if proc.poll() is None:
+        send_signal(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=grace)
+    return kill(proc)
+
+
+# -- is this pid still the process we started? -------------------------------------------------
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time in clock ticks since boot, or None when there is no such live process (a
+    zombie counts as gone: it has exited, only its exit status waits to be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_argv(pid: int) -> tuple[str, ...] | None:
+    """The argv in /proc/<pid>/cmdline; None once the process is gone. An empty one (just after
+    exec) is read again, boundedly, before it is believed."""
+    deadline = time.monotonic() + EMPTY_CMDLINE_WAIT_SECONDS
+    while True:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return None
+        if cmdline or time.monotonic() >= deadline:
+            return tuple(part.decode(errors="replace") for part in cmdline.split(b"\0") if part)
+        time.sleep(0.005)
+
+
+def is_same_process(pid: int, start_time: int, argv: tuple[str, ...]) -> bool:
+    """True while `pid` is still the process we recorded (same argv, same start time)."""
+    return pid > 0 and process_start_time(pid) == start_time and process_argv(pid) == argv
+
+
+def own_identity() -> tuple[int, int, tuple[str, ...]]:
+    """(pid, start time, argv) of this process."""
+    pid = os.getpid()
+    return pid, process_start_time(pid) or 0, process_argv(pid) or ()
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-size:]
+    except OSError:
+        return ""
