@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
-
 from bench_cases import CASES, bench_command, declare_queue, new_destination, run_bench
 from node_group import NodeGroup, install_signal_handlers
+from rich.console import Console
+from rich.table import Table
 
 console = Console(width=None if sys.stdout.isatty() else 120)
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-
 from failover_load import FailoverProducer, drain
 from node_group import NodeGroup, install_signal_handlers
+from rich.console import Console
+from rich.table import Table
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 # Reconnect fast and keep trying: a kill must cost an election, not the client's back-off.

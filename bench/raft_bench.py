@@ -31,7 +31,8 @@ from raftmq.core.commands import Send
 from raftmq.errors import RaftmqError
 from raftmq.logs import configure_logging
 from raftmq.processes import free_port
-from raftmq.replication.raft_log import RaftLog, RaftSettings
+from raftmq.replication.raft_log import RaftLog
+from raftmq.replication.raft_settings import RaftSettings
 
 # ---------------------------------------------------------------------------------------------
 # member process

@@ -26,14 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-
 from bench_cases import (
-    CASES, COUNTS, METRICS, bench_command, combine, declare_queue, new_destination, ratios, run_bench, targets,
+    CASES,
+    COUNTS,
+    METRICS,
+    bench_command,
+    combine,
+    declare_queue,
+    new_destination,
+    ratios,
+    run_bench,
+    targets,
 )
 from node_group import NodeGroup, install_signal_handlers
 from peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason
+from rich.console import Console
+from rich.table import Table
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 from raftmq.client.sync import Client
 from raftmq.config import GroupConfig, GroupMember, NodeConfig, split_address
-from raftmq.errors import RaftmqError
+from raftmq.errors import EmbeddedBrokerError
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports
 from raftmq.server.admin import AdminServer
@@ -56,10 +56,6 @@ DEFAULT_START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0  # a graceful stop of every node (hand-overs and drains are bounded inside)
 LEADER_POLL_SECONDS = 0.02
 LOOPBACK = "127.0.0.1"
-
-
-class EmbeddedBrokerError(RaftmqError):
-    """The embedded broker could not start, or was used in the wrong state."""
 
 
 @dataclass

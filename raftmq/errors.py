@@ -1,7 +1,36 @@
 """The one error hierarchy of raftmq.
 
 Every error raftmq raises on purpose derives from `RaftmqError`, so callers can tell our
-failures from bugs.
+failures from bugs (a bare `Exception` from raftmq is a bug)::
+
+    RaftmqError
+    ├── ConfigError                    a configuration file or option is invalid (names file and key)
+    │   └── InvalidFailoverUrl         a failover: URL or option
+    ├── ProtocolError                  bytes that are not valid STOMP, or break a limit (→ ERROR frame)
+    │   └── FrameTooLarge
+    ├── CodecError                     stored or replicated bytes this version cannot read
+    │   ├── CommandCodecError          a replicated command
+    │   └── SnapshotError              a broker snapshot
+    ├── StorageError                   what is on disk cannot be used
+    │   ├── JournalCorrupt             a body-journal segment failed verification
+    │   ├── RaftJournalError           the Raft journal or snapshot is unreadable
+    │   └── BodyUnavailable            a referenced body is missing here or failed its checksum
+    ├── ReplicationError               the group did not (certainly) commit; `retriable`
+    │   ├── NotLeader                  this node does not lead; `leader` names who does, if known
+    │   └── CommitFailed               outcome unknown (leader change, timeout, stopped)
+    ├── WireError                      a Raft peer broke the wire protocol (connection closed)
+    ├── RelayRefused                   a follower will not relay to that leader (TLS mismatch)
+    ├── SelectorError                  a JMS selector does not parse
+    ├── InvariantViolated              the broker core found its own state inconsistent (a bug: stop)
+    ├── ClientError                    raised by raftmq.client
+    │   ├── BrokerRefused              the broker answered ERROR
+    │   ├── RedirectLimitExceeded      too many leader redirects
+    │   ├── FailoverExhausted          every reconnect attempt failed
+    │   ├── SubscriptionEnded          the subscription ended cleanly
+    │   └── TransactionRolledBack      the connection carrying the transaction broke
+    ├── DeploymentError                `raftmq up` / `down` cannot proceed
+    ├── ProcessNotReady                a started process exited or never became ready
+    └── EmbeddedBrokerError            the embedded broker could not start, or was misused
 """
 
 from __future__ import annotations
@@ -30,8 +59,16 @@ class FrameTooLarge(ProtocolError):
     """A frame, header line or header count broke a configured limit."""
 
 
-class CommandCodecError(RaftmqError):
+class CodecError(RaftmqError):
+    """Stored or replicated bytes this version cannot read (or a value it cannot write)."""
+
+
+class CommandCodecError(CodecError):
     """A replicated command could not be encoded or decoded (unknown version or type)."""
+
+
+class SnapshotError(CodecError, ValueError):
+    """The data is not a broker snapshot this version can read."""
 
 
 class ConfigError(RaftmqError):
@@ -40,6 +77,26 @@ class ConfigError(RaftmqError):
 
 class ClientError(RaftmqError):
     """Raised by raftmq.client: the broker refused or the connection failed."""
+
+
+class RedirectLimitExceeded(ClientError):
+    """A group's nodes kept naming other nodes as leader for more than `maxRedirects` hops."""
+
+
+class FailoverExhausted(ClientError):
+    """Every reconnect attempt allowed by `maxReconnectAttempts` failed."""
+
+
+class SubscriptionEnded(ClientError):
+    """The subscription ended cleanly (unsubscribed or disconnected)."""
+
+
+class TransactionRolledBack(ClientError):
+    """The connection carrying the transaction broke; the broker rolled it back."""
+
+
+class InvalidFailoverUrl(ConfigError, ValueError):
+    """A failover URL or option is malformed; the message names the part at fault."""
 
 
 class BrokerRefused(ClientError):
@@ -51,7 +108,14 @@ class BrokerRefused(ClientError):
         self.body = body
 
 
-class NotLeader(RaftmqError):
+class ReplicationError(RaftmqError):
+    """The group did not commit the command, or cannot say whether it did. `retriable`: sending
+    it again (with its duplicate-detection id) is safe and may succeed, e.g. at the new leader."""
+
+    retriable = True
+
+
+class NotLeader(ReplicationError):
     """This node is not the leader of its group; `leader` names the leader's client address if known."""
 
     def __init__(self, leader: str | None) -> None:
@@ -59,12 +123,16 @@ class NotLeader(RaftmqError):
         self.leader = leader
 
 
+class WireError(RaftmqError):
+    """A Raft peer broke the wire protocol; the connection is closed (never raised to pysyncobj)."""
+
+
 class RelayRefused(RaftmqError):
     """A follower will not relay a client to the node at the leader's address (a TLS
     certificate that is not the group's)."""
 
 
-class CommitFailed(RaftmqError):
+class CommitFailed(ReplicationError):
     """A command's outcome is unknown or it was not committed (leader change, timeout)."""
 
 
@@ -72,7 +140,23 @@ class SelectorError(RaftmqError):
     """A JMS selector on SUBSCRIBE could not be parsed."""
 
 
-class JournalCorrupt(RaftmqError):
+class InvariantViolated(RaftmqError):
+    """The broker core found its own state inconsistent: a bug. Replicas must stop, not skip."""
+
+
+class StorageError(RaftmqError):
+    """What is on disk cannot be used."""
+
+
+class RaftJournalError(StorageError):
+    """The Raft journal or snapshot on disk is unreadable; the node refuses to start."""
+
+
+class BodyUnavailable(StorageError):
+    """A referenced body is not in this member's journal (or failed its checksum)."""
+
+
+class JournalCorrupt(StorageError):
     """A journal segment failed verification where a torn write cannot explain it.
 
     Bad CRC, bad magic, an unsupported format or inconsistent batch contents. `path` and
@@ -88,3 +172,15 @@ class JournalCorrupt(RaftmqError):
         self.reason = reason
         self.path = path
         self.offset = offset
+
+
+class DeploymentError(RaftmqError):
+    """`up` / `down` cannot proceed; the message is one line naming the problem."""
+
+
+class ProcessNotReady(RaftmqError):
+    """A started process exited, or did not print its readiness line in time."""
+
+
+class EmbeddedBrokerError(RaftmqError):
+    """The embedded broker could not start, or was used in the wrong state."""

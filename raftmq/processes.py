@@ -17,17 +17,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from raftmq.errors import RaftmqError
+from raftmq.errors import ProcessNotReady
 
 LOOPBACK = "127.0.0.1"
 POLL_SECONDS = 0.05
 # Right after fork+exec the kernel shows an empty cmdline for a moment.
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5
 KILL_WAIT_SECONDS = 10.0
-
-
-class ProcessNotReady(RaftmqError):
-    """A started process exited, or did not print its readiness line in time."""
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:

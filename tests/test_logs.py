@@ -18,8 +18,15 @@ from click.testing import CliRunner
 
 import raftmq
 from raftmq.cli import main
-from raftmq.logs import LEVEL_ENV, REDACTED, configure_logging, our_handlers, parse_level, reset_logging
-from raftmq.replication.pysyncobj_fixes import DurableJournal
+from raftmq.logs import (
+    LEVEL_ENV,
+    REDACTED,
+    configure_logging,
+    our_handlers,
+    parse_level,
+    reset_logging,
+)
+from raftmq.replication.pysyncobj import RaftJournal
 from raftmq.storage import journal as journal_module
 from raftmq.storage.journal import Journal
 from raftmq.storage.records import Record
@@ -174,7 +181,7 @@ def test_slow_raft_journal_fsync_is_logged(tmp_path: Path, monkeypatch: pytest.M
     path = tmp_path / "node.jsonl"
     configure_logging(json_path=path, console=False)
     raft_path = str(tmp_path / "raft.journal")
-    journal = DurableJournal(raft_path)
+    journal = RaftJournal(raft_path)
     real_fdatasync = os.fdatasync
 
     def slow_fdatasync(fd: int) -> None:

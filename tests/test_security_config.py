@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from raftmq.app.group import raft_settings
 from raftmq.config import GroupConfig, NodeConfig, load_group_config, load_node_config
 from raftmq.errors import ConfigError
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import AclEntry, Security, SecurityConfig
-from raftmq.app.group import raft_settings
 
 REPO = Path(__file__).resolve().parents[1]
 HASH = hash_password("pw", n=16, r=1, p=1)

@@ -15,14 +15,21 @@ from dataclasses import dataclass
 
 import structlog
 
+from raftmq.app.run import (
+    ReadyCallback,
+    new_event_loop,
+    raise_fd_limit,
+    run_until_stopped,
+    setup_logging,
+)
 from raftmq.config import GroupConfig, split_address
 from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
-from raftmq.replication.raft_log import RaftLog, RaftSettings
+from raftmq.replication.raft_log import RaftLog
+from raftmq.replication.raft_settings import RaftSettings
 from raftmq.replication.wire import group_secret
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.app.run import ReadyCallback, new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
 from raftmq.server.node import Node
 
 log = structlog.get_logger("raftmq.app.group")

@@ -12,6 +12,7 @@ in several places (its session, its queue's consumers, its topic, group owners).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from heapq import heapify
 from typing import TYPE_CHECKING, Any
 
@@ -258,3 +259,30 @@ def _load(broker: Broker, data: dict[str, Any]) -> Broker:
     broker._expiry_heap = heap
     broker._expiring = len(heap)
     return broker
+
+
+def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
+    """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
+    or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight
+    messages of queues and subscriptions, and sends inside open transactions.
+    tests/server/test_group_bodies.py pins this against a real broker."""
+
+    def messages_of(store: dict[str, Any] | None) -> Iterator[list[Any]]:
+        if store is not None:
+            for lane in store["lanes"]:
+                for _token, message in lane:
+                    yield message
+
+    for store in dump["queues"]:
+        for message in messages_of(store):
+            yield message[3]
+    for sub in dump["subscriptions"]:
+        for _seq, message in sub["in_flight"]:
+            yield message[3]
+        for message in messages_of(sub["store"]):
+            yield message[3]
+    for session in dump["sessions"]:
+        for _name, ops in session["transactions"]:
+            for op in ops:
+                if op[0] == "send":
+                    yield op[3]

@@ -26,10 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.config import split_address
-from raftmq.errors import RaftmqError
+from raftmq.errors import DeploymentError
 from raftmq.ops.status_view import NodeAddress, collect_status
 from raftmq.ops.topology import Topology
-from raftmq.processes import is_same_process, own_identity, process_start_time, send_signal, spawn
+from raftmq.processes import (
+    is_same_process,
+    own_identity,
+    process_start_time,
+    send_signal,
+    spawn,
+)
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
@@ -47,10 +53,6 @@ RUNNING = "running"
 RESTARTING = "restarting"  # exited; the supervisor starts it again after a back-off
 DOWN = "down"  # exited, not restarted (restart = "never", or a clean exit)
 GAVE_UP = "gave-up"  # exited once more after its restart limit
-
-
-class DeploymentError(RaftmqError):
-    """`up` / `down` cannot proceed; the message is one line naming the problem."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ means a new version here, which `tests/replication/test_command_codec.py` enforc
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import msgpack
 
 from raftmq.core import commands as c
 from raftmq.errors import CommandCodecError
+from raftmq.packing import thread_packer
 
 FORMAT_VERSION = 1
 
@@ -38,20 +38,6 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     13: (c.Noop, ("session", "now", "receipt")),
 }
 _CODE_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
-
-# `msgpack.packb` builds a Packer per call, and each Packer mallocs a 1 MiB buffer: most of the
-# cost of packing one small command. One Packer per thread (a Packer is not thread-safe),
-# reused; `pack` resets it after every call, also when packing raises.
-_packers = threading.local()
-
-
-def thread_packer() -> msgpack.Packer:
-    """This thread's reusable Packer (use_bin_type); `pack` returns bytes and resets it."""
-    try:
-        return _packers.packer  # type: ignore[no-any-return]
-    except AttributeError:
-        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
-        return packer
 
 
 def encode_batch(commands: Sequence[c.Command]) -> bytes:

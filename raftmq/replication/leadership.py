@@ -12,7 +12,7 @@ its term and asks for votes, and any higher term deposes the leader. Two consequ
   timeout ignores a real vote request too (unless the leader itself asked for the election by
   handing over leadership), and so does a leader that heard from a majority that recently.
   **Check-quorum**: a leader that has not heard from a majority within the minimum election
-  timeout steps down (`fallback` in pysyncobj_fixes).
+  timeout steps down (`fallback` in raftmq.replication.pysyncobj).
 
 - A leader that was paused (SIGSTOP, a long GC, a stalled VM) resumes believing it leads and
   writes deliveries it committed long ago, though a new leader has since redelivered them.

@@ -1,24 +1,24 @@
 """`RaftLog`: the CommitLog of a group member, replicated with (hardened) pysyncobj.
 
-Group commit: `append` queues commands on the event loop. With nothing in flight they go out
+Group commit: `propose` queues commands on the event loop. With nothing in flight they go out
 at once; a further entry (up to `max_in_flight_entries`) goes out at once only while the
 entries in flight are small (`light_load_bytes`); otherwise everything that arrives meanwhile
 is coalesced into the next entry, up to `max_entry_bytes` of encoded commands, lz4-compressed.
 The leader applies its own entries from the commands it built them from (no second decode). One Raft entry is therefore one
-`on_commit` call, and one fdatasync per replication message covers all of it.
+`apply` call, and one fdatasync per replication message covers all of it.
 
 Threads: pysyncobj's tick thread applies committed entries on every member and hands them to
-the event loop with `call_soon_threadsafe`, so `on_commit` runs on the loop, in log order. The
-leader's append futures complete after `on_commit` ran for their entry; they fail with
+the event loop with `call_soon_threadsafe`, so `apply` runs on the loop, in log order. The
+leader's proposal futures complete after `apply` ran for their entry; they fail with
 `NotLeader` (never submitted) or `CommitFailed` (leadership lost, timeout, apply error) and
 never report success for an entry whose outcome is unknown.
 
-`position` is the (index, term) of the entry `on_commit` is handling; the role listener
+`position` is the (index, term) of the entry `apply` is handling; the role listener
 (`set_role_listener`) hears of every leadership change on the loop, a lost leadership before
-the appends in flight fail; `snapshot_floor` bounds the index of the last durable snapshot.
+the proposals in flight fail; `snapshot_floor` bounds the index of the last durable snapshot.
 
-Snapshots: the node passes `snapshot() -> bytes` and `restore(bytes)`; both run on the loop, in
-order with `on_commit`. The tick thread waits (bounded) for the snapshot, so it reflects exactly
+Snapshots: the state machine's `snapshot() -> bytes` and `restore(bytes)` run on the loop, in
+order with `apply` (a restore that finishes later holds what follows until it has). The tick thread waits (bounded) for the snapshot, so it reflects exactly
 the entries applied so far. Compaction is triggered by journal bytes (`compact_after_bytes`).
 """
 
@@ -28,28 +28,31 @@ import asyncio
 import collections
 import concurrent.futures
 import os
-import struct
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import lz4.block
-import msgpack
 import structlog
 from pysyncobj import _RAFT_STATE
 
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
-from raftmq.replication.command_codec import decode_batch, encode_batch, thread_packer
-from raftmq.replication.pysyncobj_fixes import SUCCESS, DurableJournal, HardenedSyncObj
-from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, RoleListener, StateMachine
+from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.commit_log import (
+    CommitLog,
+    LogPosition,
+    LogStatus,
+    RoleListener,
+    StateMachine,
+)
+from raftmq.replication.entry_codec import decode_entry, encode_entry
+from raftmq.replication.handoff import OrderedHandoff
+from raftmq.replication.pysyncobj import SUCCESS, HardenedSyncObj, RaftJournal
+from raftmq.replication.raft_settings import RaftSettings, RaftStatus
 
 log = structlog.get_logger("raftmq.replication.raft_log")
 
-ENTRY_FORMAT = 1
-MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
 # The tick thread shares the GIL with the event loop. Each time it comes back from a system call
 # (poll, send, fdatasync) while the loop is busy applying an entry it waits for the loop to
 # give the GIL up: up to 5 ms at Python's default switch interval, several times per round
@@ -59,86 +62,7 @@ _FAIL_REASONS = {1: "queue full", 2: "no leader", 3: "discarded by a new leader"
                  6: "request denied", 7: "outcome unknown"}
 
 
-@dataclass(frozen=True, slots=True)
-class RaftSettings:
-    """One member's Raft settings. Timings are the tuned values measured in design.md §3
-    (stock pysyncobj: 50 ms ticks, 100 ms heartbeats, 0.4-1.4 s elections, 30 s fallback)."""
-
-    self_address: str  # "host:port" of this member's Raft port; bound exactly there
-    peers: tuple[str, ...]  # every member's Raft address (this one may be included)
-    data_dir: str  # journal, metadata and snapshot of this member
-    # Required unless every address is loopback; needs `cryptography`. Kept out of reprs.
-    password: str | None = field(default=None, repr=False)
-    # The group secret the Raft wire authenticates with (the password, or the group's generated
-    # one: raftmq.replication.wire.group_secret). None: the one beside `data_dir`.
-    secret: str | None = field(default=None, repr=False)
-    # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
-    tick_period: float = 0.005
-    append_entries_period: float = 0.02
-    # Failover within ~0.5 s; a member stalled longer than 0.3 s (GC, swap) triggers an election.
-    election_timeout_min: float = 0.3
-    election_timeout_max: float = 0.6
-    leader_fallback_timeout: float | None = None  # None: election_timeout_min
-    connection_timeout: float = 1.5
-    connection_retry: float = 0.25
-    # Group commit: entries of at most this many encoded bytes (a single larger append goes alone).
-    max_entry_bytes: int = 256 * 1024
-    # Entries in flight at once: 1 = send at once when idle, coalesce everything else meanwhile.
-    max_in_flight_entries: int = 2
-    # Past the first, a further entry goes out while others are in flight only if those hold at
-    # most this many encoded bytes (light load: a SEND does not wait behind a consumer's ACK
-    # entry); under heavier load everything that arrives meanwhile is coalesced instead, since
-    # every entry costs each member a round of Python work whatever its size.
-    light_load_bytes: int = 16 * 1024
-    append_entries_batch_bytes: int = 24 * 2**20  # also the hard limit of one entry (a 16 MiB body fits)
-    compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
-    commit_timeout: float = 5.0  # an append not committed by then fails (outcome unknown)
-    snapshot_timeout: float = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class RaftStatus:
-    node: str
-    leader: str | None  # Raft address
-    leader_client: str | None  # client address, when known
-    is_leader: bool
-    term: int
-    commit_index: int
-    last_applied: int  # applied in the tick thread
-    delivered_index: int  # handed to on_commit on the loop
-    journal_entries: int
-    journal_first_index: int  # first entry still in the Raft journal (past the last snapshot)
-    journal_bytes: int
-    fsyncs: int
-    apply_errors: int
-    last_apply_error: str | None
-    in_flight_entries: int
-    queued_appends: int
-
-
-def encode_entry(batches: Sequence[bytes]) -> bytes:
-    """One Raft entry: format byte + lz4 block (size-prefixed) of a msgpack list of encoded batches."""
-    return bytes([ENTRY_FORMAT]) + lz4.block.compress(thread_packer().pack(list(batches)), store_size=True)
-
-
-def decode_entry(entry: bytes) -> list[Command]:
-    if not entry or entry[0] != ENTRY_FORMAT:
-        raise CommandCodecError(f"unknown Raft entry format {entry[:1]!r}")
-    if len(entry) < 5:
-        raise CommandCodecError("truncated Raft entry")
-    (size,) = struct.unpack_from("<I", entry, 1)
-    if size > MAX_ENTRY_UNCOMPRESSED:
-        raise CommandCodecError(f"Raft entry claims {size} bytes uncompressed")
-    batches = msgpack.unpackb(lz4.block.decompress(entry[1:]), raw=False)
-    if not isinstance(batches, list):
-        raise CommandCodecError("Raft entry is not a list of batches")
-    commands: list[Command] = []
-    for batch in batches:
-        commands.extend(decode_batch(batch))
-    return commands
-
-
-def _first_index(journal: DurableJournal) -> int:
+def _first_index(journal: RaftJournal) -> int:
     """Index of the journal's first entry, 0 if none (read from the loop while the tick
     thread may be replacing the entries: a snapshot install empties them for an instant)."""
     try:
@@ -187,7 +111,7 @@ class RaftLog(CommitLog):
         self._failed_deliveries: set[int] = set()
         # Set while a restore finishes (StateMachine.restore returned a future): what the tick
         # thread hands over meanwhile waits here, in order.
-        self._held: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] | None = None
+        self._handoff = OrderedHandoff()
         self._apply_errors = 0
         self._last_apply_error: str | None = None
 
@@ -196,11 +120,12 @@ class RaftLog(CommitLog):
     async def start(self, machine: StateMachine) -> None:
         s = self.settings
         self._loop = asyncio.get_running_loop()
+        self._handoff.start(self._loop)
         self._machine = machine
         if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         os.makedirs(s.data_dir, exist_ok=True)
-        journal = await asyncio.to_thread(DurableJournal, os.path.join(s.data_dir, "raft.journal"))
+        journal = await asyncio.to_thread(RaftJournal, os.path.join(s.data_dir, "raft.journal"))
         # Constructed on the loop's thread: pysyncobj's tick thread stops when its creator exits.
         try:
             self._syncobj = self._make_syncobj(journal)
@@ -213,7 +138,7 @@ class RaftLog(CommitLog):
             await asyncio.to_thread(self._syncobj.destroy_synchronous)
             raise RaftmqError(f"cannot bind the Raft port {s.self_address}: {exc}") from None
 
-    def _make_syncobj(self, journal: DurableJournal) -> HardenedSyncObj:
+    def _make_syncobj(self, journal: RaftJournal) -> HardenedSyncObj:
         s = self.settings
         return HardenedSyncObj(
             s.self_address, list(s.peers), data_dir=s.data_dir, journal=journal,
@@ -400,9 +325,7 @@ class RaftLog(CommitLog):
         pending.timer = self._loop.call_later(self.settings.commit_timeout, self._expire, token)
 
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._in_order, self._settle, (token, result, error))
+        self._handoff.send(self._settle, token, result, error)
 
     def _settle(self, token: int, result: Any, error: int) -> None:
         pending = self._in_flight.pop(token, None)
@@ -485,26 +408,9 @@ class RaftLog(CommitLog):
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
-    def _in_order(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        """Run an apply, restore, snapshot or settlement now, or after the restore that holds
-        them (one whose state machine finishes later, fetching bodies) has finished."""
-        if self._held is not None:
-            self._held.append((fn, args))
-        else:
-            fn(*args)
-
-    def _release_held(self, _done: object) -> None:
-        held, self._held = self._held, None
-        while held:
-            fn, args = held.popleft()
-            fn(*args)
-            if self._held is not None:  # a restore among them holds again
-                self._held.extend(held)
-                return
-
     def _apply_in_tick_thread(self, index: int, term: int, entry: bytes) -> int:
         # Decoding happens on the loop: the tick thread stays free for heartbeats and I/O.
-        self._call_on_loop(self._in_order, self._deliver, (index, term, entry))
+        self._handoff.send(self._deliver, index, term, entry)
         return index
 
     def _deliver(self, index: int, term: int, entry: bytes) -> None:
@@ -556,11 +462,11 @@ class RaftLog(CommitLog):
             except BaseException as exc:
                 result.set_exception(exc)
 
-        self._loop.call_soon_threadsafe(self._in_order, take, ())
+        self._handoff.send(take)
         return result.result(timeout=self.settings.snapshot_timeout)
 
     def _restore_in_tick_thread(self, state: bytes, index: int) -> None:
-        self._call_on_loop(self._in_order, self._restore_on_loop, (state, index))
+        self._handoff.send(self._restore_on_loop, state, index)
 
     def _restore_on_loop(self, state: bytes, index: int) -> None:
         assert self._machine is not None
@@ -574,8 +480,7 @@ class RaftLog(CommitLog):
             self._restored(index)
         else:
             # Not applied up to `index` until the machine says so (status shows the old index).
-            self._held = collections.deque([(self._restored, (index,))])
-            finishing.add_done_callback(self._release_held)
+            self._handoff.hold_until(finishing, first=(self._restored, (index,)))
 
     def _restored(self, index: int) -> None:
         self._delivered_index = index

@@ -4,7 +4,7 @@ pysyncobj's own connection unpickles the first frame of any TCP connection befor
 so whoever can reach a member's Raft port can run code as the broker; and it grows its read
 buffer by concatenation, so one fast stream stalls the tick thread. `RaftConnection` and
 `RaftServer` replace its `TcpConnection` and `TcpServer` (same methods, same poller, same tick
-thread), and `DurableTransport` (pysyncobj_fixes) builds them.
+thread), and `DurableTransport` (raftmq.replication.pysyncobj.transport) builds them.
 
 A connection, both ways:
 

@@ -18,82 +18,24 @@ Segments are deleted once no durable snapshot can need them: see `collect`.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-import msgpack
 import structlog
 
 from raftmq.core.commands import Command, Send
-from raftmq.errors import JournalCorrupt
+from raftmq.core.snapshot import body_refs as iter_snapshot_refs
+from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
+from raftmq.storage.payload import KIND_MESSAGE, decode_body, encode_payload
 
 log = structlog.get_logger("raftmq.server.bodies")
 
-KIND_MESSAGE = 1  # payload: msgpack [destination, [[name, value], ...], body]
 SNAPSHOT_ATTEMPTS_KEPT = 16
 BodyKey = tuple[int, int]  # (raft index, ordinal); after a snapshot restore it may be a 2-list
 # Records of one Raft index as another member sends them: [(term, kind, payload), ...]
 IndexRecords = tuple[int, list[tuple[int, int, bytes]]]
-
-# `msgpack.packb` builds a Packer per call, and each Packer mallocs a 1 MiB buffer: most of the
-# cost of packing one small command. One Packer per thread (a Packer is not thread-safe),
-# reused; `pack` resets it after every call, also when packing raises.
-_packers = threading.local()
-
-
-def _packer() -> msgpack.Packer:
-    try:
-        return _packers.packer  # type: ignore[no-any-return]
-    except AttributeError:
-        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
-        return packer
-
-
-class BodyUnavailable(Exception):
-    """A referenced body is not in this member's journal (or failed its checksum)."""
-
-
-def encode_payload(send: Send) -> bytes:
-    # msgpack writes tuples as arrays: the same bytes as lists, without copying every header pair.
-    return _packer().pack((send.destination, send.headers, send.body))
-
-
-def decode_body(payload: bytes) -> bytes:
-    fields = msgpack.unpackb(payload, raw=False)
-    body = fields[2]
-    if not isinstance(body, bytes):
-        raise ValueError("journal record holds no message body")
-    return body
-
-
-def iter_snapshot_refs(dump: dict[str, Any]) -> Iterator[Any]:
-    """Every body held in a `Broker.snapshot()` dict (raftmq.core.snapshot format 1): ready
-    and in-flight messages of queues and subscriptions, and sends inside open transactions.
-    tests/server/test_group_bodies.py pins this against a real broker."""
-
-    def messages_of(store: dict[str, Any] | None) -> Iterator[list[Any]]:
-        if store is not None:
-            for lane in store["lanes"]:
-                for _token, message in lane:
-                    yield message
-
-    for store in dump["queues"]:
-        for message in messages_of(store):
-            yield message[3]
-    for sub in dump["subscriptions"]:
-        for _seq, message in sub["in_flight"]:
-            yield message[3]
-        for message in messages_of(sub["store"]):
-            yield message[3]
-    for session in dump["sessions"]:
-        for _name, ops in session["transactions"]:
-            for op in ops:
-                if op[0] == "send":
-                    yield op[3]
-
 
 class BodyStore:
     def __init__(self, journal: Journal, cache_bytes: int = 16 * 2**20) -> None:

@@ -26,8 +26,10 @@ from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, SessionError
+from raftmq.core.snapshot import body_refs
+from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import CommitLog
-from raftmq.server.bodies import BodyStore, BodyUnavailable, IndexRecords, iter_snapshot_refs
+from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.frames import browse_end_frame
 
 if TYPE_CHECKING:
@@ -213,7 +215,7 @@ class Replica:
         many there are and how many cannot be served from this node."""
         if self.bodies is None:
             return {"references": 0, "unreadable": 0}
-        refs = {(int(ref[0]), int(ref[1])) for ref in iter_snapshot_refs(self.broker.snapshot())}
+        refs = {(int(ref[0]), int(ref[1])) for ref in body_refs(self.broker.snapshot())}
         unreadable = 0
         for ref in refs:
             try:

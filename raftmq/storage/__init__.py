@@ -1,8 +1,4 @@
-"""Durable storage of message bodies: the journal of segment files (see docs/journal-format.md)."""
+"""Durable storage of message bodies: the journal of segment files (docs/journal-format.md).
 
-from __future__ import annotations
-
-from raftmq.storage.journal import BodyRef, Journal, SegmentInfo
-from raftmq.storage.records import Record
-
-__all__ = ["BodyRef", "Journal", "Record", "SegmentInfo"]
+`records` and `payload` are the pure formats (importable alone: the audit reads journals with
+them); `journal` and `segments` do the file I/O."""

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Console
+
 from raftmq.bench.options import BenchOptions
 from raftmq.bench.report import merge_results, render_table
 from raftmq.bench.worker import WorkerState
-from rich.console import Console
 
 
 def _worker(sends: list[tuple[int, int]], receives: list[tuple[int, int, bool]]) -> dict:

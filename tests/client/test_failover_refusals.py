@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from raftmq.client import FailoverEvent, SubscriptionEnded, connect, connect_failover
-from raftmq.processes import free_ports
 from raftmq.errors import BrokerRefused
+from raftmq.processes import free_ports
 
 pytestmark = pytest.mark.integration
 

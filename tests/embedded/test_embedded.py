@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from raftmq.client.sync import Client
-from raftmq.core.config import CoreConfig
 from raftmq.config import GroupConfig, GroupMember, NodeConfig
-from raftmq.embedded import EmbeddedBroker, EmbeddedBrokerError, free_ports
-from raftmq.errors import ClientError
+from raftmq.core.config import CoreConfig
+from raftmq.embedded import EmbeddedBroker
+from raftmq.errors import ClientError, EmbeddedBrokerError
+from raftmq.processes import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from raftmq.cli import main
-from raftmq.embedded import EmbeddedBroker, free_ports
+from raftmq.embedded import EmbeddedBroker
 from raftmq.ops.launcher import DeploymentState, NodeProcess, write_state
-from raftmq.processes import process_start_time
+from raftmq.processes import free_ports, process_start_time
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,15 @@ from raftmq.errors import ConfigError
 from raftmq.ops import cli as ops_cli
 from raftmq.ops import topology as topology_module
 from raftmq.ops.launcher import read_state
-from raftmq.ops.topology import PRESET_SOURCES, PRESETS, RestartPolicy, default_topology, load_topology, preset_path, preset_topology
+from raftmq.ops.topology import (
+    PRESET_SOURCES,
+    PRESETS,
+    RestartPolicy,
+    default_topology,
+    load_topology,
+    preset_path,
+    preset_topology,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
-from raftmq.processes import process_argv, process_start_time
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.ops.topology import RestartPolicy
+from raftmq.processes import process_argv, process_start_time
 
 pytestmark = pytest.mark.integration
 

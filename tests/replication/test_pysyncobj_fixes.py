@@ -1,7 +1,7 @@
 """Regression tests of the pysyncobj hardening: each fails with its fix turned off.
 
 To see one fail: `RAFTMQ_TEST_DISABLE_FIX=fsync pytest tests/replication/test_pysyncobj_fixes.py`
-(names: `pysyncobj_fixes.FIX_NAMES`). Groups here are SyncObj members in one process, each with
+(names: `raftmq.replication.pysyncobj.FIX_NAMES`). Groups here are SyncObj members in one process, each with
 its own tick thread and real TCP on 127.0.0.1: honest for everything but process faults, which
 tests/replication/test_raft_log.py covers with real processes.
 """
@@ -25,15 +25,15 @@ from pysyncobj.transport import TCPTransport
 from raftmq.core.commands import Send
 from raftmq.errors import ConfigError
 from raftmq.processes import free_port
-from raftmq.replication import pysyncobj_fixes as fixes
+from raftmq.replication import pysyncobj as fixes
 from raftmq.replication import wire
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.pysyncobj_fixes import (
-    DurableJournal,
+from raftmq.replication.entry_codec import encode_entry
+from raftmq.replication.pysyncobj import (
     HardenedSyncObj,
+    RaftJournal,
     check_raft_address,
 )
-from raftmq.replication.raft_log import encode_entry
 
 pytestmark = pytest.mark.integration
 
@@ -194,11 +194,11 @@ def test_snapshot_rename_and_metadata_are_fsynced(tmp_path: Any, monkeypatch: py
     pso_serializer.atomicReplace(str(tmp), str(dump))  # the name pysyncobj's Serializer calls
     assert str(tmp) in synced and str(tmp_path) in synced
     synced.clear()
-    journal = DurableJournal(str(tmp_path / "raft.journal"))
+    journal = RaftJournal(str(tmp_path / "raft.journal"))
     journal.setCurrentTerm(3, "127.0.0.1:1")
     assert str(tmp_path / "raft.journal.meta.tmp") in synced and str(tmp_path) in synced
     journal._destroy()
-    assert DurableJournal(str(tmp_path / "raft.journal")).getCurrentTerm() == 3
+    assert RaftJournal(str(tmp_path / "raft.journal")).getCurrentTerm() == 3
 
 
 # -- 2. journal without snapshot file ------------------------------------------------------------
@@ -517,7 +517,7 @@ def test_followers_never_delete_entries_they_already_hold(group: Any) -> None:
 
 def test_journal_round_trip_truncation_and_torn_tail(tmp_path: Any) -> None:
     path = str(tmp_path / "j")
-    journal = DurableJournal(path)
+    journal = RaftJournal(path)
     for idx in range(1, 8):
         journal.add(b"cmd%d" % idx, idx, 1 + idx // 4)
     journal.deleteEntriesFrom(5)  # drop 6, 7
@@ -527,7 +527,7 @@ def test_journal_round_trip_truncation_and_torn_tail(tmp_path: Any) -> None:
     journal._destroy()
     with open(path, "ab") as f:
         f.write(b"\x10\x00\x00\x00torn")  # a record header cut short by a crash
-    reopened = DurableJournal(path)
+    reopened = RaftJournal(path)
     assert list(reopened[:]) == [(b"cmd3", 3, 1), (b"cmd4", 4, 2), (b"cmd5", 5, 2), (b"new6", 6, 3)]
     assert reopened.size_bytes == os.path.getsize(path)
     reopened._destroy()
@@ -535,7 +535,7 @@ def test_journal_round_trip_truncation_and_torn_tail(tmp_path: Any) -> None:
 
 def test_journal_reserves_space_that_reads_as_its_end(tmp_path: Any) -> None:
     path = str(tmp_path / "j")
-    journal = DurableJournal(path)
+    journal = RaftJournal(path)
     for idx in range(1, 6):
         journal.add(b"cmd%d" % idx, idx, 1)
     journal.sync()
@@ -546,7 +546,7 @@ def test_journal_reserves_space_that_reads_as_its_end(tmp_path: Any) -> None:
     end = journal.size_bytes
     journal._destroy()
 
-    reopened = DurableJournal(path)  # the reserved zeros are no torn tail: nothing is cut
+    reopened = RaftJournal(path)  # the reserved zeros are no torn tail: nothing is cut
     assert list(reopened[:]) == [(b"cmd1", 1, 1), (b"cmd2", 2, 1), (b"cmd3", 3, 1), (b"new4", 4, 2)]
     assert reopened.size_bytes == end < os.path.getsize(path)
     reopened._destroy()
@@ -554,13 +554,13 @@ def test_journal_reserves_space_that_reads_as_its_end(tmp_path: Any) -> None:
     fd = os.open(path, os.O_WRONLY)  # a crash in the middle of writing record 5
     os.pwrite(fd, b"\x40\x00\x00\x00half a record", end)
     os.close(fd)
-    reopened = DurableJournal(path)
+    reopened = RaftJournal(path)
     assert [e[1] for e in reopened[:]] == [1, 2, 3, 4]
     assert reopened.size_bytes == end == os.path.getsize(path)
     reopened.add(b"cmd5", 5, 2)
     reopened.sync()
     reopened._destroy()
-    assert [e[0] for e in DurableJournal(path)[:]] == [b"cmd1", b"cmd2", b"cmd3", b"new4", b"cmd5"]
+    assert [e[0] for e in RaftJournal(path)[:]] == [b"cmd1", b"cmd2", b"cmd3", b"new4", b"cmd5"]
 
 
 def test_version_is_pinned() -> None:

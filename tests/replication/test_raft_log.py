@@ -31,12 +31,9 @@ from raftmq.errors import (
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.raft_log import (
-    RaftLog,
-    RaftSettings,
-    decode_entry,
-    encode_entry,
-)
+from raftmq.replication.entry_codec import decode_entry, encode_entry
+from raftmq.replication.raft_log import RaftLog
+from raftmq.replication.raft_settings import RaftSettings
 
 pytestmark = pytest.mark.integration
 

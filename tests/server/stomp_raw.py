@@ -58,9 +58,6 @@ class RawClient:
         self.closed = False
         RawClient.open_clients.append(self)
 
-    def close(self) -> None:
-        self.sock.close()
-
     @classmethod
     def close_all(cls) -> None:
         clients, cls.open_clients[:] = list(cls.open_clients), []

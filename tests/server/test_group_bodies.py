@@ -18,11 +18,14 @@ from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Begin, Connect, Disconnect, Send, Subscribe
 from raftmq.core.effects import Deliver
-from raftmq.server.admin import AdminServer, fetch_bodies
-from raftmq.server.bodies import KIND_MESSAGE, BodyStore, BodyUnavailable, decode_body, iter_snapshot_refs
+from raftmq.core.snapshot import body_refs as iter_snapshot_refs
+from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
+from raftmq.server.admin import AdminServer, fetch_bodies
+from raftmq.server.bodies import BodyStore
 from raftmq.server.node import Node
 from raftmq.storage.journal import Journal
+from raftmq.storage.payload import KIND_MESSAGE, decode_body
 
 pytestmark = pytest.mark.integration
 

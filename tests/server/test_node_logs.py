@@ -18,8 +18,8 @@ import pytest
 import stomp
 from group_harness import READY_LINE, Group
 
-from raftmq.processes import free_ports
 from raftmq.logs import LEVEL_ENV, LOG_FILE_NAME
+from raftmq.processes import free_ports
 
 pytestmark = pytest.mark.integration
 

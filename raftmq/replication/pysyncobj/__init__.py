@@ -1,0 +1,75 @@
+"""pysyncobj 0.3.17 made safe for raftmq, in our code (docs/replication.md lists the holes).
+
+Nothing here copies pysyncobj: we pass our own journal through its `journalFile` hook (via a
+wrapped `createJournal`), a `TCPTransport` subclass through `transportClass`, our own snapshot
+format through its `serializer`/`deserializer` hooks, override `_onTick`,
+`_checkCommandsToApply` and the private `__applyLogEntries` in a `SyncObj` subclass (each
+calls the original), and swap three module-level names (the pickle protocol, the zlib used on
+the wire, the rename used for snapshot files). Importing this module with any pysyncobj but
+0.3.17 raises ImportError.
+
+Modules: `patches` (the version check, the fix switches, module-level swaps, shared helpers),
+`raft_journal` (the journal and snapshot files; their bytes are
+`raftmq.replication.raft_journal_format`, docs/raft-journal-format.md), `transport` (durable
+before it speaks, our wire), `syncobj` (`HardenedSyncObj`).
+
+| fix (name in `enabled`) | hole it closes |
+|---|---|
+| `fsync`             | journal fsynced (one fdatasync per replication message / tick) before an append-entries response or a vote leaves a node and before the leader counts its own entries |
+| `durable_rename`    | snapshot files fsynced, renamed, directory fsynced |
+| `dump_always`       | a journal is never configured without a snapshot file (state lost after compaction + restart) |
+| `dump_journal_race` | a journal not yet trimmed after its snapshot is aligned to it, instead of being discarded |
+| `entry_size`        | append-entries batches of 4 MiB, so no entry takes the broken chunking path (>64 KiB) |
+| `pickle`            | pickle protocol 5 (bytes are not inflated) and stored zlib on the wire (lz4 already compressed) |
+| `never_raise`       | the replicated apply and every callback never raise in the tick thread |
+| `fallback`          | a leader without quorum steps down after one minimum election timeout, not 30 s |
+| `bind`              | the Raft port is bound to its configured address; off loopback a password is required |
+| `no_spurious_truncation` | a follower no longer deletes entries it already holds when a late or repeated append-entries arrives |
+| `solo_commit`       | a group of one commits what it appended at once, not one tick period later |
+| `short_candidate_round` | a candidate whose votes do not come in (a split vote) retries after 0.1-0.25 s, not after another whole election timeout |
+| `piggyback_commit`  | a new commit index rides on the next append-entries (or goes out within one tick), not in an extra message to every follower per commit |
+| `pre_vote`          | a member asks whether it could win before it raises its term, and nobody votes while it hears from a working leader (raftmq.replication.leadership): a healed partition does not depose a healthy leader |
+| `wire`              | the Raft port speaks our wire (raftmq.replication.wire): peers prove the group secret before anything is decoded, frames are AES-GCM and msgpack, never pickle; reads bounded per frame and per poll; handshakes time out |
+| `lease`             | a leader writes deliveries and receipts only while a majority answered it within the lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale |
+
+`enabled` exists so a regression test can turn one fix off and show that it then fails; the
+product never changes it.
+
+Not closed here: one shared send budget per heartbeat can still starve a slow follower ;
+the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a torn or
+corrupt journal record is cut off at open with everything after it (the leader re-sends it).
+"""
+
+from raftmq.replication.pysyncobj.patches import (
+    APPEND_ENTRIES_BATCH_BYTES,
+    CANDIDATE_ROUND_MAX,
+    CANDIDATE_ROUND_MIN,
+    FIX_NAMES,
+    PINNED_VERSION,
+    PREVOTE_LOOKAHEAD,
+    STOCK_APPEND_ENTRIES_BATCH_BYTES,
+    STOCK_LEADER_FALLBACK_TIMEOUT,
+    WIRE_PICKLE_PROTOCOL,
+    apply_module_fixes,
+    check_raft_address,
+    durable_replace,
+    enabled,
+    fsync_directory,
+    never_raise,
+)
+from raftmq.replication.pysyncobj.raft_journal import (
+    RaftJournal,
+    read_snapshot_file,
+    write_snapshot_file,
+)
+from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
+from raftmq.replication.pysyncobj.transport import DurableTransport, trim_known_entries
+from raftmq.replication.raft_journal_format import JOURNAL_RESERVE_BYTES
+
+__all__ = [
+    "APPEND_ENTRIES_BATCH_BYTES", "CANDIDATE_ROUND_MAX", "CANDIDATE_ROUND_MIN", "FIX_NAMES", "JOURNAL_RESERVE_BYTES",
+    "PINNED_VERSION", "PREVOTE_LOOKAHEAD", "STOCK_APPEND_ENTRIES_BATCH_BYTES", "STOCK_LEADER_FALLBACK_TIMEOUT", "SUCCESS",
+    "WIRE_PICKLE_PROTOCOL", "DurableTransport", "HardenedSyncObj", "RaftJournal", "apply_module_fixes",
+    "check_raft_address", "durable_replace", "enabled", "fsync_directory", "never_raise", "read_snapshot_file",
+    "trim_known_entries", "write_snapshot_file",
+]

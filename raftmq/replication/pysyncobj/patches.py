@@ -1,0 +1,159 @@
+"""The pysyncobj version check, the fix switches, pysyncobj's module-level names we swap (the
+pickle protocol, the zlib used on the wire, the rename used for snapshot files, the journal
+factory), and helpers the other modules share.
+
+`enabled` exists so a regression test can turn one fix off and show that it then fails; the
+product never changes it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import pickle
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pysyncobj.pickle as pso_pickle
+import pysyncobj.serializer as pso_serializer
+import pysyncobj.syncobj as pso_syncobj
+import pysyncobj.tcp_connection as pso_tcp
+import structlog
+from pysyncobj.journal import Journal
+from pysyncobj.version import VERSION
+
+from raftmq.errors import ConfigError
+
+PINNED_VERSION = "0.3.17"
+if VERSION != PINNED_VERSION:  # every patch below relies on 0.3.17's internals
+    raise ImportError(f"raftmq needs pysyncobj=={PINNED_VERSION} exactly (its hardening patches are written against it); found {VERSION}")
+
+log = structlog.get_logger("raftmq.replication.pysyncobj")
+
+FIX_NAMES = (
+    "fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise", "fallback", "bind",
+    "no_spurious_truncation", "solo_commit", "piggyback_commit", "short_candidate_round", "pre_vote", "lease", "wire",
+)
+enabled: dict[str, bool] = {name: True for name in FIX_NAMES}
+
+STOCK_APPEND_ENTRIES_BATCH_BYTES = 2**16
+# Also the largest entry: one SEND of a 16 MiB body (the STOMP body limit) must fit in one.
+APPEND_ENTRIES_BATCH_BYTES = 24 * 2**20
+STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
+# How long a candidate waits for the votes of one election round before it tries again. Votes
+# answer within milliseconds; waiting a whole election timeout (0.3-0.6 s) after a split vote
+# is what made a failover take over a second.
+CANDIDATE_ROUND_MIN = 0.10
+CANDIDATE_ROUND_MAX = 0.25
+WIRE_PICKLE_PROTOCOL = 5
+# A deadline this close counts as passed: pysyncobj reads the clock again a moment later in the
+# same tick, and a deadline passing in between would let it stand without a pre-vote.
+PREVOTE_LOOKAHEAD = 0.02
+
+
+# ---------------------------------------------------------------------------------------------
+# Module-level swaps (pickle protocol, wire zlib, snapshot rename, journal factory)
+
+
+def fsync_directory(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_replace(src: str, dst: str) -> None:
+    """Rename that survives power loss: the file's bytes, then the directory entry."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, dst)
+    fsync_directory(dst)
+
+
+class _StoredZlib:
+    """Stands in for `zlib` in pysyncobj's connection code: our entries are lz4 already, and
+    level 3 on top costs ~10 MB/s per follower for nothing. Level 0 stays readable by zlib."""
+
+    @staticmethod
+    def compress(data: bytes, level: int = -1) -> bytes:
+        return zlib.compress(data, 0)
+
+    decompress = staticmethod(zlib.decompress)
+
+
+_ORIGINALS: dict[str, Any] = {
+    "pickle": pso_pickle.__dict__["__protocol"],
+    "zlib": pso_tcp.zlib,
+    "durable_rename": pso_serializer.atomicReplace,
+    "createJournal": pso_syncobj.createJournal,
+}
+_patch_lock = threading.Lock()
+
+
+def _create_journal(journal_file: Any) -> Journal:
+    # conf.journalFile carries our already-open journal; anything else keeps stock behaviour.
+    if isinstance(journal_file, Journal):
+        return journal_file
+    return _ORIGINALS["createJournal"](journal_file)
+
+
+def apply_module_fixes() -> None:
+    """Make pysyncobj's module-level names match `enabled` (idempotent, process-wide)."""
+    with _patch_lock:
+        pso_syncobj.createJournal = _create_journal
+        pso_pickle.__dict__["__protocol"] = WIRE_PICKLE_PROTOCOL if enabled["pickle"] else _ORIGINALS["pickle"]
+        pso_tcp.zlib = _StoredZlib if enabled["pickle"] else _ORIGINALS["zlib"]
+        pso_serializer.atomicReplace = durable_replace if enabled["durable_rename"] else _ORIGINALS["durable_rename"]
+
+
+assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
+
+
+# ---------------------------------------------------------------------------------------------
+# Addresses
+
+
+def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
+    """The Raft port unpickles what it receives: off loopback only peers holding the password
+    may talk to it. Returns (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"Raft address {address!r}: expected host:port")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not password and enabled["bind"]:
+        raise ConfigError(f"Raft address {address}: not a loopback address, so a password is required (the Raft port runs pickle on what it receives)")
+    return host, int(port)
+
+
+# ---------------------------------------------------------------------------------------------
+# Callbacks in the tick thread
+
+
+def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseException], None] | None = None) -> Callable[..., Any]:
+    """Wrap a function that pysyncobj calls in its tick thread: an exception there makes it
+    apply an entry twice (callbacks) or retry it forever (apply). We log and go on."""
+
+    def guarded(*args: Any) -> Any:
+        if not enabled["never_raise"]:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except Exception as exc:
+            log.exception("raft.callback_failed", callback=what)
+            if on_error is not None:
+                try:
+                    on_error(exc)
+                except Exception:
+                    log.exception("raft.error_handler_failed", callback=what)
+            return None
+
+    return guarded

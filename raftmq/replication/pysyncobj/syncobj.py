@@ -1,0 +1,373 @@
+"""`HardenedSyncObj`: one Raft member with every fix applied and one replicated method.
+
+It overrides `_onTick`, `_checkCommandsToApply` and pysyncobj's private `__applyLogEntries` and
+`__generateRaftTimeout` (each calls the original), runs pre-vote, stickiness and the lease
+(decisions in raftmq.replication.leadership), compacts by journal bytes, and hands snapshots to
+the caller through pysyncobj's serializer hooks.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pysyncobj.syncobj as pso_syncobj
+import structlog
+from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+from raftmq.replication.leadership import Leadership, LogTip
+from raftmq.replication.pysyncobj.patches import (
+    APPEND_ENTRIES_BATCH_BYTES,
+    CANDIDATE_ROUND_MAX,
+    CANDIDATE_ROUND_MIN,
+    PREVOTE_LOOKAHEAD,
+    STOCK_APPEND_ENTRIES_BATCH_BYTES,
+    STOCK_LEADER_FALLBACK_TIMEOUT,
+    apply_module_fixes,
+    check_raft_address,
+    enabled,
+    never_raise,
+)
+from raftmq.replication.pysyncobj.raft_journal import (
+    RaftJournal,
+    read_snapshot_file,
+    write_snapshot_file,
+)
+from raftmq.replication.pysyncobj.transport import DurableTransport
+from raftmq.replication.raft_journal_format import Entry
+from raftmq.replication.wire import group_secret
+
+log = structlog.get_logger("raftmq.replication.pysyncobj")
+
+
+OnApply = Callable[[int, int, bytes], Any]  # (raft index, term, entry) -> result for callbacks
+Snapshotter = Callable[[], bytes]
+Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
+
+
+class HardenedSyncObj(SyncObj):
+    """One Raft member with every fix of this module applied and one replicated method, which
+    takes one `bytes` entry. `on_apply(index, term, entry)` runs for every committed entry, on
+    every member, in log order, in the tick thread; what it returns reaches the submitter's
+    callback.
+
+    Timings default to the tuned values (docs/replication.md: 5 ms tick, 20 ms heartbeats,
+    0.3-0.6 s election timeouts). Shorter timeouts fail over faster but elect spuriously when a
+    member stalls (GC, fsync, a busy CPU) for longer than the minimum timeout.
+    """
+
+    def __init__(
+        self,
+        self_address: str,
+        peers: Sequence[str],
+        *,
+        data_dir: str,
+        on_apply: OnApply,
+        snapshot: Snapshotter | None = None,
+        restore: Restorer | None = None,
+        on_state_changed: Callable[[int, int], None] | None = None,
+        password: str | None = None,
+        tick_period: float = 0.005,
+        append_entries_period: float = 0.02,
+        election_timeout_min: float = 0.3,
+        election_timeout_max: float = 0.6,
+        leader_fallback_timeout: float | None = None,  # default: election_timeout_min
+        connection_timeout: float = 1.5,
+        connection_retry: float = 0.25,
+        append_entries_batch_bytes: int = APPEND_ENTRIES_BATCH_BYTES,
+        compact_after_bytes: int = 64 * 2**20,
+        journal: RaftJournal | None = None,
+        secret: str | None = None,
+    ) -> None:
+        apply_module_fixes()
+        check_raft_address(self_address, password)
+        for peer in peers:
+            check_raft_address(peer, password)
+        os.makedirs(data_dir, exist_ok=True)
+        # Members keep their files in <group dir>/<id>/; the group's secret sits beside them.
+        self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
+        self.leadership = Leadership(len({self_address, *peers}), election_timeout_min)
+        self.answering_mark: float | None = None  # `lm` of the append-entries being answered
+        self._handover_election = False  # this tick's election was asked for by the leader
+        self._on_state_changed = on_state_changed
+        self.apply_errors = 0
+        self.last_apply_error: str | None = None
+        self._on_apply = on_apply
+        self._snapshot = snapshot
+        self._restore = restore
+        self._compact_after_bytes = compact_after_bytes if snapshot is not None else None
+        self._compaction_retry_at = 0.0
+        self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
+        self.durable_journal = journal if journal is not None else RaftJournal(os.path.join(data_dir, "raft.journal"))
+        self.snapshot_path = os.path.join(data_dir, "raft.snapshot")
+        journal_path: Any = self.durable_journal
+        dump_path: str | None = self.snapshot_path
+        if not enabled["dump_always"]:
+            dump_path = None  # stock: journal without a dump file (regression test only)
+        if dump_path is not None and os.path.exists(dump_path):
+            # Read (and checksum) it now: pysyncobj would log a bad snapshot and start empty.
+            last, previous, _cluster, _state = read_snapshot_file(dump_path)
+            if enabled["dump_journal_race"]:
+                self.durable_journal.align_to_snapshot(last, previous)
+        fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
+        conf = SyncObjConf(
+            password=None if enabled["wire"] else password,  # our wire encrypts; pysyncobj's Fernet is not used
+            autoTickPeriod=tick_period,
+            appendEntriesPeriod=append_entries_period,
+            raftMinTimeout=election_timeout_min,
+            raftMaxTimeout=election_timeout_max,
+            leaderFallbackTimeout=fallback if enabled["fallback"] else STOCK_LEADER_FALLBACK_TIMEOUT,
+            connectionTimeout=max(connection_timeout, election_timeout_max),
+            connectionRetryTime=connection_retry,
+            # Our group commit coalesces; pysyncobj sends each entry at once (the low-latency path).
+            appendEntriesUseBatch=False,
+            appendEntriesBatchSizeBytes=append_entries_batch_bytes if enabled["entry_size"] else STOCK_APPEND_ENTRIES_BATCH_BYTES,
+            sendBufferSize=2**21,
+            recvBufferSize=2**21,
+            bindAddress=self_address if enabled["bind"] else None,
+            journalFile=journal_path,
+            fullDumpFile=dump_path,
+            serializer=self._write_snapshot if dump_path else None,
+            deserializer=self._read_snapshot if dump_path else None,
+            # Compaction is ours, by journal bytes (see _onTick), not by entry count or time.
+            logCompactionMinEntries=2**62,
+            logCompactionMinTime=10**9,
+            logCompactionBatchSize=2**18,
+            commandsWaitLeader=False,
+            onStateChanged=never_raise(self._state_changed, "onStateChanged"),
+            dynamicMembershipChange=False,
+            maxBindRetries=5,
+            bindRetryTime=0.2,
+        )
+        self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
+        self._commit_notice_delay = tick_period
+        self._alone = all(peer == self_address for peer in peers)
+        super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
+        if self._alone and enabled["solo_commit"]:
+            # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
+            self._SyncObj__raftElectionDeadline = 0.0
+
+    # -- the one replicated method
+
+    @replicated
+    def _apply_entry(self, entry: bytes) -> Any:
+        index = self.raftLastApplied + 1  # pysyncobj counts an entry applied after this returns
+        log = self.durable_journal
+        term = log[index - log[0][1]][2]
+        return never_raise(self._on_apply, "replicated apply", self._apply_failed)(index, term, entry)
+
+    def submit(self, entry: bytes, callback: Callable[[Any, int], None]) -> None:
+        """Queue one entry (thread-safe). `callback(result, FAIL_REASON)` runs in the tick thread."""
+        if enabled["entry_size"] and len(entry) > self.entry_limit_bytes:
+            raise ValueError(f"Raft entry of {len(entry)} bytes exceeds {self.entry_limit_bytes}")
+        self._apply_entry(entry, callback=never_raise(callback, "commit callback"))
+
+    def run_in_tick_thread(self, fn: Callable[[], None]) -> None:
+        """Run `fn` in the tick thread at its next tick (pysyncobj is not thread-safe)."""
+        self._tick_tasks.append(never_raise(fn, "tick task"))
+
+    def _apply_failed(self, exc: BaseException) -> None:
+        self.apply_errors += 1
+        self.last_apply_error = f"{type(exc).__name__}: {exc}"
+
+    # -- overridden ticks: durability before counting, compaction by bytes
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        try:
+            self._tick(timeToWait)
+        finally:
+            self._handover_election = False
+
+    def _tick(self, timeToWait: float) -> None:
+        journal = self.durable_journal
+        if enabled["fsync"]:
+            # Entries added since the last tick (the no-op of a new leader, appends received
+            # while polling) are durable before this tick's commit count includes us.
+            journal.sync()
+        while self._tick_tasks:
+            self._tick_tasks.popleft()()
+        limit = self._compact_after_bytes
+        if limit is not None and journal.size_bytes > limit and time.monotonic() >= self._compaction_retry_at:
+            self.forceLogCompaction()
+        journal.store_meta_when_due()  # here, not in pysyncobj's tick: no fsync between the two checks below
+        if not self.leadership.alone:
+            # Last thing before pysyncobj looks at the election deadline in this tick, so it
+            # cannot pass unseen in between and let pysyncobj stand without a pre-vote.
+            self._before_election()
+        super()._onTick(timeToWait)
+
+    def _checkCommandsToApply(self) -> None:
+        last = self._last_index()
+        super()._checkCommandsToApply()
+        if enabled["fsync"]:
+            # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
+            self.durable_journal.sync()
+        if enabled["solo_commit"] and self._alone and self._last_index() > last:
+            # A group of one commits at the top of a tick, and nothing (no follower's answer)
+            # wakes this tick's poll: what was just appended would wait a whole tick period.
+            self._SyncObj__pipeNotifier.notify()
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        # With appendEntriesUseBatch off, pysyncobj answers every commit with an append-entries
+        # to each follower that carries nothing but the new commit index, and each follower
+        # answers it: at one client message in flight that doubles the Raft traffic every
+        # member handles (on 2 shared cores the CPU it costs shows in the latency). Under traffic
+        # the next entry's append-entries carries the index anyway; otherwise it goes out
+        # within a tick. Followers only apply later; what a client is told does not change.
+        send_now = SyncObj._SyncObj__applyLogEntries(self)
+        if send_now and enabled["piggyback_commit"]:
+            notice_at = pso_syncobj.monotonicTime() + self._commit_notice_delay
+            if notice_at < self._SyncObj__newAppendEntriesTime:
+                self._SyncObj__newAppendEntriesTime = notice_at
+            return False
+        return send_now
+
+    def _SyncObj__generateRaftTimeout(self) -> float:
+        # pysyncobj draws the same timeout for "no leader heard from" (follower) and "this
+        # election round failed" (candidate); it asks for the latter exactly when the deadline
+        # has passed and it is about to stand (again). A shorter round after a split vote
+        # keeps the follower timeout's protection against needless elections.
+        deadline = getattr(self, "_SyncObj__raftElectionDeadline", None)  # unset while __init__ runs
+        if enabled["short_candidate_round"] and deadline is not None and deadline < pso_syncobj.monotonicTime():
+            return CANDIDATE_ROUND_MIN + (CANDIDATE_ROUND_MAX - CANDIDATE_ROUND_MIN) * random.random()
+        return SyncObj._SyncObj__generateRaftTimeout(self)
+
+    def _last_index(self) -> int:
+        journal = self.durable_journal
+        return journal[-1][1] if len(journal) else 0
+
+    # -- pre-vote, stickiness, lease (decisions in raftmq.replication.leadership)
+
+    def _state_changed(self, old: int, new: int) -> None:
+        if new == _RAFT_STATE.LEADER:
+            self.leadership.became_leader(time.monotonic())
+        elif old == _RAFT_STATE.LEADER:
+            self.leadership.stepped_down()
+        if self._on_state_changed is not None:
+            self._on_state_changed(old, new)
+
+    def _before_election(self) -> None:
+        """pysyncobj stands for election (raising its term) in this tick when the election
+        deadline has passed. Unless the leader asked for it or a pre-vote round was just won,
+        run a pre-vote round instead and push the deadline past it."""
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return
+        # pysyncobj's deadlines are on its own clock (CLOCK_MONOTONIC_RAW, which is not
+        # time.monotonic: 0.25 s apart on this machine); ours (leadership) on time.monotonic.
+        now = pso_syncobj.monotonicTime()
+        if self._SyncObj__raftElectionDeadline >= now + PREVOTE_LOOKAHEAD or not self._SyncObj__connectedToAnyone():
+            return
+        if self._SyncObj__transferInProgress:
+            self._handover_election = True  # our request_vote says so: voters waive stickiness
+            return
+        leader = self._SyncObj__raftLeader
+        if leader is not None:  # once per loss, not per round
+            log.info("raft.leader_lost", leader=str(leader.id), term=self._SyncObj__raftCurrentTerm,
+                     asking="pre-vote" if enabled["pre_vote"] else "vote")
+            self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
+        if not enabled["pre_vote"] or self.leadership.take_prevote_win():
+            return
+        term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        tip = self._log_tip()
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, {"type": "pre_vote", "term": term, "last_log_term": tip.term,
+                                                 "last_log_index": tip.index})
+
+    def _log_tip(self) -> LogTip:
+        return LogTip(self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+
+    def on_election_message(self, node: Any, message: dict[str, Any]) -> None:
+        """A pre-vote request or answer (tick thread)."""
+        term = message.get("term")
+        if not isinstance(term, int):
+            return
+        if message["type"] == "higher_term":
+            if enabled["pre_vote"] and term > self._SyncObj__raftCurrentTerm:
+                # Raft: a reply with a higher term makes a leader a follower of that term.
+                log.info("raft.stepped_down_for_higher_term", term=self._SyncObj__raftCurrentTerm, new_term=term)
+                self._SyncObj__setCurrentTerm(term, None)
+                self._SyncObj__raftLeader = None
+                self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        elif message["type"] == "pre_vote":
+            theirs = LogTip(int(message.get("last_log_term", 0)), int(message.get("last_log_index", 0)))
+            granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
+            if granted and self._SyncObj__raftState != _RAFT_STATE.LEADER:
+                self.leadership.stand_aside()
+                self._SyncObj__raftElectionDeadline = pso_syncobj.monotonicTime() + SyncObj._SyncObj__generateRaftTimeout(self)
+            self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
+        elif self._SyncObj__raftState != _RAFT_STATE.LEADER and self.leadership.prevote_answer(node, term, message.get("granted") is True):
+            self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
+
+    def ignores_vote_request(self, message: dict[str, Any]) -> bool:
+        return enabled["pre_vote"] and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
+
+    def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        term = message.get("term", -1)
+        if term >= self._SyncObj__raftCurrentTerm:
+            self.leadership.heard_from_leader(time.monotonic())
+            self.answering_mark = message.get("lm")
+        elif enabled["pre_vote"]:
+            # pysyncobj drops an append-entries of an older term without a word. A member whose
+            # term got ahead (it won a pre-vote round, then lost the election it stood in) would
+            # then never hear of a leader, and stickiness keeps it from standing again: tell
+            # the leader our term, as Raft's reply would.
+            self._SyncObj__transport.send(node, {"type": "higher_term", "term": self._SyncObj__raftCurrentTerm})
+
+    def on_answer(self, node: Any, message: dict[str, Any]) -> None:
+        mark = message.get("lm")
+        if isinstance(mark, float) and self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            self.leadership.echoed(node, mark)
+
+    def outgoing(self, kind: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Stamp what the lease and stickiness need on a message about to be sent."""
+        if kind == "append_entries":
+            return {**message, "lm": time.monotonic()}
+        if kind == "next_node_idx" and self.answering_mark is not None:
+            return {**message, "lm": self.answering_mark}
+        if kind == "request_vote" and self._handover_election:
+            return {**message, "handover": True}
+        if kind == "timeout_now":
+            self.leadership.handing_over()
+        return message
+
+    def lease_holds(self, now: float) -> bool:
+        """May this member, as leader, write to clients now? (any thread: one float read)"""
+        return not enabled["lease"] or now < self.leadership.lease_expiry
+
+    # -- snapshot hooks
+
+    def _write_snapshot(self, path: str, raft_data: tuple[Any, ...]) -> None:
+        # pysyncobj catches what this raises, keeps the journal and reports a failed snapshot.
+        try:
+            last, previous, cluster = raft_data
+            state = self._snapshot() if self._snapshot is not None else b""
+            write_snapshot_file(path, tuple(last), tuple(previous), sorted(str(n) for n in cluster), state)
+        except Exception:
+            log.exception("raft.snapshot_failed", retry_in_s=1.0)  # the journal is kept
+            self._compaction_retry_at = time.monotonic() + 1.0
+            raise
+
+    def _read_snapshot(self, path: str) -> tuple[Entry, Entry, list[str]]:
+        last, previous, cluster, state = read_snapshot_file(path)
+        if self._restore is not None:
+            never_raise(self._restore, "snapshot restore", self._apply_failed)(state, last[1])
+        return last, previous, cluster
+
+    # -- status (plain attribute reads: safe from any thread)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._isLeader())
+
+    @property
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else str(leader.id)
+
+
+SUCCESS = FAIL_REASON.SUCCESS
