@@ -54,9 +54,9 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
     nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
     in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
     key=value lines otherwise)."""
+    from raftmq.app.run import serve
     from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
     from raftmq.errors import ConfigError
-    from raftmq.app.run import serve
 
     try:
         config = load_config(config_path) if config_path else NodeConfig()

@@ -39,11 +39,13 @@ from raftmq.core.commands import (
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.message import DEFAULT_PRIORITY, Message
 from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic, selector_headers
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.snapshot import dump_state, load_state
+from raftmq.core.state import BrokerState
+from raftmq.core.stats import broker_stats
 from raftmq.core.subscriptions import Delivery, Session, Subscription
 from raftmq.errors import SelectorError
 
@@ -73,17 +75,14 @@ def _parse_expires(value: str) -> int:
     return max(expires, 0)
 
 
-class Broker(Dispatcher):
+class Broker:
     """The replicated state machine of one logical broker. See the module docstring."""
 
     def __init__(self, config: CoreConfig = CoreConfig()) -> None:
-        super().__init__(config)
+        self.config = config
+        self.state = BrokerState(DedupCache(config.dedup_cache_size))
+        self.dispatch = Dispatcher(self.state, config)
         self._id_prefix = f"{config.broker_name}-"
-        self._message_seq = 0  # message ids
-        self._sessions: dict[str, Session] = {}
-        self._topics: dict[str, Topic] = {}
-        self._durables: dict[str, Subscription] = {}
-        self._dedup = DedupCache(config.dedup_cache_size)
         self._handlers = {
             Connect: self._connect,
             Disconnect: self._disconnect,
@@ -103,128 +102,91 @@ class Broker(Dispatcher):
     # -- public API --------------------------------------------------------------------------
 
     def apply(self, command: Command) -> list[Effect]:
-        """Apply one committed command; bad client input yields a SessionError effect, never an exception."""
-        self._effects = effects = []
-        self._now = command.now
+        """Apply one committed command; bad client input yields a Reject effect, never an exception."""
+        effects: list[Effect] = []
+        dispatch = self.dispatch
+        dispatch.effects = effects
+        dispatch.now = command.now
         self._handlers[type(command)](command)
         return effects
 
+    def check_invariants(self) -> None:
+        """Raise `InvariantViolated` unless the state is consistent (tests and the simulator)."""
+        self.state.check_invariants()
+
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain (msgpack-able) data; message bodies included as they are."""
-        return dump_state(self)
+        return dump_state(self.state)
 
     @classmethod
     def restore(cls, data: dict[str, Any], config: CoreConfig) -> Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
-        return load_state(cls(config), data)
+        broker = cls(config)
+        load_state(broker.state, data, config)
+        return broker
 
     def session_ids(self) -> list[str]:
         """Ids of the connected sessions, oldest first. Read-only."""
-        return list(self._sessions)
+        return list(self.state.sessions)
 
     def has_destination(self, destination: str) -> bool:
         """True once a SEND or SUBSCRIBE created `destination` (destinations are never
         removed). Read-only; the server asks it to tell creating from using."""
-        return destination in self._queues or destination in self._topics
+        return destination in self.state.queues or destination in self.state.topics
 
     def stats(self) -> dict[str, Any]:
-        """Counters per destination, the session count (connections the group serves), and
-        the dead-letter and expiry queues' depth with the totals sent there. Read-only.
-
-        The counters are part of the replicated state (and of snapshots), so every member
-        reports the same values once it has applied the same commands: `enqueued` counts
-        messages stored (a topic: published), `dequeued` messages consumed for good (acked,
-        or handed to an auto-ack consumer), `dead_lettered` / `expired` messages moved out."""
-        destinations: dict[str, dict[str, int]] = {}
-        for destination, store in self._queues.items():
-            destinations[destination] = {
-                "depth": len(store.ready),
-                "in_flight": store.in_flight,
-                "consumers": len(store.consumers),
-                "enqueued": store.enqueued,
-                "dequeued": store.dequeued,
-                "expired": store.expired,
-                "dead_lettered": store.dead_lettered,
-            }
-        for destination, topic in self._topics.items():
-            totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired}
-            for sub in topic.subs:
-                store = sub.store
-                totals["depth"] += len(store.ready)
-                totals["in_flight"] += store.in_flight
-                totals["consumers"] += len(store.consumers)
-                totals["dequeued"] += store.dequeued
-                totals["expired"] += store.expired
-                totals["dead_lettered"] += store.dead_lettered
-            totals["subscriptions"] = len(topic.subs)
-            totals["durable"] = sum(1 for sub in topic.subs if sub.durable_name is not None)
-            destinations[destination] = totals
-        return {
-            "sessions": len(self._sessions),
-            "destinations": destinations,
-            # Where dead messages pile up and how many died, without knowing the queue's name.
-            "dead_letter": self._side_queue(self.config.dead_letter_queue, "dead_lettered", destinations),
-            "expiry": self._side_queue(self.config.expiry_queue, "expired", destinations),
-        }
-
-    @staticmethod
-    def _side_queue(name: str, counter: str, destinations: dict[str, dict[str, int]]) -> dict[str, Any]:
-        queue = destinations.get(name)
-        return {
-            "destination": name,
-            "depth": queue["depth"] if queue is not None else 0,
-            counter: sum(counters.get(counter, 0) for counters in destinations.values()),
-        }
+        """Counters per destination, sessions, dead-letter and expiry queues (raftmq.core.stats)."""
+        return broker_stats(self.state, self.config)
 
     # -- shared helpers ------------------------------------------------------------------------
 
     def _reject(self, session_id: str, message: str, detail: str, receipt: str | None) -> None:
-        self._effects.append(SessionError(session_id, message, detail, receipt))
+        self.dispatch.effects.append(Reject(session_id, message, detail, receipt))
         # The client gets an ERROR and its connection closes, so nothing it pipelined after the
         # offending frame may take effect: those commands are already in the log, and only
         # ending the session here, in replicated state, makes every replica refuse them.
-        if session_id in self._sessions:
+        if session_id in self.state.sessions:
             self._end_session(session_id)
 
     def _done(self, session_id: str, receipt: str | None) -> None:
         """Finish an accepted command: run pending dispatch passes, then its receipt."""
-        if self._dirty:
-            self._run_dispatch()
+        if self.dispatch.dirty:
+            self.dispatch.run()
         if receipt is not None:
-            self._effects.append(Receipt(session_id, receipt))
+            self.dispatch.effects.append(Receipt(session_id, receipt))
 
     def _session(self, command: Any) -> Session | None:
-        session = self._sessions.get(command.session)
+        session = self.state.sessions.get(command.session)
         if session is None:
             self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
         return session
 
     def _topic(self, destination: str) -> Topic:
-        topic = self._topics.get(destination)
+        topic = self.state.topics.get(destination)
         if topic is None:
-            topic = self._topics[destination] = Topic(destination)
+            topic = self.state.topics[destination] = Topic(destination)
         return topic
 
     # -- sessions ------------------------------------------------------------------------------
 
     def _connect(self, command: Connect) -> None:
         # Idempotent: a node that retries a Connect whose outcome it did not learn must not fail.
-        if command.session not in self._sessions:
-            self._sessions[command.session] = Session(command.session, command.login, command.client_id)
+        if command.session not in self.state.sessions:
+            self.state.sessions[command.session] = Session(command.session, command.login, command.client_id)
 
     def _disconnect(self, command: Disconnect) -> None:
         self._end_session(command.session)
         self._done(command.session, command.receipt)
 
     def _end_session(self, session_id: str) -> None:
-        session = self._sessions.pop(session_id, None)
+        session = self.state.sessions.pop(session_id, None)
         if session is not None:
             session.transactions.clear()
             self._end_subscriptions(
                 session, list(session.subs.values()), list(session.deliveries.values()), drop_durable=False
             )
-            if self._dirty:
-                self._run_dispatch()
+            if self.dispatch.dirty:
+                self.dispatch.run()
 
     def _end_subscriptions(
         self, session: Session, subs: list[Subscription], deliveries: list[Delivery], drop_durable: bool
@@ -243,7 +205,7 @@ class Broker(Dispatcher):
             if store.shared:
                 store.remove_consumer(sub)
                 if not store.stable:
-                    self._mark(store)
+                    self.dispatch.mark(store)
             elif sub.durable_name is not None and not drop_durable:
                 store.consumers.clear()
                 store.woken.clear()
@@ -251,15 +213,15 @@ class Broker(Dispatcher):
             else:
                 self._drop_topic_subscription(sub, len(returning.pop(store, ())))
         for store, messages in returning.items():
-            self._requeue(store, messages)
+            self.dispatch.requeue(store, messages)
 
     def _drop_topic_subscription(self, sub: Subscription, discarded_in_flight: int) -> None:
         store = sub.store
-        topic = self._topics[sub.destination]
+        topic = self.state.topics[sub.destination]
         del topic.subs[sub]
-        if sub.durable_name is not None and self._durables.get(sub.durable_name) is sub:
-            del self._durables[sub.durable_name]
-        self._expiring -= sum(1 for message in store.ready.values() if message.expires)
+        if sub.durable_name is not None and self.state.durables.get(sub.durable_name) is sub:
+            del self.state.durables[sub.durable_name]
+        self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
         topic.retire(store, len(store.ready) + discarded_in_flight)
         # Entries of the expiry index that point here become stale: the tokens are gone.
         store.ready = {}
@@ -294,7 +256,7 @@ class Broker(Dispatcher):
                 return reject(session.session_id, "invalid selector", str(error), command.receipt)
 
         if destination.startswith(QUEUE_PREFIX):
-            store = self._queue(destination)
+            store = self.dispatch.queue(destination)
             sub = Subscription(
                 session, command.sub_id, destination, command.ack, prefetch, selector, command.exclusive, None, store
             )
@@ -304,16 +266,16 @@ class Broker(Dispatcher):
                 return
         session.subs[command.sub_id] = sub
         sub.store.add_consumer(sub)
-        self._wake(sub.store, sub)
+        self.dispatch.wake(sub.store, sub)
         self._done(session.session_id, command.receipt)
 
     def _topic_subscription(
         self, session: Session, command: Subscribe, prefetch: int, selector: Selector | None
     ) -> Subscription | None:
-        """A new or resumed topic subscription; None (after a SessionError) when its durable name is in use."""
+        """A new or resumed topic subscription; None (after a Reject) when its durable name is in use."""
         name = command.durable_name
         if name is not None:
-            sub = self._durables.get(name)
+            sub = self.state.durables.get(name)
             if sub is not None:
                 if sub.session is not None:
                     self._reject(session.session_id, "durable subscription already active", name, command.receipt)
@@ -332,7 +294,7 @@ class Broker(Dispatcher):
         sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)
         topic.subs[sub] = None
         if name is not None:
-            self._durables[name] = sub
+            self.state.durables[name] = sub
         return sub
 
     def _unsubscribe(self, command: Unsubscribe) -> None:
@@ -348,7 +310,7 @@ class Broker(Dispatcher):
     # -- sending -------------------------------------------------------------------------------
 
     def _send(self, command: Send) -> None:
-        session = self._sessions.get(command.session)
+        session = self.state.sessions.get(command.session)
         if session is None:
             return self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
         destination = command.destination
@@ -381,15 +343,15 @@ class Broker(Dispatcher):
                 group = value or None
             elif name == "_AMQ_DUPL_ID":
                 dupl_id = value or None
-        if dupl_id is not None and not self._dedup.remember(destination, dupl_id):
+        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
             return
-        self._message_seq += 1
-        message_id = f"{self._id_prefix}{self._message_seq}"
+        self.state.message_seq += 1
+        message_id = f"{self._id_prefix}{self.state.message_seq}"
         if destination.startswith(QUEUE_PREFIX):
             if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
                 expires = 0
             message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
-            self._enqueue(self._queue(destination), message)
+            self.dispatch.enqueue(self.dispatch.queue(destination), message)
             return
         topic = self._topic(destination)
         topic.published += 1
@@ -409,7 +371,7 @@ class Broker(Dispatcher):
                 message_id, destination, headers, body, priority, expires, now, group, persistent
             )
             first = False
-            self._enqueue(sub.store, copy)
+            self.dispatch.enqueue(sub.store, copy)
 
     # -- acknowledgements ----------------------------------------------------------------------
 
@@ -421,7 +383,7 @@ class Broker(Dispatcher):
         return None
 
     def _ack(self, command: Ack | Nack) -> None:
-        session = self._sessions.get(command.session)
+        session = self.state.sessions.get(command.session)
         if session is None:
             return self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
         delivery = self._find_delivery(session, command)
@@ -452,9 +414,9 @@ class Broker(Dispatcher):
         store.in_flight -= len(settled)
         if acked:
             store.dequeued += len(settled)
-            self._wake(store, sub)
+            self.dispatch.wake(store, sub)
         else:
-            self._requeue(store, [done.message for done in settled])
+            self.dispatch.requeue(store, [done.message for done in settled])
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -513,8 +475,8 @@ class Broker(Dispatcher):
             except SelectorError as error:
                 return reject(session.session_id, "invalid selector", str(error), command.receipt)
         # `_queues.get`, never `_queue`: browsing a queue that does not exist must not create it.
-        messages, truncated = browse_store(self._queues.get(destination), command.limit, selector, command.now)
-        effects = self._effects
+        messages, truncated = browse_store(self.state.queues.get(destination), command.limit, selector, command.now)
+        effects = self.dispatch.effects
         for message in messages:
             count = message.delivery_count  # as it stands: a copy is not a delivery
             effects.append(Deliver(session.session_id, command.sub_id, destination, message, None, count > 0, count))
@@ -528,6 +490,6 @@ class Broker(Dispatcher):
     # -- time ------------------------------------------------------------------------------------
 
     def _tick(self, command: Tick) -> None:
-        self._expire_due(command.now)
-        if self._dirty:
-            self._run_dispatch()
+        self.dispatch.expire_due(command.now)
+        if self.dispatch.dirty:
+            self.dispatch.run()

@@ -1,7 +1,7 @@
 """Stores and dispatch: how messages enter stores, leave them for consumers, come back,
-expire or die. The base of `Broker`, which adds sessions, subscriptions and the commands.
+expire or die. `Broker` composes one, and adds sessions, subscriptions and the commands.
 
-A dispatch pass runs only on the stores a command touched (`_mark` / `_wake` queue them; the
+A dispatch pass runs only on the stores a command touched (`mark` / `wake` queue them; the
 passes run before the command's receipt). Expiry is indexed by a heap of (expires, token,
 store) for the ready messages that expire, so a Tick costs O(expired · log n), not O(stored).
 """
@@ -14,6 +14,7 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
 from raftmq.core.message import Message
 from raftmq.core.queues import NO_ROOM, PRIORITY_LEVELS, Store
+from raftmq.core.state import BrokerState
 from raftmq.core.subscriptions import Delivery, Subscription
 
 ORIGINAL_DESTINATION = "original-destination"
@@ -23,35 +24,31 @@ EXPIRY_HEAP_SLACK = 1024
 
 
 class Dispatcher:
-    """Queue stores, the expiry index, and the dispatch passes. Pure like the rest of the core."""
+    """Queue stores, the expiry index, and the dispatch passes, on a `BrokerState`. Pure like
+    the rest of the core. `now` and `effects` belong to the command being applied."""
 
-    def __init__(self, config: CoreConfig) -> None:
+    def __init__(self, state: BrokerState, config: CoreConfig) -> None:
+        self.state = state
         self.config = config
         self._scan_limit = max(1, config.selector_scan_limit)
-        self._delivery_seq = 0  # ack ids
-        self._entry_seq = 0  # store entry tokens (one per arrival in a store)
-        self._now = 0  # the current command's time
-        self._queues: dict[str, Store] = {}
-        # (expires, token, store) of ready messages that expire; stale entries are skipped.
-        self._expiry_heap: list[tuple[int, int, Store]] = []
-        self._expiring = 0  # ready messages with an expiry: the live entries of the heap
-        self._dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
-        self._effects: list[Effect] = []
+        self.now = 0  # the current command's time
+        self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
+        self.effects: list[Effect] = []
 
-    def _queue(self, destination: str) -> Store:
-        store = self._queues.get(destination)
+    def queue(self, destination: str) -> Store:
+        store = self.state.queues.get(destination)
         if store is None:
-            store = self._queues[destination] = Store(destination, shared=True)
+            store = self.state.queues[destination] = Store(destination, shared=True)
         return store
 
-    def _mark(self, store: Store) -> None:
+    def mark(self, store: Store) -> None:
         """Queue a full dispatch pass of `store` before this command's receipt."""
         store.stable = False
         if not store.pending:
             store.pending = True
-            self._dirty.append(store)
+            self.dirty.append(store)
 
-    def _wake(self, store: Store, sub: Subscription) -> None:
+    def wake(self, store: Store, sub: Subscription) -> None:
         """`sub` may take messages it could not take before (it has room, or it is new)."""
         if not store.ready:
             return  # nothing waits; the next message is offered to every consumer anyway
@@ -59,10 +56,10 @@ class Dispatcher:
             store.woken.append(sub)
         if not store.pending:
             store.pending = True
-            self._dirty.append(store)
+            self.dirty.append(store)
 
-    def _enqueue(self, store: Store, message: Message) -> None:
-        self._entry_seq = token = self._entry_seq + 1
+    def enqueue(self, store: Store, message: Message) -> None:
+        self.state.entry_seq = token = self.state.entry_seq + 1
         store.lanes[message.priority].append(token)
         store.ready[token] = message
         store.enqueued += 1
@@ -73,9 +70,9 @@ class Dispatcher:
                 self._dispatch_newest(store, token, message)
         else:
             # A pass is due anyway; it must see this message in its place among the others.
-            self._mark(store)
+            self.mark(store)
 
-    def _moved(self, message: Message, destination: str) -> Message:
+    def moved(self, message: Message, destination: str) -> Message:
         """A copy of `message` for the dead-letter or expiry queue: no expiry, a fresh delivery count."""
         origin = message.destination
         headers = []
@@ -101,44 +98,44 @@ class Dispatcher:
 
     def _expire(self, store: Store, message: Message) -> None:
         """`message` (just removed from `store`'s ready messages) has expired."""
-        self._expiring -= 1
+        self.state.expiring -= 1
         store.expired += 1
         target = self.config.expiry_queue
-        self._enqueue(self._queue(target), self._moved(message, target))
+        self.enqueue(self.queue(target), self.moved(message, target))
 
-    def _dead_letter(self, store: Store, message: Message) -> None:
+    def dead_letter(self, store: Store, message: Message) -> None:
         store.dead_lettered += 1
         target = self.config.dead_letter_queue
-        self._enqueue(self._queue(target), self._moved(message, target))
+        self.enqueue(self.queue(target), self.moved(message, target))
 
-    def _requeue(self, store: Store, messages: list[Message]) -> None:
+    def requeue(self, store: Store, messages: list[Message]) -> None:
         """Return delivered messages (in delivery order) to the front of `store`, or dead-letter them."""
         limit = self.config.max_delivery_count
         back = []
         for message in messages:
             if message.delivery_count >= limit:
-                self._dead_letter(store, message)
+                self.dead_letter(store, message)
             else:
                 back.append(message)
         for message in reversed(back):
-            self._entry_seq = token = self._entry_seq + 1
+            self.state.entry_seq = token = self.state.entry_seq + 1
             store.push_front(token, message)
             if message.expires:
                 self._index_expiry(message.expires, token, store)
-        self._mark(store)
+        self.mark(store)
 
     def _index_expiry(self, expires: int, token: int, store: Store) -> None:
-        heap = self._expiry_heap
+        heap = self.state.expiry_heap
         heappush(heap, (expires, token, store))
-        self._expiring += 1
-        if len(heap) > 2 * self._expiring + EXPIRY_HEAP_SLACK:
+        self.state.expiring += 1
+        if len(heap) > 2 * self.state.expiring + EXPIRY_HEAP_SLACK:
             # Entries of delivered messages pile up when messages are consumed long before
             # they would expire. Tokens are unique, so the pop order never depends on the layout.
-            self._expiry_heap = [entry for entry in heap if entry[1] in entry[2].ready]
-            heapify(self._expiry_heap)
+            self.state.expiry_heap = [entry for entry in heap if entry[1] in entry[2].ready]
+            heapify(self.state.expiry_heap)
 
-    def _run_dispatch(self) -> None:
-        dirty = self._dirty
+    def run(self) -> None:
+        dirty = self.dirty
         index = 0
         while index < len(dirty):  # a pass may queue more (the expiry queue)
             store = dirty[index]
@@ -156,27 +153,27 @@ class Dispatcher:
         """Hand `message` (just taken from `store`'s ready messages) to `sub`."""
         count = message.delivery_count = message.delivery_count + 1
         if message.expires:
-            self._expiring -= 1
+            self.state.expiring -= 1
         session = sub.session
         if sub.auto:
             store.dequeued += 1
-            self._effects.append(
+            self.effects.append(
                 Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count)  # type: ignore[union-attr]
             )
             return
-        self._delivery_seq = seq = self._delivery_seq + 1
+        self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
         delivery = Delivery(seq, ack_id, sub, message)
         sub.in_flight[ack_id] = delivery
         session.add_delivery(delivery)  # type: ignore[union-attr]
         store.in_flight += 1
-        self._effects.append(
+        self.effects.append(
             Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)  # type: ignore[union-attr]
         )
 
     def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
         """Dispatch on a stable store: only the message just appended (at its lane's tail) can move."""
-        if message.expires and message.expires <= self._now:
+        if message.expires and message.expires <= self.now:
             store.lanes[message.priority].pop()
             del store.ready[token]
             self._expire(store, message)
@@ -199,7 +196,7 @@ class Dispatcher:
         if not store.consumers or not store.ready:
             store.stable = True
             return
-        now = self._now
+        now = self.now
         ready = store.ready
         budget = self._scan_limit
         deliver = self._deliver
@@ -262,9 +259,9 @@ class Dispatcher:
                 deliver(store, sub, message)  # type: ignore[arg-type]
         store.stable = True
 
-    def _expire_due(self, now: int) -> None:
+    def expire_due(self, now: int) -> None:
         """Move every ready message whose expiry is at or before `now` to the expiry queue."""
-        heap = self._expiry_heap
+        heap = self.state.expiry_heap
         while heap and heap[0][0] <= now:
             _, token, store = heappop(heap)
             message = store.ready.pop(token, None)

@@ -35,7 +35,7 @@ class Receipt:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionError:
+class Reject:
     """The command broke a rule the core checks (unknown transaction, unknown ack id, duplicate
     subscription id, ...). The shell sends an ERROR frame and closes the connection."""
 
@@ -58,4 +58,4 @@ class BrowseEnd:
     truncated: bool
 
 
-Effect = Deliver | Receipt | SessionError | BrowseEnd
+Effect = Deliver | Receipt | Reject | BrowseEnd

@@ -139,10 +139,10 @@ class Store:
         consumer has room for anything."""
         if not self.shared:
             sub = self.consumers[0]
-            return sub if sub.auto or len(sub.in_flight) < sub.prefetch else NO_ROOM
+            return sub if sub.has_room else NO_ROOM
         exclusive = self.exclusive
         if exclusive is not None:
-            if not (exclusive.auto or len(exclusive.in_flight) < exclusive.prefetch):
+            if not exclusive.has_room:
                 return NO_ROOM
             if exclusive.selector is not None and not exclusive.selector.matches(selector_headers(message)):
                 return None
@@ -151,7 +151,7 @@ class Store:
         if group is not None:
             owner = self.groups.get(group)
             if owner is not None:
-                if (owner.auto or len(owner.in_flight) < owner.prefetch) and (
+                if owner.has_room and (
                     owner.selector is None or owner.selector.matches(selector_headers(message))
                 ):
                     return owner
@@ -166,7 +166,7 @@ class Store:
             index += 1
             if index == count:
                 index = 0
-            if sub.auto or len(sub.in_flight) < sub.prefetch:
+            if sub.has_room:
                 any_room = True
                 if sub.selector is not None:
                     if headers is None:
@@ -185,7 +185,7 @@ class Store:
         if not self.shared:
             return self.pick(message)
         for sub in candidates:
-            if sub.auto or len(sub.in_flight) < sub.prefetch:
+            if sub.has_room:
                 break
         else:
             return NO_ROOM  # the others could take nothing before, and still cannot
@@ -200,7 +200,7 @@ class Store:
         headers = None
         any_room = False
         for sub in candidates:
-            if sub.auto or len(sub.in_flight) < sub.prefetch:
+            if sub.has_room:
                 any_room = True
                 if sub.selector is not None:
                     if headers is None:

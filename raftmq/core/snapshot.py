@@ -13,26 +13,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from heapq import heapify
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import Message
 from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic
 from raftmq.core.selector import compile_selector
+from raftmq.core.state import BrokerState
 from raftmq.core.subscriptions import Delivery, Session, Subscription, TransactionOp
-from raftmq.errors import RaftmqError, SelectorError
-
-if TYPE_CHECKING:
-    from raftmq.core.broker import Broker
+from raftmq.errors import SelectorError, SnapshotError
 
 FORMAT = 1
 
 _STORE_COUNTERS = ("enqueued", "dequeued", "expired", "dead_lettered")
 
-
-class SnapshotError(RaftmqError, ValueError):
-    """The data is not a broker snapshot this version can read."""
 
 
 # -- dump ----------------------------------------------------------------------------------------
@@ -76,25 +71,25 @@ def _dump_op(op: TransactionOp) -> list[Any]:
     return [op[0], op[1]]
 
 
-def dump_state(broker: Broker) -> dict[str, Any]:
+def dump_state(state: BrokerState) -> dict[str, Any]:
     # Every subscription is reachable from a session (active) or a topic (inactive durable).
     subs: list[Subscription] = []
     position: dict[int, int] = {}
-    for session in broker._sessions.values():
+    for session in state.sessions.values():
         for sub in session.subs.values():
             position[id(sub)] = len(subs)
             subs.append(sub)
-    for topic in broker._topics.values():
+    for topic in state.topics.values():
         for sub in topic.subs:
             if id(sub) not in position:
                 position[id(sub)] = len(subs)
                 subs.append(sub)
     return {
         "format": FORMAT,
-        "message_seq": broker._message_seq,
-        "delivery_seq": broker._delivery_seq,
-        "entry_seq": broker._entry_seq,
-        "dedup": broker._dedup.dump(),
+        "message_seq": state.message_seq,
+        "delivery_seq": state.delivery_seq,
+        "entry_seq": state.entry_seq,
+        "dedup": state.dedup.dump(),
         "subscriptions": [
             {
                 "session": sub.session.session_id if sub.session is not None else None,
@@ -118,9 +113,9 @@ def dump_state(broker: Broker) -> dict[str, Any]:
                 "subs": [position[id(sub)] for sub in session.subs.values()],
                 "transactions": [[name, [_dump_op(op) for op in ops]] for name, ops in session.transactions.items()],
             }
-            for session in broker._sessions.values()
+            for session in state.sessions.values()
         ],
-        "queues": [_dump_store(store, position) for store in broker._queues.values()],
+        "queues": [_dump_store(store, position) for store in state.queues.values()],
         "topics": [
             {
                 "destination": topic.destination,
@@ -128,9 +123,9 @@ def dump_state(broker: Broker) -> dict[str, Any]:
                 "published": topic.published,
                 "retired": dict(topic.retired),
             }
-            for topic in broker._topics.values()
+            for topic in state.topics.values()
         ],
-        "durables": [[name, position[id(sub)]] for name, sub in broker._durables.items()],
+        "durables": [[name, position[id(sub)]] for name, sub in state.durables.items()],
     }
 
 
@@ -176,21 +171,21 @@ def _load_op(record: list[Any]) -> TransactionOp:
     return (record[0], record[1])
 
 
-def load_state(broker: Broker, data: dict[str, Any]) -> Broker:
-    """Fill a freshly made `broker` from `data` (a `dump_state` result, possibly via msgpack)."""
+def load_state(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> BrokerState:
+    """Fill a fresh `state` from `data` (a `dump_state` result, possibly via msgpack)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SnapshotError(f"not a broker snapshot of format {FORMAT}")
     try:
-        return _load(broker, data)
+        return _load(state, data, config)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, SelectorError) as error:
         raise SnapshotError(f"malformed broker snapshot: {error!r}") from error
 
 
-def _load(broker: Broker, data: dict[str, Any]) -> Broker:
-    broker._message_seq = data["message_seq"]
-    broker._delivery_seq = data["delivery_seq"]
-    broker._entry_seq = data["entry_seq"]
-    broker._dedup = DedupCache.load(broker.config.dedup_cache_size, data["dedup"])
+def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> BrokerState:
+    state.message_seq = data["message_seq"]
+    state.delivery_seq = data["delivery_seq"]
+    state.entry_seq = data["entry_seq"]
+    state.dedup = DedupCache.load(config.dedup_cache_size, data["dedup"])
 
     subs: list[Subscription] = []
     for record in data["subscriptions"]:
@@ -210,7 +205,7 @@ def _load(broker: Broker, data: dict[str, Any]) -> Broker:
         subs.append(sub)
 
     for record in data["queues"]:
-        store = broker._queues[record["destination"]] = _load_store(record, shared=True)
+        store = state.queues[record["destination"]] = _load_store(record, shared=True)
         for index in record["consumers"]:
             sub = subs[index]
             sub.store = store
@@ -221,7 +216,7 @@ def _load(broker: Broker, data: dict[str, Any]) -> Broker:
             subs[index].groups[group] = None
 
     for record in data["sessions"]:
-        session = broker._sessions[record["id"]] = Session(record["id"], record["login"], record["client_id"])
+        session = state.sessions[record["id"]] = Session(record["id"], record["login"], record["client_id"])
         for index in record["subs"]:
             sub = subs[index]
             sub.session = session
@@ -240,25 +235,21 @@ def _load(broker: Broker, data: dict[str, Any]) -> Broker:
             sub.store.in_flight += 1
             per_session.setdefault(sub.session.session_id, []).append(delivery)  # type: ignore[union-attr]
     for session_id, deliveries in per_session.items():
-        session = broker._sessions[session_id]
+        session = state.sessions[session_id]
         for delivery in sorted(deliveries, key=lambda d: d.seq):
             session.add_delivery(delivery)
 
     for record in data["topics"]:
-        topic = broker._topics[record["destination"]] = Topic(record["destination"])
+        topic = state.topics[record["destination"]] = Topic(record["destination"])
         for index in record["subs"]:
             topic.subs[subs[index]] = None
         topic.published = record["published"]
         topic.retired.update(record["retired"])
     for name, index in data["durables"]:
-        broker._durables[name] = subs[index]
+        state.durables[name] = subs[index]
 
-    stores = list(broker._queues.values()) + [sub.store for topic in broker._topics.values() for sub in topic.subs]
-    heap = [(message.expires, token, store) for store in stores for token, message in store.ready.items() if message.expires]
-    heapify(heap)
-    broker._expiry_heap = heap
-    broker._expiring = len(heap)
-    return broker
+    state.rebuild_expiry_index()
+    return state
 
 
 def body_refs(dump: dict[str, Any]) -> Iterator[Any]:

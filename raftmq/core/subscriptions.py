@@ -83,6 +83,11 @@ class Subscription:
         self.cumulative = ack == ACK_CLIENT
         self.prefetch = prefetch
 
+    @property
+    def has_room(self) -> bool:
+        """May take another message now: auto-ack, or fewer unacknowledged than its prefetch."""
+        return self.auto or len(self.in_flight) < self.prefetch
+
     def acked_through(self, delivery: Delivery) -> list[Delivery]:
         """The deliveries one ACK/NACK of `delivery` settles, in delivery order."""
         if not self.cumulative:

@@ -86,7 +86,13 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
     restart_window_s. `raftmq status` shows each node's restarts and last exit."""
     from raftmq.errors import RaftmqError
     from raftmq.ops.launcher import (
-        check_data_dirs, check_ports_free, cluster_lock, launch, read_state, remove_state, stop_nodes, wait_until_up,
+        check_data_dirs,
+        check_ports_free,
+        cluster_lock,
+        launch,
+        remove_state,
+        stop_nodes,
+        wait_until_up,
     )
     from raftmq.ops.supervisor import launcher_signals
     from raftmq.ops.up import run_attached, start_detached, supervise_detached
@@ -185,7 +191,14 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
     from raftmq.ops.launcher import (
-        STOP_GRACE_SECONDS, cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_nodes,
+        STOP_GRACE_SECONDS,
+        cluster_lock,
+        read_state,
+        remove_state,
+        running_nodes,
+        state_path,
+        stop_launcher,
+        stop_nodes,
     )
 
     try:

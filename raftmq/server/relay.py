@@ -56,8 +56,8 @@ from raftmq.server.frames import error_frame
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
-    from raftmq.server.node import Node
     from raftmq.server.connection import Connection
+    from raftmq.server.node import Node
 
 log = structlog.get_logger("raftmq.server.relay")
 

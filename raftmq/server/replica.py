@@ -25,7 +25,7 @@ from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
-from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.snapshot import body_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import CommitLog
@@ -132,7 +132,7 @@ class Replica:
                     session.deliver(effect, body)
         elif isinstance(effect, Receipt):
             session.receipt(effect.receipt_id)
-        elif isinstance(effect, SessionError):
+        elif isinstance(effect, Reject):
             session.fail(effect.message, effect.detail, effect.receipt_id, wait_for_log=False)
         elif isinstance(effect, BrowseEnd):
             if session.open_for_output:  # after a missing body's ERROR nothing more goes out

@@ -4,7 +4,7 @@ Everything a session can check without the core (required headers, destinations,
 selectors, transactions it began, subscription ids it holds) is checked here, before the
 command is appended: a frame that fails raises `ProtocolError`, the session answers with ERROR
 and closes, and nothing after that frame reaches the log. What only the core can know (an ack
-id it never handed out, a durable subscription active elsewhere) comes back as a SessionError
+id it never handed out, a durable subscription active elsewhere) comes back as a Reject
 effect after commit, when commands pipelined behind the frame are already in the log.
 """
 

@@ -12,7 +12,7 @@ protocol promises and checks each effect against it:
 - every delivered message was sent, and one logical SEND (retries with the same
   `_AMQ_DUPL_ID` included) is stored once: all its deliveries carry one message id;
 - an ACK or NACK is refused exactly when it names no delivery in flight in its session (or an
-  unknown transaction); a refused command yields one SessionError carrying its receipt id and
+  unknown transaction); a refused command yields one Reject carrying its receipt id and
   no Receipt, an accepted one exactly one Receipt;
 - at the end (`audit`), every queue SEND whose RECEIPT came back (for a transaction: the
   COMMIT's) is consumed, in flight, or still stored in its queue, the dead-letter queue or
@@ -42,7 +42,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.effects import Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 
 Key = tuple[str, ...]  # a stored message: (queue, message id) or (topic, subscription, message id)
 
@@ -105,7 +105,7 @@ class Checker:
 
     def observe(self, command: Command, effects: list[Effect]) -> None:
         session_id = getattr(command, "session", None)
-        errors = [e for e in effects if isinstance(e, SessionError) and e.session == session_id]
+        errors = [e for e in effects if isinstance(e, Reject) and e.session == session_id]
         rejected = bool(errors)
         self._check_receipts(command, effects, errors)
         if isinstance(command, (Ack, Nack)):
@@ -125,12 +125,12 @@ class Checker:
             elif isinstance(effect, Receipt) and not rejected:
                 self._receipted(command)
 
-    def _check_receipts(self, command: Command, effects: list[Effect], errors: list[SessionError]) -> None:
+    def _check_receipts(self, command: Command, effects: list[Effect], errors: list[Reject]) -> None:
         receipt = getattr(command, "receipt", None)
         session_id = getattr(command, "session", None)
         if errors:
             if len(errors) != 1 or errors[0].receipt_id != receipt:
-                raise Violation(f"a refused command must yield one SessionError with its receipt: {command!r} -> {errors!r}")
+                raise Violation(f"a refused command must yield one Reject with its receipt: {command!r} -> {errors!r}")
             if any(isinstance(e, Receipt) and e.session == session_id for e in effects):
                 raise Violation(f"a refused command got a Receipt: {command!r}")
             return

@@ -44,7 +44,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.effects import Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 
 QUEUES = ("/queue/q0", "/queue/q1", "/queue/q2")
 TOPICS = ("/topic/t0", "/topic/t1")
@@ -363,7 +363,7 @@ class Workload:
                 client = by_session.get(effect.session)
                 if client is None or client.session != effect.session or client.broken:
                     continue
-                if kind is SessionError:
+                if kind is Reject:
                     client.lose_connection()  # the node sends ERROR and closes the socket
                 elif kind is Deliver:
                     deliver: Deliver = effect  # type: ignore[assignment]

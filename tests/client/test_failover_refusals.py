@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from raftmq.client import FailoverEvent, SubscriptionEnded, connect, connect_failover
+from raftmq.client import FailoverEvent, connect, connect_failover
 from raftmq.errors import BrokerRefused
 from raftmq.processes import free_ports
 

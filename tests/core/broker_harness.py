@@ -21,7 +21,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.effects import Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 
 
 def delivers(effects: Iterable[Effect]) -> list[Deliver]:
@@ -32,8 +32,8 @@ def bodies(effects: Iterable[Effect]) -> list[Any]:
     return [e.message.body for e in delivers(effects)]
 
 
-def errors(effects: Iterable[Effect]) -> list[SessionError]:
-    return [e for e in effects if isinstance(e, SessionError)]
+def errors(effects: Iterable[Effect]) -> list[Reject]:
+    return [e for e in effects if isinstance(e, Reject)]
 
 
 def receipts(effects: Iterable[Effect]) -> list[str]:

@@ -138,4 +138,4 @@ def test_expiry_index_stays_bounded_when_messages_are_consumed_before_expiring()
         (d,) = delivers(h.send("p", "/queue/a", i, {"expires": str(10**12)}))
         h.ack("c", d.ack_id)
     # Each message was indexed once and delivered at once: the stale entries were pruned.
-    assert len(h.broker._expiry_heap) < 5_000
+    assert len(h.broker.state.expiry_heap) < 5_000

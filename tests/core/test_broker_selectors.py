@@ -97,7 +97,7 @@ def test_messages_taken_from_the_middle_do_not_stay_in_the_lanes() -> None:
         h.send("p", "/queue/a", i, {"color": "blue" if i % 10 == 0 else "red"})
     # The head is blue: every red one is taken from behind it.
     assert len(bodies(h.subscribe("c", "red", "/queue/a", selector="color = 'red'"))) == 2_700
-    store = h.broker._queues["/queue/a"]
+    store = h.broker.state.queues["/queue/a"]
     assert len(store.ready) == 300
     assert sum(len(lane) for lane in store.lanes) < 300 + 100  # tombstones were compacted away
     h.connect("c2")

@@ -6,7 +6,7 @@ import pytest
 from broker_harness import Harness, bodies, delivers, errors, receipts
 
 from raftmq.core.commands import Abort, Ack, Begin, Commit, Nack, Send, Subscribe, Unsubscribe
-from raftmq.core.effects import Deliver, Receipt, SessionError
+from raftmq.core.effects import Deliver, Receipt, Reject
 
 
 def test_connected_session_sends_and_receives() -> None:
@@ -36,7 +36,7 @@ def test_command_from_unknown_session_is_a_session_error_with_its_receipt_id(com
     effects = h.apply(command)  # type: ignore[arg-type]
     assert len(effects) == 1
     (error,) = effects
-    assert isinstance(error, SessionError)
+    assert isinstance(error, Reject)
     assert error.session == "ghost" and error.receipt_id == "r"
 
 

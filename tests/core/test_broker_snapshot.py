@@ -67,7 +67,7 @@ def busy_broker() -> tuple[Harness, list[str]]:
     first = ack_ids[0]
     again = [d.ack_id for d in delivers(h.nack("c1", first)) if d.ack_id]
     ack_ids += again
-    on_x = [d.message.message_id for d in h.broker._sessions["c3"].deliveries.values() if d.sub.sub_id == "x"]
+    on_x = [d.message.message_id for d in h.broker.state.sessions["c3"].deliveries.values() if d.sub.sub_id == "x"]
     assert on_x, "c3 should hold a delivery on x"
     h.apply(Ack("c3", h.now, message_id=on_x[0], subscription="x"))  # builds the message-id index
     # Durable d1 goes inactive with messages in flight; transactions stay open.
@@ -75,7 +75,7 @@ def busy_broker() -> tuple[Harness, list[str]]:
     h.begin("p", "tx1")
     h.send("p", "/queue/a", b"in-tx", {"n": "9"}, transaction="tx1")
     h.begin("c3", "tx2")
-    live = [ack for ack in ack_ids if ack in h.broker._sessions["c3"].deliveries]
+    live = [ack for ack in ack_ids if ack in h.broker.state.sessions["c3"].deliveries]
     if live:
         h.ack("c3", live[0], transaction="tx2")
     h.tick(h.now + 1_200)

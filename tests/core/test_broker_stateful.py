@@ -10,7 +10,7 @@ every dispatch must respect and checks each effect against them:
 - first deliveries from one store come in send order (per priority, group and color);
 - no store keeps a deliverable message while a consumer that may take it has room;
 - every accepted command with a receipt yields exactly one Receipt, as its last effect; a
-  rejected command yields exactly one SessionError carrying the receipt id, and nothing else;
+  rejected command yields exactly one Reject carrying the receipt id, and nothing else;
 - after a snapshot → msgpack → restore step the machine goes on with the restored broker and
   runs the old one beside it: both must emit the same effects and report the same stats;
 - at the end, everything left is drained, and must be exactly what the model holds.
@@ -47,7 +47,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.effects import Deliver, Effect, Receipt, SessionError
+from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 
 CONFIG = CoreConfig(broker_name="m", max_delivery_count=3, dedup_cache_size=4, default_prefetch=3)
 QUEUES = ("/queue/q1", "/queue/q2")
@@ -329,7 +329,7 @@ class BrokerMachine(RuleBasedStateMachine):
         effects = self.run(command)
         session = getattr(command, "session", None)
         receipt = getattr(command, "receipt", None)
-        failures = [e for e in effects if isinstance(e, SessionError)]
+        failures = [e for e in effects if isinstance(e, Reject)]
         if not accepted:
             assert failures and effects[0] is failures[0], f"{command} should be rejected: {effects}"
             assert len(failures) == 1 and not any(isinstance(e, Receipt) for e in effects)
@@ -666,6 +666,12 @@ class BrokerMachine(RuleBasedStateMachine):
         self.broker = restored
 
     # -- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def the_core_finds_its_state_consistent(self) -> None:
+        self.broker.check_invariants()
+        if self.shadow is not None:
+            self.shadow.check_invariants()
 
     @invariant()
     def counts_match_the_model(self) -> None:

@@ -1,0 +1,58 @@
+"""The counters a broker reports (`Broker.stats`): read-only, part of the replicated state, so
+every member that applied the same commands reports the same values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftmq.core.config import CoreConfig
+from raftmq.core.state import BrokerState
+
+
+def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
+    """Counters per destination, the session count (connections the group serves), and
+    the dead-letter and expiry queues' depth with the totals sent there. Read-only.
+
+    The counters are part of the replicated state (and of snapshots), so every member
+    reports the same values once it has applied the same commands: `enqueued` counts
+    messages stored (a topic: published), `dequeued` messages consumed for good (acked,
+    or handed to an auto-ack consumer), `dead_lettered` / `expired` messages moved out."""
+    destinations: dict[str, dict[str, int]] = {}
+    for destination, store in state.queues.items():
+        destinations[destination] = {
+            "depth": len(store.ready),
+            "in_flight": store.in_flight,
+            "consumers": len(store.consumers),
+            "enqueued": store.enqueued,
+            "dequeued": store.dequeued,
+            "expired": store.expired,
+            "dead_lettered": store.dead_lettered,
+        }
+    for destination, topic in state.topics.items():
+        totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired}
+        for sub in topic.subs:
+            store = sub.store
+            totals["depth"] += len(store.ready)
+            totals["in_flight"] += store.in_flight
+            totals["consumers"] += len(store.consumers)
+            totals["dequeued"] += store.dequeued
+            totals["expired"] += store.expired
+            totals["dead_lettered"] += store.dead_lettered
+        totals["subscriptions"] = len(topic.subs)
+        totals["durable"] = sum(1 for sub in topic.subs if sub.durable_name is not None)
+        destinations[destination] = totals
+    return {
+        "sessions": len(state.sessions),
+        "destinations": destinations,
+        # Where dead messages pile up and how many died, without knowing the queue's name.
+        "dead_letter": _side_queue(config.dead_letter_queue, "dead_lettered", destinations),
+        "expiry": _side_queue(config.expiry_queue, "expired", destinations),
+    }
+
+def _side_queue(name: str, counter: str, destinations: dict[str, dict[str, int]]) -> dict[str, Any]:
+    queue = destinations.get(name)
+    return {
+        "destination": name,
+        "depth": queue["depth"] if queue is not None else 0,
+        counter: sum(counters.get(counter, 0) for counters in destinations.values()),
+    }

@@ -1,0 +1,79 @@
+"""`Broker.check_invariants` catches the corruptions it exists for (each test breaks one rule in
+a real broker's state and expects the check to name it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from raftmq.core.broker import Broker
+from raftmq.core.commands import Connect, Send, Subscribe
+from raftmq.core.config import CoreConfig
+from raftmq.errors import InvariantViolated
+
+
+def busy_broker() -> Broker:
+    broker = Broker(CoreConfig(broker_name="inv"))
+    broker.apply(Connect("p", 1, None, None))
+    broker.apply(Connect("c", 1, None, None))
+    broker.apply(Subscribe("c", "s1", "/queue/a", 1, ack="client-individual", prefetch=2))
+    broker.apply(Subscribe("c", "t1", "/topic/t", 1))
+    for i in range(5):
+        broker.apply(Send("p", "/queue/a", (("expires", "9999999"),) if i % 2 else (), f"m{i}".encode(), 2))
+        broker.apply(Send("p", "/topic/t", (), b"t", 2))
+    broker.check_invariants()
+    return broker
+
+
+def _lose_a_delivery(broker: Broker) -> None:
+    session = broker.state.sessions["c"]
+    ack_id = next(iter(session.deliveries))
+    del session.deliveries[ack_id]
+
+
+def _deliver_while_ready(broker: Broker) -> None:
+    store = broker.state.queues["/queue/a"]
+    delivery = next(iter(broker.state.sessions["c"].deliveries.values()))
+    store.ready[10**9] = delivery.message
+    store.lanes[delivery.message.priority].append(10**9)
+
+
+def _miscount_in_flight(broker: Broker) -> None:
+    broker.state.queues["/queue/a"].in_flight += 1
+
+
+def _miscount_expiring(broker: Broker) -> None:
+    broker.state.expiring += 1
+
+
+def _orphan_a_subscription(broker: Broker) -> None:
+    sub = broker.state.sessions["c"].subs["s1"]
+    sub.session = None
+
+
+def _negative_counter(broker: Broker) -> None:
+    broker.state.queues["/queue/a"].dequeued = -1
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "named"),
+    [
+        (_lose_a_delivery, "unknown to any session"),
+        (_deliver_while_ready, "both ready and in flight"),
+        (_miscount_in_flight, "counted in flight"),
+        (_miscount_expiring, "expiring"),
+        (_orphan_a_subscription, "is not its own"),
+        (_negative_counter, "negative counter"),
+    ],
+)
+def test_a_broken_rule_is_named(corrupt: Callable[[Broker], None], named: str) -> None:
+    broker = busy_broker()
+    corrupt(broker)
+    with pytest.raises(InvariantViolated, match=named):
+        broker.check_invariants()
+
+
+def test_a_restored_broker_is_consistent() -> None:
+    broker = busy_broker()
+    Broker.restore(broker.snapshot(), broker.config).check_invariants()
