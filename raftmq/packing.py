@@ -17,7 +17,8 @@ _packers = threading.local()
 def thread_packer() -> msgpack.Packer:
     """This thread's reusable Packer (use_bin_type); `pack` returns bytes and resets it."""
     try:
-        return _packers.packer  # type: ignore[no-any-return]
+        packer: msgpack.Packer = _packers.packer
+        return packer
     except AttributeError:
         packer = _packers.packer = msgpack.Packer(use_bin_type=True)
         return packer

@@ -14,7 +14,7 @@ URLs take `stomp+ssl://` (or `ssl://`) addresses.
 from __future__ import annotations
 
 from raftmq.client.connection import StompClient, connect
-from raftmq.client.failover import FailoverClient, TransactionRolledBack, connect_failover
+from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.client.failover_connector import FailoverEvent, FailoverExhausted, RedirectLimitExceeded
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
 from raftmq.client.failover_url import (
@@ -28,6 +28,7 @@ from raftmq.client.heartbeat import negotiate_heartbeat
 from raftmq.client.policies import POLICY_NAMES, make_policy
 from raftmq.client.subscription import Subscription, SubscriptionEnded
 from raftmq.client.tls import client_ssl_context
+from raftmq.errors import TransactionRolledBack
 
 __all__ = [
     "POLICY_NAMES",

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import ssl
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse
 from raftmq.client.heartbeat import HeartbeatTimers, negotiate_heartbeat
@@ -36,7 +37,7 @@ def _header_list(headers: HeadersArg) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in headers]
 
 
-def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
         # The cause also reaches `closed`; a dropped receipt future need not log it again.
@@ -285,13 +286,13 @@ class StompClient:
                 subscription = next(iter(self._subscriptions.values()))  # STOMP 1.0 brokers
             if subscription is not None:
                 try:
-                    subscription._deliver(frame)
+                    subscription.deliver(frame)
                 except Exception as exc:  # a raising callback must not kill the connection
                     self._loop.call_exception_handler(
                         {"message": "subscription callback raised", "exception": exc, "frame": frame}
                     )
         elif command == "RECEIPT":
-            fut = self._receipts.pop(frame.get("receipt-id", ""), None)
+            fut = self._receipts.pop(frame.get("receipt-id") or "", None)
             if fut is not None and not fut.done():
                 fut.set_result(frame)
         elif command == "CONNECTED":
@@ -305,7 +306,7 @@ class StompClient:
         refused = BrokerRefused(message, frame.header_dict(), frame.body)
         if not self._connected.done():
             _fail(self._connected, refused)
-        fut = self._receipts.pop(frame.get("receipt-id", ""), None)
+        fut = self._receipts.pop(frame.get("receipt-id") or "", None)
         if fut is not None:
             _fail(fut, refused)
         # The broker closes after ERROR and processes nothing after the offending frame.
@@ -333,7 +334,7 @@ class StompClient:
         for fut in receipts.values():
             _fail(fut, error)
         for subscription in list(self._subscriptions.values()):
-            subscription._end(cause)
+            subscription.end(cause)
         self.closed.set_result(cause)
 
     async def _handshake(
@@ -368,7 +369,7 @@ class StompClient:
         self._version = negotiated
         self._transport.version = negotiated
         self.server_headers = connected.header_dict()
-        send_ms, receive_ms = negotiate_heartbeat(heartbeat, connected.get("heart-beat", "0,0"))
+        send_ms, receive_ms = negotiate_heartbeat(heartbeat, connected.get("heart-beat") or "0,0")
         if send_ms or receive_ms:
             self._heartbeat = HeartbeatTimers(self._transport, send_ms, receive_ms)
             self._heartbeat.start()

@@ -36,18 +36,15 @@ What survives a reconnect:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import random
 import ssl
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
 from raftmq.client.connection import ACK_MODES, StompClient
+from raftmq.client.failover_bound import ConnectionBound
 from raftmq.client.failover_connector import (
     Connector,
     EventListener,
@@ -56,66 +53,27 @@ from raftmq.client.failover_connector import (
     hinted_leader,
     is_verdict,
 )
-from raftmq.client.failover_subscription import Delivery, DeliveryCallback, FailoverSubscription
-from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url
+from raftmq.client.failover_outbox import (
+    HeadersArg,
+    Outbox,
+    PendingSend,
+    header_pairs,
+    new_dupl_id,
+)
+from raftmq.client.failover_sends import Sends
+from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription
+from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url, with_overrides
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.client.tls import resolve_ssl_context
-from raftmq.errors import BrokerRefused, ClientError
+from raftmq.errors import BrokerRefused, ClientError, TransactionRolledBack
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
 
-DUPL_ID_HEADER = "_AMQ_DUPL_ID"
 # Heart-beats on by default: without them a leader that hangs (SIGSTOP, a partition) is never
 # noticed and nothing fails over. 10 s matches the node's default; the client gives up on a
 # silent broker after twice its interval.
 DEFAULT_HEARTBEAT = (10_000, 10_000)
-# See the module docstring: one repeat tells a frame that is refused on every connection from
-# one that only came after the culprit, at the cost of one more connection per refused frame.
-UNNAMED_REFUSALS_TO_BLAME = 2
-HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 GroupsArg = Sequence[Sequence[Address | tuple[str, int] | str]]
-
-
-class TransactionRolledBack(ClientError):
-    """The connection carrying the transaction broke; the broker rolled it back."""
-
-
-@dataclass(eq=False)
-class _PendingSend:
-    seq: int
-    destination: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    receipt: bool
-    transaction: str | None
-    dupl_id: str
-    future: asyncio.Future[Frame | None]
-    writes: int = 0  # how many connections it was written on
-    timer: asyncio.TimerHandle | None = None
-    inner: asyncio.Future[Frame] | None = None  # its RECEIPT on the connection it was last written on
-
-    @property
-    def awaiting_receipt(self) -> bool:
-        inner = self.inner
-        if self.future.done() or inner is None:
-            return False
-        return not inner.done() or inner.cancelled() or inner.exception() is not None
-
-
-def _awaits_receipt(item: _PendingSend | FailoverSubscription) -> bool:
-    return item.awaiting_receipt if isinstance(item, _PendingSend) else item._awaiting_receipt
-
-
-def _new_dupl_id() -> str:
-    return f"raftmq-{uuid.uuid4().hex}"
-
-
-def _header_pairs(headers: HeadersArg) -> list[tuple[str, str]]:
-    if headers is None:
-        return []
-    if isinstance(headers, Mapping):
-        return [(str(k), str(v)) for k, v in headers.items()]
-    return [(str(k), str(v)) for k, v in headers]
 
 
 class FailoverClient:
@@ -151,7 +109,7 @@ class FailoverClient:
             "vhost": vhost,
             "version": version,
             "heartbeat": heartbeat,
-            "headers": _header_pairs(connect_headers),
+            "headers": header_pairs(connect_headers),
             "limits": limits,
             "timeout": self.options.connect_timeout_ms / 1000,
         }
@@ -163,7 +121,7 @@ class FailoverClient:
             self._emit,
             lambda: self._state in ("closing", "closed"),
         )
-        self._new_dupl_id = dupl_id_factory or _new_dupl_id
+        self._new_dupl_id = dupl_id_factory or new_dupl_id
         self.events: list[EventListener] = []
         self._state = "new"  # new, connecting, connected, reconnecting, closing, closed, failed
         self._client: StompClient | None = None
@@ -172,15 +130,11 @@ class FailoverClient:
         self.group: int | None = None
         self._broken_address: Address | None = None
         self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
-        self._seq = itertools.count(1)
-        self._pending: dict[int, _PendingSend] = {}
-        # Receipt id -> what it confirms, for the current connection, in the order written.
-        self._inner_receipts: dict[str, _PendingSend | FailoverSubscription] = {}
-        # (frame, ERROR message, times in a row): unnamed refusals pinned on one frame so far.
-        self._suspect: tuple[_PendingSend | FailoverSubscription, str, int] | None = None
+        self._outbox = Outbox()  # SENDs without their outcome, and what each receipt confirms
+        self._sends = Sends(self._loop, self._outbox, self.options.timeout_ms, self._new_dupl_id)
         self._subscriptions: dict[str, FailoverSubscription] = {}
         self._sub_ids = itertools.count(1)
-        self._transactions: dict[str, int] = {}  # id -> the connection it was begun on
+        self._bound = ConnectionBound(lambda: (self._client, self._generation))  # ACKs and transactions
         self._state_change: asyncio.Future[None] = self._loop.create_future()
         self._supervisor: asyncio.Task[None] | None = None
         self.closed: asyncio.Future[BaseException | None] = self._loop.create_future()
@@ -191,11 +145,8 @@ class FailoverClient:
         """Keyword arguments named like `FailoverOptions` fields override the URL's options;
         the rest go to the constructor."""
         target = parse_failover_url(url)
-        option_names = {field.name for field in dataclasses.fields(FailoverOptions)}
-        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in option_names}
-        options = target.options.replace(**overrides) if overrides else target.options
         kwargs.setdefault("tls", target.tls)
-        return cls(target.groups, options, **kwargs)
+        return cls(target.groups, with_overrides(target.options, kwargs), **kwargs)
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -210,7 +161,7 @@ class FailoverClient:
     @property
     def pending_sends(self) -> int:
         """SENDs without their RECEIPT yet (in flight or waiting for a connection)."""
-        return len(self._pending)
+        return len(self._outbox)
 
     @property
     def stomp_client(self) -> StompClient | None:
@@ -265,14 +216,14 @@ class FailoverClient:
         self.address = address
         self._broken_address = None
         self._leader_hint = None
-        self._inner_receipts = {}
+        self._outbox.new_connection()
         self._set_state("connected")
         for subscription in list(self._subscriptions.values()):
             if not self._attach(subscription):
                 break
-        resent = tuple(p.dupl_id for p in self._pending.values() if p.writes)
-        for pending in list(self._pending.values()):
-            if not self._write(pending):
+        resent = self._outbox.resent_ids()
+        for pending in self._outbox.in_order():
+            if not self._sends.write(self._client, pending):
                 break
         self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
 
@@ -285,62 +236,42 @@ class FailoverClient:
         if isinstance(cause, BrokerRefused):
             self._leader_hint = hinted_leader(cause)
             if is_verdict(cause):
-                culprit = self._culprit(cause)
+                culprit = self._outbox.blame(cause.headers.get("receipt-id"), cause.headers.get("message") or str(cause))
             else:
-                self._suspect = None
+                self._outbox.not_blamed()
         else:
-            self._suspect = None
-        self._inner_receipts = {}
+            self._outbox.not_blamed()
+        self._outbox.new_connection()
         if culprit is not None:
             assert isinstance(cause, BrokerRefused)
             # A copy each: the same exception raised in several awaits would pile up tracebacks.
             refusal = BrokerRefused(str(cause), dict(cause.headers), cause.body)
             if isinstance(culprit, FailoverSubscription):
                 self._subscriptions.pop(culprit.id, None)
-                culprit._end(refusal)
+                culprit.end(refusal)
             else:
-                self._settle(culprit, error=refusal)
-        self._transactions.clear()
-        for pending in list(self._pending.values()):
+                self._sends.settle(culprit, error=refusal)
+        self._bound.connection_lost()
+        for pending in self._outbox.in_order():
             if pending.transaction is not None:
-                self._settle(pending, error=TransactionRolledBack(
+                self._sends.settle(pending, error=TransactionRolledBack(
                     f"connection lost; transaction {pending.transaction!r} was rolled back"))
         for subscription in self._subscriptions.values():
-            subscription._detach()
+            subscription.detach()
         self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
         if culprit is not None:
-            dupl_id = culprit.dupl_id if isinstance(culprit, _PendingSend) else None
+            dupl_id = culprit.dupl_id if isinstance(culprit, PendingSend) else None
             self._emit(FailoverEvent("refused", address=self.address, group=self.group, error=cause, dupl_id=dupl_id))
         if self._leader_hint is not None:
             self._emit(FailoverEvent("redirected", address=self.address, group=self.group, target=self._leader_hint))
 
-    def _culprit(self, refusal: BrokerRefused) -> _PendingSend | FailoverSubscription | None:
-        """The SEND or subscription a verdict ERROR refused, if known well enough to stop
-        retrying it (see the module docstring); None lets everything be written again."""
-        receipt_id = refusal.headers.get("receipt-id")
-        if receipt_id is not None:
-            self._suspect = None
-            return self._inner_receipts.get(receipt_id)  # None: an ACK, COMMIT... never resent
-        oldest = next((item for item in self._inner_receipts.values() if _awaits_receipt(item)), None)
-        if oldest is None:
-            self._suspect = None
-            return None
-        message = refusal.headers.get("message") or str(refusal)
-        suspect = self._suspect
-        times = suspect[2] + 1 if suspect is not None and suspect[0] is oldest and suspect[1] == message else 1
-        if times >= UNNAMED_REFUSALS_TO_BLAME:
-            self._suspect = None
-            return oldest
-        self._suspect = (oldest, message, times)
-        return None
-
     def _give_up(self, error: ClientError) -> None:
         self._set_state("failed")
         self._client = None
-        for pending in list(self._pending.values()):
-            self._settle(pending, error=ClientError(f"send not confirmed, the client gave up: {error}"))
+        for pending in self._outbox.in_order():
+            self._sends.settle(pending, error=ClientError(f"send not confirmed, the client gave up: {error}"))
         for subscription in list(self._subscriptions.values()):
-            subscription._end(error)
+            subscription.end(error)
         self._subscriptions.clear()
         if not self.closed.done():
             self.closed.set_result(error)
@@ -359,22 +290,11 @@ class FailoverClient:
         """Queue a SEND; the future gets the RECEIPT (or None once written, without `receipt`)."""
         self._check_usable()
         if transaction is not None:
-            self._check_transaction(transaction)
-        # An empty id would come first and switch duplicate detection off: replace it.
-        header_list = [h for h in _header_pairs(headers) if h[0] != DUPL_ID_HEADER or h[1]]
-        dupl_id = next((value for name, value in header_list if name == DUPL_ID_HEADER), None)
-        if not dupl_id:
-            dupl_id = self._new_dupl_id()
-            header_list.append((DUPL_ID_HEADER, dupl_id))
-        future: asyncio.Future[Frame | None] = self._loop.create_future()
-        pending = _PendingSend(next(self._seq), destination, header_list, body, receipt, transaction, dupl_id, future)
-        self._pending[pending.seq] = pending
-        future.add_done_callback(partial(self._forget_send, pending))
-        if self.options.timeout_ms > 0:
-            pending.timer = self._loop.call_later(self.options.timeout_ms / 1000, self._expire, pending)
+            self._bound.check(transaction)
+        pending = self._sends.make(destination, body, headers, receipt, transaction)
         if self._state == "connected":
-            self._write(pending)
-        return future
+            self._sends.write(self._client, pending)
+        return pending.future
 
     async def send(
         self,
@@ -396,60 +316,6 @@ class FailoverClient:
                 pass
         return result
 
-    def _write(self, pending: _PendingSend) -> bool:
-        """Write a SEND on the current connection; False if that connection is already gone."""
-        client = self._client
-        if client is None or pending.future.done():
-            return client is not None
-        try:
-            inner = client.send_nowait(
-                pending.destination, pending.body, pending.headers, pending.receipt, transaction=pending.transaction
-            )
-        except ClientError:
-            return False  # broken: the supervisor notices and this SEND waits for the next one
-        pending.writes += 1
-        pending.inner = inner
-        if inner is None:
-            self._settle(pending, result=None)
-        else:
-            assert client.last_receipt_id is not None
-            self._inner_receipts[client.last_receipt_id] = pending
-            inner.add_done_callback(partial(self._on_send_receipt, pending))
-        return True
-
-    def _on_send_receipt(self, pending: _PendingSend, inner: asyncio.Future[Frame]) -> None:
-        if not inner.cancelled() and inner.exception() is None:
-            self._settle(pending, result=inner.result())
-        # Otherwise the connection broke: `_on_break` decides between retry and refusal.
-
-    def _expire(self, pending: _PendingSend) -> None:
-        pending.timer = None
-        if pending.writes:
-            message = f"no RECEIPT within {self.options.timeout_ms:g} ms; the message may or may not be stored"
-        else:
-            message = f"not sent within {self.options.timeout_ms:g} ms (no connection)"
-        self._settle(pending, error=ClientError(message))
-
-    def _settle(
-        self, pending: _PendingSend, *, result: Frame | None = None, error: BaseException | None = None
-    ) -> None:
-        future = pending.future
-        if future.done():
-            return
-        self._pending.pop(pending.seq, None)  # at once: a reconnect in this turn must not resend it
-        if error is not None:
-            future.set_exception(error)
-            future.exception()  # like StompClient: a dropped future need not log it again
-        else:
-            future.set_result(result)
-
-    def _forget_send(self, pending: _PendingSend, future: asyncio.Future[Frame | None]) -> None:
-        # Runs however the future ended, a caller's cancellation included: never resend it then.
-        self._pending.pop(pending.seq, None)
-        if pending.timer is not None:
-            pending.timer.cancel()
-            pending.timer = None
-
     # -- subscriptions ----------------------------------------------------------------------------
     def subscribe(
         self,
@@ -470,7 +336,7 @@ class FailoverClient:
         if sub_id in self._subscriptions:
             raise ClientError(f"subscription id {sub_id!r} is already in use")
         subscription = FailoverSubscription(
-            self, sub_id, destination, ack, _header_pairs(headers), prefetch, callback, queue_size
+            self, sub_id, destination, ack, header_pairs(headers), prefetch, callback, queue_size
         )
         self._subscriptions[sub_id] = subscription
         if self._state == "connected":
@@ -490,67 +356,37 @@ class FailoverClient:
         if client is None:
             return False
         try:
-            receipt_id = subscription._attach(client, self._generation)
+            receipt_id = subscription.attach(client, self._generation)
         except ClientError:
             return False
         if receipt_id is not None:
-            self._inner_receipts[receipt_id] = subscription
+            self._outbox.receipts[receipt_id] = subscription
         return True
 
-    def _forget_subscription(self, subscription: FailoverSubscription) -> None:
+    def forget_subscription(self, subscription: FailoverSubscription) -> None:
+        """The subscription unsubscribed: it is not subscribed again on the next connection."""
         self._subscriptions.pop(subscription.id, None)
 
     # -- acknowledgement --------------------------------------------------------------------------
     def ack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
         """ACK on the connection that delivered `frame`; False if that connection is gone
         (the broker redelivers the message)."""
-        client = self._client_for(frame)
-        if client is None:
-            return False
-        try:
-            client.ack_nowait(frame, transaction=transaction)
-        except ClientError:
-            return False
-        return True
+        self._check_usable()
+        return self._bound.acknowledge_nowait("ack", frame, transaction)
 
     def nack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
-        client = self._client_for(frame)
-        if client is None:
-            return False
-        try:
-            client.nack_nowait(frame, transaction=transaction)
-        except ClientError:
-            return False
-        return True
+        self._check_usable()
+        return self._bound.acknowledge_nowait("nack", frame, transaction)
 
     async def ack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
         """Like `ack_nowait`; with `receipt`, returns after the RECEIPT (a break while waiting
         raises `ClientError`: the outcome is unknown)."""
-        return await self._acknowledge("ack", frame, receipt, transaction)
+        self._check_usable()
+        return await self._bound.acknowledge("ack", frame, receipt, transaction)
 
     async def nack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> bool:
-        return await self._acknowledge("nack", frame, receipt, transaction)
-
-    async def _acknowledge(self, kind: str, frame: Frame, receipt: bool, transaction: str | None) -> bool:
-        client = self._client_for(frame)
-        if client is None:
-            return False
-        method = client.ack_nowait if kind == "ack" else client.nack_nowait
-        try:
-            fut = method(frame, receipt=receipt, transaction=transaction)
-        except ClientError:
-            if client.is_closed:
-                return False
-            raise
-        if fut is not None:
-            await fut
-        return True
-
-    def _client_for(self, frame: Frame) -> StompClient | None:
         self._check_usable()
-        if isinstance(frame, Delivery) and frame.connection != self._generation:
-            return None
-        return self._client
+        return await self._bound.acknowledge("nack", frame, receipt, transaction)
 
     # -- transactions -----------------------------------------------------------------------------
     async def begin(self, txid: str, *, receipt: bool = True) -> None:
@@ -558,31 +394,22 @@ class FailoverClient:
         await self.wait_connected()
         client = self._client
         assert client is not None
-        self._transactions[txid] = self._generation
+        self._bound.begun(txid)
         await client.begin(txid, receipt=receipt)
 
     async def commit(self, txid: str, *, receipt: bool = True) -> None:
         """COMMIT; `TransactionRolledBack` if its connection broke since BEGIN."""
-        client = self._take_transaction(txid)
+        self._check_usable()
+        client = self._bound.take(txid)
         await client.commit(txid, receipt=receipt)
 
     async def abort(self, txid: str, *, receipt: bool = False) -> None:
+        self._check_usable()
         try:
-            client = self._take_transaction(txid)
+            client = self._bound.take(txid)
         except TransactionRolledBack:
             return  # already rolled back by the broker
         await client.abort(txid, receipt=receipt)
-
-    def _check_transaction(self, txid: str) -> None:
-        if self._transactions.get(txid) != self._generation or self._client is None:
-            raise TransactionRolledBack(f"transaction {txid!r} is not open on the current connection")
-
-    def _take_transaction(self, txid: str) -> StompClient:
-        self._check_usable()
-        self._check_transaction(txid)
-        del self._transactions[txid]
-        assert self._client is not None
-        return self._client
 
     # -- closing ----------------------------------------------------------------------------------
     async def close(self, timeout: float = 10.0) -> None:
@@ -599,11 +426,11 @@ class FailoverClient:
         if client is not None and not client.is_closed:
             await client.disconnect(timeout)
             await asyncio.sleep(0)  # let the RECEIPT callbacks that arrived before it run
-        for pending in list(self._pending.values()):
+        for pending in self._outbox.in_order():
             state = "outcome unknown" if pending.writes else "it was never sent"
-            self._settle(pending, error=ClientError(f"client closed before the RECEIPT; {state}"))
+            self._sends.settle(pending, error=ClientError(f"client closed before the RECEIPT; {state}"))
         for subscription in list(self._subscriptions.values()):
-            subscription._end(None)
+            subscription.end(None)
         self._subscriptions.clear()
         self._set_state("closed")
         if not self.closed.done():
@@ -652,9 +479,7 @@ async def connect_failover(target: str | GroupsArg, **kwargs: Any) -> FailoverCl
     if isinstance(target, str):
         client = FailoverClient.from_url(target, **kwargs)
     else:
-        option_names = {field.name for field in dataclasses.fields(FailoverOptions)}
-        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in option_names}
-        options = kwargs.pop("options", None) or FailoverOptions()
-        client = FailoverClient(target, options.replace(**overrides) if overrides else options, **kwargs)
+        options = with_overrides(kwargs.pop("options", None) or FailoverOptions(), kwargs)
+        client = FailoverClient(target, options, **kwargs)
     await client.start()
     return client

@@ -16,7 +16,7 @@ from typing import Any
 from raftmq.client.connection import StompClient, connect
 from raftmq.client.failover_url import Address, FailoverOptions, InvalidFailoverUrl, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
-from raftmq.errors import BrokerRefused, ClientError
+from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, RedirectLimitExceeded
 from raftmq.protocol.frame import REDIRECT_HEADER
 
 NOT_LEADER = "not the leader"
@@ -43,14 +43,6 @@ def is_verdict(error: BaseException | None) -> bool:
     """Whether a connection ended with an ERROR that refused one of the client's frames
     (too large, malformed, access denied, an invalid destination...): resending cannot help."""
     return isinstance(error, BrokerRefused) and error.headers.get("message") not in TRANSIENT_ERRORS
-
-
-class RedirectLimitExceeded(ClientError):
-    """A group's nodes kept naming other nodes as leader for more than `maxRedirects` hops."""
-
-
-class FailoverExhausted(ClientError):
-    """Every reconnect attempt allowed by `maxReconnectAttempts` failed."""
 
 
 @dataclass(frozen=True)

@@ -134,13 +134,13 @@ class FailoverSubscription:
         if self._ended:
             return
         inner = self._inner
-        self._owner._forget_subscription(self)
-        self._end(None, keep_queued=True)
+        self._owner.forget_subscription(self)
+        self.end(None, keep_queued=True)
         if inner is not None and inner.active:
             await inner.unsubscribe(receipt=receipt)
 
-    # -- called by the failover client --------------------------------------------------------
-    def _attach(self, client: StompClient, connection: int) -> str | None:
+    # -- called by the failover client (its reconnects drive these) -----------------------
+    def attach(self, client: StompClient, connection: int) -> str | None:
         """SUBSCRIBE on a new connection; returns the receipt id of that SUBSCRIBE."""
         callback = None
         if self._callback is not None:
@@ -168,7 +168,7 @@ class FailoverSubscription:
         return client.last_receipt_id
 
     @property
-    def _awaiting_receipt(self) -> bool:
+    def awaiting_receipt(self) -> bool:
         """Subscribed on the current connection and its RECEIPT has not come (yet)."""
         inner = self._inner
         if self._ended or inner is None or inner.receipt is None:
@@ -181,19 +181,19 @@ class FailoverSubscription:
             return  # a refusal reaches us through `_end`; a break means a later SUBSCRIBE
         self.receipt.set_result(fut.result())
 
-    def _detach(self, keep_queued: bool = False) -> None:
+    def detach(self, keep_queued: bool = False) -> None:
         inner, self._inner = self._inner, None
         if inner is not None and (keep_queued or self.ack_mode == "auto"):
             while (frame := inner.get_nowait()) is not None:
                 self._leftover.append(Delivery.of(frame, self._inner_connection))
         self._wake()
 
-    def _end(self, error: BaseException | None, keep_queued: bool = False) -> None:
+    def end(self, error: BaseException | None, keep_queued: bool = False) -> None:
         if self._ended:
             return
         self._ended = True
         self._error = error
-        self._detach(keep_queued)
+        self.detach(keep_queued)
         if not self.receipt.done():
             self.receipt.set_exception(error or SubscriptionEnded(f"subscription {self.id} ended"))
             self.receipt.exception()  # nobody has to look at it

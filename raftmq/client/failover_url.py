@@ -33,14 +33,10 @@ from urllib.parse import unquote
 
 from raftmq.client.policies import canonical_policy_name
 from raftmq.client.tls import TLS_SCHEMES
-from raftmq.errors import ConfigError
+from raftmq.errors import InvalidFailoverUrl
 
 DEFAULT_STOMP_PORT = 61613
 ADDRESS_SCHEMES = ("stomp", "tcp")
-
-
-class InvalidFailoverUrl(ConfigError, ValueError):
-    """A failover URL or option is malformed; the message names the part at fault."""
 
 
 class Address(NamedTuple):
@@ -402,3 +398,11 @@ def normalize_groups(groups: Sequence[Sequence[Address | tuple[str, int] | str]]
     if not normalized:
         raise InvalidFailoverUrl("no broker addresses given")
     return tuple(normalized)
+
+
+def with_overrides(options: FailoverOptions, kwargs: dict[str, Any]) -> FailoverOptions:
+    """`options` with the keyword arguments named like its fields taken out of `kwargs` and
+    applied (the rest stay in `kwargs` for the client's constructor)."""
+    names = {field.name for field in dataclasses.fields(FailoverOptions)}
+    overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in names}
+    return options.replace(**overrides) if overrides else options

@@ -7,6 +7,7 @@ import asyncio
 from raftmq.client.transport import StompTransport
 from raftmq.errors import ClientError
 from raftmq.protocol.codec import HEARTBEAT
+from raftmq.protocol.negotiation import agree_heartbeats, parse_heart_beat_leniently
 
 # A peer is declared dead after this many silent receive intervals; the spec leaves the margin
 # to us and network jitter or a GC pause on the broker should not cost a connection.
@@ -19,14 +20,7 @@ def negotiate_heartbeat(ours: tuple[int, int], theirs: str) -> tuple[int, int]:
     STOMP: we send every max(our cx, their cy) when both are non-zero, and expect something
     every max(our cy, their cx) when both are non-zero; 0 means never.
     """
-    try:
-        their_cx, their_cy = (int(part.strip()) for part in theirs.split(","))
-    except ValueError:
-        their_cx = their_cy = 0
-    our_cx, our_cy = ours
-    send_ms = max(our_cx, their_cy) if our_cx > 0 and their_cy > 0 else 0
-    receive_ms = max(our_cy, their_cx) if our_cy > 0 and their_cx > 0 else 0
-    return send_ms, receive_ms
+    return agree_heartbeats(ours, parse_heart_beat_leniently(theirs))
 
 
 class HeartbeatTimers:

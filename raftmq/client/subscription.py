@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from raftmq.errors import ClientError
+from raftmq.errors import ClientError, SubscriptionEnded
 from raftmq.protocol.frame import Frame
 
 if TYPE_CHECKING:
@@ -107,12 +107,12 @@ class Subscription:
         if self._ended:
             return
         fut = self._client._unsubscribe(self, receipt=receipt)
-        self._end(None)
+        self.end(None)
         if fut is not None:
             await fut
 
     # -- called by the client ---------------------------------------------------------------
-    def _deliver(self, frame: Frame) -> None:
+    def deliver(self, frame: Frame) -> None:
         if self._ended:
             return
         callback = self._callback
@@ -126,7 +126,7 @@ class Subscription:
             self._holding_reads = True
             self._client._transport.hold_reading(self)
 
-    def _end(self, error: BaseException | None) -> None:
+    def end(self, error: BaseException | None) -> None:
         if self._ended:
             return
         self._ended = True
@@ -138,5 +138,3 @@ class Subscription:
             self._waiter.set_result(None)
 
 
-class SubscriptionEnded(ClientError):
-    """The subscription ended cleanly (unsubscribed or disconnected)."""

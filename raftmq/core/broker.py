@@ -14,6 +14,7 @@ consumers that just gained room.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from raftmq.core.browse import browse_store
@@ -83,7 +84,7 @@ class Broker:
         self.state = BrokerState(DedupCache(config.dedup_cache_size))
         self.dispatch = Dispatcher(self.state, config)
         self._id_prefix = f"{config.broker_name}-"
-        self._handlers = {
+        self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
             Disconnect: self._disconnect,
             Subscribe: self._subscribe,
@@ -261,9 +262,10 @@ class Broker:
                 session, command.sub_id, destination, command.ack, prefetch, selector, command.exclusive, None, store
             )
         else:
-            sub = self._topic_subscription(session, command, prefetch, selector)
-            if sub is None:
+            topic_sub = self._topic_subscription(session, command, prefetch, selector)
+            if topic_sub is None:
                 return
+            sub = topic_sub
         session.subs[command.sub_id] = sub
         sub.store.add_consumer(sub)
         self.dispatch.wake(sub.store, sub)

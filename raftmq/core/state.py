@@ -123,5 +123,5 @@ def _check_topics(state: BrokerState) -> None:
                      f"{name}: subscription {sub.sub_id} consumes {len(sub.store.consumers)} times")
     for durable, sub in state.durables.items():
         _require(sub.durable_name == durable, f"durable {durable} names itself {sub.durable_name}")
-        topic = state.topics.get(sub.destination)
-        _require(topic is not None and sub in topic.subs, f"durable {durable} belongs to no topic")
+        owner = state.topics.get(sub.destination)
+        _require(owner is not None and sub in owner.subs, f"durable {durable} belongs to no topic")

@@ -240,15 +240,15 @@ def launch(
                 member_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DeploymentError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
-            argv = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
+            argv: tuple[str, ...] = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
             log_path = member_dir / NODE_LOG
             process = start_node(argv, log_path)
             children[process.pid] = process
             start_time = process_start_time(process.pid)
             started.append(NodeProcess(group.name, member.id, member.client, member.raft, member.admin or "",
                                        process.pid, start_time or 0, argv, str(log_path)))
-        pid, start_time, argv = own_identity()
-        state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, argv,
+        pid, start_time, own_argv = own_identity()
+        state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, own_argv,
                              detached, False, topology.restart.mode)
         write_state(state)
     except BaseException:

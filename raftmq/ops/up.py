@@ -19,11 +19,10 @@ from typing import Any
 
 import click
 
-from raftmq.errors import RaftmqError
+from raftmq.errors import DeploymentError, RaftmqError
 from raftmq.ops.launcher import (
     POLL_SECONDS,
     STOP_GRACE_SECONDS,
-    DeploymentError,
     DeploymentState,
     last_log_line,
     launch,

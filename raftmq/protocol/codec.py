@@ -19,6 +19,7 @@ from raftmq.errors import FrameTooLarge, ProtocolError
 from raftmq.protocol.escaping import ESCAPING_MODES, RAW, UNESCAPED_COMMANDS, encode_header_line, unescaper_for
 from raftmq.protocol.frame import ALL_COMMANDS, SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
+from raftmq.protocol.negotiation import negotiate_version
 
 HEARTBEAT: bytes = b"\n"
 
@@ -30,24 +31,6 @@ _EOL_RUN = re.compile(rb"(?:\r?\n)+")
 _MAX_LENGTH_DIGITS = 16
 
 _DEFAULT_LIMITS = Limits()
-
-
-def negotiate_version(accept_version: str | None) -> str:
-    """The highest version both sides speak, from a CONNECT frame's `accept-version` header.
-
-    A missing header means a 1.0 client (STOMP 1.1 §"Protocol Negotiation").
-    """
-    if accept_version is None:
-        return "1.0"
-    offered = {item.strip() for item in accept_version.split(",")}
-    for version in reversed(SUPPORTED_VERSIONS):
-        if version in offered:
-            return version
-    supported = ",".join(SUPPORTED_VERSIONS)
-    raise ProtocolError(
-        f"Supported protocol versions are {supported}",
-        detail=f"the client accepts {accept_version!r}; this server speaks {supported}",
-    )
 
 
 class FrameParser:

@@ -51,7 +51,7 @@ def encode_batch(commands: Sequence[c.Command]) -> bytes:
         row.extend(getattr(command, name) for name in names)
         rows.append(row)
     try:
-        return thread_packer().pack([FORMAT_VERSION, rows])
+        return bytes(thread_packer().pack([FORMAT_VERSION, rows]))
     except (TypeError, ValueError) as exc:
         raise CommandCodecError(f"cannot encode batch: {exc}") from exc
 
@@ -96,6 +96,5 @@ def _decode_row(row: Any) -> c.Command:
             pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
         row = row.copy()
         row[3] = tuple(pairs)
-    if cls in _POSITIONAL:
-        return cls(*row[1:])
-    return cls(**dict(zip(names, row[1:])))
+    command: c.Command = cls(*row[1:]) if cls in _POSITIONAL else cls(**dict(zip(names, row[1:], strict=False)))
+    return command

@@ -22,7 +22,7 @@ MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corr
 
 def encode_entry(batches: Sequence[bytes]) -> bytes:
     """One Raft entry: format byte + lz4 block (size-prefixed) of a msgpack list of encoded batches."""
-    return bytes([ENTRY_FORMAT]) + lz4.block.compress(thread_packer().pack(list(batches)), store_size=True)
+    return bytes([ENTRY_FORMAT]) + bytes(lz4.block.compress(thread_packer().pack(list(batches)), store_size=True))
 
 
 def decode_entry(entry: bytes) -> list[Command]:

@@ -66,7 +66,7 @@ def _first_index(journal: RaftJournal) -> int:
     """Index of the journal's first entry, 0 if none (read from the loop while the tick
     thread may be replacing the entries: a snapshot install empties them for an instant)."""
     try:
-        return journal[0][1]
+        return int(journal[0][1])
     except IndexError:
         return 0
 
@@ -230,7 +230,7 @@ class RaftLog(CommitLog):
             answer: asyncio.Future[int] = loop.create_future()
 
             def reply(_result: Any, error: int) -> None:
-                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(error))
+                loop.call_soon_threadsafe(_set_once, answer, error)
 
             syncobj.run_in_tick_thread(lambda: syncobj.transferLeadership(callback=reply))
             try:
@@ -485,3 +485,8 @@ class RaftLog(CommitLog):
     def _restored(self, index: int) -> None:
         self._delivered_index = index
         self._position = LogPosition(index, self._position.term)
+
+
+def _set_once(future: asyncio.Future[int], value: int) -> None:
+    if not future.done():
+        future.set_result(value)

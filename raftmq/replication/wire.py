@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from raftmq.errors import ConfigError
+from raftmq.errors import ConfigError, WireError
 
 log = structlog.get_logger("raftmq.replication.wire")
 
@@ -69,10 +69,6 @@ SECRET_FILE = "group.secret"
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">4xQ")  # 12-byte GCM nonce: four zero bytes and the frame's sequence number
 _HELLO, _PROOF, _OPEN = range(3)
-
-
-class WireError(Exception):
-    """A peer broke the wire protocol; the connection is closed (never raised to pysyncobj)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +111,7 @@ def group_secret(password: str | None, group_dir: str | os.PathLike[str]) -> str
 
 
 def encode_message(message: Any) -> bytes:
-    return msgpack.packb(message, use_bin_type=True)
+    return bytes(msgpack.packb(message, use_bin_type=True))
 
 
 def decode_message(data: bytes) -> Any:

@@ -31,13 +31,14 @@ from typing import Any
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import FrameParser, negotiate_version
+from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
+from raftmq.protocol.negotiation import agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.frames import connected_frame, error_frame
 from raftmq.server.host import SessionHost
 from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
-from raftmq.server.translate import FrameTranslator, parse_heart_beat
+from raftmq.server.translate import FrameTranslator
 
 SERVER_HEADER = f"raftmq/{__version__}"
 # (operation, destination) pairs a session remembers as authorized before starting afresh.
@@ -252,11 +253,9 @@ class StompSession:
         self.version = version
         self._parser.version = version
         config = host.config
-        # STOMP heart-beating: each side uses the larger of what one can send and the other wants.
-        if config.heartbeat_send_ms and pending.client_receive:
-            self.send_interval_ms = max(config.heartbeat_send_ms, pending.client_receive)
-        if config.heartbeat_receive_ms and pending.client_send:
-            self.receive_interval_ms = max(config.heartbeat_receive_ms, pending.client_send)
+        self.send_interval_ms, self.receive_interval_ms = agree_heartbeats(
+            (config.heartbeat_send_ms, config.heartbeat_receive_ms), (pending.client_send, pending.client_receive)
+        )
         client_id = frame.get("client-id")
         self._translator = FrameTranslator(self.session_id, version, client_id)
         self.state = SessionState.CONNECTING

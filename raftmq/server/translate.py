@@ -41,16 +41,6 @@ PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_LIMIT_HEADER = "browser-limit"  # ours: ActiveMQ browsers have no limit
 
 
-def parse_heart_beat(value: str | None) -> tuple[int, int]:
-    """The `heart-beat` header "cx,cy" as two non-negative ints; absent means 0,0."""
-    if value is None:
-        return 0, 0
-    parts = value.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ProtocolError("invalid heart-beat header", f"expected two non-negative integers 'cx,cy', got {value!r}")
-    return int(parts[0]), int(parts[1])
-
-
 def check_destination(destination: str | None, command: str) -> str:
     if destination is None:
         raise ProtocolError(f"{command} requires a destination header", f"{command} frame without 'destination'")

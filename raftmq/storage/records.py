@@ -110,7 +110,7 @@ def encode_batch(records: Sequence[Record]) -> bytes:
     fields = _HEADER_FIELDS.pack(
         MAGIC, FORMAT_VERSION, 0, len(records), len(frame), len(raw), crc32c(frame), first_index, last_index
     )
-    return fields + _HEADER_CRC.pack(crc32c(fields)) + frame
+    return bytes(fields + _HEADER_CRC.pack(crc32c(fields)) + frame)
 
 
 def parse_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> BatchHeader:

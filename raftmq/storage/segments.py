@@ -40,10 +40,10 @@ class Segment:
     segment_id: int
     path: str
     size: int = 0  # bytes of whole, verified batches
-    offsets: array = field(default_factory=lambda: array("Q"))
-    first_indexes: array = field(default_factory=lambda: array("Q"))
-    last_indexes: array = field(default_factory=lambda: array("Q"))
-    counts: array = field(default_factory=lambda: array("I"))
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+    first_indexes: array[int] = field(default_factory=lambda: array("Q"))
+    last_indexes: array[int] = field(default_factory=lambda: array("Q"))
+    counts: array[int] = field(default_factory=lambda: array("I"))
 
     @property
     def first_index(self) -> int | None:

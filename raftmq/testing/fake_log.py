@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command

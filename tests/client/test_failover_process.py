@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from raftmq.client import Address, FailoverEvent, FailoverExhausted, connect, connect_failover
-from raftmq.client.failover import _new_dupl_id
+from raftmq.client.failover_outbox import new_dupl_id as _new_dupl_id
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
 

@@ -12,7 +12,7 @@ import pytest
 from fake_broker import FakeBroker, FakeConnection, default_handler
 
 from raftmq.client import FailoverEvent, connect_failover
-from raftmq.client.failover import UNNAMED_REFUSALS_TO_BLAME
+from raftmq.client.failover_outbox import UNNAMED_REFUSALS_TO_BLAME
 from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import Frame
 

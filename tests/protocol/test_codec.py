@@ -6,7 +6,8 @@ import pytest
 import stomp.utils as stomp_utils
 
 from raftmq.errors import FrameTooLarge, ProtocolError
-from raftmq.protocol.codec import HEARTBEAT, FrameParser, encode_frame, negotiate_version
+from raftmq.protocol.codec import HEARTBEAT, FrameParser, encode_frame
+from raftmq.protocol.negotiation import negotiate_version
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
 

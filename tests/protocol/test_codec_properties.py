@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import FrameParser, encode_frame, negotiate_version
+from raftmq.protocol.codec import FrameParser, encode_frame
+from raftmq.protocol.negotiation import negotiate_version
 from raftmq.protocol.frame import ALL_COMMANDS, SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
 

@@ -272,13 +272,6 @@ def _write_fd(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _write_fd(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def write_snapshot_file(path: str, last: Entry, previous: Entry, cluster: Sequence[str], state: bytes) -> None:
     with open(path, "wb") as f:
         f.write(encode_snapshot(last, previous, cluster, state))

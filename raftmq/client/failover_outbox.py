@@ -1,0 +1,133 @@
+"""The failover client's outbox: the SENDs it still owes an outcome, and which frame an ERROR
+refused. Bookkeeping only: no I/O, no timers, no event loop (the futures are the caller's).
+
+Every SEND carries an `_AMQ_DUPL_ID` (the caller's, or a new one) so that writing it again on
+the next connection is stored once by the broker. SENDs are kept in the order they were made;
+`receipts` maps the receipt ids of the current connection to what they confirm, in the order
+written. `blame` decides which frame a verdict ERROR was about (see raftmq.client.failover).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from raftmq.protocol.frame import Frame
+
+DUPL_ID_HEADER = "_AMQ_DUPL_ID"
+# One repeat tells a frame that is refused on every connection from one that only came after
+# the culprit, at the cost of one more connection per refused frame.
+UNNAMED_REFUSALS_TO_BLAME = 2
+HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
+
+
+class Receipted(Protocol):
+    """A frame written with a receipt: a SEND, or a subscription's SUBSCRIBE."""
+
+    @property
+    def awaiting_receipt(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class PendingSend:
+    seq: int
+    destination: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    receipt: bool
+    transaction: str | None
+    dupl_id: str
+    future: asyncio.Future[Frame | None]
+    writes: int = 0  # how many connections it was written on
+    timer: asyncio.TimerHandle | None = None
+    inner: asyncio.Future[Frame] | None = None  # its RECEIPT on the connection it was last written on
+
+    @property
+    def awaiting_receipt(self) -> bool:
+        inner = self.inner
+        if self.future.done() or inner is None:
+            return False
+        return not inner.done() or inner.cancelled() or inner.exception() is not None
+
+
+def new_dupl_id() -> str:
+    return f"raftmq-{uuid.uuid4().hex}"
+
+
+def header_pairs(headers: HeadersArg) -> list[tuple[str, str]]:
+    if headers is None:
+        return []
+    if isinstance(headers, Mapping):
+        return [(str(k), str(v)) for k, v in headers.items()]
+    return [(str(k), str(v)) for k, v in headers]
+
+
+def with_dupl_id(headers: HeadersArg, make_id: Callable[[], str]) -> tuple[list[tuple[str, str]], str]:
+    """The SEND's headers with a duplicate-detection id, and that id. An empty id would come
+    first and switch duplicate detection off: it is replaced."""
+    pairs = [h for h in header_pairs(headers) if h[0] != DUPL_ID_HEADER or h[1]]
+    dupl_id = next((value for name, value in pairs if name == DUPL_ID_HEADER), None)
+    if not dupl_id:
+        dupl_id = make_id()
+        pairs.append((DUPL_ID_HEADER, dupl_id))
+    return pairs, dupl_id
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self._seq = itertools.count(1)
+        self.pending: dict[int, PendingSend] = {}  # by seq: the order SENDs were made
+        self.receipts: dict[str, Any] = {}  # receipt id on this connection -> PendingSend or subscription
+        # (frame, ERROR message, times in a row): unnamed refusals pinned on one frame so far.
+        self._suspect: tuple[Any, str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def add(self, destination: str, body: bytes, headers: list[tuple[str, str]], receipt: bool,
+            transaction: str | None, dupl_id: str, future: asyncio.Future[Frame | None]) -> PendingSend:
+        pending = PendingSend(next(self._seq), destination, headers, body, receipt, transaction, dupl_id, future)
+        self.pending[pending.seq] = pending
+        return pending
+
+    def forget(self, pending: PendingSend) -> None:
+        self.pending.pop(pending.seq, None)
+
+    def in_order(self) -> list[PendingSend]:
+        return list(self.pending.values())
+
+    def resent_ids(self) -> tuple[str, ...]:
+        """Dupl ids of the SENDs written before that will be written again."""
+        return tuple(p.dupl_id for p in self.pending.values() if p.writes)
+
+    def new_connection(self) -> None:
+        self.receipts = {}
+
+    def not_blamed(self) -> None:
+        self._suspect = None
+
+    def blame(self, receipt_id: str | None, message: str) -> Any:
+        """The SEND or subscription a verdict ERROR refused, if known well enough to stop
+        retrying it; None lets everything be written again. An ERROR that names no receipt is
+        pinned on the oldest frame still waiting for its RECEIPT once the same ERROR came back
+        for it `UNNAMED_REFUSALS_TO_BLAME` times in a row."""
+        if receipt_id is not None:
+            self._suspect = None
+            return self.receipts.get(receipt_id)  # None: an ACK, COMMIT... never resent
+        oldest = next((item for item in self.receipts.values() if item.awaiting_receipt), None)
+        if oldest is None:
+            self._suspect = None
+            return None
+        suspect = self._suspect
+        times = suspect[2] + 1 if suspect is not None and suspect[0] is oldest and suspect[1] == message else 1
+        if times >= UNNAMED_REFUSALS_TO_BLAME:
+            self._suspect = None
+            return oldest
+        self._suspect = (oldest, message, times)
+        return None
