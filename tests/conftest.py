@@ -53,7 +53,7 @@ def _close_raw_clients() -> Iterator[None]:
     """Sockets a test's hand-written STOMP clients left open are closed when it ends (an unclosed
     socket is a ResourceWarning, and warnings are errors here)."""
     yield
-    stomp_raw = sys.modules.get("stomp_raw")
+    stomp_raw = sys.modules.get("tests.helpers.stomp_raw")
     if stomp_raw is not None:
         stomp_raw.RawClient.close_all()
 

@@ -11,8 +11,9 @@ import asyncio
 import multiprocessing
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from raftmq.bench.board import Board, Totals
 from raftmq.bench.options import BenchOptions
@@ -58,6 +59,8 @@ class Conductor:
             return True
         return False
 
+T = TypeVar("T")
+
 
 def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
@@ -67,12 +70,12 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _run_loop(main) -> object:  # noqa: ANN001 - a coroutine
+def _run_loop(main: Coroutine[Any, Any, T]) -> T:
     with asyncio.Runner(loop_factory=_uvloop_factory()) as runner:
         return runner.run(main)
 
 
-async def _in_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> list[dict]:
+async def _in_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> list[dict[str, Any]]:
     board = Board.local(1)
     conductor = Conductor(opts, board)
     worker = asyncio.ensure_future(run_worker(opts, 0, board))
@@ -93,7 +96,7 @@ async def _in_process(opts: BenchOptions, on_progress: ProgressCallback | None) 
             worker.cancel()
 
 
-def _process_main(opts: BenchOptions, index: int, board: Board, results: multiprocessing.Queue) -> None:
+def _process_main(opts: BenchOptions, index: int, board: Board, results: multiprocessing.Queue[tuple[int, Any, str | None]]) -> None:
     try:
         result = _run_loop(run_worker(opts, index, board))
         results.put((index, result, None))
@@ -101,10 +104,10 @@ def _process_main(opts: BenchOptions, index: int, board: Board, results: multipr
         results.put((index, None, f"{type(exc).__name__}: {exc}"))
 
 
-def _multi_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> list[dict]:
+def _multi_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
     board = Board.shared(opts.processes, context)
-    results: multiprocessing.Queue = context.Queue()
+    results: multiprocessing.Queue[tuple[int, Any, str | None]] = context.Queue()
     processes = [
         context.Process(target=_process_main, args=(opts, i, board, results), name=f"raftmq-bench-{i}", daemon=True)
         for i in range(opts.processes)
@@ -112,7 +115,7 @@ def _multi_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> 
     for process in processes:
         process.start()
     conductor = Conductor(opts, board)
-    collected: dict[int, dict] = {}
+    collected: dict[int, dict[str, Any]] = {}
     failures: list[str] = []
     try:
         while True:
@@ -152,7 +155,7 @@ def _multi_process(opts: BenchOptions, on_progress: ProgressCallback | None) -> 
     return outputs
 
 
-def _failure_result(message: str) -> dict:
+def _failure_result(message: str) -> dict[str, Any]:
     from raftmq.bench.worker import WorkerState
 
     state = WorkerState()

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftmq.client.connection import StompClient, connect
-from raftmq.client.failover_url import Address, FailoverOptions, InvalidFailoverUrl, attempt_plan_ms, parse_address
+from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
-from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, RedirectLimitExceeded
+from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded
 from raftmq.protocol.frame import REDIRECT_HEADER
 
 NOT_LEADER = "not the leader"

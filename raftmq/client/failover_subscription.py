@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, Subscription, SubscriptionEnded
-from raftmq.errors import ClientError
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, Subscription
+from raftmq.errors import ClientError, SubscriptionEnded
 from raftmq.protocol.frame import Frame
 
 if TYPE_CHECKING:

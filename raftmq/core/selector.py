@@ -274,7 +274,7 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
 
 def _arithmetic(first: Evaluator, rest: list[tuple[Callable[[Any, Any], Any], Evaluator]]) -> Evaluator:
     def fn(headers: Headers) -> int | float | None:
-        total = first(headers)
+        total: int | float | None = first(headers)
         if total is None:
             return None
         for apply, operand in rest:

@@ -87,8 +87,7 @@ def _endpoints(url: str | None, config_path: str | None, admin: tuple[str, ...] 
 
 def _run(endpoints: Endpoints, operation: Callable[[], Any]) -> Any:
     """Run `operation` (an `asyncio.run` of the command's coroutine); our errors become one line."""
-    from raftmq.client.failover_connector import FailoverExhausted
-    from raftmq.errors import BrokerRefused, ClientError, RaftmqError
+    from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, RaftmqError
 
     try:
         return operation()

@@ -43,10 +43,14 @@ class OrderedHandoff:
             fn(*args)
 
     def _release(self, _done: object) -> None:
-        held, self._held = self._held, None
+        held = self._take_held()
         while held:
             fn, args = held.popleft()
             fn(*args)
             if self._held is not None:  # one of them holds again
                 self._held.extend(held)
                 return
+
+    def _take_held(self) -> collections.deque[Call]:
+        held, self._held = self._held, None
+        return held if held is not None else collections.deque()

@@ -152,7 +152,7 @@ class RaftConnection:
         self._on_disconnected: Callable[[], None] | None = None
         self._sock: socket.socket | None = None
         self._fileno: int | None = None
-        self._state = CONNECTION_STATE.DISCONNECTED
+        self._state: int = CONNECTION_STATE.DISCONNECTED
         self.peer = "?"
         self._in = bytearray()
         self._out = bytearray()
@@ -185,8 +185,8 @@ class RaftConnection:
     def getSendBufferSize(self) -> int:
         return len(self._out)
 
-    def connect(self, host: str, port: int) -> bool:
-        if host is None:
+    def connect(self, host: str | None, port: int) -> bool:
+        if host is None:  # pysyncobj passes None for a node it cannot resolve
             return False
         self._close_socket()  # silently: the transport calls this from its disconnect handler
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

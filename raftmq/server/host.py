@@ -1,22 +1,39 @@
-"""What a STOMP session needs from the node it runs in (`SessionHost`), and what a connection
-shell needs on top (`ConnectionHost`). `Node` implements both; a test, a simulator or an
+"""What a STOMP session needs from the node it runs in (`SessionHost`), what a connection
+shell needs on top (`ConnectionHost`), and what the node's other parts see of it (`NodeView`). `Node` implements both; a test, a simulator or an
 in-process bridge can implement `SessionHost` alone and drive a `StompSession` without sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
+from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 
 if TYPE_CHECKING:
     from raftmq.server.connection import Connection
     from raftmq.server.relay import Relays
+
+
+class NodeView(Protocol):
+    """What the node's parts (its replica, its succession) see of it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def sessions(self) -> Mapping[str, Connection]: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 class SessionHost(Protocol):

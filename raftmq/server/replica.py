@@ -15,22 +15,21 @@ one here could only hide a bug, and a broken invariant must be loud.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 import structlog
 
-from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.snapshot import body_refs
 from raftmq.errors import BodyUnavailable
-from raftmq.replication.commit_log import CommitLog
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.frames import browse_end_frame
+from raftmq.server.host import NodeView
 
 if TYPE_CHECKING:
     from raftmq.server.connection import Connection
@@ -44,23 +43,11 @@ REPLAY_AGE_MS = 5_000
 BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
 
 
-class ReplicaHost(Protocol):
+class ReplicaHost(NodeView, Protocol):
     """What the replica needs from the node around it."""
 
     @property
     def config(self) -> NodeConfig: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def commit_log(self) -> CommitLog: ...
-
-    @property
-    def sessions(self) -> Mapping[str, Connection]: ...
-
-    @property
-    def clock(self) -> Clock: ...
 
     def fail(self, reason: str) -> None: ...
 

@@ -11,17 +11,16 @@ terms is applied, and stop as soon as it no longer leads (before its clients are
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from raftmq.clock import Clock
 from raftmq.core.commands import Disconnect
-from raftmq.replication.commit_log import CommitLog
+from raftmq.server.host import NodeView
 
 if TYPE_CHECKING:
-    from raftmq.server.connection import Connection
+    pass
 
 log = structlog.get_logger("raftmq.server.succession")
 
@@ -40,21 +39,9 @@ class LeaderService(Protocol):
     async def stop(self) -> None: ...
 
 
-class SuccessionHost(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def commit_log(self) -> CommitLog: ...
-
-    @property
-    def sessions(self) -> Mapping[str, Connection]: ...
-
+class SuccessionHost(NodeView, Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def clock(self) -> Clock: ...
 
     def session_ids_in_core(self) -> list[str]: ...
 

@@ -138,7 +138,7 @@ class Journal:
                     raise JournalCorrupt("segment holds no batch", segment.path, 0)
                 os.unlink(segment.path)
                 continue
-            if self._segments and segment.first_index < self._segments[-1].last_index:
+            if self._segments and segment.first < self._segments[-1].last:
                 raise JournalCorrupt("raft index goes back from the previous segment", segment.path, 0)
             self._register(segment)
         if ids:
@@ -176,7 +176,7 @@ class Journal:
     def segments(self) -> list[SegmentInfo]:
         with self._lock:
             return [
-                SegmentInfo(s.segment_id, s.path, s.first_index, s.last_index, s.size, len(s.offsets))
+                SegmentInfo(s.segment_id, s.path, s.first, s.last, s.size, len(s.offsets))
                 for s in self._segments
             ]
 
@@ -285,7 +285,7 @@ class Journal:
         """Delete every segment whose records all have raft indexes below `raft_index`,
         except the last segment (it holds `last_index`). Returns the deleted segment ids."""
         with self._lock:
-            doomed = [s.segment_id for s in self._segments[:-1] if s.last_index < raft_index]
+            doomed = [s.segment_id for s in self._segments[:-1] if s.last < raft_index]
         for segment_id in doomed:
             os.unlink(self._forget_segment(segment_id))
         if doomed:
@@ -338,7 +338,7 @@ class Journal:
         """The `ordinal`-th record (from 0, in append order) among those with `raft_index`."""
         seen = 0
         with self._lock:
-            start = bisect.bisect_left(self._segments, raft_index, key=lambda s: s.last_index)
+            start = bisect.bisect_left(self._segments, raft_index, key=lambda s: s.last)
             for segment in self._segments[start:]:
                 first_position = bisect.bisect_left(segment.last_indexes, raft_index)
                 for position in range(first_position, len(segment.offsets)):
@@ -362,7 +362,7 @@ class Journal:
         """Every record with raft index >= `start_index`, in order, bypassing the cache
         (replay, repair and replica comparison read once and should not evict hot batches)."""
         with self._lock:
-            plan = [s for s in self._segments if s.last_index >= start_index]
+            plan = [s for s in self._segments if s.last >= start_index]
         for segment in plan:
             with self._lock:
                 position = bisect.bisect_left(segment.last_indexes, start_index)

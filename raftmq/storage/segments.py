@@ -53,6 +53,16 @@ class Segment:
     def last_index(self) -> int | None:
         return self.last_indexes[-1] if self.offsets else None
 
+    @property
+    def first(self) -> int:
+        """`first_index` of a segment that holds a batch (every registered segment does)."""
+        return self.first_indexes[0]
+
+    @property
+    def last(self) -> int:
+        """`last_index` of a segment that holds a batch."""
+        return self.last_indexes[-1]
+
     def add_batch(self, offset: int, header: rec.BatchHeader) -> None:
         self.offsets.append(offset)
         self.first_indexes.append(header.first_index)

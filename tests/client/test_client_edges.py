@@ -1,4 +1,4 @@
-"""Client behaviour at the edges, against a scripted server (tests/client/fake_broker.py)."""
+"""Client behaviour at the edges, against a scripted server (tests/helpers/fake_broker.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from fake_broker import FakeBroker, FakeConnection, default_handler
 
 from raftmq.client import StompClient, SubscriptionEnded, connect, negotiate_heartbeat
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
+from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Which ERRORs the FailoverClient retries, against scripted servers (tests/client/fake_broker.py):
+"""Which ERRORs the FailoverClient retries, against scripted servers (tests/helpers/fake_broker.py):
 transient ones are retried however often they come; any other fails the frame it refused, and
 one that names no frame does so only after it came back for the same frame."""
 
@@ -9,12 +9,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from fake_broker import FakeBroker, FakeConnection, default_handler
 
 from raftmq.client import FailoverEvent, connect_failover
 from raftmq.client.failover_outbox import UNNAMED_REFUSALS_TO_BLAME
 from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import Frame
+from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""FailoverClient against scripted servers (tests/client/fake_broker.py): resends, refusals,
+"""FailoverClient against scripted servers (tests/helpers/fake_broker.py): resends, refusals,
 resubscription, stale acknowledgements, transactions and giving up, each at a chosen moment."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from fake_broker import FakeBroker, FakeConnection, default_handler
 
 from raftmq.client import (
     Address,
@@ -23,6 +22,7 @@ from raftmq.client import (
 )
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
+from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
 
 pytestmark = pytest.mark.integration
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from broker_harness import Harness, bodies, delivers, errors, receipts
-
 from raftmq.core.effects import Deliver
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
 def consumer(ack: str, prefetch: int = 100, **overrides: object) -> Harness:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import msgpack
-from broker_harness import Harness, bodies, delivers, errors, receipts
 
 from raftmq.core.commands import MAX_BROWSE_LIMIT, Browse, Noop
 from raftmq.core.effects import BrowseEnd, Deliver
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
 def browse(h: Harness, session: str, destination: str, **kw: object) -> list:

@@ -5,9 +5,9 @@ a snapshot (followers and restarted members must report the same numbers)."""
 from __future__ import annotations
 
 import msgpack
-from broker_harness import Harness, delivers
 
 from raftmq.core.broker import Broker
+from tests.helpers.broker_harness import Harness, delivers
 
 
 def test_queue_counts_stored_then_settled_messages() -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from broker_harness import Harness, bodies, receipts
-
 from raftmq.core.broker import Broker
 from raftmq.core.dedup import DedupCache
+from tests.helpers.broker_harness import Harness, bodies, receipts
 
 
 def make(**overrides: object) -> Harness:

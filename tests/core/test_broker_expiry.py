@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from broker_harness import Harness, bodies, delivers
+from tests.helpers.broker_harness import Harness, bodies, delivers
 
 EXPIRY = "/queue/ExpiryQueue"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from broker_harness import Harness, delivers
+from tests.helpers.broker_harness import Harness, delivers
 
 
 def consumers(*names: str, **subscribe: object) -> Harness:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from broker_harness import Harness, bodies, delivers
 
 from raftmq.core.message import Message
+from tests.helpers.broker_harness import Harness, bodies, delivers
 
 
 def make(**overrides: object) -> Harness:

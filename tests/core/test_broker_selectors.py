@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_harness import Harness, bodies, delivers, errors
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors
 
 
 def make(**overrides: object) -> Harness:

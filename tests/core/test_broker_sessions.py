@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from broker_harness import Harness, bodies, delivers, errors, receipts
 
 from raftmq.core.commands import Abort, Ack, Begin, Commit, Nack, Send, Subscribe, Unsubscribe
 from raftmq.core.effects import Deliver, Receipt, Reject
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
 def test_connected_session_sends_and_receives() -> None:

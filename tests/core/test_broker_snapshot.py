@@ -6,7 +6,6 @@ from typing import Any
 
 import msgpack
 import pytest
-from broker_harness import Harness, delivers
 
 from raftmq.core.broker import Broker
 from raftmq.core.commands import (
@@ -25,6 +24,7 @@ from raftmq.core.commands import (
 )
 from raftmq.core.config import CoreConfig
 from raftmq.core.snapshot import SnapshotError
+from tests.helpers.broker_harness import Harness, delivers
 
 CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2, selector_scan_limit=4)
 

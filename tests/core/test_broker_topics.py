@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_harness import Harness, bodies, delivers, errors, receipts
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
 def make() -> Harness:

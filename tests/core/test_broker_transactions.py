@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from broker_harness import Harness, bodies, delivers, errors, receipts
-
 from raftmq.core.effects import Receipt
+from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
 def make(**overrides: object) -> Harness:

@@ -7,9 +7,9 @@ import stomp.utils as stomp_utils
 
 from raftmq.errors import FrameTooLarge, ProtocolError
 from raftmq.protocol.codec import HEARTBEAT, FrameParser, encode_frame
-from raftmq.protocol.negotiation import negotiate_version
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
+from raftmq.protocol.negotiation import negotiate_version
 
 
 def parse_all(data: bytes, version: str = "1.2", limits: Limits = Limits()) -> list[Frame]:

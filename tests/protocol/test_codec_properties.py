@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser, encode_frame
-from raftmq.protocol.negotiation import negotiate_version
 from raftmq.protocol.frame import ALL_COMMANDS, SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
+from raftmq.protocol.negotiation import negotiate_version
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

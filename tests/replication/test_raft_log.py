@@ -314,15 +314,22 @@ def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
     run_group(tmp_path, 1, body, compact_after_bytes=20_000)
 
 
+async def leave_one_behind_a_compaction(group: InProcessGroup) -> tuple[RaftLog, int]:
+    """Stop a follower, commit 40 entries and let the leader compact past them: the follower
+    can only catch up from the leader's snapshot. Returns the leader and the follower's number."""
+    leader = await group.leader()
+    await leader.propose([send("before")])
+    lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
+    await group.stop(lagging)
+    for k in range(40):
+        await leader.propose([send(f"m{k}", os.urandom(2000))])
+    assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), "leader did not compact"
+    return leader, lagging
+
+
 def test_a_follower_behind_a_compaction_catches_up_by_snapshot(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
-        leader = await group.leader()
-        await leader.propose([send("before")])
-        lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
-        await group.stop(lagging)
-        for k in range(40):
-            await leader.propose([send(f"m{k}", os.urandom(2000))])
-        assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), "leader did not compact"
+        leader, lagging = await leave_one_behind_a_compaction(group)
         log = await group.start(lagging)
         expected = ["before"] + [f"m{k}" for k in range(40)]
         assert await eventually(lambda: group.machines[lagging].ids == expected, 10), group.machines[lagging].ids[:5]
@@ -356,13 +363,7 @@ class SlowRestore(StateMachine):
 
 def test_nothing_is_applied_until_a_restore_that_finishes_later_has_finished(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
-        leader = await group.leader()
-        await leader.propose([send("before")])
-        lagging = next(i for i, log in enumerate(group.logs) if log is not leader)
-        await group.stop(lagging)
-        for k in range(40):
-            await leader.propose([send(f"m{k}", os.urandom(2000))])
-        assert await eventually(lambda: leader.raft_status().journal_entries < 10, 5), "leader did not compact"
+        leader, lagging = await leave_one_behind_a_compaction(group)
         machine = SlowRestore()
         await group.start(lagging, machine)
         # Entries past the snapshot arrive while the restore is still finishing: they wait.

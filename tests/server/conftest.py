@@ -4,8 +4,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from group_harness import Group
-from stomp_raw import InProcessNode, NodeProcess
+
+from tests.helpers.group_harness import Group
+from tests.helpers.stomp_raw import InProcessNode, NodeProcess
 
 
 @pytest.fixture(scope="session")

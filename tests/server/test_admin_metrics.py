@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from group_harness import Group
 from prometheus_client.parser import text_string_to_metric_families
-from stomp_raw import connect
 
 from raftmq.config import load_group_config, load_node_config
 from raftmq.errors import ConfigError
 from raftmq.processes import free_ports
+from tests.helpers.group_harness import Group
+from tests.helpers.stomp_raw import connect
 
 pytestmark = pytest.mark.integration
 

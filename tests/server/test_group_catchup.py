@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from group_harness import Group, Producer, body_for, connect_leader, drain_queue
 
 from raftmq.errors import BrokerRefused
+from tests.helpers.group_harness import Group, Producer, body_for, connect_leader, drain_queue
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from group_harness import Group, body_for
 
 from raftmq.client import connect
+from tests.helpers.group_harness import Group, body_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

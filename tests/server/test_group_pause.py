@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from group_harness import Group, body_for, connect_leader, drain_queue
-from stomp_raw import RawClient, RawFrame, frame_bytes
 
 from raftmq.client import connect
 from raftmq.errors import BrokerRefused
+from tests.helpers.group_harness import Group, body_for, connect_leader, drain_queue
+from tests.helpers.stomp_raw import RawClient, RawFrame, frame_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

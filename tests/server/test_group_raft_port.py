@@ -20,10 +20,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-from group_harness import READY_LINE, Group
 
 from raftmq.client import connect
 from raftmq.replication.wire import HANDSHAKE_SECONDS, MAX_UNAUTHENTICATED, SECRET_FILE, group_secret
+from tests.helpers.group_harness import READY_LINE, Group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

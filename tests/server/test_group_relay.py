@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import stomp
-from group_harness import Group, connect_leader, drain_queue
-from stomp_raw import WAIT, Listener, RawClient, frame_bytes, unique
-from tls_certs import CertFiles, make_certificates
 
 from raftmq.client import connect, connect_failover
+from tests.helpers.group_harness import Group, connect_leader, drain_queue
+from tests.helpers.stomp_raw import WAIT, Listener, RawClient, frame_bytes, unique
+from tests.helpers.tls_certs import CertFiles, make_certificates
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from group_harness import Group, Producer, body_for, connect_leader, drain_queue
+
+from tests.helpers.group_harness import Group, Producer, body_for, connect_leader, drain_queue
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

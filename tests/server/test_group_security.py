@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from group_harness import Group
-from stomp_raw import unique
 
 from raftmq.client import connect_failover
 from raftmq.errors import BrokerRefused
 from raftmq.passwords import hash_password
+from tests.helpers.group_harness import Group
+from tests.helpers.stomp_raw import unique
 
 RAFT_PASSWORD = "raft-secret-Zq81"
 PASSCODE = "member-login-Xy42"

@@ -22,8 +22,6 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import pytest
-from group_harness import Group, body_for
-from group_model import ModelViolation, QueueModel
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -37,6 +35,8 @@ from hypothesis.stateful import (
 
 from raftmq.client import FailoverClient, FailoverSubscription, connect_failover
 from raftmq.errors import ClientError
+from tests.helpers.group_harness import Group, body_for
+from tests.helpers.group_model import ModelViolation, QueueModel
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -4,7 +4,8 @@ with raw frames."""
 from __future__ import annotations
 
 import pytest
-from stomp_raw import RawClient, connect, frame_bytes, unique
+
+from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, unique
 
 pytestmark = pytest.mark.integration
 

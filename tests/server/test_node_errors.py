@@ -10,7 +10,8 @@ from __future__ import annotations
 import socket
 
 import pytest
-from stomp_raw import RawClient, connect, frame_bytes, unique
+
+from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, unique
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stomp_raw import RawClient, connect, frame_bytes, in_process_node, unique
 
 import raftmq.server.connection as session_module
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog, LogStatus, StateMachine
+from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, in_process_node, unique
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import stomp
-from group_harness import Group, connect_leader
-from stomp_raw import Listener, RawClient, frame_bytes
 
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.processes import free_ports
+from tests.helpers.group_harness import Group, connect_leader
+from tests.helpers.stomp_raw import Listener, RawClient, frame_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import stomp
-from group_harness import READY_LINE, Group
 
 from raftmq.logs import LEVEL_ENV, LOG_FILE_NAME
 from raftmq.processes import free_ports
+from tests.helpers.group_harness import READY_LINE, Group
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,8 @@ import socket
 import time
 
 import pytest
-from stomp_raw import RawClient, connect, frame_bytes, unique
+
+from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, unique
 
 pytestmark = pytest.mark.integration
 

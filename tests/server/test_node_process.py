@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from stomp_raw import NodeProcess, RawClient, frame_bytes, unique
+
+from tests.helpers.stomp_raw import NodeProcess, RawClient, frame_bytes, unique
 
 pytestmark = pytest.mark.integration
 

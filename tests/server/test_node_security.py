@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 import stomp
 from click.testing import CliRunner
-from stomp_raw import WAIT, NodeProcess, RawClient, frame_bytes, stomp_connection, unique
-from tls_certs import CertFiles, make_certificates
 
 from raftmq.cli import main
 from raftmq.client import client_ssl_context, connect_failover
@@ -21,6 +19,8 @@ from raftmq.client import connect as client_connect
 from raftmq.client.sync import Client
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.passwords import hash_password
+from tests.helpers.stomp_raw import WAIT, NodeProcess, RawClient, frame_bytes, stomp_connection, unique
+from tests.helpers.tls_certs import CertFiles, make_certificates
 
 pytestmark = pytest.mark.integration
 

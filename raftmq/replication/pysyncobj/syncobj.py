@@ -60,6 +60,10 @@ class HardenedSyncObj(SyncObj):
     member stalls (GC, fsync, a busy CPU) for longer than the minimum timeout.
     """
 
+    # pysyncobj's private state this class reads and writes (typed here: its base is untyped).
+    _SyncObj__newAppendEntriesTime: float
+    _SyncObj__raftLeader: Any
+
     def __init__(
         self,
         self_address: str,
@@ -221,7 +225,7 @@ class HardenedSyncObj(SyncObj):
         send_now = SyncObj._SyncObj__applyLogEntries(self)
         if send_now and enabled["piggyback_commit"]:
             notice_at = pso_syncobj.monotonicTime() + self._commit_notice_delay
-            if notice_at < self._SyncObj__newAppendEntriesTime:
+            if notice_at < float(self._SyncObj__newAppendEntriesTime):
                 self._SyncObj__newAppendEntriesTime = notice_at
             return False
         return send_now

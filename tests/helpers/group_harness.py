@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import stomp
-from stomp_raw import stomp_connection
 
 from raftmq import processes
 from raftmq.client import StompClient, connect
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.processes import free_ports
 from raftmq.protocol.frame import REDIRECT_HEADER
+from tests.helpers.stomp_raw import stomp_connection
 
 READY_TIMEOUT = 20.0
 REDIRECT = [(REDIRECT_HEADER, "true")]  # CONNECT headers: a follower redirects instead of relaying
