@@ -24,7 +24,8 @@ STOP_TIMEOUT_SECONDS = 300.0
 # STOMP port of node 1 (node i = +i-1): the scripts' default unless RMQ_STOMP_PORT moves it.
 STOMP_PORT = int(os.environ.get("RMQ_STOMP_PORT", "61641"))
 EPMD_PORT = int(os.environ.get("PEERS_EPMD_PORT", "14369"))  # the scripts' private epmd
-# What RabbitMQ wants from a STOMP client for a replicated (quorum) queue: design.md §5.
+# What RabbitMQ wants from a STOMP client for a replicated (quorum) queue: the default vhost and
+# user, and the x-queue-type header on the first SUBSCRIBE/SEND that declares the queue.
 CONNECT_ARGS = ("--vhost", "/", "--login", "guest", "--passcode", "guest")
 QUEUE_ARGS = ("-H", "x-queue-type:quorum")
 

@@ -166,7 +166,7 @@ class GroupMember:
 
 @dataclass(frozen=True, slots=True)
 class RaftTimings:
-    """The `[raft]` table; defaults are the tuned values of design.md §3."""
+    """The `[raft]` table; defaults are the tuned values of docs/replication.md."""
 
     tick_period_ms: int = 5
     append_entries_period_ms: int = 20
