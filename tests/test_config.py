@@ -151,3 +151,16 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
 def test_group_errors_name_file_and_key(tmp_path: Path, edit, expected: str) -> None:  # noqa: ANN001
     with pytest.raises(ConfigError, match=expected):
         load_group_config(write_group(tmp_path, edit(GROUP)))
+
+
+def test_message_ids_are_unique_per_group_by_default(tmp_path: Path) -> None:
+    """Each group mints ids `<broker_name>-<n>`; two groups that exchange messages must not
+    collide, so broker_name defaults to the group's name (a node: its own name)."""
+    from raftmq.config import single_node_group
+
+    group = load_group_config(write_group(tmp_path, GROUP))
+    assert {group.node_config(m.id).core.broker_name for m in group.members} == {"g"}
+    named = load_group_config(write_group(tmp_path, GROUP + '[core]\nbroker_name = "orders"\n'))
+    assert named.node_config("a").core.broker_name == "orders"
+    solo = single_node_group(NodeConfig(name="edge1"))
+    assert solo.node_config("edge1").core.broker_name == "edge1"

@@ -35,7 +35,7 @@ def health(status: dict[str, Any]) -> tuple[str, str | None]:
 
 # (metric suffix, status key, help) of the node's own counters.
 _NODE_COUNTERS = (
-    ("apply_failures", "apply_failures", "Committed commands the broker core raised on (skipped; a bug)."),
+    ("apply_failures", "apply_failures", "Committed commands the broker core raised on (a bug: the node then stops)."),
     ("leader_changes", "leader_changes", "Times this node gained or lost leadership."),
     ("internal_errors", "internal_errors", "Client connections closed because handling their input raised."),
     ("body_failures", "body_failures", "Deliveries refused because the message body was missing or corrupt."),

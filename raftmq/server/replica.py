@@ -98,7 +98,13 @@ class Replica:
                 effects = receipt_first(effects)
             for effect in effects:
                 session = sessions.get(effect.session)
-                if session is not None:
+                if session is None:
+                    continue
+                if bodies is None and type(effect) is Deliver:  # the common cases inline: per message
+                    session.deliver(effect)
+                elif type(effect) is Receipt:
+                    session.receipt(effect.receipt_id)
+                else:
                     self._execute(effect, session)
             if isinstance(command, Connect):
                 session = sessions.get(command.session)

@@ -158,7 +158,8 @@ class StompSession:
             self._held.extend(frames)
             self._held_error = self._held_error or error
             return decisions
-        return decisions + self._frames(frames, error, now_ms)
+        self._frames(frames, error, now_ms, decisions)
+        return decisions
 
     def login_checked(self, principal: Principal | None, now_ms: int) -> list[Decision]:
         """The answer to `CheckLogin`; then the frames held meanwhile are handled."""
@@ -170,7 +171,7 @@ class StompSession:
             return []  # the client went away (or half-closed) meanwhile
         decisions = self._accept(pending, principal, now_ms)
         if self.state < SessionState.DISCONNECTING:
-            decisions += self._frames(held, error, now_ms)
+            self._frames(held, error, now_ms, decisions)
         return decisions
 
     def connect_committed(self) -> tuple[bytes | None, bool]:
@@ -284,8 +285,8 @@ class StompSession:
 
     # ---- frames after CONNECT ------------------------------------------------------------------
 
-    def _frames(self, frames: list[Frame], error: ProtocolError | None, now_ms: int) -> list[Decision]:
-        decisions: list[Decision] = []
+    def _frames(self, frames: list[Frame], error: ProtocolError | None, now_ms: int, decisions: list[Decision]) -> None:
+        """Append to `decisions` what these frames (and the parser's `error`) call for."""
         receipt_id: str | None = None  # of the offending frame, when the frame itself was readable
         if frames and self.state in (SessionState.CONNECTING, SessionState.OPEN):
             commands, refused = self._translate(frames, now_ms, decisions)
@@ -295,7 +296,6 @@ class StompSession:
                 error, receipt_id = refused
         if error is not None and self.state < SessionState.DISCONNECTING:
             decisions += self.fail(error.message, error.detail, receipt_id or error.receipt)
-        return decisions
 
     def _translate(
         self, frames: list[Frame], now_ms: int, notes: list[Decision]

@@ -178,7 +178,7 @@ def test_entries_stay_within_max_entry_bytes(tmp_path: Path) -> None:
         machine = group.machines[0]
         calls_before = machine.commit_calls
         await asyncio.gather(*(leader.propose([send(f"big{k}", os.urandom(10_000))]) for k in range(40)))
-        # 40 x ~10 KB with 64 KB entries: at least 7 entries, each one on_commit call.
+        # 40 x ~10 KB with 64 KB entries: at least 7 entries, each one apply call.
         assert machine.commit_calls - calls_before >= 7
 
     run_group(tmp_path, 1, body, max_entry_bytes=64 * 1024)
@@ -200,12 +200,12 @@ def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> N
 def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_apply = StateMachine.apply
 
-    def on_commit_refusing_poison(self: StateMachine, commands: Any) -> None:
+    def apply_refusing_poison(self: StateMachine, commands: Any) -> None:
         if any(dict(c.headers)["id"] == "poison" for c in commands):
             raise ValueError("cannot apply the poison")
         real_apply(self, commands)
 
-    monkeypatch.setattr(StateMachine, "apply", on_commit_refusing_poison)
+    monkeypatch.setattr(StateMachine, "apply", apply_refusing_poison)
 
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()

@@ -1,0 +1,62 @@
+"""The replica, driven without a node, a socket or a loop: what a committed batch does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from raftmq.clock import ManualClock
+from raftmq.config import NodeConfig
+from raftmq.core.commands import Connect, Send
+from raftmq.replication.commit_log import CommitLog, InMemoryLog
+from raftmq.server.connection import Connection
+from raftmq.server.replica import Replica
+
+
+@dataclass
+class Host:
+    config: NodeConfig = field(default_factory=NodeConfig)
+    name: str = "n1"
+    commit_log: CommitLog = field(default_factory=InMemoryLog)
+    sessions: dict[str, Connection] = field(default_factory=dict)
+    clock: ManualClock = field(default_factory=ManualClock)
+    failures: list[str] = field(default_factory=list)
+    replays: int = 0
+
+    def fail(self, reason: str) -> None:
+        self.failures.append(reason)
+
+    def connected(self, connection: Connection, command: Connect) -> None: ...
+
+    def disconnected(self, connection: Connection) -> None: ...
+
+    def replayed(self) -> None:
+        self.replays += 1
+
+
+def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = Host()
+    replica = Replica(host, None, None)
+    now = host.clock.now_ms()
+    replica.apply([Connect("s", now, None, None)])
+
+    def broken(command: object) -> list[object]:
+        raise KeyError("a bug in the core")
+
+    monkeypatch.setattr(replica.broker, "apply", broken)
+    with pytest.raises(KeyError):
+        replica.apply([Send("s", "/queue/a", (), b"x", now)])
+    assert replica.apply_failures == 1
+    assert host.failures and "KeyError" in host.failures[0]
+
+
+def test_old_commands_are_a_replay_not_traffic() -> None:
+    host = Host()
+    replica = Replica(host, None, None)
+    replica.apply([Connect("s", host.clock.now_ms(), None, None)])
+    assert host.replays == 0
+    host.clock.advance(60_000)  # a minute later these commands are being replayed
+    replica.apply([Send("s", "/queue/a", (), b"x", host.clock.now_ms() - 30_000)])
+    assert host.replays == 1
+    assert replica.broker.stats()["destinations"]["/queue/a"]["depth"] == 1
