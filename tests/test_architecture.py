@@ -61,13 +61,12 @@ def _rank(module: str) -> int:
 
 
 def _imports(module: str) -> set[str]:
-    """raftmq modules `module` imports at run time (not under `if TYPE_CHECKING:`)."""
+    """raftmq modules `module` imports, at run time or for the type checker only (an import
+    under `if TYPE_CHECKING:` is still a dependency a reader has to follow)."""
     tree = ast.parse(MODULES[module].read_text())
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

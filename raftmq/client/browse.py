@@ -12,14 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from raftmq.client.protocols import Subscriber, SubscriptionKeeper
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
-
-if TYPE_CHECKING:
-    from raftmq.client.connection import StompClient
-    from raftmq.client.failover import FailoverClient
 
 BROWSE_TIMEOUT_SECONDS = 10.0
 # A connection that breaks mid-browse is retried on the next one, this many times in all.
@@ -46,7 +42,7 @@ def browse_headers(limit: int | None, selector: str | None) -> list[tuple[str, s
 
 
 async def browse(
-    client: StompClient,
+    client: Subscriber,
     destination: str,
     *,
     limit: int | None = None,
@@ -77,7 +73,7 @@ async def browse(
 
 
 async def browse_failover(
-    owner: FailoverClient,
+    owner: SubscriptionKeeper,
     destination: str,
     *,
     limit: int | None = None,

@@ -168,7 +168,15 @@ class StompClient:
         consuming them (ActiveMQ's queue browser; see raftmq.client.browse)."""
         return await browse(self, destination, limit=limit, selector=selector, timeout=timeout)
 
-    def _unsubscribe(self, subscription: Subscription, receipt: bool) -> asyncio.Future[Frame] | None:
+    def hold_reading(self, holder: object) -> None:
+        """A subscription's queue is full: stop reading the socket until it is released."""
+        self._transport.hold_reading(holder)
+
+    def release_reading(self, holder: object) -> None:
+        self._transport.release_reading(holder)
+
+    def unsubscribe_subscription(self, subscription: Subscription, receipt: bool) -> asyncio.Future[Frame] | None:
+        """UNSUBSCRIBE `subscription` (its `unsubscribe` calls this) and forget it."""
         self._subscriptions.pop(subscription.id, None)
         if self._closing or self.closed.done():
             return None

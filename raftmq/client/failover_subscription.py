@@ -15,15 +15,11 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, Subscription
+from raftmq.client.protocols import Stream, Subscriber, SubscriptionKeeper
+from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError, SubscriptionEnded
 from raftmq.protocol.frame import Frame
-
-if TYPE_CHECKING:
-    from raftmq.client.connection import StompClient
-    from raftmq.client.failover import FailoverClient
 
 DeliveryCallback = Callable[["Delivery"], None]
 
@@ -44,7 +40,7 @@ class FailoverSubscription:
 
     def __init__(
         self,
-        owner: FailoverClient,
+        owner: SubscriptionKeeper,
         sub_id: str,
         destination: str,
         ack: str,
@@ -63,7 +59,7 @@ class FailoverSubscription:
         self.prefetch = prefetch
         self._callback = callback
         self._queue_size = queue_size
-        self._inner: Subscription | None = None
+        self._inner: Stream | None = None
         self._inner_connection = 0
         self._leftover: deque[Delivery] = deque()
         self._ended = False
@@ -140,7 +136,7 @@ class FailoverSubscription:
             await inner.unsubscribe(receipt=receipt)
 
     # -- called by the failover client (its reconnects drive these) -----------------------
-    def attach(self, client: StompClient, connection: int) -> str | None:
+    def attach(self, client: Subscriber, connection: int) -> str | None:
         """SUBSCRIBE on a new connection; returns the receipt id of that SUBSCRIBE."""
         callback = None
         if self._callback is not None:

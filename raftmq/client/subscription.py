@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from raftmq.client.protocols import SubscriptionOwner
 from raftmq.errors import ClientError, SubscriptionEnded
 from raftmq.protocol.frame import Frame
-
-if TYPE_CHECKING:
-    from raftmq.client.connection import StompClient
 
 DEFAULT_QUEUE_SIZE = 1024
 
@@ -32,7 +29,7 @@ class Subscription:
 
     def __init__(
         self,
-        client: StompClient,
+        client: SubscriptionOwner,
         sub_id: str,
         destination: str,
         ack: str,
@@ -86,7 +83,7 @@ class Subscription:
         frame = self._queue.popleft()
         if self._holding_reads and len(self._queue) <= self._queue_size // 2:
             self._holding_reads = False
-            self._client._transport.release_reading(self)
+            self._client.release_reading(self)
         return frame
 
     def get_nowait(self) -> Frame | None:
@@ -96,7 +93,7 @@ class Subscription:
         frame = self._queue.popleft()
         if self._holding_reads and len(self._queue) <= self._queue_size // 2:
             self._holding_reads = False
-            self._client._transport.release_reading(self)
+            self._client.release_reading(self)
         return frame
 
     def qsize(self) -> int:
@@ -106,7 +103,7 @@ class Subscription:
         """Send UNSUBSCRIBE; queued messages can still be read, then iteration stops."""
         if self._ended:
             return
-        fut = self._client._unsubscribe(self, receipt=receipt)
+        fut = self._client.unsubscribe_subscription(self, receipt=receipt)
         self.end(None)
         if fut is not None:
             await fut
@@ -124,7 +121,7 @@ class Subscription:
             self._waiter.set_result(None)
         if not self._holding_reads and len(self._queue) >= self._queue_size:
             self._holding_reads = True
-            self._client._transport.hold_reading(self)
+            self._client.hold_reading(self)
 
     def end(self, error: BaseException | None) -> None:
         if self._ended:
@@ -133,7 +130,7 @@ class Subscription:
         self._error = error
         if self._holding_reads:
             self._holding_reads = False
-            self._client._transport.release_reading(self)
+            self._client.release_reading(self)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 

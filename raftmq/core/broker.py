@@ -42,12 +42,11 @@ from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.message import DEFAULT_PRIORITY, Message
-from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic, selector_headers
+from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
 from raftmq.core.stats import broker_stats
-from raftmq.core.subscriptions import Delivery, Session, Subscription
 from raftmq.errors import SelectorError
 
 QUEUE_PREFIX = "/queue/"

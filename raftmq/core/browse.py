@@ -10,7 +10,7 @@ them, as in ActiveMQ.
 from __future__ import annotations
 
 from raftmq.core.message import Message
-from raftmq.core.queues import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
 from raftmq.core.selector import Selector
 
 

@@ -13,9 +13,8 @@ from heapq import heapify, heappop, heappush
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
 from raftmq.core.message import Message
-from raftmq.core.queues import NO_ROOM, PRIORITY_LEVELS, Store
+from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Store, Subscription
 from raftmq.core.state import BrokerState
-from raftmq.core.subscriptions import Delivery, Subscription
 
 ORIGINAL_DESTINATION = "original-destination"
 

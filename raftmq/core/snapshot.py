@@ -18,10 +18,9 @@ from typing import Any
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import Message
-from raftmq.core.queues import PRIORITY_LEVELS, Store, Topic
+from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
-from raftmq.core.subscriptions import Delivery, Session, Subscription, TransactionOp
 from raftmq.errors import SelectorError, SnapshotError
 
 FORMAT = 1

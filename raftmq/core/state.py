@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from heapq import heapify
 
 from raftmq.core.dedup import DedupCache
-from raftmq.core.queues import Store, Topic
-from raftmq.core.subscriptions import Session, Subscription
+from raftmq.core.model import Session, Store, Subscription, Topic
 from raftmq.errors import InvariantViolated
 
 

@@ -7,17 +7,62 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
+from raftmq.core.effects import Deliver
 from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 
-if TYPE_CHECKING:
-    from raftmq.server.connection import Connection
-    from raftmq.server.relay import Relays
+
+class ClientConnection(Protocol):
+    """A client connection as the node's parts see it (`raftmq.server.connection.Connection`)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def state(self) -> int: ...
+
+    @property
+    def open_for_output(self) -> bool: ...
+
+    @property
+    def held_for_redirect(self) -> bool: ...
+
+    def connect_committed(self) -> None: ...
+
+    def disconnect_committed(self) -> None: ...
+
+    def deliver(self, effect: Deliver, body: bytes | None = None) -> None: ...
+
+    def receipt(self, receipt_id: str) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
+             abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
+
+    def hold_for_redirect(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+class RelayStarter(Protocol):
+    def start(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
+        """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
 
 class NodeView(Protocol):
@@ -30,7 +75,7 @@ class NodeView(Protocol):
     def commit_log(self) -> CommitLog: ...
 
     @property
-    def sessions(self) -> Mapping[str, Connection]: ...
+    def sessions(self) -> Mapping[str, ClientConnection]: ...
 
     @property
     def clock(self) -> Clock: ...
@@ -68,7 +113,7 @@ class ConnectionHost(SessionHost, Protocol):
     def clock(self) -> Clock: ...
 
     @property
-    def relays(self) -> Relays: ...
+    def relays(self) -> RelayStarter: ...
 
     @property
     def connection_count(self) -> int: ...
@@ -79,7 +124,7 @@ class ConnectionHost(SessionHost, Protocol):
     def holds_lease(self) -> bool:
         """May output be written to clients at this instant?"""
 
-    def connection_closed(self, connection: Connection) -> None: ...
+    def connection_closed(self, connection: ClientConnection) -> None: ...
 
     def internal_error(self) -> None:
         """Count a connection closed because handling its input raised (a bug)."""

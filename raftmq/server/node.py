@@ -32,6 +32,7 @@ from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
 from raftmq.server.connection import Connection
+from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.server.relay import Relays
 from raftmq.server.replica import BodyFetcher, Replica
@@ -141,7 +142,7 @@ class Node:
     def internal_error(self) -> None:
         self.internal_errors += 1
 
-    def connection_closed(self, connection: Connection) -> None:
+    def connection_closed(self, connection: ClientConnection) -> None:
         self.sessions.pop(connection.session_id, None)
         connected_at = self._connected_at.pop(connection.session_id, None)
         if connected_at is None:  # never got CONNECTED (a port probe, a refused CONNECT)
@@ -151,14 +152,14 @@ class Node:
             log.info("client.disconnected", node=self.name, session=connection.session_id, peer=connection.peer,
                      connected_s=round(self.loop.time() - connected_at, 3))
 
-    def connected(self, connection: Connection, command: Connect) -> None:
+    def connected(self, connection: ClientConnection, command: Connect) -> None:
         connection.connect_committed()
         self._connected_at[connection.session_id] = self.loop.time()
         # The passcode never reaches the core's Connect command, so it cannot be logged here.
         log.info("client.connected", node=self.name, session=connection.session_id, peer=connection.peer,
                  login=command.login, client_id=command.client_id, version=connection.version)
 
-    def disconnected(self, connection: Connection) -> None:
+    def disconnected(self, connection: ClientConnection) -> None:
         if connection.state < SessionState.DISCONNECTING and not self.commit_log.is_leader:
             # Not the client's own Disconnect: a new leader swept the sessions of this one
             # before it could tell its clients where to go. Tell them now.

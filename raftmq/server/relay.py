@@ -45,19 +45,35 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 
-from raftmq.config import split_address
+from raftmq.config import NodeConfig, split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
+from raftmq.replication.commit_log import CommitLog
 from raftmq.server.frames import error_frame
+from raftmq.server.host import ClientConnection
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
-    from raftmq.server.connection import Connection
-    from raftmq.server.node import Node
+
+
+class RelayHost(Protocol):
+    """What relays need from the node (raftmq.server.node.Node)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
 
 log = structlog.get_logger("raftmq.server.relay")
 
@@ -91,7 +107,7 @@ class Relays:
     """A node's relayed connections: starts them, counts them, and closes the ones whose
     leader was deposed."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: RelayHost) -> None:
         self._node = node
         self._active: set[Relay] = set()  # connecting to the leader, relaying, or refusing
         self.total = 0  # sessions relayed to a leader since start
@@ -102,7 +118,7 @@ class Relays:
         """Sessions relayed to a leader now."""
         return sum(1 for relay in self._active if relay.leader is not None)
 
-    def start(self, session: Connection, transport: asyncio.Transport, prefix: bytes) -> None:
+    def start(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
         relay = Relay(self, self._node, session, transport, prefix)
         self._active.add(relay)
@@ -144,7 +160,7 @@ class Relays:
 class Relay:
     """One client connection piped to the leader. `leader`: the client address relayed to."""
 
-    def __init__(self, relays: Relays, node: Node, session: Connection, client: asyncio.Transport, prefix: bytes) -> None:
+    def __init__(self, relays: Relays, node: RelayHost, session: ClientConnection, client: asyncio.Transport, prefix: bytes) -> None:
         self._relays = relays
         self._node = node
         self._loop = node.loop

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgpack
 import structlog
@@ -29,10 +29,7 @@ from raftmq.core.snapshot import body_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.frames import browse_end_frame
-from raftmq.server.host import NodeView
-
-if TYPE_CHECKING:
-    from raftmq.server.connection import Connection
+from raftmq.server.host import ClientConnection, NodeView
 
 log = structlog.get_logger("raftmq.server.replica")
 
@@ -51,9 +48,9 @@ class ReplicaHost(NodeView, Protocol):
 
     def fail(self, reason: str) -> None: ...
 
-    def connected(self, connection: Connection, command: Connect) -> None: ...
+    def connected(self, connection: ClientConnection, command: Connect) -> None: ...
 
-    def disconnected(self, connection: Connection) -> None: ...
+    def disconnected(self, connection: ClientConnection) -> None: ...
 
     def replayed(self) -> None: ...
 
@@ -115,7 +112,7 @@ class Replica:
                 if session is not None:
                     host.disconnected(session)
 
-    def _execute(self, effect: Effect, session: Connection) -> None:
+    def _execute(self, effect: Effect, session: ClientConnection) -> None:
         if isinstance(effect, Deliver):
             if self.bodies is None:
                 session.deliver(effect)
@@ -131,7 +128,7 @@ class Replica:
             if session.open_for_output:  # after a missing body's ERROR nothing more goes out
                 session.write(browse_end_frame(effect, session.version))
 
-    def _body_of(self, effect: Deliver, session: Connection) -> bytes | None:
+    def _body_of(self, effect: Deliver, session: ClientConnection) -> bytes | None:
         """The body bytes behind the reference the core holds (the session writes them in
         its place, with no copy of the effect). A body that is missing or fails its checksum
         is never sent: the session is closed, so the delivery returns to its queue (its

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
 from raftmq.core.commands import Disconnect
 from raftmq.server.host import NodeView
-
-if TYPE_CHECKING:
-    pass
 
 log = structlog.get_logger("raftmq.server.succession")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from pysyncobj.transport import TCPTransport
@@ -23,10 +23,25 @@ from raftmq.replication.wire import (
     frame_max_for,
 )
 
-if TYPE_CHECKING:
-    from raftmq.replication.pysyncobj.syncobj import HardenedSyncObj
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
+
+
+class Member(Protocol):
+    """What the transport hands a hardened member (`HardenedSyncObj`)."""
+
+    durable_journal: RaftJournal
+    answering_mark: float | None
+
+    def outgoing(self, kind: str, message: dict[str, Any]) -> dict[str, Any]: ...
+
+    def on_election_message(self, node: Any, message: dict[str, Any]) -> None: ...
+
+    def ignores_vote_request(self, message: dict[str, Any]) -> bool: ...
+
+    def on_answer(self, node: Any, message: dict[str, Any]) -> None: ...
+
+    def on_append_entries(self, node: Any, message: dict[str, Any]) -> None: ...
 
 
 _DURABLE_BEFORE_SENDING = frozenset({"next_node_idx", "response_vote", "request_vote"})
@@ -107,7 +122,7 @@ class DurableTransport(TCPTransport):
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if not isinstance(message, dict):
             return  # every Raft message is a dict; anything else is not for pysyncobj
-        sync: HardenedSyncObj = self._syncObj
+        sync: Member = self._syncObj
         kind = message.get("type")
         if kind in _ELECTION_MESSAGES:
             sync.on_election_message(node, message)
