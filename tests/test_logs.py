@@ -26,7 +26,7 @@ from raftmq.logs import (
     parse_level,
     reset_logging,
 )
-from raftmq.replication.pysyncobj import RaftJournal
+from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.storage import journal as journal_module
 from raftmq.storage.journal import Journal
 from raftmq.storage.records import Record

@@ -48,7 +48,8 @@ from raftmq.replication.commit_log import (
 )
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
-from raftmq.replication.pysyncobj import SUCCESS, HardenedSyncObj, RaftJournal
+from raftmq.replication.pysyncobj.raft_journal import RaftJournal
+from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
 
 log = structlog.get_logger("raftmq.replication.raft_log")

@@ -13,17 +13,18 @@ import pytest
 from raftmq.core.commands import Send
 from raftmq.replication.command_codec import encode_batch
 from raftmq.replication.entry_codec import decode_entry, encode_entry
-from raftmq.replication.raft_journal_format import (
+from raftmq.replication.pysyncobj.raft_journal_format import (
     JOURNAL_MAGIC,
     decode_meta,
-    decode_snapshot,
     iter_entries,
     scan_journal,
 )
+from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
 from raftmq.storage.payload import KIND_MESSAGE, decode_payload, encode_payload
 
 PURE = [
-    "raftmq.replication.raft_journal_format",
+    "raftmq.replication.pysyncobj.raft_journal_format",
+    "raftmq.replication.pysyncobj.snapshot_file",
     "raftmq.replication.entry_codec",
     "raftmq.replication.command_codec",
     "raftmq.storage.records",
@@ -54,7 +55,8 @@ def test_payload_round_trip() -> None:
 
 @pytest.mark.integration  # pysyncobj's journal writes real files with fdatasync
 def test_the_pure_decoder_reads_what_the_raft_journal_wrote(tmp_path: Path) -> None:
-    from raftmq.replication.pysyncobj import RaftJournal, write_snapshot_file
+    from raftmq.replication.pysyncobj.raft_journal import RaftJournal
+    from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
 
     path = str(tmp_path / "raft.journal")
     journal = RaftJournal(path)

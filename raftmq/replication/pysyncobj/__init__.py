@@ -5,15 +5,20 @@ wrapped `createJournal`), a `TCPTransport` subclass through `transportClass`, ou
 format through its `serializer`/`deserializer` hooks, override `_onTick`,
 `_checkCommandsToApply` and the private `__applyLogEntries` in a `SyncObj` subclass (each
 calls the original), and swap three module-level names (the pickle protocol, the zlib used on
-the wire, the rename used for snapshot files). Importing this module with any pysyncobj but
-0.3.17 raises ImportError.
+the wire, the rename used for snapshot files). Importing `patches` (and so any module here
+that uses pysyncobj) with any pysyncobj but 0.3.17 raises ImportError.
 
-Modules: `patches` (the version check, the fix switches, module-level swaps, shared helpers),
-`raft_journal` (the journal and snapshot files; their bytes are
-`raftmq.replication.raft_journal_format`, docs/raft-journal-format.md), `transport` (durable
-before it speaks, our wire), `syncobj` (`HardenedSyncObj`).
+Modules:
+- `raft_journal_format`, `snapshot_file`: the bytes of a member's Raft files
+  (docs/raft-journal-format.md); pure, they import neither pysyncobj nor asyncio.
+- `patches`: the version check, the fix switches (`Fixes`), module-level swaps, shared helpers.
+- `raft_journal`: `RaftJournal`, pysyncobj's log on disk in our format.
+- `transport`: `DurableTransport`, durable before it speaks, on our wire.
+- `syncobj`: `HardenedSyncObj`, one member with every fix.
 
-| fix (name in `enabled`) | hole it closes |
+This package re-exports nothing, so importing one of its pure modules never loads pysyncobj.
+
+| fix (field of `Fixes`) | hole it closes |
 |---|---|
 | `fsync`             | journal fsynced (one fdatasync per replication message / tick) before an append-entries response or a vote leaves a node and before the leader counts its own entries |
 | `durable_rename`    | snapshot files fsynced, renamed, directory fsynced |
@@ -32,44 +37,10 @@ before it speaks, our wire), `syncobj` (`HardenedSyncObj`).
 | `wire`              | the Raft port speaks our wire (raftmq.replication.wire): peers prove the group secret before anything is decoded, frames are AES-GCM and msgpack, never pickle; reads bounded per frame and per poll; handshakes time out |
 | `lease`             | a leader writes deliveries and receipts only while a majority answered it within the lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale |
 
-`enabled` exists so a regression test can turn one fix off and show that it then fails; the
-product never changes it.
+`Fixes` exists so a regression test can turn one fix off and show that it then fails; the
+product always runs with all of them (`ALL_FIXES`).
 
 Not closed here: one shared send budget per heartbeat can still starve a slow follower ;
 the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a torn or
 corrupt journal record is cut off at open with everything after it (the leader re-sends it).
 """
-
-from raftmq.replication.pysyncobj.patches import (
-    APPEND_ENTRIES_BATCH_BYTES,
-    CANDIDATE_ROUND_MAX,
-    CANDIDATE_ROUND_MIN,
-    FIX_NAMES,
-    PINNED_VERSION,
-    PREVOTE_LOOKAHEAD,
-    STOCK_APPEND_ENTRIES_BATCH_BYTES,
-    STOCK_LEADER_FALLBACK_TIMEOUT,
-    WIRE_PICKLE_PROTOCOL,
-    apply_module_fixes,
-    check_raft_address,
-    durable_replace,
-    enabled,
-    fsync_directory,
-    never_raise,
-)
-from raftmq.replication.pysyncobj.raft_journal import (
-    RaftJournal,
-    read_snapshot_file,
-    write_snapshot_file,
-)
-from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
-from raftmq.replication.pysyncobj.transport import DurableTransport, trim_known_entries
-from raftmq.replication.raft_journal_format import JOURNAL_RESERVE_BYTES
-
-__all__ = [
-    "APPEND_ENTRIES_BATCH_BYTES", "CANDIDATE_ROUND_MAX", "CANDIDATE_ROUND_MIN", "FIX_NAMES", "JOURNAL_RESERVE_BYTES",
-    "PINNED_VERSION", "PREVOTE_LOOKAHEAD", "STOCK_APPEND_ENTRIES_BATCH_BYTES", "STOCK_LEADER_FALLBACK_TIMEOUT", "SUCCESS",
-    "WIRE_PICKLE_PROTOCOL", "DurableTransport", "HardenedSyncObj", "RaftJournal", "apply_module_fixes",
-    "check_raft_address", "durable_replace", "enabled", "fsync_directory", "never_raise", "read_snapshot_file",
-    "trim_known_entries", "write_snapshot_file",
-]

@@ -1,8 +1,8 @@
-"""The Raft journal (pysyncobj's log, on disk in our format) and the Raft snapshot file.
+"""The Raft journal: pysyncobj's log and its term/vote/commit metadata, on disk in our format.
 
-Their bytes are `raftmq.replication.raft_journal_format` (docs/raft-journal-format.md); this
-module adds the file handling: appends with one fdatasync per `sync()`, metadata stored before
-a vote leaves, compaction by rewrite-and-rename, torn tails cut at open.
+Their bytes are `raft_journal_format` (docs/raft-journal-format.md); this module adds the file
+handling: appends with one fdatasync per `sync()`, metadata stored before a vote leaves,
+compaction by rewrite-and-rename, torn tails cut at open. The snapshot file is `snapshot_file`.
 """
 
 from __future__ import annotations
@@ -10,22 +10,19 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
 from pysyncobj.journal import Journal
 
 from raftmq.replication.pysyncobj.patches import fsync_directory
-from raftmq.replication.raft_journal_format import (
+from raftmq.replication.pysyncobj.raft_journal_format import (
     JOURNAL_MAGIC,
     JOURNAL_RESERVE_BYTES,
     Entry,
     decode_meta,
-    decode_snapshot,
     encode_meta,
     encode_record,
-    encode_snapshot,
     scan_journal,
 )
 from raftmq.storage.journal import log_if_slow_fsync
@@ -271,14 +268,3 @@ def _write_fd(fd: int, data: bytes) -> None:
         written = os.write(fd, view)
         view = view[written:]
 
-
-def write_snapshot_file(path: str, last: Entry, previous: Entry, cluster: Sequence[str], state: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(encode_snapshot(last, previous, cluster, state))
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_snapshot_file(path: str) -> tuple[Entry, Entry, list[str], bytes]:
-    with open(path, "rb") as f:
-        return decode_snapshot(f.read(), path)

@@ -21,24 +21,22 @@ from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from raftmq.replication.leadership import Leadership, LogTip
 from raftmq.replication.pysyncobj.patches import (
+    ALL_FIXES,
     APPEND_ENTRIES_BATCH_BYTES,
     CANDIDATE_ROUND_MAX,
     CANDIDATE_ROUND_MIN,
     PREVOTE_LOOKAHEAD,
     STOCK_APPEND_ENTRIES_BATCH_BYTES,
     STOCK_LEADER_FALLBACK_TIMEOUT,
+    Fixes,
     apply_module_fixes,
     check_raft_address,
-    enabled,
     never_raise,
 )
-from raftmq.replication.pysyncobj.raft_journal import (
-    RaftJournal,
-    read_snapshot_file,
-    write_snapshot_file,
-)
+from raftmq.replication.pysyncobj.raft_journal import RaftJournal
+from raftmq.replication.pysyncobj.raft_journal_format import Entry
+from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
 from raftmq.replication.pysyncobj.transport import DurableTransport
-from raftmq.replication.raft_journal_format import Entry
 from raftmq.replication.wire import group_secret
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
@@ -86,11 +84,13 @@ class HardenedSyncObj(SyncObj):
         compact_after_bytes: int = 64 * 2**20,
         journal: RaftJournal | None = None,
         secret: str | None = None,
+        fixes: Fixes = ALL_FIXES,  # anything else is for regression tests only
     ) -> None:
-        apply_module_fixes()
-        check_raft_address(self_address, password)
+        self.fixes = fixes
+        apply_module_fixes(fixes)
+        check_raft_address(self_address, password, fixes)
         for peer in peers:
-            check_raft_address(peer, password)
+            check_raft_address(peer, password, fixes)
         os.makedirs(data_dir, exist_ok=True)
         # Members keep their files in <group dir>/<id>/; the group's secret sits beside them.
         self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
@@ -110,29 +110,29 @@ class HardenedSyncObj(SyncObj):
         self.snapshot_path = os.path.join(data_dir, "raft.snapshot")
         journal_path: Any = self.durable_journal
         dump_path: str | None = self.snapshot_path
-        if not enabled["dump_always"]:
+        if not self.fixes.dump_always:
             dump_path = None  # stock: journal without a dump file (regression test only)
         if dump_path is not None and os.path.exists(dump_path):
             # Read (and checksum) it now: pysyncobj would log a bad snapshot and start empty.
             last, previous, _cluster, _state = read_snapshot_file(dump_path)
-            if enabled["dump_journal_race"]:
+            if self.fixes.dump_journal_race:
                 self.durable_journal.align_to_snapshot(last, previous)
         fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
         conf = SyncObjConf(
-            password=None if enabled["wire"] else password,  # our wire encrypts; pysyncobj's Fernet is not used
+            password=None if self.fixes.wire else password,  # our wire encrypts; pysyncobj's Fernet is not used
             autoTickPeriod=tick_period,
             appendEntriesPeriod=append_entries_period,
             raftMinTimeout=election_timeout_min,
             raftMaxTimeout=election_timeout_max,
-            leaderFallbackTimeout=fallback if enabled["fallback"] else STOCK_LEADER_FALLBACK_TIMEOUT,
+            leaderFallbackTimeout=fallback if self.fixes.fallback else STOCK_LEADER_FALLBACK_TIMEOUT,
             connectionTimeout=max(connection_timeout, election_timeout_max),
             connectionRetryTime=connection_retry,
             # Our group commit coalesces; pysyncobj sends each entry at once (the low-latency path).
             appendEntriesUseBatch=False,
-            appendEntriesBatchSizeBytes=append_entries_batch_bytes if enabled["entry_size"] else STOCK_APPEND_ENTRIES_BATCH_BYTES,
+            appendEntriesBatchSizeBytes=append_entries_batch_bytes if self.fixes.entry_size else STOCK_APPEND_ENTRIES_BATCH_BYTES,
             sendBufferSize=2**21,
             recvBufferSize=2**21,
-            bindAddress=self_address if enabled["bind"] else None,
+            bindAddress=self_address if self.fixes.bind else None,
             journalFile=journal_path,
             fullDumpFile=dump_path,
             serializer=self._write_snapshot if dump_path else None,
@@ -142,7 +142,7 @@ class HardenedSyncObj(SyncObj):
             logCompactionMinTime=10**9,
             logCompactionBatchSize=2**18,
             commandsWaitLeader=False,
-            onStateChanged=never_raise(self._state_changed, "onStateChanged"),
+            onStateChanged=never_raise(self._state_changed, "onStateChanged", fixes=fixes),
             dynamicMembershipChange=False,
             maxBindRetries=5,
             bindRetryTime=0.2,
@@ -151,7 +151,7 @@ class HardenedSyncObj(SyncObj):
         self._commit_notice_delay = tick_period
         self._alone = all(peer == self_address for peer in peers)
         super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
-        if self._alone and enabled["solo_commit"]:
+        if self._alone and self.fixes.solo_commit:
             # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
             self._SyncObj__raftElectionDeadline = 0.0
 
@@ -162,17 +162,17 @@ class HardenedSyncObj(SyncObj):
         index = self.raftLastApplied + 1  # pysyncobj counts an entry applied after this returns
         log = self.durable_journal
         term = log[index - log[0][1]][2]
-        return never_raise(self._on_apply, "replicated apply", self._apply_failed)(index, term, entry)
+        return never_raise(self._on_apply, "replicated apply", self._apply_failed, self.fixes)(index, term, entry)
 
     def submit(self, entry: bytes, callback: Callable[[Any, int], None]) -> None:
         """Queue one entry (thread-safe). `callback(result, FAIL_REASON)` runs in the tick thread."""
-        if enabled["entry_size"] and len(entry) > self.entry_limit_bytes:
+        if self.fixes.entry_size and len(entry) > self.entry_limit_bytes:
             raise ValueError(f"Raft entry of {len(entry)} bytes exceeds {self.entry_limit_bytes}")
-        self._apply_entry(entry, callback=never_raise(callback, "commit callback"))
+        self._apply_entry(entry, callback=never_raise(callback, "commit callback", fixes=self.fixes))
 
     def run_in_tick_thread(self, fn: Callable[[], None]) -> None:
         """Run `fn` in the tick thread at its next tick (pysyncobj is not thread-safe)."""
-        self._tick_tasks.append(never_raise(fn, "tick task"))
+        self._tick_tasks.append(never_raise(fn, "tick task", fixes=self.fixes))
 
     def _apply_failed(self, exc: BaseException) -> None:
         self.apply_errors += 1
@@ -188,7 +188,7 @@ class HardenedSyncObj(SyncObj):
 
     def _tick(self, timeToWait: float) -> None:
         journal = self.durable_journal
-        if enabled["fsync"]:
+        if self.fixes.fsync:
             # Entries added since the last tick (the no-op of a new leader, appends received
             # while polling) are durable before this tick's commit count includes us.
             journal.sync()
@@ -207,10 +207,10 @@ class HardenedSyncObj(SyncObj):
     def _checkCommandsToApply(self) -> None:
         last = self._last_index()
         super()._checkCommandsToApply()
-        if enabled["fsync"]:
+        if self.fixes.fsync:
             # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
             self.durable_journal.sync()
-        if enabled["solo_commit"] and self._alone and self._last_index() > last:
+        if self.fixes.solo_commit and self._alone and self._last_index() > last:
             # A group of one commits at the top of a tick, and nothing (no follower's answer)
             # wakes this tick's poll: what was just appended would wait a whole tick period.
             self._SyncObj__pipeNotifier.notify()
@@ -223,7 +223,7 @@ class HardenedSyncObj(SyncObj):
         # the next entry's append-entries carries the index anyway; otherwise it goes out
         # within a tick. Followers only apply later; what a client is told does not change.
         send_now = SyncObj._SyncObj__applyLogEntries(self)
-        if send_now and enabled["piggyback_commit"]:
+        if send_now and self.fixes.piggyback_commit:
             notice_at = pso_syncobj.monotonicTime() + self._commit_notice_delay
             if notice_at < float(self._SyncObj__newAppendEntriesTime):
                 self._SyncObj__newAppendEntriesTime = notice_at
@@ -236,7 +236,7 @@ class HardenedSyncObj(SyncObj):
         # has passed and it is about to stand (again). A shorter round after a split vote
         # keeps the follower timeout's protection against needless elections.
         deadline = getattr(self, "_SyncObj__raftElectionDeadline", None)  # unset while __init__ runs
-        if enabled["short_candidate_round"] and deadline is not None and deadline < pso_syncobj.monotonicTime():
+        if self.fixes.short_candidate_round and deadline is not None and deadline < pso_syncobj.monotonicTime():
             return CANDIDATE_ROUND_MIN + (CANDIDATE_ROUND_MAX - CANDIDATE_ROUND_MIN) * random.random()
         return SyncObj._SyncObj__generateRaftTimeout(self)
 
@@ -271,9 +271,9 @@ class HardenedSyncObj(SyncObj):
         leader = self._SyncObj__raftLeader
         if leader is not None:  # once per loss, not per round
             log.info("raft.leader_lost", leader=str(leader.id), term=self._SyncObj__raftCurrentTerm,
-                     asking="pre-vote" if enabled["pre_vote"] else "vote")
+                     asking="pre-vote" if self.fixes.pre_vote else "vote")
             self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
-        if not enabled["pre_vote"] or self.leadership.take_prevote_win():
+        if not self.fixes.pre_vote or self.leadership.take_prevote_win():
             return
         term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
@@ -291,7 +291,7 @@ class HardenedSyncObj(SyncObj):
         if not isinstance(term, int):
             return
         if message["type"] == "higher_term":
-            if enabled["pre_vote"] and term > self._SyncObj__raftCurrentTerm:
+            if self.fixes.pre_vote and term > self._SyncObj__raftCurrentTerm:
                 # Raft: a reply with a higher term makes a leader a follower of that term.
                 log.info("raft.stepped_down_for_higher_term", term=self._SyncObj__raftCurrentTerm, new_term=term)
                 self._SyncObj__setCurrentTerm(term, None)
@@ -308,14 +308,14 @@ class HardenedSyncObj(SyncObj):
             self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
 
     def ignores_vote_request(self, message: dict[str, Any]) -> bool:
-        return enabled["pre_vote"] and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
+        return self.fixes.pre_vote and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
 
     def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
         term = message.get("term", -1)
         if term >= self._SyncObj__raftCurrentTerm:
             self.leadership.heard_from_leader(time.monotonic())
             self.answering_mark = message.get("lm")
-        elif enabled["pre_vote"]:
+        elif self.fixes.pre_vote:
             # pysyncobj drops an append-entries of an older term without a word. A member whose
             # term got ahead (it won a pre-vote round, then lost the election it stood in) would
             # then never hear of a leader, and stickiness keeps it from standing again: tell
@@ -341,7 +341,7 @@ class HardenedSyncObj(SyncObj):
 
     def lease_holds(self, now: float) -> bool:
         """May this member, as leader, write to clients now? (any thread: one float read)"""
-        return not enabled["lease"] or now < self.leadership.lease_expiry
+        return not self.fixes.lease or now < self.leadership.lease_expiry
 
     # -- snapshot hooks
 
@@ -359,7 +359,7 @@ class HardenedSyncObj(SyncObj):
     def _read_snapshot(self, path: str) -> tuple[Entry, Entry, list[str]]:
         last, previous, cluster, state = read_snapshot_file(path)
         if self._restore is not None:
-            never_raise(self._restore, "snapshot restore", self._apply_failed)(state, last[1])
+            never_raise(self._restore, "snapshot restore", self._apply_failed, self.fixes)(state, last[1])
         return last, previous, cluster
 
     # -- status (plain attribute reads: safe from any thread)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import structlog
 from pysyncobj.transport import TCPTransport
 
-from raftmq.replication.pysyncobj.patches import enabled
+from raftmq.replication.pysyncobj.patches import Fixes
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.wire import (
     MAX_UNAUTHENTICATED,
@@ -30,6 +30,7 @@ log = structlog.get_logger("raftmq.replication.pysyncobj")
 class Member(Protocol):
     """What the transport hands a hardened member (`HardenedSyncObj`)."""
 
+    fixes: Fixes
     durable_journal: RaftJournal
     answering_mark: float | None
 
@@ -58,8 +59,12 @@ class DurableTransport(TCPTransport):
     _refusals_logged_at = 0.0
     _refusals_unlogged = 0
 
+    def __init__(self, syncObj: Member, selfNode: Any, otherNodes: Any) -> None:
+        self._fixes = syncObj.fixes  # read by _createServer, which pysyncobj's __init__ calls
+        super().__init__(syncObj, selfNode, otherNodes)
+
     def _createServer(self) -> None:
-        if not enabled["wire"]:
+        if not self._fixes.wire:
             super()._createServer()
             return
         address = self._syncObj.conf.bindAddress or self._selfNode.address
@@ -76,7 +81,7 @@ class DurableTransport(TCPTransport):
         return self._connection(sock=sock)
 
     def addNode(self, node: Any) -> None:
-        if not enabled["wire"]:
+        if not self._fixes.wire:
             super().addNode(node)
             return
         self._nodes.add(node)
@@ -89,7 +94,7 @@ class DurableTransport(TCPTransport):
             self._connections[node] = conn
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
-        if enabled["wire"] and len(self._unknownConnections) >= MAX_UNAUTHENTICATED:
+        if self._fixes.wire and len(self._unknownConnections) >= MAX_UNAUTHENTICATED:
             self._refused(getattr(conn, "peer", "?"), "too many connections still in their handshake")
             conn.disconnect()
             return
@@ -97,7 +102,7 @@ class DurableTransport(TCPTransport):
 
     def _onTick(self) -> None:
         super()._onTick()
-        if enabled["wire"]:
+        if self._fixes.wire:
             now = time.monotonic()
             for conn in [*self._unknownConnections, *self._connections.values()]:
                 conn.check_deadlines(now)
@@ -113,7 +118,7 @@ class DurableTransport(TCPTransport):
 
     def send(self, node: Any, message: Any) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
-        if enabled["fsync"] and kind in _DURABLE_BEFORE_SENDING:
+        if self._fixes.fsync and kind in _DURABLE_BEFORE_SENDING:
             self._syncObj.durable_journal.sync()
         if kind is not None:
             message = self._syncObj.outgoing(kind, message)
@@ -133,7 +138,7 @@ class DurableTransport(TCPTransport):
             sync.on_answer(node, message)
         elif kind == "append_entries":
             sync.on_append_entries(node, message)
-            if enabled["no_spurious_truncation"]:
+            if sync.fixes.no_spurious_truncation:
                 message = trim_known_entries(sync.durable_journal, message)
                 if message is None:
                     return

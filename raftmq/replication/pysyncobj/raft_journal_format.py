@@ -1,19 +1,21 @@
-"""The bytes of a member's Raft files, pure: no pysyncobj, no asyncio, no I/O beyond what the
-caller hands in (docs/raft-journal-format.md). `RaftJournal` writes them; the Spark audit and
-the corruption nemesis read them with this module alone.
+"""The bytes of a member's Raft journal and its metadata, pure: bytes in, values out; no
+pysyncobj, no asyncio, no I/O, nothing done at import (docs/raft-journal-format.md).
+`RaftJournal` writes them; the Spark audit and the corruption nemesis read them with this
+module alone. The snapshot file's bytes are `snapshot_file`.
 
 - `raft.journal`: `JOURNAL_MAGIC`, then records `<length u32><crc32c u32><index u64><term u64>`
   followed by `length` bytes of command (one Raft entry, as pysyncobj pickles it). The CRC covers
   index, term and command. Zeros after the last record are reserved space.
 - `raft.journal.meta`: a msgpack map (`term`, `voted_for`, `commit_index`).
-- `raft.snapshot`: `SNAPSHOT_MAGIC`, `<crc32c u32><length u64>`, then a msgpack array
-  `[last entry, previous entry, cluster, state]`.
+
+Importing this module does not import pysyncobj: its package (`raftmq.replication.pysyncobj`)
+re-exports nothing, so only the modules that need pysyncobj load it.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,6 @@ JOURNAL_MAGIC = b"RAFTMQ-RAFT-JOURNAL-1\n"
 JOURNAL_RESERVE_BYTES = 4 * 2**20
 RECORD = struct.Struct("<IIQQ")  # payload length, crc32c(index, term, payload), index, term
 _INDEX_TERM = struct.Struct("<QQ")
-SNAPSHOT_MAGIC = b"RAFTMQ-RAFT-SNAPSHOT-1\n"
-SNAPSHOT_HEADER = struct.Struct("<IQ")  # crc32c(body), len(body)
 Entry = tuple[bytes, int, int]  # (command, index, term), pysyncobj's entry shape
 
 
@@ -105,26 +105,3 @@ def decode_meta(raw: bytes, path: str = "<buffer>") -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise RaftJournalError(f"{path}: unreadable Raft metadata")
     return meta
-
-
-def encode_snapshot(last: Entry, previous: Entry, cluster: Sequence[str], state: bytes) -> bytes:
-    body = bytes(msgpack.packb([list(last), list(previous), list(cluster), state], use_bin_type=True))
-    return SNAPSHOT_MAGIC + SNAPSHOT_HEADER.pack(crc32c.crc32c(body), len(body)) + body
-
-
-def decode_snapshot(data: bytes, path: str = "<buffer>") -> tuple[Entry, Entry, list[str], bytes]:
-    """(last entry, previous entry, cluster, state) of a snapshot file's bytes."""
-    head = len(SNAPSHOT_MAGIC) + SNAPSHOT_HEADER.size
-    if not data.startswith(SNAPSHOT_MAGIC) or len(data) < head:
-        raise RaftJournalError(f"{path}: not a raftmq Raft snapshot")
-    crc, length = SNAPSHOT_HEADER.unpack_from(data, len(SNAPSHOT_MAGIC))
-    body = data[head:head + length]
-    if len(body) != length or crc32c.crc32c(body) != crc:
-        raise RaftJournalError(f"{path}: Raft snapshot fails its checksum")
-    last, previous, cluster, state = msgpack.unpackb(body, raw=False)
-    return _entry(last), _entry(previous), [str(n) for n in cluster], bytes(state)
-
-
-def _entry(row: list[Any]) -> Entry:
-    command, idx, term = row
-    return (bytes(command), int(idx), int(term))
