@@ -1,26 +1,38 @@
 """The on-disk and replicated formats can be read without pysyncobj or asyncio (the Spark audit
-and the corruption nemesis import only these), and what the real writers write decodes."""
+and the corruption nemesis import only these), and what the real writers wrote decodes: the
+Raft journal's records, metadata and snapshots (docs/raft-journal-format.md), the raftmq
+entries inside them, and the body journal's payloads."""
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import msgpack
 import pytest
 
-from raftmq.core.commands import Send
+from raftmq.core.commands import Command, Send
+from raftmq.errors import RaftJournalError
 from raftmq.replication.command_codec import encode_batch
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
+    COMMAND_NO_OP,
     JOURNAL_MAGIC,
+    Entry,
     decode_meta,
+    entry_of,
     iter_entries,
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
 from raftmq.storage.payload import KIND_MESSAGE, decode_payload, encode_payload
+from tests.helpers.raft_members import Members, commit, leader_of, wait_until
 
 PURE = [
     "raftmq.replication.pysyncobj.raft_journal_format",
@@ -35,11 +47,15 @@ PURE = [
 
 @pytest.mark.integration  # starts a fresh interpreter
 def test_pure_decoders_import_neither_pysyncobj_nor_asyncio() -> None:
-    probe = "import sys\n" + "".join(f"import {m}\n" for m in PURE) + (
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pysyncobj', 'asyncio'))\nprint(bad)\n"
+    probe = "import sys, threading, json\n" + "".join(f"import {m}\n" for m in PURE) + (
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pysyncobj', 'asyncio', 'structlog')"
+        " or m.startswith('raftmq.server') or m == 'raftmq.replication.pysyncobj.patches')\n"
+        "print(json.dumps([bad, threading.active_count()]))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    bad, threads = json.loads(out.stdout)
+    assert bad == [], bad
+    assert threads == 1  # nothing started at import
 
 
 def test_entries_round_trip() -> None:
@@ -53,34 +69,142 @@ def test_payload_round_trip() -> None:
     assert decode_payload(encode_payload(send)) == ("/queue/a", [("k", "v")], b"body")
 
 
-@pytest.mark.integration  # pysyncobj's journal writes real files with fdatasync
+@pytest.mark.parametrize("protocol", [2, 5])  # stock pysyncobj pickles with 2, the `pickle` fix with 5
+def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: int) -> None:
+    entry = encode_entry([encode_batch([Send("s", "/queue/q", (), b"m", 1)])])
+    assert entry_of(b"\x00" + pickle.dumps((0, (entry,)), protocol)) == entry
+    assert entry_of(bytes([COMMAND_NO_OP])) is None
+
+    class Planted:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.remove, ("/nonexistent",))
+
+    for bad in (b"", b"\x00not a pickle", b"\x00" + pickle.dumps((0, (Planted(),))), b"\x00" + pickle.dumps((0, ("str",)))):
+        with pytest.raises(RaftJournalError):
+            entry_of(bad)
+
+
+def make_entries(count: int, first: int = 1) -> list[Entry]:
+    return [(encode_entry([encode_batch([Send("s", "/queue/q", (), f"m{i}".encode(), i)])]), i, 1 + i // 3)
+            for i in range(first, first + count)]
+
+
+@pytest.mark.integration  # the Raft journal writes real files with fdatasync
 def test_the_pure_decoder_reads_what_the_raft_journal_wrote(tmp_path: Path) -> None:
     from raftmq.replication.pysyncobj.raft_journal import RaftJournal
     from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
 
     path = str(tmp_path / "raft.journal")
     journal = RaftJournal(path)
-    entries = [(encode_entry([encode_batch([Send("s", "/queue/q", (), f"m{i}".encode(), i)])]), i + 1, 1 + i // 3)
-               for i in range(7)]
+    entries = make_entries(7)
     for command, index, term in entries:
         journal.add(command, index, term)
     journal.setCurrentTerm(3, "127.0.0.1:7001")
+    journal.setRaftCommitIndex(6)
     journal._destroy()
 
     data = Path(path).read_bytes()
     assert data.startswith(JOURNAL_MAGIC)
     assert list(iter_entries(data, path)) == entries
-    assert [decode_entry(command)[0].body for command, _i, _t in iter_entries(data)] == [f"m{i}".encode() for i in range(7)]
+    assert [decode_entry(command)[0].body for command, _i, _t in iter_entries(data)] == [f"m{i}".encode() for i in range(1, 8)]
     meta = decode_meta(Path(path + ".meta").read_bytes())
-    assert meta["term"] == 3 and meta["voted_for"] == "127.0.0.1:7001"
+    assert meta == {"term": 3, "voted_for": "127.0.0.1:7001", "commit_index": 6}
 
     # A torn tail (a crash mid-append) is where the readable part ends.
     end = scan_journal(data).end  # past the last record: reserved zeros follow
-    assert not scan_journal(data).torn
+    assert not scan_journal(data).torn and len(data) > end
     scan = scan_journal(data[:end] + entries[0][0][:5])
     assert scan.torn and scan.end == end and len(scan.records) == 7
 
     snapshot = str(tmp_path / "raft.snapshot")
     write_snapshot_file(snapshot, entries[-1], entries[-2], ["a:1", "b:2"], b"state")
     assert decode_snapshot(Path(snapshot).read_bytes()) == (entries[-1], entries[-2], ["a:1", "b:2"], b"state")
-    assert os.path.getsize(snapshot) > 0
+
+
+@pytest.mark.integration  # the Raft journal writes real files with fdatasync
+def test_the_decoder_agrees_with_the_journal_through_truncations_compactions_and_reopens(tmp_path: Path) -> None:
+    from raftmq.replication.pysyncobj.raft_journal import RaftJournal
+
+    rng = random.Random(9)
+    path = str(tmp_path / "raft.journal")
+    journal = RaftJournal(path)
+    term = 1
+    for step in range(300):
+        roll = rng.random()
+        if roll < 0.75 or len(journal) < 3:
+            last = journal[-1][1] if len(journal) else 0
+            journal.add(rng.randbytes(rng.randrange(0, 300)), last + 1, term)
+        elif roll < 0.85:  # a new leader's entries replace a conflicting suffix
+            term += 1
+            journal.deleteEntriesFrom(rng.randrange(1, len(journal)))
+        elif roll < 0.92:  # compaction behind a snapshot
+            journal.deleteEntriesTo(rng.randrange(1, len(journal)))
+        elif roll < 0.97:
+            journal.sync()
+        else:  # a restart
+            journal._destroy()
+            journal = RaftJournal(path)
+        data = Path(path).read_bytes()
+        scan = scan_journal(data, path)
+        assert [(r.command, r.index, r.term) for r in scan.records] == list(journal[:]), f"step {step}"
+        assert scan.end == journal.size_bytes and not scan.torn
+    journal._destroy()
+
+
+@pytest.mark.integration  # the Raft journal writes real files with fdatasync
+def test_a_tail_torn_anywhere_decodes_as_the_reopened_journal_reads_it(tmp_path: Path) -> None:
+    from raftmq.replication.pysyncobj.raft_journal import RaftJournal
+
+    path = str(tmp_path / "raft.journal")
+    journal = RaftJournal(path)
+    for command, index, term in make_entries(4):
+        journal.add(command, index, term)
+    journal._destroy()
+    whole = Path(path).read_bytes()
+    records = scan_journal(whole).records
+    start, end = records[-2].end, records[-1].end  # the last record's bytes
+    for cut in sorted({start + 1, start + 12, start + 24, (start + end) // 2, end - 1}):
+        for garbage in (b"", b"\xff" * 3):  # cut short, or cut short with stray bytes after it
+            torn = whole[:cut] + garbage
+            scan = scan_journal(torn)
+            assert scan.torn and scan.end == start and len(scan.records) == 3
+            Path(path).write_bytes(torn)
+            reopened = RaftJournal(path)
+            assert list(reopened[:]) == [(r.command, r.index, r.term) for r in scan.records]
+            assert reopened.size_bytes == scan.end == os.path.getsize(path)
+            reopened._destroy()
+
+
+@pytest.mark.integration  # a member with its tick thread and a TCP port on 127.0.0.1
+def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(group: Members) -> None:
+    (member,) = group(1)
+    leader_of([member])
+    sends = [Send("s", f"/queue/q{i % 3}", (("n", str(i)),), os.urandom(i * 10), i) for i in range(12)]
+
+    def committed_commands(data: bytes) -> list[Command]:
+        carried = [entry_of(command) for command, _index, _term in iter_entries(data)]
+        return [command for entry in carried if entry is not None for command in decode_entry(entry)]
+
+    for send in sends[:6]:
+        commit(member, encode_entry([encode_batch([send])]))
+    assert member.obj is not None
+    journal_path = member.obj.durable_journal.path
+    member.obj.durable_journal.sync()
+    data = Path(journal_path).read_bytes()
+    assert committed_commands(data) == sends[:6]
+    assert any(command[0] == COMMAND_NO_OP for command, _i, _t in iter_entries(data))  # the new leader's no-op
+
+    member.obj.forceLogCompaction()
+    assert wait_until(lambda: os.path.exists(member.obj.snapshot_path) and len(member.obj.durable_journal) <= 3, 5)  # type: ignore[union-attr]
+    for send in sends[6:]:
+        commit(member, encode_entry([encode_batch([send])]))
+    term = member.obj.raftCurrentTerm
+    snapshot_path = member.obj.snapshot_path
+    member.stop()
+
+    last, previous, cluster, state = decode_snapshot(Path(snapshot_path).read_bytes())
+    assert cluster == [member.address] and previous[1] == last[1] - 1
+    assert [c for entry in msgpack.unpackb(state) for c in decode_entry(entry)] == sends[:6]  # what it had applied
+    tail = committed_commands(Path(journal_path).read_bytes())
+    assert tail[-6:] == sends[6:]
+    assert decode_meta(Path(journal_path + ".meta").read_bytes())["term"] == term

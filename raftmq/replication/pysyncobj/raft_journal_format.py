@@ -7,6 +7,9 @@ module alone. The snapshot file's bytes are `snapshot_file`.
   followed by `length` bytes of command (one Raft entry, as pysyncobj pickles it). The CRC covers
   index, term and command. Zeros after the last record are reserved space.
 - `raft.journal.meta`: a msgpack map (`term`, `voted_for`, `commit_index`).
+- A record's command is pysyncobj's: a command-type byte, then for a regular command the
+  pickled call `(function id, (entry,))`. `entry_of` takes the raftmq entry out of it without
+  running anything a pickle could name (raftmq.replication.entry_codec decodes the entry).
 
 Importing this module does not import pysyncobj: its package (`raftmq.replication.pysyncobj`)
 re-exports nothing, so only the modules that need pysyncobj load it.
@@ -14,6 +17,9 @@ re-exports nothing, so only the modules that need pysyncobj load it.
 
 from __future__ import annotations
 
+import codecs
+import io
+import pickle
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +39,9 @@ JOURNAL_RESERVE_BYTES = 4 * 2**20
 RECORD = struct.Struct("<IIQQ")  # payload length, crc32c(index, term, payload), index, term
 _INDEX_TERM = struct.Struct("<QQ")
 Entry = tuple[bytes, int, int]  # (command, index, term), pysyncobj's entry shape
+# pysyncobj's command types (the first byte of a command); it writes NO_OP as a new leader's first entry.
+COMMAND_REGULAR = 0
+COMMAND_NO_OP = 1
 
 
 def record_crc(index: int, term: int, command: bytes) -> int:
@@ -105,3 +114,34 @@ def decode_meta(raw: bytes, path: str = "<buffer>") -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise RaftJournalError(f"{path}: unreadable Raft metadata")
     return meta
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds ints, bytes and tuples only: a journal is data, and a corrupt or planted record
+    must not run code when the audit reads it."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("_codecs", "encode"):  # how pickle protocol 2 (stock pysyncobj) spells bytes
+            return codecs.encode
+        raise RaftJournalError(f"Raft journal command refers to {module}.{name}")
+
+
+def entry_of(command: bytes) -> bytes | None:
+    """The raftmq entry a record's command carries, or None for pysyncobj's own commands (a new
+    leader's no-op; membership and version changes, which raftmq never makes). Raises
+    `RaftJournalError` when a regular command is not one call with one `bytes` argument."""
+    if not command:
+        raise RaftJournalError("empty Raft journal command")
+    if command[0] != COMMAND_REGULAR:
+        return None
+    try:
+        call = _PlainUnpickler(io.BytesIO(command[1:])).load()
+    except RaftJournalError:
+        raise
+    except Exception as exc:
+        raise RaftJournalError(f"unreadable Raft journal command ({type(exc).__name__}: {exc})") from None
+    if isinstance(call, tuple) and len(call) == 2 and isinstance(call[1], tuple) and len(call[1]) == 1:
+        entry = call[1][0]
+        if isinstance(entry, bytes):
+            return entry
+    raise RaftJournalError("Raft journal command is not a call with one raftmq entry")
