@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import random
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from crc32c import crc32c
 
 from raftmq.core.commands import Command, Send
 from raftmq.errors import RaftJournalError
@@ -121,6 +123,27 @@ def test_the_pure_decoder_reads_what_the_raft_journal_wrote(tmp_path: Path) -> N
     assert decode_snapshot(Path(snapshot).read_bytes()) == (entries[-1], entries[-2], ["a:1", "b:2"], b"state")
 
 
+def read_journal_as_the_doc_says(data: bytes) -> tuple[list[tuple[bytes, int, int]], int, bool]:
+    """An independent reader written from docs/raft-journal-format.md: (records, end, torn)."""
+    if not data:
+        return [], 0, False
+    assert data[:22] == b"RAFTMQ-RAFT-JOURNAL-1\n"
+    offset, records = 22, []
+    while offset + 24 <= len(data):
+        length, crc, index, term = struct.unpack("<IIQQ", data[offset:offset + 24])
+        if offset + 24 + length > len(data) or crc32c(data[offset + 8:offset + 24 + length]) != crc:
+            break
+        if records:
+            assert index == records[-1][1] + 1
+        records.append((data[offset + 24:offset + 24 + length], index, term))
+        offset += 24 + length
+    return records, offset, data[offset:].strip(b"\0") != b""
+
+
+def test_the_docs_crc32c_check_value() -> None:
+    assert crc32c(b"123456789") == 0xE3069283
+
+
 @pytest.mark.integration  # the Raft journal writes real files with fdatasync
 def test_the_decoder_agrees_with_the_journal_through_truncations_compactions_and_reopens(tmp_path: Path) -> None:
     from raftmq.replication.pysyncobj.raft_journal import RaftJournal
@@ -148,6 +171,7 @@ def test_the_decoder_agrees_with_the_journal_through_truncations_compactions_and
         scan = scan_journal(data, path)
         assert [(r.command, r.index, r.term) for r in scan.records] == list(journal[:]), f"step {step}"
         assert scan.end == journal.size_bytes and not scan.torn
+        assert read_journal_as_the_doc_says(data) == (list(journal[:]), scan.end, False)
     journal._destroy()
 
 
@@ -168,6 +192,7 @@ def test_a_tail_torn_anywhere_decodes_as_the_reopened_journal_reads_it(tmp_path:
             torn = whole[:cut] + garbage
             scan = scan_journal(torn)
             assert scan.torn and scan.end == start and len(scan.records) == 3
+            assert read_journal_as_the_doc_says(torn) == ([(r.command, r.index, r.term) for r in scan.records], start, True)
             Path(path).write_bytes(torn)
             reopened = RaftJournal(path)
             assert list(reopened[:]) == [(r.command, r.index, r.term) for r in scan.records]
@@ -202,7 +227,10 @@ def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(grou
     snapshot_path = member.obj.snapshot_path
     member.stop()
 
-    last, previous, cluster, state = decode_snapshot(Path(snapshot_path).read_bytes())
+    raw = Path(snapshot_path).read_bytes()
+    last, previous, cluster, state = decode_snapshot(raw)
+    crc, length = struct.unpack("<IQ", raw[23:35])  # as the doc says
+    assert raw[:23] == b"RAFTMQ-RAFT-SNAPSHOT-1\n" and crc == crc32c(raw[35:]) and length == len(raw) - 35
     assert cluster == [member.address] and previous[1] == last[1] - 1
     assert [c for entry in msgpack.unpackb(state) for c in decode_entry(entry)] == sends[:6]  # what it had applied
     tail = committed_commands(Path(journal_path).read_bytes())
