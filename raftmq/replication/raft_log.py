@@ -48,6 +48,7 @@ from raftmq.replication.commit_log import (
 )
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
+from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, fail_futures
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
@@ -59,8 +60,6 @@ log = structlog.get_logger("raftmq.replication.raft_log")
 # give the GIL up: up to 5 ms at Python's default switch interval, several times per round
 # trip. 0.5 ms keeps a replication round trip at ~1-3 ms under load.
 GIL_SWITCH_INTERVAL = 0.0005
-_FAIL_REASONS = {1: "queue full", 2: "no leader", 3: "discarded by a new leader", 4: "not leader", 5: "leader changed",
-                 6: "request denied", 7: "outcome unknown"}
 
 
 def _first_index(journal: RaftJournal) -> int:
@@ -70,18 +69,6 @@ def _first_index(journal: RaftJournal) -> int:
         return int(journal[0][1])
     except IndexError:
         return 0
-
-
-class _Pending:
-    __slots__ = ("batches", "commands", "futures", "timer", "entry", "size")
-
-    def __init__(self, batches: list[bytes], commands: list[Command], futures: list[asyncio.Future[None]]) -> None:
-        self.batches = batches
-        self.commands = commands  # what the entry decodes to: the leader applies these as they are
-        self.futures = futures
-        self.timer: asyncio.TimerHandle | None = None
-        self.entry = b""
-        self.size = sum(len(batch) for batch in batches)
 
 
 class RaftLog(CommitLog):
@@ -97,12 +84,7 @@ class RaftLog(CommitLog):
         self._machine: StateMachine | None = None
         self._syncobj: HardenedSyncObj | None = None
         self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
-        self._in_flight: dict[int, _Pending] = {}  # by token, until its futures are settled
-        # Entries this leader submitted, by their bytes, until they come back committed: the
-        # leader applies the commands it already has instead of decoding its own entry (equal
-        # bytes decode to equal commands, so a shared key is harmless; FIFO keeps the pairing).
-        self._own_entries: dict[bytes, collections.deque[_Pending]] = {}
-        self._in_flight_bytes = 0  # encoded commands in the entries of _in_flight
+        self._in_flight = InFlightEntries()
         self._next_token = 0
         self._pump_scheduled = False
         self._stopped = False
@@ -181,8 +163,7 @@ class RaftLog(CommitLog):
         if syncobj is None:
             return
         if self._in_flight:  # let entries already sent settle rather than report them unknown
-            futures = [f for p in self._in_flight.values() for f in p.futures]
-            await asyncio.wait(futures, timeout=0.5)
+            await asyncio.wait(self._in_flight.futures(), timeout=0.5)
         if syncobj.is_leader:
             await self.transfer_leadership(timeout=0.5)
         self._fail_in_flight(lambda: CommitFailed("log stopped before the outcome was known"))
@@ -300,14 +281,14 @@ class RaftLog(CommitLog):
                 futures.append(future)
                 size += len(batch)
             if batches:
-                self._submit(_Pending(batches, commands, futures))
+                self._submit(PendingEntry(batches, commands, futures))
 
     def _may_submit(self) -> bool:
         s = self.settings
         in_flight = len(self._in_flight)
-        return in_flight == 0 or (in_flight < s.max_in_flight_entries and self._in_flight_bytes <= s.light_load_bytes)
+        return in_flight == 0 or (in_flight < s.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes)
 
-    def _submit(self, pending: _Pending) -> None:
+    def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None
         entry = encode_entry(pending.batches)
         token = self._next_token
@@ -315,24 +296,19 @@ class RaftLog(CommitLog):
         try:
             self._syncobj.submit(entry, lambda result, error: self._settle_from_tick_thread(token, result, error))
         except ValueError as exc:
-            for future in pending.futures:
-                if not future.done():
-                    future.set_exception(CommitFailed(str(exc)))
+            fail_futures(pending.futures, lambda: CommitFailed(str(exc)))
             return
-        self._in_flight[token] = pending
         pending.entry = entry
-        self._in_flight_bytes += pending.size
-        self._own_entries.setdefault(entry, collections.deque()).append(pending)
+        self._in_flight.add(token, pending)
         pending.timer = self._loop.call_later(self.settings.commit_timeout, self._expire, token)
 
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
         self._handoff.send(self._settle, token, result, error)
 
     def _settle(self, token: int, result: Any, error: int) -> None:
-        pending = self._in_flight.pop(token, None)
+        pending = self._in_flight.pop(token)
         if pending is None:
             return  # already failed (leadership lost, timeout, stop)
-        self._forget(pending)
         if pending.timer is not None:
             pending.timer.cancel()
         if error == SUCCESS and result is not None and result not in self._failed_deliveries:
@@ -341,51 +317,26 @@ class RaftLog(CommitLog):
                     future.set_result(None)
         else:
             self._failed_deliveries.discard(result)
-            reason = _FAIL_REASONS.get(error, f"error {error}") if error != SUCCESS else "committed but not applied here"
-            for future in pending.futures:
-                if not future.done():
-                    future.set_exception(CommitFailed(f"not committed: {reason}"))
+            reason = FAIL_REASONS.get(error, f"error {error}") if error != SUCCESS else "committed but not applied here"
+            fail_futures(pending.futures, lambda: CommitFailed(f"not committed: {reason}"))
         self._schedule_pump()
 
     def _expire(self, token: int) -> None:
-        pending = self._in_flight.pop(token, None)
+        pending = self._in_flight.pop(token)
         if pending is not None:
-            self._forget(pending)
-            for future in pending.futures:
-                if not future.done():
-                    future.set_exception(CommitFailed(f"not committed within {self.settings.commit_timeout:g}s; outcome unknown"))
+            timeout = self.settings.commit_timeout
+            fail_futures(pending.futures, lambda: CommitFailed(f"not committed within {timeout:g}s; outcome unknown"))
             self._schedule_pump()
-
-    # Each future gets its own exception: one instance raised in many tasks piles up tracebacks.
 
     def _fail_queued(self, error: Callable[[], Exception]) -> None:
         queue, self._queue = self._queue, collections.deque()
-        for _batch, _commands, future in queue:
-            if not future.done():
-                future.set_exception(error())
-
-    def _forget(self, pending: _Pending) -> None:
-        """`pending` left _in_flight: forget its bytes and its entry."""
-        self._in_flight_bytes -= pending.size
-        waiting = self._own_entries.get(pending.entry)
-        if waiting is not None:
-            try:
-                waiting.remove(pending)
-            except ValueError:
-                pass
-            if not waiting:
-                del self._own_entries[pending.entry]
+        fail_futures((future for _batch, _commands, future in queue), error)
 
     def _fail_in_flight(self, error: Callable[[], Exception]) -> None:
-        in_flight, self._in_flight = self._in_flight, {}
-        self._own_entries.clear()
-        self._in_flight_bytes = 0
-        for pending in in_flight.values():
+        for pending in self._in_flight.clear():
             if pending.timer is not None:
                 pending.timer.cancel()
-            for future in pending.futures:
-                if not future.done():
-                    future.set_exception(error())
+            fail_futures(pending.futures, error)
 
     def _gained_leadership(self) -> None:
         if self._role_listener is not None and not self._stopped:
@@ -417,12 +368,9 @@ class RaftLog(CommitLog):
     def _deliver(self, index: int, term: int, entry: bytes) -> None:
         self._delivered_index = index
         self._position = LogPosition(index, term)
-        own = self._own_entries.get(entry)
-        if own is not None:
+        pending = self._in_flight.take_applied(entry)
+        if pending is not None:
             # Our own entry: apply the commands it was built from rather than decode it again.
-            pending = own.popleft()
-            if not own:
-                del self._own_entries[entry]
             commands: Sequence[Command] = pending.commands
         else:
             try:
