@@ -25,9 +25,9 @@ from raftmq.app.run import (
 from raftmq.config import GroupConfig, split_address
 from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
+from raftmq.replication.group_secret import group_secret
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
-from raftmq.replication.wire import group_secret
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.node import Node

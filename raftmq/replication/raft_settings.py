@@ -17,7 +17,7 @@ class RaftSettings:
     # Required unless every address is loopback; needs `cryptography`. Kept out of reprs.
     password: str | None = field(default=None, repr=False)
     # The group secret the Raft wire authenticates with (the password, or the group's generated
-    # one: raftmq.replication.wire.group_secret). None: the one beside `data_dir`.
+    # one: raftmq.replication.group_secret). None: the one beside `data_dir`.
     secret: str | None = field(default=None, repr=False)
     # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
     tick_period: float = 0.005

@@ -25,7 +25,8 @@ frames are consumed. Outgoing connections bind to the member's own host, so its 
 always carries its own address (firewall rules and partition tests rely on it).
 
 The secret is the group's configured password or, when none is configured, a random one that
-the first member to start writes (0600) into the group's data directory: `group_secret`.
+the first member to start writes (0600) into the group's data directory
+(raftmq.replication.group_secret).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from raftmq.errors import ConfigError, WireError
+from raftmq.errors import WireError
 
 log = structlog.get_logger("raftmq.replication.wire")
 
@@ -65,45 +65,9 @@ def frame_max_for(batch_bytes: int) -> int:
 FRAME_MAX = frame_max_for(24 * 2**20)
 READ_BUDGET_BYTES = 2**20
 MAX_UNAUTHENTICATED = 16  # strangers still in their handshake, per member
-SECRET_FILE = "group.secret"
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">4xQ")  # 12-byte GCM nonce: four zero bytes and the frame's sequence number
 _HELLO, _PROOF, _OPEN = range(3)
-
-
-# ---------------------------------------------------------------------------------------------
-# The group secret
-
-
-def group_secret(password: str | None, group_dir: str | os.PathLike[str]) -> str:
-    """The configured password, or the secret stored in `group_dir/group.secret`, created
-    (0600, race-free: members of a group may start at the same moment) when missing."""
-    if password:
-        return password
-    directory = Path(group_dir)
-    path = directory / SECRET_FILE
-    directory.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        tmp = directory / f".{SECRET_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, os.urandom(32).hex().encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # fails if another member got there first: theirs wins
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        raise ConfigError(f"{path}: the group secret must be readable by its owner only (mode {mode:o}; chmod 600 it)")
-    secret = path.read_text(encoding="ascii", errors="replace").strip()
-    if len(secret) < 16:
-        raise ConfigError(f"{path}: not a group secret (too short); remove it to have a new one made")
-    return secret
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftmq.errors import ConfigError
-from raftmq.replication.wire import SECRET_FILE, decode_message, encode_message, group_secret
+from raftmq.replication.group_secret import SECRET_FILE, group_secret
+from raftmq.replication.wire import decode_message, encode_message
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text() | st.binary(),

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from raftmq.client import connect
-from raftmq.replication.wire import HANDSHAKE_SECONDS, MAX_UNAUTHENTICATED, SECRET_FILE, group_secret
+from raftmq.replication.group_secret import SECRET_FILE, group_secret
+from raftmq.replication.wire import HANDSHAKE_SECONDS, MAX_UNAUTHENTICATED
 from tests.helpers.group_harness import READY_LINE, Group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

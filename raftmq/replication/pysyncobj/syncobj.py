@@ -19,6 +19,7 @@ import pysyncobj.syncobj as pso_syncobj
 import structlog
 from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 
+from raftmq.replication.group_secret import group_secret
 from raftmq.replication.leadership import Leadership, LogTip
 from raftmq.replication.pysyncobj.patches import (
     ALL_FIXES,
@@ -37,7 +38,6 @@ from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
 from raftmq.replication.pysyncobj.transport import DurableTransport
-from raftmq.replication.wire import group_secret
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
