@@ -27,6 +27,7 @@ import structlog
 
 from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.storage import records as rec
+from raftmq.storage.batch_cache import BatchCache
 from raftmq.storage.records import Record
 from raftmq.storage.segments import (
     Segment,
@@ -45,7 +46,6 @@ DEFAULT_CACHE_BYTES = 32 * 2**20
 # An fsync slower than this is logged as `journal.fsync_slow`: on a healthy SSD it takes a
 # few ms, and every commit waits for it, so 100 ms means a saturated or failing disk.
 FSYNC_SLOW_MS = 100.0
-_RECORD_OVERHEAD = 96  # rough RAM per cached record besides its payload
 
 
 class BodyRef(NamedTuple):
@@ -86,8 +86,7 @@ class Journal:
         self._lock = threading.Lock()
         self._segments: list[Segment] = []  # ascending; each holds at least one batch
         self._by_id: dict[int, Segment] = {}
-        self._cache: OrderedDict[tuple[int, int], tuple[Record, ...]] = OrderedDict()
-        self._cache_used = 0
+        self._cache = BatchCache(cache_bytes)
         self._readers: OrderedDict[int, int] = OrderedDict()  # segment id -> read-only fd
         self._writer: tuple[Segment, int] | None = None  # the last segment and its write fd
         self._unsynced = False
@@ -206,7 +205,7 @@ class Journal:
             if offset == 0:  # readers only ever see segments that hold a batch
                 self._segments.append(segment)
                 self._by_id[segment.segment_id] = segment
-            self._cache_put((segment.segment_id, offset), tuple(checked))
+            self._cache.put((segment.segment_id, offset), tuple(checked))
         self._unsynced = True
         return [BodyRef(segment.segment_id, offset, slot) for slot in range(len(checked))]
 
@@ -312,8 +311,7 @@ class Journal:
             reader = self._readers.pop(segment_id, None)
             if reader is not None:
                 os.close(reader)
-            for key in [key for key in self._cache if key[0] == segment_id]:
-                self._cache_drop(key)
+            self._cache.drop_segment(segment_id)
         return segment.path
 
     # -- reading (any thread) --------------------------------------------------------------
@@ -373,7 +371,7 @@ class Journal:
                     if segment.segment_id not in self._by_id:
                         raise KeyError(f"segment {segment.segment_id} was deleted while being read")
                     offset = segment.offsets[position]
-                    batch = self._cache.get((segment.segment_id, offset))
+                    batch = self._cache.get((segment.segment_id, offset), touch=False)
                     if batch is None:
                         _, batch = read_batch(self._reader_fd(segment), segment, position)
                 for slot, record in enumerate(batch):
@@ -386,10 +384,9 @@ class Journal:
         key = (segment.segment_id, segment.offsets[position])
         batch = self._cache.get(key)
         if batch is not None:
-            self._cache.move_to_end(key)
             return batch
         _, batch = read_batch(self._reader_fd(segment), segment, position)
-        self._cache_put(key, batch)
+        self._cache.put(key, batch)
         return batch
 
     def _reader_fd(self, segment: Segment) -> int:
@@ -402,17 +399,6 @@ class Journal:
         while len(self._readers) > self.max_open_readers:
             os.close(self._readers.popitem(last=False)[1])
         return fd
-
-    def _cache_put(self, key: tuple[int, int], batch: tuple[Record, ...]) -> None:
-        if key in self._cache:
-            self._cache_drop(key)
-        self._cache[key] = batch
-        self._cache_used += _batch_ram(batch)
-        while self._cache_used > self.cache_bytes and self._cache:
-            self._cache_drop(next(iter(self._cache)))
-
-    def _cache_drop(self, key: tuple[int, int]) -> None:
-        self._cache_used -= _batch_ram(self._cache.pop(key))
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -432,7 +418,6 @@ class Journal:
                 self._readers.clear()
                 self._writer = None
                 self._cache.clear()
-                self._cache_used = 0
             for fd in fds:
                 os.close(fd)
             os.close(self._dir_fd)  # also releases the directory lock
@@ -442,10 +427,6 @@ class Journal:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _batch_ram(batch: tuple[Record, ...]) -> int:
-    return sum(len(record.payload) + _RECORD_OVERHEAD for record in batch)
 
 
 def log_if_slow_fsync(started: float, path: str, threshold_ms: float = FSYNC_SLOW_MS) -> None:
