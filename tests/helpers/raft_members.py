@@ -1,6 +1,6 @@
 """Hardened pysyncobj members in one process, for the regression tests of the pysyncobj wing
 (tests/replication/test_pysyncobj_*.py): each member has its own tick thread and real TCP on
-127.0.0.1, which is honest for everything but process faults (tests/replication/test_raft_log.py
+127.0.0.1, which is honest for everything but process faults (tests/replication/test_raft_log_faults.py
 covers those with real processes).
 
 `fixes_from_environment()` reads `RAFTMQ_TEST_DISABLE_FIX` (comma-separated names from
