@@ -1,5 +1,6 @@
-"""Stores and dispatch: how messages enter stores, leave them for consumers, come back,
-expire or die. `Broker` composes one, and adds sessions, subscriptions and the commands.
+"""Stores and dispatch: how messages are published into stores, leave them for consumers,
+come back, expire or die. `Broker` composes one, and adds sessions, subscriptions and the
+commands.
 
 A dispatch pass runs only on the stores a command touched (`mark` / `wake` queue them; the
 passes run before the command's receipt). Expiry is indexed by a heap of (expires, token,
@@ -10,16 +11,34 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
+from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
-from raftmq.core.message import Message
-from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Store, Subscription
+from raftmq.core.message import DEFAULT_PRIORITY, Message
+from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Store, Subscription, Topic, selector_headers
 from raftmq.core.state import BrokerState
+from raftmq.core.validation import QUEUE_PREFIX
 
 ORIGINAL_DESTINATION = "original-destination"
 
 # Stale expiry-index entries tolerated (beyond twice the live ones) before the index is rebuilt.
 EXPIRY_HEAP_SLACK = 1024
+
+
+def _parse_priority(value: str) -> int:
+    try:
+        priority = int(value)
+    except ValueError:
+        return DEFAULT_PRIORITY
+    return min(max(priority, 0), PRIORITY_LEVELS - 1)
+
+
+def _parse_expires(value: str) -> int:
+    try:
+        expires = int(value)
+    except ValueError:
+        return 0
+    return max(expires, 0)
 
 
 class Dispatcher:
@@ -30,6 +49,7 @@ class Dispatcher:
         self.state = state
         self.config = config
         self._scan_limit = max(1, config.selector_scan_limit)
+        self._id_prefix = f"{config.broker_name}-"
         self.now = 0  # the current command's time
         self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
         self.effects: list[Effect] = []
@@ -39,6 +59,62 @@ class Dispatcher:
         if store is None:
             store = self.state.queues[destination] = Store(destination, shared=True)
         return store
+
+    def topic(self, destination: str) -> Topic:
+        topic = self.state.topics.get(destination)
+        if topic is None:
+            topic = self.state.topics[destination] = Topic(destination)
+        return topic
+
+    def publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        """Store a sent message in its queue, or a copy in each matching subscription of its topic
+        (none when no one subscribes: topics do not store); a known duplicate is dropped."""
+        priority = DEFAULT_PRIORITY
+        expires = 0
+        persistent = False
+        group = None
+        dupl_id = None
+        # Reversed, so that the first occurrence of a repeated header is the one that sticks.
+        for name, value in reversed(headers):
+            if name == "priority":
+                priority = _parse_priority(value)
+            elif name == "expires":
+                expires = _parse_expires(value)
+            elif name == "persistent":
+                persistent = value.lower() == "true"
+            elif name == "JMSXGroupID":
+                group = value or None
+            elif name == "_AMQ_DUPL_ID":
+                dupl_id = value or None
+        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
+            return
+        self.state.message_seq += 1
+        message_id = f"{self._id_prefix}{self.state.message_seq}"
+        if destination.startswith(QUEUE_PREFIX):
+            if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
+                expires = 0
+            message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+            self.enqueue(self.queue(destination), message)
+            return
+        topic = self.topic(destination)
+        topic.published += 1
+        if not topic.subs:
+            return  # topics do not store
+        message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+        matching_headers = None
+        first = True
+        for sub in topic.subs:
+            if sub.selector is not None:
+                if matching_headers is None:
+                    matching_headers = selector_headers(message)
+                if not sub.selector.matches(matching_headers):
+                    continue
+            # Each subscription's copy counts its own deliveries.
+            copy = message if first else Message(
+                message_id, destination, headers, body, priority, expires, now, group, persistent
+            )
+            first = False
+            self.enqueue(sub.store, copy)
 
     def mark(self, store: Store) -> None:
         """Queue a full dispatch pass of `store` before this command's receipt."""
