@@ -13,7 +13,6 @@ consumers that just gained room.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,7 @@ from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.message import Message
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription
+from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
@@ -196,12 +195,7 @@ class Broker:
         del topic.subs[sub]
         if sub.durable_name is not None and self.state.durables.get(sub.durable_name) is sub:
             del self.state.durables[sub.durable_name]
-        self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
-        topic.retire(store, len(store.ready) + discarded_in_flight)
-        # Entries of the expiry index that point here become stale: the tokens are gone.
-        store.ready = {}
-        store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
-        store.tombstones = 0
+        topic.retire(store, self.dispatch.discard(store) + discarded_in_flight)
         store.consumers.clear()
         store.woken.clear()
         sub.session = None

@@ -9,6 +9,7 @@ store) for the ready messages that expire, so a Tick costs O(expired · log n), 
 
 from __future__ import annotations
 
+from collections import deque
 from heapq import heapify, heappop, heappush
 
 from raftmq.core.commands import Headers
@@ -198,6 +199,17 @@ class Dispatcher:
             if message.expires:
                 self._index_expiry(message.expires, token, store)
         self.mark(store)
+
+    def discard(self, store: Store) -> int:
+        """Drop the ready messages of a store that is going away (a topic subscription's);
+        returns how many there were."""
+        discarded = len(store.ready)
+        self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
+        # Entries of the expiry index that point here become stale: the tokens are gone.
+        store.ready = {}
+        store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
+        store.tombstones = 0
+        return discarded
 
     def _index_expiry(self, expires: int, token: int, store: Store) -> None:
         heap = self.state.expiry_heap
