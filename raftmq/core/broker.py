@@ -13,7 +13,7 @@ consumers that just gained room.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from raftmq.core.browse import browse_store
@@ -104,6 +104,11 @@ class Broker:
         broker = cls(config)
         load_state(broker.state, data, config)
         return broker
+
+    def body_refs(self) -> Iterator[Any]:
+        """Every message body the state holds, as stored (bytes or a body-journal reference):
+        what `raftmq.core.snapshot.body_refs` finds in `snapshot()`, without building one."""
+        return self.state.body_refs()
 
     def session_ids(self) -> list[str]:
         """Ids of the connected sessions, oldest first. Read-only."""

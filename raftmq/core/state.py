@@ -8,7 +8,9 @@ so a bug stops loudly at the command that caused it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from heapq import heapify
 
 from raftmq.core.dedup import DedupCache
@@ -41,6 +43,24 @@ class BrokerState:
         subs += [sub for topic in self.topics.values() for sub in topic.subs if id(sub) not in seen]
         return subs
 
+    def body_refs(self) -> Iterator[Any]:
+        """Every message body the state holds, as stored (bytes, or in a group the body
+        journal's reference), in the order `raftmq.core.snapshot.body_refs` finds them in a
+        snapshot of this state: ready messages of the queues; each subscription's in-flight
+        then ready messages; sends inside open transactions."""
+        for store in self.queues.values():
+            yield from _ready_bodies(store)
+        for sub in self.subscriptions():
+            for delivery in sub.in_flight.values():
+                yield delivery.message.body
+            if not sub.store.shared:
+                yield from _ready_bodies(sub.store)
+        for session in self.sessions.values():
+            for ops in session.transactions.values():
+                for op in ops:
+                    if op[0] == "send":
+                        yield op[3]
+
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""
         heap = [(m.expires, token, store) for store in self.stores() for token, m in store.ready.items() if m.expires]
@@ -58,6 +78,15 @@ class BrokerState:
         _check_stores(self)
         _check_topics(self)
         _check_expiry(self)
+
+
+def _ready_bodies(store: Store) -> Iterator[Any]:
+    ready = store.ready
+    for lane in store.lanes:
+        for token in lane:
+            message = ready.get(token)
+            if message is not None:
+                yield message.body
 
 
 def _require(condition: bool, broken: str) -> None:

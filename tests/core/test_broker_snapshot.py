@@ -23,7 +23,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.snapshot import SnapshotError
+from raftmq.core.snapshot import SnapshotError, body_refs
 from tests.helpers.broker_harness import Harness, delivers
 
 CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2, selector_scan_limit=4)
@@ -189,3 +189,15 @@ def test_restore_rejects_a_damaged_snapshot() -> None:
     snap["queues"][0]["lanes"] = snap["queues"][0]["lanes"][:3]
     with pytest.raises(SnapshotError):
         Broker.restore(snap, CONFIG)
+
+
+def test_the_state_names_the_bodies_its_snapshot_holds() -> None:
+    h, ack_ids = busy_broker()
+    refs = list(h.broker.body_refs())
+    assert refs == list(body_refs(h.broker.snapshot()))
+    assert b"in-tx" in refs and b"waiting" in refs and 200 in refs  # a transaction, a queue, a pass cut short
+    in_flight = [d.message.body for s in h.broker.state.sessions.values() for d in s.deliveries.values()]
+    assert in_flight and all(body in refs for body in in_flight)
+    for command in continuation(h.now, ack_ids):
+        h.broker.apply(command)
+        assert list(h.broker.body_refs()) == list(body_refs(h.broker.snapshot())), command
