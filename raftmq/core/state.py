@@ -14,7 +14,7 @@ from typing import Any
 from heapq import heapify
 
 from raftmq.core.dedup import DedupCache
-from raftmq.core.model import Delivery, Session, Store, Subscription, Topic
+from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.errors import InvariantViolated
 
 
@@ -138,6 +138,8 @@ def _check_subscriptions(state: BrokerState) -> None:
             _require(sub.store.consumers.count(sub) == 1, f"active subscription {name} is not one of its store's consumers")
         if sub.store.shared:
             _require(state.queues.get(sub.destination) is sub.store, f"subscription {name} consumes another queue")
+        _require(sub.auto or len(sub.in_flight) <= sub.prefetch,
+                 f"{name}: {len(sub.in_flight)} deliveries in flight, prefetch {sub.prefetch}")
         last = 0
         for ack_id, delivery in sub.in_flight.items():
             _require(not sub.auto, f"auto-ack subscription {name} holds a delivery")
@@ -176,8 +178,13 @@ def _check_stores(state: BrokerState) -> None:
                 message = store.ready.get(token)
                 _require(message is None or message.priority == priority, f"{name}: message in the wrong lane")
                 _require(token <= state.entry_seq, f"{name}: token {token} past the last one issued")
+        gone = store.dequeued + store.expired + store.dead_lettered
+        _require(store.enqueued == gone + len(store.ready) + store.in_flight,
+                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {store.in_flight} in flight")
         _require(not store.pending and not store.woken, f"{name}: a dispatch pass left for after the command")
         _check_consumers(store)
+        if store.stable:
+            _check_nothing_left_behind(store)
 
 
 def _check_consumers(store: Store) -> None:
@@ -192,6 +199,29 @@ def _check_consumers(store: Store) -> None:
     _require(store.exclusive is exclusive, f"{name}: the exclusive consumer is not the first exclusive one")
     for group, owner in store.groups.items():
         _require(owner in store.consumers and group in owner.groups, f"{name}: group {group} owned by no consumer")
+
+
+def _check_nothing_left_behind(store: Store) -> None:
+    """A `stable` store holds no ready message that a consumer with room may take: the pass
+    that made it stable would have delivered it (or expired it, had its time come). The rules
+    are `Store.pick`'s, without its side effects (round-robin position, group ownership)."""
+    takers = [sub for sub in store.consumers if sub.has_room]
+    if store.exclusive is not None:
+        takers = [store.exclusive] if store.exclusive.has_room else []
+    if not takers:
+        return
+    for message in store.ready.values():
+        candidates = takers
+        owner = store.groups.get(message.group) if message.group is not None else None
+        if owner is not None:
+            candidates = [owner] if owner in takers else []
+        headers = selector_headers(message)
+        for sub in candidates:
+            # A topic subscription's copies passed its selector on the way in.
+            if not store.shared or sub.selector is None or sub.selector.matches(headers):
+                raise InvariantViolated(
+                    f"{store.destination}: stable, yet {sub.sub_id} has room for ready message {message.message_id}"
+                )
 
 
 def _check_topics(state: BrokerState) -> None:

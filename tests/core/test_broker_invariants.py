@@ -100,6 +100,20 @@ def _lose_the_round_robin(broker: Broker) -> None:
     broker.state.queues["/queue/a"].rr = 7
 
 
+def _enqueue_from_nowhere(broker: Broker) -> None:
+    broker.state.queues["/queue/a"].enqueued += 1
+
+
+def _overfill_a_consumer(broker: Broker) -> None:
+    broker.state.sessions["c"].subs["s1"].prefetch = 1
+
+
+def _leave_a_message_behind(broker: Broker) -> None:
+    sub = broker.state.sessions["c"].subs["s1"]
+    assert broker.state.queues["/queue/a"].ready and broker.state.queues["/queue/a"].stable
+    sub.prefetch += 1  # room, and no dispatch pass to use it
+
+
 @pytest.mark.parametrize(
     ("corrupt", "named"),
     [
@@ -118,6 +132,9 @@ def _lose_the_round_robin(broker: Broker) -> None:
         (_give_a_group_to_no_one, "owned by no consumer"),
         (_crown_a_plain_consumer, "exclusive consumer"),
         (_lose_the_round_robin, "round-robin"),
+        (_enqueue_from_nowhere, "6 enqueued but 0 gone, 3 ready, 2 in flight"),
+        (_overfill_a_consumer, "2 deliveries in flight, prefetch 1"),
+        (_leave_a_message_behind, "stable, yet s1 has room for ready message inv-5"),
     ],
 )
 def test_a_broken_rule_is_named(corrupt: Callable[[Broker], None], named: str) -> None:
