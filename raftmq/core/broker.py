@@ -320,10 +320,11 @@ class Broker:
         sub = delivery.sub
         settled = sub.acked_through(delivery)
         session = sub.session
+        assert session is not None  # deliveries are found through their session
         in_flight = sub.in_flight
         for done in settled:
             del in_flight[done.ack_id]
-            session.remove_delivery(done)  # type: ignore[union-attr]
+            session.remove_delivery(done)
         store = sub.store
         store.in_flight -= len(settled)
         if acked:

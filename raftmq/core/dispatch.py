@@ -242,20 +242,19 @@ class Dispatcher:
         if message.expires:
             self.state.expiring -= 1
         session = sub.session
+        assert session is not None  # consumers are active subscriptions
         if sub.auto:
             store.dequeued += 1
-            self.effects.append(
-                Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count)  # type: ignore[union-attr]
-            )
+            self.effects.append(Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
         delivery = Delivery(seq, ack_id, sub, message)
         sub.in_flight[ack_id] = delivery
-        session.add_delivery(delivery)  # type: ignore[union-attr]
+        session.add_delivery(delivery)
         store.in_flight += 1
         self.effects.append(
-            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)  # type: ignore[union-attr]
+            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)
         )
 
     def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
@@ -270,7 +269,7 @@ class Dispatcher:
             return
         store.lanes[message.priority].pop()
         del store.ready[token]
-        self._deliver(store, sub, message)  # type: ignore[arg-type]
+        self._deliver(store, sub, message)
 
     def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> None:
         """One dispatch pass: hand ready messages, best priority first, to consumers with room
@@ -311,7 +310,7 @@ class Dispatcher:
                     return
                 lane.popleft()
                 del ready[token]
-                deliver(store, sub, message)  # type: ignore[arg-type]
+                deliver(store, sub, message)
             else:
                 continue
             # The head has to wait: look past it. The deque is not mutated during this loop;
@@ -343,7 +342,7 @@ class Dispatcher:
                     return
                 del ready[token]
                 store.tombstones += 1
-                deliver(store, sub, message)  # type: ignore[arg-type]
+                deliver(store, sub, message)
         store.stable = True
 
     def expire_due(self, now: int) -> None:
