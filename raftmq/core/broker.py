@@ -37,7 +37,6 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
-from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
@@ -171,13 +170,7 @@ class Broker:
         self, session: Session, subs: list[Subscription], deliveries: list[Delivery], drop_durable: bool
     ) -> None:
         """Stop `subs` consuming; return `deliveries` (theirs, in delivery order) to their stores."""
-        returning: dict[Store, list[Message]] = {}
-        for delivery in deliveries:
-            sub = delivery.sub
-            del sub.in_flight[delivery.ack_id]
-            session.remove_delivery(delivery)
-            sub.store.in_flight -= 1
-            returning.setdefault(sub.store, []).append(delivery.message)
+        returning = self.dispatch.take_back(session, deliveries)
         for sub in subs:
             del session.subs[sub.sub_id]
             store = sub.store
@@ -311,27 +304,10 @@ class Broker:
                 return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
             ops.append(("ack" if type(command) is Ack else "nack", delivery.ack_id))
         else:
-            self._settle(delivery, type(command) is Ack)
+            self.dispatch.settle(delivery, type(command) is Ack)
         self._done(session.session_id, command.receipt)
 
     _nack = _ack
-
-    def _settle(self, delivery: Delivery, acked: bool) -> None:
-        sub = delivery.sub
-        settled = sub.acked_through(delivery)
-        session = sub.session
-        assert session is not None  # deliveries are found through their session
-        in_flight = sub.in_flight
-        for done in settled:
-            del in_flight[done.ack_id]
-            session.remove_delivery(done)
-        store = sub.store
-        store.in_flight -= len(settled)
-        if acked:
-            store.dequeued += len(settled)
-            self.dispatch.wake(store, sub)
-        else:
-            self.dispatch.requeue(store, [done.message for done in settled])
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -358,7 +334,7 @@ class Broker:
                 # Settled meanwhile (an earlier cumulative ACK, a NACK): nothing left to do.
                 delivery = session.deliveries.get(op[1])
                 if delivery is not None:
-                    self._settle(delivery, op[0] == "ack")
+                    self.dispatch.settle(delivery, op[0] == "ack")
         self._done(session.session_id, command.receipt)
 
     def _abort(self, command: Abort) -> None:

@@ -1,6 +1,7 @@
 """Stores and dispatch: how messages are published into stores, leave them for consumers,
-come back, expire or die. `Broker` composes one, and adds sessions, subscriptions and the
-commands.
+are settled or come back, expire or die. `Broker` composes one, and adds sessions,
+subscriptions and the commands. The stores' counters (enqueued, in flight, dequeued, expired,
+dead-lettered) and the expiring count change here only.
 
 A dispatch pass runs only on the stores a command touched (`mark` / `wake` queue them; the
 passes run before the command's receipt). Expiry is indexed by a heap of (expires, token,
@@ -16,7 +17,16 @@ from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
 from raftmq.core.message import DEFAULT_PRIORITY, Message
-from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Store, Subscription, Topic, selector_headers
+from raftmq.core.model import (
+    NO_ROOM,
+    PRIORITY_LEVELS,
+    Delivery,
+    Session,
+    Store,
+    Subscription,
+    Topic,
+    selector_headers,
+)
 from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX
 
@@ -199,6 +209,36 @@ class Dispatcher:
             if message.expires:
                 self._index_expiry(message.expires, token, store)
         self.mark(store)
+
+    def settle(self, delivery: Delivery, acked: bool) -> None:
+        """ACK (`acked`) or NACK `delivery` and, for a cumulative subscription, the ones before it."""
+        sub = delivery.sub
+        settled = sub.acked_through(delivery)
+        session = sub.session
+        assert session is not None  # deliveries are found through their session
+        in_flight = sub.in_flight
+        for done in settled:
+            del in_flight[done.ack_id]
+            session.remove_delivery(done)
+        store = sub.store
+        store.in_flight -= len(settled)
+        if acked:
+            store.dequeued += len(settled)
+            self.wake(store, sub)
+        else:
+            self.requeue(store, [done.message for done in settled])
+
+    def take_back(self, session: Session, deliveries: list[Delivery]) -> dict[Store, list[Message]]:
+        """Cancel `deliveries` (of `session`, in delivery order): their messages by store, in
+        that order, for `requeue` (or to count as discarded when the store goes away)."""
+        returning: dict[Store, list[Message]] = {}
+        for delivery in deliveries:
+            sub = delivery.sub
+            del sub.in_flight[delivery.ack_id]
+            session.remove_delivery(delivery)
+            sub.store.in_flight -= 1
+            returning.setdefault(sub.store, []).append(delivery.message)
+        return returning
 
     def discard(self, store: Store) -> int:
         """Drop the ready messages of a store that is going away (a topic subscription's);

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 from heapq import heapify
+from typing import Any
 
 from raftmq.core.dedup import DedupCache
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
