@@ -73,6 +73,8 @@ class BrokerState:
         the simulator, not the hot path. Between two commands, that is: a command's dispatch
         passes have all run."""
         _require(min(self.message_seq, self.delivery_seq, self.entry_seq) >= 0, "a negative id counter")
+        _require(len(self.dedup) <= max(self.dedup.capacity, 0),
+                 f"{len(self.dedup)} duplicate-detection ids remembered, capacity {self.dedup.capacity}")
         _check_sessions(self)
         _check_subscriptions(self)
         _check_stores(self)
@@ -227,6 +229,7 @@ def _check_nothing_left_behind(store: Store) -> None:
 def _check_topics(state: BrokerState) -> None:
     for name, topic in state.topics.items():
         _require(topic.destination == name, f"topic {topic.destination} filed as {name}")
+        _require(min(topic.published, *topic.retired.values()) >= 0, f"{name}: a negative counter")
         for sub in topic.subs:
             _require(not sub.store.shared and sub.destination == name, f"{name}: subscription {sub.sub_id} misfiled")
             _require(len(sub.store.consumers) == (0 if sub.session is None else 1),

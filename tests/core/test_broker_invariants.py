@@ -114,6 +114,15 @@ def _leave_a_message_behind(broker: Broker) -> None:
     sub.prefetch += 1  # room, and no dispatch pass to use it
 
 
+def _remember_too_much(broker: Broker) -> None:
+    broker.state.dedup.remember("/queue/a", "one")
+    broker.state.dedup.capacity = 0
+
+
+def _unpublish(broker: Broker) -> None:
+    broker.state.topics["/topic/t"].retired["expired"] = -1
+
+
 @pytest.mark.parametrize(
     ("corrupt", "named"),
     [
@@ -134,6 +143,8 @@ def _leave_a_message_behind(broker: Broker) -> None:
         (_lose_the_round_robin, "round-robin"),
         (_enqueue_from_nowhere, "6 enqueued but 0 gone, 3 ready, 2 in flight"),
         (_overfill_a_consumer, "2 deliveries in flight, prefetch 1"),
+        (_remember_too_much, "1 duplicate-detection ids remembered, capacity 0"),
+        (_unpublish, "/topic/t: a negative counter"),
         (_leave_a_message_behind, "stable, yet s1 has room for ready message inv-5"),
     ],
 )
