@@ -3,8 +3,6 @@ stores of queues and topic subscriptions; topics. Plain mutable records with the
 that belong to them; the rules that change them together live in `raftmq.core.broker` and
 `raftmq.core.dispatch`.
 
-Message stores of the broker core: a queue's ready messages and its consumers.
-
 A `Store` holds the ready (not in flight) messages of one queue, or of one topic subscription
 (every topic subscription owns a private store). Ready messages sit in ten priority lanes, each
 a deque of entry tokens in arrival order, plus a dict token → Message. Taking a message from

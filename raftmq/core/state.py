@@ -4,6 +4,21 @@
 `raftmq.core.snapshot` dumps and loads it. `check_invariants` raises `InvariantViolated` naming
 the first broken rule: the stateful model tests and the simulator call it after every command,
 so a bug stops loudly at the command that caused it.
+
+The rules, between two commands:
+- every record is filed under its own name, and each link has its way back: a session's
+  subscriptions and deliveries are its own, a subscription is a consumer of its store exactly
+  while its session lives, a durable is in its topic and in `durables`;
+- a delivery in flight is known to its session and its subscription (in ack-id order, never
+  to an auto-ack one, at most `prefetch` of them), and its message is not also ready;
+- every store accounts for its messages (enqueued = dequeued + expired + dead-lettered +
+  ready + in flight), counts its tombstones and in-flight deliveries exactly, keeps each ready
+  message once in the lane of its priority, and no counter is negative;
+- no dispatch pass is left pending, and a store marked `stable` holds no ready message that a
+  consumer with room may take;
+- group owners, the exclusive consumer and the round-robin position point at live consumers;
+- the expiry heap indexes every expiring ready message once, at its expiry, and `expiring`
+  counts them; the dedup cache stays within its capacity.
 """
 
 from __future__ import annotations
@@ -20,6 +35,9 @@ from raftmq.errors import InvariantViolated
 
 @dataclass(eq=False)
 class BrokerState:
+    """Everything a broker holds. Snapshots carry all of it but what a load derives again:
+    the expiry index and `expiring`, the sessions' ack indexes, the stores' in-flight counts."""
+
     dedup: DedupCache
     message_seq: int = 0  # message ids
     delivery_seq: int = 0  # ack ids
