@@ -13,14 +13,11 @@ consumers that just gained room.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
-    ACK_MODES,
-    MAX_BROWSE_LIMIT,
     Abort,
     Ack,
     Begin,
@@ -29,7 +26,6 @@ from raftmq.core.commands import (
     Commit,
     Connect,
     Disconnect,
-    Headers,
     Nack,
     Noop,
     Send,
@@ -41,38 +37,22 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
-from raftmq.core.message import DEFAULT_PRIORITY, Message
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, selector_headers
-from raftmq.core.selector import Selector, compile_selector
+from raftmq.core.model import Delivery, Session, Store, Subscription
+from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
 from raftmq.core.stats import broker_stats
-from raftmq.errors import SelectorError
+from raftmq.core.validation import (
+    QUEUE_PREFIX,
+    TOPIC_PREFIX,
+    Refused,
+    check_browse,
+    check_subscribe,
+    is_valid_destination,
+)
 
-QUEUE_PREFIX = "/queue/"
-TOPIC_PREFIX = "/topic/"
-
-
-def is_valid_destination(destination: str) -> bool:
-    return len(destination) > len(QUEUE_PREFIX) and (
-        destination.startswith(QUEUE_PREFIX) or destination.startswith(TOPIC_PREFIX)
-    )
-
-
-def _parse_priority(value: str) -> int:
-    try:
-        priority = int(value)
-    except ValueError:
-        return DEFAULT_PRIORITY
-    return min(max(priority, 0), PRIORITY_LEVELS - 1)
-
-
-def _parse_expires(value: str) -> int:
-    try:
-        expires = int(value)
-    except ValueError:
-        return 0
-    return max(expires, 0)
+# The destination rules moved to raftmq.core.validation; these names stay importable from here.
+__all__ = ["QUEUE_PREFIX", "TOPIC_PREFIX", "Broker", "is_valid_destination"]
 
 
 class Broker:
@@ -82,7 +62,6 @@ class Broker:
         self.config = config
         self.state = BrokerState(DedupCache(config.dedup_cache_size))
         self.dispatch = Dispatcher(self.state, config)
-        self._id_prefix = f"{config.broker_name}-"
         self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
             Disconnect: self._disconnect,
@@ -125,6 +104,11 @@ class Broker:
         load_state(broker.state, data, config)
         return broker
 
+    def body_refs(self) -> Iterator[Any]:
+        """Every message body the state holds, as stored (bytes or a body-journal reference):
+        what `raftmq.core.snapshot.body_refs` finds in `snapshot()`, without building one."""
+        return self.state.body_refs()
+
     def session_ids(self) -> list[str]:
         """Ids of the connected sessions, oldest first. Read-only."""
         return list(self.state.sessions)
@@ -161,12 +145,6 @@ class Broker:
             self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
         return session
 
-    def _topic(self, destination: str) -> Topic:
-        topic = self.state.topics.get(destination)
-        if topic is None:
-            topic = self.state.topics[destination] = Topic(destination)
-        return topic
-
     # -- sessions ------------------------------------------------------------------------------
 
     def _connect(self, command: Connect) -> None:
@@ -192,13 +170,7 @@ class Broker:
         self, session: Session, subs: list[Subscription], deliveries: list[Delivery], drop_durable: bool
     ) -> None:
         """Stop `subs` consuming; return `deliveries` (theirs, in delivery order) to their stores."""
-        returning: dict[Store, list[Message]] = {}
-        for delivery in deliveries:
-            sub = delivery.sub
-            del sub.in_flight[delivery.ack_id]
-            session.remove_delivery(delivery)
-            sub.store.in_flight -= 1
-            returning.setdefault(sub.store, []).append(delivery.message)
+        returning = self.dispatch.take_back(session, deliveries)
         for sub in subs:
             del session.subs[sub.sub_id]
             store = sub.store
@@ -221,12 +193,7 @@ class Broker:
         del topic.subs[sub]
         if sub.durable_name is not None and self.state.durables.get(sub.durable_name) is sub:
             del self.state.durables[sub.durable_name]
-        self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
-        topic.retire(store, len(store.ready) + discarded_in_flight)
-        # Entries of the expiry index that point here become stale: the tokens are gone.
-        store.ready = {}
-        store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
-        store.tombstones = 0
+        topic.retire(store, self.dispatch.discard(store) + discarded_in_flight)
         store.consumers.clear()
         store.woken.clear()
         sub.session = None
@@ -237,24 +204,11 @@ class Broker:
         session = self._session(command)
         if session is None:
             return
+        try:
+            prefetch, selector = check_subscribe(session, command, self.config.default_prefetch)
+        except Refused as refused:
+            return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination
-        reject = self._reject
-        if command.sub_id in session.subs:
-            return reject(session.session_id, "duplicate subscription id", command.sub_id, command.receipt)
-        if not is_valid_destination(destination):
-            return reject(session.session_id, "invalid destination", destination, command.receipt)
-        if command.ack not in ACK_MODES:
-            return reject(session.session_id, "invalid ack mode", command.ack, command.receipt)
-        if command.prefetch < 0:
-            return reject(session.session_id, "invalid prefetch", str(command.prefetch), command.receipt)
-        prefetch = command.prefetch or self.config.default_prefetch
-        selector: Selector | None = None
-        if command.selector is not None and command.selector.strip():
-            try:
-                selector = compile_selector(command.selector)
-            except SelectorError as error:
-                return reject(session.session_id, "invalid selector", str(error), command.receipt)
-
         if destination.startswith(QUEUE_PREFIX):
             store = self.dispatch.queue(destination)
             sub = Subscription(
@@ -290,7 +244,7 @@ class Broker:
                     return sub
                 # JMS: a durable subscription re-made with another topic or selector starts afresh.
                 self._drop_topic_subscription(sub, 0)
-        topic = self._topic(command.destination)
+        topic = self.dispatch.topic(command.destination)
         store = Store(command.destination, shared=False)
         sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)
         topic.subs[sub] = None
@@ -323,56 +277,8 @@ class Broker:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
             ops.append(("send", destination, command.headers, command.body, command.now))
         else:
-            self._publish(destination, command.headers, command.body, command.now)
+            self.dispatch.publish(destination, command.headers, command.body, command.now)
         self._done(command.session, command.receipt)
-
-    def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
-        priority = DEFAULT_PRIORITY
-        expires = 0
-        persistent = False
-        group = None
-        dupl_id = None
-        # Reversed, so that the first occurrence of a repeated header is the one that sticks.
-        for name, value in reversed(headers):
-            if name == "priority":
-                priority = _parse_priority(value)
-            elif name == "expires":
-                expires = _parse_expires(value)
-            elif name == "persistent":
-                persistent = value.lower() == "true"
-            elif name == "JMSXGroupID":
-                group = value or None
-            elif name == "_AMQ_DUPL_ID":
-                dupl_id = value or None
-        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
-            return
-        self.state.message_seq += 1
-        message_id = f"{self._id_prefix}{self.state.message_seq}"
-        if destination.startswith(QUEUE_PREFIX):
-            if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
-                expires = 0
-            message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
-            self.dispatch.enqueue(self.dispatch.queue(destination), message)
-            return
-        topic = self._topic(destination)
-        topic.published += 1
-        if not topic.subs:
-            return  # topics do not store
-        message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
-        matching_headers = None
-        first = True
-        for sub in topic.subs:
-            if sub.selector is not None:
-                if matching_headers is None:
-                    matching_headers = selector_headers(message)
-                if not sub.selector.matches(matching_headers):
-                    continue
-            # Each subscription's copy counts its own deliveries.
-            copy = message if first else Message(
-                message_id, destination, headers, body, priority, expires, now, group, persistent
-            )
-            first = False
-            self.dispatch.enqueue(sub.store, copy)
 
     # -- acknowledgements ----------------------------------------------------------------------
 
@@ -398,26 +304,10 @@ class Broker:
                 return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
             ops.append(("ack" if type(command) is Ack else "nack", delivery.ack_id))
         else:
-            self._settle(delivery, type(command) is Ack)
+            self.dispatch.settle(delivery, type(command) is Ack)
         self._done(session.session_id, command.receipt)
 
     _nack = _ack
-
-    def _settle(self, delivery: Delivery, acked: bool) -> None:
-        sub = delivery.sub
-        settled = sub.acked_through(delivery)
-        session = sub.session
-        in_flight = sub.in_flight
-        for done in settled:
-            del in_flight[done.ack_id]
-            session.remove_delivery(done)  # type: ignore[union-attr]
-        store = sub.store
-        store.in_flight -= len(settled)
-        if acked:
-            store.dequeued += len(settled)
-            self.dispatch.wake(store, sub)
-        else:
-            self.dispatch.requeue(store, [done.message for done in settled])
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -439,12 +329,12 @@ class Broker:
             return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
         for op in ops:
             if op[0] == "send":
-                self._publish(op[1], op[2], op[3], op[4])
+                self.dispatch.publish(op[1], op[2], op[3], op[4])
             else:
                 # Settled meanwhile (an earlier cumulative ACK, a NACK): nothing left to do.
                 delivery = session.deliveries.get(op[1])
                 if delivery is not None:
-                    self._settle(delivery, op[0] == "ack")
+                    self.dispatch.settle(delivery, op[0] == "ack")
         self._done(session.session_id, command.receipt)
 
     def _abort(self, command: Abort) -> None:
@@ -461,21 +351,12 @@ class Broker:
         session = self._session(command)
         if session is None:
             return
+        try:
+            selector = check_browse(session, command)
+        except Refused as refused:
+            return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination
-        reject = self._reject
-        if command.sub_id in session.subs:
-            return reject(session.session_id, "duplicate subscription id", command.sub_id, command.receipt)
-        if not destination.startswith(QUEUE_PREFIX) or not is_valid_destination(destination):
-            return reject(session.session_id, "browsing works on queues", destination, command.receipt)
-        if not 0 < command.limit <= MAX_BROWSE_LIMIT:
-            return reject(session.session_id, "invalid browse limit", str(command.limit), command.receipt)
-        selector: Selector | None = None
-        if command.selector is not None and command.selector.strip():
-            try:
-                selector = compile_selector(command.selector)
-            except SelectorError as error:
-                return reject(session.session_id, "invalid selector", str(error), command.receipt)
-        # `_queues.get`, never `_queue`: browsing a queue that does not exist must not create it.
+        # `state.queues.get`, never `dispatch.queue`: browsing a queue that does not exist must not create it.
         messages, truncated = browse_store(self.state.queues.get(destination), command.limit, selector, command.now)
         effects = self.dispatch.effects
         for message in messages:

@@ -1,5 +1,7 @@
-"""Stores and dispatch: how messages enter stores, leave them for consumers, come back,
-expire or die. `Broker` composes one, and adds sessions, subscriptions and the commands.
+"""Stores and dispatch: how messages are published into stores, leave them for consumers,
+are settled or come back, expire or die. `Broker` composes one, and adds sessions,
+subscriptions and the commands. The stores' counters (enqueued, in flight, dequeued, expired,
+dead-lettered) and the expiring count change here only.
 
 A dispatch pass runs only on the stores a command touched (`mark` / `wake` queue them; the
 passes run before the command's receipt). Expiry is indexed by a heap of (expires, token,
@@ -8,18 +10,46 @@ store) for the ready messages that expire, so a Tick costs O(expired · log n), 
 
 from __future__ import annotations
 
+from collections import deque
 from heapq import heapify, heappop, heappush
 
+from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
-from raftmq.core.message import Message
-from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Store, Subscription
+from raftmq.core.message import DEFAULT_PRIORITY, Message
+from raftmq.core.model import (
+    NO_ROOM,
+    PRIORITY_LEVELS,
+    Delivery,
+    Session,
+    Store,
+    Subscription,
+    Topic,
+    selector_headers,
+)
 from raftmq.core.state import BrokerState
+from raftmq.core.validation import QUEUE_PREFIX
 
 ORIGINAL_DESTINATION = "original-destination"
 
 # Stale expiry-index entries tolerated (beyond twice the live ones) before the index is rebuilt.
 EXPIRY_HEAP_SLACK = 1024
+
+
+def _parse_priority(value: str) -> int:
+    try:
+        priority = int(value)
+    except ValueError:
+        return DEFAULT_PRIORITY
+    return min(max(priority, 0), PRIORITY_LEVELS - 1)
+
+
+def _parse_expires(value: str) -> int:
+    try:
+        expires = int(value)
+    except ValueError:
+        return 0
+    return max(expires, 0)
 
 
 class Dispatcher:
@@ -30,6 +60,7 @@ class Dispatcher:
         self.state = state
         self.config = config
         self._scan_limit = max(1, config.selector_scan_limit)
+        self._id_prefix = f"{config.broker_name}-"
         self.now = 0  # the current command's time
         self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
         self.effects: list[Effect] = []
@@ -39,6 +70,62 @@ class Dispatcher:
         if store is None:
             store = self.state.queues[destination] = Store(destination, shared=True)
         return store
+
+    def topic(self, destination: str) -> Topic:
+        topic = self.state.topics.get(destination)
+        if topic is None:
+            topic = self.state.topics[destination] = Topic(destination)
+        return topic
+
+    def publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        """Store a sent message in its queue, or a copy in each matching subscription of its topic
+        (none when no one subscribes: topics do not store); a known duplicate is dropped."""
+        priority = DEFAULT_PRIORITY
+        expires = 0
+        persistent = False
+        group = None
+        dupl_id = None
+        # Reversed, so that the first occurrence of a repeated header is the one that sticks.
+        for name, value in reversed(headers):
+            if name == "priority":
+                priority = _parse_priority(value)
+            elif name == "expires":
+                expires = _parse_expires(value)
+            elif name == "persistent":
+                persistent = value.lower() == "true"
+            elif name == "JMSXGroupID":
+                group = value or None
+            elif name == "_AMQ_DUPL_ID":
+                dupl_id = value or None
+        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
+            return
+        self.state.message_seq += 1
+        message_id = f"{self._id_prefix}{self.state.message_seq}"
+        if destination.startswith(QUEUE_PREFIX):
+            if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
+                expires = 0
+            message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+            self.enqueue(self.queue(destination), message)
+            return
+        topic = self.topic(destination)
+        topic.published += 1
+        if not topic.subs:
+            return  # topics do not store
+        message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+        matching_headers = None
+        first = True
+        for sub in topic.subs:
+            if sub.selector is not None:
+                if matching_headers is None:
+                    matching_headers = selector_headers(message)
+                if not sub.selector.matches(matching_headers):
+                    continue
+            # Each subscription's copy counts its own deliveries.
+            copy = message if first else Message(
+                message_id, destination, headers, body, priority, expires, now, group, persistent
+            )
+            first = False
+            self.enqueue(sub.store, copy)
 
     def mark(self, store: Store) -> None:
         """Queue a full dispatch pass of `store` before this command's receipt."""
@@ -123,6 +210,47 @@ class Dispatcher:
                 self._index_expiry(message.expires, token, store)
         self.mark(store)
 
+    def settle(self, delivery: Delivery, acked: bool) -> None:
+        """ACK (`acked`) or NACK `delivery` and, for a cumulative subscription, the ones before it."""
+        sub = delivery.sub
+        settled = sub.acked_through(delivery)
+        session = sub.session
+        assert session is not None  # deliveries are found through their session
+        in_flight = sub.in_flight
+        for done in settled:
+            del in_flight[done.ack_id]
+            session.remove_delivery(done)
+        store = sub.store
+        store.in_flight -= len(settled)
+        if acked:
+            store.dequeued += len(settled)
+            self.wake(store, sub)
+        else:
+            self.requeue(store, [done.message for done in settled])
+
+    def take_back(self, session: Session, deliveries: list[Delivery]) -> dict[Store, list[Message]]:
+        """Cancel `deliveries` (of `session`, in delivery order): their messages by store, in
+        that order, for `requeue` (or to count as discarded when the store goes away)."""
+        returning: dict[Store, list[Message]] = {}
+        for delivery in deliveries:
+            sub = delivery.sub
+            del sub.in_flight[delivery.ack_id]
+            session.remove_delivery(delivery)
+            sub.store.in_flight -= 1
+            returning.setdefault(sub.store, []).append(delivery.message)
+        return returning
+
+    def discard(self, store: Store) -> int:
+        """Drop the ready messages of a store that is going away (a topic subscription's);
+        returns how many there were."""
+        discarded = len(store.ready)
+        self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
+        # Entries of the expiry index that point here become stale: the tokens are gone.
+        store.ready = {}
+        store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
+        store.tombstones = 0
+        return discarded
+
     def _index_expiry(self, expires: int, token: int, store: Store) -> None:
         heap = self.state.expiry_heap
         heappush(heap, (expires, token, store))
@@ -154,20 +282,19 @@ class Dispatcher:
         if message.expires:
             self.state.expiring -= 1
         session = sub.session
+        assert session is not None  # consumers are active subscriptions
         if sub.auto:
             store.dequeued += 1
-            self.effects.append(
-                Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count)  # type: ignore[union-attr]
-            )
+            self.effects.append(Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
         delivery = Delivery(seq, ack_id, sub, message)
         sub.in_flight[ack_id] = delivery
-        session.add_delivery(delivery)  # type: ignore[union-attr]
+        session.add_delivery(delivery)
         store.in_flight += 1
         self.effects.append(
-            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)  # type: ignore[union-attr]
+            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)
         )
 
     def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
@@ -182,7 +309,7 @@ class Dispatcher:
             return
         store.lanes[message.priority].pop()
         del store.ready[token]
-        self._deliver(store, sub, message)  # type: ignore[arg-type]
+        self._deliver(store, sub, message)
 
     def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> None:
         """One dispatch pass: hand ready messages, best priority first, to consumers with room
@@ -223,7 +350,7 @@ class Dispatcher:
                     return
                 lane.popleft()
                 del ready[token]
-                deliver(store, sub, message)  # type: ignore[arg-type]
+                deliver(store, sub, message)
             else:
                 continue
             # The head has to wait: look past it. The deque is not mutated during this loop;
@@ -255,7 +382,7 @@ class Dispatcher:
                     return
                 del ready[token]
                 store.tombstones += 1
-                deliver(store, sub, message)  # type: ignore[arg-type]
+                deliver(store, sub, message)
         store.stable = True
 
     def expire_due(self, now: int) -> None:

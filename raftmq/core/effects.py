@@ -17,6 +17,8 @@ class Deliver:
 
     `ack_id` goes in the STOMP 1.2 `ack` header (None for ack mode auto, which needs no ack).
     `redelivered` and `delivery_count` tell the consumer it may have seen this message before.
+    `message` is the core's stored record, not a copy: its `delivery_count` goes on counting
+    with later deliveries, so read this effect's `delivery_count`, which stays as it was.
     """
 
     session: str

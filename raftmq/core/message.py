@@ -18,6 +18,8 @@ class Message:
     `body` is opaque to the core: plain `bytes` with the in-memory log, a reference into a
     journal segment once bodies live on disk. The core never looks inside it.
     `headers` are the user headers as sent (first occurrence wins), transport headers removed.
+    Every field but `delivery_count` keeps its value once the message is stored; copies for
+    a topic's subscriptions or the dead-letter and expiry queues are new `Message`s.
     """
 
     message_id: str

@@ -3,8 +3,6 @@ stores of queues and topic subscriptions; topics. Plain mutable records with the
 that belong to them; the rules that change them together live in `raftmq.core.broker` and
 `raftmq.core.dispatch`.
 
-Message stores of the broker core: a queue's ready messages and its consumers.
-
 A `Store` holds the ready (not in flight) messages of one queue, or of one topic subscription
 (every topic subscription owns a private store). Ready messages sit in ten priority lanes, each
 a deque of entry tokens in arrival order, plus a dict token → Message. Taking a message from
@@ -17,7 +15,8 @@ a stale tombstone can never be mistaken for it.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final
 
 from raftmq.core.commands import ACK_AUTO, ACK_CLIENT
 from raftmq.core.message import Message
@@ -181,8 +180,14 @@ class Session:
 
 PRIORITY_LEVELS = 10
 
-# `Store.pick` answers this when no consumer has room at all: the dispatch pass can stop.
-NO_ROOM = object()
+class NoRoom(Enum):
+    """`Store.pick`'s answer when no consumer has room at all: the dispatch pass can stop.
+    (A one-member enum rather than a bare object, so that `is NO_ROOM` narrows the type.)"""
+
+    NO_ROOM = "no room"
+
+
+NO_ROOM: Final = NoRoom.NO_ROOM
 
 # Tombstones tolerated beyond the live message count before a store rebuilds its lanes.
 TOMBSTONE_SLACK = 64
@@ -294,7 +299,7 @@ class Store:
             sub.groups.clear()
             self.stable = False
 
-    def pick(self, message: Message) -> Subscription | None | object:
+    def pick(self, message: Message) -> Subscription | NoRoom | None:
         """The consumer that gets `message` now; None when it has to wait; NO_ROOM when no
         consumer has room for anything."""
         if not self.shared:
@@ -340,7 +345,7 @@ class Store:
                 return sub
         return None if any_room else NO_ROOM
 
-    def pick_among(self, message: Message, candidates: list[Subscription]) -> Subscription | None | object:
+    def pick_among(self, message: Message, candidates: list[Subscription]) -> Subscription | NoRoom | None:
         """Like `pick`, when only `candidates` may have become able to take a ready message."""
         if not self.shared:
             return self.pick(message)

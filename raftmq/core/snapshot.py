@@ -28,7 +28,6 @@ FORMAT = 1
 _STORE_COUNTERS = ("enqueued", "dequeued", "expired", "dead_lettered")
 
 
-
 # -- dump ----------------------------------------------------------------------------------------
 
 
@@ -186,10 +185,17 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     state.entry_seq = data["entry_seq"]
     state.dedup = DedupCache.load(config.dedup_cache_size, data["dedup"])
 
+    # A queue subscription's store is the queue that lists it among its consumers.
+    queue_of: dict[int, Store] = {}
+    for record in data["queues"]:
+        store = state.queues[record["destination"]] = _load_store(record, shared=True)
+        for index in record["consumers"]:
+            queue_of[index] = store
+
     subs: list[Subscription] = []
-    for record in data["subscriptions"]:
+    for index, record in enumerate(data["subscriptions"]):
         selector = compile_selector(record["selector"]) if record["selector"] is not None else None
-        private = _load_store(record["store"], shared=False) if record["store"] is not None else None
+        store = _load_store(record["store"], shared=False) if record["store"] is not None else queue_of[index]
         sub = Subscription(
             None,
             record["sub_id"],
@@ -199,16 +205,13 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
             selector,
             record["exclusive"],
             record["durable_name"],
-            private,  # type: ignore[arg-type]  # queue subscriptions get their store below
+            store,
         )
         subs.append(sub)
 
     for record in data["queues"]:
-        store = state.queues[record["destination"]] = _load_store(record, shared=True)
-        for index in record["consumers"]:
-            sub = subs[index]
-            sub.store = store
-            store.consumers.append(sub)
+        store = state.queues[record["destination"]]
+        store.consumers.extend(subs[index] for index in record["consumers"])
         store.exclusive = next((sub for sub in store.consumers if sub.exclusive), None)
         for group, index in record["groups"]:
             store.groups[group] = subs[index]
@@ -232,7 +235,9 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
             delivery = Delivery(seq, str(seq), sub, _load_message(message))
             sub.in_flight[delivery.ack_id] = delivery
             sub.store.in_flight += 1
-            per_session.setdefault(sub.session.session_id, []).append(delivery)  # type: ignore[union-attr]
+            if sub.session is None:
+                raise SnapshotError(f"subscription {sub.sub_id}: deliveries in flight to no session")
+            per_session.setdefault(sub.session.session_id, []).append(delivery)
     for session_id, deliveries in per_session.items():
         session = state.sessions[session_id]
         for delivery in sorted(deliveries, key=lambda d: d.seq):

@@ -4,20 +4,40 @@
 `raftmq.core.snapshot` dumps and loads it. `check_invariants` raises `InvariantViolated` naming
 the first broken rule: the stateful model tests and the simulator call it after every command,
 so a bug stops loudly at the command that caused it.
+
+The rules, between two commands:
+- every record is filed under its own name, and each link has its way back: a session's
+  subscriptions and deliveries are its own, a subscription is a consumer of its store exactly
+  while its session lives, a durable is in its topic and in `durables`;
+- a delivery in flight is known to its session and its subscription (in ack-id order, never
+  to an auto-ack one, at most `prefetch` of them), and its message is not also ready;
+- every store accounts for its messages (enqueued = dequeued + expired + dead-lettered +
+  ready + in flight), counts its tombstones and in-flight deliveries exactly, keeps each ready
+  message once in the lane of its priority, and no counter is negative;
+- no dispatch pass is left pending, and a store marked `stable` holds no ready message that a
+  consumer with room may take;
+- group owners, the exclusive consumer and the round-robin position point at live consumers;
+- the expiry heap indexes every expiring ready message once, at its expiry, and `expiring`
+  counts them; the dedup cache stays within its capacity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from heapq import heapify
+from typing import Any
 
 from raftmq.core.dedup import DedupCache
-from raftmq.core.model import Session, Store, Subscription, Topic
+from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.errors import InvariantViolated
 
 
 @dataclass(eq=False)
 class BrokerState:
+    """Everything a broker holds. Snapshots carry all of it but what a load derives again:
+    the expiry index and `expiring`, the sessions' ack indexes, the stores' in-flight counts."""
+
     dedup: DedupCache
     message_seq: int = 0  # message ids
     delivery_seq: int = 0  # ack ids
@@ -41,6 +61,24 @@ class BrokerState:
         subs += [sub for topic in self.topics.values() for sub in topic.subs if id(sub) not in seen]
         return subs
 
+    def body_refs(self) -> Iterator[Any]:
+        """Every message body the state holds, as stored (bytes, or in a group the body
+        journal's reference), in the order `raftmq.core.snapshot.body_refs` finds them in a
+        snapshot of this state: ready messages of the queues; each subscription's in-flight
+        then ready messages; sends inside open transactions."""
+        for store in self.queues.values():
+            yield from _ready_bodies(store)
+        for sub in self.subscriptions():
+            for delivery in sub.in_flight.values():
+                yield delivery.message.body
+            if not sub.store.shared:
+                yield from _ready_bodies(sub.store)
+        for session in self.sessions.values():
+            for ops in session.transactions.values():
+                for op in ops:
+                    if op[0] == "send":
+                        yield op[3]
+
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""
         heap = [(m.expires, token, store) for store in self.stores() for token, m in store.ready.items() if m.expires]
@@ -50,15 +88,25 @@ class BrokerState:
 
     def check_invariants(self) -> None:
         """Raise `InvariantViolated` unless the state is consistent. O(state): for tests and
-        the simulator, not the hot path."""
+        the simulator, not the hot path. Between two commands, that is: a command's dispatch
+        passes have all run."""
+        _require(min(self.message_seq, self.delivery_seq, self.entry_seq) >= 0, "a negative id counter")
+        _require(len(self.dedup) <= max(self.dedup.capacity, 0),
+                 f"{len(self.dedup)} duplicate-detection ids remembered, capacity {self.dedup.capacity}")
         _check_sessions(self)
+        _check_subscriptions(self)
         _check_stores(self)
         _check_topics(self)
-        expiring = sum(1 for store in self.stores() for m in store.ready.values() if m.expires)
-        _require(self.expiring == expiring, f"{self.expiring} messages counted as expiring, {expiring} ready ones expire")
-        for _expires, token, store in self.expiry_heap:
-            _require(token <= self.entry_seq, f"expiry entry with token {token} past the last token {self.entry_seq}")
-        _require(min(self.message_seq, self.delivery_seq, self.entry_seq) >= 0, "a negative id counter")
+        _check_expiry(self)
+
+
+def _ready_bodies(store: Store) -> Iterator[Any]:
+    ready = store.ready
+    for lane in store.lanes:
+        for token in lane:
+            message = ready.get(token)
+            if message is not None:
+                yield message.body
 
 
 def _require(condition: bool, broken: str) -> None:
@@ -71,19 +119,57 @@ def _check_sessions(state: BrokerState) -> None:
         _require(session.session_id == session_id, f"session {session.session_id} filed as {session_id}")
         for sub_id, sub in session.subs.items():
             _require(sub.sub_id == sub_id and sub.session is session, f"subscription {sub_id} of {session_id} is not its own")
+        last = 0
         for ack_id, delivery in session.deliveries.items():
             sub = delivery.sub
-            _require(delivery.ack_id == ack_id, f"delivery {delivery.ack_id} filed as {ack_id}")
+            _require(delivery.ack_id == ack_id == str(delivery.seq), f"delivery {delivery.ack_id} filed as {ack_id}")
+            _require(delivery.seq > last, f"{session_id}: delivery {ack_id} out of delivery order")
+            last = delivery.seq
             _require(sub.session is session and session.subs.get(sub.sub_id) is sub,
                      f"delivery {ack_id} of {session_id} belongs to a subscription the session does not have")
             _require(sub.in_flight.get(ack_id) is delivery, f"delivery {ack_id} missing from its subscription")
-            _require(int(ack_id) <= state.delivery_seq, f"ack id {ack_id} past the last one issued")
+            _require(delivery.seq <= state.delivery_seq, f"ack id {ack_id} past the last one issued")
+            _require(delivery.message.delivery_count >= 1, f"delivery {ack_id} of a message never delivered")
+        _check_message_index(session)
+
+
+def _check_message_index(session: Session) -> None:
+    """The STOMP 1.0/1.1 index: each message id in flight maps to its earliest delivery, and
+    `shadowed` counts the later ones."""
+    index = session.by_message
+    if index is None:
+        return
+    earliest: dict[str, Delivery] = {}
+    for delivery in session.deliveries.values():
+        earliest.setdefault(delivery.message.message_id, delivery)
+    _require(index == earliest, f"{session.session_id}: the message-id index is not the earliest delivery of each id")
+    _require(session.shadowed == len(session.deliveries) - len(index),
+             f"{session.session_id}: {session.shadowed} deliveries counted as shadowed")
+
+
+def _check_subscriptions(state: BrokerState) -> None:
     for sub in state.subscriptions():
+        name = sub.sub_id
+        session = sub.session
+        if session is None:
+            _require(sub.durable_name is not None and not sub.store.shared, f"inactive subscription {name} is no durable")
+        else:
+            _require(state.sessions.get(session.session_id) is session, f"subscription {name} of a session that ended")
+            _require(sub.store.consumers.count(sub) == 1, f"active subscription {name} is not one of its store's consumers")
+        if sub.store.shared:
+            _require(state.queues.get(sub.destination) is sub.store, f"subscription {name} consumes another queue")
+        _require(sub.auto or len(sub.in_flight) <= sub.prefetch,
+                 f"{name}: {len(sub.in_flight)} deliveries in flight, prefetch {sub.prefetch}")
+        last = 0
         for ack_id, delivery in sub.in_flight.items():
-            _require(not sub.auto, f"auto-ack subscription {sub.sub_id} holds a delivery")
+            _require(not sub.auto, f"auto-ack subscription {name} holds a delivery")
             _require(delivery.sub is sub, f"delivery {ack_id} filed under another subscription")
-            _require(sub.session is not None and sub.session.deliveries.get(ack_id) is delivery,
-                     f"in-flight delivery {ack_id} of {sub.sub_id} unknown to any session")
+            _require(delivery.seq > last, f"{name}: delivery {ack_id} out of delivery order")
+            last = delivery.seq
+            _require(session is not None and session.deliveries.get(ack_id) is delivery,
+                     f"in-flight delivery {ack_id} of {name} unknown to any session")
+        for group in sub.groups:
+            _require(sub.store.groups.get(group) is sub, f"{name} owns group {group} its queue gives another")
 
 
 def _check_stores(state: BrokerState) -> None:
@@ -103,24 +189,89 @@ def _check_stores(state: BrokerState) -> None:
         _require(len(ready) == len(store.ready), f"{name}: one message ready twice")
         _require(not ready & held.get(id(store), set()), f"{name}: a message both ready and in flight")
         tokens = [token for lane in store.lanes for token in lane]
+        _require(len(set(tokens)) == len(tokens), f"{name}: a token in the priority lanes twice")
         _require(set(store.ready) <= set(tokens), f"{name}: a ready message in no priority lane")
+        _require(store.tombstones == len(tokens) - len(store.ready),
+                 f"{name}: {store.tombstones} tombstones counted, {len(tokens) - len(store.ready)} in the lanes")
         for lane, priority in zip(store.lanes, range(len(store.lanes)), strict=True):
             for token in lane:
                 message = store.ready.get(token)
                 _require(message is None or message.priority == priority, f"{name}: message in the wrong lane")
-        for sub in store.consumers:
-            _require(sub.store is store, f"{name}: consumer {sub.sub_id} of another store")
-            _require(sub.session is not None, f"{name}: consumer {sub.sub_id} without a session")
+                _require(token <= state.entry_seq, f"{name}: token {token} past the last one issued")
+        gone = store.dequeued + store.expired + store.dead_lettered
+        _require(store.enqueued == gone + len(store.ready) + store.in_flight,
+                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {store.in_flight} in flight")
+        _require(not store.pending and not store.woken, f"{name}: a dispatch pass left for after the command")
+        _check_consumers(store)
+        if store.stable:
+            _check_nothing_left_behind(store)
+
+
+def _check_consumers(store: Store) -> None:
+    name = store.destination
+    _require(len(set(map(id, store.consumers))) == len(store.consumers), f"{name}: a consumer listed twice")
+    _require(0 <= store.rr < max(1, len(store.consumers)), f"{name}: round-robin position {store.rr} out of range")
+    for sub in store.consumers:
+        _require(sub.store is store, f"{name}: consumer {sub.sub_id} of another store")
+        _require(sub.session is not None and sub.session.subs.get(sub.sub_id) is sub,
+                 f"{name}: consumer {sub.sub_id} without a session")
+    exclusive = next((sub for sub in store.consumers if sub.exclusive), None) if store.shared else None
+    _require(store.exclusive is exclusive, f"{name}: the exclusive consumer is not the first exclusive one")
+    for group, owner in store.groups.items():
+        _require(owner in store.consumers and group in owner.groups, f"{name}: group {group} owned by no consumer")
+
+
+def _check_nothing_left_behind(store: Store) -> None:
+    """A `stable` store holds no ready message that a consumer with room may take: the pass
+    that made it stable would have delivered it (or expired it, had its time come). The rules
+    are `Store.pick`'s, without its side effects (round-robin position, group ownership)."""
+    takers = [sub for sub in store.consumers if sub.has_room]
+    if store.exclusive is not None:
+        takers = [store.exclusive] if store.exclusive.has_room else []
+    if not takers:
+        return
+    for message in store.ready.values():
+        candidates = takers
+        owner = store.groups.get(message.group) if message.group is not None else None
+        if owner is not None:
+            candidates = [owner] if owner in takers else []
+        headers = selector_headers(message)
+        for sub in candidates:
+            # A topic subscription's copies passed its selector on the way in.
+            if not store.shared or sub.selector is None or sub.selector.matches(headers):
+                raise InvariantViolated(
+                    f"{store.destination}: stable, yet {sub.sub_id} has room for ready message {message.message_id}"
+                )
 
 
 def _check_topics(state: BrokerState) -> None:
     for name, topic in state.topics.items():
         _require(topic.destination == name, f"topic {topic.destination} filed as {name}")
+        _require(min(topic.published, *topic.retired.values()) >= 0, f"{name}: a negative counter")
         for sub in topic.subs:
             _require(not sub.store.shared and sub.destination == name, f"{name}: subscription {sub.sub_id} misfiled")
             _require(len(sub.store.consumers) == (0 if sub.session is None else 1),
                      f"{name}: subscription {sub.sub_id} consumes {len(sub.store.consumers)} times")
+            _require(sub.durable_name is None or state.durables.get(sub.durable_name) is sub,
+                     f"{name}: durable subscription {sub.durable_name} missing from the durables")
     for durable, sub in state.durables.items():
         _require(sub.durable_name == durable, f"durable {durable} names itself {sub.durable_name}")
         owner = state.topics.get(sub.destination)
         _require(owner is not None and sub in owner.subs, f"durable {durable} belongs to no topic")
+
+
+def _check_expiry(state: BrokerState) -> None:
+    """Each ready message that expires has one live entry in the heap, with its expiry; other
+    entries are stale (their token left the store) and are skipped when popped."""
+    live: dict[tuple[int, int], int] = {}
+    for expires, token, store in state.expiry_heap:
+        message = store.ready.get(token)
+        if message is not None:
+            _require((token, id(store)) not in live, f"{store.destination}: token {token} indexed twice")
+            _require(message.expires == expires, f"{store.destination}: token {token} indexed at another expiry")
+            live[(token, id(store))] = expires
+    for store in state.stores():
+        for token, message in store.ready.items():
+            _require(not message.expires or (token, id(store)) in live,
+                     f"{store.destination}: expiring message {message.message_id} missing from the expiry heap")
+    _require(state.expiring == len(live), f"{state.expiring} messages counted as expiring, {len(live)} ready ones expire")

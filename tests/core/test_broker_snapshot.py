@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -23,7 +24,8 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.config import CoreConfig
-from raftmq.core.snapshot import SnapshotError
+from raftmq.core.snapshot import SnapshotError, body_refs
+from tests.core import snapshot_scenario
 from tests.helpers.broker_harness import Harness, delivers
 
 CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2, selector_scan_limit=4)
@@ -189,3 +191,51 @@ def test_restore_rejects_a_damaged_snapshot() -> None:
     snap["queues"][0]["lanes"] = snap["queues"][0]["lanes"][:3]
     with pytest.raises(SnapshotError):
         Broker.restore(snap, CONFIG)
+
+
+def test_the_state_names_the_bodies_its_snapshot_holds() -> None:
+    h, ack_ids = busy_broker()
+    refs = list(h.broker.body_refs())
+    assert refs == list(body_refs(h.broker.snapshot()))
+    assert b"in-tx" in refs and b"waiting" in refs and 200 in refs  # a transaction, a queue, a pass cut short
+    in_flight = [d.message.body for s in h.broker.state.sessions.values() for d in s.deliveries.values()]
+    assert in_flight and all(body in refs for body in in_flight)
+    for command in continuation(h.now, ack_ids):
+        h.broker.apply(command)
+        assert list(h.broker.body_refs()) == list(body_refs(h.broker.snapshot())), command
+
+
+PINNED = Path(__file__).parent / "data" / "snapshot_format1.msgpack"
+
+
+def pinned() -> dict[str, Any]:
+    """The snapshot (and its future) that the core before the state record wrote for
+    `snapshot_scenario.SCENARIO` (see tests/core/snapshot_scenario.py)."""
+    record: dict[str, Any] = msgpack.unpackb(PINNED.read_bytes(), raw=False)
+    return record
+
+
+def test_a_snapshot_an_older_core_wrote_restores_with_the_same_future() -> None:
+    record = pinned()
+    snapshot = record["snapshot"]
+    broker = Broker.restore(snapshot, snapshot_scenario.CONFIG)
+    broker.check_invariants()
+    assert snapshot_scenario.roundtrip(broker.snapshot()) == snapshot
+    effects = []
+    for command in snapshot_scenario.FUTURE:
+        effects += [snapshot_scenario.summary(effect) for effect in broker.apply(command)]
+        broker.check_invariants()
+    assert snapshot_scenario.roundtrip(effects) == record["future"]
+
+
+def test_the_core_still_writes_the_pinned_snapshot() -> None:
+    """Same commands, same snapshot, to the byte: the format did not drift."""
+    built = msgpack.packb(snapshot_scenario.build(), use_bin_type=True)
+    assert built == PINNED.read_bytes()
+
+
+def test_the_pinned_snapshot_names_its_bodies() -> None:
+    snapshot = pinned()["snapshot"]
+    refs = list(body_refs(snapshot))
+    assert [7, 0] in refs and [9, 1] in refs and b"in-tx" in refs  # a queue's, a transaction's
+    assert refs == list(Broker.restore(snapshot, snapshot_scenario.CONFIG).body_refs())
