@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse
-from raftmq.client.heartbeat import HeartbeatTimers, negotiate_heartbeat
+from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.client.transport import StompTransport
@@ -377,9 +377,9 @@ class StompClient:
         self._version = negotiated
         self._transport.version = negotiated
         self.server_headers = connected.header_dict()
-        send_ms, receive_ms = negotiate_heartbeat(heartbeat, connected.get("heart-beat") or "0,0")
-        if send_ms or receive_ms:
-            self._heartbeat = HeartbeatTimers(self._transport, send_ms, receive_ms)
+        agreed = agree_with_broker(heartbeat, connected.get("heart-beat"))
+        if agreed.send_ms or agreed.receive_ms:
+            self._heartbeat = HeartbeatTimers(self._transport, agreed)
             self._heartbeat.start()
 
 
