@@ -51,16 +51,11 @@ from raftmq.client.failover_connector import (
     FailoverEvent,
     Whereabouts,
     hinted_leader,
-    is_verdict,
+    notify,
+    verdict_of,
 )
-from raftmq.client.failover_outbox import (
-    HeadersArg,
-    Outbox,
-    PendingSend,
-    header_pairs,
-    new_dupl_id,
-)
-from raftmq.client.failover_sends import Sends
+from raftmq.client.failover_outbox import HeadersArg, Outbox, PendingSend, header_pairs, new_dupl_id
+from raftmq.client.failover_sends import SendFuture, Sends
 from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url, with_overrides
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
@@ -130,7 +125,7 @@ class FailoverClient:
         self.group: int | None = None
         self._broken_address: Address | None = None
         self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
-        self._outbox = Outbox()  # SENDs without their outcome, and what each receipt confirms
+        self._outbox: Outbox[SendFuture] = Outbox()  # SENDs without their outcome, what each receipt confirms
         self._sends = Sends(self._loop, self._outbox, self.options.timeout_ms, self._new_dupl_id)
         self._subscriptions: dict[str, FailoverSubscription] = {}
         self._sub_ids = itertools.count(1)
@@ -222,9 +217,7 @@ class FailoverClient:
             if not self._attach(subscription):
                 break
         resent = self._outbox.resent_ids()
-        for pending in self._outbox.in_order():
-            if not self._sends.write(self._client, pending):
-                break
+        self._sends.write_all(self._client)
         self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
 
     def _on_break(self, client: StompClient) -> None:
@@ -232,16 +225,9 @@ class FailoverClient:
         self._client = None
         self._broken_address = self.address
         self._set_state("reconnecting")
-        culprit = None
         if isinstance(cause, BrokerRefused):
             self._leader_hint = hinted_leader(cause)
-            if is_verdict(cause):
-                culprit = self._outbox.blame(cause.headers.get("receipt-id"), cause.headers.get("message") or str(cause))
-            else:
-                self._outbox.not_blamed()
-        else:
-            self._outbox.not_blamed()
-        self._outbox.new_connection()
+        culprit = self._outbox.connection_lost(verdict_of(cause))
         if culprit is not None:
             assert isinstance(cause, BrokerRefused)
             # A copy each: the same exception raised in several awaits would pile up tracebacks.
@@ -249,13 +235,11 @@ class FailoverClient:
             if isinstance(culprit, FailoverSubscription):
                 self._subscriptions.pop(culprit.id, None)
                 culprit.end(refusal)
-            else:
+            elif isinstance(culprit, PendingSend):
                 self._sends.settle(culprit, error=refusal)
         self._bound.connection_lost()
-        for pending in self._outbox.in_order():
-            if pending.transaction is not None:
-                self._sends.settle(pending, error=TransactionRolledBack(
-                    f"connection lost; transaction {pending.transaction!r} was rolled back"))
+        self._sends.fail_all(lambda pending: None if pending.transaction is None else TransactionRolledBack(
+            f"connection lost; transaction {pending.transaction!r} was rolled back"))
         for subscription in self._subscriptions.values():
             subscription.detach()
         self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
@@ -268,8 +252,7 @@ class FailoverClient:
     def _give_up(self, error: ClientError) -> None:
         self._set_state("failed")
         self._client = None
-        for pending in self._outbox.in_order():
-            self._sends.settle(pending, error=ClientError(f"send not confirmed, the client gave up: {error}"))
+        self._sends.fail_all(lambda _: ClientError(f"send not confirmed, the client gave up: {error}"))
         for subscription in list(self._subscriptions.values()):
             subscription.end(error)
         self._subscriptions.clear()
@@ -278,15 +261,8 @@ class FailoverClient:
         self._emit(FailoverEvent("failed", error=error))
 
     # -- sending --------------------------------------------------------------------------------
-    def send_nowait(
-        self,
-        destination: str,
-        body: bytes,
-        headers: HeadersArg = None,
-        receipt: bool = True,
-        *,
-        transaction: str | None = None,
-    ) -> asyncio.Future[Frame | None]:
+    def send_nowait(self, destination: str, body: bytes, headers: HeadersArg = None, receipt: bool = True, *,
+                    transaction: str | None = None) -> SendFuture:
         """Queue a SEND; the future gets the RECEIPT (or None once written, without `receipt`)."""
         self._check_usable()
         if transaction is not None:
@@ -296,24 +272,18 @@ class FailoverClient:
             self._sends.write(self._client, pending)
         return pending.future
 
-    async def send(
-        self,
-        destination: str,
-        body: bytes,
-        headers: HeadersArg = None,
-        receipt: bool = True,
-        *,
-        transaction: str | None = None,
-    ) -> Frame | None:
-        """Send and, with `receipt`, return the RECEIPT; raises `ClientError` when the outcome
-        is unknown and `BrokerRefused` when the broker refused this SEND."""
+    async def send(self, destination: str, body: bytes, headers: HeadersArg = None, receipt: bool = True, *,
+                   transaction: str | None = None) -> Frame | None:
+        """`send_nowait` and wait: with `receipt`, for the RECEIPT, else while the socket's buffer
+        is full. Raises `ClientError` when the outcome is unknown and `BrokerRefused` when the
+        broker refused this SEND."""
         result = await self.send_nowait(destination, body, headers, receipt, transaction=transaction)
         client = self._client
         if not receipt and client is not None and not client.is_closed:
             try:
                 await client.drain()  # flow control for sends nobody waits for
             except ClientError:
-                pass
+                pass  # the SEND was written; a break now is the supervisor's to handle
         return result
 
     # -- subscriptions ----------------------------------------------------------------------------
@@ -360,7 +330,7 @@ class FailoverClient:
         except ClientError:
             return False
         if receipt_id is not None:
-            self._outbox.receipts[receipt_id] = subscription
+            self._outbox.written(receipt_id, subscription)
         return True
 
     def forget_subscription(self, subscription: FailoverSubscription) -> None:
@@ -426,9 +396,8 @@ class FailoverClient:
         if client is not None and not client.is_closed:
             await client.disconnect(timeout)
             await asyncio.sleep(0)  # let the RECEIPT callbacks that arrived before it run
-        for pending in self._outbox.in_order():
-            state = "outcome unknown" if pending.writes else "it was never sent"
-            self._sends.settle(pending, error=ClientError(f"client closed before the RECEIPT; {state}"))
+        self._sends.fail_all(lambda pending: ClientError(
+            f"client closed before the RECEIPT; {'outcome unknown' if pending.writes else 'it was never sent'}"))
         for subscription in list(self._subscriptions.values()):
             subscription.end(None)
         self._subscriptions.clear()
@@ -463,13 +432,7 @@ class FailoverClient:
             change.set_result(None)
 
     def _emit(self, event: FailoverEvent) -> None:
-        for listener in list(self.events):
-            try:
-                listener(event)
-            except Exception as exc:  # a listener's bug must not break failover
-                self._loop.call_exception_handler(
-                    {"message": "failover event listener raised", "exception": exc, "event": event}
-                )
+        notify(self.events, event, self._loop)
 
 
 async def connect_failover(target: str | GroupsArg, **kwargs: Any) -> FailoverClient:
