@@ -36,14 +36,13 @@ What survives a reconnect:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
-from raftmq.client.connection import ACK_MODES, StompClient
+from raftmq.client.connection import StompClient
 from raftmq.client.failover_bound import ConnectionBound
 from raftmq.client.failover_connector import (
     Connector,
@@ -54,12 +53,14 @@ from raftmq.client.failover_connector import (
     notify,
     verdict_of,
 )
-from raftmq.client.failover_outbox import HeadersArg, Outbox, PendingSend, header_pairs, new_dupl_id
+from raftmq.client.failover_outbox import Outbox, PendingSend, new_dupl_id
 from raftmq.client.failover_sends import SendFuture, Sends
-from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription
+from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription, FailoverSubscriptions
+from raftmq.client.headers import HeadersArg, header_pairs
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url, with_overrides
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.client.tls import resolve_ssl_context
+from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError, TransactionRolledBack
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
@@ -127,8 +128,7 @@ class FailoverClient:
         self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
         self._outbox: Outbox[SendFuture] = Outbox()  # SENDs without their outcome, what each receipt confirms
         self._sends = Sends(self._loop, self._outbox, self.options.timeout_ms, self._new_dupl_id)
-        self._subscriptions: dict[str, FailoverSubscription] = {}
-        self._sub_ids = itertools.count(1)
+        self._subscriptions = FailoverSubscriptions()
         self._bound = ConnectionBound(lambda: (self._client, self._generation))  # ACKs and transactions
         self._state_change: asyncio.Future[None] = self._loop.create_future()
         self._supervisor: asyncio.Task[None] | None = None
@@ -213,9 +213,7 @@ class FailoverClient:
         self._leader_hint = None
         self._outbox.new_connection()
         self._set_state("connected")
-        for subscription in list(self._subscriptions.values()):
-            if not self._attach(subscription):
-                break
+        self._subscriptions.attach_all(client, self._generation, self._outbox.written)
         resent = self._outbox.resent_ids()
         self._sends.write_all(self._client)
         self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
@@ -233,15 +231,14 @@ class FailoverClient:
             # A copy each: the same exception raised in several awaits would pile up tracebacks.
             refusal = BrokerRefused(str(cause), dict(cause.headers), cause.body)
             if isinstance(culprit, FailoverSubscription):
-                self._subscriptions.pop(culprit.id, None)
+                self._subscriptions.forget(culprit)
                 culprit.end(refusal)
             elif isinstance(culprit, PendingSend):
                 self._sends.settle(culprit, error=refusal)
         self._bound.connection_lost()
         self._sends.fail_all(lambda pending: None if pending.transaction is None else TransactionRolledBack(
             f"connection lost; transaction {pending.transaction!r} was rolled back"))
-        for subscription in self._subscriptions.values():
-            subscription.detach()
+        self._subscriptions.detach_all()
         self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
         if culprit is not None:
             dupl_id = culprit.dupl_id if isinstance(culprit, PendingSend) else None
@@ -253,9 +250,7 @@ class FailoverClient:
         self._set_state("failed")
         self._client = None
         self._sends.fail_all(lambda _: ClientError(f"send not confirmed, the client gave up: {error}"))
-        for subscription in list(self._subscriptions.values()):
-            subscription.end(error)
-        self._subscriptions.clear()
+        self._subscriptions.end_all(error)
         if not self.closed.done():
             self.closed.set_result(error)
         self._emit(FailoverEvent("failed", error=error))
@@ -302,15 +297,13 @@ class FailoverClient:
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
         self._check_usable()
-        sub_id = id if id is not None else f"sub-{next(self._sub_ids)}"
-        if sub_id in self._subscriptions:
-            raise ClientError(f"subscription id {sub_id!r} is already in use")
+        sub_id = self._subscriptions.new_id(id)
         subscription = FailoverSubscription(
             self, sub_id, destination, ack, header_pairs(headers), prefetch, callback, queue_size
         )
-        self._subscriptions[sub_id] = subscription
+        self._subscriptions.add(subscription)
         if self._state == "connected":
-            self._attach(subscription)
+            self._subscriptions.attach(subscription, self._client, self._generation, self._outbox.written)
         return subscription
 
     async def browse(
@@ -321,21 +314,9 @@ class FailoverClient:
         self._check_usable()
         return await browse_failover(self, destination, limit=limit, selector=selector, timeout=timeout)
 
-    def _attach(self, subscription: FailoverSubscription) -> bool:
-        client = self._client
-        if client is None:
-            return False
-        try:
-            receipt_id = subscription.attach(client, self._generation)
-        except ClientError:
-            return False
-        if receipt_id is not None:
-            self._outbox.written(receipt_id, subscription)
-        return True
-
     def forget_subscription(self, subscription: FailoverSubscription) -> None:
         """The subscription unsubscribed: it is not subscribed again on the next connection."""
-        self._subscriptions.pop(subscription.id, None)
+        self._subscriptions.forget(subscription)
 
     # -- acknowledgement --------------------------------------------------------------------------
     def ack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
@@ -398,9 +379,7 @@ class FailoverClient:
             await asyncio.sleep(0)  # let the RECEIPT callbacks that arrived before it run
         self._sends.fail_all(lambda pending: ClientError(
             f"client closed before the RECEIPT; {'outcome unknown' if pending.writes else 'it was never sent'}"))
-        for subscription in list(self._subscriptions.values()):
-            subscription.end(None)
-        self._subscriptions.clear()
+        self._subscriptions.end_all(None)
         self._set_state("closed")
         if not self.closed.done():
             self.closed.set_result(None)

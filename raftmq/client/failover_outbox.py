@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from raftmq.client.futures import ReceiptWait, unanswered
+from raftmq.client.headers import HeadersArg, header_pairs
 
 DUPL_ID_HEADER = "_AMQ_DUPL_ID"
 # One repeat tells a frame that is refused on every connection from one that only came after
 # the culprit, at the cost of one more connection per refused frame.
 UNNAMED_REFUSALS_TO_BLAME = 2
-HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
 
 class Receipted(Protocol):
@@ -80,14 +80,6 @@ class Verdict:
 
 def new_dupl_id() -> str:
     return f"raftmq-{uuid.uuid4().hex}"
-
-
-def header_pairs(headers: HeadersArg) -> list[tuple[str, str]]:
-    if headers is None:
-        return []
-    if isinstance(headers, Mapping):
-        return [(str(k), str(v)) for k, v in headers.items()]
-    return [(str(k), str(v)) for k, v in headers]
 
 
 def with_dupl_id(headers: HeadersArg, make_id: Callable[[], str]) -> tuple[list[tuple[str, str]], str]:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from functools import partial
 
 from raftmq.client.connection import StompClient
-from raftmq.client.failover_outbox import HeadersArg, Outbox, PendingSend
+from raftmq.client.failover_outbox import Outbox, PendingSend
+from raftmq.client.headers import HeadersArg
 from raftmq.client.futures import fail_quietly
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame

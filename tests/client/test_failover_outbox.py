@@ -14,9 +14,9 @@ from raftmq.client.failover_outbox import (
     Outbox,
     PendingSend,
     Verdict,
-    header_pairs,
     with_dupl_id,
 )
+from raftmq.client.headers import header_list, header_pairs
 
 
 @dataclass(eq=False)
@@ -30,6 +30,9 @@ def test_a_send_keeps_its_own_id_and_an_empty_one_is_replaced() -> None:
     assert with_dupl_id([(DUPL_ID_HEADER, ""), ("b", "2")], lambda: "new") == (
         [("b", "2"), (DUPL_ID_HEADER, "new")], "new")
     assert header_pairs(None) == [] and header_pairs({"x": 1}) == [("x", "1")]  # type: ignore[arg-type]
+    mine = [("a", "1")]
+    assert header_pairs(mine) == mine and header_pairs(mine) is not mine  # a subscription keeps a copy
+    assert header_list(mine) is mine and header_list({"a": "1"}) == mine  # a frame reads it at once
 
 
 def test_a_named_refusal_blames_the_frame_with_that_receipt() -> None:
