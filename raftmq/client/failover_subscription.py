@@ -180,6 +180,8 @@ class FailoverSubscription:
         self.receipt.set_result(fut.result())
 
     def detach(self, keep_queued: bool = False) -> None:
+        """Its connection broke. Messages still queued there are kept only in `auto` mode (or
+        with `keep_queued`): in a client ack mode the broker redelivers them."""
         inner, self._inner = self._inner, None
         if inner is not None and (keep_queued or self.ack_mode == "auto"):
             while (frame := inner.get_nowait()) is not None:
@@ -187,6 +189,8 @@ class FailoverSubscription:
         self._wake()
 
     def end(self, error: BaseException | None, keep_queued: bool = False) -> None:
+        """No more connections: unsubscribed or closed (`error` None), refused by the broker or
+        the client gave up (`get` raises `error` once what is queued was read)."""
         if self._ended:
             return
         self._ended = True
