@@ -10,8 +10,8 @@ from functools import partial
 
 from raftmq.client.connection import StompClient
 from raftmq.client.failover_outbox import Outbox, PendingSend
-from raftmq.client.headers import HeadersArg
 from raftmq.client.futures import fail_quietly
+from raftmq.client.headers import HeadersArg
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
 
