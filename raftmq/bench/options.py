@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from raftmq.client.failover_url import FailoverTarget, parse_failover_url
+from raftmq.core.commands import ACK_MODES as ACK_MODES  # re-exported: the CLI's choices
 
-ACK_MODES = ("client-individual", "client", "auto")
 # A failover URL that does not say how often to retry gets this many connect attempts per
 # connection (back-off from 10 ms: ~0.3 s in all), enough to ride out a leader election.
 FAILOVER_STARTUP_ATTEMPTS = 6

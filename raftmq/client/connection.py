@@ -10,38 +10,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-from collections.abc import Iterable, Mapping
-from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse
-from raftmq.client.heartbeat import HeartbeatTimers, negotiate_heartbeat
+from raftmq.client.futures import fail_quietly
+from raftmq.client.headers import HeadersArg, header_list
+from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.client.transport import StompTransport
+from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.codec import encode_frame
 from raftmq.protocol.frame import SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
 
-HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
-ACK_MODES = ("auto", "client", "client-individual")
-
-
-def _header_list(headers: HeadersArg) -> list[tuple[str, str]]:
-    if headers is None:
-        return []
-    if type(headers) is list:
-        return headers  # the hot path: callers building lists of pairs already have str pairs
-    if isinstance(headers, Mapping):
-        return [(str(k), str(v)) for k, v in headers.items()]
-    return [(str(k), str(v)) for k, v in headers]
-
-
-def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-        # The cause also reaches `closed`; a dropped receipt future need not log it again.
-        fut.exception()
 
 
 class StompClient:
@@ -93,7 +75,7 @@ class StompClient:
         frame_headers = [("destination", destination)]
         if transaction is not None:
             frame_headers.append(("transaction", transaction))
-        frame_headers.extend(_header_list(headers))
+        frame_headers.extend(header_list(headers))
         return self._send_frame(Frame("SEND", frame_headers, body), receipt)
 
     async def send(
@@ -155,7 +137,7 @@ class StompClient:
         if prefetch is not None:
             frame_headers.append(("activemq.prefetchSize", str(prefetch)))
             frame_headers.append(("prefetch-count", str(prefetch)))
-        frame_headers.extend(_header_list(headers))
+        frame_headers.extend(header_list(headers))
         self._subscriptions[sub_id] = subscription
         fut = self._send_frame(Frame("SUBSCRIBE", frame_headers), receipt)
         subscription.receipt = fut
@@ -313,10 +295,10 @@ class StompClient:
         message = frame.get("message") or frame.body.decode("utf-8", "replace").strip() or "ERROR"
         refused = BrokerRefused(message, frame.header_dict(), frame.body)
         if not self._connected.done():
-            _fail(self._connected, refused)
+            fail_quietly(self._connected, refused)
         fut = self._receipts.pop(frame.get("receipt-id") or "", None)
         if fut is not None:
-            _fail(fut, refused)
+            fail_quietly(fut, refused)
         # The broker closes after ERROR and processes nothing after the offending frame.
         self._transport.abort(refused)
 
@@ -337,10 +319,10 @@ class StompClient:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         error = cause or ClientError("connection closed")
-        _fail(self._connected, error)
+        fail_quietly(self._connected, error)
         receipts, self._receipts = self._receipts, {}
         for fut in receipts.values():
-            _fail(fut, error)
+            fail_quietly(fut, error)
         for subscription in list(self._subscriptions.values()):
             subscription.end(cause)
         self.closed.set_result(cause)
@@ -368,7 +350,7 @@ class StompClient:
             frame_headers.append(("login", login))
         if passcode is not None:
             frame_headers.append(("passcode", passcode))
-        frame_headers.extend(_header_list(headers))
+        frame_headers.extend(header_list(headers))
         self._transport.write(encode_frame(Frame("CONNECT", frame_headers), "1.2"))
         connected = await self._connected
         negotiated = connected.get("version", "1.0")
@@ -377,9 +359,9 @@ class StompClient:
         self._version = negotiated
         self._transport.version = negotiated
         self.server_headers = connected.header_dict()
-        send_ms, receive_ms = negotiate_heartbeat(heartbeat, connected.get("heart-beat") or "0,0")
-        if send_ms or receive_ms:
-            self._heartbeat = HeartbeatTimers(self._transport, send_ms, receive_ms)
+        agreed = agree_with_broker(heartbeat, connected.get("heart-beat"))
+        if agreed.send_ms or agreed.receive_ms:
+            self._heartbeat = HeartbeatTimers(self._transport, agreed)
             self._heartbeat.start()
 
 

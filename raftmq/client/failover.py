@@ -36,14 +36,13 @@ What survives a reconnect:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
-from raftmq.client.connection import ACK_MODES, StompClient
+from raftmq.client.connection import StompClient
 from raftmq.client.failover_bound import ConnectionBound
 from raftmq.client.failover_connector import (
     Connector,
@@ -51,20 +50,17 @@ from raftmq.client.failover_connector import (
     FailoverEvent,
     Whereabouts,
     hinted_leader,
-    is_verdict,
+    notify,
+    verdict_of,
 )
-from raftmq.client.failover_outbox import (
-    HeadersArg,
-    Outbox,
-    PendingSend,
-    header_pairs,
-    new_dupl_id,
-)
-from raftmq.client.failover_sends import Sends
-from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription
+from raftmq.client.failover_outbox import Outbox, PendingSend, new_dupl_id
+from raftmq.client.failover_sends import SendFuture, Sends
+from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription, FailoverSubscriptions
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url, with_overrides
+from raftmq.client.headers import HeadersArg, header_pairs
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.client.tls import resolve_ssl_context
+from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError, TransactionRolledBack
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
@@ -130,10 +126,9 @@ class FailoverClient:
         self.group: int | None = None
         self._broken_address: Address | None = None
         self._leader_hint: Address | None = None  # named by the ERROR that ended the last connection
-        self._outbox = Outbox()  # SENDs without their outcome, and what each receipt confirms
+        self._outbox: Outbox[SendFuture] = Outbox()  # SENDs without their outcome, what each receipt confirms
         self._sends = Sends(self._loop, self._outbox, self.options.timeout_ms, self._new_dupl_id)
-        self._subscriptions: dict[str, FailoverSubscription] = {}
-        self._sub_ids = itertools.count(1)
+        self._subscriptions = FailoverSubscriptions()
         self._bound = ConnectionBound(lambda: (self._client, self._generation))  # ACKs and transactions
         self._state_change: asyncio.Future[None] = self._loop.create_future()
         self._supervisor: asyncio.Task[None] | None = None
@@ -218,13 +213,9 @@ class FailoverClient:
         self._leader_hint = None
         self._outbox.new_connection()
         self._set_state("connected")
-        for subscription in list(self._subscriptions.values()):
-            if not self._attach(subscription):
-                break
+        self._subscriptions.attach_all(client, self._generation, self._outbox.written)
         resent = self._outbox.resent_ids()
-        for pending in self._outbox.in_order():
-            if not self._sends.write(self._client, pending):
-                break
+        self._sends.write_all(self._client)
         self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
 
     def _on_break(self, client: StompClient) -> None:
@@ -232,32 +223,22 @@ class FailoverClient:
         self._client = None
         self._broken_address = self.address
         self._set_state("reconnecting")
-        culprit = None
         if isinstance(cause, BrokerRefused):
             self._leader_hint = hinted_leader(cause)
-            if is_verdict(cause):
-                culprit = self._outbox.blame(cause.headers.get("receipt-id"), cause.headers.get("message") or str(cause))
-            else:
-                self._outbox.not_blamed()
-        else:
-            self._outbox.not_blamed()
-        self._outbox.new_connection()
+        culprit = self._outbox.connection_lost(verdict_of(cause))
         if culprit is not None:
             assert isinstance(cause, BrokerRefused)
             # A copy each: the same exception raised in several awaits would pile up tracebacks.
             refusal = BrokerRefused(str(cause), dict(cause.headers), cause.body)
             if isinstance(culprit, FailoverSubscription):
-                self._subscriptions.pop(culprit.id, None)
+                self._subscriptions.forget(culprit)
                 culprit.end(refusal)
-            else:
+            elif isinstance(culprit, PendingSend):
                 self._sends.settle(culprit, error=refusal)
         self._bound.connection_lost()
-        for pending in self._outbox.in_order():
-            if pending.transaction is not None:
-                self._sends.settle(pending, error=TransactionRolledBack(
-                    f"connection lost; transaction {pending.transaction!r} was rolled back"))
-        for subscription in self._subscriptions.values():
-            subscription.detach()
+        self._sends.fail_all(lambda pending: None if pending.transaction is None else TransactionRolledBack(
+            f"connection lost; transaction {pending.transaction!r} was rolled back"))
+        self._subscriptions.detach_all()
         self._emit(FailoverEvent("disconnected", address=self.address, group=self.group, error=cause))
         if culprit is not None:
             dupl_id = culprit.dupl_id if isinstance(culprit, PendingSend) else None
@@ -268,25 +249,15 @@ class FailoverClient:
     def _give_up(self, error: ClientError) -> None:
         self._set_state("failed")
         self._client = None
-        for pending in self._outbox.in_order():
-            self._sends.settle(pending, error=ClientError(f"send not confirmed, the client gave up: {error}"))
-        for subscription in list(self._subscriptions.values()):
-            subscription.end(error)
-        self._subscriptions.clear()
+        self._sends.fail_all(lambda _: ClientError(f"send not confirmed, the client gave up: {error}"))
+        self._subscriptions.end_all(error)
         if not self.closed.done():
             self.closed.set_result(error)
         self._emit(FailoverEvent("failed", error=error))
 
     # -- sending --------------------------------------------------------------------------------
-    def send_nowait(
-        self,
-        destination: str,
-        body: bytes,
-        headers: HeadersArg = None,
-        receipt: bool = True,
-        *,
-        transaction: str | None = None,
-    ) -> asyncio.Future[Frame | None]:
+    def send_nowait(self, destination: str, body: bytes, headers: HeadersArg = None, receipt: bool = True, *,
+                    transaction: str | None = None) -> SendFuture:
         """Queue a SEND; the future gets the RECEIPT (or None once written, without `receipt`)."""
         self._check_usable()
         if transaction is not None:
@@ -296,24 +267,18 @@ class FailoverClient:
             self._sends.write(self._client, pending)
         return pending.future
 
-    async def send(
-        self,
-        destination: str,
-        body: bytes,
-        headers: HeadersArg = None,
-        receipt: bool = True,
-        *,
-        transaction: str | None = None,
-    ) -> Frame | None:
-        """Send and, with `receipt`, return the RECEIPT; raises `ClientError` when the outcome
-        is unknown and `BrokerRefused` when the broker refused this SEND."""
+    async def send(self, destination: str, body: bytes, headers: HeadersArg = None, receipt: bool = True, *,
+                   transaction: str | None = None) -> Frame | None:
+        """`send_nowait` and wait: with `receipt`, for the RECEIPT, else while the socket's buffer
+        is full. Raises `ClientError` when the outcome is unknown and `BrokerRefused` when the
+        broker refused this SEND."""
         result = await self.send_nowait(destination, body, headers, receipt, transaction=transaction)
         client = self._client
         if not receipt and client is not None and not client.is_closed:
             try:
                 await client.drain()  # flow control for sends nobody waits for
             except ClientError:
-                pass
+                pass  # the SEND was written; a break now is the supervisor's to handle
         return result
 
     # -- subscriptions ----------------------------------------------------------------------------
@@ -332,15 +297,13 @@ class FailoverClient:
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
         self._check_usable()
-        sub_id = id if id is not None else f"sub-{next(self._sub_ids)}"
-        if sub_id in self._subscriptions:
-            raise ClientError(f"subscription id {sub_id!r} is already in use")
+        sub_id = self._subscriptions.new_id(id)
         subscription = FailoverSubscription(
             self, sub_id, destination, ack, header_pairs(headers), prefetch, callback, queue_size
         )
-        self._subscriptions[sub_id] = subscription
+        self._subscriptions.add(subscription)
         if self._state == "connected":
-            self._attach(subscription)
+            self._subscriptions.attach(subscription, self._client, self._generation, self._outbox.written)
         return subscription
 
     async def browse(
@@ -351,21 +314,9 @@ class FailoverClient:
         self._check_usable()
         return await browse_failover(self, destination, limit=limit, selector=selector, timeout=timeout)
 
-    def _attach(self, subscription: FailoverSubscription) -> bool:
-        client = self._client
-        if client is None:
-            return False
-        try:
-            receipt_id = subscription.attach(client, self._generation)
-        except ClientError:
-            return False
-        if receipt_id is not None:
-            self._outbox.receipts[receipt_id] = subscription
-        return True
-
     def forget_subscription(self, subscription: FailoverSubscription) -> None:
         """The subscription unsubscribed: it is not subscribed again on the next connection."""
-        self._subscriptions.pop(subscription.id, None)
+        self._subscriptions.forget(subscription)
 
     # -- acknowledgement --------------------------------------------------------------------------
     def ack_nowait(self, frame: Frame, *, transaction: str | None = None) -> bool:
@@ -426,12 +377,9 @@ class FailoverClient:
         if client is not None and not client.is_closed:
             await client.disconnect(timeout)
             await asyncio.sleep(0)  # let the RECEIPT callbacks that arrived before it run
-        for pending in self._outbox.in_order():
-            state = "outcome unknown" if pending.writes else "it was never sent"
-            self._sends.settle(pending, error=ClientError(f"client closed before the RECEIPT; {state}"))
-        for subscription in list(self._subscriptions.values()):
-            subscription.end(None)
-        self._subscriptions.clear()
+        self._sends.fail_all(lambda pending: ClientError(
+            f"client closed before the RECEIPT; {'outcome unknown' if pending.writes else 'it was never sent'}"))
+        self._subscriptions.end_all(None)
         self._set_state("closed")
         if not self.closed.done():
             self.closed.set_result(None)
@@ -463,13 +411,7 @@ class FailoverClient:
             change.set_result(None)
 
     def _emit(self, event: FailoverEvent) -> None:
-        for listener in list(self.events):
-            try:
-                listener(event)
-            except Exception as exc:  # a listener's bug must not break failover
-                self._loop.call_exception_handler(
-                    {"message": "failover event listener raised", "exception": exc, "event": event}
-                )
+        notify(self.events, event, self._loop)
 
 
 async def connect_failover(target: str | GroupsArg, **kwargs: Any) -> FailoverClient:

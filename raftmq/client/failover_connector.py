@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftmq.client.connection import StompClient, connect
+from raftmq.client.failover_outbox import Verdict
 from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
 from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded
@@ -45,6 +46,13 @@ def is_verdict(error: BaseException | None) -> bool:
     return isinstance(error, BrokerRefused) and error.headers.get("message") not in TRANSIENT_ERRORS
 
 
+def verdict_of(error: BaseException | None) -> Verdict | None:
+    """What the outbox needs of an ERROR that ended a connection, if it was a verdict on a frame."""
+    if not isinstance(error, BrokerRefused) or not is_verdict(error):
+        return None
+    return Verdict(error.headers.get("receipt-id"), error.headers.get("message") or str(error))
+
+
 @dataclass(frozen=True)
 class FailoverEvent:
     """What a listener in `FailoverClient.events` is told.
@@ -68,6 +76,15 @@ class FailoverEvent:
 
 
 EventListener = Callable[[FailoverEvent], None]
+
+
+def notify(listeners: list[EventListener], event: FailoverEvent, loop: asyncio.AbstractEventLoop) -> None:
+    """Tell every listener; one that raises is reported to the loop and the rest still hear it."""
+    for listener in list(listeners):
+        try:
+            listener(event)
+        except Exception as exc:  # a listener's bug must not break failover
+            loop.call_exception_handler({"message": "failover event listener raised", "exception": exc, "event": event})
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,30 @@
 """The failover client's outbox: the SENDs it still owes an outcome, and which frame an ERROR
-refused. Bookkeeping only: no I/O, no timers, no event loop (the futures are the caller's).
+refused. Bookkeeping only: no I/O, no timers, no event loop. The futures and timer handles are
+the caller's (raftmq.client.failover_sends); the outbox sees them through small protocols.
 
 Every SEND carries an `_AMQ_DUPL_ID` (the caller's, or a new one) so that writing it again on
-the next connection is stored once by the broker. SENDs are kept in the order they were made;
-`receipts` maps the receipt ids of the current connection to what they confirm, in the order
-written. `blame` decides which frame a verdict ERROR was about (see raftmq.client.failover).
+the next connection is stored once by the broker. SENDs are kept in the order they were made
+and written again in that order (`in_order`). `receipts` maps the receipt ids of the current
+connection to what they confirm (a SEND, or a subscription's SUBSCRIBE), in the order written.
+When a connection ends, `connection_lost` decides which frame a verdict ERROR was about (see
+raftmq.client.failover), so that frame alone is not written again.
 """
 
 from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from raftmq.protocol.frame import Frame
+from raftmq.client.futures import ReceiptWait, unanswered
+from raftmq.client.headers import HeadersArg, header_pairs
 
 DUPL_ID_HEADER = "_AMQ_DUPL_ID"
 # One repeat tells a frame that is refused on every connection from one that only came after
 # the culprit, at the cost of one more connection per refused frame.
 UNNAMED_REFUSALS_TO_BLAME = 2
-HeadersArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
 
 class Receipted(Protocol):
@@ -34,38 +34,52 @@ class Receipted(Protocol):
     def awaiting_receipt(self) -> bool: ...
 
 
+class Outcome(Protocol):
+    """The caller's handle on a SEND's outcome (an `asyncio.Future` in the client)."""
+
+    def done(self) -> bool: ...
+
+
+class Cancellable(Protocol):
+    """A timer (an `asyncio.TimerHandle` in the client)."""
+
+    def cancel(self) -> None: ...
+
+
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
+
+
 @dataclass(eq=False)
-class PendingSend:
-    seq: int
+class PendingSend(Generic[OutcomeT]):
+    seq: int  # the order SENDs were made in
     destination: str
     headers: list[tuple[str, str]]
     body: bytes
     receipt: bool
     transaction: str | None
     dupl_id: str
-    future: asyncio.Future[Frame | None]
+    future: OutcomeT
     writes: int = 0  # how many connections it was written on
-    timer: asyncio.TimerHandle | None = None
-    inner: asyncio.Future[Frame] | None = None  # its RECEIPT on the connection it was last written on
+    timer: Cancellable | None = None
+    inner: ReceiptWait | None = None  # its RECEIPT on the connection it was last written on
 
     @property
     def awaiting_receipt(self) -> bool:
         inner = self.inner
-        if self.future.done() or inner is None:
-            return False
-        return not inner.done() or inner.cancelled() or inner.exception() is not None
+        return not self.future.done() and inner is not None and unanswered(inner)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An ERROR that refused one frame (not a transient one): the frame's receipt id if the
+    broker could read it, and the ERROR's message."""
+
+    receipt_id: str | None
+    message: str
 
 
 def new_dupl_id() -> str:
     return f"raftmq-{uuid.uuid4().hex}"
-
-
-def header_pairs(headers: HeadersArg) -> list[tuple[str, str]]:
-    if headers is None:
-        return []
-    if isinstance(headers, Mapping):
-        return [(str(k), str(v)) for k, v in headers.items()]
-    return [(str(k), str(v)) for k, v in headers]
 
 
 def with_dupl_id(headers: HeadersArg, make_id: Callable[[], str]) -> tuple[list[tuple[str, str]], str]:
@@ -79,40 +93,67 @@ def with_dupl_id(headers: HeadersArg, make_id: Callable[[], str]) -> tuple[list[
     return pairs, dupl_id
 
 
-class Outbox:
+class Outbox(Generic[OutcomeT]):
     def __init__(self) -> None:
         self._seq = itertools.count(1)
-        self.pending: dict[int, PendingSend] = {}  # by seq: the order SENDs were made
-        self.receipts: dict[str, Any] = {}  # receipt id on this connection -> PendingSend or subscription
+        self.pending: dict[int, PendingSend[OutcomeT]] = {}  # by seq: the order SENDs were made
+        self.receipts: dict[str, Receipted] = {}  # receipt id on this connection -> what it confirms
         # (frame, ERROR message, times in a row): unnamed refusals pinned on one frame so far.
-        self._suspect: tuple[Any, str, int] | None = None
+        self._suspect: tuple[Receipted, str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.pending)
 
-    def add(self, destination: str, body: bytes, headers: list[tuple[str, str]], receipt: bool,
-            transaction: str | None, dupl_id: str, future: asyncio.Future[Frame | None]) -> PendingSend:
-        pending = PendingSend(next(self._seq), destination, headers, body, receipt, transaction, dupl_id, future)
+    def add(
+        self,
+        destination: str,
+        body: bytes,
+        headers: HeadersArg,
+        receipt: bool,
+        transaction: str | None,
+        future: OutcomeT,
+        make_id: Callable[[], str],
+    ) -> PendingSend[OutcomeT]:
+        """A new SEND, last in order, with its duplicate-detection id."""
+        header_list, dupl_id = with_dupl_id(headers, make_id)
+        pending = PendingSend(next(self._seq), destination, header_list, body, receipt, transaction, dupl_id, future)
         self.pending[pending.seq] = pending
         return pending
 
-    def forget(self, pending: PendingSend) -> None:
+    def forget(self, pending: PendingSend[OutcomeT]) -> None:
         self.pending.pop(pending.seq, None)
 
-    def in_order(self) -> list[PendingSend]:
+    def in_order(self) -> list[PendingSend[OutcomeT]]:
+        """The SENDs still owed an outcome, oldest first (a copy: settling one while walking
+        it is fine)."""
         return list(self.pending.values())
 
     def resent_ids(self) -> tuple[str, ...]:
         """Dupl ids of the SENDs written before that will be written again."""
         return tuple(p.dupl_id for p in self.pending.values() if p.writes)
 
+    def written(self, receipt_id: str, item: Receipted) -> None:
+        """`item` was written on the current connection asking for `receipt_id`."""
+        self.receipts[receipt_id] = item
+
     def new_connection(self) -> None:
         self.receipts = {}
+
+    def connection_lost(self, verdict: Verdict | None) -> Receipted | None:
+        """The connection ended (with the ERROR `verdict`, if it was one): what it refused, if
+        known well enough to stop writing it; the receipts of that connection are forgotten."""
+        culprit = None
+        if verdict is None:
+            self.not_blamed()
+        else:
+            culprit = self.blame(verdict.receipt_id, verdict.message)
+        self.new_connection()
+        return culprit
 
     def not_blamed(self) -> None:
         self._suspect = None
 
-    def blame(self, receipt_id: str | None, message: str) -> Any:
+    def blame(self, receipt_id: str | None, message: str) -> Receipted | None:
         """The SEND or subscription a verdict ERROR refused, if known well enough to stop
         retrying it; None lets everything be written again. An ERROR that names no receipt is
         pinned on the oldest frame still waiting for its RECEIPT once the same ERROR came back

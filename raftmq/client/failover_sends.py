@@ -9,13 +9,18 @@ from collections.abc import Callable
 from functools import partial
 
 from raftmq.client.connection import StompClient
-from raftmq.client.failover_outbox import HeadersArg, Outbox, PendingSend, with_dupl_id
+from raftmq.client.failover_outbox import Outbox, PendingSend
+from raftmq.client.futures import fail_quietly
+from raftmq.client.headers import HeadersArg
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
 
+SendFuture = asyncio.Future[Frame | None]
+Pending = PendingSend[SendFuture]
+
 
 class Sends:
-    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: Outbox, timeout_ms: float,
+    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: Outbox[SendFuture], timeout_ms: float,
                  new_dupl_id: Callable[[], str]) -> None:
         self._loop = loop
         self._outbox = outbox
@@ -23,17 +28,16 @@ class Sends:
         self._new_dupl_id = new_dupl_id
 
     def make(self, destination: str, body: bytes, headers: HeadersArg, receipt: bool,
-             transaction: str | None) -> PendingSend:
+             transaction: str | None) -> Pending:
         """A new SEND in the outbox, with its duplicate-detection id, future and timeout."""
-        header_list, dupl_id = with_dupl_id(headers, self._new_dupl_id)
-        future: asyncio.Future[Frame | None] = self._loop.create_future()
-        pending = self._outbox.add(destination, body, header_list, receipt, transaction, dupl_id, future)
+        future: SendFuture = self._loop.create_future()
+        pending = self._outbox.add(destination, body, headers, receipt, transaction, future, self._new_dupl_id)
         future.add_done_callback(partial(self._forget_send, pending))
         if self._timeout_ms > 0:
             pending.timer = self._loop.call_later(self._timeout_ms / 1000, self._expire, pending)
         return pending
 
-    def write(self, client: StompClient | None, pending: PendingSend) -> bool:
+    def write(self, client: StompClient | None, pending: Pending) -> bool:
         """Write a SEND on the current connection; False if that connection is already gone."""
         if client is None or pending.future.done():
             return client is not None
@@ -49,16 +53,22 @@ class Sends:
             self.settle(pending, result=None)
         else:
             assert client.last_receipt_id is not None
-            self._outbox.receipts[client.last_receipt_id] = pending
+            self._outbox.written(client.last_receipt_id, pending)
             inner.add_done_callback(partial(self._on_send_receipt, pending))
         return True
 
-    def _on_send_receipt(self, pending: PendingSend, inner: asyncio.Future[Frame]) -> None:
+    def write_all(self, client: StompClient | None) -> None:
+        """Write every SEND still owed an outcome, oldest first (on a new connection)."""
+        for pending in self._outbox.in_order():
+            if not self.write(client, pending):
+                break
+
+    def _on_send_receipt(self, pending: Pending, inner: asyncio.Future[Frame]) -> None:
         if not inner.cancelled() and inner.exception() is None:
             self.settle(pending, result=inner.result())
-        # Otherwise the connection broke: `_on_break` decides between retry and refusal.
+        # Otherwise the connection broke: the client's `_on_break` decides between retry and refusal.
 
-    def _expire(self, pending: PendingSend) -> None:
+    def _expire(self, pending: Pending) -> None:
         pending.timer = None
         if pending.writes:
             message = f"no RECEIPT within {self._timeout_ms:g} ms; the message may or may not be stored"
@@ -66,20 +76,24 @@ class Sends:
             message = f"not sent within {self._timeout_ms:g} ms (no connection)"
         self.settle(pending, error=ClientError(message))
 
-    def settle(
-        self, pending: PendingSend, *, result: Frame | None = None, error: BaseException | None = None
-    ) -> None:
+    def settle(self, pending: Pending, *, result: Frame | None = None, error: BaseException | None = None) -> None:
         future = pending.future
         if future.done():
             return
         self._outbox.forget(pending)  # at once: a reconnect in this turn must not resend it
         if error is not None:
-            future.set_exception(error)
-            future.exception()  # like StompClient: a dropped future need not log it again
+            fail_quietly(future, error)  # like StompClient's receipts
         else:
             future.set_result(result)
 
-    def _forget_send(self, pending: PendingSend, future: asyncio.Future[Frame | None]) -> None:
+    def fail_all(self, error_for: Callable[[Pending], BaseException | None]) -> None:
+        """Fail every SEND still owed an outcome with `error_for(it)`; None keeps it."""
+        for pending in self._outbox.in_order():
+            error = error_for(pending)
+            if error is not None:
+                self.settle(pending, error=error)
+
+    def _forget_send(self, pending: Pending, future: SendFuture) -> None:
         # Runs however the future ended, a caller's cancellation included: never resend it then.
         self._outbox.forget(pending)
         if pending.timer is not None:

@@ -1,4 +1,5 @@
-"""One subscription of a `FailoverClient`: survives reconnects by subscribing again.
+"""One subscription of a `FailoverClient` (it survives reconnects by subscribing again), and
+`FailoverSubscriptions`, the client's set of them.
 
 Each connection gets its own `Subscription` (same destination, id, ack mode and headers); this
 object hands out their messages as `Delivery` frames that remember which connection delivered
@@ -12,10 +13,12 @@ from the queue are dropped: the broker never saw an ACK for them and redelivers 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raftmq.client.futures import fail_quietly, unanswered
 from raftmq.client.protocols import Stream, Subscriber, SubscriptionKeeper
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError, SubscriptionEnded
@@ -169,15 +172,16 @@ class FailoverSubscription:
         inner = self._inner
         if self._ended or inner is None or inner.receipt is None:
             return False
-        fut = inner.receipt
-        return not fut.done() or fut.cancelled() or fut.exception() is not None
+        return unanswered(inner.receipt)
 
     def _on_inner_receipt(self, fut: asyncio.Future[Frame]) -> None:
-        if self.receipt.done() or fut.cancelled() or fut.exception() is not None:
-            return  # a refusal reaches us through `_end`; a break means a later SUBSCRIBE
+        if self.receipt.done() or unanswered(fut):
+            return  # a refusal reaches us through `end`; a break means a later SUBSCRIBE
         self.receipt.set_result(fut.result())
 
     def detach(self, keep_queued: bool = False) -> None:
+        """Its connection broke. Messages still queued there are kept only in `auto` mode (or
+        with `keep_queued`): in a client ack mode the broker redelivers them."""
         inner, self._inner = self._inner, None
         if inner is not None and (keep_queued or self.ack_mode == "auto"):
             while (frame := inner.get_nowait()) is not None:
@@ -185,14 +189,14 @@ class FailoverSubscription:
         self._wake()
 
     def end(self, error: BaseException | None, keep_queued: bool = False) -> None:
+        """No more connections: unsubscribed or closed (`error` None), refused by the broker or
+        the client gave up (`get` raises `error` once what is queued was read)."""
         if self._ended:
             return
         self._ended = True
         self._error = error
         self.detach(keep_queued)
-        if not self.receipt.done():
-            self.receipt.set_exception(error or SubscriptionEnded(f"subscription {self.id} ended"))
-            self.receipt.exception()  # nobody has to look at it
+        fail_quietly(self.receipt, error or SubscriptionEnded(f"subscription {self.id} ended"))
         self._wake()
 
     def _wake(self) -> None:
@@ -204,3 +208,57 @@ class FailoverSubscription:
         if self._change is None:
             self._change = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._change)
+
+
+class FailoverSubscriptions:
+    """A failover client's live subscriptions, by id, in the order they were made: each new
+    connection subscribes them again, in that order."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, FailoverSubscription] = {}
+        self._ids = itertools.count(1)
+
+    def new_id(self, requested: str | None) -> str:
+        """`requested`, or the next free "sub-N"; `ClientError` if that id is in use."""
+        sub_id = requested if requested is not None else f"sub-{next(self._ids)}"
+        if sub_id in self._by_id:
+            raise ClientError(f"subscription id {sub_id!r} is already in use")
+        return sub_id
+
+    def add(self, subscription: FailoverSubscription) -> None:
+        self._by_id[subscription.id] = subscription
+
+    def forget(self, subscription: FailoverSubscription) -> None:
+        """It unsubscribed or was refused: it is not subscribed again."""
+        self._by_id.pop(subscription.id, None)
+
+    def attach(self, subscription: FailoverSubscription, client: Subscriber | None, connection: int,
+               written: Callable[[str, FailoverSubscription], None]) -> bool:
+        """SUBSCRIBE on connection number `connection`, telling `written` its receipt id;
+        False if that connection is gone already."""
+        if client is None:
+            return False
+        try:
+            receipt_id = subscription.attach(client, connection)
+        except ClientError:
+            return False
+        if receipt_id is not None:
+            written(receipt_id, subscription)
+        return True
+
+    def attach_all(self, client: Subscriber | None, connection: int,
+                   written: Callable[[str, FailoverSubscription], None]) -> None:
+        for subscription in list(self._by_id.values()):
+            if not self.attach(subscription, client, connection, written):
+                break
+
+    def detach_all(self) -> None:
+        for subscription in self._by_id.values():
+            subscription.detach()
+
+    def end_all(self, error: BaseException | None) -> None:
+        """End them all (the client closed, or gave up with `error`) and forget them."""
+        subscriptions = list(self._by_id.values())
+        self._by_id.clear()
+        for subscription in subscriptions:
+            subscription.end(error)

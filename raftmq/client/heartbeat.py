@@ -7,11 +7,17 @@ import asyncio
 from raftmq.client.transport import StompTransport
 from raftmq.errors import ClientError
 from raftmq.protocol.codec import HEARTBEAT
-from raftmq.protocol.negotiation import agree_heartbeats, parse_heart_beat_leniently
+from raftmq.protocol.negotiation import HeartBeat, HeartbeatAgreement, agree_heartbeats, parse_heart_beat_leniently
 
 # A peer is declared dead after this many silent receive intervals; the spec leaves the margin
 # to us and network jitter or a GC pause on the broker should not cost a connection.
 RECEIVE_GRACE_FACTOR = 2.0
+
+
+def agree_with_broker(ours: tuple[int, int], theirs: str | None) -> HeartbeatAgreement:
+    """What we send and expect, from our CONNECT's offer and the broker's CONNECTED header (a
+    malformed one means no heart-beats; see raftmq.protocol.negotiation)."""
+    return agree_heartbeats(HeartBeat(*ours), parse_heart_beat_leniently(theirs))
 
 
 def negotiate_heartbeat(ours: tuple[int, int], theirs: str) -> tuple[int, int]:
@@ -20,17 +26,18 @@ def negotiate_heartbeat(ours: tuple[int, int], theirs: str) -> tuple[int, int]:
     STOMP: we send every max(our cx, their cy) when both are non-zero, and expect something
     every max(our cy, their cx) when both are non-zero; 0 means never.
     """
-    return agree_heartbeats(ours, parse_heart_beat_leniently(theirs))
+    agreed = agree_with_broker(ours, theirs)
+    return agreed.send_ms, agreed.receive_ms
 
 
 class HeartbeatTimers:
     """Sends EOLs when we have been quiet, drops the connection when the broker has been."""
 
-    def __init__(self, transport: StompTransport, send_ms: int, receive_ms: int) -> None:
+    def __init__(self, transport: StompTransport, agreed: HeartbeatAgreement) -> None:
         self._loop = asyncio.get_running_loop()
         self._transport = transport
-        self._send_s = send_ms / 1000.0
-        self._receive_s = receive_ms / 1000.0
+        self._send_s = agreed.send_ms / 1000.0
+        self._receive_s = agreed.receive_ms / 1000.0
         self._send_handle: asyncio.TimerHandle | None = None
         self._receive_handle: asyncio.TimerHandle | None = None
 

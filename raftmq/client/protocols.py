@@ -1,7 +1,11 @@
 """What the client's parts see of each other, as protocols: subscriptions of their connection,
 the browser of a connection, a failover subscription of its client and of each connection.
 They let `connection`, `subscription`, `browse`, `failover` and `failover_subscription` refer
-to each other's types without importing each other in a circle."""
+to each other's types without importing each other in a circle.
+
+Where a method takes the very object that sees it through a protocol (a subscription asking
+its owner to forget it), the parameter is `Any`: naming its class here would close the circle
+again. Callers pass only their own `self`."""
 
 from __future__ import annotations
 

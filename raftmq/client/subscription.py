@@ -110,6 +110,8 @@ class Subscription:
 
     # -- called by the client ---------------------------------------------------------------
     def deliver(self, frame: Frame) -> None:
+        """A MESSAGE for this subscription arrived: hand it to the callback, or queue it (a
+        full queue holds the client's reading until `get` makes room)."""
         if self._ended:
             return
         callback = self._callback
@@ -124,6 +126,8 @@ class Subscription:
             self._client.hold_reading(self)
 
     def end(self, error: BaseException | None) -> None:
+        """No more messages: unsubscribed, or the connection ended (`error` is then what
+        `get` raises once the queue is empty; None means a plain end of iteration)."""
         if self._ended:
             return
         self._ended = True

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import EventListener
-from raftmq.client.failover_outbox import HeadersArg
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
 from raftmq.client.failover_url import Address
+from raftmq.client.headers import HeadersArg
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError, SubscriptionEnded
 from raftmq.protocol.frame import Frame

@@ -1,12 +1,44 @@
-"""STOMP CONNECT negotiation, shared by the server's session and the client: which version, and
-how often each side sends heart-beats and expects them. Pure."""
+"""STOMP CONNECT negotiation, shared by the server's session and the client. Pure: strings in,
+frozen values out, `ProtocolError` for what a server refuses.
+
+- `negotiate_version`: the version a server picks from a CONNECT's `accept-version`.
+- `parse_heart_beat` / `parse_heart_beat_leniently`: a `heart-beat` header as a `HeartBeat`
+  offer; the server refuses a malformed one, the client reads it as "no heart-beats".
+- `agree_heartbeats`: what one side does with its own offer and the peer's, as a
+  `HeartbeatAgreement`. Both sides apply the same rule to the same two offers, so what one
+  agrees to send is what the other agrees to expect.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from raftmq.errors import ProtocolError
 from raftmq.protocol.frame import SUPPORTED_VERSIONS
 
-HeartBeat = tuple[int, int]  # (cx, cy): can send every cx ms, wants to receive every cy ms; 0 = none
+
+@dataclass(frozen=True, slots=True)
+class HeartBeat:
+    """One side's `heart-beat` header "cx,cy": it can send every `send_ms` (cx) and wants to
+    receive something every `receive_ms` (cy); 0 means never."""
+
+    send_ms: int = 0
+    receive_ms: int = 0
+
+    def header(self) -> str:
+        return f"{self.send_ms},{self.receive_ms}"
+
+
+NO_HEART_BEAT = HeartBeat()
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAgreement:
+    """What one side of a connection agreed to: send something at least every `send_ms`, and
+    expect something from the peer at least every `receive_ms`; 0 means never."""
+
+    send_ms: int
+    receive_ms: int
 
 
 def negotiate_version(accept_version: str | None) -> str:
@@ -28,30 +60,36 @@ def negotiate_version(accept_version: str | None) -> str:
 
 
 def parse_heart_beat(value: str | None) -> HeartBeat:
-    """The `heart-beat` header "cx,cy" as two non-negative ints; absent means 0,0. A server
-    refuses a malformed one (ProtocolError)."""
+    """The `heart-beat` header "cx,cy" (two non-negative integers, blanks around each allowed);
+    absent means no heart-beats. A server refuses anything else with `ProtocolError`."""
     if value is None:
-        return 0, 0
+        return NO_HEART_BEAT
     parts = value.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    # isdecimal, not isdigit: "²" is a digit that int() refuses.
+    if len(parts) != 2 or not all(p.strip().isdecimal() for p in parts):
         raise ProtocolError("invalid heart-beat header", f"expected two non-negative integers 'cx,cy', got {value!r}")
-    return int(parts[0]), int(parts[1])
+    return HeartBeat(int(parts[0]), int(parts[1]))
 
 
 def parse_heart_beat_leniently(value: str | None) -> HeartBeat:
-    """As `parse_heart_beat`, but a malformed value means no heart-beats (a client does not
-    refuse a broker over it)."""
+    """The broker's `heart-beat` header as the client reads it: any two integers int() takes,
+    a negative one meaning 0; anything else means no heart-beats (a client does not refuse a
+    broker over it)."""
+    if value is None:
+        return NO_HEART_BEAT
+    parts = value.split(",")
+    if len(parts) != 2:
+        return NO_HEART_BEAT
     try:
-        return parse_heart_beat(value)
-    except ProtocolError:
-        return 0, 0
+        send_ms, receive_ms = int(parts[0]), int(parts[1])
+    except ValueError:
+        return NO_HEART_BEAT
+    return HeartBeat(max(send_ms, 0), max(receive_ms, 0))
 
 
-def agree_heartbeats(ours: HeartBeat, theirs: HeartBeat) -> tuple[int, int]:
-    """(we send every ms, we expect something every ms), 0 meaning never. STOMP: each side
-    uses the larger of what one can send and the other wants, when both are non-zero."""
-    our_cx, our_cy = ours
-    their_cx, their_cy = theirs
-    send_ms = max(our_cx, their_cy) if our_cx > 0 and their_cy > 0 else 0
-    receive_ms = max(our_cy, their_cx) if our_cy > 0 and their_cx > 0 else 0
-    return send_ms, receive_ms
+def agree_heartbeats(ours: HeartBeat, theirs: HeartBeat) -> HeartbeatAgreement:
+    """STOMP's rule: a side sends every max(its cx, the peer's cy) when both are non-zero, and
+    expects something every max(its cy, the peer's cx) when both are non-zero; else never."""
+    send_ms = max(ours.send_ms, theirs.receive_ms) if ours.send_ms > 0 and theirs.receive_ms > 0 else 0
+    receive_ms = max(ours.receive_ms, theirs.send_ms) if ours.receive_ms > 0 and theirs.send_ms > 0 else 0
+    return HeartbeatAgreement(send_ms, receive_ms)

@@ -33,7 +33,7 @@ from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
-from raftmq.protocol.negotiation import agree_heartbeats, negotiate_version, parse_heart_beat
+from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.frames import connected_frame, error_frame
 from raftmq.server.host import SessionHost
@@ -223,10 +223,10 @@ class StompSession:
             return self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
         try:
             version = negotiate_version(frame.get("accept-version"))
-            client_send, client_receive = parse_heart_beat(frame.get("heart-beat"))
+            client_heart_beat = parse_heart_beat(frame.get("heart-beat"))
         except ProtocolError as exc:
             return self.fail(exc.message, exc.detail or exc.message, extra={"version": "1.0,1.1,1.2"})
-        pending = _PendingConnect(frame, version, client_send, client_receive)
+        pending = _PendingConnect(frame, version, client_heart_beat.send_ms, client_heart_beat.receive_ms)
         login, passcode = frame.get("login"), frame.get("passcode")
         decided = self.host.security.quick_login(login, passcode)
         if decided is True:
@@ -254,9 +254,9 @@ class StompSession:
         self.version = version
         self._parser.version = version
         config = host.config
-        self.send_interval_ms, self.receive_interval_ms = agree_heartbeats(
-            (config.heartbeat_send_ms, config.heartbeat_receive_ms), (pending.client_send, pending.client_receive)
-        )
+        ours = HeartBeat(config.heartbeat_send_ms, config.heartbeat_receive_ms)
+        agreed = agree_heartbeats(ours, HeartBeat(pending.client_send, pending.client_receive))
+        self.send_interval_ms, self.receive_interval_ms = agreed.send_ms, agreed.receive_ms
         client_id = frame.get("client-id")
         self._translator = FrameTranslator(self.session_id, version, client_id)
         self.state = SessionState.CONNECTING
