@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from raftmq.core.patterns import pattern_matches, specificity
 from raftmq.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, HASH_BYTES, ScryptHash, parse_hash, verify_password
 
 READ: Final = "read"
@@ -100,37 +101,6 @@ class Principal:
 
 
 # -- patterns ------------------------------------------------------------------------------------
-
-
-def check_pattern(pattern: str) -> None:
-    """Raise `ValueError` unless `pattern` is a valid destination-name pattern."""
-    if not pattern:
-        raise ValueError("empty pattern")
-    elements = pattern.split(".")
-    for index, element in enumerate(elements):
-        if not element:
-            raise ValueError(f"empty element in {pattern!r} (two dots, or a dot at an end)")
-        if element == ">" and index != len(elements) - 1:
-            raise ValueError(f"'>' must be the last element of {pattern!r}")
-        if element not in ("*", ">") and ("*" in element or ">" in element):
-            raise ValueError(f"a wildcard must be a whole element in {pattern!r} (like 'a.*' or 'a.>', not 'a*')")
-
-
-def pattern_matches(pattern: str, name: str) -> bool:
-    """ActiveMQ matching: `*` is one element, a final `>` one or more elements."""
-    wanted = pattern.split(".")
-    parts = name.split(".")
-    for index, element in enumerate(wanted):
-        if element == ">":
-            return len(parts) > index
-        if index >= len(parts) or (element != "*" and element != parts[index]):
-            return False
-    return len(wanted) == len(parts)
-
-
-def specificity(pattern: str) -> tuple[int, ...]:
-    """Larger is more specific: per element, literal 2, `*` 1, `>` 0, compared from the left."""
-    return tuple(0 if element == ">" else 1 if element == "*" else 2 for element in pattern.split("."))
 
 
 def governing_entry(entries: Iterable[AclEntry], kind: str, name: str) -> AclEntry | None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftmq.cli import main
+from raftmq.core.patterns import check_pattern, pattern_matches
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import (
     ADMIN,
@@ -21,9 +22,7 @@ from raftmq.security import (
     Security,
     SecurityConfig,
     UserEntry,
-    check_pattern,
     governing_entry,
-    pattern_matches,
 )
 
 FAST = {"n": 16, "r": 1, "p": 1}  # cheap scrypt for tests; the format carries the cost

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from cluster.route import CONTROL_DESTINATION
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
     Abort,
@@ -26,6 +27,7 @@ from raftmq.core.commands import (
     Commit,
     Connect,
     Disconnect,
+    Headers,
     Nack,
     Noop,
     Send,
@@ -37,6 +39,7 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
+from raftmq.core.federation import Federation
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
@@ -62,6 +65,8 @@ class Broker:
         self.config = config
         self.state = BrokerState(DedupCache(config.dedup_cache_size))
         self.dispatch = Dispatcher(self.state, config)
+        # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
+        self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
             Disconnect: self._disconnect,
@@ -102,6 +107,8 @@ class Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
         broker = cls(config)
         load_state(broker.state, data, config)
+        if broker.federation is not None:
+            broker.federation.rebuild()
         return broker
 
     def body_refs(self) -> Iterator[Any]:
@@ -271,14 +278,37 @@ class Broker:
         destination = command.destination
         if not is_valid_destination(destination):
             return self._reject(command.session, "invalid destination", destination, command.receipt)
+        if destination == CONTROL_DESTINATION:
+            return self._learn(session, command)
         if command.transaction is not None:
             ops = session.transactions.get(command.transaction)
             if ops is None:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
             ops.append(("send", destination, command.headers, command.body, command.now))
         else:
-            self.dispatch.publish(destination, command.headers, command.body, command.now)
+            self._publish(destination, command.headers, command.body, command.now)
         self._done(command.session, command.receipt)
+
+    def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        if self.federation is None:
+            self.dispatch.publish(destination, headers, body, now)
+        else:
+            self.federation.publish(destination, headers, body, now)
+
+    def _learn(self, session: Session, command: Send) -> None:
+        """A neighbouring group's advert of its bindings (cluster.bindings)."""
+        federation = self.federation
+        cluster = self.config.cluster
+        if federation is None or cluster is None or command.transaction is not None:
+            return self._reject(session.session_id, "reserved destination", command.destination, command.receipt)
+        users = {c.cluster_user for c in cluster.connections if c.cluster_user is not None}
+        if users and session.login not in users:
+            return self._reject(session.session_id, "reserved destination",
+                                f"{command.destination} takes adverts from the cluster user only", command.receipt)
+        problem = federation.learn(command.headers)
+        if problem is not None:
+            return self._reject(session.session_id, "invalid cluster advert", problem, command.receipt)
+        self._done(session.session_id, command.receipt)
 
     # -- acknowledgements ----------------------------------------------------------------------
 
@@ -329,7 +359,7 @@ class Broker:
             return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
         for op in ops:
             if op[0] == "send":
-                self.dispatch.publish(op[1], op[2], op[3], op[4])
+                self._publish(op[1], op[2], op[3], op[4])
             else:
                 # Settled meanwhile (an earlier cumulative ACK, a NACK): nothing left to do.
                 delivery = session.deliveries.get(op[1])
@@ -373,5 +403,7 @@ class Broker:
 
     def _tick(self, command: Tick) -> None:
         self.dispatch.expire_due(command.now)
+        if self.federation is not None:
+            self.federation.redistribute(command.now)
         if self.dispatch.dirty:
             self.dispatch.run()

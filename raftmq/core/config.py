@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.connection import ClusterView
+
 
 @dataclass(frozen=True, slots=True)
 class CoreConfig:
@@ -15,3 +17,6 @@ class CoreConfig:
     dedup_cache_size: int = 20_000  # _AMQ_DUPL_ID ids remembered (oldest forgotten first)
     default_prefetch: int = 1000  # deliveries in flight per subscription when SUBSCRIBE names none
     selector_scan_limit: int = 10_000  # messages a dispatch pass looks past for a selector match
+    # The group's place in a cluster of groups (from the topology's [[cluster_connection]]s);
+    # None: a broker on its own. Not a [core] key: `raftmq node --topology` sets it.
+    cluster: ClusterView | None = None

@@ -13,7 +13,7 @@ class DedupCache:
     front, which costs O(evictions since the last resize) per call.)
     """
 
-    __slots__ = ("capacity", "_order", "_known")
+    __slots__ = ("_known", "_order", "capacity")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

@@ -52,6 +52,29 @@ def _parse_expires(value: str) -> int:
     return max(expires, 0)
 
 
+def read_headers(headers: Headers) -> tuple[int, int, bool, str | None, str | None]:
+    """What the core reads of a SEND's headers: priority, expires, persistent, JMSXGroupID and
+    _AMQ_DUPL_ID (the first occurrence of a repeated header wins)."""
+    priority = DEFAULT_PRIORITY
+    expires = 0
+    persistent = False
+    group = None
+    dupl_id = None
+    # Reversed, so that the first occurrence of a repeated header is the one that sticks.
+    for name, value in reversed(headers):
+        if name == "priority":
+            priority = _parse_priority(value)
+        elif name == "expires":
+            expires = _parse_expires(value)
+        elif name == "persistent":
+            persistent = value.lower() == "true"
+        elif name == "JMSXGroupID":
+            group = value or None
+        elif name == "_AMQ_DUPL_ID":
+            dupl_id = value or None
+    return priority, expires, persistent, group, dupl_id
+
+
 class Dispatcher:
     """Queue stores, the expiry index, and the dispatch passes, on a `BrokerState`. Pure like
     the rest of the core. `now` and `effects` belong to the command being applied."""
@@ -60,7 +83,7 @@ class Dispatcher:
         self.state = state
         self.config = config
         self._scan_limit = max(1, config.selector_scan_limit)
-        self._id_prefix = f"{config.broker_name}-"
+        self.id_prefix = f"{config.broker_name}-"
         self.now = 0  # the current command's time
         self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
         self.effects: list[Effect] = []
@@ -77,30 +100,15 @@ class Dispatcher:
             topic = self.state.topics[destination] = Topic(destination)
         return topic
 
-    def publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False) -> None:
         """Store a sent message in its queue, or a copy in each matching subscription of its topic
-        (none when no one subscribes: topics do not store); a known duplicate is dropped."""
-        priority = DEFAULT_PRIORITY
-        expires = 0
-        persistent = False
-        group = None
-        dupl_id = None
-        # Reversed, so that the first occurrence of a repeated header is the one that sticks.
-        for name, value in reversed(headers):
-            if name == "priority":
-                priority = _parse_priority(value)
-            elif name == "expires":
-                expires = _parse_expires(value)
-            elif name == "persistent":
-                persistent = value.lower() == "true"
-            elif name == "JMSXGroupID":
-                group = value or None
-            elif name == "_AMQ_DUPL_ID":
-                dupl_id = value or None
-        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
+        (none when no one subscribes: topics do not store); a known duplicate is dropped
+        (`deduplicated`: the caller checked its `_AMQ_DUPL_ID` already)."""
+        priority, expires, persistent, group, dupl_id = read_headers(headers)
+        if dupl_id is not None and not deduplicated and not self.state.dedup.remember(destination, dupl_id):
             return
         self.state.message_seq += 1
-        message_id = f"{self._id_prefix}{self.state.message_seq}"
+        message_id = f"{self.id_prefix}{self.state.message_seq}"
         if destination.startswith(QUEUE_PREFIX):
             if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
                 expires = 0
@@ -250,6 +258,16 @@ class Dispatcher:
         store.lanes = [deque() for _ in range(PRIORITY_LEVELS)]
         store.tombstones = 0
         return discarded
+
+    def take_ready(self, store: Store, token: int) -> Message:
+        """Take ready message `token` out of `store` for good (it moves to another group):
+        counted as dequeued here."""
+        message = store.ready.pop(token)
+        store.tombstones += 1
+        store.dequeued += 1
+        if message.expires:
+            self.state.expiring -= 1
+        return message
 
     def _index_expiry(self, expires: int, token: int, store: Store) -> None:
         heap = self.state.expiry_heap

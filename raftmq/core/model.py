@@ -32,7 +32,7 @@ TransactionOp = tuple[Any, ...]
 class Delivery:
     """One message handed to a subscription that expects an ACK (ack mode client / client-individual)."""
 
-    __slots__ = ("seq", "ack_id", "sub", "message")
+    __slots__ = ("ack_id", "message", "seq", "sub")
 
     def __init__(self, seq: int, ack_id: str, sub: Subscription, message: Message) -> None:
         self.seq = seq
@@ -49,19 +49,19 @@ class Subscription:
     """
 
     __slots__ = (
-        "session",
-        "sub_id",
-        "destination",
         "ack",
         "auto",
         "cumulative",
+        "destination",
+        "durable_name",
+        "exclusive",
+        "groups",
+        "in_flight",
         "prefetch",
         "selector",
-        "exclusive",
-        "durable_name",
+        "session",
         "store",
-        "in_flight",
-        "groups",
+        "sub_id",
     )
 
     def __init__(
@@ -120,7 +120,7 @@ class Session:
     `shadowed` counts those later deliveries, so the rare fallback scan runs only when one exists.
     """
 
-    __slots__ = ("session_id", "login", "client_id", "subs", "transactions", "deliveries", "by_message", "shadowed")
+    __slots__ = ("by_message", "client_id", "deliveries", "login", "session_id", "shadowed", "subs", "transactions")
 
     def __init__(self, session_id: str, login: str | None, client_id: str | None) -> None:
         self.session_id = session_id
@@ -218,23 +218,23 @@ class Store:
     """
 
     __slots__ = (
-        "destination",
-        "shared",
-        "lanes",
-        "ready",
-        "tombstones",
         "consumers",
-        "rr",
-        "exclusive",
-        "groups",
-        "stable",
-        "woken",
-        "pending",
-        "in_flight",
-        "enqueued",
-        "dequeued",
-        "expired",
         "dead_lettered",
+        "dequeued",
+        "destination",
+        "enqueued",
+        "exclusive",
+        "expired",
+        "groups",
+        "in_flight",
+        "lanes",
+        "pending",
+        "ready",
+        "rr",
+        "shared",
+        "stable",
+        "tombstones",
+        "woken",
     )
 
     def __init__(self, destination: str, shared: bool) -> None:
@@ -383,7 +383,7 @@ class Topic:
     """A topic's subscriptions (durable ones too, active or not) in subscription order, and
     counters that outlive the subscriptions that ended."""
 
-    __slots__ = ("destination", "subs", "published", "retired")
+    __slots__ = ("destination", "published", "retired", "subs")
 
     def __init__(self, destination: str) -> None:
         self.destination = destination

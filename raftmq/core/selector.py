@@ -25,7 +25,7 @@ from typing import Any
 
 from raftmq.errors import SelectorError
 
-__all__ = ["Selector", "compile_selector", "MAX_NESTING"]
+__all__ = ["MAX_NESTING", "Selector", "compile_selector"]
 
 Headers = Mapping[str, str]
 Evaluator = Callable[[Headers], Any]
@@ -85,7 +85,7 @@ def _to_bool(text: str | None) -> bool | None:
 
 
 class _Token:
-    __slots__ = ("kind", "text", "value", "pos")
+    __slots__ = ("kind", "pos", "text", "value")
 
     def __init__(self, kind: str, text: str, value: Any, pos: int) -> None:
         self.kind = kind  # "string", "number", "ident", "keyword", "op", "end"
@@ -168,7 +168,7 @@ def _tokenize(text: str) -> list[_Token]:
 class _Expr:
     """A compiled sub-expression: its static kind, its closure, and its value if constant."""
 
-    __slots__ = ("kind", "fn", "pos", "depth", "const")
+    __slots__ = ("const", "depth", "fn", "kind", "pos")
 
     def __init__(self, kind: str, fn: Evaluator, pos: int, depth: int = 1, const: Any = _NOT_CONSTANT) -> None:
         if depth > MAX_NESTING:
@@ -258,7 +258,7 @@ def _or(parts: list[Evaluator]) -> Evaluator:
     return fn
 
 
-def _divide(left: int | float, right: int | float) -> int | float | None:
+def _divide(left: float, right: float) -> int | float | None:
     if right == 0:
         return None
     if isinstance(left, int) and isinstance(right, int):
@@ -450,7 +450,7 @@ class _Parser:
             number = _numeric(operand, f"unary '{token.text}'")
             if token.text == "+":
                 return _combine(NUM, number, token.pos, operand)
-            negate = lambda headers: None if (value := number(headers)) is None else -value  # noqa: E731
+            negate = lambda headers: None if (value := number(headers)) is None else -value
             return _combine(NUM, negate, token.pos, operand)
         raise _fail(token.pos, f"expected an operand (literal, identifier, NOT or '('), found {token.describe()}")
 
@@ -624,7 +624,7 @@ def _infix_binding_power(token: _Token) -> int:
 class Selector:
     """A compiled selector. Immutable; equal when the texts are equal; pickles as its text."""
 
-    __slots__ = ("text", "_evaluate")
+    __slots__ = ("_evaluate", "text")
 
     def __init__(self, text: str, evaluate: Evaluator) -> None:
         self.text = text

@@ -17,6 +17,7 @@ from typing import Any
 
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
+from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.selector import compile_selector
@@ -82,7 +83,7 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
             if id(sub) not in position:
                 position[id(sub)] = len(subs)
                 subs.append(sub)
-    return {
+    data: dict[str, Any] = {
         "format": FORMAT,
         "message_seq": state.message_seq,
         "delivery_seq": state.delivery_seq,
@@ -125,6 +126,10 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
         ],
         "durables": [[name, position[id(sub)]] for name, sub in state.durables.items()],
     }
+    # Only a group in a cluster has any: a broker on its own writes what it always wrote.
+    if not state.federation.is_empty():
+        data["federation"] = state.federation.dump()
+    return data
 
 
 # -- load ----------------------------------------------------------------------------------------
@@ -252,6 +257,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     for name, index in data["durables"]:
         state.durables[name] = subs[index]
 
+    if "federation" in data:
+        state.federation = FederationState.load(data["federation"])
     state.rebuild_expiry_index()
     return state
 

@@ -29,6 +29,7 @@ from heapq import heapify
 from typing import Any
 
 from raftmq.core.dedup import DedupCache
+from raftmq.core.federation_state import FederationState
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.errors import InvariantViolated
 
@@ -49,6 +50,7 @@ class BrokerState:
     # (expires, token, store) of ready messages that expire; stale entries are skipped.
     expiry_heap: list[tuple[int, int, Store]] = field(default_factory=list)
     expiring: int = 0  # ready messages with an expiry: the live entries of the heap
+    federation: FederationState = field(default_factory=FederationState)  # a cluster's state (raftmq.core.federation)
 
     def stores(self) -> list[Store]:
         """Every store: the queues', then each topic subscription's own."""

@@ -1,0 +1,50 @@
+"""Which destinations a cluster connection covers: Artemis's `address` setting.
+
+`address` is a comma list of destination-name patterns (ActiveMQ's syntax, raftmq.core.patterns:
+`orders.>`, `prices.*`); a pattern starting with `!` excludes. A name is covered when it
+matches an include (or there is none) and no exclude. The names are those after `/queue/` or
+`/topic/`, so one connection covers a queue and a topic of the same name alike. An empty
+`address` covers everything. Destinations raftmq keeps for itself (`$.raftmq.` names) are
+never covered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftmq.core.patterns import check_pattern, pattern_matches
+
+INTERNAL_NAME_PREFIX = "$.raftmq."
+
+
+@dataclass(frozen=True, slots=True)
+class AddressFilter:
+    text: str = ""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> AddressFilter:
+        """Raise `ValueError` naming the bad pattern."""
+        include: list[str] = []
+        exclude: list[str] = []
+        for raw in text.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            target = include
+            if item.startswith("!"):
+                item = item[1:].strip()
+                target = exclude
+            check_pattern(item)
+            target.append(item)
+        return cls(text, tuple(include), tuple(exclude))
+
+    def covers(self, destination: str) -> bool:
+        """Whether `destination` ("/queue/NAME" or "/topic/NAME") travels on this connection."""
+        name = destination.split("/", 2)[-1]
+        if name.startswith(INTERNAL_NAME_PREFIX):
+            return False
+        if self.include and not any(pattern_matches(pattern, name) for pattern in self.include):
+            return False
+        return not any(pattern_matches(pattern, name) for pattern in self.exclude)

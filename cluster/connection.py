@@ -1,0 +1,258 @@
+"""A cluster connection: the `[[cluster_connection]]` table of a topology file.
+
+Artemis's vocabulary in snake_case (docs/cluster.md has every key)::
+
+    [[cluster_connection]]
+    name = "main"
+    address = "orders.>, !orders.local.>"    # default: everything
+    groups = ["g1", "g2", "g3"]
+    links = "mesh"                # or "chain" (in the order of `groups`) or [["g1", "g2"], ...]
+    message_load_balancing = "ON_DEMAND"   # OFF | STRICT | ON_DEMAND | OFF_WITH_REDISTRIBUTION
+    max_hops = 1
+    redistribution_delay_ms = 500          # -1: off
+    use_duplicate_detection = true
+    retry_interval_ms = 500
+    retry_interval_multiplier = 2.0
+    max_retry_interval_ms = 10000
+    reconnect_attempts = -1                # -1: forever
+    confirmation_window = 100              # forwards in flight per link
+    cluster_user = "cluster"
+    cluster_password_env = "RAFTMQ_CLUSTER_PASSWORD"   # or cluster_password = "..."
+
+`parse_cluster_connections` checks every key and names the file and key in its `ConfigError`.
+`ClusterView` is what one group's broker core is configured with: its own name and the
+connections it is part of.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cluster.addresses import AddressFilter
+from raftmq.errors import ConfigError
+
+OFF = "OFF"
+STRICT = "STRICT"
+ON_DEMAND = "ON_DEMAND"
+OFF_WITH_REDISTRIBUTION = "OFF_WITH_REDISTRIBUTION"
+LOAD_BALANCING = (OFF, STRICT, ON_DEMAND, OFF_WITH_REDISTRIBUTION)
+# Artemis leaves redistribution off (-1) and its users find messages stranded on a group whose
+# consumer moved; raftmq moves them after this short delay unless told otherwise.
+DEFAULT_REDISTRIBUTION_DELAY_MS = 500
+MESH = "mesh"
+CHAIN = "chain"
+
+_KEYS = (
+    "name", "address", "groups", "links", "message_load_balancing", "max_hops", "redistribution_delay_ms",
+    "use_duplicate_detection", "retry_interval_ms", "retry_interval_multiplier", "max_retry_interval_ms",
+    "reconnect_attempts", "confirmation_window", "cluster_user", "cluster_password", "cluster_password_env",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a bridge reconnects to a group it lost (Artemis's retry names)."""
+
+    retry_interval_ms: int = 500
+    retry_interval_multiplier: float = 2.0
+    max_retry_interval_ms: int = 10_000
+    reconnect_attempts: int = -1  # -1: forever
+
+    def delay_ms(self, attempt: int) -> int:
+        """The wait before reconnect attempt `attempt` (0 = the first after a loss)."""
+        delay = self.retry_interval_ms * self.retry_interval_multiplier**attempt
+        return int(min(delay, self.max_retry_interval_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConnection:
+    name: str
+    links: tuple[tuple[str, str], ...]  # undirected, each pair in name order, sorted
+    address: AddressFilter = field(default_factory=AddressFilter)
+    message_load_balancing: str = ON_DEMAND
+    max_hops: int = 1
+    redistribution_delay_ms: int = DEFAULT_REDISTRIBUTION_DELAY_MS
+    use_duplicate_detection: bool = True
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    confirmation_window: int = 100
+    cluster_user: str | None = None
+    cluster_password: str | None = field(default=None, repr=False)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(sorted({group for link in self.links for group in link}))
+
+    def neighbours(self, group: str) -> tuple[str, ...]:
+        """The groups `group` links to directly, in name order."""
+        return tuple(sorted({b if a == group else a for a, b in self.links if group in (a, b)}))
+
+    @property
+    def redistributes(self) -> bool:
+        return self.redistribution_delay_ms >= 0 and self.message_load_balancing in (ON_DEMAND, OFF_WITH_REDISTRIBUTION)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """One group's part of the cluster: its name and the connections it is in (config order,
+    the first whose `address` covers a destination governs it)."""
+
+    group: str
+    connections: tuple[ClusterConnection, ...]
+
+    def governing(self, destination: str) -> ClusterConnection | None:
+        for connection in self.connections:
+            if connection.address.covers(destination):
+                return connection
+        return None
+
+    @property
+    def neighbours(self) -> tuple[str, ...]:
+        return tuple(sorted({n for c in self.connections for n in c.neighbours(self.group)}))
+
+    def link_settings(self, neighbour: str) -> ClusterConnection:
+        """The connection whose settings (retry, window, user) the bridge to `neighbour` uses:
+        the first that links the two."""
+        for connection in self.connections:
+            if neighbour in connection.neighbours(self.group):
+                return connection
+        raise KeyError(neighbour)
+
+
+def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:
+    """`group`'s view, or None when no connection links it to another group."""
+    mine = tuple(c for c in connections if c.neighbours(group))
+    return ClusterView(group, mine) if mine else None
+
+
+def parse_cluster_connections(path: Path, entries: Any, groups: tuple[str, ...]) -> tuple[ClusterConnection, ...]:
+    """The `[[cluster_connection]]` tables of topology file `path`, whose groups are `groups`."""
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{path}: cluster_connection must be an array of tables ([[cluster_connection]])")
+    connections: list[ClusterConnection] = []
+    for index, entry in enumerate(entries):
+        connections.append(_parse_one(_Table(path, f"cluster_connection[{index}]", entry), groups))
+    names = [c.name for c in connections]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{path}: two cluster connections are named {name!r}")
+    return tuple(connections)
+
+
+class _Table:
+    def __init__(self, path: Path, prefix: str, raw: dict[str, Any]) -> None:
+        self.path, self.prefix, self.raw = path, prefix, raw
+        for key in raw:
+            if key not in _KEYS:
+                self.fail(key, f"is not a cluster_connection key (known: {', '.join(_KEYS)})")
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise ConfigError(f"{self.path}: {self.prefix}.{key} {problem}")
+
+    def text(self, key: str, default: str | None) -> str | None:
+        value = self.raw.get(key, default)
+        if value is not None and (not isinstance(value, str) or (not value and key != "address")):
+            self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int, minimum: int, *, minus_one: bool = False) -> int:
+        value = self.raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"must be an integer, got {value!r}")
+        if value < minimum and not (minus_one and value == -1):
+            self.fail(key, f"must be at least {minimum}{' (or -1)' if minus_one else ''}, got {value}")
+        return int(value)
+
+
+def _parse_one(table: _Table, known_groups: tuple[str, ...]) -> ClusterConnection:
+    raw = table.raw
+    name = table.text("name", None)
+    if name is None:
+        table.fail("name", "is required")
+    assert name is not None
+    address_text = table.text("address", "") or ""
+    try:
+        address = AddressFilter.parse(address_text)
+    except ValueError as exc:
+        table.fail("address", f"is invalid: {exc}")
+    members = raw.get("groups")
+    if members is not None and (not isinstance(members, list) or not all(isinstance(g, str) for g in members)):
+        table.fail("groups", f"must be a list of group names, got {members!r}")
+    links = _links(table, members, raw.get("links", MESH))
+    for a, b in links:
+        for group in (a, b):
+            if group not in known_groups:
+                table.fail("links" if members is None else "groups", f"names {group!r}, which is no group of this topology "
+                           f"(groups: {', '.join(known_groups)})")
+    policy = raw.get("message_load_balancing", ON_DEMAND)
+    if policy not in LOAD_BALANCING:
+        table.fail("message_load_balancing", f"must be one of {', '.join(LOAD_BALANCING)}, got {policy!r}")
+    duplicate_detection = raw.get("use_duplicate_detection", True)
+    if not isinstance(duplicate_detection, bool):
+        table.fail("use_duplicate_detection", f"must be true or false, got {duplicate_detection!r}")
+    multiplier = raw.get("retry_interval_multiplier", 2.0)
+    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier < 1:
+        table.fail("retry_interval_multiplier", f"must be a number of at least 1, got {multiplier!r}")
+    retry = RetryPolicy(
+        table.integer("retry_interval_ms", 500, 1),
+        float(multiplier),
+        table.integer("max_retry_interval_ms", 10_000, 1),
+        table.integer("reconnect_attempts", -1, 0, minus_one=True),
+    )
+    if retry.max_retry_interval_ms < retry.retry_interval_ms:
+        table.fail("max_retry_interval_ms", f"must be at least retry_interval_ms ({retry.retry_interval_ms})")
+    user = table.text("cluster_user", None)
+    password = table.text("cluster_password", None)
+    env = table.text("cluster_password_env", None)
+    if password is not None and env is not None:
+        table.fail("cluster_password_env", "and cluster_password are both set: name one")
+    if env is not None:
+        password = os.environ.get(env)
+        if password is None:
+            table.fail("cluster_password_env", f"names {env}, which is not set in the environment")
+    if password is not None and user is None:
+        table.fail("cluster_user", "is required with a cluster password")
+    return ClusterConnection(
+        name=name,
+        links=links,
+        address=address,
+        message_load_balancing=str(policy),
+        max_hops=table.integer("max_hops", 1, 0),
+        redistribution_delay_ms=table.integer("redistribution_delay_ms", DEFAULT_REDISTRIBUTION_DELAY_MS, 0, minus_one=True),
+        use_duplicate_detection=duplicate_detection,
+        retry=retry,
+        confirmation_window=table.integer("confirmation_window", 100, 1),
+        cluster_user=user,
+        cluster_password=password,
+    )
+
+
+def _links(table: _Table, members: list[str] | None, links: Any) -> tuple[tuple[str, str], ...]:
+    pairs: set[tuple[str, str]] = set()
+    if isinstance(links, str):
+        if links not in (MESH, CHAIN):
+            table.fail("links", f"must be \"mesh\", \"chain\" or a list of [group, group] pairs, got {links!r}")
+        if not members or len(members) < 2:
+            table.fail("groups", "must name at least two groups for a mesh or a chain")
+        assert members is not None
+        if len(set(members)) != len(members):
+            table.fail("groups", f"names a group twice: {members!r}")
+        if links == MESH:
+            pairs = {(a, b) for i, a in enumerate(members) for b in members[i + 1 :]}
+        else:
+            pairs = set(itertools.pairwise(members))
+    elif isinstance(links, list):
+        for pair in links:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(g, str) for g in pair)) or pair[0] == pair[1]:
+                table.fail("links", f"must hold [group, group] pairs of two different groups, got {pair!r}")
+            if members is not None and not set(pair) <= set(members):
+                table.fail("links", f"links {pair!r}, not among groups {members!r}")
+            pairs.add((pair[0], pair[1]))
+        if not pairs:
+            table.fail("links", "is empty")
+    else:
+        table.fail("links", f"must be \"mesh\", \"chain\" or a list of [group, group] pairs, got {links!r}")
+    return tuple(sorted({(a, b) if a < b else (b, a) for a, b in pairs}))

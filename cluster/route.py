@@ -1,0 +1,44 @@
+"""The headers a message carries between groups, and the names raftmq keeps for the cluster.
+
+A message on its way to another group waits in the source group's store-and-forward queue for
+the next hop (`sf_queue`), with three headers the bridge reads: the destination it was sent to
+(`DESTINATION_HEADER`), the group it is for (`TO_HEADER`) and the groups it went through
+(`ROUTE_HEADER`, comma separated, the source first). Its duplicate-detection id on the wire is
+`dedup_id(message id, target)`: message ids are unique within their group, so it never
+repeats, and a copy sent again (a bridge reconnect, a new leader) is stored once.
+
+The core removes these headers before it stores a message for its own consumers, so clients
+never see them.
+"""
+
+from __future__ import annotations
+
+HEADER_PREFIX = "_raftmq_"
+ROUTE_HEADER = "_raftmq_route"
+TO_HEADER = "_raftmq_to"
+DESTINATION_HEADER = "_raftmq_dest"
+ADVERT_HEADER = "_raftmq_advert"
+DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
+
+# The destination a bridge sends its group's adverts to: the core reads it, stores nothing.
+CONTROL_DESTINATION = "/queue/$.raftmq.cluster"
+SF_PREFIX = "/queue/$.raftmq.sf."
+INTERNAL_PREFIXES = ("/queue/$.raftmq.", "/topic/$.raftmq.")
+
+
+def sf_queue(neighbour: str) -> str:
+    return SF_PREFIX + neighbour
+
+
+def is_internal(destination: str) -> bool:
+    return destination.startswith(INTERNAL_PREFIXES)
+
+
+def dedup_id(message_id: str, target: str) -> str:
+    return f"raftmq:{message_id}>{target}"
+
+
+def parse_route(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    return tuple(part for part in text.split(",") if part)

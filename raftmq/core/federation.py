@@ -1,0 +1,311 @@
+"""The broker core's part in a cluster of groups: routing SENDs to other groups, learning
+their bindings, redistributing waiting messages. Pure, like the rest of the core.
+
+Everything it decides from is committed state: the neighbours' latest adverts
+(cluster.bindings), a round-robin turn per queue, and when each queue was first seen idle
+with consumers elsewhere. So every replica decides alike and a new leader routes as the old
+one did.
+
+A message for another group is not sent anywhere from here: it is stored in the
+store-and-forward queue of the next hop (cluster.route.sf_queue), an ordinary queue whose
+consumer is the leader's bridge to that neighbour (raftmq.server.bridge). The bridge removes
+it (an ACK) only once the neighbour has committed it, so a message is owned by exactly one
+group at any moment, and a copy sent twice is stored once (its duplicate-detection id).
+
+Routing (docs/cluster.md has the reasoning):
+- a queue message from a client goes where `cluster.balance.choose` says; a message with a
+  JMSXGroupID stays in the group that received it (its order is kept by one group's queue);
+- a message that arrived from another group for this one is stored here; one passing through
+  goes on to the next hop towards its target, never to a group already on its route, never
+  past the connection's max_hops (it stays here instead: redistribution may move it later);
+- a topic message from a client reaches local subscribers and, one copy each, every other
+  group with a matching subscription within max_hops, which fans it out there;
+- redistribution (on Tick): a queue with waiting messages, no local consumer, and a consumer
+  elsewhere, idle for the connection's redistribution_delay_ms, moves its ready messages
+  there (best priority first; messages of one JMSXGroupID all to the same group).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from cluster.balance import choose
+from cluster.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
+from cluster.connection import ClusterConnection, ClusterView
+from cluster.route import (
+    ADVERT_HEADER,
+    DESTINATION_HEADER,
+    HEADER_PREFIX,
+    ROUTE_HEADER,
+    TO_HEADER,
+    is_internal,
+    parse_route,
+    sf_queue,
+)
+from raftmq.core.commands import Headers
+from raftmq.core.dispatch import Dispatcher, read_headers
+from raftmq.core.federation_state import FederationState
+from raftmq.core.message import Message
+from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.selector import Selector, compile_selector
+from raftmq.core.state import BrokerState
+from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.errors import SelectorError
+
+# A redistribution moves at most this many messages of one queue per Tick (a Tick's apply
+# stays short; the rest follow at the next Tick).
+REDISTRIBUTION_BATCH = 10_000
+
+
+class Federation:
+    def __init__(self, view: ClusterView, state: BrokerState, dispatch: Dispatcher) -> None:
+        self.view = view
+        self.own = view.group
+        self.state = state
+        self.dispatch = dispatch
+        self._governing: dict[str, ClusterConnection | None] = {}
+        self._selectors: dict[str, Selector | None] = {}
+        self.rebuild()
+
+    @property
+    def fed(self) -> FederationState:
+        return self.state.federation
+
+    def rebuild(self) -> None:
+        """Derive the route index from the adverts (after a change, or a snapshot load)."""
+        self._routes, self._next_hops = routes(self.fed.adverts, self.own)
+
+    def governing(self, destination: str) -> ClusterConnection | None:
+        try:
+            return self._governing[destination]
+        except KeyError:
+            connection = self._governing[destination] = self.view.governing(destination)
+            return connection
+
+    # -- what the leader's bridges read ------------------------------------------------------
+
+    def local_bindings(self) -> dict[str, Consumers]:
+        """This group's own destinations a neighbour may route to: every queue (with its
+        consumers' selectors) and every topic with subscriptions, durable ones too."""
+        config = self.dispatch.config
+        local: dict[str, Consumers] = {}
+        for destination, store in self.state.queues.items():
+            if is_internal(destination) or destination in (config.dead_letter_queue, config.expiry_queue):
+                continue
+            local[destination] = summarise(_selector_text(sub.selector) for sub in store.consumers)
+        for destination, topic in self.state.topics.items():
+            if topic.subs and not is_internal(destination):
+                local[destination] = summarise(_selector_text(sub.selector) for sub in topic.subs)
+        return local
+
+    def advert_for(self, neighbour: str, position: int) -> Advert:
+        def max_hops(destination: str) -> int | None:
+            connection = self.governing(destination)
+            if connection is None or neighbour not in connection.neighbours(self.own):
+                return None
+            return connection.max_hops
+
+        return advert_for(self.own, neighbour, position, self.local_bindings(), self.fed.adverts, max_hops)
+
+    def routes_to(self, destination: str) -> dict[str, Route]:
+        return self._routes.get(destination, {})
+
+    def reachable_groups(self) -> dict[str, tuple[int, str]]:
+        """Every group this one can reach: (hops, next hop)."""
+        return dict(self._next_hops)
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def learn(self, headers: Headers) -> str | None:
+        """A neighbour's advert (a SEND to the control destination); an error text if invalid."""
+        text = next((value for name, value in headers if name == ADVERT_HEADER), None)
+        if text is None:
+            return f"no {ADVERT_HEADER} header"
+        try:
+            advert = decode_advert(text)
+        except ValueError as exc:
+            return str(exc)
+        if advert.sender not in self.view.neighbours:
+            return f"{advert.sender!r} is not linked to group {self.own!r}"
+        known = self.fed.adverts.get(advert.sender)
+        if known is None or advert.position > known.position:
+            self.fed.adverts[advert.sender] = advert
+            self.rebuild()
+        return None
+
+    def publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        """Route a committed SEND (or a transaction's) to this group's stores or onwards."""
+        to: str | None = None
+        route: tuple[str, ...] = ()
+        if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
+            kept = []
+            for name, value in headers:
+                if name == TO_HEADER:
+                    to = value
+                elif name == ROUTE_HEADER:
+                    route = parse_route(value)
+                elif not name.startswith(HEADER_PREFIX):
+                    kept.append((name, value))
+            headers = tuple(kept)
+        priority, expires, persistent, group, dupl_id = read_headers(headers)
+        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
+            return
+        connection = self.governing(destination)
+        if connection is None:
+            self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+            return
+        here = (*route, self.own) if (not route or route[-1] != self.own) else route
+        passing = to is not None and to != self.own
+        if destination.startswith(QUEUE_PREFIX):
+            if passing:
+                assert to is not None
+                if not self._pass_on(connection, destination, headers, body, now, to, here):
+                    self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+                return
+            if to is None and group is None:
+                message = Message("", destination, headers, body, priority, expires, now, group, persistent)
+                target = self._balance(connection, destination, message)
+                if target != self.own:
+                    self._forward(self._next_hops[target][1], destination, headers, body, now, target, here)
+                    return
+            self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+            return
+        if passing:
+            assert to is not None
+            if not self._pass_on(connection, destination, headers, body, now, to, here):
+                self.fed.unroutable += 1
+            return
+        self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+        if to is None:
+            message = Message("", destination, headers, body, priority, expires, now, group, persistent)
+            matching = None
+            for target, remote in sorted(self.routes_to(destination).items()):
+                if remote.hops > connection.max_hops or target in here:
+                    continue
+                if matching is None:
+                    matching = selector_headers(message)
+                if self._would_take(remote.consumers, matching):
+                    self._forward(remote.via, destination, headers, body, now, target, here)
+
+    def redistribute(self, now: int) -> None:
+        """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
+        idle = self.fed.idle_since
+        for destination, store in self.state.queues.items():
+            connection = self.governing(destination)
+            if connection is None or not connection.redistributes:
+                continue
+            demand = self._demand(connection, destination) if store.ready and not store.consumers else []
+            if not demand:
+                idle.pop(destination, None)
+                continue
+            since = idle.setdefault(destination, now)
+            if now - since >= connection.redistribution_delay_ms:
+                self._move(destination, store, demand)
+        for destination in [d for d in idle if d not in self.state.queues]:
+            del idle[destination]
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
+        remote: list[tuple[str, bool]] = []
+        matching = selector_headers(message)
+        for target, route in self.routes_to(destination).items():
+            if route.hops <= connection.max_hops:
+                remote.append((target, self._would_take(route.consumers, matching)))
+        if not remote:
+            return self.own
+        store = self.state.queues.get(destination)
+        own_takes = store is not None and any(
+            sub.selector is None or sub.selector.matches(matching) for sub in store.consumers
+        )
+        turn = self.fed.turns.get(destination, 0)
+        target, used = choose(connection.message_load_balancing, self.own, own_takes, remote, turn)
+        if used:
+            self.fed.turns[destination] = turn + 1
+        return target
+
+    def _demand(self, connection: ClusterConnection, destination: str) -> list[Route]:
+        return [
+            route for _, route in sorted(self.routes_to(destination).items())
+            if route.hops <= connection.max_hops and route.consumer_count > 0
+        ]
+
+    def _move(self, destination: str, store: Store, demand: list[Route]) -> None:
+        moved = 0
+        turn = self.fed.turns.get(destination, 0)
+        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
+            for token in list(store.lanes[priority]):
+                message = store.ready.get(token)
+                if message is None:
+                    continue
+                matching = selector_headers(message)
+                targets = [route for route in demand if self._would_take(route.consumers, matching)]
+                if not targets:
+                    continue
+                if message.group is not None:  # one JMSXGroupID, one group: its order holds
+                    route = targets[zlib.crc32(message.group.encode()) % len(targets)]
+                else:
+                    route = targets[turn % len(targets)]
+                    turn += 1
+                self.dispatch.take_ready(store, token)
+                self._forward(route.via, destination, message.headers, message.body, message.timestamp,
+                              route.group, (self.own,), message)
+                moved += 1
+                if moved >= REDISTRIBUTION_BATCH:
+                    break
+            if moved >= REDISTRIBUTION_BATCH:
+                break
+        store.maybe_compact()
+        if moved:
+            self.fed.turns[destination] = turn
+            self.fed.redistributed += moved
+
+    def _pass_on(self, connection: ClusterConnection, destination: str, headers: Headers, body: object, now: int,
+                 to: str, here: tuple[str, ...]) -> bool:
+        hop = self._next_hops.get(to)
+        if hop is None or hop[1] in here or len(here) > connection.max_hops:
+            return False
+        self._forward(hop[1], destination, headers, body, now, to, here)
+        return True
+
+    def _forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
+                 here: tuple[str, ...], original: Message | None = None) -> None:
+        """Store the message in `via`'s store-and-forward queue, for group `to`."""
+        state = self.state
+        dispatch = self.dispatch
+        state.message_seq += 1
+        message_id = f"{dispatch.id_prefix}{state.message_seq}"
+        tagged = (*headers, (DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here)))
+        if original is None:
+            priority, expires, persistent, group, _ = read_headers(headers)
+        else:
+            priority, expires, persistent, group = original.priority, original.expires, original.persistent, original.group
+        queue = sf_queue(via)
+        dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
+        self.fed.forwarded[via] = self.fed.forwarded.get(via, 0) + 1
+
+    def _would_take(self, consumers: Consumers, matching: dict[str, str]) -> bool:
+        for text, count in consumers:
+            if count <= 0:
+                continue
+            if text is None:
+                return True
+            selector = self._selector(text)
+            if selector is not None and selector.matches(matching):
+                return True
+        return False
+
+    def _selector(self, text: str) -> Selector | None:
+        try:
+            return self._selectors[text]
+        except KeyError:
+            try:
+                selector: Selector | None = compile_selector(text)
+            except SelectorError:
+                selector = None  # another group accepted it; this version cannot read it: never matches
+            self._selectors[text] = selector
+            return selector
+
+
+def _selector_text(selector: Selector | None) -> str | None:
+    return None if selector is None else selector.text

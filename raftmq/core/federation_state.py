@@ -1,0 +1,45 @@
+"""The committed cluster state of one group's core (raftmq.core.federation decides with it).
+Snapshots carry it; the route index is derived from the adverts again on load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.bindings import Advert, decode_advert, encode_advert
+
+
+@dataclass(eq=False)
+class FederationState:
+    """The committed cluster state of one group's core (snapshotted with the rest)."""
+
+    adverts: dict[str, Advert] = field(default_factory=dict)  # by neighbour
+    turns: dict[str, int] = field(default_factory=dict)  # round-robin turn per queue
+    idle_since: dict[str, int] = field(default_factory=dict)  # queue -> first Tick seen idle with demand elsewhere
+    forwarded: dict[str, int] = field(default_factory=dict)  # messages put on each neighbour's sf queue
+    redistributed: int = 0
+    unroutable: int = 0  # topic copies whose target became unreachable on the way (dropped)
+
+    def is_empty(self) -> bool:
+        return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable)
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "adverts": {sender: encode_advert(advert) for sender, advert in self.adverts.items()},
+            "turns": dict(self.turns),
+            "idle_since": dict(self.idle_since),
+            "forwarded": dict(self.forwarded),
+            "redistributed": self.redistributed,
+            "unroutable": self.unroutable,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> FederationState:
+        return cls(
+            {str(sender): decode_advert(text) for sender, text in data["adverts"].items()},
+            {str(k): int(v) for k, v in data["turns"].items()},
+            {str(k): int(v) for k, v in data["idle_since"].items()},
+            {str(k): int(v) for k, v in data["forwarded"].items()},
+            int(data["redistributed"]),
+            int(data["unroutable"]),
+        )
