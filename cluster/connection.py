@@ -122,6 +122,14 @@ class ClusterView:
         raise KeyError(neighbour)
 
 
+@dataclass(frozen=True, slots=True)
+class PeerGroup:
+    """A group a node's bridges connect to: its name and its members' client addresses."""
+
+    name: str
+    clients: tuple[str, ...]  # "host:port" of each member's STOMP listener
+
+
 def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:
     """`group`'s view, or None when no connection links it to another group."""
     mine = tuple(c for c in connections if c.neighbours(group))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.connection import PeerGroup
 from raftmq.core.config import CoreConfig
 
 DEFAULT_BROKER_NAME = CoreConfig().broker_name  # "raftmq": replaced by the group's name
@@ -63,6 +64,9 @@ class NodeConfig:
     data_dir: str = ".raftmq"
     in_memory: bool = False
     limits: Limits = field(default_factory=Limits)
+    # The neighbouring groups' members, for the leader's bridges (`raftmq node --topology`);
+    # empty outside a cluster. Not a TOML key.
+    cluster_peers: tuple[PeerGroup, ...] = ()
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
     security: SecurityConfig = field(default_factory=SecurityConfig)
