@@ -67,7 +67,7 @@ class StatusCollector(Collector):
         labels = {"group": str(status.get("group") or ""), "node": str(status.get("node") or "")}
         names, values = list(labels), list(labels.values())
 
-        def single(kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, documentation: str,
+        def single(kind: type[GaugeMetricFamily | CounterMetricFamily], name: str, documentation: str,
                    value: Any) -> Metric | None:
             if not _number(value):
                 return None

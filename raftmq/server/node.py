@@ -31,6 +31,7 @@ from raftmq.core.commands import Command, Connect, Tick
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
+from raftmq.server.bridge import bridges_for
 from raftmq.server.connection import Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
@@ -43,6 +44,7 @@ log = structlog.get_logger("raftmq.server.node")
 
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
+CLUSTER_TICK_SECONDS = 0.1
 GC_GEN0_THRESHOLD = 20_000  # allocations between young collections (Python's default: 700)
 _gc_tuned = False
 
@@ -67,7 +69,7 @@ class Node:
         self.commit_log = commit_log if commit_log is not None else InMemoryLog()
         self._security = Security(config.security)  # logins, ACL, TLS; sessions ask it
         self.name = name or config.name
-        self.sessions: dict[str, Connection] = {}
+        self.sessions: dict[str, ClientConnection] = {}  # client connections and bridge sessions
         self.replica = Replica(self, bodies, fetch_bodies)
         self.succession = Succession(self)
         self._relays = Relays(self)  # sessions of this follower's clients, piped to the leader
@@ -86,6 +88,11 @@ class Node:
         self.failure: str | None = None  # set when the node must stop (journal unwritable, core bug)
         self.failed = asyncio.Event()
         self._connected_at: dict[str, float] = {}  # session id -> loop time its CONNECT committed
+        cluster = config.core.cluster
+        # In a cluster of groups the leader runs a bridge to each neighbouring group.
+        self.bridges = bridges_for(self, cluster, config.cluster_peers) if cluster is not None else []
+        for bridge in self.bridges:
+            self.add_leader_service(bridge)
 
     # -- what connections and the replica ask (ConnectionHost, ReplicaHost)
 
@@ -189,6 +196,14 @@ class Node:
     def add_leader_service(self, service: LeaderService) -> None:
         self.succession.add_service(service)
 
+    def register_session(self, session: ClientConnection) -> None:
+        """An in-process session (a bridge's) the replica hands effects to like a connection's."""
+        self.sessions[session.session_id] = session
+
+    def new_session_id(self, kind: str = "") -> str:
+        """Unique across the group's nodes and restarts (node name, boot token, counter)."""
+        return f"{self.name}:{self._boot}:{kind}{next(self._session_numbers)}"
+
     # -- lifecycle
 
     @property
@@ -210,6 +225,8 @@ class Node:
         if self._config.tick_interval_ms > 0:
             self._tick_task = self._loop.create_task(self._tick_forever())
         self._sample_task = self._loop.create_task(self._sample_forever())
+        if not self.commit_log.status().replicated:
+            self.succession.lead_alone()
         log.info("node.started", node=self.name, host=self._address[0], port=self._address[1])
 
     async def stop(self) -> None:
@@ -265,13 +282,16 @@ class Node:
         return handed
 
     def _new_connection(self) -> Connection:
-        session_id = f"{self.name}:{self._boot}:{next(self._session_numbers)}"
+        session_id = self.new_session_id()
         connection = Connection(self, session_id)
         self.sessions[session_id] = connection
         return connection
 
     async def _tick_forever(self) -> None:
         interval = self._config.tick_interval_ms / 1000
+        if self._config.core.cluster is not None:
+            # Redistribution decides on Ticks: often enough to honour a short delay.
+            interval = min(interval, CLUSTER_TICK_SECONDS)
         while True:
             await asyncio.sleep(interval)
             if self.commit_log.is_leader:
@@ -343,7 +363,25 @@ class Node:
         status["commit_index"] = log_status.commit_index
         if replica.bodies is not None:
             status["bodies"] = replica.bodies.stats()
+        if self._config.core.cluster is not None:
+            status["cluster"] = self.cluster_status()
         return status
+
+    def cluster_status(self) -> dict[str, Any]:
+        """The group's name, its links (the bridges run on the leader only) and the groups
+        it knows, for `raftmq status`."""
+        federation = self.broker.federation
+        cluster = self._config.core.cluster
+        assert federation is not None and cluster is not None
+        state = federation.fed
+        return {
+            "group": cluster.group,
+            "links": [bridge.status() for bridge in self.bridges] if self.commit_log.is_leader else [],
+            "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in federation.reachable_groups().items()},
+            "forwarded": dict(state.forwarded),
+            "redistributed": state.redistributed,
+            "unroutable": state.unroutable,
+        }
 
 
 def _tune_gc() -> None:

@@ -61,6 +61,11 @@ class Succession:
         now if this node already leads and has taken over)."""
         self._services.append(service)
 
+    def lead_alone(self) -> None:
+        """The log always leads (InMemoryLog): nothing will ever call `role_changed`, so the
+        leader's services start now."""
+        self._spawn(self._start_services())
+
     def role_changed(self, leader: bool) -> None:
         """The commit log's role listener: called on the loop before proposals in flight fail."""
         self.leader_changes += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cluster.route import CONTROL_DESTINATION, is_internal
 from raftmq.core.commands import (
     ACK_AUTO,
     ACK_MODES,
@@ -85,7 +86,7 @@ class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
-    __slots__ = ("session_id", "version", "client_id", "transactions", "subscriptions", "browsers", "_table")
+    __slots__ = ("_table", "browsers", "client_id", "session_id", "subscriptions", "transactions", "version")
 
     def __init__(self, session_id: str, version: str, client_id: str | None) -> None:
         self.session_id = session_id
@@ -118,6 +119,8 @@ class FrameTranslator:
         headers = frame.headers
         first = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
         destination = check_destination(first.get("destination"), "SEND")
+        if is_internal(destination) and destination != CONTROL_DESTINATION:
+            raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         transaction = first.get("transaction")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
@@ -129,6 +132,8 @@ class FrameTranslator:
 
     def _subscribe(self, frame: Frame, now: int) -> Command:
         destination = check_destination(frame.get("destination"), "SUBSCRIBE")
+        if is_internal(destination):
+            raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         sub_id = frame.get("id")
         if sub_id is None or sub_id == "":
             if self.version != "1.0":

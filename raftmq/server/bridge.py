@@ -1,0 +1,293 @@
+"""A cluster bridge: the leader of one group moving messages to one neighbouring group.
+
+One `Bridge` per neighbour runs on the group's leader only (a `LeaderService`). It
+
+- consumes the neighbour's store-and-forward queue through an in-process session of its own
+  core (raftmq.server.bridge_session), at most `confirmation_window` messages in flight;
+- SENDs each to the neighbour's leader with our failover client (following leader changes
+  there, reconnecting with the connection's retry settings), to the destination it was sent
+  to, with a duplicate-detection id made of its message id and target group
+  (cluster.route.dedup_id) and a receipt;
+- ACKs it in its own group only after that RECEIPT, i.e. after the neighbour's majority
+  committed and fsynced it. A crash or leader change anywhere before the ACK means the message
+  is delivered to the bridge again and sent again with the same id: the neighbour stores it
+  once. A SEND the neighbour refuses outright (too large, not allowed) is NACKed: after
+  `max_delivery_count` refusals it goes to the dead-letter queue, never silently away;
+- tells the neighbour, as an advert on the control destination, which destinations and
+  consumers can be reached through this group (cluster.bindings): at once on every change,
+  and every `ADVERT_REFRESH_SECONDS` anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import structlog
+
+from cluster.bindings import encode_advert
+from cluster.connection import ClusterConnection, ClusterView, PeerGroup
+from cluster.route import (
+    ADVERT_HEADER,
+    CONTROL_DESTINATION,
+    DESTINATION_HEADER,
+    DUPLICATE_ID_HEADER,
+    TO_HEADER,
+    dedup_id,
+    sf_queue,
+)
+from raftmq.client.failover import FailoverClient
+from raftmq.client.failover_connector import FailoverEvent
+from raftmq.client.failover_url import FailoverOptions
+from raftmq.core.broker import Broker
+from raftmq.core.effects import Deliver
+from raftmq.errors import BrokerRefused, ClientError
+from raftmq.replication.commit_log import CommitLog
+from raftmq.server.bridge_session import BridgeSession, BridgeSessionHost
+
+log = structlog.get_logger("raftmq.server.bridge")
+
+ADVERT_CHECK_SECONDS = 0.1  # how often the bindings are compared with the last advert sent
+ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a restarted neighbour)
+
+
+class BridgeHost(BridgeSessionHost, Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    def new_session_id(self, kind: str) -> str: ...
+
+
+class Bridge:
+    def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection) -> None:
+        self.name = f"bridge {own_group}->{neighbour.name}"
+        self._host = host
+        self.own_group = own_group
+        self.neighbour = neighbour
+        self.settings = settings
+        self.queue = sf_queue(neighbour.name)
+        self._task: asyncio.Task[None] | None = None
+        self._client: FailoverClient | None = None
+        self._session: BridgeSession | None = None
+        # What `raftmq status` shows of the link.
+        self.state = "stopped"  # stopped, connecting, connected, retrying, failed
+        self.retry_at: float | None = None  # monotonic time of the next reconnect attempt
+        self.forwarded = 0  # confirmed by the neighbour and acknowledged here
+        self.refused = 0  # refused by the neighbour (NACKed)
+        self.in_flight = 0
+        self.adverts_sent = 0
+        self.last_error: str | None = None
+        self._attempt = 0
+
+    # -- LeaderService ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._close()
+        self.state = "stopped"
+
+    # -- the link -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        settings = self.settings
+        retry = settings.retry
+        options = FailoverOptions(
+            initial_reconnect_delay_ms=retry.retry_interval_ms,
+            max_reconnect_delay_ms=retry.max_retry_interval_ms,
+            use_exponential_backoff=retry.retry_interval_multiplier > 1,
+            backoff_multiplier=retry.retry_interval_multiplier,
+            max_reconnect_attempts=retry.reconnect_attempts,
+            randomize=False,
+        )
+        self.state = "connecting"
+        client = self._client = FailoverClient(
+            [list(self.neighbour.clients)], options,
+            login=settings.cluster_user, passcode=settings.cluster_password,
+            heartbeat=(1_000, 1_000),  # a hung neighbour leader is noticed in ~2 s
+        )
+        client.events.append(self._on_event)
+        try:
+            await client.start()
+        except ClientError as exc:
+            self._failed(exc)
+            return
+        session = self._session = BridgeSession(
+            self._host, self._host.new_session_id("bridge"), self.queue, settings.confirmation_window,
+            settings.cluster_user,
+        )
+        await session.open()
+        advertiser = asyncio.get_running_loop().create_task(self._advertise(client))
+        try:
+            await self._forward(client, session)
+        finally:
+            advertiser.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await advertiser
+
+    async def _forward(self, client: FailoverClient, session: BridgeSession) -> None:
+        while not session.closed.is_set():
+            await session.wakeup.wait()
+            session.wakeup.clear()
+            deliveries = session.deliveries
+            while deliveries:
+                effect, body = deliveries.popleft()
+                destination, headers = self._outgoing(effect)
+                self.in_flight += 1
+                try:
+                    future = client.send_nowait(destination, body, headers, receipt=True)
+                except ClientError as exc:  # the client gave up: the deliveries return with the session
+                    self.in_flight -= 1
+                    self._failed(exc)
+                    return
+                future.add_done_callback(functools.partial(self._sent, session, effect.ack_id))
+
+    def _outgoing(self, effect: Deliver) -> tuple[str, list[tuple[str, str]]]:
+        message = effect.message
+        destination = ""
+        to = self.neighbour.name
+        headers: list[tuple[str, str]] = []
+        for name, value in message.headers:
+            if name == DESTINATION_HEADER:
+                destination = value
+            elif name != DUPLICATE_ID_HEADER:
+                if name == TO_HEADER:
+                    to = value
+                headers.append((name, value))
+        if self.settings.use_duplicate_detection:
+            headers.append((DUPLICATE_ID_HEADER, dedup_id(message.message_id, to)))
+        return destination, headers
+
+    def _sent(self, session: BridgeSession, ack_id: str | None, future: asyncio.Future[Any]) -> None:
+        self.in_flight -= 1
+        if future.cancelled() or ack_id is None:
+            return
+        error = future.exception()
+        if isinstance(error, BrokerRefused):
+            self.refused += 1
+            self.last_error = f"refused by {self.neighbour.name}: {error}"
+            log.warning("bridge.refused", bridge=self.name, error=str(error))
+            _settle(session, ack_id, forwarded=False)
+        elif error is None:
+            self.forwarded += 1
+            _settle(session, ack_id, forwarded=True)
+        # Otherwise the outcome is unknown (the client closed): the delivery comes back with the session.
+
+    async def _advertise(self, client: FailoverClient) -> None:
+        last: tuple[Any, ...] | None = None
+        last_sent = 0.0
+        connection = -1
+        while True:
+            await asyncio.sleep(ADVERT_CHECK_SECONDS)
+            federation = self._host.broker.federation
+            if federation is None or not client.is_connected:
+                continue
+            advert = federation.advert_for(self.neighbour.name, self._host.commit_log.position.index)
+            content = (advert.groups, advert.bindings)
+            now = time.monotonic()
+            if content == last and connection == client.connection_number and now - last_sent < ADVERT_REFRESH_SECONDS:
+                continue
+            try:
+                await client.send(CONTROL_DESTINATION, b"", [(ADVERT_HEADER, encode_advert(advert))], receipt=True)
+            except BrokerRefused as exc:
+                self.last_error = f"advert refused by {self.neighbour.name}: {exc}"
+                log.error("bridge.advert_refused", bridge=self.name, error=str(exc))
+                await asyncio.sleep(ADVERT_REFRESH_SECONDS)
+                continue
+            except ClientError:
+                continue
+            last, last_sent, connection = content, now, client.connection_number
+            self.adverts_sent += 1
+
+    def _on_event(self, event: FailoverEvent) -> None:
+        if event.kind == "connected":
+            self.state = "connected"
+            self._attempt = 0
+            self.retry_at = None
+            log.info("bridge.connected", bridge=self.name, address=str(event.address))
+        elif event.kind == "disconnected":
+            self.state = "retrying"
+            self.last_error = str(event.error) if event.error is not None else "connection closed"
+            log.warning("bridge.disconnected", bridge=self.name, address=str(event.address), error=self.last_error)
+        elif event.kind == "attempt_failed":
+            self.state = "retrying"
+            delay = self.settings.retry.delay_ms(self._attempt) / 1000
+            self._attempt += 1
+            self.retry_at = time.monotonic() + delay
+            self.last_error = str(event.error) if event.error is not None else self.last_error
+            log.info("bridge.retrying", bridge=self.name, attempt=self._attempt, in_s=round(delay, 3), error=self.last_error)
+
+    def _failed(self, error: BaseException) -> None:
+        self.state = "failed"
+        self.last_error = str(error)
+        log.error("bridge.failed", bridge=self.name, error=self.last_error)
+
+    async def _close(self) -> None:
+        session, self._session = self._session, None
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close(timeout=1.0)
+        if session is not None:
+            await session.close()
+        self.in_flight = 0
+
+    # -- status -------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        store = self._host.broker.state.queues.get(self.queue)
+        waiting = 0 if store is None else len(store.ready) + store.in_flight
+        retry_in = None if self.retry_at is None else max(0.0, round(self.retry_at - time.monotonic(), 1))
+        return {
+            "from": self.own_group,
+            "to": self.neighbour.name,
+            "state": self.state,
+            "retry_in_s": retry_in if self.state == "retrying" else None,
+            "forwarded": self.forwarded,
+            "refused": self.refused,
+            "waiting": waiting,
+            "in_flight": self.in_flight,
+            "adverts_sent": self.adverts_sent,
+            "last_error": self.last_error,
+        }
+
+
+def _settle(session: BridgeSession, ack_id: str, forwarded: bool) -> None:
+    if session.closed.is_set():
+        return  # the next leader's sweep returns it
+    future = session.settle(ack_id, forwarded)
+    future.add_done_callback(_ignore_outcome)
+
+
+def _ignore_outcome(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge]:
+    """One bridge per neighbour of the group `view` describes."""
+    by_name = {peer.name: peer for peer in peers}
+    bridges = []
+    for neighbour in view.neighbours:
+        peer = by_name.get(neighbour)
+        if peer is None:
+            log.error("bridge.no_addresses", group=view.group, neighbour=neighbour)
+            continue
+        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour)))
+    return bridges

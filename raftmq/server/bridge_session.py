@@ -1,0 +1,146 @@
+"""The source side of a cluster bridge: a session of the leader's own core, without a socket.
+
+It is a consumer of one store-and-forward queue (client-individual acks, the link's
+confirmation window as its prefetch), registered with the node like a client connection, so
+the replica hands it deliveries (with their bodies) and the leader's succession treats it as
+any session: when this node stops leading, it is closed and the next leader's sweep returns its
+unacknowledged deliveries to the queue, to be forwarded again with the same duplicate id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from raftmq.clock import Clock
+from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Subscribe
+from raftmq.core.effects import Deliver
+from raftmq.server.host import ClientConnection
+from raftmq.server.stomp_session import SessionState
+
+SUBSCRIPTION_ID = "sf"
+
+
+class BridgeSessionHost(Protocol):
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]: ...
+
+    def register_session(self, session: ClientConnection) -> None: ...
+
+    def connection_closed(self, connection: ClientConnection) -> None: ...
+
+
+class BridgeSession:
+    """Implements `ClientConnection` for the node; `deliveries` is what the bridge forwards."""
+
+    def __init__(self, host: BridgeSessionHost, session_id: str, queue: str, window: int, login: str | None) -> None:
+        self._host = host
+        self._session_id = session_id
+        self._queue = queue
+        self._window = window
+        self._login = login
+        self._state = SessionState.CONNECTING
+        self._held = False
+        self.deliveries: deque[tuple[Deliver, bytes]] = deque()
+        self.wakeup = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    async def open(self) -> None:
+        """Join the core as a consumer of the queue; raises if the proposal fails."""
+        self._host.register_session(self)
+        now = self._host.clock.now_ms()
+        await self._host.propose([
+            Connect(self._session_id, now, self._login),
+            Subscribe(self._session_id, SUBSCRIPTION_ID, self._queue, now, ACK_CLIENT_INDIVIDUAL, prefetch=self._window),
+        ])
+
+    def settle(self, ack_id: str, forwarded: bool) -> asyncio.Future[None]:
+        """ACK a forwarded delivery (the neighbour committed it) or NACK a refused one."""
+        now = self._host.clock.now_ms()
+        command = Ack(self._session_id, now, ack_id=ack_id) if forwarded else Nack(self._session_id, now, ack_id=ack_id)
+        return self._host.propose([command])
+
+    async def close(self) -> None:
+        """End the session: while this node still leads, its Disconnect returns what is in flight."""
+        if self._state < SessionState.DISCONNECTING and self._host.is_leader:
+            self._state = SessionState.DISCONNECTING
+            try:
+                await asyncio.wait_for(self._host.propose([Disconnect(self._session_id, self._host.clock.now_ms())]), 2.0)
+            except Exception:
+                pass  # the next leader's sweep disconnects it
+        self._closed()
+
+    def _closed(self) -> None:
+        if self._state != SessionState.CLOSED:
+            self._state = SessionState.CLOSED
+            self._host.connection_closed(self)
+            self.closed.set()
+            self.wakeup.set()
+
+    # -- ClientConnection -------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def peer(self) -> str:
+        return f"bridge {self._queue}"
+
+    @property
+    def version(self) -> str:
+        return "1.2"
+
+    @property
+    def state(self) -> int:
+        return self._state
+
+    @property
+    def open_for_output(self) -> bool:
+        return self._state == SessionState.OPEN
+
+    @property
+    def held_for_redirect(self) -> bool:
+        return self._held
+
+    def connect_committed(self) -> None:
+        if self._state == SessionState.CONNECTING:
+            self._state = SessionState.OPEN
+
+    def disconnect_committed(self) -> None:
+        self._closed()
+
+    def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
+        if self._state == SessionState.CLOSED:
+            return
+        self.deliveries.append((effect, body if body is not None else effect.message.body))
+        self.wakeup.set()
+
+    def receipt(self, receipt_id: str) -> None:
+        pass  # the bridge waits on its proposals' futures instead
+
+    def write(self, data: bytes) -> None:
+        pass  # no frames: a browse never targets this session
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
+             abort: bool = False, extra: dict[str, str] | None = None) -> None:
+        self._closed()
+
+    def hold_for_redirect(self) -> None:
+        self._held = True
+
+    def shutdown(self) -> None:
+        self._closed()
+
+    def abort(self) -> None:
+        self._closed()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed()
