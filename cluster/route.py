@@ -4,8 +4,11 @@ A message on its way to another group waits in the source group's store-and-forw
 the next hop (`sf_queue`), with three headers the bridge reads: the destination it was sent to
 (`DESTINATION_HEADER`), the group it is for (`TO_HEADER`) and the groups it went through
 (`ROUTE_HEADER`, comma separated, the source first). Its duplicate-detection id on the wire is
-`dedup_id(message id, target)`: message ids are unique within their group, so it never
-repeats, and a copy sent again (a bridge reconnect, a new leader) is stored once.
+`dedup_id(message id, target)` in `FORWARD_ID_HEADER`: message ids are unique within their
+group, so it never repeats, and a copy sent again (a bridge reconnect, a new leader) is stored
+once. The producer's own `_AMQ_DUPL_ID` travels unchanged (it was checked where the message
+was first stored); a message without one carries the forward id there too, so the bridge's
+client does not invent one, and the core drops that copy again.
 
 The core removes these headers before it stores a message for its own consumers, so clients
 never see them.
@@ -18,7 +21,8 @@ ROUTE_HEADER = "_raftmq_route"
 TO_HEADER = "_raftmq_to"
 DESTINATION_HEADER = "_raftmq_dest"
 ADVERT_HEADER = "_raftmq_advert"
-DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
+FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_id)
+DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"  # the producer's own, kept as it was
 
 # The destination a bridge sends its group's adverts to: the core reads it, stores nothing.
 CONTROL_DESTINATION = "/queue/$.raftmq.cluster"

@@ -35,6 +35,8 @@ from cluster.connection import ClusterConnection, ClusterView
 from cluster.route import (
     ADVERT_HEADER,
     DESTINATION_HEADER,
+    DUPLICATE_ID_HEADER,
+    FORWARD_ID_HEADER,
     HEADER_PREFIX,
     ROUTE_HEADER,
     TO_HEADER,
@@ -137,6 +139,7 @@ class Federation:
         """Route a committed SEND (or a transaction's) to this group's stores or onwards."""
         to: str | None = None
         route: tuple[str, ...] = ()
+        forward_id: str | None = None
         if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
             kept = []
             for name, value in headers:
@@ -144,11 +147,17 @@ class Federation:
                     to = value
                 elif name == ROUTE_HEADER:
                     route = parse_route(value)
+                elif name == FORWARD_ID_HEADER:
+                    forward_id = value
                 elif not name.startswith(HEADER_PREFIX):
                     kept.append((name, value))
+            if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
+                kept = [(name, value) for name, value in kept if name != DUPLICATE_ID_HEADER or value != forward_id]
             headers = tuple(kept)
         priority, expires, persistent, group, dupl_id = read_headers(headers)
-        if dupl_id is not None and not self.state.dedup.remember(destination, dupl_id):
+        # A forward is checked by its own id: the producer's was checked where it was first stored.
+        check_id = forward_id if forward_id is not None else dupl_id
+        if check_id is not None and not self.state.dedup.remember(destination, check_id):
             return
         connection = self.governing(destination)
         if connection is None:

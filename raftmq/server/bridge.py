@@ -36,6 +36,7 @@ from cluster.route import (
     CONTROL_DESTINATION,
     DESTINATION_HEADER,
     DUPLICATE_ID_HEADER,
+    FORWARD_ID_HEADER,
     TO_HEADER,
     dedup_id,
     sf_queue,
@@ -162,16 +163,22 @@ class Bridge:
         message = effect.message
         destination = ""
         to = self.neighbour.name
+        producer_id = False
         headers: list[tuple[str, str]] = []
         for name, value in message.headers:
             if name == DESTINATION_HEADER:
                 destination = value
-            elif name != DUPLICATE_ID_HEADER:
-                if name == TO_HEADER:
-                    to = value
-                headers.append((name, value))
+                continue
+            if name == TO_HEADER:
+                to = value
+            elif name == DUPLICATE_ID_HEADER:
+                producer_id = True
+            headers.append((name, value))
         if self.settings.use_duplicate_detection:
-            headers.append((DUPLICATE_ID_HEADER, dedup_id(message.message_id, to)))
+            forward_id = dedup_id(message.message_id, to)
+            headers.append((FORWARD_ID_HEADER, forward_id))
+            if not producer_id:
+                headers.append((DUPLICATE_ID_HEADER, forward_id))
         return destination, headers
 
     def _sent(self, session: BridgeSession, ack_id: str | None, future: asyncio.Future[Any]) -> None:

@@ -31,12 +31,14 @@ READY_LINE = "raftmq node listening on "
 
 
 class Member:
-    def __init__(self, node_id: str, client: int, raft: int, admin: int, log_dir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(self, node_id: str, client: int, raft: int, admin: int, log_dir: Path, host: str = "127.0.0.1",
+                 group: str = "test") -> None:
         self.id = node_id
         self.host = host
         self.client_port, self.raft_port, self.admin_port = client, raft, admin
-        self.stdout_path = log_dir / f"{node_id}.stdout"
-        self.stderr_path = log_dir / f"{node_id}.stderr"
+        prefix = "" if group == "test" else f"{group}-"
+        self.stdout_path = log_dir / f"{prefix}{node_id}.stdout"
+        self.stderr_path = log_dir / f"{prefix}{node_id}.stderr"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,16 +59,18 @@ class Group:
 
     def __init__(self, tmp_path: Path, size: int = 3, raft: dict[str, Any] | None = None,
                  journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
-                 hosts: list[str] | None = None) -> None:
+                 hosts: list[str] | None = None, name: str = "test") -> None:
         self.dir = tmp_path
-        self.data_dir = tmp_path / "data"
+        self.name = name
+        self.data_dir = tmp_path / ("data" if name == "test" else f"data-{name}")
+        self.extra_args: list[str] = []  # appended to every member's command line (a cluster's --topology)
         ports = free_ports(3 * size)
         hosts = hosts or ["127.0.0.1"] * size  # one loopback address per member lets a test cut one off
         self.members = {
-            f"n{i + 1}": Member(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], tmp_path, hosts[i])
+            f"n{i + 1}": Member(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], tmp_path, hosts[i], name)
             for i in range(size)
         }
-        lines = ["[group]", 'name = "test"', f'data_dir = "{self.data_dir}"']
+        lines = ["[group]", f'name = "{name}"', f'data_dir = "{self.data_dir}"']
         for table, values in (("raft", raft), ("journal", journal), ("server", server)):
             if values:
                 lines.append(f"[{table}]")
@@ -74,7 +78,7 @@ class Group:
         for member in self.members.values():
             lines += ["[[node]]", f'id = "{member.id}"', f'client = "{member.client}"',
                       f'raft = "{member.host}:{member.raft_port}"', f'admin = "{member.host}:{member.admin_port}"']
-        self.config_path = tmp_path / "group.toml"
+        self.config_path = tmp_path / ("group.toml" if name == "test" else f"{name}.toml")
         self.config_path.write_text("\n".join(lines) + "\n")
 
     # -- processes ---------------------------------------------------------------------------
@@ -85,7 +89,8 @@ class Group:
             member = self.members[node_id]
             assert not member.alive, f"{node_id} is running"
             member.proc = processes.spawn(
-                [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id],
+                [sys.executable, "-m", "raftmq", "node", "--config", str(self.config_path), "--node", node_id,
+                 *self.extra_args],
                 member.stdout_path, member.stderr_path,
             )
         if wait:

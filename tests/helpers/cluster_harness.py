@@ -1,0 +1,96 @@
+"""Real clusters of groups for the cluster-connection tests: each group a `Group` of member
+processes (`python -m raftmq node --config <group> --node ID --topology <topology>`), all
+described by one topology file with a `[[cluster_connection]]`; killed by pid."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from raftmq.client import StompClient
+from tests.helpers.group_harness import Group, connect_leader
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, groups: list[str], size: int = 1, *, links: Any = "mesh",
+                 **connection: Any) -> None:
+        self.dir = tmp_path
+        self.groups = {name: Group(tmp_path, size, name=name, raft={"election_timeout_min_ms": 300}) for name in groups}
+        lines = ["[topology]", 'name = "test-cluster"', f'data_dir = "{tmp_path / "state"}"']
+        for name in groups:
+            lines += ["[[group]]", f'file = "{name}.toml"']
+        lines += ["[[cluster_connection]]", 'name = "test"', f"groups = {json.dumps(groups)}",
+                  f"links = {json.dumps(links)}"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in connection.items()]
+        self.topology = tmp_path / "topology.toml"
+        self.topology.write_text("\n".join(lines) + "\n")
+        for group in self.groups.values():
+            group.extra_args = ["--topology", str(self.topology)]
+
+    def start(self) -> None:
+        for group in self.groups.values():
+            group.start(wait=False)
+        for group in self.groups.values():
+            for node_id in group.members:
+                group.wait_ready(node_id)
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.close()
+
+    def addresses(self, group: str) -> list[tuple[str, int]]:
+        return self.groups[group].client_addresses()
+
+    async def client(self, group: str) -> StompClient:
+        return await connect_leader(self.addresses(group))
+
+    def cluster_status(self, group: str) -> dict[str, Any] | None:
+        """The `cluster` section of the group leader's /status."""
+        g = self.groups[group]
+        for node_id in g.members:
+            status = g.status(node_id, timeout=1.0)
+            if status and status.get("role") == "leader":
+                cluster: dict[str, Any] | None = status.get("cluster")
+                return cluster
+        return None
+
+    def queue_depths(self, destination: str) -> dict[str, int]:
+        """Ready plus in-flight messages of `destination` on each group's leader."""
+        depths = {}
+        for name, g in self.groups.items():
+            for node_id in g.members:
+                status = g.status(node_id, timeout=1.0)
+                if status and status.get("role") == "leader":
+                    entry = status["broker"]["destinations"].get(destination, {})
+                    depths[name] = int(entry.get("depth", 0)) + int(entry.get("in_flight", 0))
+        return depths
+
+    def wait_links(self, timeout: float = 20.0) -> None:
+        """Until every group's leader has every link connected and knows every other group it
+        can reach (its neighbours' first adverts arrived)."""
+        deadline = time.monotonic() + timeout
+        pending: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            pending = {}
+            for name in self.groups:
+                cluster = self.cluster_status(name)
+                links = cluster["links"] if cluster else []
+                if not cluster or not links or any(link["state"] != "connected" for link in links) \
+                        or not cluster["reachable"]:
+                    pending[name] = cluster
+            if not pending:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"links not up within {timeout}s: {pending}")
+
+
+async def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval)
+    return bool(predicate())
