@@ -112,6 +112,13 @@ class Federation:
     def routes_to(self, destination: str) -> dict[str, Route]:
         return self._routes.get(destination, {})
 
+    def remote_bindings(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per destination, the other groups that have it: hops and consumers (JSON-able)."""
+        return {
+            destination: {group: {"hops": route.hops, "consumers": route.consumer_count} for group, route in sorted(table.items())}
+            for destination, table in sorted(self._routes.items())
+        }
+
     def reachable_groups(self) -> dict[str, tuple[int, str]]:
         """Every group this one can reach: (hops, next hop)."""
         return dict(self._next_hops)

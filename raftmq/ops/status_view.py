@@ -20,6 +20,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
+
 STATUS_TIMEOUT_SECONDS = 1.0
 MAX_PARALLEL_REQUESTS = 16
 
@@ -98,8 +100,9 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             "expiry": _dict(broker.get("expiry")),
             "nodes": nodes,
             "destinations": destinations,
+            "links": list((_dict(leader[1].get("cluster")).get("links") or []) if leader is not None else []),
         })
-    return {"ok": all(group["ok"] for group in summary), "groups": summary}
+    return {"ok": all(group["ok"] for group in summary), "groups": summary, "cluster": cluster_view(summary)}
 
 
 def _node_row(node: NodeAddress, status: dict[str, Any] | None, leader_commit: int | None) -> dict[str, Any]:
@@ -141,6 +144,11 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
         if group["destinations"]:
             parts.append(_destinations_table(group))
         parts.append(_dead_letter_line(group))
+    links = [link for group in summary.get("groups", []) for link in group.get("links", [])]
+    if links:
+        parts.append(links_table(links))
+    if summary.get("cluster"):
+        parts.append(cluster_table(summary["cluster"]))
     if not parts:
         parts.append(Text("no groups"))
     return Group(*parts)

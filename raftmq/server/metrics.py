@@ -114,6 +114,7 @@ class StatusCollector(Collector):
         yield from (family for family in families if family is not None)
         rates = (status.get("rates") or {}).get("destinations") or {}
         yield from self._destinations(broker.get("destinations") or {}, rates, names, values)
+        yield from _links((status.get("cluster") or {}).get("links") or [], names, values)
 
     def _destinations(
         self, destinations: dict[str, dict[str, Any]], rates: dict[str, dict[str, Any]], names: list[str], values: list[str]
@@ -136,6 +137,41 @@ class StatusCollector(Collector):
                 if _number(counters.get(key)):
                     counter.add_metric(label_values, counters[key])
             yield counter
+
+
+# (metric suffix, key in a link's status, help) of the cluster bridges (on the group's leader).
+_LINK_COUNTERS = (
+    ("forwarded", "forwarded", "Messages the neighbouring group confirmed (committed there, removed here)."),
+    ("refused", "refused", "Messages the neighbouring group refused (NACKed here; dead-lettered after max deliveries)."),
+    ("adverts_sent", "adverts_sent", "Binding adverts the neighbouring group confirmed."),
+)
+_LINK_GAUGES = (
+    ("waiting", "waiting", "Messages in the store-and-forward queue towards the neighbouring group."),
+    ("in_flight", "in_flight", "Messages sent to the neighbouring group and not yet confirmed."),
+)
+
+
+def _links(links: list[dict[str, Any]], names: list[str], values: list[str]) -> Iterator[Metric]:
+    """Per-link families, labelled with the link's `from` and `to` groups."""
+    label_names = ["from_group", "to_group", *names]
+    rows = [([str(link.get("from")), str(link.get("to")), *values], link) for link in links]
+    connected = GaugeMetricFamily("raftmq_link_connected", "1 while the bridge to the neighbouring group is connected.",
+                                  labels=label_names)
+    for label_values, link in rows:
+        connected.add_metric(label_values, 1 if link.get("state") == "connected" else 0)
+    yield connected
+    for suffix, key, documentation in _LINK_GAUGES:
+        gauge = GaugeMetricFamily(f"raftmq_link_{suffix}", documentation, labels=label_names)
+        for label_values, link in rows:
+            if _number(link.get(key)):
+                gauge.add_metric(label_values, link[key])
+        yield gauge
+    for suffix, key, documentation in _LINK_COUNTERS:
+        counter = CounterMetricFamily(f"raftmq_link_{suffix}", documentation, labels=label_names)
+        for label_values, link in rows:
+            if _number(link.get(key)):
+                counter.add_metric(label_values, link[key])
+        yield counter
 
 
 def _number(value: Any) -> bool:

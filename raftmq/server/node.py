@@ -378,6 +378,7 @@ class Node:
             "group": cluster.group,
             "links": [bridge.status() for bridge in self.bridges] if self.commit_log.is_leader else [],
             "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in federation.reachable_groups().items()},
+            "bindings": federation.remote_bindings(),
             "forwarded": dict(state.forwarded),
             "redistributed": state.redistributed,
             "unroutable": state.unroutable,

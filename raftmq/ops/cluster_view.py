@@ -1,0 +1,62 @@
+"""The cluster part of `raftmq status`: the links between groups and each destination across
+the groups. Pure: it reads the summary `raftmq.ops.status_view.summarise` builds from every
+node's /status (the links come from each group's leader, which runs the bridges)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from cluster.route import INTERNAL_PREFIXES
+
+
+def cluster_view(groups: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each destination across the cluster: depth and consumers per group (from each leader).
+    Empty for a single group (its destinations table says it all)."""
+    if len(groups) < 2:
+        return {}
+    view: dict[str, dict[str, dict[str, Any]]] = {}
+    for group in groups:
+        for destination, counters in group["destinations"].items():
+            if destination.startswith(INTERNAL_PREFIXES) or not isinstance(counters, dict):
+                continue
+            view.setdefault(destination, {})[group["name"]] = {
+                "depth": counters.get("depth"), "consumers": counters.get("consumers"),
+            }
+    return view
+
+
+def links_table(links: list[dict[str, Any]]) -> Table:
+    table = Table(title="links (cluster bridges, run by each group's master)", title_justify="left")
+    for column in ("from", "to", "state", "forwarded", "waiting", "in flight", "last error"):
+        table.add_column(column, justify="right" if column in ("forwarded", "waiting", "in flight") else "left")
+    for link in links:
+        state = str(link.get("state"))
+        if state == "retrying" and link.get("retry_in_s") is not None:
+            state = f"retrying in {link['retry_in_s']} s"
+        style = "green" if state == "connected" else "bold red"
+        error = "" if link.get("state") == "connected" else _text(link.get("last_error"))
+        table.add_row(_text(link.get("from")), _text(link.get("to")), Text(state, style=style), _text(link.get("forwarded")),
+                      _text(link.get("waiting")), _text(link.get("in_flight")), error)
+    return table
+
+
+def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:
+    groups = sorted({group for per_group in view.values() for group in per_group})
+    table = Table(title="destinations across the cluster: depth / consumers per group", title_justify="left")
+    table.add_column("destination", no_wrap=True)
+    for group in groups:
+        table.add_column(group, justify="right")
+    for destination in sorted(view):
+        cells = []
+        for group in groups:
+            counters = view[destination].get(group)
+            cells.append("-" if counters is None else f"{_text(counters['depth'])} / {_text(counters['consumers'])}")
+        table.add_row(destination, *cells)
+    return table
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
