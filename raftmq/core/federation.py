@@ -78,10 +78,14 @@ class Federation:
         self._routes, self._next_hops = routes(self.fed.adverts, self.own)
 
     def governing(self, destination: str) -> ClusterConnection | None:
+        """The connection whose settings route `destination`; None: it stays in this group
+        (not covered, or the dead-letter / expiry queue, which each group keeps for itself)."""
         try:
             return self._governing[destination]
         except KeyError:
-            connection = self._governing[destination] = self.view.governing(destination)
+            config = self.dispatch.config
+            own_queue = destination in (config.dead_letter_queue, config.expiry_queue)
+            connection = self._governing[destination] = None if own_queue else self.view.governing(destination)
             return connection
 
     # -- what the leader's bridges read ------------------------------------------------------
@@ -223,9 +227,12 @@ class Federation:
     # -- helpers ----------------------------------------------------------------------------
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
+        routes = self.routes_to(destination)
+        if not routes:
+            return self.own
         remote: list[tuple[str, bool]] = []
         matching = selector_headers(message)
-        for target, route in self.routes_to(destination).items():
+        for target, route in routes.items():
             if route.hops <= connection.max_hops:
                 remote.append((target, self._would_take(route.consumers, matching)))
         if not remote:
