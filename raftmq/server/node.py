@@ -32,6 +32,7 @@ from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
 from raftmq.server.bridge import bridges_for
+from raftmq.server.cluster_events import ClusterEvents
 from raftmq.server.connection import Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
@@ -93,6 +94,8 @@ class Node:
         self.bridges = bridges_for(self, cluster, config.cluster_peers) if cluster is not None else []
         for bridge in self.bridges:
             self.add_leader_service(bridge)
+        if cluster is not None:
+            self.add_leader_service(ClusterEvents(self))
 
     # -- what connections and the replica ask (ConnectionHost, ReplicaHost)
 

@@ -1,0 +1,72 @@
+"""Log what the cluster's committed state says changed: `cluster.binding_added` /
+`cluster.binding_removed` (a destination of another group became reachable, or stopped being)
+and `cluster.redistributed` (messages moved after their consumer left). The core cannot log,
+so the group's leader compares the state every half second (a `LeaderService`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+import structlog
+
+from raftmq.core.broker import Broker
+
+log = structlog.get_logger("raftmq.server.cluster")
+
+WATCH_SECONDS = 0.5
+
+
+class WatchedNode(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+
+class ClusterEvents:
+    name = "cluster events"
+
+    def __init__(self, node: WatchedNode) -> None:
+        self._node = node
+        self._task: asyncio.Task[None] | None = None
+        self._bindings: dict[str, dict[str, dict[str, int]]] | None = None
+        self._redistributed: int | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _watch(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(WATCH_SECONDS)
+
+    def check(self) -> None:
+        federation = self._node.broker.federation
+        if federation is None:
+            return
+        bindings = federation.remote_bindings()
+        redistributed = federation.fed.redistributed
+        if self._bindings is not None:
+            for destination, groups in bindings.items():
+                for group, binding in groups.items():
+                    if group not in self._bindings.get(destination, {}):
+                        log.info("cluster.binding_added", node=self._node.name, destination=destination, group=group,
+                                 hops=binding["hops"], consumers=binding["consumers"])
+            for destination, groups in self._bindings.items():
+                for group in groups:
+                    if group not in bindings.get(destination, {}):
+                        log.info("cluster.binding_removed", node=self._node.name, destination=destination, group=group)
+        if self._redistributed is not None and redistributed > self._redistributed:
+            log.info("cluster.redistributed", node=self._node.name, messages=redistributed - self._redistributed,
+                     total=redistributed)
+        self._bindings, self._redistributed = bindings, redistributed

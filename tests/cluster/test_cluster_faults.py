@@ -1,0 +1,164 @@
+"""Cluster connections under faults: groups of three real member processes; kill -9 a
+leader mid-forwarding on either side of a link, or in the middle of a chain, or stop a whole
+target group and start it again. In every case every receipted message reaches the consumer,
+and a message seen twice is a redelivery (flagged), never a second stored copy."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftmq.client.failover import FailoverClient, connect_failover
+from raftmq.protocol.frame import Frame
+from tests.helpers.cluster_harness import Cluster
+
+pytestmark = pytest.mark.integration
+
+COUNT = 600
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Iterator[list[Cluster]]:
+    started: list[Cluster] = []
+    yield started
+    for cluster in started:
+        cluster.close()
+
+
+def start(clusters: list[Cluster], tmp_path: Path, groups: list[str], **connection: Any) -> Cluster:
+    cluster = Cluster(tmp_path, groups, size=3, **connection)
+    clusters.append(cluster)
+    cluster.start()
+    cluster.wait_links(timeout=40)
+    return cluster
+
+
+def url(cluster: Cluster, group: str) -> str:
+    return "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses(group)) + ")?randomize=false"
+
+
+class Consumer:
+    """A failover consumer acking each message; records (body, redelivered) per delivery."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[bytes, bool]] = []
+        self.client: FailoverClient | None = None
+
+    async def start(self, target: str, destination: str) -> None:
+        self.client = client = await connect_failover(target)
+
+        def on_message(frame: Frame) -> None:
+            self.deliveries.append((frame.body, frame.get("redelivered") == "true"))
+            client.ack_nowait(frame)
+
+        client.subscribe(destination, ack="client-individual", prefetch=50, callback=on_message)
+
+    def check(self, sent: set[bytes]) -> None:
+        """Everything sent arrived; a body seen again came back as a redelivery."""
+        seen: set[bytes] = set()
+        for body, redelivered in self.deliveries:
+            assert body not in seen or redelivered, f"{body!r} delivered twice without the redelivered flag"
+            seen.add(body)
+        missing = sent - seen
+        assert not missing, f"{len(missing)} receipted messages lost, e.g. {sorted(missing)[:5]}"
+        assert seen <= sent, f"unexpected messages: {sorted(seen - sent)[:5]}"
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+
+async def produce(target: str, destination: str, count: int, during: Any = None, at: int = 0) -> set[bytes]:
+    """Send `count` messages with receipts (the failover client retries with the same
+    duplicate id); call `during()` once `at` of them are confirmed. Returns what was receipted."""
+    client = await connect_failover(target)
+    confirmed: set[bytes] = set()
+    try:
+        for index in range(count):
+            body = f"m{index:05d}".encode()
+            await client.send(destination, body, receipt=True)
+            confirmed.add(body)
+            if during is not None and index + 1 == at:
+                await asyncio.get_running_loop().run_in_executor(None, during)
+    finally:
+        await client.close()
+    return confirmed
+
+
+async def settle(consumer: Consumer, sent: set[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not sent <= {body for body, _ in consumer.deliveries}:
+        await asyncio.sleep(0.1)
+
+
+def kill_leader(cluster: Cluster, group: str) -> str:
+    g = cluster.groups[group]
+    leader = g.leader()
+    g.kill(leader)
+    return leader
+
+
+@pytest.mark.parametrize("victim", ["source", "target"])
+async def test_a_leader_killed_mid_forwarding_loses_and_doubles_nothing(
+        clusters: list[Cluster], tmp_path: Path, victim: str) -> None:
+    cluster = start(clusters, tmp_path, ["g1", "g2"])
+    consumer = Consumer()
+    await consumer.start(url(cluster, "g2"), "/queue/faults")
+    await asyncio.sleep(1.0)  # g1 learns of the consumer
+    group = "g1" if victim == "source" else "g2"
+    sent = await produce(url(cluster, "g1"), "/queue/faults", COUNT, during=lambda: kill_leader(cluster, group), at=COUNT // 3)
+    try:
+        await settle(consumer, sent, 60)
+        consumer.check(sent)
+    finally:
+        await consumer.close()
+
+
+async def test_the_middle_of_a_chain_losing_its_leader_loses_nothing(clusters: list[Cluster], tmp_path: Path) -> None:
+    cluster = start(clusters, tmp_path, ["g1", "g2", "g3"], links="chain", max_hops=2)
+    consumer = Consumer()
+    await consumer.start(url(cluster, "g3"), "/queue/chain")
+    await asyncio.sleep(1.5)  # g3's consumer is advertised to g2, then to g1
+    sent = await produce(url(cluster, "g1"), "/queue/chain", COUNT, during=lambda: kill_leader(cluster, "g2"), at=COUNT // 3)
+    try:
+        await settle(consumer, sent, 60)
+        consumer.check(sent)
+    finally:
+        await consumer.close()
+
+
+async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters: list[Cluster], tmp_path: Path) -> None:
+    cluster = start(clusters, tmp_path, ["g1", "g2"], retry_interval_ms=200, retry_interval_multiplier=2.0,
+                    max_retry_interval_ms=2000)
+    consumer = Consumer()
+    await consumer.start(url(cluster, "g2"), "/queue/later")  # it keeps reconnecting while g2 is down
+    await asyncio.sleep(1.0)
+    g2 = cluster.groups["g2"]
+    g2.close()  # every member: kill -9
+    for node_id in g2.members:
+        g2.wait_exit(node_id)
+    sent = await produce(url(cluster, "g1"), "/queue/later", 200)
+    link = (cluster.cluster_status("g1") or {})["links"][0]
+    # g1 still routes to g2's consumer (g2 cannot say otherwise): the messages wait to be forwarded.
+    assert link["state"] in ("retrying", "connecting") and link["waiting"] == 200
+    observed: list[float] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        status = cluster.cluster_status("g1") or {}
+        retry_in = status["links"][0].get("retry_in_s") if status.get("links") else None
+        if retry_in is not None:
+            observed.append(retry_in)
+        await asyncio.sleep(0.2)
+    assert observed and max(observed) <= 2.0 + 0.5  # the back-off stops at max_retry_interval_ms
+    g2.start()
+    cluster.wait_links(timeout=40)
+    try:
+        await settle(consumer, sent, 60)
+        consumer.check(sent)
+    finally:
+        await consumer.close()
