@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "raftmq"
+REPOSITORY = Path(__file__).resolve().parent.parent
+PACKAGES = ("raftmq", "cluster")  # cluster/: the pure decisions of cluster connections
 
 # Lower ranks are lower layers; a module may import modules of its own rank or lower.
 RANKS = {
@@ -17,6 +18,7 @@ RANKS = {
     "raftmq.processes": 0,
     "raftmq.packing": 0,
     "raftmq.protocol": 1,
+    "cluster": 1,  # pure: imports only raftmq.errors and raftmq.core.patterns; the core routes with it
     "raftmq.core": 1,
     "raftmq.passwords": 1,
     "raftmq.logs": 1,
@@ -44,13 +46,13 @@ MAX_LINES = 500
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    parts = path.relative_to(REPOSITORY).with_suffix("").parts
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-MODULES = {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+MODULES = {_module_name(path): path for package in PACKAGES for path in sorted((REPOSITORY / package).rglob("*.py"))}
 
 
 def _rank(module: str) -> int:
