@@ -31,6 +31,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
 @click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
 @click.option("--admin", "admin", metavar="HOST:PORT",
               help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
 @click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
@@ -45,8 +47,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
-def node(listen: str | None, config_path: str | None, node_id: str | None, admin: str | None, data_dir: str | None,
-         in_memory: bool, log_file: str | None, log_level: str) -> None:
+def node(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
+         admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
     A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
@@ -67,6 +69,13 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, admin
                 config.member(node_id)
             except ConfigError as exc:
                 raise ConfigError(f"{config_path}: {exc}") from None
+            if topology_path is not None:
+                from raftmq.ops.cluster_topology import with_cluster
+
+                assert config_path is not None
+                config = with_cluster(config, config_path, topology_path)
+        elif topology_path is not None:
+            raise ConfigError("--topology needs a group configuration (--config GROUP.toml --node ID)")
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     from raftmq.app.group import serve_group

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 UP_TIMEOUT_SECONDS = 30.0  # launcher.UP_TIMEOUT_SECONDS, repeated to keep imports lazy
 STOP_GRACE_SECONDS = 10.0  # launcher.STOP_GRACE_SECONDS
-PRESET_NAMES = ("default", "five-node", "test")  # topology.PRESETS
+PRESET_NAMES = ("default", "five-node", "test", "symmetric", "chain", "symmetric-lite")  # topology.PRESETS
 RESTART_MODES = ("never", "on-failure")  # topology.RESTART_MODES
 REFRESH_SECONDS = 1.0
 PIPE_WIDTH = 120
@@ -148,15 +148,19 @@ def _refuse_running(topology: Topology, hint: str) -> None:
 
 
 def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str, detach: bool) -> None:
+    from raftmq.ops.cluster_topology import failover_urls
     from raftmq.ops.launcher import state_path
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
-    urls = [",".join(f"stomp://{node.client}" for node in nodes) for nodes in groups]
-    failover = f"failover:({urls[0]})" if len(urls) == 1 else "failover:(" + ",".join(f"({url})" for url in urls) + ")"
+    per_group, whole = failover_urls(topology)
     click.echo(f"raftmq cluster {topology.name!r} is up: {len(groups)} group(s), {len(state.nodes)} node(s)")
     for group in summary["groups"]:
-        click.echo(f"  group {group['name']}: master {group['leader']} (term {group['term']})")
-    click.echo(f"clients: {failover}")
+        line = f"  group {group['name']}: master {group['leader']} (term {group['term']})"
+        click.echo(line + (f"  {per_group[group['name']]}" if len(groups) > 1 else ""))
+    if topology.cluster_connections:
+        links = sorted({f"{a}-{b}" for connection in topology.cluster_connections for a, b in connection.links})
+        click.echo(f"links:   {', '.join(links)}")
+    click.echo(f"clients: {per_group[topology.groups[0].name] if len(groups) == 1 else whole}")
     click.echo(f"hosts:   {','.join(node.client for node in state.nodes)}")
     click.echo(f"state:   {_shown(state_path(topology.state_dir))}")
     click.echo(f"logs:    {', '.join(_log_paths(nodes) for nodes in groups)}")

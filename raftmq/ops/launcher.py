@@ -241,6 +241,8 @@ def launch(
             except OSError as exc:
                 raise DeploymentError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
             argv: tuple[str, ...] = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
+            if topology.cluster_connections and topology.source is not None:
+                argv += ("--topology", str(topology.source.resolve()))  # the group's place in the cluster
             log_path = member_dir / NODE_LOG
             process = start_node(argv, log_path)
             children[process.pid] = process

@@ -20,6 +20,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cluster.route import INTERNAL_PREFIXES
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
 
 STATUS_TIMEOUT_SECONDS = 1.0
@@ -141,7 +142,7 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     for group in summary.get("groups", []):
         parts.append(_nodes_table(group))
-        if group["destinations"]:
+        if any(not name.startswith(INTERNAL_PREFIXES) for name in group["destinations"]):
             parts.append(_destinations_table(group))
         parts.append(_dead_letter_line(group))
     links = [link for group in summary.get("groups", []) for link in group.get("links", [])]
@@ -211,6 +212,8 @@ def _destinations_table(group: dict[str, Any]) -> Table:
         table.add_column(header, justify="right")
     dead_letter_queue = group.get("dead_letter", {}).get("destination")
     for destination in sorted(group["destinations"]):
+        if destination.startswith(INTERNAL_PREFIXES):
+            continue  # store-and-forward queues: the links table shows what waits in them
         counters = group["destinations"][destination]
         cells: list[Text | str] = []
         for _header, key in DESTINATION_COLUMNS:

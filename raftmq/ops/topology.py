@@ -13,6 +13,10 @@ A topology file::
     [[group]]
     file = "group.toml"       # a group file (raftmq.config), relative to this file
 
+    [[cluster_connection]]    # optional: groups that interconnect (cluster.connection, docs/cluster.md)
+    name = "main"
+    groups = ["g1", "g2", "g3"]
+
 A group file (`[[node]]` tables, e.g. configs/group.toml) is also accepted: a topology of one
 group whose state lives in the group's data directory. With no file at all, `default_topology`
 is one group of three members on loopback under `./.raftmq/`. A preset (`preset_topology`)
@@ -34,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from cluster.connection import ClusterConnection, parse_cluster_connections
 from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
 from raftmq.errors import ConfigError
 
@@ -55,8 +60,14 @@ MAX_BACKOFF_SECONDS = 30.0
 
 # `raftmq up --preset NAME`: group files in the raftmq.presets package (configs/ holds the same
 # files, documented in place; tests/ops/test_ops_presets.py keeps them equal).
-PRESETS = {"default": "default.toml", "five-node": "five-node.toml", "test": "test.toml"}
-PRESET_SOURCES = {"default": "group.toml", "five-node": "group5.toml", "test": "test.toml"}  # in configs/
+PRESETS = {
+    "default": "default.toml", "five-node": "five-node.toml", "test": "test.toml",
+    "symmetric": "symmetric.toml", "chain": "chain.toml", "symmetric-lite": "symmetric-lite.toml",
+}
+PRESET_SOURCES = {  # in configs/
+    "default": "group.toml", "five-node": "group5.toml", "test": "test.toml",
+    "symmetric": "symmetric.toml", "chain": "chain.toml", "symmetric-lite": "symmetric-lite.toml",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +109,7 @@ class Topology:
     groups: tuple[GroupSpec, ...]
     source: Path | None = None  # None: the built-in default
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    cluster_connections: tuple[ClusterConnection, ...] = ()  # how the groups interconnect
 
     def members(self) -> list[tuple[GroupSpec, GroupMember]]:
         return [(group, member) for group in self.groups for member in group.config.members]
@@ -169,9 +181,9 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
-    unknown = sorted(set(raw) - {"topology", "group"})
+    unknown = sorted(set(raw) - {"topology", "group", "cluster_connection"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected: topology, group)")
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected: topology, group, cluster_connection)")
     table = raw.get("topology", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: 'topology' must be a table ([topology])")
@@ -199,7 +211,10 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
             raise ConfigError(f"{path}: group[{i}]: {exc}") from None
     name = table.get("name", path.stem)
     state_dir = Path(table.get("data_dir", DEFAULT_DATA_DIR)).resolve()
-    return Topology(name, state_dir, tuple(groups), path, restart)
+    connections: tuple[ClusterConnection, ...] = ()
+    if "cluster_connection" in raw:
+        connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups))
+    return Topology(name, state_dir, tuple(groups), path, restart, connections)
 
 
 def _restart_policy(path: Path, table: dict[str, Any]) -> RestartPolicy:

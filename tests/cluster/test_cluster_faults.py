@@ -15,7 +15,7 @@ import pytest
 
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.protocol.frame import Frame
-from tests.helpers.cluster_harness import Cluster
+from tests.helpers.cluster_harness import Cluster, sync
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +104,7 @@ def kill_leader(cluster: Cluster, group: str) -> str:
 
 
 @pytest.mark.parametrize("victim", ["source", "target"])
+@sync
 async def test_a_leader_killed_mid_forwarding_loses_and_doubles_nothing(
         clusters: list[Cluster], tmp_path: Path, victim: str) -> None:
     cluster = start(clusters, tmp_path, ["g1", "g2"])
@@ -119,6 +120,7 @@ async def test_a_leader_killed_mid_forwarding_loses_and_doubles_nothing(
         await consumer.close()
 
 
+@sync
 async def test_the_middle_of_a_chain_losing_its_leader_loses_nothing(clusters: list[Cluster], tmp_path: Path) -> None:
     cluster = start(clusters, tmp_path, ["g1", "g2", "g3"], links="chain", max_hops=2)
     consumer = Consumer()
@@ -132,6 +134,7 @@ async def test_the_middle_of_a_chain_losing_its_leader_loses_nothing(clusters: l
         await consumer.close()
 
 
+@sync
 async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters: list[Cluster], tmp_path: Path) -> None:
     cluster = start(clusters, tmp_path, ["g1", "g2"], retry_interval_ms=200, retry_interval_multiplier=2.0,
                     max_retry_interval_ms=2000)

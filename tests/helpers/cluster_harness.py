@@ -5,9 +5,11 @@ described by one topology file with a `[[cluster_connection]]`; killed by pid.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from raftmq.client import StompClient
@@ -94,3 +96,13 @@ async def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bo
             return True
         await asyncio.sleep(interval)
     return bool(predicate())
+
+
+def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test function in its own event loop (fixtures and parameters pass through)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
