@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cluster.route import CONTROL_DESTINATION
+from cluster.route import CONTROL_DESTINATION, is_internal
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
     Abort,
@@ -192,7 +192,11 @@ class Broker:
             else:
                 self._drop_topic_subscription(sub, len(returning.pop(store, ())))
         for store, messages in returning.items():
-            self.dispatch.requeue(store, messages)
+            # A store-and-forward queue's consumer is a bridge: its session ending (a reconnect,
+            # a new leader) says nothing about the message, which may already be stored at the
+            # neighbour; dead-lettering it after a few of those would store it twice. Only a
+            # refusal (a NACK) counts towards the dead-letter queue there.
+            self.dispatch.requeue(store, messages, may_dead_letter=not is_internal(store.destination))
 
     def _drop_topic_subscription(self, sub: Subscription, discarded_in_flight: int) -> None:
         store = sub.store

@@ -202,12 +202,13 @@ class Dispatcher:
         target = self.config.dead_letter_queue
         self.enqueue(self.queue(target), self.moved(message, target))
 
-    def requeue(self, store: Store, messages: list[Message]) -> None:
-        """Return delivered messages (in delivery order) to the front of `store`, or dead-letter them."""
+    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True) -> None:
+        """Return delivered messages (in delivery order) to the front of `store`, or dead-letter
+        them (unless not `may_dead_letter`)."""
         limit = self.config.max_delivery_count
         back = []
         for message in messages:
-            if message.delivery_count >= limit:
+            if may_dead_letter and message.delivery_count >= limit:
                 self.dead_letter(store, message)
             else:
                 back.append(message)

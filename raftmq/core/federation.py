@@ -210,7 +210,8 @@ class Federation:
     def redistribute(self, now: int) -> None:
         """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
         idle = self.fed.idle_since
-        for destination, store in self.state.queues.items():
+        # A copy: a move may create the store-and-forward queue it goes to.
+        for destination, store in list(self.state.queues.items()):
             connection = self.governing(destination)
             if connection is None or not connection.redistributes:
                 continue

@@ -1,0 +1,114 @@
+"""The broker core in a cluster (raftmq.core.federation), two or three cores wired by hand."""
+
+from __future__ import annotations
+
+from cluster.bindings import encode_advert
+from cluster.connection import ClusterConnection, ClusterView
+from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, FORWARD_ID_HEADER, TO_HEADER, sf_queue
+from raftmq.core.broker import Broker
+from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
+from raftmq.core.config import CoreConfig
+from raftmq.core.effects import Deliver, Reject
+
+
+def core(group: str, neighbours: list[str], **connection: object) -> Broker:
+    links = tuple(sorted((min(group, n), max(group, n)) for n in neighbours))
+    view = ClusterView(group, (ClusterConnection("c", links, **connection),))  # type: ignore[arg-type]
+    broker = Broker(CoreConfig(broker_name=group, cluster=view))
+    broker.apply(Connect("p", 1))
+    broker.apply(Connect("link", 1, login="cluster"))
+    return broker
+
+
+def learn(receiver: Broker, sender: Broker, sender_name: str, receiver_name: str, position: int) -> None:
+    assert sender.federation is not None
+    advert = sender.federation.advert_for(receiver_name, position)
+    effects = receiver.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
+    assert not any(isinstance(e, Reject) for e in effects)
+
+
+def depth(broker: Broker, destination: str) -> int:
+    store = broker.state.queues.get(destination)
+    return 0 if store is None else len(store.ready) + store.in_flight
+
+
+def test_on_demand_routes_to_the_group_with_a_consumer_and_selectors_decide() -> None:
+    g1, g2 = core("g1", ["g2"]), core("g2", ["g1"])
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "s", "/queue/q", 1, selector="color = 'red'"))
+    learn(g1, g2, "g2", "g1", 1)
+    for color in ("red", "blue", "red"):
+        g1.apply(Send("p", "/queue/q", (("color", color),), b"x", 3))
+    assert depth(g1, sf_queue("g2")) == 2 and depth(g1, "/queue/q") == 1
+    g1.check_invariants()
+
+
+def test_a_forward_repeated_is_stored_once_and_its_routing_headers_are_gone() -> None:
+    g2 = core("g2", ["g1"])
+    headers = (("k", "v"), (TO_HEADER, "g2"), ("_raftmq_route", "g1"), (FORWARD_ID_HEADER, "raftmq:g1-1>g2"))
+    for _ in range(3):
+        g2.apply(Send("link", "/queue/q", headers, b"x", 5))
+    (message,) = g2.state.queues["/queue/q"].ready.values()
+    assert message.headers == (("k", "v"),)
+
+
+def test_adverts_from_a_stranger_or_another_login_are_refused() -> None:
+    g1 = core("g1", ["g2"], cluster_user="cluster")
+    g1.apply(Connect("other", 1, login="app"))
+    g3 = core("g3", ["g1"])
+    advert = g3.federation.advert_for("g1", 1)  # type: ignore[union-attr]
+    refused = g1.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
+    assert any(isinstance(e, Reject) and "not linked" in e.detail for e in refused)
+    g2 = core("g2", ["g1"])
+    advert = g2.federation.advert_for("g1", 1)  # type: ignore[union-attr]
+    refused = g1.apply(Send("other", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
+    assert any(isinstance(e, Reject) and e.message == "reserved destination" for e in refused)
+
+
+def test_a_store_and_forward_message_is_never_dead_lettered_for_its_bridge_reconnecting() -> None:
+    g1, g2 = core("g1", ["g2"]), core("g2", ["g1"])
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "s", "/queue/q", 1))
+    learn(g1, g2, "g2", "g1", 1)
+    g1.apply(Send("p", "/queue/q", (), b"x", 3))
+    for attempt in range(g1.config.max_delivery_count + 5):
+        session = f"bridge{attempt}"
+        g1.apply(Connect(session, 4))
+        effects = g1.apply(Subscribe(session, "sf", sf_queue("g2"), 4, ACK_CLIENT_INDIVIDUAL))
+        assert [type(e) for e in effects] == [Deliver]
+        g1.apply(Disconnect(session, 4))
+    assert depth(g1, sf_queue("g2")) == 1 and depth(g1, g1.config.dead_letter_queue) == 0
+
+
+def test_redistribution_waits_for_its_delay_then_moves_the_backlog_best_priority_first() -> None:
+    g1, g2 = core("g1", ["g2"], redistribution_delay_ms=500), core("g2", ["g1"])
+    for priority in (1, 9, 4):
+        g1.apply(Send("p", "/queue/q", (("priority", str(priority)),), b"x", 3))
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "s", "/queue/q", 1))
+    learn(g1, g2, "g2", "g1", 1)
+    g1.apply(Tick(1000))
+    g1.apply(Tick(1499))
+    assert depth(g1, "/queue/q") == 3
+    g1.apply(Tick(1500))
+    assert depth(g1, "/queue/q") == 0
+    moved = list(g1.state.queues[sf_queue("g2")].ready.values())
+    assert [m.priority for m in sorted(moved, key=lambda m: -m.priority)] == [9, 4, 1]
+    assert g1.federation is not None and g1.federation.fed.redistributed == 3
+    g1.check_invariants()
+
+
+def test_a_restored_core_routes_as_the_old_one_did() -> None:
+    g1, g2, g3 = core("g1", ["g2", "g3"], message_load_balancing="STRICT"), core("g2", ["g1"]), core("g3", ["g1"])
+    for other, name in ((g2, "g2"), (g3, "g3")):
+        other.apply(Send("p", "/queue/q", (), b"seed", 1))
+        learn(g1, other, name, "g1", 1)
+    for _ in range(4):
+        g1.apply(Send("p", "/queue/q", (), b"x", 2))
+    restored = Broker.restore(g1.snapshot(), g1.config)
+    for broker in (g1, restored):
+        for _ in range(5):
+            broker.apply(Send("p", "/queue/q", (), b"x", 3))
+    assert restored.snapshot() == g1.snapshot()
+    assert {d: depth(g1, d) for d in ("/queue/q", sf_queue("g2"), sf_queue("g3"))} == {
+        "/queue/q": 3, sf_queue("g2"): 3, sf_queue("g3"): 3}
