@@ -93,7 +93,7 @@ class Bridge:
     # -- LeaderService ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = asyncio.get_running_loop().create_task(self._run_forever())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -105,6 +105,17 @@ class Bridge:
         self.state = "stopped"
 
     # -- the link -----------------------------------------------------------------------------
+
+    async def _run_forever(self) -> None:
+        """A bridge never dies silently: when its client gives up (`reconnect_attempts`), its
+        session ends, so what it had in flight returns to the queue, the link shows `failed`,
+        and after `max_retry_interval_ms` it starts over."""
+        while True:
+            try:
+                await self._run()
+            finally:
+                await self._close()
+            await asyncio.sleep(self.settings.retry.max_retry_interval_ms / 1000)
 
     async def _run(self) -> None:
         settings = self.settings
@@ -143,9 +154,14 @@ class Bridge:
                 await advertiser
 
     async def _forward(self, client: FailoverClient, session: BridgeSession) -> None:
+        client.closed.add_done_callback(lambda _: session.wakeup.set())
         while not session.closed.is_set():
             await session.wakeup.wait()
             session.wakeup.clear()
+            if client.closed.done():  # gave up reconnecting (or closed): start over
+                error = client.closed.result() if not client.closed.cancelled() else None
+                self._failed(error if error is not None else ClientError("client closed"))
+                return
             deliveries = session.deliveries
             while deliveries:
                 effect, body = deliveries.popleft()
