@@ -15,7 +15,7 @@ Artemis's vocabulary in snake_case (docs/cluster.md has every key)::
     retry_interval_multiplier = 2.0
     max_retry_interval_ms = 10000
     reconnect_attempts = -1                # -1: forever
-    confirmation_window = 100              # forwards in flight per link
+    confirmation_window = 1000             # forwards in flight per link
     cluster_user = "cluster"
     cluster_password_env = "RAFTMQ_CLUSTER_PASSWORD"   # or cluster_password = "..."
 
@@ -78,7 +78,7 @@ class ClusterConnection:
     redistribution_delay_ms: int = DEFAULT_REDISTRIBUTION_DELAY_MS
     use_duplicate_detection: bool = True
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    confirmation_window: int = 100
+    confirmation_window: int = 1000
     cluster_user: str | None = None
     cluster_password: str | None = field(default=None, repr=False)
 
@@ -232,7 +232,7 @@ def _parse_one(table: _Table, known_groups: tuple[str, ...]) -> ClusterConnectio
         redistribution_delay_ms=table.integer("redistribution_delay_ms", DEFAULT_REDISTRIBUTION_DELAY_MS, 0, minus_one=True),
         use_duplicate_detection=duplicate_detection,
         retry=retry,
-        confirmation_window=table.integer("confirmation_window", 100, 1),
+        confirmation_window=table.integer("confirmation_window", 1000, 1),
         cluster_user=user,
         cluster_password=password,
     )

@@ -71,6 +71,9 @@ class _LiveProgress:
 @click.option("--url", default="stomp://127.0.0.1:61613", show_default=True,
               help="Broker, stomp://HOST:PORT; or a group's failover:(stomp://H1:P1,stomp://H2:P2,...) "
                    "to connect to its leader, like raftmq send.")
+@click.option("--consumer-url", default=None, metavar="URL",
+              help="Consumers connect here instead of --url (e.g. another group of a cluster: "
+                   "failover:(stomp://H1:P1,...)); producers stay on --url.")
 @click.option("--login", default=None, help="CONNECT login.")
 @click.option("--passcode", default=None, help="CONNECT passcode.")
 @click.option("--vhost", default=None, help="CONNECT host header (RabbitMQ wants /).")
@@ -105,6 +108,7 @@ class _LiveProgress:
 @click.option("-q", "--quiet", is_flag=True, help="No live progress.")
 def bench_command(
     url: str,
+    consumer_url: str | None,
     login: str | None,
     passcode: str | None,
     vhost: str | None,
@@ -135,6 +139,13 @@ def bench_command(
     2 when there were errors (connection failures, ERROR frames) but no loss.
     """
     failover_url: str | None = None
+    if consumer_url is not None:
+        try:
+            parse_failover(consumer_url if is_failover_url(consumer_url) else f"failover:({consumer_url})")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--consumer-url") from exc
+        if not is_failover_url(consumer_url):
+            consumer_url = f"failover:({consumer_url})"
     try:
         if is_failover_url(url):
             first = parse_failover(url).groups[0][0]
@@ -154,6 +165,7 @@ def bench_command(
         host=host,
         port=port,
         failover_url=failover_url,
+        consumer_url=consumer_url,
         login=login,
         passcode=passcode,
         vhost=vhost,

@@ -59,6 +59,9 @@ class BenchOptions:
     # A failover URL (`failover:(stomp://h1:p1,...)` or h1:p1,h2:p2): every connection goes to
     # the leader, found as `raftmq send` finds it; host and port are then its first address.
     failover_url: str | None = None
+    # Consumers connect here instead (a failover URL): producers on one group of a cluster,
+    # consumers on another.
+    consumer_url: str | None = None
     login: str | None = None
     passcode: str | None = None
     vhost: str | None = None

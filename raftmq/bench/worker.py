@@ -67,7 +67,7 @@ class WorkerState:
         }
 
 
-async def _connect(opts: BenchOptions) -> StompClient:
+async def _connect(opts: BenchOptions, consumer: bool = False) -> StompClient:
     kwargs: dict[str, Any] = {
         "login": opts.login,
         "passcode": opts.passcode,
@@ -75,11 +75,12 @@ async def _connect(opts: BenchOptions) -> StompClient:
         "heartbeat": (opts.heartbeat_ms, opts.heartbeat_ms),
         "timeout": opts.connect_timeout,
     }
-    if opts.failover_url is None:
+    url = opts.consumer_url if consumer and opts.consumer_url is not None else opts.failover_url
+    if url is None:
         return await connect(opts.host, opts.port, **kwargs)
     # Once connected, a broken connection is an error the run reports, as with one address:
     # resending what the broker may have stored would blur the loss and duplicate counts.
-    target = parse_failover(opts.failover_url)
+    target = parse_failover(url)
     client, _address = await connect_to_leader(target.groups, target.options, **kwargs)
     return client
 
@@ -240,7 +241,7 @@ class Consumer:
     async def start(self) -> None:
         opts = self.opts
         try:
-            self.client = await _connect(opts)
+            self.client = await _connect(opts, consumer=True)
             subscription = self.client.subscribe(
                 opts.destination,
                 ack=opts.ack,

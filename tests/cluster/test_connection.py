@@ -28,7 +28,7 @@ def test_defaults() -> None:
     assert connection.links == (("g1", "g2"), ("g1", "g3"), ("g2", "g3"))
     assert connection.message_load_balancing == ON_DEMAND and connection.max_hops == 1
     assert connection.redistribution_delay_ms == 500 and connection.redistributes
-    assert connection.use_duplicate_detection and connection.confirmation_window == 100
+    assert connection.use_duplicate_detection and connection.confirmation_window == 1000
     assert connection.retry.reconnect_attempts == -1 and connection.cluster_user is None
 
 
