@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cluster.route import SF_PREFIX
 from raftmq.client.browse import BrowseResult
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_subscription import Delivery
@@ -191,15 +192,18 @@ RATE_COLUMNS = ("enqueue_rate", "dequeue_rate")  # msg/s over the node's last se
 
 
 def destination_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The destinations of every group's leader (`collect_status` output), sorted, as flat rows."""
+    """The destinations of every group's leader (`collect_status` output) as flat rows, by
+    destination then group, so one destination reads across a cluster's groups. A group's
+    store-and-forward queues (messages waiting for a bridge to another group) are of type
+    `forward`."""
     rows = []
     for group in summary.get("groups", []):
         for name, counters in sorted(group.get("destinations", {}).items()):
-            kind = "topic" if name.startswith("/topic/") else "queue"
+            kind = "topic" if name.startswith("/topic/") else "forward" if name.startswith(SF_PREFIX) else "queue"
             row: dict[str, Any] = {"group": group["name"], "destination": name, "type": kind}
             row.update({column: counters.get(column, None if column in RATE_COLUMNS else 0) for column in STAT_COLUMNS})
             rows.append(row)
-    return rows
+    return sorted(rows, key=lambda row: (row["destination"], row["group"]))
 
 
 def render_stat_table(rows: list[dict[str, Any]], show_group: bool = False) -> str:

@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             random_run(seed, args.steps)
         except ClusterSimFailure as failure:
             failed += 1
-            print(failure)
-    print(f"{args.seeds - failed} of {args.seeds} seeds passed")
+            sys.stdout.write(f"{failure}\n")
+    sys.stdout.write(f"{args.seeds - failed} of {args.seeds} seeds passed\n")
     return 1 if failed else 0
 
 

@@ -1,0 +1,57 @@
+"""A cluster whose groups require logins: bridges log in as the cluster user, applications'
+messages still travel, and nobody else may tell a group what the others have."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cluster.bindings import Advert, encode_advert
+from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION
+from raftmq.client import connect_failover
+from raftmq.errors import BrokerRefused, ClientError
+from raftmq.passwords import hash_password
+from tests.helpers.cluster_harness import Cluster, sync
+
+pytestmark = pytest.mark.integration
+
+APP_PASSCODE = "app-login-Qw31"
+CLUSTER_PASSCODE = "cluster-login-Zx82"
+
+
+def secure(cluster: Cluster) -> None:
+    for group in cluster.groups.values():
+        text = group.config_path.read_text()
+        text += f'[[user]]\nname = "app"\npassword_hash = "{hash_password(APP_PASSCODE)}"\ngroups = ["apps"]\n'
+        text += f'[[user]]\nname = "cluster"\npassword_hash = "{hash_password(CLUSTER_PASSCODE)}"\ngroups = ["bridges"]\n'
+        text += '[[acl]]\nqueue = "orders.>"\nread = ["apps"]\nwrite = ["apps", "bridges"]\nadmin = ["apps", "bridges"]\n'
+        text += '[[acl]]\nqueue = "$.raftmq.>"\nwrite = ["apps", "bridges"]\nadmin = ["bridges"]\n'
+        group.config_path.write_text(text)
+
+
+@sync
+async def test_bridges_log_in_as_the_cluster_user_and_only_it_may_advertise(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, ["g1", "g2"], cluster_user="cluster", cluster_password=CLUSTER_PASSCODE)
+    secure(cluster)
+    try:
+        cluster.start()
+        cluster.wait_links()
+        g1 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g1")) + ")"
+        g2 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g2")) + ")"
+        consumer = await connect_failover(g2, login="app", passcode=APP_PASSCODE)
+        subscription = consumer.subscribe("/queue/orders.eu", ack="client-individual")
+        await asyncio.sleep(1.0)
+        producer = await connect_failover(g1, login="app", passcode=APP_PASSCODE)
+        await producer.send("/queue/orders.eu", b"across", receipt=True)
+        delivery = await asyncio.wait_for(subscription.get(), 15)
+        assert delivery.body == b"across"
+        await consumer.ack(delivery)
+        forged = Advert("g1", 1 << 40, (("g1", 1),), ())
+        with pytest.raises((BrokerRefused, ClientError)):
+            await producer.send(CONTROL_DESTINATION, b"", [(ADVERT_HEADER, encode_advert(forged))], receipt=True)
+        await producer.close()
+        await consumer.close()
+    finally:
+        cluster.close()
