@@ -75,7 +75,7 @@ def line(name: str, r: dict[str, Any]) -> str:
     return (f"{name:<24} publish {r['publish_rate']:8.0f} msg/s  e2e {r['consume_rate']:8.0f} msg/s  "
             f"receipt p50 {rl.get('p50', float('nan')):7.2f} p99 {rl.get('p99', float('nan')):8.2f} ms  "
             f"e2e p50 {el.get('p50', float('nan')):8.2f} p99 {el.get('p99', float('nan')):8.2f} ms  "
-            f"lost {r.get('lost')} dup {r.get('duplicated')} errors {r.get('error_count')}  "
+            f"lost {r.get('lost')} dup {r.get('duplicated')} errors {r.get('errors')}  "
             f"cluster CPU {cpu * 1e6 / received:6.0f} µs/msg")
 
 
@@ -112,6 +112,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this (e.g. 4x4)")
+    parser.add_argument("--no-redistribution", action="store_true")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="raftmq-cluster-bench."))
     out.mkdir(parents=True, exist_ok=True)
@@ -127,10 +129,13 @@ def main() -> int:
             ("1x1 g1 -> g3", ["-p", "1", "-c", "1", "--receipt-window", "1", "--url", g1, "--consumer-url", g3]),
         ]
         for name, case_args in cases:
+            if args.only is not None and args.only not in name:
+                continue
             results[name] = bench(work, out, name.replace(" ", "_").replace(">", ""), case_args, args.duration)
             print(line(name, results[name]), flush=True)
-        results["redistribution"] = asyncio.run(redistribution(work))
-        print(f"redistribution: {BACKLOG} waiting messages moved to a consumer on another group in "
+        if not args.no_redistribution:
+            results["redistribution"] = asyncio.run(redistribution(work))
+            print(f"redistribution: {BACKLOG} waiting messages moved to a consumer on another group in "
               f"{results['redistribution']['seconds']} s ({results['redistribution']['msg_per_s']} msg/s)", flush=True)
     finally:
         subprocess.run([*RAFTMQ, "down", "--preset", "symmetric"], cwd=work, check=False, stdout=subprocess.DEVNULL)

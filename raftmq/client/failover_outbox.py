@@ -62,6 +62,7 @@ class PendingSend(Generic[OutcomeT]):
     writes: int = 0  # how many connections it was written on
     timer: Cancellable | None = None
     inner: ReceiptWait | None = None  # its RECEIPT on the connection it was last written on
+    receipt_id: str | None = None  # that RECEIPT's id
 
     @property
     def awaiting_receipt(self) -> bool:
@@ -121,7 +122,12 @@ class Outbox(Generic[OutcomeT]):
         return pending
 
     def forget(self, pending: PendingSend[OutcomeT]) -> None:
+        """`pending` has its outcome: never written again, and its receipt forgotten (a client
+        that sends for days must not keep every SEND it ever made, body included)."""
         self.pending.pop(pending.seq, None)
+        receipt_id = pending.receipt_id
+        if receipt_id is not None and self.receipts.get(receipt_id) is pending:
+            del self.receipts[receipt_id]
 
     def in_order(self) -> list[PendingSend[OutcomeT]]:
         """The SENDs still owed an outcome, oldest first (a copy: settling one while walking
@@ -135,6 +141,8 @@ class Outbox(Generic[OutcomeT]):
     def written(self, receipt_id: str, item: Receipted) -> None:
         """`item` was written on the current connection asking for `receipt_id`."""
         self.receipts[receipt_id] = item
+        if isinstance(item, PendingSend):
+            item.receipt_id = receipt_id
 
     def new_connection(self) -> None:
         self.receipts = {}

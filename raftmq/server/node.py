@@ -19,6 +19,7 @@ import gc
 import itertools
 import os
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +47,8 @@ log = structlog.get_logger("raftmq.server.node")
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
 CLUSTER_TICK_SECONDS = 0.1
-GC_GEN0_THRESHOLD = 20_000  # allocations between young collections (Python's default: 700)
+GC_GEN0_THRESHOLD = 20_000
+GC_PAUSE_LOG_SECONDS = 0.03  # allocations between young collections (Python's default: 700)
 _gc_tuned = False
 
 
@@ -402,6 +404,23 @@ def _tune_gc() -> None:
     gc.freeze()
     first, second, third = gc.get_threshold()
     gc.set_threshold(max(GC_GEN0_THRESHOLD, first), second, third)
+    gc.callbacks.append(_time_collections)
+
+
+_collection_started = 0.0
+
+
+def _time_collections(phase: str, info: dict[str, Any]) -> None:
+    """Log a collection that stopped the process long enough to matter (`node.gc_pause`): past
+    a tenth of the election timeout it starves Raft's heart-beats too."""
+    global _collection_started
+    if phase == "start":
+        _collection_started = time.perf_counter()
+        return
+    paused = time.perf_counter() - _collection_started
+    if paused >= GC_PAUSE_LOG_SECONDS:
+        log.warning("node.gc_pause", generation=info.get("generation"), ms=round(paused * 1000, 1),
+                    collected=info.get("collected"))
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

@@ -170,3 +170,21 @@ def test_the_outbox_needs_no_event_loop() -> None:
             else:
                 outside.add(name.split(".")[0])
     assert not outside & {"asyncio", "socket", "ssl", "selectors", "time", "threading"}, (seen, outside)
+
+
+def test_a_settled_send_leaves_nothing_behind() -> None:
+    """A long-lived client (a cluster bridge) once kept every receipted SEND, body included."""
+    outbox: Outbox[Outcome] = Outbox()
+    for number in range(1000):
+        pending = outbox.add("/queue/a", b"x" * 100, None, True, None, Outcome(), lambda: "x")
+        outbox.written(f"r{number}", pending)
+        outbox.forget(pending)
+    assert outbox.pending == {} and outbox.receipts == {}
+    # A receipt id of an earlier connection may name another frame now: that one stays.
+    old = outbox.add("/queue/a", b"", None, True, None, Outcome(), lambda: "x")
+    outbox.written("r1", old)
+    outbox.new_connection()
+    subscription = Written()
+    outbox.written("r1", subscription)
+    outbox.forget(old)
+    assert outbox.receipts == {"r1": subscription}
