@@ -46,3 +46,30 @@ def parse_route(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
     return tuple(part for part in text.split(",") if part)
+
+
+def outgoing(headers: tuple[tuple[str, str], ...], message_id: str, neighbour: str,
+             duplicate_detection: bool = True) -> tuple[str, list[tuple[str, str]]]:
+    """What a bridge sends for a store-and-forward message (its headers, its id in the source
+    group, the neighbour it goes to): the destination it was sent to, and its headers without
+    `DESTINATION_HEADER`, with the forward's duplicate-detection id (and that id as the
+    producer's when it had none, so the bridge's client invents none)."""
+    destination = ""
+    to = neighbour
+    producer_id = False
+    sent: list[tuple[str, str]] = []
+    for name, value in headers:
+        if name == DESTINATION_HEADER:
+            destination = value
+            continue
+        if name == TO_HEADER:
+            to = value
+        elif name == DUPLICATE_ID_HEADER:
+            producer_id = True
+        sent.append((name, value))
+    if duplicate_detection:
+        forward_id = dedup_id(message_id, to)
+        sent.append((FORWARD_ID_HEADER, forward_id))
+        if not producer_id:
+            sent.append((DUPLICATE_ID_HEADER, forward_id))
+    return destination, sent

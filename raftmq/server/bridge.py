@@ -31,16 +31,7 @@ import structlog
 
 from cluster.bindings import encode_advert
 from cluster.connection import ClusterConnection, ClusterView, PeerGroup
-from cluster.route import (
-    ADVERT_HEADER,
-    CONTROL_DESTINATION,
-    DESTINATION_HEADER,
-    DUPLICATE_ID_HEADER,
-    FORWARD_ID_HEADER,
-    TO_HEADER,
-    dedup_id,
-    sf_queue,
-)
+from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
@@ -177,25 +168,7 @@ class Bridge:
 
     def _outgoing(self, effect: Deliver) -> tuple[str, list[tuple[str, str]]]:
         message = effect.message
-        destination = ""
-        to = self.neighbour.name
-        producer_id = False
-        headers: list[tuple[str, str]] = []
-        for name, value in message.headers:
-            if name == DESTINATION_HEADER:
-                destination = value
-                continue
-            if name == TO_HEADER:
-                to = value
-            elif name == DUPLICATE_ID_HEADER:
-                producer_id = True
-            headers.append((name, value))
-        if self.settings.use_duplicate_detection:
-            forward_id = dedup_id(message.message_id, to)
-            headers.append((FORWARD_ID_HEADER, forward_id))
-            if not producer_id:
-                headers.append((DUPLICATE_ID_HEADER, forward_id))
-        return destination, headers
+        return outgoing(message.headers, message.message_id, self.neighbour.name, self.settings.use_duplicate_detection)
 
     def _sent(self, session: BridgeSession, ack_id: str | None, future: asyncio.Future[Any]) -> None:
         self.in_flight -= 1

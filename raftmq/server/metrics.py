@@ -125,18 +125,8 @@ class StatusCollector(Collector):
              {**counters, **rates.get(destination, {})})
             for destination, counters in sorted(destinations.items())
         ]
-        for suffix, key, documentation in _DESTINATION_GAUGES:
-            family = GaugeMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
-            for label_values, counters in rows:
-                if _number(counters.get(key)):
-                    family.add_metric(label_values, counters[key])
-            yield family
-        for suffix, key, documentation in _DESTINATION_COUNTERS:
-            counter = CounterMetricFamily(f"raftmq_destination_{suffix}", documentation, labels=label_names)
-            for label_values, counters in rows:
-                if _number(counters.get(key)):
-                    counter.add_metric(label_values, counters[key])
-            yield counter
+        yield from _labelled(GaugeMetricFamily, "raftmq_destination_", _DESTINATION_GAUGES, label_names, rows)
+        yield from _labelled(CounterMetricFamily, "raftmq_destination_", _DESTINATION_COUNTERS, label_names, rows)
 
 
 # (metric suffix, key in a link's status, help) of the cluster bridges (on the group's leader).
@@ -160,18 +150,19 @@ def _links(links: list[dict[str, Any]], names: list[str], values: list[str]) -> 
     for label_values, link in rows:
         connected.add_metric(label_values, 1 if link.get("state") == "connected" else 0)
     yield connected
-    for suffix, key, documentation in _LINK_GAUGES:
-        gauge = GaugeMetricFamily(f"raftmq_link_{suffix}", documentation, labels=label_names)
-        for label_values, link in rows:
-            if _number(link.get(key)):
-                gauge.add_metric(label_values, link[key])
-        yield gauge
-    for suffix, key, documentation in _LINK_COUNTERS:
-        counter = CounterMetricFamily(f"raftmq_link_{suffix}", documentation, labels=label_names)
-        for label_values, link in rows:
-            if _number(link.get(key)):
-                counter.add_metric(label_values, link[key])
-        yield counter
+    yield from _labelled(GaugeMetricFamily, "raftmq_link_", _LINK_GAUGES, label_names, rows)
+    yield from _labelled(CounterMetricFamily, "raftmq_link_", _LINK_COUNTERS, label_names, rows)
+
+
+def _labelled(kind: type[GaugeMetricFamily | CounterMetricFamily], prefix: str, specs: tuple[tuple[str, str, str], ...],
+              label_names: list[str], rows: list[tuple[list[str], dict[str, Any]]]) -> Iterator[Metric]:
+    """One family per (suffix, key, help) of `specs`, a sample per row that has a number at `key`."""
+    for suffix, key, documentation in specs:
+        family = kind(f"{prefix}{suffix}", documentation, labels=label_names)
+        for label_values, values in rows:
+            if _number(values.get(key)):
+                family.add_metric(label_values, values[key])
+        yield family
 
 
 def _number(value: Any) -> bool:

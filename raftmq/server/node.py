@@ -19,6 +19,7 @@ import gc
 import itertools
 import os
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -414,6 +415,8 @@ def _time_collections(phase: str, info: dict[str, Any]) -> None:
     """Log a collection that stopped the process long enough to matter (`node.gc_pause`): past
     a tenth of the election timeout it starves Raft's heart-beats too."""
     global _collection_started
+    if sys.is_finalizing():
+        return  # the interpreter's last collections, at exit
     if phase == "start":
         _collection_started = time.perf_counter()
         return

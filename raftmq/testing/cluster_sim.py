@@ -35,13 +35,11 @@ from cluster.connection import ClusterConnection, ClusterView
 from cluster.route import (
     ADVERT_HEADER,
     CONTROL_DESTINATION,
-    DESTINATION_HEADER,
     DUPLICATE_ID_HEADER,
     FORWARD_ID_HEADER,
     ROUTE_HEADER,
-    TO_HEADER,
-    dedup_id,
     is_internal,
+    outgoing,
     sf_queue,
 )
 from raftmq.core.broker import Broker
@@ -114,20 +112,7 @@ class SimBridge:
 
     def outgoing(self, effect: Deliver) -> tuple[str, tuple[tuple[str, str], ...], object]:
         message = effect.message
-        destination = ""
-        to = self.target
-        headers: list[tuple[str, str]] = []
-        for name, value in message.headers:
-            if name == DESTINATION_HEADER:
-                destination = value
-                continue
-            if name == TO_HEADER:
-                to = value
-            headers.append((name, value))
-        forward_id = dedup_id(message.message_id, to)
-        headers.append((FORWARD_ID_HEADER, forward_id))
-        if not any(name == DUPLICATE_ID_HEADER for name, _ in message.headers):
-            headers.append((DUPLICATE_ID_HEADER, forward_id))
+        destination, headers = outgoing(message.headers, message.message_id, self.target)
         return destination, tuple(headers), message.body
 
     def deliver(self, index: int, repeat: bool = False) -> bool:
