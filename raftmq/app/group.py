@@ -30,7 +30,7 @@ from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node
+from raftmq.server.node import Node, watch_gc_pauses
 
 log = structlog.get_logger("raftmq.app.group")
 
@@ -111,6 +111,7 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
 
 
 async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None) -> int:
+    watch_gc_pauses()
     try:
         member = open_member(group, node_id)
     except JournalCorrupt as exc:

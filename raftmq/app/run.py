@@ -16,7 +16,7 @@ import structlog
 
 from raftmq.config import NodeConfig
 from raftmq.logs import configure_logging
-from raftmq.server.node import Node
+from raftmq.server.node import Node, watch_gc_pauses
 
 log = structlog.get_logger("raftmq.app.run")
 
@@ -80,6 +80,7 @@ async def run_until_stopped(node: Node, on_ready: ReadyCallback | None) -> None:
 
 
 async def _run(config: NodeConfig, on_ready: ReadyCallback | None) -> None:
+    watch_gc_pauses()
     node = Node(config)
     try:
         await node.start()

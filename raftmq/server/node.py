@@ -19,7 +19,6 @@ import gc
 import itertools
 import os
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -405,7 +404,13 @@ def _tune_gc() -> None:
     gc.freeze()
     first, second, third = gc.get_threshold()
     gc.set_threshold(max(GC_GEN0_THRESHOLD, first), second, third)
-    gc.callbacks.append(_time_collections)
+
+
+def watch_gc_pauses() -> None:
+    """Log long collections (`node.gc_pause`); for a node's own process (`raftmq node`), not
+    for a process that merely hosts nodes (tests, the embedded broker)."""
+    if _time_collections not in gc.callbacks:
+        gc.callbacks.append(_time_collections)
 
 
 _collection_started = 0.0
@@ -415,8 +420,6 @@ def _time_collections(phase: str, info: dict[str, Any]) -> None:
     """Log a collection that stopped the process long enough to matter (`node.gc_pause`): past
     a tenth of the election timeout it starves Raft's heart-beats too."""
     global _collection_started
-    if sys.is_finalizing():
-        return  # the interpreter's last collections, at exit
     if phase == "start":
         _collection_started = time.perf_counter()
         return
