@@ -128,7 +128,10 @@ def _register_optional_commands() -> None:
 
     for command in (send_command, receive_command, queue_command):
         main.add_command(command)
+    from chaos.cli import chaos_command
     from raftmq.security_cli import passwd_command
+
+    main.add_command(chaos_command)
 
     main.add_command(passwd_command)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-PACKAGES = ("raftmq", "cluster")  # cluster/: the pure decisions of cluster connections
+PACKAGES = ("raftmq", "cluster", "chaos")  # cluster/: cluster connections' pure decisions; chaos/: fault runs
 
 # Lower ranks are lower layers; a module may import modules of its own rank or lower.
 RANKS = {
@@ -34,6 +34,7 @@ RANKS = {
     "raftmq.testing": 6,
     "raftmq.bench": 6,
     "raftmq.ops": 7,
+    "chaos": 7,  # `raftmq chaos`: drives clusters as raftmq.ops does
     "raftmq.security_cli": 7,
     "raftmq.presets": 7,  # the preset topology files, read by ops
     "raftmq.cli": 8,

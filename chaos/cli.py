@@ -1,0 +1,78 @@
+"""`raftmq chaos run` and `raftmq chaos list` (registered by raftmq.cli)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from chaos.nemesis import NEMESES
+from chaos.run import WORKLOADS, Progress, RunOptions, run, summary_row
+
+PRESETS = ("default", "five-node", "symmetric", "chain", "symmetric-lite")
+
+
+@click.group("chaos")
+def chaos_command() -> None:
+    """Jepsen-style fault-injection runs against a real cluster (docs/chaos.md)."""
+
+
+@chaos_command.command("list")
+def list_command() -> None:
+    """The workloads and nemeses a run can use."""
+    click.echo(f"workloads: {', '.join(WORKLOADS)}")
+    click.echo(f"nemeses:   {', '.join(NEMESES)}  (--nemesis all: every one)")
+    click.echo(f"presets:   {', '.join(PRESETS)}  (or --topology FILE)")
+
+
+@chaos_command.command("run")
+@click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True)
+@click.option("--topology", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A topology or group file instead of a preset.")
+@click.option("--workload", type=click.Choice(WORKLOADS), default="queue", show_default=True)
+@click.option("--nemesis", "nemesis", default="kill", show_default=True,
+              help=f"A comma list of {', '.join(NEMESES)}, 'all', or 'none'.")
+@click.option("--time-limit", type=click.FloatRange(1, None), default=30.0, show_default=True, help="Seconds of faults and load.")
+@click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True, help="Sends per second, in all.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Producers (and consumers).")
+@click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same faults and values.")
+@click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
+def run_command(preset: str, topology: str | None, workload: str, nemesis: str, time_limit: float, rate: float,
+                concurrency: int, seed: int, out: str, as_json: bool) -> None:
+    """Start a cluster, run a workload while faults strike, heal, drain, check.
+
+    Exit status 0 only when the run is valid: nothing acknowledged lost, nothing unexpected,
+    nothing stored twice."""
+    names = list(NEMESES) if nemesis == "all" else [] if nemesis == "none" else [n.strip() for n in nemesis.split(",")]
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--nemesis")
+    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out))
+    console = Console(stderr=True)
+    with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:
+
+        def show(progress: Progress) -> None:
+            counts = progress.counts
+            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  ok {counts.get('ok', 0)}  fail {counts.get('fail', 0)}"
+                        f"  info {counts.get('info', 0)}  received {counts.get('receive', 0)}")
+            if progress.fault:
+                line.append(f"  fault: {progress.fault}", style="bold red")
+            live.update(line)
+
+        run_dir, result = run(options, show)
+    row = summary_row(run_dir, result)
+    if as_json:
+        click.echo(json.dumps(row, indent=2))
+    else:
+        for key in ("attempted", "acknowledged", "failed", "indeterminate", "received", "lost", "lost_middle",
+                    "unexpected", "recovered", "redelivered", "stored_duplicates", "unavailable_max_s"):
+            click.echo(f"{key:<18} {row[key]}")
+        click.echo(f"{'verdict':<18} {'valid' if result.valid else 'INVALID'}")
+        click.echo(f"{'run directory':<18} {run_dir}")
+    sys.exit(0 if result.valid else 1)

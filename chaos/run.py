@@ -1,0 +1,150 @@
+"""One chaos run: start the cluster in a fresh run directory, run the workload while the
+nemesis follows its schedule, heal everything, drain, check, and leave the evidence behind.
+
+The run directory (`runs/<time>-<workload>-<nemeses>-s<seed>/` by default) holds `run.json`
+(options, seed, topology, the fault schedule), `history.jsonl`, `nemesis.jsonl`,
+`results.json` (the checker's verdict), `logs/` (every node's output) and `.raftmq/` (every
+node's journals and snapshots, written there by the nodes themselves). The Spark audit reads
+it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import QueueResult, check_queue
+from chaos.client import Consumer, Producer, crash_some
+from chaos.deployment import Deployment
+from chaos.generator import schedule
+from chaos.history import NEMESIS, OK, History
+from chaos.nemesis import Nemesis
+from raftmq.ops.topology import Topology, default_topology, load_topology, preset_topology
+
+WORKLOADS = ("queue",)
+DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
+DRAIN_MAX_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    preset: str = "default"
+    topology: str | None = None  # a topology or group file; overrides the preset
+    workload: str = "queue"
+    nemeses: tuple[str, ...] = ("kill",)
+    time_limit_s: float = 30.0
+    rate: float = 50.0  # sends per second, all producers together
+    concurrency: int = 4  # producers, and as many consumers
+    seed: int = 0
+    out: Path = Path("runs")
+
+
+@dataclass
+class Progress:
+    elapsed_s: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)  # ok / fail / info / receive
+    fault: str | None = None
+    phase: str = "starting"
+
+
+def run_directory(options: RunOptions) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return options.out / f"{stamp}-{options.workload}-{'+'.join(options.nemeses) or 'none'}-s{options.seed}"
+
+
+def topology_for(options: RunOptions, run_dir: Path) -> Topology:
+    state = run_dir / ".raftmq"
+    if options.topology is not None:
+        return load_topology(Path(options.topology).resolve())
+    if options.preset == "default":
+        return default_topology(state)
+    return preset_topology(options.preset, state)
+
+
+def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, QueueResult]:
+    run_dir = run_directory(options).resolve()
+    run_dir.mkdir(parents=True)
+    topology = topology_for(options, run_dir)
+    faults = schedule(options.seed, list(options.nemeses), options.time_limit_s)
+    (run_dir / "run.json").write_text(json.dumps({
+        "options": {**dataclasses.asdict(options), "out": str(options.out)},
+        "topology": str(topology.source) if topology.source else f"preset {options.preset}",
+        "groups": [spec.name for spec in topology.groups],
+        "faults": [dataclasses.asdict(fault) for fault in faults],
+    }, indent=2))
+    deployment = Deployment(topology, run_dir)
+    history = History(run_dir / "history.jsonl")
+    progress = Progress()
+    try:
+        deployment.start()
+        for group in deployment.groups():
+            deployment.leader(group, timeout=20)
+        nemesis = Nemesis(deployment, history, faults)
+        asyncio.run(_workload(options, deployment, history, nemesis, progress, on_progress))
+    finally:
+        deployment.stop()
+        history.close()
+    result = check_queue(history.ops)
+    with (run_dir / "nemesis.jsonl").open("w") as nemesis_log:
+        for op in history.ops:
+            if op.process == NEMESIS:
+                nemesis_log.write(op.to_json() + "\n")
+    (run_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2))
+    return run_dir, result
+
+
+async def _workload(options: RunOptions, deployment: Deployment, history: History, nemesis: Nemesis,
+                    progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
+    loop = asyncio.get_running_loop()
+    groups = deployment.groups()
+    stop_producing, stop_all = asyncio.Event(), asyncio.Event()
+    consumers = [Consumer(f"c{i}", deployment.url(groups[i % len(groups)]), history) for i in range(options.concurrency)]
+    for consumer in consumers:
+        await consumer.start(stop_all)
+    interval = options.concurrency / max(options.rate, 0.001)
+    producers = [Producer(f"p{i}", deployment.url(groups[i % len(groups)]), history, interval)
+                 for i in range(options.concurrency)]
+    started = time.monotonic()
+    tasks = [loop.create_task(p.run(stop_producing)) for p in producers]
+    crasher = loop.create_task(crash_some(consumers, random.Random(options.seed), stop_producing))
+    nemesis.start(started)
+
+    def report(phase: str) -> None:
+        progress.phase, progress.elapsed_s, progress.fault = phase, round(time.monotonic() - started, 1), nemesis.current
+        counts: dict[str, int] = {}
+        for op in history.ops:
+            if op.process != NEMESIS and op.type != "invoke":
+                key = "receive" if op.f == "receive" else op.type
+                counts[key] = counts.get(key, 0) + 1
+        progress.counts = counts
+        if on_progress is not None:
+            on_progress(progress)
+
+    while time.monotonic() - started < options.time_limit_s:
+        report("running")
+        await asyncio.sleep(0.5)
+    stop_producing.set()
+    report("healing")
+    await loop.run_in_executor(None, nemesis.stop)  # joins the schedule, heals what is broken
+    history.record(NEMESIS, OK, "heal", {"final": True})
+    await asyncio.gather(*tasks, crasher, return_exceptions=True)
+    report("draining")
+    deadline = time.monotonic() + DRAIN_MAX_S
+    while time.monotonic() < deadline and time.monotonic() - max(c.last_delivery for c in consumers) < DRAIN_IDLE_S:
+        report("draining")
+        await asyncio.sleep(0.25)
+    stop_all.set()
+    for consumer in consumers:
+        await consumer.close()
+    report("checking")
+
+
+def summary_row(run_dir: Path, result: QueueResult) -> dict[str, Any]:
+    return {"run": run_dir.name, **{k: v for k, v in result.to_dict().items() if not k.endswith("_values")}}
