@@ -19,7 +19,8 @@ class Fault:
     heal_after_s: float
 
 
-def schedule(seed: int, nemeses: list[str], time_limit_s: float, first_s: float = 2.0) -> list[Fault]:
+def schedule(seed: int, nemeses: list[str], time_limit_s: float, first_s: float = 2.0,
+             targets: tuple[str, ...] = TARGETS) -> list[Fault]:
     """Faults until `time_limit_s`, each healed before the next: a fault lasts 1.5-4 s
     (past the election timeout), then 3-5 s of calm let the cluster recover and show it."""
     rng = random.Random(seed)
@@ -29,7 +30,7 @@ def schedule(seed: int, nemeses: list[str], time_limit_s: float, first_s: float 
         duration = round(rng.uniform(1.5, 4.0), 3)
         if at + duration > time_limit_s:
             break
-        faults.append(Fault(round(at, 3), rng.choice(nemeses), rng.choice(TARGETS), rng.randrange(1 << 16),
+        faults.append(Fault(round(at, 3), rng.choice(nemeses), rng.choice(targets), rng.randrange(1 << 16),
                             rng.randrange(1 << 30), duration))
         at += duration + rng.uniform(3.0, 5.0)
     return faults

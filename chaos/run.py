@@ -23,7 +23,7 @@ from typing import Any
 from chaos.checker import QueueResult, check_queue
 from chaos.client import Consumer, Producer, crash_some
 from chaos.deployment import Deployment
-from chaos.generator import schedule
+from chaos.generator import TARGETS, schedule
 from chaos.history import NEMESIS, OK, History
 from chaos.nemesis import Nemesis
 from raftmq.ops.topology import Topology, default_topology, load_topology, preset_topology
@@ -44,6 +44,7 @@ class RunOptions:
     concurrency: int = 4  # producers, and as many consumers
     seed: int = 0
     out: Path = Path("runs")
+    targets: tuple[str, ...] = TARGETS  # which members faults may hit (leader, one, minority, majority, all)
 
 
 @dataclass
@@ -72,7 +73,7 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
     run_dir = run_directory(options).resolve()
     run_dir.mkdir(parents=True)
     topology = topology_for(options, run_dir)
-    faults = schedule(options.seed, list(options.nemeses), options.time_limit_s)
+    faults = schedule(options.seed, list(options.nemeses), options.time_limit_s, targets=options.targets)
     (run_dir / "run.json").write_text(json.dumps({
         "options": {**dataclasses.asdict(options), "out": str(options.out)},
         "topology": str(topology.source) if topology.source else f"preset {options.preset}",

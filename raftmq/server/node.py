@@ -34,7 +34,7 @@ from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
 from raftmq.server.bridge import bridges_for
 from raftmq.server.cluster_events import ClusterEvents
-from raftmq.server.connection import Connection
+from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.server.relay import Relays
@@ -233,6 +233,9 @@ class Node:
         if not self.commit_log.status().replicated:
             self.succession.lead_alone()
         log.info("node.started", node=self.name, host=self._address[0], port=self._address[1])
+        if UNSAFE_EARLY_RECEIPTS:
+            log.critical("node.unsafe_early_receipts", node=self.name,
+                         reason="RAFTMQ_TEST_UNSAFE_EARLY_RECEIPTS=1: receipts before commit, for the chaos harness's test only")
 
     async def stop(self) -> None:
         """Stop accepting; a group's leader first hands leadership over and sends its clients
