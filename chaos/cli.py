@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 from rich.text import Text
 
 from chaos.nemesis import NEMESES
@@ -76,3 +78,43 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
         click.echo(f"{'verdict':<18} {'valid' if result.valid else 'INVALID'}")
         click.echo(f"{'run directory':<18} {run_dir}")
     sys.exit(0 if result.valid else 1)
+
+
+@chaos_command.command("matrix")
+@click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True)
+@click.option("--topology", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--scenarios", default="kill,pause", show_default=True,
+              help="Comma-separated scenarios, each a nemesis or several joined by '+' (kill+pause).")
+@click.option("--seeds", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option("--first-seed", type=int, default=0, show_default=True)
+@click.option("--time-limit", type=click.FloatRange(1, None), default=60.0, show_default=True)
+@click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
+def matrix_command(preset: str, topology: str | None, scenarios: str, seeds: int, first_seed: int, time_limit: float,
+                   rate: float, concurrency: int, out: str) -> None:
+    """Every scenario × seed as one run each, then one summary table (and matrix-<time>.json in
+    --out). Exit status 0 only when every run is valid."""
+    rows = []
+    console = Console(stderr=True)
+    for scenario in [s.strip() for s in scenarios.split(",") if s.strip()]:
+        names = tuple(scenario.split("+"))
+        unknown = [n for n in names if n not in NEMESES]
+        if unknown:
+            raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--scenarios")
+        for seed in range(first_seed, first_seed + seeds):
+            console.print(f"run {scenario} seed {seed} ...")
+            options = RunOptions(preset, topology, "queue", names, time_limit, rate, concurrency, seed, Path(out))
+            run_dir, result = run(options)
+            rows.append({"scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
+    table = Table(title="raftmq chaos matrix", title_justify="left")
+    columns = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
+               "unavailable_max_s", "valid")
+    for column in columns:
+        table.add_column(column.replace("_", " "), justify="left" if column == "scenario" else "right")
+    for row in rows:
+        table.add_row(*(str(row[c]) if c != "valid" else ("valid" if row[c] else "INVALID") for c in columns))
+    Console().print(table)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
+    sys.exit(0 if all(row["valid"] for row in rows) else 1)

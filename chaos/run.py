@@ -26,6 +26,7 @@ from chaos.deployment import Deployment
 from chaos.generator import TARGETS, schedule
 from chaos.history import NEMESIS, OK, History
 from chaos.nemesis import Nemesis
+from chaos.report import write_report
 from raftmq.ops.topology import Topology, default_topology, load_topology, preset_topology
 
 WORKLOADS = ("queue",)
@@ -98,6 +99,7 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
             if op.process == NEMESIS:
                 nemesis_log.write(op.to_json() + "\n")
     (run_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2))
+    write_report(run_dir / "report.html", run_dir.name, history.ops, result)
     return run_dir, result
 
 

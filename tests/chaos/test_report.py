@@ -1,0 +1,28 @@
+"""report.html from a synthetic history: verdict, counts, the plots and the fault windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaos.checker import check_queue
+from chaos.history import INFO, INVOKE, NEMESIS, OK, History
+from chaos.report import fault_windows, write_report
+
+
+def test_a_report_shows_the_verdict_the_counts_and_the_faults(tmp_path: Path) -> None:
+    history = History()
+    history.record("p1", INVOKE, "send", "p1-0")
+    history.record("p1", OK, "send", "p1-0")
+    history.record(NEMESIS, INVOKE, "kill", {"nodes": ["g1/n2"]})
+    history.record(NEMESIS, OK, "kill", {"nodes": ["g1/n2"]})
+    history.record("p1", INVOKE, "send", "p1-1")
+    history.record("p1", INFO, "send", "p1-1")
+    history.record(NEMESIS, OK, "heal", {"nodes": ["g1/n2"]})
+    history.record("c1", OK, "receive", "p1-0")
+    windows = fault_windows(history.ops)
+    assert len(windows) == 1 and windows[0][2] == "kill g1/n2" and windows[0][0] <= windows[0][1]
+    path = tmp_path / "report.html"
+    write_report(path, "a run", history.ops, check_queue(history.ops))
+    text = path.read_text()
+    assert "<h2 style='color:#2ca02c'>valid</h2>" in text and "indeterminate" in text
+    assert "kill g1" in text and "send info" in text and "plotly" in text.lower()  # plotly escapes the slash
