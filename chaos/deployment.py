@@ -127,6 +127,10 @@ class Deployment:
             time.sleep(0.05)
         return None
 
+    def address(self, key: str) -> str:
+        """The host a node listens on (and, in a group, sends its Raft traffic from)."""
+        return self.nodes[key].client.rsplit(":", 1)[0]
+
     def groups(self) -> list[str]:
         return [spec.name for spec in self.topology.groups]
 

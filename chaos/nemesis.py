@@ -3,6 +3,9 @@ recorded in the history (process `nemesis`): `invoke` then `ok` with the nodes i
 
 - `kill`: SIGKILL, and at heal the nodes start again (same command, same data directory).
 - `pause`: SIGSTOP past the election timeout, SIGCONT at heal.
+- `partition`: the members hit are cut off from the rest of their group (iptables between
+  their addresses, chaos.partition; `all`: every member from every other); healed by removing
+  the rules.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import time
 from chaos.deployment import Deployment
 from chaos.generator import Fault, pick_members
 from chaos.history import INVOKE, NEMESIS, OK, History
+from chaos.partition import Partition
 
-NEMESES = ("kill", "pause")
+NEMESES = ("kill", "pause", "partition")
 
 
 class Nemesis:
@@ -25,6 +29,7 @@ class Nemesis:
         self.current: str | None = None  # what is being done now, for the progress display
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._partition = Partition()
         self._hit: list[str] = []
         self._kind = ""
 
@@ -59,10 +64,14 @@ class Nemesis:
         hit = pick_members(members, leader, fault.target, fault.pick)
         value = {"target": fault.target, "group": group, "nodes": hit}
         self.history.record(NEMESIS, INVOKE, fault.nemesis, value)
+        if fault.nemesis == "partition":
+            rest = [key for key in members if key not in hit]
+            sides = [[key] for key in hit] if not rest else [hit, rest]
+            self._partition.cut([[deployment.address(key) for key in side] for side in sides])
         for key in hit:
             if fault.nemesis == "kill":
                 deployment.kill(key)
-            else:
+            elif fault.nemesis == "pause":
                 deployment.pause(key)
         self._hit, self._kind = hit, fault.nemesis
         self.current = f"{fault.nemesis} {fault.target} {', '.join(hit)}"
@@ -77,6 +86,8 @@ class Nemesis:
         self.history.record(NEMESIS, INVOKE, "heal", {"nodes": hit})
         if kind == "kill":
             self.deployment.start(hit, wait=True)
+        elif kind == "partition":
+            self._partition.heal()
         else:
             for key in hit:
                 self.deployment.resume(key)

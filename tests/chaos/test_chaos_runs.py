@@ -5,6 +5,7 @@ write-behind: receipts before commit) is caught losing acknowledged messages."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from chaos.deployment import Deployment
 from chaos.generator import Fault
 from chaos.history import History, read_history
 from chaos.nemesis import Nemesis
-from chaos.run import RunOptions, run
+from chaos.partition import COMMENT
+from chaos.run import RunOptions, own_addresses_group, run
 from raftmq.ops.topology import load_topology
 from raftmq.processes import free_ports
 
@@ -57,16 +59,17 @@ def test_the_nemeses_kill_pause_and_heal(tmp_path: Path) -> None:
         deployment.stop()
 
 
-def test_a_run_under_kills_and_pauses_is_valid_and_leaves_its_evidence(tmp_path: Path) -> None:
-    topology = group_file(tmp_path)
-    run_dir, result = run(RunOptions(topology=str(topology), nemeses=("kill", "pause"), time_limit_s=20, rate=40,
-                                     concurrency=3, seed=5, out=tmp_path / "runs"))
+def test_a_run_under_kills_pauses_and_partitions_is_valid_and_leaves_its_evidence(tmp_path: Path) -> None:
+    # The default run: a group whose members each have a loopback address, so partitions cut packets.
+    run_dir, result = run(RunOptions(nemeses=("kill", "pause", "partition"), time_limit_s=24, rate=40,
+                                     concurrency=3, seed=6, out=tmp_path / "runs"))
     assert result.valid, result.to_dict()
     assert result.acknowledged > 300 and result.lost == 0
-    faults = [op for op in read_history(run_dir / "nemesis.jsonl") if op.type == "ok" and op.f in ("kill", "pause")]
-    assert faults, "the nemesis did nothing"
+    faults = {op.f for op in read_history(run_dir / "nemesis.jsonl") if op.type == "ok" and op.f != "heal"}
+    assert faults == {"kill", "pause", "partition"}, faults  # seed 6 draws each of them
     assert json.loads((run_dir / "results.json").read_text())["valid"] is True
     assert (run_dir / "run.json").exists() and list((run_dir / "logs").glob("g1-n*.log"))
+    assert "plotly" in (run_dir / "report.html").read_text().lower()
     assert any((run_dir / "data" / "g1").iterdir())  # the journals the audit will read (nodes run in the run dir)
 
 
@@ -78,3 +81,40 @@ def test_the_harness_catches_a_broker_that_receipts_before_commit(tmp_path: Path
                                rate=100, concurrency=4, seed=1, out=tmp_path / "runs"))
     assert not result.valid and result.lost > 0, result.to_dict()
     assert time.monotonic() - started < 60
+
+
+def test_a_partitioned_leader_loses_its_leadership_and_the_cut_heals(tmp_path: Path) -> None:
+    deployment = Deployment(load_topology(own_addresses_group(tmp_path)), tmp_path)
+    history = History()
+    nemesis = Nemesis(deployment, history, [])
+    try:
+        deployment.start()
+        leader = deployment.leader("g1", timeout=15)
+        assert leader is not None
+        nemesis.inject(Fault(0, "partition", "leader", 0, 0, 1))
+        deadline = time.monotonic() + 10
+        others: set[str | None] = set()
+        while time.monotonic() < deadline:
+            others = {deployment.leader("g1", timeout=1) for _ in range(1)}
+            status = deployment.status(leader)
+            if status is not None and status["role"] == "follower" and others - {leader, None}:
+                break
+            time.sleep(0.2)
+        assert deployment.status(leader)["role"] == "follower"  # type: ignore[index]  # cut off: it stepped down
+        assert others - {leader, None}, "the majority side elected no leader"
+        nemesis.heal()
+        assert partition_rules() == 0
+        deadline = time.monotonic() + 15
+        status = deployment.status(leader)
+        while time.monotonic() < deadline and (status is None or status["leader"] is None):
+            time.sleep(0.2)
+            status = deployment.status(leader)
+        assert status is not None and status["leader"] is not None  # it hears its group again
+    finally:
+        nemesis.heal()
+        deployment.stop()
+
+
+def partition_rules() -> int:
+    listed = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in listed.splitlines() if COMMENT in line)
