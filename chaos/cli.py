@@ -114,7 +114,7 @@ def matrix_command(preset: str, topology: str | None, scenarios: str, seeds: int
         table.add_column(column.replace("_", " "), justify="left" if column == "scenario" else "right")
     for row in rows:
         table.add_row(*(str(row[c]) if c != "valid" else ("valid" if row[c] else "INVALID") for c in columns))
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)  # a pipe gets every column whole
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
     sys.exit(0 if all(row["valid"] for row in rows) else 1)
