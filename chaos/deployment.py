@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from raftmq import processes
+from raftmq.processes import free_ports
 from raftmq.ops.topology import Topology
 
 READY_LINE = "raftmq node listening on "
@@ -139,3 +140,18 @@ class Deployment:
 
     def url(self, group: str) -> str:
         return "failover:(" + ",".join(f"stomp://{self.nodes[k].client}" for k in self.members(group)) + ")"
+
+
+def own_addresses_group(run_dir: Path, size: int = 3) -> Path:
+    """The default run's group: three members, each on a loopback address of its own
+    (127.0.10.1-3, free ports), so the partition nemesis can cut real packets between them."""
+    ports = free_ports(3 * size)
+    lines = ["# Written by raftmq chaos run: one group, a loopback address per member.", "[group]", 'name = "g1"',
+             'data_dir = "data/g1"']
+    for i in range(size):
+        host = f"127.0.10.{i + 1}"
+        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "{host}:{ports[3 * i]}"', f'raft = "{host}:{ports[3 * i + 1]}"',
+                  f'admin = "{host}:{ports[3 * i + 2]}"']
+    path = run_dir / "g1.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -22,13 +22,12 @@ from typing import Any
 
 from chaos.checker import QueueResult, check_queue
 from chaos.client import Consumer, Producer, crash_some
-from chaos.deployment import Deployment
+from chaos.deployment import Deployment, own_addresses_group
 from chaos.generator import TARGETS, schedule
 from chaos.history import NEMESIS, OK, History
 from chaos.nemesis import Nemesis
 from chaos.report import write_report
 from raftmq.ops.topology import Topology, load_topology, preset_topology
-from raftmq.processes import free_ports
 
 WORKLOADS = ("queue",)
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
@@ -69,21 +68,6 @@ def topology_for(options: RunOptions, run_dir: Path) -> Topology:
     if options.preset == "default":
         return load_topology(own_addresses_group(run_dir))
     return preset_topology(options.preset, state)
-
-
-def own_addresses_group(run_dir: Path, size: int = 3) -> Path:
-    """The default run's group: three members, each on a loopback address of its own
-    (127.0.10.1-3, free ports), so the partition nemesis can cut real packets between them."""
-    ports = free_ports(3 * size)
-    lines = ["# Written by raftmq chaos run: one group, a loopback address per member.", "[group]", 'name = "g1"',
-             'data_dir = "data/g1"']
-    for i in range(size):
-        host = f"127.0.10.{i + 1}"
-        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "{host}:{ports[3 * i]}"', f'raft = "{host}:{ports[3 * i + 1]}"',
-                  f'admin = "{host}:{ports[3 * i + 2]}"']
-    path = run_dir / "g1.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, QueueResult]:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from chaos.deployment import Deployment
+from chaos.deployment import Deployment, own_addresses_group
 from chaos.generator import Fault
 from chaos.history import History, read_history
 from chaos.nemesis import Nemesis
 from chaos.partition import COMMENT
-from chaos.run import RunOptions, own_addresses_group, run
+from chaos.run import RunOptions, run
 from raftmq.ops.topology import load_topology
 from raftmq.processes import free_ports
 
