@@ -28,6 +28,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     JOURNAL_MAGIC,
     Entry,
     decode_meta,
+    encode_record,
     entry_of,
     iter_entries,
     scan_journal,
@@ -236,3 +237,23 @@ def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(grou
     tail = committed_commands(Path(journal_path).read_bytes())
     assert tail[-6:] == sends[6:]
     assert decode_meta(Path(journal_path + ".meta").read_bytes())["term"] == term
+
+
+def test_damage_in_the_middle_of_the_journal_is_corruption_not_a_torn_tail() -> None:
+    # A crash can only tear the end; a whole record after a damaged one means fsynced entries
+    # were damaged (bit rot). Reading it as a torn tail would cut them off silently.
+    data = JOURNAL_MAGIC + b"".join(encode_record(index, term, command) for command, index, term in make_entries(12))
+    records = scan_journal(data).records
+    for victim in (0, 5, 10):  # the first record, one in the middle, the one before the last
+        start = records[victim - 1].end if victim else len(JOURNAL_MAGIC)
+        for offset in (start + 1, start + 9, start + 17, start + 30, records[victim].end - 1):  # length, index, term, command
+            flipped = bytearray(data)
+            flipped[offset] ^= 0x10
+            with pytest.raises(RaftJournalError, match="corruption, not a torn tail"):
+                scan_journal(bytes(flipped), "j")
+    # Damage to the last record looks like a torn tail here; RaftJournal tells them apart with
+    # the stored commit index (tests/replication/test_pysyncobj_raft_journal.py).
+    last = bytearray(data)
+    last[records[-1].end - 1] ^= 0x10
+    scan = scan_journal(bytes(last))
+    assert scan.torn and len(scan.records) == 11

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from raftmq.errors import RaftJournalError
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import JOURNAL_RESERVE_BYTES
 from tests.helpers.raft_members import commit, leader_of, wait_until
@@ -35,6 +36,31 @@ def test_journal_round_trip_truncation_and_torn_tail(tmp_path: Any) -> None:
     reopened = RaftJournal(path)
     assert list(reopened[:]) == [(b"cmd3", 3, 1), (b"cmd4", 4, 2), (b"cmd5", 5, 2), (b"new6", 6, 3)]
     assert reopened.size_bytes == os.path.getsize(path)
+    reopened._destroy()
+
+
+def test_a_damaged_record_below_the_stored_commit_index_is_corruption(tmp_path: Any) -> None:
+    # Regression: a bit flipped in a committed record was cut off as a "torn tail", silently
+    # dropping entries this member had acknowledged (found by the chaos corrupt nemesis).
+    path = str(tmp_path / "j")
+    journal = RaftJournal(path)
+    for idx in range(1, 6):
+        journal.add(b"cmd%d" % idx, idx, 1)
+    journal.sync()
+    journal.setRaftCommitIndex(5)
+    journal._destroy()
+    data = bytearray(open(path, "rb").read())
+    data[data.index(b"cmd5")] ^= 0x01  # the last record, committed
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(RaftJournalError, match="below the stored commit index 5"):
+        RaftJournal(path)
+    with open(path, "r+b") as f:  # the same damage past the commit index is a torn tail, cut off
+        f.write(data)
+    meta = tmp_path / "j.meta"
+    meta.unlink()
+    reopened = RaftJournal(path)
+    assert [entry[1] for entry in reopened[:]] == [1, 2, 3, 4]
     reopened._destroy()
 
 

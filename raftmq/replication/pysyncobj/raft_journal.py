@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from pysyncobj.journal import Journal
 
+from raftmq.errors import RaftJournalError
 from raftmq.replication.pysyncobj.patches import fsync_directory
 from raftmq.replication.pysyncobj.raft_journal_format import (
     JOURNAL_MAGIC,
@@ -86,6 +87,14 @@ class RaftJournal(Journal):
         offset = scan.end
         self._allocated = len(data)
         if scan.torn:
+            committed = int(self._meta.get("commit_index", 0))
+            if scan.records and scan.records[-1].index < committed:
+                # The stored commit index is written only after the journal is fdatasynced up
+                # to it: a committed record that fails its CRC is damage, never a torn append.
+                raise RaftJournalError(f"{self.path}: damaged record at offset {offset} (Raft index "
+                                       f"{scan.records[-1].index + 1}), below the stored commit index {committed}: "
+                                       "corruption, not a torn tail; remove this member's data directory to resync it "
+                                       "from its peers")
             log.warning("raft.journal_torn_tail_truncated", path=self.path, offset=offset, dropped_bytes=len(data) - offset)
             os.ftruncate(self._fd, offset)
             os.fsync(self._fd)

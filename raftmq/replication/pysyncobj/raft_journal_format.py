@@ -73,7 +73,8 @@ class JournalScan:
 def scan_journal(data: bytes, path: str = "<buffer>") -> JournalScan:
     """Parse a journal file's bytes. Stops at the first record that is cut short or fails its
     CRC (a torn tail: never acknowledged); raises `RaftJournalError` when the file is not a
-    journal or its indexes do not follow each other."""
+    journal, its indexes do not follow each other, or a whole record follows the one that
+    failed (damage in the middle of the log, not a torn tail: records past it were fsynced)."""
     if not data:
         return JournalScan([], 0, False)
     if not data.startswith(JOURNAL_MAGIC):
@@ -93,7 +94,48 @@ def scan_journal(data: bytes, path: str = "<buffer>") -> JournalScan:
             raise RaftJournalError(f"{path}: Raft index {index} follows {records[-1].index} at offset {offset}")
         records.append(Record(index, term, command, end))
         offset = end
-    return JournalScan(records, offset, data.count(0, offset) != len(data) - offset)
+    torn = data.count(0, offset) != len(data) - offset
+    if torn:
+        later = _later_record(data, offset, records)
+        if later is not None:
+            raise RaftJournalError(f"{path}: damaged record at offset {offset}, yet the record of Raft index "
+                                   f"{later[1]} at offset {later[0]} is whole: corruption, not a torn tail")
+    return JournalScan(records, offset, torn)
+
+
+# How far past the damaged record to look for a whole one. A torn tail holds at most the
+# entries written since the last fdatasync, which is far fewer than this.
+_LATER_INDEXES = 256
+
+
+def _later_record(data: bytes, bad: int, records: list[Record]) -> tuple[int, int] | None:
+    """(offset, index) of a whole record after the one that failed at `bad`, if there is one.
+
+    A crash can only tear the end of the file (appends are sequential; truncations cut the file
+    right after the last record kept), so a whole record past a damaged one means the damaged
+    bytes were once fsynced: bit rot or a bad write, and cutting there would silently drop
+    entries this member may have acknowledged. Records are found by their index field (the
+    indexes after the damaged one) or, when the damaged record is the first and its index is
+    unknown, by its term field, which keeps the search at C speed on a large file."""
+    limit = len(data.rstrip(b"\0"))  # reserved zeros hold no record: a real torn tail is searched in microseconds
+    if records:
+        first = records[-1].index + 2
+        needles = [(_INDEX_TERM.pack(index, 0)[:8], 8) for index in range(first, first + _LATER_INDEXES)]
+    elif bad + RECORD.size <= len(data):
+        _length, _crc, index, term = RECORD.unpack_from(data, bad)
+        needles = [(_INDEX_TERM.pack(index + 1, 0)[:8], 8), (_INDEX_TERM.pack(0, term)[8:], 16)]
+    else:
+        return None
+    for needle, field in needles:
+        at = data.find(needle, bad + 1 + field, limit)
+        while at != -1:
+            start = at - field
+            length, crc, found, term = RECORD.unpack_from(data, start)
+            end = start + RECORD.size + length
+            if end <= len(data) and record_crc(found, term, data[start + RECORD.size:end]) == crc:
+                return start, found
+            at = data.find(needle, at + 1, limit)
+    return None
 
 
 def iter_entries(data: bytes, path: str = "<buffer>") -> Iterator[Entry]:
