@@ -1,5 +1,7 @@
 """The queue checker: a pure function of a history (Jepsen's `total-queue`, with the words of
-its NATS and Redpanda analyses). No I/O, no clock.
+its NATS and Redpanda analyses). No I/O, no clock. Its parts (outcomes of sends, deliveries,
+losses, liveness) are shared by the other workloads' checkers (`chaos.topic_checker`,
+`chaos.transactions_checker`), whose results extend `QueueResult`.
 
 - attempted: values a producer invoked a send of; acknowledged: those whose send is `ok`;
   failed: `fail` (certainly not stored); indeterminate: `info` (may or may not be stored).
@@ -30,6 +32,8 @@ from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
 
 @dataclass
 class QueueResult:
+    """The common result shape: every workload's result extends it (the matrix reads these)."""
+
     attempted: int = 0
     acknowledged: int = 0
     failed: int = 0
@@ -67,10 +71,29 @@ def check_queue(history: Iterable[Op], gap_s: float = 0.5) -> QueueResult:
     `"<producer>-<seq>"` strings, so each names its producer and its place in its sequence."""
     ops = list(history)
     result = QueueResult()
+    invoked, outcome = send_outcomes(ops)
+    count_sends(result, outcome)
+    acknowledged, failed, indeterminate = split_outcomes(outcome)
+    received = count_deliveries(result, [op for op in ops if op.f == "receive" and op.type == OK])
+    result.received = len(received)
+    unexpected = sorted((received - set(invoked)) | (received & failed), key=str)
+    result.unexpected = len(unexpected)
+    result.unexpected_values = unexpected[:SAMPLE]
+    result.recovered = len(received & indeterminate)
+    lost = acknowledged - received
+    result.lost_values = sorted(lost, key=str)[:SAMPLE]
+    place_losses(result, lost, received, invoked)
+    liveness(result, ops, gap_s)
+    return result
+
+
+def send_outcomes(ops: list[Op], f: str = "send") -> tuple[dict[Any, Op], dict[Any, str]]:
+    """Each value a client invoked an `f` of (its invoke op), and its outcome: ok, fail, or
+    info (also when the run ended before it completed)."""
     invoked: dict[Any, Op] = {}
     outcome: dict[Any, str] = {}
     for op in ops:
-        if op.f != "send" or op.process == NEMESIS:
+        if op.f != f or op.process == NEMESIS:
             continue
         if op.type == INVOKE:
             invoked[op.value] = op
@@ -78,20 +101,33 @@ def check_queue(history: Iterable[Op], gap_s: float = 0.5) -> QueueResult:
             outcome[op.value] = op.type
     for value in invoked:
         outcome.setdefault(value, INFO)  # invoked, never completed: the run ended first
-    result.attempted = len(invoked)
-    acknowledged = {v for v, t in outcome.items() if t == OK}
-    failed = {v for v, t in outcome.items() if t == FAIL}
-    indeterminate = {v for v, t in outcome.items() if t == INFO}
+    return invoked, outcome
+
+
+def split_outcomes(outcome: dict[Any, str]) -> tuple[set[Any], set[Any], set[Any]]:
+    """(acknowledged, failed, indeterminate) values."""
+    return ({v for v, t in outcome.items() if t == OK}, {v for v, t in outcome.items() if t == FAIL},
+            {v for v, t in outcome.items() if t == INFO})
+
+
+def count_sends(result: QueueResult, outcome: dict[Any, str]) -> None:
+    acknowledged, failed, indeterminate = split_outcomes(outcome)
+    result.attempted = len(outcome)
     result.acknowledged, result.failed, result.indeterminate = len(acknowledged), len(failed), len(indeterminate)
 
+
+def count_deliveries(result: QueueResult, receives: list[Op], per_process: bool = False) -> set[Any]:
+    """Deliveries, redeliveries, stored duplicates and reordering of `receives` (`receive` `ok`
+    ops, in history order); returns the distinct values received. With `per_process` a value
+    is a duplicate only when the same process received it again (a topic: each subscriber
+    gets its own copy)."""
     seen: dict[Any, int] = defaultdict(int)
     last_seq: dict[tuple[str, str], int] = {}
-    for op in ops:
-        if op.f != "receive" or op.type != OK:
-            continue
+    for op in receives:
         result.deliveries += 1
         value = op.value
-        if seen[value]:
+        key: Any = (op.process, value) if per_process else value
+        if seen[key]:
             if op.redelivered:
                 result.redelivered += 1
             else:
@@ -99,26 +135,18 @@ def check_queue(history: Iterable[Op], gap_s: float = 0.5) -> QueueResult:
                 if len(result.duplicated_values) < SAMPLE:
                     result.duplicated_values.append(value)
         else:
-            producer, seq = _split(value)
+            producer, seq = split_value(value)
             if producer is not None:
-                key = (op.process, producer)
-                if key in last_seq and seq < last_seq[key]:
+                order = (op.process, producer)
+                if order in last_seq and seq < last_seq[order]:
                     result.reordered += 1
-                last_seq[key] = max(seq, last_seq.get(key, seq))
-        seen[value] += 1
-    received = set(seen)
-    result.received = len(received)
-
-    unexpected = sorted((received - set(invoked)) | (received & failed), key=str)
-    result.unexpected = len(unexpected)
-    result.unexpected_values = unexpected[:SAMPLE]
-    result.recovered = len(received & indeterminate)
-    _place_losses(result, acknowledged, received, invoked)
-    _liveness(result, ops, gap_s)
-    return result
+                last_seq[order] = max(seq, last_seq.get(order, seq))
+        seen[key] += 1
+    return {op.value for op in receives}
 
 
-def _split(value: Any) -> tuple[str | None, int]:
+def split_value(value: Any) -> tuple[str | None, int]:
+    """`"p3-17"` -> ("p3", 17); (None, 0) for anything else."""
     if isinstance(value, str) and "-" in value:
         producer, _, seq = value.rpartition("-")
         if seq.isdigit():
@@ -126,13 +154,13 @@ def _split(value: Any) -> tuple[str | None, int]:
     return None, 0
 
 
-def _place_losses(result: QueueResult, acknowledged: set[Any], received: set[Any], invoked: dict[Any, Op]) -> None:
-    lost = acknowledged - received
-    result.lost = len(lost)
-    result.lost_values = sorted(lost, key=str)[:SAMPLE]
+def place_losses(result: QueueResult, lost: set[Any], received: set[Any], sent: Iterable[Any]) -> None:
+    """Add `lost` to the result, each placed in its producer's sequence of `sent` values
+    relative to those in `received` (prefix, middle, postfix)."""
+    result.lost += len(lost)
     by_producer: dict[str | None, list[tuple[int, Any]]] = defaultdict(list)
-    for value in invoked:
-        producer, seq = _split(value)
+    for value in sent:
+        producer, seq = split_value(value)
         by_producer[producer].append((seq, value))
     for values in by_producer.values():
         values.sort(key=lambda item: item[0])
@@ -149,12 +177,16 @@ def _place_losses(result: QueueResult, acknowledged: set[Any], received: set[Any
                 result.lost_middle += 1
 
 
-def _liveness(result: QueueResult, ops: list[Op], gap_s: float) -> None:
-    sends = [op for op in ops if op.f == "send" and op.process != NEMESIS]
+def liveness(result: QueueResult, ops: list[Op], gap_s: float, f: str = "send") -> None:
+    """The longest stretch without an `ok` `f` while they were attempted, and each heal's
+    recovery time."""
+    sends = [op for op in ops if op.f == f and op.process != NEMESIS]
     if not sends:
         return
     oks = sorted(op.mono for op in sends if op.type == OK)
     attempts = sorted(op.mono for op in sends if op.type == INVOKE)
+    if not attempts:
+        return
     start, end = attempts[0], max(op.mono for op in sends)
     marks = [start, *oks, end]
     longest = max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
