@@ -13,8 +13,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from chaos.checker import QueueResult
 from chaos.nemesis import NEMESES
-from chaos.run import WORKLOADS, Progress, RunOptions, run, summary_row
+from chaos.run import WORKLOADS, Progress, RunOptions, check_options, run, summary_row
+from chaos.workload import NeedsCluster
 
 PRESETS = ("default", "five-node", "symmetric", "chain", "symmetric-lite")
 
@@ -28,6 +30,8 @@ def chaos_command() -> None:
 def list_command() -> None:
     """The workloads and nemeses a run can use."""
     click.echo(f"workloads: {', '.join(WORKLOADS)}")
+    for name, workload in WORKLOADS.items():
+        click.echo(f"  {name:<13} {workload.summary}")
     click.echo(f"nemeses:   {', '.join(NEMESES)}  (--nemesis all: every one)")
     click.echo(f"presets:   {', '.join(PRESETS)}  (or --topology FILE)")
 
@@ -36,7 +40,8 @@ def list_command() -> None:
 @click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True)
 @click.option("--topology", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A topology or group file instead of a preset.")
-@click.option("--workload", type=click.Choice(WORKLOADS), default="queue", show_default=True)
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="queue", show_default=True,
+              help="cross-group needs a cluster (--preset symmetric, chain or symmetric-lite).")
 @click.option("--nemesis", "nemesis", default="kill", show_default=True,
               help=f"A comma list of {', '.join(NEMESES)}, 'all', or 'none'.")
 @click.option("--time-limit", type=click.FloatRange(1, None), default=30.0, show_default=True, help="Seconds of faults and load.")
@@ -56,6 +61,7 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     if unknown:
         raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--nemesis")
     options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out))
+    usable(options)
     console = Console(stderr=True)
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:
 
@@ -72,17 +78,21 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     if as_json:
         click.echo(json.dumps(row, indent=2))
     else:
-        for key in ("attempted", "acknowledged", "failed", "indeterminate", "received", "lost", "lost_middle",
-                    "unexpected", "recovered", "redelivered", "stored_duplicates", "unavailable_max_s"):
-            click.echo(f"{key:<18} {row[key]}")
-        click.echo(f"{'verdict':<18} {'valid' if result.valid else 'INVALID'}")
-        click.echo(f"{'run directory':<18} {run_dir}")
+        common = ("attempted", "acknowledged", "failed", "indeterminate", "received", "lost", "lost_middle",
+                  "unexpected", "recovered", "redelivered", "stored_duplicates", "unavailable_max_s")
+        own = [k for k, v in row.items() if k not in QueueResult.__dataclass_fields__ and isinstance(v, int | float)
+               and not isinstance(v, bool) and k != "run"]
+        for key in (*common, *own):  # the workload's own counts after the common ones
+            click.echo(f"{key:<26} {row[key]}")
+        click.echo(f"{'verdict':<26} {'valid' if result.valid else 'INVALID'}")
+        click.echo(f"{'run directory':<26} {run_dir}")
     sys.exit(0 if result.valid else 1)
 
 
 @chaos_command.command("matrix")
 @click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True)
 @click.option("--topology", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="queue", show_default=True)
 @click.option("--scenarios", default="kill,pause", show_default=True,
               help="Comma-separated scenarios, each a nemesis or several joined by '+' (kill+pause).")
 @click.option("--seeds", type=click.IntRange(1, 1000), default=5, show_default=True)
@@ -91,23 +101,24 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
 @click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
-def matrix_command(preset: str, topology: str | None, scenarios: str, seeds: int, first_seed: int, time_limit: float,
+def matrix_command(preset: str, topology: str | None, workload: str, scenarios: str, seeds: int, first_seed: int, time_limit: float,
                    rate: float, concurrency: int, out: str) -> None:
     """Every scenario × seed as one run each, then one summary table (and matrix-<time>.json in
     --out). Exit status 0 only when every run is valid."""
     rows = []
     console = Console(stderr=True)
+    usable(RunOptions(preset, topology, workload))
     for scenario in [s.strip() for s in scenarios.split(",") if s.strip()]:
         names = tuple(scenario.split("+"))
         unknown = [n for n in names if n not in NEMESES]
         if unknown:
             raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--scenarios")
         for seed in range(first_seed, first_seed + seeds):
-            console.print(f"run {scenario} seed {seed} ...")
-            options = RunOptions(preset, topology, "queue", names, time_limit, rate, concurrency, seed, Path(out))
+            console.print(f"run {workload} {scenario} seed {seed} ...")
+            options = RunOptions(preset, topology, workload, names, time_limit, rate, concurrency, seed, Path(out))
             run_dir, result = run(options)
-            rows.append({"scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
-    table = Table(title="raftmq chaos matrix", title_justify="left")
+            rows.append({"workload": workload, "scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
+    table = Table(title=f"raftmq chaos matrix: {workload}", title_justify="left")
     columns = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
                "unavailable_max_s", "valid")
     for column in columns:
@@ -118,3 +129,11 @@ def matrix_command(preset: str, topology: str | None, scenarios: str, seeds: int
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
     sys.exit(0 if all(row["valid"] for row in rows) else 1)
+
+
+def usable(options: RunOptions) -> None:
+    """A click error, before anything starts, when the workload cannot run on this deployment."""
+    try:
+        check_options(options)
+    except NeedsCluster as exc:
+        raise click.BadParameter(str(exc), param_hint="--preset / --topology") from None

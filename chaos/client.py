@@ -1,5 +1,6 @@
 """The `queue` workload's clients: producers and consumers on independent connections that
-fail over like real clients (raftmq's failover client), each recording what it does.
+fail over like real clients (raftmq's failover client), each recording what it does. The
+helpers at the end (connect, close, ack) serve the other workloads' clients too.
 
 - A producer sends unique values `p<n>-<seq>` (the value is the body and the `_AMQ_DUPL_ID`),
   each with a receipt: `ok` at the RECEIPT, `fail` when the broker refused the frame itself,
@@ -15,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any, Protocol
 
-from chaos.history import FAIL, INFO, INVOKE, OK, History
+from chaos.checker import QueueResult, check_queue
+from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
+from chaos.workload import Workload
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
@@ -32,12 +36,14 @@ CLIENT_OPTIONS: dict[str, Any] = {
 
 
 class Producer:
-    def __init__(self, name: str, url: str, history: History, interval_s: float) -> None:
+    def __init__(self, name: str, url: str, history: History, interval_s: float,
+                 destination: str = DESTINATION) -> None:
         self.name, self.url, self.history, self.interval_s = name, url, history, interval_s
+        self.destination = destination
         self.seq = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        client = await _connect(self.url, stop)
+        client = await connect(self.url, stop)
         if client is None:
             return
         try:
@@ -46,79 +52,122 @@ class Producer:
                 self.seq += 1
                 self.history.record(self.name, INVOKE, "send", value)
                 try:
-                    await client.send(DESTINATION, value.encode(), [("_AMQ_DUPL_ID", value)], receipt=True)
+                    await client.send(self.destination, value.encode(), [("_AMQ_DUPL_ID", value)], receipt=True)
                 except BrokerRefused as exc:
                     self.history.record(self.name, FAIL, "send", value, error=str(exc))
                 except ClientError as exc:
                     self.history.record(self.name, INFO, "send", value, error=str(exc))
                 else:
-                    self.history.record(self.name, OK, "send", value, node=_node(client))
+                    self.history.record(self.name, OK, "send", value, node=node_of(client))
                 await asyncio.sleep(self.interval_s)
         finally:
-            await _close(client)
+            await close_quietly(client)
 
 
 class Consumer:
-    def __init__(self, name: str, url: str, history: History) -> None:
-        self.name, self.url, self.history = name, url, history
+    def __init__(self, name: str, url: str, history: History, destination: str = DESTINATION) -> None:
+        self.name, self.url, self.history, self.destination = name, url, history, destination
         self.client: FailoverClient | None = None
         self.last_delivery = time.monotonic()
 
     async def start(self, stop: asyncio.Event) -> bool:
-        self.client = client = await _connect(self.url, stop)
+        self.client = client = await connect(self.url, stop)
         if client is None:
             return False
         loop = asyncio.get_running_loop()
 
         def on_message(frame: Frame) -> None:
             self.last_delivery = time.monotonic()
-            self.history.record(self.name, OK, "receive", frame.body.decode(errors="replace"), node=_node(client),
+            self.history.record(self.name, OK, "receive", frame.body.decode(errors="replace"), node=node_of(client),
                                 redelivered=frame.get("redelivered") == "true")
-            loop.call_later(ACK_DELAY_S, _ack, client, frame)
+            loop.call_later(ACK_DELAY_S, ack_quietly, client, frame)
 
-        client.subscribe(DESTINATION, ack="client-individual", prefetch=10, callback=on_message)
+        client.subscribe(self.destination, ack="client-individual", prefetch=10, callback=on_message)
         return True
 
     def crash(self) -> None:
         """Drop the connection as a crashing process would: unacknowledged deliveries go back."""
-        client = self.client
-        if client is not None and client.stomp_client is not None:
-            client.stomp_client.abort_connection("chaos: consumer crash")
+        crash(self.client)
 
     async def close(self) -> None:
         if self.client is not None:
-            await _close(self.client)
+            await close_quietly(self.client)
 
 
-async def crash_some(consumers: list[Consumer], rng: random.Random, stop: asyncio.Event, every_s: float = 4.0) -> None:
+class QueueWorkload(Workload):
+    """Producers and consumers on one queue, spread over the groups; consumers crash now and then."""
+
+    name = "queue"
+    summary = "producers and crashing consumers on one queue (lost, unexpected, stored duplicates)"
+
+    async def start(self, stop: asyncio.Event) -> None:
+        env = self.env
+        self.consumers = [Consumer(f"c{i}", env.urls[i % len(env.urls)], env.history) for i in range(env.concurrency)]
+        for consumer in self.consumers:
+            await consumer.start(stop)
+
+    def load(self, stop: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
+        env = self.env
+        producers = [Producer(f"p{i}", env.urls[i % len(env.urls)], env.history, env.interval_s)
+                     for i in range(env.concurrency)]
+        return [*(p.run(stop) for p in producers), crash_some(self.consumers, random.Random(env.seed), stop)]
+
+    @property
+    def last_delivery(self) -> float:
+        return max(c.last_delivery for c in self.consumers)
+
+    async def close(self) -> None:
+        for consumer in self.consumers:
+            await consumer.close()
+
+    @staticmethod
+    def check(history: Iterable[Op]) -> QueueResult:
+        return check_queue(history)
+
+
+class Crashable(Protocol):
+    def crash(self) -> None: ...
+
+
+async def crash_some(consumers: Sequence[Crashable], rng: random.Random, stop: asyncio.Event,
+                     every_s: float = 4.0) -> None:
+    """Every `every_s`, with even odds, crash one of `consumers` (objects with `crash()`)."""
     while not stop.is_set():
         await asyncio.sleep(every_s)
         if consumers and rng.random() < 0.5:
             rng.choice(consumers).crash()
 
 
-async def _connect(url: str, stop: asyncio.Event) -> FailoverClient | None:
+async def connect(url: str, stop: asyncio.Event, **options: Any) -> FailoverClient | None:
+    """A failover client for `url`, retrying until connected or `stop`; extra `options` go to
+    `connect_failover` (e.g. `connect_headers`)."""
     while not stop.is_set():
         try:
-            return await connect_failover(url, **CLIENT_OPTIONS)
+            return await connect_failover(url, **CLIENT_OPTIONS, **options)
         except ClientError:
             await asyncio.sleep(0.2)
     return None
 
 
-def _ack(client: FailoverClient, frame: Frame) -> None:
+def crash(client: FailoverClient | None) -> None:
+    """Abort `client`'s connection without DISCONNECT (it reconnects as after a failure)."""
+    if client is not None and client.stomp_client is not None:
+        client.stomp_client.abort_connection("chaos: consumer crash")
+
+
+def ack_quietly(client: FailoverClient, frame: Frame) -> None:
     try:
         client.ack_nowait(frame)
     except ClientError:
         pass  # closed meanwhile: the broker redelivers
 
 
-async def _close(client: FailoverClient) -> None:
+async def close_quietly(client: FailoverClient) -> None:
     try:
         await client.close(timeout=5.0)
     except ClientError:
         pass
 
 
-def _node(client: FailoverClient) -> str | None:
+def node_of(client: FailoverClient) -> str | None:
     return None if client.address is None else str(client.address)

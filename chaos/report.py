@@ -1,5 +1,6 @@
 """`report.html`: one self-contained page a person opens in a browser — the verdict, the
-checker's counts, a latency scatter of every send coloured by outcome, and sends and receives
+checker's counts (any workload's), a latency scatter of every send (or producer transaction)
+coloured by outcome, and sends and receives
 per second over time with the fault windows shaded (plotly, its script inlined)."""
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from chaos.checker import QueueResult
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
 
 COLOURS = {OK: "#2ca02c", FAIL: "#d62728", INFO: "#ff7f0e"}
+SENDS = ("send", "txn")  # what the latency plot shows: a send, or a whole producer transaction
+
+
+def _key(op: Op) -> object:
+    """What pairs an invoke with its completion: the value, or a transaction's id."""
+    return op.value["id"] if isinstance(op.value, dict) and "id" in op.value else op.value
 
 
 def fault_windows(ops: list[Op]) -> list[tuple[float, float, str]]:
@@ -43,11 +50,12 @@ def write_report(path: Path, title: str, ops: list[Op], result: QueueResult) -> 
     for op in ops:
         if op.process == NEMESIS:
             continue
-        if op.f == "send":
+        if op.f in SENDS:
+            key = _key(op)
             if op.type == INVOKE:
-                invoked[op.value] = op.mono
-            elif op.value in invoked:
-                start = invoked.pop(op.value)
+                invoked[key] = op.mono
+            elif key in invoked:
+                start = invoked.pop(key)
                 points[op.type][0].append(start)
                 points[op.type][1].append((op.mono - start) * 1000)
                 if op.type == OK:
@@ -55,7 +63,7 @@ def write_report(path: Path, title: str, ops: list[Op], result: QueueResult) -> 
         elif op.f == "receive" and op.type == OK:
             received[int(op.mono)] += 1
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                           subplot_titles=("send latency (ms, log scale), by outcome", "per second"))
+                           subplot_titles=("send (or transaction) latency (ms, log scale), by outcome", "per second"))
     for outcome, (xs, ys) in points.items():
         if xs:
             figure.add_scatter(x=xs, y=ys, mode="markers", name=f"send {outcome}", marker={"size": 4, "color": COLOURS[outcome]},

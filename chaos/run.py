@@ -13,23 +13,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import QueueResult, check_queue
-from chaos.client import Consumer, Producer, crash_some
+from chaos.checker import QueueResult
+from chaos.client import QueueWorkload
+from chaos.cross_group import CrossGroupWorkload
 from chaos.deployment import Deployment, own_addresses_group
 from chaos.generator import TARGETS, schedule
-from chaos.history import NEMESIS, OK, History
+from chaos.history import INVOKE, NEMESIS, OK, History
 from chaos.nemesis import Nemesis
 from chaos.report import write_report
+from chaos.topic import TopicWorkload
+from chaos.transactions import TransactionsWorkload
+from chaos.workload import Env, NeedsCluster, Workload
 from raftmq.ops.topology import Topology, load_topology, preset_topology
 
-WORKLOADS = ("queue",)
+WORKLOADS: dict[str, type[Workload]] = {
+    w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload)
+}
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
 DRAIN_MAX_S = 60.0
 
@@ -70,7 +75,25 @@ def topology_for(options: RunOptions, run_dir: Path) -> Topology:
     return preset_topology(options.preset, state)
 
 
+def group_count(options: RunOptions) -> int:
+    """How many groups the options' deployment has (without starting or writing anything)."""
+    if options.topology is not None:
+        return len(load_topology(Path(options.topology).resolve()).groups)
+    if options.preset == "default":
+        return 1
+    return len(preset_topology(options.preset).groups)
+
+
+def check_options(options: RunOptions) -> None:
+    """`KeyError` for an unknown workload, `NeedsCluster` when it needs more groups."""
+    workload = WORKLOADS[options.workload]
+    if group_count(options) < workload.min_groups:
+        raise NeedsCluster(f"the {workload.name} workload needs a cluster of at least {workload.min_groups} groups: "
+                           "--preset symmetric, chain or symmetric-lite, or a --topology with several groups")
+
+
 def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, QueueResult]:
+    check_options(options)
     run_dir = run_directory(options).resolve()
     run_dir.mkdir(parents=True)
     topology = topology_for(options, run_dir)
@@ -93,7 +116,7 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
     finally:
         deployment.stop()
         history.close()
-    result = check_queue(history.ops)
+    result = WORKLOADS[options.workload].check(history.ops)
     with (run_dir / "nemesis.jsonl").open("w") as nemesis_log:
         for op in history.ops:
             if op.process == NEMESIS:
@@ -106,26 +129,26 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
 async def _workload(options: RunOptions, deployment: Deployment, history: History, nemesis: Nemesis,
                     progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
     loop = asyncio.get_running_loop()
-    groups = deployment.groups()
+    env = Env(tuple(deployment.url(group) for group in deployment.groups()), history, options.concurrency,
+              options.concurrency / max(options.rate, 0.001), options.seed)
+    workload = WORKLOADS[options.workload](env)
     stop_producing, stop_all = asyncio.Event(), asyncio.Event()
-    consumers = [Consumer(f"c{i}", deployment.url(groups[i % len(groups)]), history) for i in range(options.concurrency)]
-    for consumer in consumers:
-        await consumer.start(stop_all)
-    interval = options.concurrency / max(options.rate, 0.001)
-    producers = [Producer(f"p{i}", deployment.url(groups[i % len(groups)]), history, interval)
-                 for i in range(options.concurrency)]
+    await workload.start(stop_all)
     started = time.monotonic()
-    tasks = [loop.create_task(p.run(stop_producing)) for p in producers]
-    crasher = loop.create_task(crash_some(consumers, random.Random(options.seed), stop_producing))
+    tasks = [loop.create_task(job) for job in workload.load(stop_producing)]
     nemesis.start(started)
 
     def report(phase: str) -> None:
-        progress.phase, progress.elapsed_s, progress.fault = phase, round(time.monotonic() - started, 1), nemesis.current
+        progress.phase, progress.fault = phase, nemesis.current
+        progress.elapsed_s = round(time.monotonic() - started, 1)
         counts: dict[str, int] = {}
         for op in history.ops:
-            if op.process != NEMESIS and op.type != "invoke":
-                key = "receive" if op.f == "receive" else op.type
-                counts[key] = counts.get(key, 0) + 1
+            if op.process == NEMESIS or op.type == INVOKE:
+                continue
+            if op.f == "receive":
+                counts["receive"] = counts.get("receive", 0) + 1
+            elif op.f in ("send", "txn"):
+                counts[op.type] = counts.get(op.type, 0) + 1
         progress.counts = counts
         if on_progress is not None:
             on_progress(progress)
@@ -137,15 +160,14 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
     report("healing")
     await loop.run_in_executor(None, nemesis.stop)  # joins the schedule, heals what is broken
     history.record(NEMESIS, OK, "heal", {"final": True})
-    await asyncio.gather(*tasks, crasher, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
     report("draining")
     deadline = time.monotonic() + DRAIN_MAX_S
-    while time.monotonic() < deadline and time.monotonic() - max(c.last_delivery for c in consumers) < DRAIN_IDLE_S:
+    while time.monotonic() < deadline and time.monotonic() - workload.last_delivery < DRAIN_IDLE_S:
         report("draining")
         await asyncio.sleep(0.25)
     stop_all.set()
-    for consumer in consumers:
-        await consumer.close()
+    await workload.close()
     report("checking")
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from chaos.checker import check_queue
-from chaos.history import INFO, INVOKE, NEMESIS, OK, History
+from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from chaos.report import fault_windows, write_report
+from chaos.transactions_checker import check_transactions
 
 
 def test_a_report_shows_the_verdict_the_counts_and_the_faults(tmp_path: Path) -> None:
@@ -26,3 +27,19 @@ def test_a_report_shows_the_verdict_the_counts_and_the_faults(tmp_path: Path) ->
     text = path.read_text()
     assert "<h2 style='color:#2ca02c'>valid</h2>" in text and "indeterminate" in text
     assert "kill g1" in text and "send info" in text and "plotly" in text.lower()  # plotly escapes the slash
+
+
+def test_a_transactions_report_draws_each_transaction_by_its_id(tmp_path: Path) -> None:
+    history = History()
+    first = {"id": "p1-t0", "values": ["p1-0", "p1-1"], "abort": False}
+    second = {"id": "p1-t1", "values": ["p1-2"], "abort": True}
+    for record, outcome in ((first, OK), (second, FAIL)):
+        history.record("p1", INVOKE, "txn", record)
+        history.record("p1", outcome, "txn", record)
+    history.record("c1", OK, "receive", "p1-0")
+    history.record("c1", OK, "receive", "p1-1")
+    result = check_transactions(history.ops)
+    path = tmp_path / "report.html"
+    write_report(path, "transactions", history.ops, result)
+    text = path.read_text()
+    assert result.valid and "send ok" in text and "send fail" in text and "committed" in text

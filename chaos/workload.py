@@ -1,0 +1,71 @@
+"""The seam between a run and its workload (Jepsen's client + generator + checker for one kind
+of load). `chaos.run` drives any `Workload` the same way:
+
+    workload = WORKLOADS[name](env)
+    await workload.start(stop_all)            # consumers / subscribers connected, before any load
+    tasks = workload.load(stop_producing)     # producers, crashes, migrations: until the event
+    ... time limit, heal ...
+    drain while time.monotonic() - workload.last_delivery < DRAIN_IDLE_S
+    stop_all.set(); await workload.close()
+    result = workload.check(history.ops)     # pure: the verdict, a QueueResult (or an extension)
+
+`Env` is all a workload may know of the deployment: one failover URL per group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from chaos.checker import QueueResult
+from chaos.history import History, Op
+
+
+@dataclass(frozen=True)
+class Env:
+    urls: tuple[str, ...]  # a failover URL per group, in the topology's order
+    history: History
+    concurrency: int  # producers (and as many consumers)
+    interval_s: float  # between one producer's sends (or transactions)
+    seed: int
+
+
+class Workload(ABC):
+    """One kind of load. Subclasses set `name`, `summary` and (when they need several groups)
+    `min_groups`, and implement the four steps; `check` must be a pure function."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    min_groups: ClassVar[int] = 1
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    @abstractmethod
+    async def start(self, stop: asyncio.Event) -> None:
+        """Connect what consumes (it must be there before the first send); `stop` ends them."""
+
+    @abstractmethod
+    def load(self, stop: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
+        """What acts while the run lasts (producers, consumer crashes, ...), each until `stop`."""
+
+    @property
+    @abstractmethod
+    def last_delivery(self) -> float:
+        """Monotonic time of the latest delivery to any consumer: the drain waits for quiet."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close every client still open."""
+
+    @staticmethod
+    @abstractmethod
+    def check(history: Iterable[Op]) -> QueueResult:
+        """The verdict on a history of this workload (no I/O, no clock)."""
+
+
+class NeedsCluster(ValueError):
+    """The workload needs more groups than the deployment has."""

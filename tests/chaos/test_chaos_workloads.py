@@ -1,0 +1,90 @@
+"""The topic, transactions and cross-group workloads: each runs end to end against real node
+processes and is valid; the cross-group one refuses a deployment of one group (before anything
+starts); the transactions report draws whole transactions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos.cli import chaos_command
+from chaos.history import read_history
+from chaos.run import WORKLOADS, RunOptions, check_options, run
+from chaos.workload import NeedsCluster
+from raftmq.processes import free_ports
+
+
+def lite_cluster(tmp_path: Path, ports: list[int] | None = None) -> Path:
+    """symmetric-lite (three single-node groups, a mesh) on free ports: a run may share the
+    machine with other clusters, the preset's fixed ports may not be free."""
+    ports = ports if ports is not None else free_ports(9)
+    lines = ["[topology]", 'name = "lite"']
+    for i in range(3):
+        name = f"g{i + 1}"
+        lines += ["[[group]]", f'file = "{name}.toml"']
+        (tmp_path / f"{name}.toml").write_text("\n".join([
+            "[group]", f'name = "{name}"', f'data_dir = "data/{name}"', "[[node]]", 'id = "n1"',
+            f'client = "127.0.0.1:{ports[3 * i]}"', f'raft = "127.0.0.1:{ports[3 * i + 1]}"',
+            f'admin = "127.0.0.1:{ports[3 * i + 2]}"']) + "\n")
+    lines += ["[[cluster_connection]]", 'name = "lite"', 'groups = ["g1", "g2", "g3"]', 'links = "mesh"']
+    path = tmp_path / "topology.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_workloads_are_registered_and_cross_group_needs_a_cluster(tmp_path: Path) -> None:
+    assert list(WORKLOADS) == ["queue", "topic", "transactions", "cross-group"]
+    with pytest.raises(NeedsCluster, match="--preset symmetric, chain or symmetric-lite"):
+        check_options(RunOptions(workload="cross-group"))
+    with pytest.raises(NeedsCluster):
+        check_options(RunOptions(workload="cross-group", preset="five-node"))
+    check_options(RunOptions(workload="cross-group", preset="symmetric-lite"))
+    check_options(RunOptions(workload="cross-group", topology=str(lite_cluster(tmp_path, list(range(20000, 20009))))))
+    result = CliRunner().invoke(chaos_command, ["run", "--workload", "cross-group", "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and "needs a cluster" in result.output and "--preset" in result.output
+    assert not (tmp_path / "runs").exists()  # refused before anything started
+    listed = CliRunner().invoke(chaos_command, ["list"])
+    assert all(name in listed.output for name in WORKLOADS)
+
+
+@pytest.mark.integration
+def test_a_topic_run_under_kills_is_valid(tmp_path: Path) -> None:
+    # The leader killed: every subscriber fails over, the durables' subscriptions must live on.
+    run_dir, result = run(RunOptions(workload="topic", nemeses=("kill",), targets=("leader",), time_limit_s=14, rate=40,
+                                     concurrency=4, seed=3, out=tmp_path / "runs"))
+    figures = result.to_dict()
+    assert result.valid, figures
+    assert figures["durable_subscribers"] == 2 and figures["non_durable_subscribers"] == 2
+    assert result.acknowledged > 200 and figures["owed"] >= result.acknowledged  # both durables were owed most
+    ops = read_history(run_dir / "history.jsonl")
+    assert {op.f for op in ops if op.process == "nemesis" and op.type == "ok"} >= {"kill", "heal"}
+    assert any(op.f == "detach" for op in ops if op.process.startswith("d"))  # a durable lost its connection
+    assert json.loads((run_dir / "results.json").read_text())["owed"] == figures["owed"]
+
+
+@pytest.mark.integration
+def test_a_transactions_run_under_kills_is_valid(tmp_path: Path) -> None:
+    run_dir, result = run(RunOptions(workload="transactions", nemeses=("kill",), targets=("leader",), time_limit_s=14,
+                                     rate=40, concurrency=3, seed=5, out=tmp_path / "runs"))
+    figures = result.to_dict()
+    assert result.valid, figures
+    assert figures["committed"] > 50 and figures["aborted"] > 0 and figures["ack_transactions_committed"] > 0
+    assert figures["partial"] == 0 and result.lost == 0
+    assert "txn ok" not in (run_dir / "report.html").read_text()  # the plot names outcomes, not ops
+    assert "send (or transaction) latency" in (run_dir / "report.html").read_text()
+
+
+@pytest.mark.integration
+def test_a_cross_group_run_with_migrating_consumers_is_valid(tmp_path: Path) -> None:
+    run_dir, result = run(RunOptions(workload="cross-group", topology=str(lite_cluster(tmp_path)), nemeses=(),
+                                     time_limit_s=12, rate=40, concurrency=3, seed=2, out=tmp_path / "runs"))
+    assert result.valid, result.to_dict()
+    assert result.acknowledged > 200 and result.received == result.acknowledged
+    ops = read_history(run_dir / "history.jsonl")
+    assert any(op.f == "migrate" and op.type == "ok" for op in ops)
+    producers = {op.node for op in ops if op.f == "send" and op.type == "ok"}
+    consumers = {op.node for op in ops if op.f == "receive"}
+    assert len(producers) == 1 and len(consumers) == 2 and not producers & consumers  # every value crossed a bridge
