@@ -317,8 +317,13 @@ class RaftLog(CommitLog):
                     future.set_result(None)
         else:
             self._failed_deliveries.discard(result)
-            reason = FAIL_REASONS.get(error, f"error {error}") if error != SUCCESS else "committed but not applied here"
-            fail_futures(pending.futures, lambda: CommitFailed(f"not committed: {reason}"))
+            if error == SUCCESS:
+                # Committed, but this node could not apply it (its body journal failed): the
+                # group has it, so "not committed" would be a lie a client might act on.
+                message = "committed, but this node could not apply it; outcome unknown to the client"
+            else:
+                message = f"not committed: {FAIL_REASONS.get(error, f'error {error}')}"
+            fail_futures(pending.futures, lambda: CommitFailed(message))
         self._schedule_pump()
 
     def _expire(self, token: int) -> None:

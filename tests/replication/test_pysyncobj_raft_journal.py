@@ -64,6 +64,33 @@ def test_a_damaged_record_below_the_stored_commit_index_is_corruption(tmp_path: 
     reopened._destroy()
 
 
+def test_a_commit_index_that_cannot_be_stored_waits_without_stopping_the_tick(tmp_path: Any) -> None:
+    # Regression (found by the chaos disk-full nemesis): on a full disk the periodic store of
+    # the commit index raised ENOSPC in every tick, before pysyncobj's own work, so the node
+    # committed nothing and answered no one. A directory where the temporary file goes makes
+    # the write fail for real, as ENOSPC did.
+    path = str(tmp_path / "j")
+    journal = RaftJournal(path)
+    for idx in range(1, 4):
+        journal.add(b"cmd%d" % idx, idx, 1)
+    journal.setRaftCommitIndex(3)
+    os.mkdir(path + ".meta.tmp")
+    journal.onOneSecondTimer()
+    journal.store_meta_when_due()  # must not raise
+    assert not os.path.exists(path + ".meta") and journal.durable_index == 3  # the entries were still synced
+    os.rmdir(path + ".meta.tmp")
+    journal.onOneSecondTimer()
+    journal.store_meta_when_due()
+    journal._destroy()
+    assert RaftJournal(path).getRaftCommitIndex() == 3
+    os.mkdir(path + ".meta.tmp")
+    journal = RaftJournal(path)
+    journal.setRaftCommitIndex(4)
+    journal._destroy()  # a stop on a full disk ends quietly
+    with pytest.raises(OSError):  # a term and vote must be durable before anything leaves
+        RaftJournal(path).setCurrentTerm(2, "127.0.0.1:1")
+
+
 def test_journal_reserves_space_that_reads_as_its_end(tmp_path: Any) -> None:
     path = str(tmp_path / "j")
     journal = RaftJournal(path)

@@ -7,6 +7,7 @@ compaction by rewrite-and-rename, torn tails cut at open. The snapshot file is `
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -29,6 +30,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
 from raftmq.storage.journal import log_if_slow_fsync
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
+META_WARN_INTERVAL_S = 10.0
 
 
 class RaftJournal(Journal):
@@ -50,6 +52,7 @@ class RaftJournal(Journal):
         self._dirty = False
         self._meta_dirty = False
         self._meta_due = False  # pysyncobj's one-second timer fired; stored at the next tick
+        self._meta_warned = -META_WARN_INTERVAL_S  # when raft.meta_store_failed was last logged
         self._allocated = 0  # file size: records up to _size, then reserved zeros
         self._reserve = True  # off where the filesystem cannot preallocate
         self.durable_index = 0  # last index whose record is known to be on stable storage
@@ -162,9 +165,12 @@ class RaftJournal(Journal):
     def _destroy(self) -> None:
         if self._fd < 0:
             return
-        self.sync()
-        if self._meta_dirty:
-            self._store_meta()
+        try:
+            self.sync()
+            if self._meta_dirty:
+                self._store_commit_index()
+        except OSError as exc:  # stopping anyway: what is not durable was never acknowledged
+            log.warning("raft.journal_sync_failed_at_stop", path=self.path, error=str(exc))
         os.close(self._fd)
         self._fd = -1
 
@@ -198,8 +204,26 @@ class RaftJournal(Journal):
 
     def store_meta_when_due(self) -> None:
         if self._meta_due and self._meta_dirty:
-            self._store_meta()
+            self._store_commit_index()
         self._meta_due = False
+
+    def _store_commit_index(self) -> None:
+        """The periodic store of the commit index. It is a hint (a restart replays the log to
+        it; a lower one only weakens the corruption check at open), so a full disk must not
+        stop the tick it runs in: the node would stop committing, answering nobody. Term and
+        vote are another matter: `setCurrentTerm` lets the error through, so no vote leaves
+        that is not durable."""
+        self.sync()  # a failed fsync is not forgiven here: the kernel may have dropped the pages
+        try:
+            self._write_meta()
+        except OSError as exc:
+            self._meta_dirty = True
+            with contextlib.suppress(OSError):
+                os.unlink(self._meta_path + ".tmp")
+            now = time.monotonic()
+            if now - self._meta_warned >= META_WARN_INTERVAL_S:
+                self._meta_warned = now
+                log.warning("raft.meta_store_failed", path=self._meta_path, error=str(exc))
 
     # -- ours
 
@@ -257,6 +281,9 @@ class RaftJournal(Journal):
 
     def _store_meta(self) -> None:
         self.sync()  # a stored commit index never covers entries that are not durable
+        self._write_meta()
+
+    def _write_meta(self) -> None:
         tmp = self._meta_path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(encode_meta(self._meta))
