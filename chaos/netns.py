@@ -19,20 +19,41 @@ namespace, reach every host from 10.99.K.254, which no partition drops.
 `Popen(exec_prefix(host) + argv)` is the program's own (tests/chaos/test_netns.py checks it):
 the harness kills and SIGSTOPs nodes by pid as it does outside namespaces.
 
-IPv6 is off on our interfaces (the rules are IPv4). `degrade` needs the kernel's netem qdisc
-(CONFIG_NET_SCH_NETEM), which some kernels lack: `available(netem=True)` says so.
+IPv6 is off on our interfaces (the rules are IPv4).
+
+Packet faults (`degrade`) hit everything a host sends on its interface, to other hosts and to
+the root namespace's harness and clients alike (as netem on the interface would), not its
+loopback. Two mechanisms, netem first where the kernel has it (CONFIG_NET_SCH_NETEM; some
+kernels lack it: `available(netem=True)` says so), else netfilter (`available(packet_faults=True)`):
+
+- loss: `-m statistic --mode random` to an NFQUEUE whose packets a chaos.packet_queue process
+  in the host's namespace drops (silently, as on a wire: a DROP rule would fail the send);
+- duplication: TEE to the packet's own destination (a second copy on the wire);
+- delay, jitter, reordering: NFQUEUE to that process, which holds packets and accepts them late,
+  out of order with jitter or reorder. Both queues --queue-bypass: if the process dies, packets
+  flow unharmed. It needs the netfilterqueue binding (built on Debian's libnetfilter-queue);
+- corruption: netem only.
+
+Unlike netem, the netfilter faults do not touch ARP, and a delayed packet holds its socket's send
+buffer until accepted. `degrade` returns a Degradation naming the mechanism it used.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import os
 import re
 import secrets
+import select
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from raftmq.errors import RaftmqError
@@ -42,6 +63,13 @@ COMMENT = "raftmq-netns"
 HOST_IF = "eth0"
 ROOT_OCTET = 254
 COMMAND_TIMEOUT = 10.0
+NETEM, NETFILTER = "netem", "netfilter"  # the mechanisms of `degrade`
+FAULT_CHAIN = "RAFTMQ-FAULTS"  # ours, in the mangle table of a degraded host's namespace
+FAULT_JUMP = ("-o", HOST_IF, "-m", "comment", "--comment", COMMENT, "-j", FAULT_CHAIN)
+QUEUE_NUM, DROP_QUEUE_NUM = 7, 8  # NFQUEUE numbers are per namespace: one queue process per degraded host
+QUEUE_MAX_LEN = 1000  # packets a queue process holds at most (netem's default limit)
+QUEUE_READY_TIMEOUT = 10.0
+QUEUE_STOP_TIMEOUT = 5.0
 
 Sides = Sequence[Sequence[str]]
 Grudge = dict[str, frozenset[str]]  # host -> the hosts whose packets it drops
@@ -52,7 +80,20 @@ class NetnsError(RaftmqError):
 
 
 class NetemUnavailable(NetnsError):
-    """The kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so `degrade` cannot work."""
+    """The kernel has no netem qdisc (CONFIG_NET_SCH_NETEM) and `degrade` was asked for netem,
+    or for what only netem does (corruption)."""
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """What `degrade` set up on a host: the mechanism (NETEM or NETFILTER), the pid of its
+    chaos.packet_queue process (netfilter with a delay, jitter or loss; else None), and the commands
+    (tc) or iptables rules (mangle table, chain first) that do it."""
+
+    host: str
+    mechanism: str
+    queue_pid: int | None
+    rules: tuple[tuple[str, ...], ...]
 
 
 def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -129,9 +170,27 @@ def sees(shape: Grudge, hosts: Iterable[str]) -> dict[str, frozenset[str]]:
 
 
 @functools.cache
-def available(netem: bool = False) -> str | None:
-    """None when networks can be built here (and, with `netem`, degraded); else why not. Probes
-    once per process in a throwaway namespace."""
+def available(netem: bool = False, packet_faults: bool = False) -> str | None:
+    """None when networks can be built here (with `netem`, degraded with netem; with
+    `packet_faults`, degraded at all: by netem, or else by iptables statistic, TEE and NFQUEUE
+    with the netfilterqueue binding); else why not. Probes once per process in a throwaway
+    namespace."""
+    if packet_faults:
+        reasons = packet_fault_mechanisms()
+        return None if None in reasons.values() else "; ".join(f"{m}: {r}" for m, r in reasons.items())
+    return _probe(netem=netem)
+
+
+def packet_fault_mechanisms() -> dict[str, str | None]:
+    """For each mechanism of `degrade` (NETEM, NETFILTER), None when it works here, else why not."""
+    netfilter = _probe(netfilter=True)
+    if netfilter is None and importlib.util.find_spec("netfilterqueue") is None:
+        netfilter = "no netfilterqueue module (the project's dependency; it builds on libnetfilter-queue-dev)"
+    return {NETEM: available(netem=True), NETFILTER: netfilter}
+
+
+@functools.cache
+def _probe(netem: bool = False, netfilter: bool = False) -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root"
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("iptables", "iptables"), ("sysctl", "procps")):
@@ -143,8 +202,14 @@ def available(netem: bool = False) -> str | None:
         _run(["ip", "netns", "exec", probe, "iptables", "-w", "-S", "INPUT"])
         if netem:
             _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
+        if netfilter:
+            mangle = ["ip", "netns", "exec", probe, "iptables", "-w", "-t", "mangle", "-A", "OUTPUT", "-o", "lo"]
+            _run([*mangle, *_random(50), "-j", "DROP"])
+            _run([*mangle, "-j", "TEE", "--gateway", "127.0.0.1"])
+            _run([*mangle, "-j", "NFQUEUE", "--queue-num", str(QUEUE_NUM), "--queue-bypass"])
     except (NetnsError, OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot use namespaces{' with netem' if netem else ''} here: {e}"
+        with_what = " with netem" if netem else " with statistic, TEE and NFQUEUE" if netfilter else ""
+        return f"cannot use namespaces{with_what} here: {e}"
     finally:
         _run(["ip", "netns", "del", probe], check=False)
     return None
@@ -186,7 +251,9 @@ class Network:
         self.subnet_index = subnet_index
         self._created = False
         self._rules: list[tuple[str, list[str]]] = []
-        self._degraded: set[str] = set()
+        self._degraded: dict[str, Degradation] = {}
+        self._queues: dict[str, subprocess.Popen[bytes]] = {}
+        self.queue_reports: dict[str, str] = {}  # host -> the last line of its last queue process
 
     def namespace(self, host: str) -> str:
         if host not in self.hosts:
@@ -262,10 +329,13 @@ class Network:
         in the namespaces first: a namespace outlives its name while a process is inside."""
         if not self._created:
             return
-        _run(["ip", "link", "del", self.root_link], check=False)
-        for ns in [self.switch, *(self.namespace(h) for h in self.hosts)]:
-            _run(["ip", "netns", "del", ns], check=False)
-        self._rules, self._degraded, self._created = [], set(), False
+        try:
+            self.restore_all()  # stops our queue processes, by pid
+        finally:
+            _run(["ip", "link", "del", self.root_link], check=False)
+            for ns in [self.switch, *(self.namespace(h) for h in self.hosts)]:
+                _run(["ip", "netns", "del", ns], check=False)
+            self._rules, self._degraded, self._created = [], {}, False
 
     def __enter__(self) -> Network:
         self.create()
@@ -300,13 +370,36 @@ class Network:
     # -- packet faults -----------------------------------------------------------------------
 
     def degrade(self, host: str, delay_ms: int = 0, jitter_ms: int = 0, loss_pct: float = 0.0,
-                duplicate_pct: float = 0.0, reorder_pct: float = 0.0, corrupt_pct: float = 0.0) -> None:
-        """netem on everything `host` sends (its veth's egress), replacing an earlier degrade."""
+                duplicate_pct: float = 0.0, reorder_pct: float = 0.0, corrupt_pct: float = 0.0,
+                mechanism: str | None = None) -> Degradation:
+        """Packet faults on everything `host` sends on its interface (to the other hosts and to
+        the root namespace's harness and clients alike; not its loopback), replacing an earlier
+        degrade of `host`. `mechanism` is NETEM, NETFILTER or (None) netem where the kernel has
+        it, else netfilter; corruption only netem does (NetemUnavailable without it). Returns
+        what was set up, which `degradations` also keeps until `restore`."""
         if min(delay_ms, jitter_ms) < 0 or not all(0 <= p <= 100 for p in
                                                    (loss_pct, duplicate_pct, reorder_pct, corrupt_pct)):
             raise ValueError("delays are >= 0 ms and percentages in 0..100")
         if reorder_pct and not delay_ms:
-            raise ValueError("netem reorders only delayed packets: reorder_pct needs delay_ms")
+            raise ValueError("reordering sends some packets ahead of delayed ones: reorder_pct needs delay_ms")
+        if mechanism not in (None, NETEM, NETFILTER):
+            raise ValueError(f"mechanism is {NETEM!r}, {NETFILTER!r} or None, not {mechanism!r}")
+        self.namespace(host)
+        if mechanism is None:
+            mechanism = NETEM if available(netem=True) is None else NETFILTER
+        if mechanism == NETFILTER and corrupt_pct:
+            raise NetemUnavailable(f"corrupt_pct needs netem, which this kernel lacks ({available(netem=True)})")
+        self.restore(host)
+        if mechanism == NETEM:
+            degradation = self._degrade_netem(host, delay_ms, jitter_ms, loss_pct, duplicate_pct, reorder_pct,
+                                              corrupt_pct)
+        else:
+            degradation = self._degrade_netfilter(host, delay_ms, jitter_ms, loss_pct, duplicate_pct, reorder_pct)
+        self._degraded[host] = degradation
+        return degradation
+
+    def _degrade_netem(self, host: str, delay_ms: int, jitter_ms: int, loss_pct: float, duplicate_pct: float,
+                       reorder_pct: float, corrupt_pct: float) -> Degradation:
         args = ["delay", f"{delay_ms}ms", f"{jitter_ms}ms"]
         for word, pct in (("loss", loss_pct), ("duplicate", duplicate_pct), ("reorder", reorder_pct),
                           ("corrupt", corrupt_pct)):
@@ -315,12 +408,109 @@ class Network:
         if result.returncode != 0:
             error = NetemUnavailable if "kind is unknown" in result.stderr else NetnsError
             raise error(f"tc netem in {host}: {result.stderr.strip()}")
-        self._degraded.add(host)
+        return Degradation(host, NETEM, None, (("tc", "qdisc", "replace", "dev", HOST_IF, "root", "netem", *args),))
+
+    def _degrade_netfilter(self, host: str, delay_ms: int, jitter_ms: int, loss_pct: float, duplicate_pct: float,
+                           reorder_pct: float) -> Degradation:
+        """Rules in the mangle table's OUTPUT chain of `host`'s namespace, for packets out of its
+        interface, jumping to a chain of ours: a `statistic` random share to the drop queue
+        (loss), then a TEE per destination on the subnet (duplication: the clone is routed to
+        the packet's own destination, so a second copy goes on the wire; it passes the chain
+        again but is not teed twice), then the rest to the delay queue (delay, jitter,
+        reordering). A chaos.packet_queue process in the namespace drops what the one queue
+        gives it and holds what the other does. Both with --queue-bypass: if that process dies,
+        packets go on rather than nowhere. Loss goes through the queue, not a DROP rule, because
+        a packet dropped in OUTPUT fails its sender's send (EPERM), which a lost packet does not."""
+        rules: list[tuple[list[str], list[str]]] = []  # (match, target)
+        if loss_pct:
+            rules.append((_random(loss_pct), ["-j", "NFQUEUE", "--queue-num", str(DROP_QUEUE_NUM), "--queue-bypass"]))
+        if duplicate_pct:
+            for address in [*(self.address(h) for h in self.hosts if h != host), self.root_address]:
+                rules.append((["-d", f"{address}/32", *_random(duplicate_pct)], ["-j", "TEE", "--gateway", address]))
+        queue: subprocess.Popen[bytes] | None = None
+        try:
+            delay = bool(delay_ms or jitter_ms)
+            if delay or loss_pct:
+                queue = self._start_queue(host, delay_ms, jitter_ms, reorder_pct, delay, bool(loss_pct))
+            if delay:
+                rules.append(([], ["-j", "NFQUEUE", "--queue-num", str(QUEUE_NUM), "--queue-bypass"]))
+            self._in(host, "iptables", "-w", "-t", "mangle", "-N", FAULT_CHAIN)
+            tagged = [[FAULT_CHAIN, *match, "-m", "comment", "--comment", COMMENT, *target] for match, target in rules]
+            tagged.append(["OUTPUT", *FAULT_JUMP])
+            for rule in tagged:
+                self._in(host, "iptables", "-w", "-t", "mangle", "-A", *rule)
+        except BaseException:
+            self._undo_netfilter(host)
+            raise
+        return Degradation(host, NETFILTER, queue.pid if queue else None, tuple(tuple(r) for r in tagged))
+
+    def _start_queue(self, host: str, delay_ms: int, jitter_ms: int, reorder_pct: float, delay: bool,
+                     drop: bool) -> subprocess.Popen[bytes]:
+        """chaos.packet_queue in `host`'s namespace, once it says it is bound to its queues."""
+        argv = [*self.exec_prefix(host), sys.executable, "-m", "chaos.packet_queue",
+                *(["--queue", str(QUEUE_NUM)] if delay else []),
+                *(["--drop-queue", str(DROP_QUEUE_NUM)] if drop else []),
+                "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms), "--reorder-pct", str(reorder_pct),
+                "--max-len", str(QUEUE_MAX_LEN)]
+        env = dict(os.environ)  # whatever the harness's cwd, `-m chaos.packet_queue` finds this checkout's
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent),
+                                                        env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env)
+        self._queues[host] = proc
+        assert proc.stdout is not None
+        output, deadline = b"", time.monotonic() + QUEUE_READY_TIMEOUT
+        while b"ready queue" not in output:
+            left, chunk = deadline - time.monotonic(), None
+            if left > 0 and select.select([proc.stdout], [], [], min(left, 0.5))[0]:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                output += chunk
+            if left <= 0 or chunk == b"":  # too slow, or it exited
+                self._stop_queue(host)
+                raise NetnsError(f"chaos.packet_queue in {host} did not start: "
+                                 f"{output.decode(errors='replace').strip() or 'no output'}")
+        return proc
+
+    def _stop_queue(self, host: str) -> None:
+        """SIGTERM by pid (the queue accepts the packets it holds and unbinds), SIGKILL if it
+        lingers; keeps its last words in `queue_reports`."""
+        proc = self._queues.pop(host, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=QUEUE_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=COMMAND_TIMEOUT)
+        if proc.stdout is not None:
+            words = proc.stdout.read().decode(errors="replace").strip().splitlines()
+            proc.stdout.close()
+            self.queue_reports[host] = words[-1] if words else f"exit {proc.returncode}"
+
+    def _undo_netfilter(self, host: str) -> None:
+        self._in(host, "iptables", "-w", "-t", "mangle", "-D", "OUTPUT", *FAULT_JUMP, check=False)
+        self._in(host, "iptables", "-w", "-t", "mangle", "-F", FAULT_CHAIN, check=False)
+        self._in(host, "iptables", "-w", "-t", "mangle", "-X", FAULT_CHAIN, check=False)
+        self._stop_queue(host)
+
+    @property
+    def degradations(self) -> Mapping[str, Degradation]:
+        return dict(self._degraded)
 
     def restore(self, host: str) -> None:
+        """Undo `degrade` of `host` whatever its mechanism: netem qdisc, our rules and chain, and
+        the queue process (stopped by pid, after the rules that feed it are gone)."""
         self._in(host, "tc", "qdisc", "del", "dev", HOST_IF, "root", check=False)
-        self._degraded.discard(host)
+        self._undo_netfilter(host)
+        self._degraded.pop(host, None)
 
     def restore_all(self) -> None:
-        for host in sorted(self._degraded):
+        for host in sorted({*self._degraded, *self._queues}):
             self.restore(host)
+
+
+def _random(pct: float) -> list[str]:
+    """An iptables match for a random `pct` percent of packets (none needed for all of them)."""
+    return [] if pct >= 100 else ["-m", "statistic", "--mode", "random", "--probability", f"{pct / 100:.6f}"]

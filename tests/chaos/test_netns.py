@@ -1,11 +1,15 @@
 """chaos.netns: the partition shapes (pure), and, as root, real namespaces on a bridge where a
 cut drops packets (a connect times out, it is not refused) while the root namespace still
-reaches every host, heal and destroy leave nothing of ours behind, netem slows packets, and a
-real raftmq node runs inside a namespace under its own pid."""
+reaches every host, heal and destroy leave nothing of ours behind, degrade delays, drops,
+duplicates and reorders real packets (netem where the kernel has it, else iptables and a
+chaos.packet_queue process: each mechanism is tested where it works), and a real raftmq node runs
+inside a namespace under its own pid."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -40,6 +44,34 @@ for address in sys.argv[3:]:
     except TimeoutError: print("timeout")
     except ConnectionRefusedError: print("refused")
 """
+
+# Connect N times to an address, print the median time in ms.
+CONNECT_MS = """import socket, statistics, sys, time
+times = []
+for _ in range(int(sys.argv[3])):
+    start = time.monotonic(); socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
+    times.append((time.monotonic() - start) * 1000)
+print(statistics.median(times))
+"""
+# Receive datagrams until none came for IDLE seconds (or 2000 came, or 30 s passed); print the
+# payloads (sequence numbers) in arrival order, as JSON.
+UDP_RECEIVER = """import json, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], int(sys.argv[2])))
+s.settimeout(float(sys.argv[3])); print("ready", flush=True)
+got, end = [], time.monotonic() + 30
+while len(got) < 2000 and time.monotonic() < end:
+    try: got.append(int(s.recv(64)))
+    except TimeoutError:
+        if got: break
+print(json.dumps(got), flush=True)
+"""
+# Send datagrams 0..N-1, one every INTERVAL seconds.
+UDP_SENDER = """import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[3])):
+    s.sendto(str(i).encode(), (sys.argv[1], int(sys.argv[2]))); time.sleep(float(sys.argv[4]))
+"""
+UDP_PORT = 7002
 
 H = [f"h{i}" for i in range(1, 10)]
 
@@ -217,39 +249,159 @@ def test_a_majorities_ring_cuts_exactly_its_grudge(tmp_path: Path) -> None:
         net.destroy()
 
 
-@pytest.mark.integration
-def test_degrade_delays_what_a_host_sends(net: Network, tmp_path: Path) -> None:
-    reason = netns.available(netem=True)
+@pytest.fixture(params=[netns.NETEM, netns.NETFILTER])
+def mechanism(request: pytest.FixtureRequest) -> str:
+    chosen = str(request.param)
+    reason = netns.packet_fault_mechanisms()[chosen]
     if reason is not None:
         pytest.skip(reason)
-    server = serve(net, "h1", tmp_path)
-    try:
-        def connect_ms() -> float:
-            times = [from_root(net.address("h1")) for _ in range(5)]
-            assert all(outcome == "ok" for outcome, _ in times)
-            return statistics.median(t for _, t in times) * 1000
+    return chosen
 
-        before = connect_ms()
-        net.degrade("h1", delay_ms=100)
-        during = connect_ms()
+
+def nothing_degraded(net: Network, *pids: int | None) -> None:
+    """No netem qdisc, rule or chain of ours is left in any host, and the queue processes are gone."""
+    for host in net.hosts:
+        assert "netem" not in run_in(net, host, "tc", "qdisc", "show")
+        mangle = run_in(net, host, "iptables", "-w", "-t", "mangle", "-S")
+        assert netns.COMMENT not in mangle and netns.FAULT_CHAIN not in mangle, mangle
+    for pid in pids:
+        assert pid is None or not Path(f"/proc/{pid}").exists()
+    assert net.degradations == {}
+
+
+def connect_ms(net: Network, host: str | None, target: str) -> float:
+    """The median time of 5 TCP connects to `target` from `host`'s namespace (None: the root one)."""
+    if host is not None:
+        return float(run_in(net, host, sys.executable, "-c", CONNECT_MS, net.address(target), str(PORT), "5"))
+    times = [from_root(net.address(target)) for _ in range(5)]
+    assert all(outcome == "ok" for outcome, _ in times)
+    return statistics.median(t for _, t in times) * 1000
+
+
+def udp(net: Network, sender: str, receiver: str, count: int, interval: float, tmp_path: Path) -> list[int]:
+    """Send datagrams 0..count-1 from `sender` to `receiver`; the ones received, in arrival order."""
+    out = tmp_path / "udp.out"
+    argv = [sys.executable, "-c", UDP_RECEIVER, net.address(receiver), str(UDP_PORT), "1.0"]
+    proc = processes.spawn([*net.exec_prefix(receiver), *argv], out)
+    try:
+        processes.wait_for_line(proc, out, "ready", 10)
+        run_in(net, sender, sys.executable, "-c", UDP_SENDER, net.address(receiver), str(UDP_PORT), str(count),
+               str(interval))
+        proc.wait(timeout=40)
+        got: list[int] = json.loads(out.read_text().splitlines()[-1])
+        return got
+    finally:
+        processes.kill(proc)
+
+
+@pytest.mark.integration
+def test_degrade_delays_what_a_host_sends(net: Network, mechanism: str, tmp_path: Path) -> None:
+    server = serve(net, "h1", tmp_path)
+    pid = None
+    try:
+        before = {src: connect_ms(net, src, "h1") for src in (None, "h2")}
+        degradation = net.degrade("h1", delay_ms=100, mechanism=mechanism)
+        assert degradation.mechanism == mechanism and net.degradations == {"h1": degradation}
+        pid = degradation.queue_pid
+        assert (pid is not None) == (mechanism == netns.NETFILTER)
+        during = {src: connect_ms(net, src, "h1") for src in (None, "h2")}
         net.restore("h1")
-        after = connect_ms()
-        print(f"connect from root: {before:.1f} ms, degraded {during:.1f} ms, restored {after:.1f} ms")
-        assert during >= before + 90  # the SYN-ACK waits 100 ms in h1's netem
-        assert after < before + 50
-        assert "netem" not in run_in(net, "h1", "tc", "qdisc", "show", "dev", netns.HOST_IF)
+        after = {src: connect_ms(net, src, "h1") for src in (None, "h2")}
+        for src in (None, "h2"):
+            print(f"{mechanism}: connect from {src or 'root'} to h1: {before[src]:.2f} ms, "
+                  f"degraded {during[src]:.2f} ms, restored {after[src]:.2f} ms")
+            assert during[src] >= before[src] + 90  # the SYN-ACK waits 100 ms on its way out of h1
+            assert after[src] < before[src] + 50
+        nothing_degraded(net, pid)
+        net.restore("h1")  # twice is harmless
     finally:
         processes.kill(server)
 
 
 @pytest.mark.integration
-def test_degrade_without_netem_says_so(net: Network) -> None:
-    if netns.available(netem=True) is None:
-        pytest.skip("this kernel has netem: test_degrade_delays_what_a_host_sends covers degrade")
-    with pytest.raises(netns.NetemUnavailable):
-        net.degrade("h1", delay_ms=100)
-    assert "netem" not in run_in(net, "h1", "tc", "qdisc", "show")
+def test_degrade_loses_packets(net: Network, mechanism: str, tmp_path: Path) -> None:
+    assert len(udp(net, "h1", "h2", 200, 0.001, tmp_path)) == 200
+    net.degrade("h1", loss_pct=50, mechanism=mechanism)
+    got = udp(net, "h1", "h2", 200, 0.001, tmp_path)
+    print(f"{mechanism}: 50% loss: {len(got)} of 200 datagrams arrived")
+    assert 40 <= len(got) <= 160 and len(set(got)) == len(got)  # binomial(200, 0.5): 100 +- 7
     net.restore_all()
+    assert len(udp(net, "h1", "h2", 200, 0.001, tmp_path)) == 200
+    nothing_degraded(net)
+
+
+@pytest.mark.integration
+def test_degrade_duplicates_packets(net: Network, mechanism: str, tmp_path: Path) -> None:
+    net.degrade("h1", duplicate_pct=100, mechanism=mechanism)
+    got = udp(net, "h1", "h2", 20, 0.005, tmp_path)
+    print(f"{mechanism}: 100% duplication: {len(got)} datagrams for 20 sent")
+    assert sorted(got) == sorted([*range(20), *range(20)])  # each one twice, on the wire twice
+    net.restore("h1")
+    assert sorted(udp(net, "h1", "h2", 20, 0.005, tmp_path)) == list(range(20))
+    nothing_degraded(net)
+
+
+@pytest.mark.integration
+def test_degrade_reorders_packets(net: Network, mechanism: str, tmp_path: Path) -> None:
+    assert udp(net, "h1", "h2", 60, 0.002, tmp_path) == list(range(60))
+    degradation = net.degrade("h1", delay_ms=30, jitter_ms=20, reorder_pct=25, mechanism=mechanism)
+    got = udp(net, "h1", "h2", 60, 0.002, tmp_path)
+    inversions = sum(1 for a, b in zip(got, got[1:]) if a > b)
+    print(f"{mechanism}: delay 30 ms +- 20, reorder 25%: {inversions} inversions among {len(got)} datagrams")
+    assert sorted(got) == list(range(60)) and inversions >= 1
+    net.restore_all()
+    if mechanism == netns.NETFILTER:
+        assert net.queue_reports["h1"].startswith("packets=")
+    nothing_degraded(net, degradation.queue_pid)
+
+
+@pytest.mark.integration
+def test_degrade_netem_or_corruption_without_netem_says_so(net: Network) -> None:
+    reason = netns.available(netem=True)
+    if reason is None:
+        pytest.skip("this kernel has netem: netem and corruption work")
+    with pytest.raises(netns.NetemUnavailable):
+        net.degrade("h1", delay_ms=100, mechanism=netns.NETEM)
+    with pytest.raises(netns.NetemUnavailable):
+        net.degrade("h1", corrupt_pct=1)  # only netem corrupts
+    with pytest.raises(ValueError):
+        net.degrade("h1", reorder_pct=10)  # reordering needs a delay to overtake
+    nothing_degraded(net)
+
+
+@pytest.mark.integration
+def test_a_dead_queue_process_does_not_blackhole_a_host(tmp_path: Path) -> None:
+    reason = netns.packet_fault_mechanisms()[netns.NETFILTER]
+    if reason is not None:
+        pytest.skip(reason)
+    net = Network("q", 2)
+    server = None
+    try:
+        net.create()
+        server = serve(net, "h1", tmp_path)
+        before = connect_ms(net, None, "h1")
+        pid = net.degrade("h1", delay_ms=100, mechanism=netns.NETFILTER).queue_pid
+        other = net.degrade("h2", delay_ms=100, mechanism=netns.NETFILTER).queue_pid
+        assert pid is not None and other is not None
+        assert connect_ms(net, None, "h1") >= before + 90
+        os.kill(pid, signal.SIGKILL)  # --queue-bypass: packets go undelayed, not nowhere
+        for _ in range(100):  # until it is dead (a zombie: Network reaps it in restore)
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        dead = connect_ms(net, None, "h1")
+        print(f"connect from root to h1: {before:.2f} ms; with its queue process killed {dead:.2f} ms")
+        assert dead < before + 50
+        net.restore("h1")
+        assert not Path(f"/proc/{pid}").exists()
+        processes.kill(server)
+        server = None
+        net.destroy()  # stops h2's queue process before deleting the namespaces
+        assert not Path(f"/proc/{other}").exists() and our_names(net.prefix) == []
+    finally:
+        if server is not None:
+            processes.kill(server)
+        net.destroy()
 
 
 @pytest.mark.integration
