@@ -36,16 +36,21 @@ CLIENT_OPTIONS: dict[str, Any] = {
 
 
 class Producer:
+    """With `group` (its URL's index) it first records `open` `ok` `{"group": g}`: a checker of
+    several groups needs to know where each value entered the cluster."""
+
     def __init__(self, name: str, url: str, history: History, interval_s: float,
-                 destination: str = DESTINATION) -> None:
+                 destination: str = DESTINATION, group: int | None = None) -> None:
         self.name, self.url, self.history, self.interval_s = name, url, history, interval_s
-        self.destination = destination
+        self.destination, self.group = destination, group
         self.seq = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         client = await connect(self.url, stop)
         if client is None:
             return
+        if self.group is not None:
+            self.history.record(self.name, OK, "open", {"group": self.group}, node=node_of(client))
         try:
             while not stop.is_set():
                 value = f"{self.name}-{self.seq}"

@@ -5,7 +5,9 @@ Each subscriber records its subscription windows, so the checker knows what it w
 `subscribe` `invoke` when a SUBSCRIBE is written (the first, or again on each new connection),
 `ok` at its RECEIPT, `fail` when the broker refused it, `info` when the connection broke
 first; `detach` `ok` when the connection of a subscribed window broke or the subscriber closed.
-Values are `{"durable": bool}`.
+Values are `{"durable": bool, "group": int}` (the index of the subscriber's group); producers
+record the group they send to (`open`), since a value reaches the other groups' subscribers
+only through a bridge, later, once their group's subscription was advertised.
 
 - A durable subscriber connects with a `client-id` and subscribes with
   `activemq.subscriptionName` (even ones) or `durable:true` (odd ones, RabbitMQ's way: the
@@ -42,8 +44,10 @@ RESUBSCRIBE_S = 0.5  # after a refusal, before subscribing again
 
 
 class Subscriber:
-    def __init__(self, name: str, url: str, history: History, durable: bool, activemq_style: bool = True) -> None:
+    def __init__(self, name: str, url: str, history: History, durable: bool, activemq_style: bool = True,
+                 group: int = 0) -> None:
         self.name, self.url, self.history, self.durable = name, url, history, durable
+        self._about = {"durable": durable, "group": group}  # every subscribe / detach op's value
         self.activemq_style = activemq_style
         self.client: FailoverClient | None = None
         self.subscription: FailoverSubscription | None = None
@@ -71,7 +75,7 @@ class Subscriber:
         headers: list[tuple[str, str]] = []
         if self.durable:
             headers = [("activemq.subscriptionName", "chaos")] if self.activemq_style else [("durable", "true")]
-        self.history.record(self.name, INVOKE, "subscribe", {"durable": self.durable})
+        self.history.record(self.name, INVOKE, "subscribe", self._about)
         ack = "client-individual" if self.durable else "auto"
         self.subscription = client.subscribe(TOPIC, id=SUBSCRIPTION_ID, ack=ack, headers=headers, prefetch=10,
                                              callback=self._on_message)
@@ -95,16 +99,16 @@ class Subscriber:
         elif event.kind == "connected" and self.subscription is not None and self.subscription.active:
             # The failover client wrote the SUBSCRIBE again on this connection: a new window.
             assert self.client is not None
-            self.history.record(self.name, INVOKE, "subscribe", {"durable": self.durable})
+            self.history.record(self.name, INVOKE, "subscribe", self._about)
             self._opening = self.client.connection_number
 
     def _end_window(self, unanswered: str) -> None:
         """The window's connection is gone: close an open window, or settle a SUBSCRIBE that
         never got its RECEIPT as `unanswered` (info: it may exist; fail: refused)."""
         if self._open:
-            self.history.record(self.name, OK, "detach", {"durable": self.durable})
+            self.history.record(self.name, OK, "detach", self._about)
         elif self._opening is not None:
-            self.history.record(self.name, unanswered, "subscribe", {"durable": self.durable})
+            self.history.record(self.name, unanswered, "subscribe", self._about)
         self._open, self._opening = False, None
 
     async def _watch(self, stop: asyncio.Event) -> None:
@@ -121,7 +125,7 @@ class Subscriber:
                     self._subscribe()
             elif (self._opening == client.connection_number and subscription.attached
                   and not subscription.awaiting_receipt):
-                self.history.record(self.name, OK, "subscribe", {"durable": self.durable}, node=node_of(client))
+                self.history.record(self.name, OK, "subscribe", self._about, node=node_of(client))
                 self._opening, self._open = None, True
 
     def crash(self) -> None:
@@ -145,18 +149,19 @@ class TopicWorkload(Workload):
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
         durable = (env.concurrency + 1) // 2
+        groups = len(env.urls)
         self.subscribers = [
-            Subscriber(f"d{i}", env.urls[i % len(env.urls)], env.history, durable=True, activemq_style=i % 2 == 0)
-            for i in range(durable)
-        ] + [Subscriber(f"s{i}", env.urls[i % len(env.urls)], env.history, durable=False)
+            Subscriber(f"d{i}", env.urls[i % groups], env.history, durable=True, activemq_style=i % 2 == 0,
+                       group=i % groups) for i in range(durable)
+        ] + [Subscriber(f"s{i}", env.urls[i % groups], env.history, durable=False, group=i % groups)
              for i in range(max(1, env.concurrency // 2))]
         for subscriber in self.subscribers:
             await subscriber.start(stop)
 
     def load(self, stop: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
         env = self.env
-        producers = [Producer(f"p{i}", env.urls[i % len(env.urls)], env.history, env.interval_s, TOPIC)
-                     for i in range(env.concurrency)]
+        producers = [Producer(f"p{i}", env.urls[i % len(env.urls)], env.history, env.interval_s, TOPIC,
+                              group=i % len(env.urls)) for i in range(env.concurrency)]
         return [*(p.run(stop) for p in producers), crash_some(self.subscribers, random.Random(env.seed), stop)]
 
     @property

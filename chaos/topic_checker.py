@@ -9,6 +9,12 @@ Every subscriber gets its own copy of each value, so the counts are per subscrib
   the subscriber's crashes and reconnects and the group's failovers, so it is owed all of
   them. **lost**: owed and never received by that subscriber (placed in its producer's
   sequence relative to what that subscriber received: prefix, middle, postfix).
+- several groups (producers record theirs in an `open` op, subscribers in their `subscribe`
+  ops): a value sent to another group than the subscriber's is copied to the subscriber's
+  group only once that group's advert of the subscription arrived, later and unobservably. So
+  across groups, a durable is owed a producer's acknowledged values from the first of that
+  producer's values it received on (routing then knew the subscription, and a durable one stays
+  advertised), and neither early deliveries nor gaps are judged.
 - **unexpected**: a (subscriber, value) received that was never sent, whose send certainly
   failed, or that is **early**: its send was acknowledged before the SUBSCRIBE that opened the
   subscription it arrived on was even written (for a durable, the first one; for a
@@ -37,6 +43,7 @@ from chaos.checker import (
     place_losses,
     send_outcomes,
     split_outcomes,
+    split_value,
 )
 from chaos.history import FAIL, INFO, INVOKE, OK, Op
 
@@ -54,6 +61,7 @@ class TopicResult(QueueResult):
 @dataclass
 class _Subscriber:
     durable: bool
+    group: int | None = None
     first_invoke: float | None = None
     first_ok: float | None = None
     windows: list[list[float | None]] = field(default_factory=list)  # [invoke, ok or None, close or None]
@@ -69,6 +77,11 @@ def check_topic(history: Iterable[Op], gap_s: float = 0.5) -> TopicResult:
     acknowledged, failed, indeterminate = split_outcomes(outcome)
     sent_ok = {op.value: op.mono for op in ops if op.f == "send" and op.type == OK}
     subscribers = _subscribers(ops)
+    producer_group = {op.process: op.value.get("group") for op in ops if op.f == "open" and isinstance(op.value, dict)}
+
+    def same_group(producer: str | None, subscriber: _Subscriber) -> bool:
+        return producer_group.get(producer or "") == subscriber.group  # both unknown: one group
+
     result.durable_subscribers = sum(1 for s in subscribers.values() if s.durable)
     result.non_durable_subscribers = len(subscribers) - result.durable_subscribers
     result.windows = sum(1 for s in subscribers.values() for w in s.windows if w[1] is not None)
@@ -86,6 +99,7 @@ def check_topic(history: Iterable[Op], gap_s: float = 0.5) -> TopicResult:
         subscriber = subscribers.get(op.process)
         opened = _opened(subscriber, op.mono) if subscriber is not None else None
         early = value in sent_ok and opened is not None and sent_ok[value] < opened
+        early = early and subscriber is not None and same_group(split_value(value)[0], subscriber)
         if early and (op.process, value) not in unexpected:
             result.early += 1
             unexpected.add((op.process, value))
@@ -98,18 +112,29 @@ def check_topic(history: Iterable[Op], gap_s: float = 0.5) -> TopicResult:
             if subscriber.first_ok is None:
                 continue
             start = subscriber.first_ok
-            owed = {v for v in acknowledged if invoked[v].mono > start}
+            first_got: dict[str | None, int] = {}  # per producer, the lowest sequence number it received
+            for value in got:
+                producer, seq = split_value(value)
+                first_got[producer] = min(seq, first_got.get(producer, seq))
+
+            def due(value: Any) -> bool:
+                producer, seq = split_value(value)
+                if same_group(producer, subscriber):
+                    return invoked[value].mono > start
+                return producer in first_got and seq > first_got[producer]
+
+            owed = {v for v in acknowledged if due(v)}
             result.owed += len(owed)
             lost = owed - got
             result.lost_values += [f"{name}:{v}" for v in sorted(lost, key=str)][:SAMPLE - len(result.lost_values)]
-            place_losses(result, lost, got, [v for v in invoked if invoked[v].mono > start])
+            place_losses(result, lost, got, [v for v in invoked if due(v)])
         else:
-            for opened_at, ok_at, closed_at in subscriber.windows:
+            local = [v for v in acknowledged if same_group(split_value(v)[0], subscriber)]
+            for _, ok_at, closed_at in subscriber.windows:
                 if ok_at is None:
                     continue
                 end = closed_at if closed_at is not None else float("inf")
-                result.gaps += sum(1 for v in acknowledged
-                                   if invoked[v].mono > ok_at and sent_ok[v] < end and v not in got)
+                result.gaps += sum(1 for v in local if invoked[v].mono > ok_at and sent_ok[v] < end and v not in got)
     liveness(result, ops, gap_s)
     return result
 
@@ -118,8 +143,8 @@ def _subscribers(ops: list[Op]) -> dict[str, _Subscriber]:
     subscribers: dict[str, _Subscriber] = {}
     for op in ops:
         if op.f == "subscribe":
-            durable = bool(op.value.get("durable")) if isinstance(op.value, dict) else False
-            subscriber = subscribers.setdefault(op.process, _Subscriber(durable))
+            about = op.value if isinstance(op.value, dict) else {}
+            subscriber = subscribers.setdefault(op.process, _Subscriber(bool(about.get("durable")), about.get("group")))
             if op.type == INVOKE:
                 subscriber.windows.append([op.mono, None, None])
                 if subscriber.first_invoke is None:

@@ -137,3 +137,22 @@ def test_a_copy_per_subscriber_is_no_duplicate_but_a_second_unflagged_copy_is() 
     b.receive("d0", "p1-0")
     result = check_topic(b.history.ops)
     assert not result.valid and result.stored_duplicates == 1 and result.redelivered == 1
+
+
+def test_across_groups_a_durable_is_owed_from_the_first_value_that_reached_it() -> None:
+    b = Builder()
+    b.op("p1", OK, "open", {"group": 0})
+    b.op("d0", INVOKE, "subscribe", {"durable": True, "group": 1})
+    b.op("d0", OK, "subscribe", {"durable": True, "group": 1})
+    b.op("s0", INVOKE, "subscribe", {"durable": False, "group": 1})
+    b.op("s0", OK, "subscribe", {"durable": False, "group": 1})
+    for i in range(5):
+        b.send(f"p1-{i}")  # p1-0 went out before group 0 knew of the subscriptions: not owed
+    b.op("s1", INVOKE, "subscribe", {"durable": False, "group": 1})
+    b.op("s1", OK, "subscribe", {"durable": False, "group": 1})
+    b.receive("s1", "p1-4")  # its copy crossed the bridge after s1 subscribed: not early
+    for i in (1, 2, 4):
+        b.receive("d0", f"p1-{i}")
+    result = check_topic(b.history.ops)
+    assert not result.valid and result.early == 0 and result.gaps == 0  # s0 missed everything: not judged
+    assert (result.owed, result.lost, result.lost_values) == (3, 1, ["d0:p1-3"])
