@@ -31,7 +31,8 @@ kernels lack it: `available(netem=True)` says so), else netfilter (`available(pa
 - duplication: TEE to the packet's own destination (a second copy on the wire);
 - delay, jitter, reordering: NFQUEUE to that process, which holds packets and accepts them late,
   out of order with jitter or reorder. Both queues --queue-bypass: if the process dies, packets
-  flow unharmed. It needs the netfilterqueue binding (built on Debian's libnetfilter-queue);
+  flow unharmed. It needs the runtime library libnetfilter_queue.so.1 (Debian's
+  libnetfilter-queue1, called through ctypes);
 - corruption: netem only.
 
 Unlike netem, the netfilter faults do not touch ARP, and a delayed packet holds its socket's send
@@ -41,7 +42,6 @@ buffer until accepted. `degrade` returns a Degradation naming the mechanism it u
 from __future__ import annotations
 
 import functools
-import importlib.util
 import ipaddress
 import os
 import re
@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from chaos import packet_queue
 from raftmq.errors import RaftmqError
 
 PREFIX = "rmq"
@@ -173,7 +174,7 @@ def sees(shape: Grudge, hosts: Iterable[str]) -> dict[str, frozenset[str]]:
 def available(netem: bool = False, packet_faults: bool = False) -> str | None:
     """None when networks can be built here (with `netem`, degraded with netem; with
     `packet_faults`, degraded at all: by netem, or else by iptables statistic, TEE and NFQUEUE
-    with the netfilterqueue binding); else why not. Probes once per process in a throwaway
+    with libnetfilter_queue.so.1); else why not. Probes once per process in a throwaway
     namespace."""
     if packet_faults:
         reasons = packet_fault_mechanisms()
@@ -184,8 +185,8 @@ def available(netem: bool = False, packet_faults: bool = False) -> str | None:
 def packet_fault_mechanisms() -> dict[str, str | None]:
     """For each mechanism of `degrade` (NETEM, NETFILTER), None when it works here, else why not."""
     netfilter = _probe(netfilter=True)
-    if netfilter is None and importlib.util.find_spec("netfilterqueue") is None:
-        netfilter = "no netfilterqueue module (the project's dependency; it builds on libnetfilter-queue-dev)"
+    if netfilter is None:
+        netfilter = packet_queue.unavailable()  # chaos.packet_queue's library, libnetfilter_queue.so.1
     return {NETEM: available(netem=True), NETFILTER: netfilter}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import netns
+from chaos import netns, packet_queue
 from chaos.netns import Network
 from raftmq import processes
 from tests.helpers.stomp_raw import RawClient
@@ -132,6 +132,29 @@ def test_names_stay_short_and_ours() -> None:
     assert net.exec_prefix("h2") == ["ip", "netns", "exec", f"{net.prefix}-h2"]
     with pytest.raises(ValueError):
         netns.clear_stale("other")
+
+
+def test_the_queue_binding_reads_a_packet_id_in_network_byte_order() -> None:
+    # struct nfqnl_msg_packet_hdr, packed: __be32 packet_id, __be16 hw_protocol, __u8 hook (7 bytes)
+    assert packet_queue.PACKET_HEADER.size == 7
+    assert packet_queue.packet_id(bytes.fromhex("0000012c" "0800" "03")) == 300
+    assert packet_queue.packet_id(bytes.fromhex("fffffffe" "86dd" "04") + b"trailing") == 0xFFFFFFFE
+    with pytest.raises(ValueError):
+        packet_queue.packet_id(b"\x00" * 6)
+
+
+def test_a_missing_queue_library_is_named_and_skips_netfilter(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(packet_queue.ctypes.util, "find_library", lambda name: None)  # it runs ldconfig -p
+    with pytest.raises(packet_queue.LibraryMissing, match="install Debian's libnetfilter-queue1"):
+        packet_queue.load_library("netfilter_queue_absent")
+    reason = "no libnetfilter_queue.so.1: install Debian's libnetfilter-queue1"
+    monkeypatch.setattr(packet_queue, "unavailable", lambda: reason)
+    monkeypatch.setattr(netns, "_probe", lambda netem=False, netfilter=False: None)  # as if root with iptables
+    monkeypatch.setattr(netns, "available", lambda netem=False, packet_faults=False: None)
+    assert netns.packet_fault_mechanisms()[netns.NETFILTER] == reason  # the mechanism fixture skips with it
+    assert packet_queue.main(["--queue", "7"]) == 1
+    assert reason in capsys.readouterr().err
 
 
 # -- real namespaces ------------------------------------------------------------------------
