@@ -16,6 +16,7 @@ from rich.text import Text
 from chaos.checker import QueueResult
 from chaos.nemesis import NEMESES
 from chaos.run import WORKLOADS, Progress, RunOptions, check_options, run, summary_row
+from chaos.environment import requirements
 from chaos.workload import NeedsCluster
 
 PRESETS = ("default", "five-node", "symmetric", "chain", "symmetric-lite")
@@ -137,3 +138,6 @@ def usable(options: RunOptions) -> None:
         check_options(options)
     except NeedsCluster as exc:
         raise click.BadParameter(str(exc), param_hint="--preset / --topology") from None
+    problems = requirements(options.nemeses)
+    if problems:
+        raise click.UsageError("this machine cannot run these nemeses: " + "; ".join(problems))

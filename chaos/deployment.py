@@ -11,12 +11,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from raftmq import processes
-from raftmq.processes import free_ports
+from raftmq.errors import ProcessNotReady
 from raftmq.ops.topology import Topology
 
 READY_LINE = "raftmq node listening on "
@@ -31,7 +31,11 @@ class NodeHandle:
     admin: str
     argv: tuple[str, ...]
     logs: Path
+    member_dir: Path  # its journals and snapshots (absolute)
+    prefix: tuple[str, ...] = ()  # run it through this (e.g. `ip netns exec NS`: the program keeps the pid)
+    env: dict[str, str] | None = None  # its whole environment (None: the harness's), e.g. libfaketime's
     proc: subprocess.Popen[bytes] | None = None
+    pids: list[int] = field(default_factory=list)  # every incarnation's, for what a killed process leaves behind
     paused: bool = False
     starts: int = 0
 
@@ -63,7 +67,8 @@ class Deployment:
                                      "--node", member.id)
             if topology.cluster_connections and topology.source is not None:
                 argv += ("--topology", str(topology.source.resolve()))
-            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", argv, workdir / "logs")
+            member_dir = workdir / group.config.member_dir(member.id)
+            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", argv, workdir / "logs", member_dir)
             self.nodes[handle.key] = handle
 
     # -- processes ------------------------------------------------------------------------------
@@ -74,12 +79,24 @@ class Deployment:
             if node.alive:
                 continue
             node.starts += 1
-            node.proc = processes.spawn(node.argv, node.log, cwd=self.workdir, new_session=True)
+            node.member_dir.mkdir(parents=True, exist_ok=True)
+            node.proc = processes.spawn(node.prefix + node.argv, node.log, cwd=self.workdir, new_session=True, env=node.env)
+            node.pids.append(node.proc.pid)
             node.paused = False
         if wait:
             for node in chosen:
                 assert node.proc is not None
                 processes.wait_for_line(node.proc, node.log, READY_LINE, READY_TIMEOUT_SECONDS)
+
+    def try_start(self, key: str) -> str | None:
+        """Start one node and wait for it; None when it is up, else its last words (it exited or
+        never became ready: a member refusing damaged files says so and exits)."""
+        try:
+            self.start([key], wait=True)
+        except ProcessNotReady as exc:
+            self.kill(key)
+            return str(exc)
+        return None
 
     def kill(self, key: str) -> None:
         node = self.nodes[key]
@@ -140,18 +157,3 @@ class Deployment:
 
     def url(self, group: str) -> str:
         return "failover:(" + ",".join(f"stomp://{self.nodes[k].client}" for k in self.members(group)) + ")"
-
-
-def own_addresses_group(run_dir: Path, size: int = 3) -> Path:
-    """The default run's group: three members, each on a loopback address of its own
-    (127.0.10.1-3, free ports), so the partition nemesis can cut real packets between them."""
-    ports = free_ports(3 * size)
-    lines = ["# Written by raftmq chaos run: one group, a loopback address per member.", "[group]", 'name = "g1"',
-             'data_dir = "data/g1"']
-    for i in range(size):
-        host = f"127.0.10.{i + 1}"
-        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "{host}:{ports[3 * i]}"', f'raft = "{host}:{ports[3 * i + 1]}"',
-                  f'admin = "{host}:{ports[3 * i + 2]}"']
-    path = run_dir / "g1.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path

@@ -4,15 +4,32 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from chaos.netns import Grudge, bridge, grudge, majorities_ring
 
 TARGETS = ("leader", "one", "minority", "majority", "all")
+# Which members each nemesis may hit. Corruption is repairable only while a majority keeps
+# good copies; a skewed clock or a full disk is a one-node (or minority) fault by nature.
+NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
+    "kill": TARGETS,
+    "pause": TARGETS,
+    "partition": TARGETS,
+    "packet": TARGETS,
+    "power-loss": ("leader", "one", "minority", "all"),
+    "corrupt": ("leader", "one", "minority"),
+    "clock": ("leader", "one"),
+    "disk-full": ("leader", "one", "minority"),
+}
+NEMESES = tuple(NEMESIS_TARGETS)
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     at_s: float  # seconds into the run
-    nemesis: str  # kill, pause
+    nemesis: str  # one of NEMESES
     target: str  # one of TARGETS
     group: int  # which group (an index into the deployment's groups, modulo their count)
     pick: int  # which members, when the target leaves a choice (seeds a Random)
@@ -30,8 +47,10 @@ def schedule(seed: int, nemeses: list[str], time_limit_s: float, first_s: float 
         duration = round(rng.uniform(1.5, 4.0), 3)
         if at + duration > time_limit_s:
             break
-        faults.append(Fault(round(at, 3), rng.choice(nemeses), rng.choice(targets), rng.randrange(1 << 16),
-                            rng.randrange(1 << 30), duration))
+        nemesis = rng.choice(nemeses)
+        allowed = [t for t in targets if t in NEMESIS_TARGETS[nemesis]] or list(NEMESIS_TARGETS[nemesis])
+        faults.append(Fault(round(at, 3), nemesis, rng.choice(allowed), rng.randrange(1 << 16), rng.randrange(1 << 30),
+                            duration))
         at += duration + rng.uniform(3.0, 5.0)
     return faults
 
@@ -49,3 +68,45 @@ def pick_members(members: list[str], leader: str | None, target: str, pick: int)
     if target == "majority":
         return rng.sample(members, count // 2 + 1)
     return list(members)
+
+
+PARTITION_SHAPES = ("target", "bridge", "ring", "groups")
+
+
+def partition_grudge(members: Mapping[str, list[str]], group: str, hit: list[str],
+                     rng: random.Random) -> tuple[str, Grudge]:
+    """A partition's shape and who drops whom (node keys). `target`: the members hit against the
+    rest of their group (each alone when all are hit): isolating the leader, a minority, halves;
+    `bridge`: two halves of the group joined by one member; `ring`: a majorities ring (four
+    members or more); `groups`: every group keeps its own links and loses all the others
+    (clusters only)."""
+    own = list(members[group])
+    shapes = ["target"] + (["bridge"] if len(own) >= 3 else []) + (["ring"] if len(own) >= 4 else [])
+    shapes += ["groups"] if len(members) > 1 else []
+    shape = rng.choice(shapes)
+    if shape == "groups":
+        return shape, grudge([list(keys) for keys in members.values()])
+    if shape in ("bridge", "ring"):
+        rng.shuffle(own)
+        return shape, bridge(own) if shape == "bridge" else majorities_ring(own)
+    rest = [key for key in own if key not in hit]
+    return shape, grudge([[key] for key in hit] if not rest else [hit, rest])
+
+
+def packet_params(rng: random.Random) -> dict[str, Any]:
+    """One of netem's kinds of trouble, with seeded strengths."""
+    kind = rng.choice(("delay", "loss", "duplicate", "reorder"))
+    if kind == "delay":
+        return {"delay_ms": rng.randrange(50, 300), "jitter_ms": rng.randrange(0, 50)}
+    if kind == "loss":
+        return {"loss_pct": float(rng.randrange(5, 40))}
+    if kind == "duplicate":
+        return {"duplicate_pct": float(rng.randrange(10, 60))}
+    return {"delay_ms": rng.randrange(10, 60), "jitter_ms": rng.randrange(5, 30), "reorder_pct": float(rng.randrange(10, 50))}
+
+
+def clock_change(rng: random.Random) -> dict[str, Any]:
+    """A wall clock set off by minutes to an hour (a bad NTP step), or a jump of seconds back or forth."""
+    if rng.random() < 0.5:
+        return {"mode": "skew", "seconds": rng.choice((-1, 1)) * rng.randrange(60, 3600)}
+    return {"mode": "jump", "seconds": rng.choice((-1, 1)) * rng.randrange(2, 30)}

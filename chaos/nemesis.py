@@ -1,37 +1,52 @@
-"""Faults on real processes, run from the generator's schedule in a thread of their own, each
-recorded in the history (process `nemesis`): `invoke` then `ok` with the nodes it hit.
+"""Faults on real processes, packets, files and clocks, run from the generator's schedule in a
+thread of their own, each recorded in the history (process `nemesis`): `invoke`, then `ok`
+with what it hit and how (or `fail` with why it could not), and the same for its `heal`.
 
-- `kill`: SIGKILL, and at heal the nodes start again (same command, same data directory).
-- `pause`: SIGSTOP past the election timeout, SIGCONT at heal.
-- `partition`: the members hit are cut off from the rest of their group (iptables between
-  their addresses, chaos.partition; `all`: every member from every other); healed by removing
-  the rules.
+- `kill`: SIGKILL; at heal the nodes start again (same command, same data directory).
+- `pause`: SIGSTOP past the election timeout; SIGCONT at heal.
+- `partition`: real packets dropped between nodes (chaos.environment: iptables inside each
+  node's network namespace, or between loopback addresses). Shapes: the members hit against
+  the rest of their group (isolating the leader, halves...), a majorities ring, a bridge, and
+  cutting only the links between groups.
+- `packet`: netem delay, loss, duplication and reordering on the nodes hit.
+- `power-loss`: SIGKILL, then every write the node had not fsynced is discarded (its data
+  directory is on chaos.lazyfs); restart at heal.
+- `corrupt`: SIGKILL, then a bit flipped in or a truncation of one of its journal or snapshot
+  files (chaos.corrupt); at heal the node must start, having cut only an unacknowledged torn
+  tail, or refuse and name the damage; a refusing node is repaired the operator's way.
+- `clock`: the node's wall clock skewed or jumped (libfaketime, chaos.clock); reset at heal.
+- `disk-full`: the node's data directory's filesystem filled up; freed at heal.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+from typing import Any
 
+from chaos.corrupt import damage, refused_for_damage
 from chaos.deployment import Deployment
-from chaos.generator import Fault, pick_members
-from chaos.history import INVOKE, NEMESIS, OK, History
-from chaos.partition import Partition
+from chaos.environment import Environment
+from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
+from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 
-NEMESES = ("kill", "pause", "partition")
+__all__ = ["NEMESES", "Nemesis"]
 
 
 class Nemesis:
-    def __init__(self, deployment: Deployment, history: History, faults: list[Fault]) -> None:
+    def __init__(self, deployment: Deployment, history: History, faults: list[Fault], environment: Environment) -> None:
         self.deployment = deployment
         self.history = history
         self.faults = faults
+        self.environment = environment
         self.current: str | None = None  # what is being done now, for the progress display
+        self.detected: list[dict[str, Any]] = []  # damage the nodes refused to start on
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
-        self._partition = Partition()
         self._hit: list[str] = []
         self._kind = ""
+        self._started = time.monotonic()
 
     def start(self, started: float) -> None:
         self._started = started
@@ -39,7 +54,7 @@ class Nemesis:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=120)
         self.heal()
 
     def _run(self) -> None:
@@ -55,6 +70,8 @@ class Nemesis:
         delay = self._started + at_s - time.monotonic()
         return self._stop.wait(delay) if delay > 0 else self._stop.is_set()
 
+    # -- injecting ----------------------------------------------------------------------------
+
     def inject(self, fault: Fault) -> None:
         deployment = self.deployment
         groups = deployment.groups()
@@ -62,34 +79,122 @@ class Nemesis:
         members = deployment.members(group)
         leader = deployment.leader(group, timeout=2.0) if fault.target == "leader" else None
         hit = pick_members(members, leader, fault.target, fault.pick)
-        value = {"target": fault.target, "group": group, "nodes": hit}
+        value: dict[str, Any] = {"target": fault.target, "group": group, "nodes": hit}
         self.history.record(NEMESIS, INVOKE, fault.nemesis, value)
-        if fault.nemesis == "partition":
-            rest = [key for key in members if key not in hit]
-            sides = [[key] for key in hit] if not rest else [hit, rest]
-            self._partition.cut([[deployment.address(key) for key in side] for side in sides])
-        for key in hit:
-            if fault.nemesis == "kill":
-                deployment.kill(key)
-            elif fault.nemesis == "pause":
-                deployment.pause(key)
+        try:
+            details = self._inject(fault, group, hit)
+        except Exception as exc:  # a fault that could not be made is recorded, never fatal to the run
+            self.history.record(NEMESIS, FAIL, fault.nemesis, value, error=f"{type(exc).__name__}: {exc}")
+            self._hit, self._kind = hit, fault.nemesis  # heal whatever part of it took
+            return
+        if details.get("nodes") is not None:
+            hit = details["nodes"]
         self._hit, self._kind = hit, fault.nemesis
-        self.current = f"{fault.nemesis} {fault.target} {', '.join(hit)}"
-        self.history.record(NEMESIS, OK, fault.nemesis, value)
+        self.current = f"{fault.nemesis} {details.get('shape', fault.target)} {', '.join(hit)}"
+        self.history.record(NEMESIS, OK, fault.nemesis, {**value, **details})
+
+    def _inject(self, fault: Fault, group: str, hit: list[str]) -> dict[str, Any]:
+        kind, deployment, environment = fault.nemesis, self.deployment, self.environment
+        rng = random.Random(fault.pick)
+        if kind == "kill":
+            for key in hit:
+                deployment.kill(key)
+        elif kind == "pause":
+            for key in hit:
+                deployment.pause(key)
+        elif kind == "partition":
+            members = {g: deployment.members(g) for g in deployment.groups()}
+            shape, grudge = partition_grudge(members, group, hit, rng)
+            environment.cut(grudge)
+            return {"shape": shape, "nodes": sorted(grudge), "grudge": {k: sorted(v) for k, v in grudge.items()}}
+        elif kind == "packet":
+            params = packet_params(rng)
+            for key in hit:
+                environment.degrade(key, params)
+            return {"packet": params}
+        elif kind == "power-loss":
+            dropped = {}
+            for key in hit:
+                deployment.kill(key)
+            for key in hit:  # all at once: every node hit has lost power before any data is dropped
+                dropped[key] = environment.lose_unsynced(key)
+            return {"dropped_bytes": dropped}
+        elif kind == "corrupt":
+            damaged = {}
+            for key in hit:
+                deployment.kill(key)
+                done = damage(deployment.nodes[key].member_dir, rng)
+                damaged[key] = None if done is None else done.to_dict()
+            return {"damage": damaged}
+        elif kind == "clock":
+            change = clock_change(rng)
+            for key in hit:
+                environment.change_clock(key, change)
+            return {"clock": change}
+        elif kind == "disk-full":
+            filled = {key: environment.fill_disk(key) for key in hit}
+            return {"filled_bytes": filled}
+        else:
+            raise ValueError(f"unknown nemesis {kind!r}")
+        return {}
+
+    # -- healing ------------------------------------------------------------------------------
 
     def heal(self) -> None:
-        """Undo the current fault (restart killed nodes, resume paused ones); a no-op when none."""
+        """Undo the current fault; a no-op when none."""
         hit, kind = self._hit, self._kind
         self._hit, self._kind = [], ""
         if not hit:
             return
-        self.history.record(NEMESIS, INVOKE, "heal", {"nodes": hit})
-        if kind == "kill":
-            self.deployment.start(hit, wait=True)
-        elif kind == "partition":
-            self._partition.heal()
-        else:
-            for key in hit:
-                self.deployment.resume(key)
+        self.history.record(NEMESIS, INVOKE, "heal", {"nodes": hit, "of": kind})
+        details: dict[str, Any] = {}
+        error = None
+        try:
+            details = self._heal(kind, hit)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
         self.current = None
-        self.history.record(NEMESIS, OK, "heal", {"nodes": hit})
+        if error is not None:
+            self.history.record(NEMESIS, FAIL, "heal", {"nodes": hit, "of": kind}, error=error)
+        else:
+            self.history.record(NEMESIS, INFO if details.get("detected") else OK, "heal",
+                                {"nodes": hit, "of": kind, **details})
+
+    def _heal(self, kind: str, hit: list[str]) -> dict[str, Any]:
+        deployment, environment = self.deployment, self.environment
+        if kind in ("kill", "power-loss"):
+            deployment.start(hit, wait=True)
+        elif kind == "pause":
+            for key in hit:
+                deployment.resume(key)
+        elif kind == "partition":
+            environment.heal_network()
+        elif kind == "packet":
+            environment.restore_packets()
+        elif kind == "clock":
+            for key in hit:
+                environment.reset_clock(key)
+        elif kind == "disk-full":
+            for key in hit:
+                environment.free_disk(key)
+        elif kind == "corrupt":
+            return self._restart_damaged(hit)
+        return {}
+
+    def _restart_damaged(self, hit: list[str]) -> dict[str, Any]:
+        """Start each damaged node. One that refuses because of the damage has detected it (what
+        we want); it is then repaired as an operator would: its directory moved aside (kept for
+        the audit) and the node started empty, to resync from its peers. One that refuses for
+        any other reason is a harness failure."""
+        detected = {}
+        for key in hit:
+            refusal = self.deployment.try_start(key)
+            if refusal is None:
+                continue
+            if not refused_for_damage(refusal):
+                raise RuntimeError(f"{key} did not start after corruption, and not because of it: {refusal}")
+            detected[key] = refusal[-400:]
+            self.detected.append({"node": key, "refusal": refusal[-400:]})
+            self.environment.set_aside(key)
+            self.deployment.start([key], wait=True)
+        return {"detected": detected} if detected else {}

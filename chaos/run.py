@@ -3,9 +3,11 @@ nemesis follows its schedule, heal everything, drain, check, and leave the evide
 
 The run directory (`runs/<time>-<workload>-<nemeses>-s<seed>/` by default) holds `run.json`
 (options, seed, topology, the fault schedule), `history.jsonl`, `nemesis.jsonl`,
-`results.json` (the checker's verdict), `logs/` (every node's output) and `.raftmq/` (every
-node's journals and snapshots, written there by the nodes themselves). The Spark audit reads
-it.
+`results.json` (the checker's verdict), `report.html`, `topology/` (the topology's files as the
+nodes ran them: every node on an address of its own), `logs/` (every node's output, one file
+per start) and `data/<group>/<node>/` (every node's journals and snapshots, written there by the
+nodes themselves; `set-aside/` holds the files of members repaired after corruption). The Spark
+audit reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 from chaos.checker import QueueResult
 from chaos.client import QueueWorkload
 from chaos.cross_group import CrossGroupWorkload
-from chaos.deployment import Deployment, own_addresses_group
+from chaos.deployment import Deployment
+from chaos.environment import Environment
 from chaos.generator import TARGETS, schedule
 from chaos.history import INVOKE, NEMESIS, OK, History
 from chaos.nemesis import Nemesis
@@ -30,7 +33,7 @@ from chaos.report import write_report
 from chaos.topic import TopicWorkload
 from chaos.transactions import TransactionsWorkload
 from chaos.workload import Env, NeedsCluster, Workload
-from raftmq.ops.topology import Topology, load_topology, preset_topology
+from chaos.placement import shape, source_of
 
 WORKLOADS: dict[str, type[Workload]] = {
     w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload)
@@ -66,22 +69,9 @@ def run_directory(options: RunOptions) -> Path:
     return options.out / f"{stamp}-{options.workload}-{'+'.join(options.nemeses) or 'none'}-s{options.seed}"
 
 
-def topology_for(options: RunOptions, run_dir: Path) -> Topology:
-    state = run_dir / ".raftmq"
-    if options.topology is not None:
-        return load_topology(Path(options.topology).resolve())
-    if options.preset == "default":
-        return load_topology(own_addresses_group(run_dir))
-    return preset_topology(options.preset, state)
-
-
 def group_count(options: RunOptions) -> int:
     """How many groups the options' deployment has (without starting or writing anything)."""
-    if options.topology is not None:
-        return len(load_topology(Path(options.topology).resolve()).groups)
-    if options.preset == "default":
-        return 1
-    return len(preset_topology(options.preset).groups)
+    return len(shape(source_of(options.preset, options.topology)))
 
 
 def check_options(options: RunOptions) -> None:
@@ -96,26 +86,34 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
     check_options(options)
     run_dir = run_directory(options).resolve()
     run_dir.mkdir(parents=True)
-    topology = topology_for(options, run_dir)
-    faults = schedule(options.seed, list(options.nemeses), options.time_limit_s, targets=options.targets)
-    (run_dir / "run.json").write_text(json.dumps({
-        "options": {**dataclasses.asdict(options), "out": str(options.out)},
-        "topology": str(topology.source) if topology.source else f"preset {options.preset}",
-        "groups": [spec.name for spec in topology.groups],
-        "faults": [dataclasses.asdict(fault) for fault in faults],
-    }, indent=2))
-    deployment = Deployment(topology, run_dir)
-    history = History(run_dir / "history.jsonl")
-    progress = Progress()
+    environment = Environment(run_dir, options.nemeses)
+    source = source_of(options.preset, options.topology)
     try:
-        deployment.start()
-        for group in deployment.groups():
-            deployment.leader(group, timeout=20)
-        nemesis = Nemesis(deployment, history, faults)
-        asyncio.run(_workload(options, deployment, history, nemesis, progress, on_progress))
+        topology = environment.place(source)
+        faults = schedule(options.seed, list(options.nemeses), options.time_limit_s, targets=options.targets)
+        (run_dir / "run.json").write_text(json.dumps({
+            "options": {**dataclasses.asdict(options), "out": str(options.out)},
+            "topology": str(source),
+            "placed": str(topology.source),
+            "network": "namespaces" if environment.network is not None else "loopback",
+            "groups": [spec.name for spec in topology.groups],
+            "faults": [dataclasses.asdict(fault) for fault in faults],
+        }, indent=2))
+        deployment = Deployment(topology, run_dir)
+        history = History(run_dir / "history.jsonl")
+        progress = Progress()
+        try:
+            environment.prepare(deployment)
+            deployment.start()
+            for group in deployment.groups():
+                deployment.leader(group, timeout=20)
+            nemesis = Nemesis(deployment, history, faults, environment)
+            asyncio.run(_workload(options, deployment, history, nemesis, progress, on_progress))
+        finally:
+            deployment.stop()
+            history.close()
     finally:
-        deployment.stop()
-        history.close()
+        environment.teardown()
     result = WORKLOADS[options.workload].check(history.ops)
     with (run_dir / "nemesis.jsonl").open("w") as nemesis_log:
         for op in history.ops:

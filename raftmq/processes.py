@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from raftmq.errors import ProcessNotReady
@@ -54,10 +54,12 @@ def spawn(
     note: str | None = None,
     cwd: Path | None = None,
     new_session: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` with stdout to `stdout_path` and stderr to `stderr_path` (None: into the same
     file). `note` is written first (a restart marker in an appended log); `new_session` detaches
-    the process from our terminal's signals (`raftmq up`'s members)."""
+    the process from our terminal's signals (`raftmq up`'s members); `env` is its whole
+    environment (None: ours)."""
     mode = "ab" if append else "wb"
     with contextlib.ExitStack() as files:
         stdout = files.enter_context(open(stdout_path, mode))
@@ -66,7 +68,8 @@ def spawn(
             stdout.flush()
         stderr = subprocess.STDOUT if stderr_path is None else files.enter_context(open(stderr_path, "ab"))
         return subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd, start_new_session=new_session
+            list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd, start_new_session=new_session,
+            env=None if env is None else dict(env),
         )
 
 
