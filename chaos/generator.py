@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.netns import Grudge, bridge, grudge, majorities_ring
+from chaos.grudges import Grudge, bridge, grudge, majorities_ring
 
 TARGETS = ("leader", "one", "minority", "majority", "all")
 # Which members each nemesis may hit. Corruption is repairable only while a majority keeps

@@ -7,7 +7,7 @@ import random
 
 from chaos.generator import (NEMESES, NEMESIS_TARGETS, clock_change, packet_params, partition_grudge, pick_members,
                              schedule)
-from chaos.netns import sees
+from chaos.grudges import sees
 
 
 def test_a_seed_gives_the_same_schedule_and_each_nemesis_keeps_to_its_targets() -> None:

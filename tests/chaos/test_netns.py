@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from chaos import netns, packet_queue
+from chaos import grudges
 from chaos.netns import Network
 from raftmq import processes
 from tests.helpers.stomp_raw import RawClient
@@ -80,39 +81,39 @@ H = [f"h{i}" for i in range(1, 10)]
 
 
 def test_grudge_of_sides_drops_across_sides_only() -> None:
-    assert netns.grudge([["h1"], ["h2", "h3"]]) == {
+    assert grudges.grudge([["h1"], ["h2", "h3"]]) == {
         "h1": {"h2", "h3"}, "h2": {"h1"}, "h3": {"h1"}}
-    assert netns.grudge([["h1"], ["h2"]]) == {"h1": {"h2"}, "h2": {"h1"}}  # h3 (in no side) drops nobody
-    assert netns.grudge([["h1", "h2"]]) == {}
+    assert grudges.grudge([["h1"], ["h2"]]) == {"h1": {"h2"}, "h2": {"h1"}}  # h3 (in no side) drops nobody
+    assert grudges.grudge([["h1", "h2"]]) == {}
     with pytest.raises(ValueError):
-        netns.grudge([["h1"], ["h1", "h2"]])
+        grudges.grudge([["h1"], ["h1", "h2"]])
 
 
 def test_halves_and_isolate() -> None:
-    assert netns.halves(H[:5]) == [["h1", "h2"], ["h3", "h4", "h5"]]
-    assert netns.halves(H[:2]) == [["h1"], ["h2"]]
-    assert netns.isolate(H[:3], "h2") == [["h2"], ["h1", "h3"]]
+    assert grudges.halves(H[:5]) == [["h1", "h2"], ["h3", "h4", "h5"]]
+    assert grudges.halves(H[:2]) == [["h1"], ["h2"]]
+    assert grudges.isolate(H[:3], "h2") == [["h2"], ["h1", "h3"]]
     with pytest.raises(ValueError):
-        netns.halves(H[:1])
+        grudges.halves(H[:1])
     with pytest.raises(ValueError):
-        netns.isolate(H[:3], "h9")
+        grudges.isolate(H[:3], "h9")
 
 
 def test_bridge_joins_two_halves_through_one_host() -> None:
     hosts = H[:5]
-    seen = netns.sees(netns.bridge(hosts), hosts)
+    seen = grudges.sees(grudges.bridge(hosts), hosts)
     assert seen["h3"] == set(hosts)
     assert seen["h1"] == seen["h2"] == {"h1", "h2", "h3"}
     assert seen["h4"] == seen["h5"] == {"h3", "h4", "h5"}
     with pytest.raises(ValueError):
-        netns.bridge(H[:2])
+        grudges.bridge(H[:2])
 
 
 @pytest.mark.parametrize("n", range(4, 10))
 def test_majorities_ring_gives_each_host_its_own_majority(n: int) -> None:
     hosts = H[:n]
-    shape = netns.majorities_ring(hosts)
-    seen = netns.sees(shape, hosts)
+    shape = grudges.majorities_ring(hosts)
+    seen = grudges.sees(shape, hosts)
     assert all(len(s) > n // 2 and h in s for h, s in seen.items())
     assert len(set(seen.values())) == n  # no two hosts see the same majority
     assert all(h in shape[o] for h in hosts for o in shape[h])  # symmetric: links die both ways
@@ -121,7 +122,7 @@ def test_majorities_ring_gives_each_host_its_own_majority(n: int) -> None:
 
 def test_majorities_ring_needs_four_hosts() -> None:
     with pytest.raises(ValueError):
-        netns.majorities_ring(H[:3])
+        grudges.majorities_ring(H[:3])
 
 
 def test_names_stay_short_and_ours() -> None:
@@ -257,9 +258,9 @@ def test_a_majorities_ring_cuts_exactly_its_grudge(tmp_path: Path) -> None:
     try:
         net.create()
         servers = [serve(net, h, tmp_path) for h in net.hosts]
-        shape = netns.majorities_ring(net.hosts)
+        shape = grudges.majorities_ring(net.hosts)
         net.cut(shape)
-        seen = netns.sees(shape, net.hosts)
+        seen = grudges.sees(shape, net.hosts)
         for host in net.hosts:
             others = [h for h in net.hosts if h != host]
             assert probe(net, host, *others) == ["ok" if o in seen[host] else "timeout" for o in others], host
