@@ -53,9 +53,16 @@ class Nemesis:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the schedule, heal the current fault, and start any node that is down for
+        another reason (it stopped itself: a full disk), so the drain reads a whole cluster."""
         self._stop.set()
         self._thread.join(timeout=120)
         self.heal()
+        down = [key for key, node in self.deployment.nodes.items() if not node.alive]
+        if down:
+            self.history.record(NEMESIS, INVOKE, "restart", {"nodes": down})
+            self.deployment.start(down, wait=True)
+            self.history.record(NEMESIS, OK, "restart", {"nodes": down})
 
     def _run(self) -> None:
         for fault in self.faults:
@@ -177,6 +184,11 @@ class Nemesis:
         elif kind == "disk-full":
             for key in hit:
                 environment.free_disk(key)
+            # A node may stop on a full disk (saying why): started again once there is room, as
+            # a supervisor would (`raftmq up --restart on-failure`).
+            restarted = [key for key in hit if not deployment.nodes[key].alive]
+            deployment.start(restarted, wait=True)
+            return {"restarted": restarted} if restarted else {}
         elif kind == "corrupt":
             return self._restart_damaged(hit)
         return {}

@@ -1,10 +1,12 @@
 """Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj (raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix turned off
-(`fallback`, `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`): `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run in this
+(`fallback`, `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`): `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run in this
 process (tests/helpers/raft_members.py).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
@@ -16,6 +18,40 @@ from raftmq.replication.pysyncobj.syncobj import SUCCESS
 from tests.helpers.raft_members import Partition, commit, leader_of, term_of, wait_until
 
 pytestmark = pytest.mark.integration
+
+
+# -- durable_term ---------------------------------------------------------------------------
+
+
+def test_a_term_that_cannot_be_stored_is_not_believed(group: Any) -> None:
+    # Regression (found by the chaos disk-full nemesis): pysyncobj set a new term in memory,
+    # then stored it; on a full disk the store failed and the member went on in the unstored
+    # term. A leader asked to vote in a higher term kept leading with that term stamped on its
+    # append-entries, deposing the real leader of that term and truncating what it had applied.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"x")
+    obj = leader.obj
+    assert obj is not None
+    os.mkdir(obj.durable_journal._meta_path + ".tmp")  # the store of term and vote now fails, as on a full disk
+    term = obj._SyncObj__raftCurrentTerm
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def ask_for_a_higher_term() -> None:
+        try:
+            obj._SyncObj__setCurrentTerm(term + 5, None)
+        except OSError as exc:
+            failures.append(exc)
+        done.set()
+
+    obj.run_in_tick_thread(ask_for_a_higher_term)
+    assert done.wait(5)
+    assert failures, "the store was expected to fail"
+    assert obj._SyncObj__raftCurrentTerm == term  # it did not believe a term it could not store
+    os.rmdir(obj.durable_journal._meta_path + ".tmp")
+    assert obj.is_leader
+    commit(leader, b"y")  # and goes on leading in the term it stored
 
 
 # -- leader without quorum (fallback) ---------------------------------------------------------

@@ -35,12 +35,14 @@ This package re-exports nothing, so importing one of its pure modules never load
 | `piggyback_commit`  | a new commit index rides on the next append-entries (or goes out within one tick), not in an extra message to every follower per commit |
 | `pre_vote`          | a member asks whether it could win before it raises its term, and nobody votes while it hears from a working leader (raftmq.replication.leadership): a healed partition does not depose a healthy leader |
 | `wire`              | the Raft port speaks our wire (raftmq.replication.wire): peers prove the group secret before anything is decoded, frames are AES-GCM and msgpack, never pickle; reads bounded per frame and per poll; handshakes time out |
+| `durable_term`      | a new term and vote are stored before the member believes them: pysyncobj set them in memory first, so a member whose store failed (a full disk) went on in a term it had not stored, and a leader that could not store a higher term kept leading in it, deposing the real leader of that term and truncating entries it had applied (two leaders in one term; found by the chaos disk-full nemesis) |
 | `lease`             | a leader writes deliveries and receipts only while a majority answered it within the lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale |
 
 `Fixes` exists so a regression test can turn one fix off and show that it then fails; the
 product always runs with all of them (`ALL_FIXES`).
 
 Not closed here: one shared send budget per heartbeat can still starve a slow follower ;
-the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a torn or
-corrupt journal record is cut off at open with everything after it (the leader re-sends it).
+the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a damaged
+journal record past the stored commit index with nothing whole after it is cut off at open like
+a torn tail (the leader re-sends it; docs/raft-journal-format.md).
 """

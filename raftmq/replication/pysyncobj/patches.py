@@ -57,6 +57,7 @@ class Fixes:
     pre_vote: bool = True
     lease: bool = True
     wire: bool = True
+    durable_term: bool = True
 
     def without(self, *names: str) -> Fixes:
         unknown = sorted(set(names) - set(FIX_NAMES))

@@ -230,6 +230,17 @@ class HardenedSyncObj(SyncObj):
             return False
         return send_now
 
+    def _SyncObj__setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        """Store the term and vote, then believe them (pysyncobj believed first). If the store
+        fails the member stays in the term it stored: the error ends this tick's step before
+        any message of the new term leaves, and it tries again at the next one."""
+        if not self.fixes.durable_term:
+            SyncObj._SyncObj__setCurrentTerm(self, term, votedForNodeId)
+            return
+        self._SyncObj__raftLog.setCurrentTerm(term, votedForNodeId)
+        self._SyncObj__raftCurrentTerm = term
+        self._SyncObj__votedForNodeId = votedForNodeId
+
     def _SyncObj__generateRaftTimeout(self) -> float:
         # pysyncobj draws the same timeout for "no leader heard from" (follower) and "this
         # election round failed" (candidate); it asks for the latter exactly when the deadline
