@@ -14,9 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.checker import QueueResult
+from chaos.environment import requirements
+from chaos.generator import TARGETS
 from chaos.nemesis import NEMESES
 from chaos.run import WORKLOADS, Progress, RunOptions, check_options, run, summary_row
-from chaos.environment import requirements
 from chaos.workload import NeedsCluster
 
 PRESETS = ("default", "five-node", "symmetric", "chain", "symmetric-lite")
@@ -45,14 +46,16 @@ def list_command() -> None:
               help="cross-group needs a cluster (--preset symmetric, chain or symmetric-lite).")
 @click.option("--nemesis", "nemesis", default="kill", show_default=True,
               help=f"A comma list of {', '.join(NEMESES)}, 'all', or 'none'.")
+@click.option("--target", "target", default="", help=f"Whom faults may hit: a '|' or comma list of {', '.join(TARGETS)} "
+              "(default: each nemesis's own choice).")
 @click.option("--time-limit", type=click.FloatRange(1, None), default=30.0, show_default=True, help="Seconds of faults and load.")
 @click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True, help="Sends per second, in all.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Producers (and consumers).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same faults and values.")
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-def run_command(preset: str, topology: str | None, workload: str, nemesis: str, time_limit: float, rate: float,
-                concurrency: int, seed: int, out: str, as_json: bool) -> None:
+def run_command(preset: str, topology: str | None, workload: str, nemesis: str, target: str, time_limit: float,
+                rate: float, concurrency: int, seed: int, out: str, as_json: bool) -> None:
     """Start a cluster, run a workload while faults strike, heal, drain, check.
 
     Exit status 0 only when the run is valid: nothing acknowledged lost, nothing unexpected,
@@ -61,7 +64,11 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
         raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--nemesis")
-    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out))
+    targets = tuple(t.strip() for t in target.replace(",", "|").split("|") if t.strip()) or TARGETS
+    wrong = [t for t in targets if t not in TARGETS]
+    if wrong:
+        raise click.BadParameter(f"unknown target {wrong[0]!r} (known: {', '.join(TARGETS)})", param_hint="--target")
+    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out), targets)
     usable(options)
     console = Console(stderr=True)
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:
@@ -95,7 +102,8 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
 @click.option("--topology", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--workload", type=click.Choice(list(WORKLOADS)), default="queue", show_default=True)
 @click.option("--scenarios", default="kill,pause", show_default=True,
-              help="Comma-separated scenarios, each a nemesis or several joined by '+' (kill+pause).")
+              help="Comma-separated scenarios, each a nemesis or several joined by '+' (kill+pause), optionally "
+                   "@ the members they may hit joined by '|' (power-loss@all, kill@leader|one).")
 @click.option("--seeds", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--first-seed", type=int, default=0, show_default=True)
 @click.option("--time-limit", type=click.FloatRange(1, None), default=60.0, show_default=True)
@@ -108,15 +116,14 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
     --out). Exit status 0 only when every run is valid."""
     rows = []
     console = Console(stderr=True)
-    usable(RunOptions(preset, topology, workload))
-    for scenario in [s.strip() for s in scenarios.split(",") if s.strip()]:
-        names = tuple(scenario.split("+"))
-        unknown = [n for n in names if n not in NEMESES]
-        if unknown:
-            raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--scenarios")
+    parsed = [(scenario, *scenario_of(scenario)) for scenario in [s.strip() for s in scenarios.split(",") if s.strip()]]
+    for _scenario, names, _targets in parsed:
+        usable(RunOptions(preset, topology, workload, names))
+    for scenario, names, targets in parsed:
         for seed in range(first_seed, first_seed + seeds):
             console.print(f"run {workload} {scenario} seed {seed} ...")
-            options = RunOptions(preset, topology, workload, names, time_limit, rate, concurrency, seed, Path(out))
+            options = RunOptions(preset, topology, workload, names, time_limit, rate, concurrency, seed, Path(out),
+                                 targets)
             run_dir, result = run(options)
             rows.append({"workload": workload, "scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
     table = Table(title=f"raftmq chaos matrix: {workload}", title_justify="left")
@@ -130,6 +137,20 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
     sys.exit(0 if all(row["valid"] for row in rows) else 1)
+
+
+def scenario_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`kill+pause@leader|one` -> (("kill", "pause"), ("leader", "one")); no @: every target."""
+    nemeses, _, targets = text.partition("@")
+    names = tuple(n.strip() for n in nemeses.split("+"))
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--scenarios")
+    chosen = tuple(t.strip() for t in targets.split("|")) if targets else TARGETS
+    wrong = [t for t in chosen if t not in TARGETS]
+    if wrong:
+        raise click.BadParameter(f"unknown target {wrong[0]!r} (known: {', '.join(TARGETS)})", param_hint="--scenarios")
+    return names, chosen
 
 
 def usable(options: RunOptions) -> None:
