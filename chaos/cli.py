@@ -53,9 +53,10 @@ def list_command() -> None:
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Producers (and consumers).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same faults and values.")
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
+@click.option("--backlog", is_flag=True, help="Consumers wait for the drain: everything sent stays queued through the faults.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 def run_command(preset: str, topology: str | None, workload: str, nemesis: str, target: str, time_limit: float,
-                rate: float, concurrency: int, seed: int, out: str, as_json: bool) -> None:
+                rate: float, concurrency: int, seed: int, out: str, backlog: bool, as_json: bool) -> None:
     """Start a cluster, run a workload while faults strike, heal, drain, check.
 
     Exit status 0 only when the run is valid: nothing acknowledged lost, nothing unexpected,
@@ -68,7 +69,8 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     wrong = [t for t in targets if t not in TARGETS]
     if wrong:
         raise click.BadParameter(f"unknown target {wrong[0]!r} (known: {', '.join(TARGETS)})", param_hint="--target")
-    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out), targets)
+    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out), targets,
+                         backlog)
     usable(options)
     console = Console(stderr=True)
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:

@@ -108,8 +108,18 @@ class QueueWorkload(Workload):
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
         self.consumers = [Consumer(f"c{i}", env.urls[i % len(env.urls)], env.history) for i in range(env.concurrency)]
-        for consumer in self.consumers:
-            await consumer.start(stop)
+        if not env.backlog:
+            for consumer in self.consumers:
+                await consumer.start(stop)
+
+    async def before_drain(self, stop: asyncio.Event) -> None:
+        # With a backlog, what a fault could lose is still waiting: a write the broker
+        # acknowledged but did not keep (no fsync, say) shows as lost instead of having been
+        # consumed before the fault struck.
+        if self.env.backlog:
+            for consumer in self.consumers:
+                consumer.last_delivery = time.monotonic()
+                await consumer.start(stop)
 
     def load(self, stop: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
         env = self.env

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from typing import Any
 
-from chaos.checker import QueueResult, check_queue
-from chaos.client import Consumer, Producer, crash_some
-from chaos.history import INVOKE, OK, Op
-from chaos.workload import Workload
+from chaos.client import Consumer, Producer, QueueWorkload, crash_some
+from chaos.history import INVOKE, OK
 
 DESTINATION = "/queue/chaos-x"
 MIGRATE_EVERY_S = 3.0
 
 
-class CrossGroupWorkload(Workload):
-    """Producers on the first group, consumers on the others that migrate between them."""
+class CrossGroupWorkload(QueueWorkload):
+    """Producers on the first group, consumers on the others that migrate between them; the
+    queue workload's drain, close and checker."""
 
     name = "cross-group"
     summary = "producers on the first group, consumers on the others that migrate (needs a cluster)"
@@ -62,15 +61,3 @@ class CrossGroupWorkload(Workload):
             consumer.url, self.where[i] = env.urls[target], target
             await consumer.start(self.stop_all)
             env.history.record(consumer.name, OK, "migrate", move)
-
-    @property
-    def last_delivery(self) -> float:
-        return max(c.last_delivery for c in self.consumers)
-
-    async def close(self) -> None:
-        for consumer in self.consumers:
-            await consumer.close()
-
-    @staticmethod
-    def check(history: Iterable[Op]) -> QueueResult:
-        return check_queue(history)

@@ -54,6 +54,7 @@ class RunOptions:
     seed: int = 0
     out: Path = Path("runs")
     targets: tuple[str, ...] = TARGETS  # which members faults may hit (leader, one, minority, majority, all)
+    backlog: bool = False  # consumers wait for the drain (the workloads that have consumers to hold back)
 
 
 @dataclass
@@ -128,7 +129,7 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
                     progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
     loop = asyncio.get_running_loop()
     env = Env(tuple(deployment.url(group) for group in deployment.groups()), history, options.concurrency,
-              options.concurrency / max(options.rate, 0.001), options.seed)
+              options.concurrency / max(options.rate, 0.001), options.seed, options.backlog)
     workload = WORKLOADS[options.workload](env)
     stop_producing, stop_all = asyncio.Event(), asyncio.Event()
     await workload.start(stop_all)
@@ -159,6 +160,7 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
     await loop.run_in_executor(None, nemesis.stop)  # joins the schedule, heals what is broken
     history.record(NEMESIS, OK, "heal", {"final": True})
     await asyncio.gather(*tasks, return_exceptions=True)
+    await workload.before_drain(stop_all)
     report("draining")
     deadline = time.monotonic() + DRAIN_MAX_S
     while time.monotonic() < deadline and time.monotonic() - workload.last_delivery < DRAIN_IDLE_S:

@@ -31,6 +31,7 @@ class Env:
     concurrency: int  # producers (and as many consumers)
     interval_s: float  # between one producer's sends (or transactions)
     seed: int
+    backlog: bool = False  # consumers wait for the drain: everything sent stays queued through the faults
 
 
 class Workload(ABC):
@@ -56,6 +57,9 @@ class Workload(ABC):
     @abstractmethod
     def last_delivery(self) -> float:
         """Monotonic time of the latest delivery to any consumer: the drain waits for quiet."""
+
+    async def before_drain(self, stop: asyncio.Event) -> None:
+        """The load stopped and the faults are healed; the drain begins next."""
 
     @abstractmethod
     async def close(self) -> None:

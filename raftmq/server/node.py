@@ -34,6 +34,7 @@ from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
 from raftmq.server.bridge import bridges_for
 from raftmq.server.cluster_events import ClusterEvents
+from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
 from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
@@ -236,6 +237,9 @@ class Node:
         if UNSAFE_EARLY_RECEIPTS:
             log.critical("node.unsafe_early_receipts", node=self.name,
                          reason="RAFTMQ_TEST_UNSAFE_EARLY_RECEIPTS=1: receipts before commit, for the chaos harness's test only")
+        if UNSAFE_NO_FSYNC:
+            log.critical("node.unsafe_no_fsync", node=self.name,
+                         reason="RAFTMQ_TEST_UNSAFE_NO_FSYNC=1: the Raft journal is never fsynced, for the chaos harness's test only")
 
     async def stop(self) -> None:
         """Stop accepting; a group's leader first hands leadership over and sends its clients

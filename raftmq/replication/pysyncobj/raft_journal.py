@@ -31,6 +31,10 @@ from raftmq.storage.journal import log_if_slow_fsync
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 META_WARN_INTERVAL_S = 10.0
+# A planted bug for the chaos harness's own test (tests/chaos/test_chaos_runs.py): the Raft
+# journal claims durability without fdatasync, so a power loss drops acknowledged entries.
+# The node logs node.unsafe_no_fsync at start. Never set it anywhere else.
+UNSAFE_NO_FSYNC = os.environ.get("RAFTMQ_TEST_UNSAFE_NO_FSYNC") == "1"
 
 
 class RaftJournal(Journal):
@@ -231,7 +235,8 @@ class RaftJournal(Journal):
         """Make every entry added so far durable: one fdatasync for all of them."""
         if self._dirty and self._fd >= 0:
             started = time.monotonic()
-            os.fdatasync(self._fd)
+            if not UNSAFE_NO_FSYNC:
+                os.fdatasync(self._fd)
             log_if_slow_fsync(started, self.path)
             self.fsyncs += 1
             self._dirty = False
