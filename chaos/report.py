@@ -28,7 +28,11 @@ def fault_windows(ops: list[Op]) -> list[tuple[float, float, str]]:
     windows: list[tuple[float, float, str]] = []
     open_fault: tuple[float, str] | None = None
     for op in ops:
-        if op.process != NEMESIS or op.type != OK:
+        # A heal is `info` when the nodes refused damaged files (detected, then repaired); the
+        # end-of-run restart of nodes that were down is no fault.
+        if op.process != NEMESIS or op.type not in (OK, INFO) or op.f == "restart":
+            continue
+        if op.type == INFO and op.f != "heal":
             continue
         if op.f == "heal":
             if open_fault is not None:

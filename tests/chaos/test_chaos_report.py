@@ -43,3 +43,18 @@ def test_a_transactions_report_draws_each_transaction_by_its_id(tmp_path: Path) 
     write_report(path, "transactions", history.ops, result)
     text = path.read_text()
     assert result.valid and "send ok" in text and "send fail" in text and "committed" in text
+
+
+def test_fault_windows_close_at_a_heal_that_detected_damage_and_ignore_restarts() -> None:
+    from chaos.history import History
+    from chaos.report import fault_windows
+
+    history = History()
+    history.record("nemesis", "invoke", "corrupt", {"nodes": ["g1/n1"]})
+    history.record("nemesis", "ok", "corrupt", {"nodes": ["g1/n1"]})
+    history.record("nemesis", "invoke", "heal", {"nodes": ["g1/n1"]})
+    history.record("nemesis", "info", "heal", {"nodes": ["g1/n1"], "detected": {"g1/n1": "corrupt"}})
+    history.record("nemesis", "ok", "kill", {"nodes": ["g1/n2"]})
+    history.record("nemesis", "ok", "heal", {"nodes": ["g1/n2"]})
+    history.record("nemesis", "ok", "restart", {"nodes": ["g1/n3"]})
+    assert [what for _start, _end, what in fault_windows(history.ops)] == ["corrupt g1/n1", "kill g1/n2"]
