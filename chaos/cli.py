@@ -126,7 +126,13 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
             console.print(f"run {workload} {scenario} seed {seed} ...")
             options = RunOptions(preset, topology, workload, names, time_limit, rate, concurrency, seed, Path(out),
                                  targets)
-            run_dir, result = run(options)
+            try:
+                run_dir, result = run(options)
+            except Exception as exc:  # a harness failure is a row of its own, never a valid run
+                console.print(f"run {scenario} seed {seed} failed: {type(exc).__name__}: {exc}", style="bold red")
+                rows.append({"workload": workload, "scenario": scenario, "seed": seed, "valid": False,
+                             "error": f"{type(exc).__name__}: {exc}"})
+                continue
             rows.append({"workload": workload, "scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
     table = Table(title=f"raftmq chaos matrix: {workload}", title_justify="left")
     columns = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
@@ -134,7 +140,8 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
     for column in columns:
         table.add_column(column.replace("_", " "), justify="left" if column == "scenario" else "right")
     for row in rows:
-        table.add_row(*(str(row[c]) if c != "valid" else ("valid" if row[c] else "INVALID") for c in columns))
+        table.add_row(*(str(row.get(c, "")) if c != "valid" else
+                        ("valid" if row[c] else "ERROR" if "error" in row else "INVALID") for c in columns))
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a pipe gets every column whole
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))

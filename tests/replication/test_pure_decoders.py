@@ -257,3 +257,15 @@ def test_damage_in_the_middle_of_the_journal_is_corruption_not_a_torn_tail() -> 
     last[records[-1].end - 1] ^= 0x10
     scan = scan_journal(bytes(last))
     assert scan.torn and len(scan.records) == 11
+
+
+def test_a_damaged_record_before_a_header_cut_short_reads_as_a_torn_tail() -> None:
+    # Regression (found by the chaos corrupt nemesis, a truncation): the search for a whole
+    # record after a damaged one read a header that ran past the end of the file and raised
+    # struct.error, so the member could not start at all.
+    data = JOURNAL_MAGIC + b"".join(encode_record(index, term, command) for command, index, term in make_entries(6))
+    records = scan_journal(data).records
+    damaged = bytearray(data[:records[3].end + 20])  # record 5's header cut after its index and term fields
+    damaged[records[2].end + 30] ^= 0x01  # record 4 damaged
+    scan = scan_journal(bytes(damaged))
+    assert scan.torn and [r.index for r in scan.records] == [1, 2, 3]

@@ -130,10 +130,11 @@ def _later_record(data: bytes, bad: int, records: list[Record]) -> tuple[int, in
         at = data.find(needle, bad + 1 + field, limit)
         while at != -1:
             start = at - field
-            length, crc, found, term = RECORD.unpack_from(data, start)
-            end = start + RECORD.size + length
-            if end <= len(data) and record_crc(found, term, data[start + RECORD.size:end]) == crc:
-                return start, found
+            if start > bad and start + RECORD.size <= len(data):  # a header cut short is no record
+                length, crc, found, term = RECORD.unpack_from(data, start)
+                end = start + RECORD.size + length
+                if end <= len(data) and record_crc(found, term, data[start + RECORD.size:end]) == crc:
+                    return start, found
             at = data.find(needle, at + 1, limit)
     return None
 
