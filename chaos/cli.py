@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -134,7 +135,37 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
                              "error": f"{type(exc).__name__}: {exc}"})
                 continue
             rows.append({"workload": workload, "scenario": scenario, "seed": seed, **summary_row(run_dir, result)})
-    table = Table(title=f"raftmq chaos matrix: {workload}", title_justify="left")
+    print_rows(f"raftmq chaos matrix: {workload}", rows)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
+    sys.exit(0 if all(row["valid"] for row in rows) else 1)
+
+
+@chaos_command.command("table")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+def table_command(runs: tuple[Path, ...]) -> None:
+    """One summary table of finished runs: run directories, or directories holding them.
+    Exit status 0 only when every run is valid."""
+    dirs = sorted(d for path in runs for d in ([path] if (path / "run.json").exists() else path.iterdir())
+                  if (d / "run.json").exists())
+    rows = [row_of(d) for d in dirs]
+    print_rows(f"raftmq chaos runs ({len(rows)})", rows)
+    sys.exit(0 if rows and all(row["valid"] for row in rows) else 1)
+
+
+def row_of(run_dir: Path) -> dict[str, Any]:
+    """A summary row from a run directory; a run with no results.json ended in a harness error."""
+    options = json.loads((run_dir / "run.json").read_text())["options"]
+    targets = options.get("targets") or list(TARGETS)
+    scenario = "+".join(options["nemeses"]) + ("" if set(targets) == set(TARGETS) else "@" + "|".join(targets))
+    results = run_dir / "results.json"
+    if not results.exists():
+        return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, "valid": False, "error": "no results"}
+    return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, **json.loads(results.read_text())}
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=title, title_justify="left")
     columns = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
                "unavailable_max_s", "valid")
     for column in columns:
@@ -143,9 +174,6 @@ def matrix_command(preset: str, topology: str | None, workload: str, scenarios: 
         table.add_row(*(str(row.get(c, "")) if c != "valid" else
                         ("valid" if row[c] else "ERROR" if "error" in row else "INVALID") for c in columns))
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a pipe gets every column whole
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / f"matrix-{time.strftime('%Y%m%dT%H%M%S')}.json").write_text(json.dumps(rows, indent=2))
-    sys.exit(0 if all(row["valid"] for row in rows) else 1)
 
 
 def scenario_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
