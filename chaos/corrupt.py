@@ -89,7 +89,14 @@ def damage(member_dir: Path, rng: random.Random, kinds: tuple[str, ...] = KINDS)
     return Damage(relative, kind, offset, size, bit)
 
 
+def refusal_for_damage(output: str) -> str | None:
+    """The line of a member's last words that says it refused to start because of damaged
+    files (the last such line), or None when they say no such thing."""
+    for line in reversed(output.splitlines()):
+        if any(word in line.lower() for word in REFUSAL_WORDS):
+            return line.strip()
+    return None
+
+
 def refused_for_damage(output: str) -> bool:
-    """Whether a member's last words say it refused to start because of damaged files."""
-    text = output.lower()
-    return any(word in text for word in REFUSAL_WORDS)
+    return refusal_for_damage(output) is not None

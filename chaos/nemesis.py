@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from chaos.corrupt import damage, refused_for_damage
+from chaos.corrupt import damage, refusal_for_damage
 from chaos.deployment import Deployment
 from chaos.environment import Environment
 from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
@@ -207,10 +207,11 @@ class Nemesis:
             refusal = self.deployment.try_start(key)
             if refusal is None:
                 continue
-            if not refused_for_damage(refusal):
-                raise RuntimeError(f"{key} did not start after corruption, and not because of it: {refusal}")
-            detected[key] = refusal[-400:]
-            self.detected.append({"node": key, "refusal": refusal[-400:]})
+            reason = refusal_for_damage(refusal)
+            if reason is None:
+                raise RuntimeError(f"{key} did not start after corruption, and not because of it: {refusal[-400:]}")
+            detected[key] = reason[-400:]
+            self.detected.append({"node": key, "refusal": reason[-400:]})
             self.environment.set_aside(key)
             self.deployment.start([key], wait=True)
         return {"detected": detected} if detected else {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from chaos.corrupt import candidates, damage, refused_for_damage, written_bytes
+from chaos.corrupt import candidates, damage, refusal_for_damage, refused_for_damage, written_bytes
 from raftmq.replication.pysyncobj.raft_journal_format import JOURNAL_MAGIC, encode_record
 
 
@@ -53,3 +53,5 @@ def test_a_refusal_for_damage_is_told_from_other_failures() -> None:
     assert refused_for_damage("raftmq node n2: journal corrupt: bad magic; refusing to start (restore that file...)")
     assert refused_for_damage("raftmq node n3: raft.snapshot: Raft snapshot fails its checksum")
     assert not refused_for_damage("raftmq node n1: cannot listen on 10.99.1.1:61613: Address already in use")
+    last_words = "raftmq node n2: data/g1/n2/raft/raft.journal: damaged record at offset 9\nlevel='warning' event='node.gc_pause'"
+    assert refusal_for_damage(last_words) == "raftmq node n2: data/g1/n2/raft/raft.journal: damaged record at offset 9"
