@@ -5,20 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from chaos.checker import check_queue
-from chaos.history import FAIL, INFO, INVOKE, OK, History, Op, read_history
+from chaos.history import FAIL, INFO, INVOKE, OK, History, read_history
+from tests.helpers.histories import Builder as HistoryBuilder
 
 
-class Builder:
-    def __init__(self) -> None:
-        self.history = History()
-        self.clock = 0.0
-
-    def op(self, process: str, type_: str, f: str, value: object = None, redelivered: bool = False) -> None:
-        op = self.history.record(process, type_, f, value, redelivered=redelivered)
-        self.clock += 0.01
-        self.history.ops[-1] = Op(op.index, op.process, op.type, op.f, op.value, op.time, self.clock, op.node,
-                                  op.redelivered, op.error)
-
+class Builder(HistoryBuilder):
     def send(self, value: str, outcome: str = OK) -> None:
         self.op(value.split("-")[0], INVOKE, "send", value)
         self.op(value.split("-")[0], outcome, "send", value)

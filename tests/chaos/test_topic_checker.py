@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
+from chaos.history import FAIL, INFO, INVOKE, OK
 from chaos.topic_checker import check_topic
+from tests.helpers.histories import Builder as HistoryBuilder
 
 
-class Builder:
-    """A history with a clock of its own: each op 10 ms after the one before."""
-
-    def __init__(self) -> None:
-        self.history = History()
-        self.clock = 0.0
-
-    def op(self, process: str, type_: str, f: str, value: object = None, redelivered: bool = False) -> None:
-        op = self.history.record(process, type_, f, value, redelivered=redelivered)
-        self.clock += 0.01
-        self.history.ops[-1] = Op(op.index, op.process, op.type, op.f, op.value, op.time, self.clock, op.node,
-                                  op.redelivered, op.error)
+class Builder(HistoryBuilder):
+    """Sends, subscription windows and deliveries on topics."""
 
     def subscribe(self, process: str, durable: bool, outcome: str = OK) -> None:
         self.op(process, INVOKE, "subscribe", {"durable": durable})

@@ -3,22 +3,15 @@ caught), aborted and rolled-back transactions, acknowledgements in transactions.
 
 from __future__ import annotations
 
-from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
+from chaos.history import FAIL, INFO, INVOKE, OK
 from chaos.transactions_checker import check_transactions
+from tests.helpers.histories import Builder as HistoryBuilder
 
 
-class Builder:
+class Builder(HistoryBuilder):
     def __init__(self) -> None:
-        self.history = History()
-        self.clock = 0.0
+        super().__init__()
         self.txns = 0
-
-    def op(self, process: str, type_: str, f: str, value: object = None, redelivered: bool = False,
-           error: str | None = None) -> None:
-        op = self.history.record(process, type_, f, value, redelivered=redelivered, error=error)
-        self.clock += 0.01
-        self.history.ops[-1] = Op(op.index, op.process, op.type, op.f, op.value, op.time, self.clock, op.node,
-                                  op.redelivered, op.error)
 
     def txn(self, values: list[str], outcome: str = OK, error: str | None = None) -> str:
         txid = f"p1-t{self.txns}"
