@@ -22,6 +22,9 @@ TO_HEADER = "_raftmq_to"
 DESTINATION_HEADER = "_raftmq_dest"
 ADVERT_HEADER = "_raftmq_advert"
 FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_id)
+# How often a redistributed message had been delivered to consumers where it was: its next
+# delivery, in another group, must still say `redelivered` (at-least-once, flagged).
+DELIVERED_HEADER = "_raftmq_delivered"
 DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"  # the producer's own, kept as it was
 
 # The destination a bridge sends its group's adverts to: the core reads it, stores nothing.

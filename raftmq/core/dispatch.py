@@ -100,10 +100,12 @@ class Dispatcher:
             topic = self.state.topics[destination] = Topic(destination)
         return topic
 
-    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False) -> None:
+    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False,
+                delivered: int = 0) -> None:
         """Store a sent message in its queue, or a copy in each matching subscription of its topic
         (none when no one subscribes: topics do not store); a known duplicate is dropped
-        (`deduplicated`: the caller checked its `_AMQ_DUPL_ID` already)."""
+        (`deduplicated`: the caller checked its `_AMQ_DUPL_ID` already). `delivered`: how often
+        a queue message redistributed from another group was delivered there."""
         priority, expires, persistent, group, dupl_id = read_headers(headers)
         if dupl_id is not None and not deduplicated and not self.state.dedup.remember(destination, dupl_id):
             return
@@ -113,6 +115,7 @@ class Dispatcher:
             if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
                 expires = 0
             message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
+            message.delivery_count = delivered
             self.enqueue(self.queue(destination), message)
             return
         topic = self.topic(destination)

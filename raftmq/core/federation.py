@@ -38,6 +38,7 @@ from cluster.route import (
     DUPLICATE_ID_HEADER,
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
+    DELIVERED_HEADER,
     ROUTE_HEADER,
     TO_HEADER,
     is_internal,
@@ -151,6 +152,7 @@ class Federation:
         to: str | None = None
         route: tuple[str, ...] = ()
         forward_id: str | None = None
+        delivered = 0
         if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
             kept = []
             for name, value in headers:
@@ -160,6 +162,8 @@ class Federation:
                     route = parse_route(value)
                 elif name == FORWARD_ID_HEADER:
                     forward_id = value
+                elif name == DELIVERED_HEADER:
+                    delivered = int(value) if value.isdigit() else 0
                 elif not name.startswith(HEADER_PREFIX):
                     kept.append((name, value))
             if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
@@ -179,8 +183,8 @@ class Federation:
         if destination.startswith(QUEUE_PREFIX):
             if passing:
                 assert to is not None
-                if not self._pass_on(connection, destination, headers, body, now, to, here):
-                    self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+                if not self._pass_on(connection, destination, headers, body, now, to, here, delivered):
+                    self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
                 return
             if to is None and group is None:
                 message = Message("", destination, headers, body, priority, expires, now, group, persistent)
@@ -188,7 +192,7 @@ class Federation:
                 if target != self.own:
                     self._forward(self._next_hops[target][1], destination, headers, body, now, target, here)
                     return
-            self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+            self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
             return
         if passing:
             assert to is not None
@@ -285,21 +289,25 @@ class Federation:
             self.fed.redistributed += moved
 
     def _pass_on(self, connection: ClusterConnection, destination: str, headers: Headers, body: object, now: int,
-                 to: str, here: tuple[str, ...]) -> bool:
+                 to: str, here: tuple[str, ...], delivered: int = 0) -> bool:
         hop = self._next_hops.get(to)
         if hop is None or hop[1] in here or len(here) > connection.max_hops:
             return False
-        self._forward(hop[1], destination, headers, body, now, to, here)
+        self._forward(hop[1], destination, headers, body, now, to, here, delivered=delivered)
         return True
 
     def _forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
-                 here: tuple[str, ...], original: Message | None = None) -> None:
-        """Store the message in `via`'s store-and-forward queue, for group `to`."""
+                 here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None:
+        """Store the message in `via`'s store-and-forward queue, for group `to`; a message moved
+        by redistribution (`original`) carries how often it was delivered here."""
         state = self.state
         dispatch = self.dispatch
         state.message_seq += 1
         message_id = f"{dispatch.id_prefix}{state.message_seq}"
         tagged = (*headers, (DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here)))
+        delivered = original.delivery_count if original is not None else delivered
+        if delivered:
+            tagged = (*tagged, (DELIVERED_HEADER, str(delivered)))
         if original is None:
             priority, expires, persistent, group, _ = read_headers(headers)
         else:

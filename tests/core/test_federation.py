@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster.bindings import encode_advert
 from cluster.connection import ClusterConnection, ClusterView
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, FORWARD_ID_HEADER, TO_HEADER, sf_queue
+from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
@@ -96,6 +96,30 @@ def test_redistribution_waits_for_its_delay_then_moves_the_backlog_best_priority
     assert [m.priority for m in sorted(moved, key=lambda m: -m.priority)] == [9, 4, 1]
     assert g1.federation is not None and g1.federation.fed.redistributed == 3
     g1.check_invariants()
+
+
+def test_a_redistributed_message_that_was_delivered_here_is_flagged_redelivered_there() -> None:
+    # Regression (found by the chaos matrix on the symmetric preset, kill and pause): a
+    # consumer's session ended with a delivery unacknowledged, redistribution moved the message
+    # to another group, and there it arrived as new: delivered again without `redelivered`.
+    g1, g2 = core("g1", ["g2"], redistribution_delay_ms=500), core("g2", ["g1"])
+    g1.apply(Connect("c1", 1))
+    g1.apply(Subscribe("c1", "s", "/queue/q", 1, ACK_CLIENT_INDIVIDUAL))
+    (first,) = [e for e in g1.apply(Send("p", "/queue/q", (), b"x", 2)) if isinstance(e, Deliver)]
+    assert not first.redelivered
+    g1.apply(Disconnect("c1", 3))  # never acknowledged: back in g1's queue
+    g2.apply(Connect("c2", 1))
+    g2.apply(Subscribe("c2", "s", "/queue/q", 1))
+    learn(g1, g2, "g2", "g1", 1)
+    g1.apply(Tick(1000))
+    g1.apply(Tick(1600))
+    (moved,) = g1.state.queues[sf_queue("g2")].ready.values()
+    destination, headers = outgoing(moved.headers, moved.message_id, "g2")
+    (again,) = [e for e in g2.apply(Send("link", destination, tuple(headers), moved.body, 1700)) if isinstance(e, Deliver)]
+    assert again.redelivered and again.delivery_count == 2
+    assert not any(name.startswith("_raftmq_") for name, _ in again.message.headers)
+    g1.check_invariants()
+    g2.check_invariants()
 
 
 def test_a_restored_core_routes_as_the_old_one_did() -> None:
