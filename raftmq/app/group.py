@@ -30,7 +30,7 @@ from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.node import Node, watch_gc_pauses
+from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
 
 log = structlog.get_logger("raftmq.app.group")
 
@@ -161,7 +161,12 @@ def serve_group(
     json_path = log_file if log_file is not None else group.member_dir(node_id) / LOG_FILE_NAME
     setup_logging(f"raftmq node {node_id}", json_path, log_level)
     raise_fd_limit()
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        code = runner.run(_run_member(group, node_id, on_ready))
+    try:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            code = runner.run(_run_member(group, node_id, on_ready))
+    finally:
+        # A member's last words (a refusal, say) must stay its last line: the collections of a
+        # process tearing itself down are no news.
+        unwatch_gc_pauses()
     if code:
         raise SystemExit(code)

@@ -420,6 +420,11 @@ def watch_gc_pauses() -> None:
         gc.callbacks.append(_time_collections)
 
 
+def unwatch_gc_pauses() -> None:
+    if _time_collections in gc.callbacks:
+        gc.callbacks.remove(_time_collections)
+
+
 _collection_started = 0.0
 
 
