@@ -62,6 +62,7 @@ class Replica:
         self.bodies = bodies  # None: bodies stay in the core (single node, InMemoryLog)
         self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.apply_failures = 0  # commands the core raised on (then the node stops)
+        self.failed = False  # an entry could not be applied: nothing after it ever is (fail-stop)
         self.body_failures = 0  # deliveries refused because the body was missing or corrupt
 
     # -- StateMachine
@@ -69,6 +70,12 @@ class Replica:
     def apply(self, commands: Sequence[Command]) -> None:
         """Apply committed commands in order and execute their effects on local sessions."""
         host = self._host
+        if self.failed:
+            # Applying later entries without the one that failed would give this member a state
+            # no other has: its deliveries' ack ids would name other messages, and an ACK sent
+            # for one would settle another (found by the chaos disk-full nemesis: a message
+            # acknowledged away that no consumer ever received). The node is stopping.
+            return
         bodies = self.bodies
         if bodies is not None:
             position = host.commit_log.position
@@ -77,6 +84,7 @@ class Replica:
             except Exception as exc:
                 # Applying without the bodies would leave this member unable to serve what it
                 # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
+                self.failed = True
                 host.fail(f"cannot write the body journal at raft index {position.index}: {exc}")
                 raise
         if commands and host.clock.now_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
@@ -87,6 +95,7 @@ class Replica:
             try:
                 effects = apply(command)
             except Exception as exc:
+                self.failed = True
                 self.apply_failures += 1
                 log.exception("broker.apply_failed", command=type(command).__name__)
                 host.fail(f"the broker core raised on a committed {type(command).__name__}: {type(exc).__name__}: {exc}")

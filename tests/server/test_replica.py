@@ -51,6 +51,28 @@ def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monke
     assert host.failures and "KeyError" in host.failures[0]
 
 
+def test_after_a_failed_entry_nothing_later_is_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression (found by the chaos disk-full nemesis on the symmetric preset): a member whose
+    # body journal could not take entry N went on applying N+1...; without N's delivery its
+    # ack ids named other messages, and a consumer's ACK through it settled a message no one
+    # had received. Fail-stop means the state stops at the entry that failed.
+    host = Host()
+    replica = Replica(host, None, None)
+    now = host.clock.now_ms()
+    replica.apply([Connect("s", now, None, None)])
+    original = replica.broker.apply
+
+    def broken(command: object) -> list[object]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(replica.broker, "apply", broken)
+    with pytest.raises(OSError):
+        replica.apply([Send("s", "/queue/a", (), b"x", now)])
+    monkeypatch.setattr(replica.broker, "apply", original)
+    replica.apply([Send("s", "/queue/a", (), b"y", now)])
+    assert "/queue/a" not in replica.broker.stats()["destinations"]  # the later entry was not applied
+
+
 def test_old_commands_are_a_replay_not_traffic() -> None:
     host = Host()
     replica = Replica(host, None, None)
