@@ -1,0 +1,89 @@
+"""Tables the checks share, derived from the input tables (spark_audit.tables): pure DataFrame
+transforms, like the checks themselves.
+
+- `reference`: per group, the facts of one member, the one that replayed furthest (ties: the
+  lowest node name). Replicas agree on what they both applied (the divergence check proves
+  it), so one member's replay speaks for its group.
+- `with_bodies`: messages whose value and digest the replay did not see (restored from a
+  snapshot, so only the body reference is known) get them from the member's body journal.
+- `consumed`: messages that left a store for a client (acknowledged, or auto-acknowledged on
+  delivery), not for another group: a store-and-forward queue's consumer is a bridge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from cluster.route import SF_PREFIX
+
+KEYS = ["run", "group", "node"]
+HISTORY_WORKLOADS = ("queue", "cross-group")  # whose sends and receives name one queue's values
+
+
+def is_sf(column: str = "store") -> Any:
+    return F.col(column).startswith(SF_PREFIX)
+
+
+def reference(facts: DataFrame) -> DataFrame:
+    applied = facts.where((F.col("fact") == "applied") & F.col("detail").isNull())
+    ranked = applied.withColumn("rank", F.row_number().over(
+        Window.partitionBy("run", "group").orderBy(F.col("index").desc(), F.col("node"))))
+    chosen = ranked.where(F.col("rank") == 1).select(*KEYS)
+    return facts.join(F.broadcast(chosen), KEYS, "left_semi")
+
+
+def body_refs(segments: DataFrame) -> DataFrame:
+    """(run, group, node, body_ref, value, digest) of every message record: its ordinal is
+    its place among the records of its Raft index, in journal order (docs/journal-format.md)."""
+    ok = segments.where(F.col("status") == "ok")
+    ordinal = F.row_number().over(Window.partitionBy(*KEYS, "index").orderBy("segment", "position")) - 1
+    return ok.select(*KEYS, F.concat_ws(":", F.col("index"), ordinal).alias("body_ref"),
+                     F.col("value").alias("seg_value"), F.col("digest").alias("seg_digest"))
+
+
+def with_bodies(facts: DataFrame, segments: DataFrame) -> DataFrame:
+    missing = facts.where(F.col("body_ref").isNotNull() & F.col("digest").isNull())
+    known = facts.where(F.col("body_ref").isNull() | F.col("digest").isNotNull())
+    filled = (missing.join(body_refs(segments), [*KEYS, "body_ref"], "left")
+              .withColumn("value", F.coalesce("value", "seg_value"))
+              .withColumn("digest", F.coalesce("digest", "seg_digest"))
+              .drop("seg_value", "seg_digest"))
+    return known.unionByName(filled)
+
+
+def messages(ref: DataFrame) -> DataFrame:
+    """One row per (run, group, message id): what it was when it first entered a store here."""
+    enters = ref.where(F.col("fact") == "enter")
+    first = F.row_number().over(Window.partitionBy("run", "group", "message_id").orderBy("position"))
+    return (enters.withColumn("first", first).where(F.col("first") == 1)
+            .select("run", "group", "message_id", "destination", "dedup_id", "value", "digest", "kind", "route"))
+
+
+def consumed(ref: DataFrame) -> DataFrame:
+    """(run, group, store, message_id, position) of every message a client took for good."""
+    return ref.where((F.col("fact") == "leave") & F.col("kind").isin("acked", "auto-acked") & ~is_sf()).select(
+        "run", "group", "store", "message_id", "position")
+
+
+def waiting(ref: DataFrame) -> DataFrame:
+    return ref.where(F.col("fact") == "waiting")
+
+
+def history_runs(runs: DataFrame) -> DataFrame:
+    return runs.where(F.col("workload").isin(*HISTORY_WORKLOADS)).select("run")
+
+
+def finding(frame: DataFrame, check: str, item: Any, detail: Any, group: Any = None, node: Any = None) -> DataFrame:
+    """The findings schema every check returns: run, check, group, node, item, detail."""
+    none = F.lit(None).cast("string")
+    return frame.select(
+        "run",
+        F.lit(check).alias("check"),
+        (group if group is not None else none).alias("group"),
+        (node if node is not None else none).alias("node"),
+        item.cast("string").alias("item"),
+        detail.cast("string").alias("detail"),
+    )

@@ -1,0 +1,321 @@
+"""What one member stored, as facts (spark_audit.facts): its Raft snapshot and journal, read
+with the pure decoders (docs/raft-journal-format.md) and replayed through the broker core.
+
+The core is deterministic and its only input is the committed log, so replaying a member's
+snapshot and the entries after it rebuilds exactly what that member believed: which SENDs it
+stored and under which message id, which it dropped as duplicates, what it delivered, what
+was acknowledged, dead-lettered, expired or forwarded, and what still waited at the end. The
+checks compare that with what clients saw (the chaos history) and with the other members.
+
+The replay watches the core from outside: the dispatcher's methods through which a message
+enters or leaves a store are wrapped on this one instance (the core is not changed for the
+audit). Entries past the group's commit index are listed but not applied (they may never
+have been committed). A file that fails its checks is a `file` row naming the damage; its
+bytes are never read as data, and a member whose snapshot or journal is damaged is not
+replayed (its `applied` row says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+
+from cluster.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER, parse_route
+from raftmq.core.broker import Broker
+from raftmq.core.commands import Browse, Commit, Send, Tick
+from raftmq.core.config import CoreConfig
+from raftmq.core.dispatch import ORIGINAL_DESTINATION, read_headers
+from raftmq.core.effects import Deliver
+from raftmq.core.message import Message
+from raftmq.core.model import Delivery, Store
+from raftmq.errors import RaftmqError
+from raftmq.replication.entry_codec import decode_entry
+from raftmq.replication.pysyncobj.raft_journal_format import (
+    COMMAND_NO_OP,
+    COMMAND_REGULAR,
+    decode_meta,
+    entry_of,
+    scan_journal,
+)
+from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
+from spark_audit.facts import fact_row
+
+JOURNAL = os.path.join("raft", "raft.journal")
+META = os.path.join("raft", "raft.journal.meta")
+SNAPSHOT = os.path.join("raft", "raft.snapshot")
+VALUE_MAX_BYTES = 256  # longer bodies are known by their digest only
+Row = tuple[Any, ...]
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def text_value(body: bytes) -> str | None:
+    if len(body) > VALUE_MAX_BYTES:
+        return None
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def entry_kind(command: bytes) -> str:
+    if command[:1] == bytes([COMMAND_REGULAR]):
+        return "regular"
+    if command[:1] == bytes([COMMAND_NO_OP]):
+        return "noop"
+    return "other"
+
+
+def read_commit_index(directory: str) -> int:
+    """The commit index a member stored (0 when it stored none or the file is unreadable: the
+    member's `file` row reports the damage)."""
+    path = os.path.join(directory, META)
+    try:
+        with open(path, "rb") as f:
+            return int(decode_meta(f.read(), path).get("commit_index", 0))
+    except (OSError, RaftmqError, ValueError, TypeError):
+        return 0
+
+
+def member_facts(run: str, group: str, node: str, directory: str, core: CoreConfig, commit_bound: int,
+                 planted: str | None = None) -> Iterator[Row]:
+    """Every fact of one member. `commit_bound`: the group's commit index (the highest any
+    member stored); entries past it are listed, not applied. `planted` plants a bug in the
+    replay for the tests that prove the conservation check can fail ("drop-enqueue:<message
+    id>": that message is accepted and never stored)."""
+    replay = _Replay(run, group, node, core, planted)
+    yield from replay.read(directory, commit_bound)
+
+
+class _Replay:
+    def __init__(self, run: str, group: str, node: str, core: CoreConfig, planted: str | None) -> None:
+        self.run, self.group, self.node = run, group, node
+        self.core = core
+        self.planted = planted
+        self.rows: list[Row] = []
+        self.positions: dict[str, int] = {}
+        self.bodies: dict[tuple[int, int], tuple[str | None, str]] = {}  # body ref -> (value, digest)
+        self.index = 0
+        self.origin = "client"
+        self.route = ""
+        self.broker = Broker(core)
+
+    def fact(self, fact: str, **fields: Any) -> None:
+        position = self.positions.get(fact, 0)
+        self.positions[fact] = position + 1
+        self.rows.append(fact_row(self.run, self.group, self.node, fact, position=position, **fields))
+
+    def flush(self) -> Iterator[Row]:
+        rows, self.rows = self.rows, []
+        yield from rows
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def read(self, directory: str, commit_bound: int) -> Iterator[Row]:
+        meta_path = os.path.join(directory, META)
+        if os.path.exists(meta_path):
+            try:
+                with open(meta_path, "rb") as f:
+                    decode_meta(f.read(), meta_path)
+                self.fact("file", kind="meta", detail=META)
+            except RaftmqError as exc:
+                self.fact("file", kind="meta", detail=str(exc), committed=False)
+        start, replayable = self.restore(os.path.join(directory, SNAPSHOT))
+        self.watch()
+        yield from self.flush()
+        journal_path = os.path.join(directory, JOURNAL)
+        records = []
+        if os.path.exists(journal_path):
+            with open(journal_path, "rb") as f:
+                data = f.read()
+            try:
+                scan = scan_journal(data, journal_path)
+            except RaftmqError as exc:
+                self.fact("file", kind="journal", detail=f"corrupt: {exc}", committed=False)
+                replayable = False
+            else:
+                records = scan.records
+                outcome = f"torn tail at offset {scan.end} ({len(data) - scan.end} bytes not read)" if scan.torn else JOURNAL
+                self.fact("file", kind="journal", detail=outcome, committed=not scan.torn)
+        last = start
+        for record in records:
+            committed = record.index <= commit_bound
+            self.fact("entry", index=record.index, term=record.term, kind=entry_kind(record.command),
+                      digest=digest(record.command), committed=committed)
+            if replayable and start < record.index and committed:
+                if not self.apply_record(record.index, record.term, record.command):
+                    replayable = False
+                else:
+                    last = record.index
+            if len(self.rows) >= 4096:
+                yield from self.flush()
+        if replayable:
+            self.end_state()
+        self.fact("applied", index=last, committed=replayable and last >= commit_bound,
+                  detail=None if replayable else "not replayed: a damaged file")
+        yield from self.flush()
+
+    def restore(self, path: str) -> tuple[int, bool]:
+        """Load the snapshot when there is one: (the index it ends at, whether replay can go on)."""
+        if not os.path.exists(path):
+            return 0, True
+        try:
+            with open(path, "rb") as f:
+                last, _previous, _cluster, state_bytes = decode_snapshot(f.read(), path)
+            state = msgpack.unpackb(state_bytes, raw=False)
+            self.broker = Broker.restore(state["broker"], self.core)
+        except (RaftmqError, ValueError, KeyError, TypeError) as exc:
+            self.fact("file", kind="snapshot", detail=f"corrupt: {exc}", committed=False)
+            return 0, False
+        command, index, term = last
+        self.fact("file", kind="snapshot", detail=f"{SNAPSHOT} at index {index}", committed=True)
+        self.fact("entry", index=index, term=term, kind=entry_kind(command), digest=digest(command),
+                  committed=True, detail="snapshot")
+        self.index = index
+        self.origin = "snapshot"
+        for store, message, _in_flight in self.contents():
+            self.entered(store, message)
+        return index, True
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    def apply_record(self, index: int, term: int, command: bytes) -> bool:
+        self.index = index
+        try:
+            entry = entry_of(command)
+            commands = decode_entry(entry) if entry is not None else []
+        except RaftmqError as exc:
+            self.fact("file", kind="journal", detail=f"corrupt: entry {index} unreadable: {exc}", committed=False)
+            return False
+        ordinal = 0
+        for command in commands:
+            if type(command) is Send:
+                body = command.body if isinstance(command.body, bytes) else b""
+                self.bodies[(index, ordinal)] = (text_value(body), digest(body))
+                command = Send(command.session, command.destination, command.headers, (index, ordinal), command.now,
+                               command.transaction, command.receipt)
+                ordinal += 1
+                route = [value for name, value in command.headers if name in (ROUTE_HEADER, TO_HEADER)]
+                self.origin = "forward" if route else "client"
+                self.route = next((value for name, value in command.headers if name == ROUTE_HEADER), "")
+            elif type(command) is Commit:
+                self.origin, self.route = "client", ""
+            elif type(command) is Tick:
+                self.origin, self.route = "moved", ""
+            effects = self.broker.apply(command)
+            browse = type(command) is Browse
+            for effect in effects:
+                if type(effect) is Deliver:
+                    message = effect.message
+                    self.fact("deliver", index=index, message_id=message.message_id, store=message.destination,
+                              session=effect.session, count=effect.delivery_count, redelivered=effect.redelivered,
+                              kind="browse" if browse else None)
+                    if effect.ack_id is None and not browse:
+                        self.fact("leave", index=index, message_id=message.message_id, store=message.destination,
+                                  kind="auto-acked", session=effect.session)
+        return True
+
+    def watch(self) -> None:
+        """Wrap, on this broker's dispatcher only, the methods through which messages enter
+        and leave stores."""
+        dispatch = self.broker.dispatch
+        enqueue, settle = dispatch.enqueue, dispatch.settle
+        dead_letter, expire, take_ready, discard = dispatch.dead_letter, dispatch._expire, dispatch.take_ready, dispatch.discard
+        dropped = self.planted.split(":", 1)[1] if self.planted and self.planted.startswith("drop-enqueue:") else None
+
+        def watched_enqueue(store: Store, message: Message) -> None:
+            self.entered(store, message)
+            if message.message_id == dropped and self.origin == "client":
+                return  # the planted bug: accepted, never stored
+            enqueue(store, message)
+
+        def watched_settle(delivery: Delivery, acked: bool) -> None:
+            if acked:
+                session = delivery.sub.session
+                for done in delivery.sub.acked_through(delivery):
+                    self.left(done.sub.store, done.message, "acked", session.session_id if session else None)
+            settle(delivery, acked)
+
+        def watched_dead_letter(store: Store, message: Message) -> None:
+            self.left(store, message, "dead-lettered")
+            self.within("dead-letter", dead_letter, store, message)
+
+        def watched_expire(store: Store, message: Message) -> None:
+            self.left(store, message, "expired")
+            self.within("expiry", expire, store, message)
+
+        def watched_take_ready(store: Store, token: int) -> Message:
+            message = take_ready(store, token)
+            self.left(store, message, "taken")
+            return message
+
+        def watched_discard(store: Store) -> int:
+            for message in list(store.ready.values()):
+                self.left(store, message, "discarded")
+            return discard(store)
+
+        dispatch.enqueue = watched_enqueue  # type: ignore[method-assign]
+        dispatch.settle = watched_settle  # type: ignore[method-assign]
+        dispatch.dead_letter = watched_dead_letter  # type: ignore[method-assign]
+        dispatch._expire = watched_expire  # type: ignore[method-assign]
+        dispatch.take_ready = watched_take_ready  # type: ignore[method-assign]
+        dispatch.discard = watched_discard  # type: ignore[method-assign]
+
+    def within(self, origin: str, method: Callable[..., None], *args: Any) -> None:
+        before = self.origin
+        self.origin = origin
+        try:
+            method(*args)
+        finally:
+            self.origin = before
+
+    def described(self, message: Message) -> dict[str, Any]:
+        headers = message.headers
+        destination = message.destination
+        for name, value in headers:
+            if name in (DESTINATION_HEADER, ORIGINAL_DESTINATION):
+                destination = value
+        ref = message.body
+        value, body_digest, body_ref = None, None, None
+        if isinstance(ref, (tuple, list)) and len(ref) == 2:
+            key = (int(ref[0]), int(ref[1]))
+            body_ref = f"{key[0]}:{key[1]}"
+            known = self.bodies.get(key)
+            if known is not None:
+                value, body_digest = known
+        return {"message_id": message.message_id, "destination": destination, "dedup_id": read_headers(headers)[4],
+                "value": value, "digest": body_digest, "body_ref": body_ref}
+
+    def entered(self, store: Store, message: Message) -> None:
+        self.fact("enter", index=self.index, store=_store_name(store), kind=self.origin, count=message.delivery_count,
+                  route=self.route or None, **self.described(message))
+
+    def left(self, store: Store, message: Message, outcome: str, session: str | None = None) -> None:
+        self.fact("leave", index=self.index, message_id=message.message_id, store=_store_name(store), kind=outcome,
+                  session=session)
+
+    def contents(self) -> Iterator[tuple[Store, Message, bool]]:
+        """(store, message, in flight) for every message the state holds, queues first."""
+        state = self.broker.state
+        for store in state.stores():
+            for message in store.ready.values():
+                yield store, message, False
+        for sub in state.subscriptions():
+            for delivery in sub.in_flight.values():
+                yield sub.store, delivery.message, True
+
+    def end_state(self) -> None:
+        for store, message, in_flight in self.contents():
+            self.fact("waiting", index=self.index, store=_store_name(store), count=message.delivery_count,
+                      kind="in-flight" if in_flight else "ready", **self.described(message))
+
+
+def _store_name(store: Store) -> str:
+    # A topic subscription's store carries the topic's name; several may exist at once.
+    return store.destination if store.shared else f"{store.destination}#subscription"

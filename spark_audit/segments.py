@@ -1,0 +1,91 @@
+"""The records of one body-journal segment (docs/journal-format.md), as rows: what a member
+kept of each message it applied, without the body (its digest, and the text of a short one).
+
+A batch that fails its checks is one row naming the damage (`status` torn-tail or corrupt),
+never records: a torn tail is the remains of an append a crash interrupted (possible only at
+the end of a member's last segment), anything else is corruption. Either way the reader stops
+in that file: bytes past damage are not data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from raftmq.core.dispatch import read_headers
+from raftmq.errors import JournalCorrupt
+from raftmq.storage.payload import KIND_MESSAGE, decode_payload
+from raftmq.storage.records import BATCH_HEADER_SIZE, Record, decode_batch, parse_header
+from spark_audit.replay import digest, text_value
+
+SEGMENT_NAME = re.compile(r"^\d{20}\.seg$")
+SEGMENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run", "string"),
+    ("group", "string"),
+    ("node", "string"),
+    ("segment", "string"),
+    ("offset", "long"),  # of the batch in the segment
+    ("position", "long"),  # of the record in the segment
+    ("index", "long"),
+    ("term", "long"),
+    ("kind", "int"),
+    ("destination", "string"),
+    ("dedup_id", "string"),
+    ("value", "string"),
+    ("digest", "string"),
+    ("status", "string"),  # ok, torn-tail, corrupt
+    ("detail", "string"),
+)
+SEGMENT_SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in SEGMENT_COLUMNS)
+
+
+def segment_files(directory: str) -> list[str]:
+    """A member's segment files, in index order (names sort like indexes)."""
+    bodies = os.path.join(directory, "bodies")
+    if not os.path.isdir(bodies):
+        return []
+    return [os.path.join(bodies, name) for name in sorted(os.listdir(bodies)) if SEGMENT_NAME.match(name)]
+
+
+def segment_rows(run: str, group: str, node: str, path: str, last: bool) -> Iterator[tuple[Any, ...]]:
+    """Rows of one segment file; `last`: it is the member's last segment (only there can an
+    interrupted append leave a torn tail)."""
+    name = os.path.basename(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    position = 0
+    offset = 0
+    while offset < len(data):
+        try:
+            header, records = decode_batch(data, offset)
+            rows = [_row(run, group, node, name, offset, position + i, record) for i, record in enumerate(records)]
+        except (JournalCorrupt, ValueError) as exc:
+            status = "torn-tail" if last and _runs_past_end(data, offset) else "corrupt"
+            yield (run, group, node, name, offset, position, None, None, None, None, None, None, None, status,
+                   f"{name} at offset {offset}: {exc}")
+            return
+        yield from rows
+        position += len(rows)
+        offset += header.batch_size
+
+
+def _row(run: str, group: str, node: str, name: str, offset: int, position: int, record: Record) -> tuple[Any, ...]:
+    destination = dedup = value = body_digest = None
+    if record.kind == KIND_MESSAGE:
+        destination, headers, body = decode_payload(record.payload)
+        dedup = read_headers(tuple(headers))[4]
+        value, body_digest = text_value(body), digest(body)
+    return (run, group, node, name, offset, position, record.raft_index, record.raft_term, record.kind,
+            destination, dedup, value, body_digest, "ok", None)
+
+
+def _runs_past_end(data: bytes, at: int) -> bool:
+    """A batch cut short by the end of the file: what an interrupted append leaves."""
+    if len(data) - at < BATCH_HEADER_SIZE:
+        return True
+    try:
+        return parse_header(data, at).batch_size > len(data) - at
+    except JournalCorrupt:
+        return False

@@ -1,0 +1,47 @@
+"""The SparkSession the audit runs in: `local[*]` by default with quiet, fast settings (no UI,
+few shuffle partitions, loopback only); a standalone master (`spark://HOST:PORT`) or a Spark
+Connect server (`sc://HOST:PORT`) run the same job unchanged (docs/audit.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+QUIET_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def spark_session(master: str | None = None, remote: str | None = None, app: str = "raftmq-audit",
+                  conf: dict[str, str] | None = None) -> Any:
+    """A session on `master` (default `local[*]`) or, with `remote`, a Spark Connect session.
+    The workers run this interpreter (so they import raftmq and spark_audit as the driver does)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from spark_audit.sources import register
+
+    builder = SparkSession.builder.appName(app)
+    if remote is not None:
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(master or "local[*]")
+        for key, value in {**QUIET_CONF, **(conf or {})}.items():
+            builder = builder.config(key, value)
+        builder = builder.config("spark.pyspark.python", sys.executable)
+    spark = builder.getOrCreate()
+    if remote is None:
+        spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
