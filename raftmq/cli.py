@@ -132,6 +132,9 @@ def _register_optional_commands() -> None:
     from raftmq.security_cli import passwd_command
 
     main.add_command(chaos_command)
+    from spark_audit.cli import audit_command
+
+    main.add_command(audit_command)
 
     main.add_command(passwd_command)
 

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cluster.route import SF_PREFIX
+from spark_audit.replay import SUBSCRIPTION_STORE
 from spark_audit.derive import consumed, finding, history_runs, is_sf, messages, waiting
 
 CHECKS = ("lost", "unexpected", "stored_duplicates", "consumer_duplicates", "divergence", "leaders", "bridges",
@@ -46,7 +47,7 @@ def unexpected(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame
     invoked = sends.where(F.col("type") == "invoke").select("run", "value").distinct()
     failed = (sends.where(F.col("type") != "invoke").groupBy("run", "value")
               .agg(F.min(F.col("type") == "fail").alias("all_failed")).where("all_failed").select("run", "value"))
-    received = _ops(history, runs, "receive", "ok").select("run", "value", "process").dropDuplicates(["run", "value"])
+    received = _ops(history, runs, "receive", "ok").groupBy("run", "value").agg(F.min("process").alias("process"))
     never_sent = received.join(invoked, ["run", "value"], "left_anti")
     failed_read = received.join(failed, ["run", "value"], "left_semi")
     stored = (messages(ref).join(history_runs(runs), "run", "left_semi")
@@ -162,10 +163,13 @@ def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
     first = (_ops(history, runs, "receive", "ok").where(~F.coalesce(F.col("redelivered"), F.lit(False)))
              .withColumn("nth", F.row_number().over(Window.partitionBy("run", "process", "value").orderBy("index")))
              .where("nth = 1").select("run", "process", "index", "value"))
-    producers = _ops(history, runs, "send", "invoke").select("run", "value", F.col("process").alias("producer")).dropDuplicates(["run", "value"])
+    producers = (_ops(history, runs, "send", "invoke").groupBy("run", "value")
+                 .agg(F.min("process").alias("producer")))
+    # A value consumed twice (a stored duplicate, another check's finding) is placed by its first copy.
+    earliest = Window.partitionBy("run", "value").orderBy("seq", "group", "store")
     where_consumed = (consumed(ref).join(messages(ref), ["run", "group", "message_id"])
                       .select("run", "group", "store", "value", F.substring_index("message_id", "-", -1).cast("long").alias("seq"))
-                      .dropDuplicates(["run", "value"]))
+                      .withColumn("nth", F.row_number().over(earliest)).where("nth = 1").drop("nth"))
     seen = first.join(producers, ["run", "value"]).join(where_consumed, ["run", "value"])
     lane = Window.partitionBy("run", "process", "group", "store", "producer").orderBy("index")
     late = (seen.withColumn("previous", F.lag("value").over(lane)).withColumn("previous_seq", F.lag("seq").over(lane))
@@ -178,7 +182,7 @@ def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
 def conservation(ref: DataFrame) -> DataFrame:
     """Per queue and group: every message that entered a queue left it (acknowledged,
     dead-lettered, expired, forwarded) or still waits there, as often as it entered."""
-    queues = ref.where(F.col("store").isNotNull() & ~F.col("store").endswith("#subscription"))
+    queues = ref.where(F.col("store").isNotNull() & ~F.col("store").endswith(SUBSCRIPTION_STORE))
     counted = (queues.where(F.col("fact").isin("enter", "leave", "waiting"))
                .groupBy("run", "group", "store", "message_id")
                .agg(F.sum((F.col("fact") == "enter").cast("int")).alias("entered"),

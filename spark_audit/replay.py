@@ -32,6 +32,7 @@ from raftmq.core.dispatch import ORIGINAL_DESTINATION, read_headers
 from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Store
+from raftmq.core.validation import QUEUE_PREFIX
 from raftmq.errors import RaftmqError
 from raftmq.replication.entry_codec import decode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
@@ -49,6 +50,7 @@ META = os.path.join("raft", "raft.journal.meta")
 SNAPSHOT = os.path.join("raft", "raft.snapshot")
 VALUE_MAX_BYTES = 256  # longer bodies are known by their digest only
 Row = tuple[Any, ...]
+SUBSCRIPTION_STORE = "#subscription"  # suffix of a topic subscription's store name
 
 
 def digest(data: bytes) -> str:
@@ -217,7 +219,10 @@ class _Replay:
                               session=effect.session, count=effect.delivery_count, redelivered=effect.redelivered,
                               kind="browse" if browse else None)
                     if effect.ack_id is None and not browse:
-                        self.fact("leave", index=index, message_id=message.message_id, store=message.destination,
+                        # A queue message's store is its queue; a topic copy's is a subscription's.
+                        store = message.destination if message.destination.startswith(QUEUE_PREFIX) else \
+                            f"{message.destination}{SUBSCRIPTION_STORE}"
+                        self.fact("leave", index=index, message_id=message.message_id, store=store,
                                   kind="auto-acked", session=effect.session)
         return True
 
@@ -318,4 +323,4 @@ class _Replay:
 
 def _store_name(store: Store) -> str:
     # A topic subscription's store carries the topic's name; several may exist at once.
-    return store.destination if store.shared else f"{store.destination}#subscription"
+    return store.destination if store.shared else f"{store.destination}{SUBSCRIPTION_STORE}"
