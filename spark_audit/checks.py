@@ -151,10 +151,12 @@ def bridges(ref: DataFrame, runs: DataFrame) -> DataFrame:
                     F.concat(F.lit("still in "), F.col("store"), F.lit(" at the end (value "), F.coalesce("value", F.lit("?")), F.lit(")")),
                     F.col("group"))
             .unionByName(finding(overlong, "bridges", F.col("message_id"),
-                                 F.format_string("arrived over route %s: %d hops, max_hops %d", "route", hops, "max_hops"),
+                                 F.format_string("arrived over route %s: %d hops, max_hops %d (value %s)", "route", hops,
+                                                 "max_hops", F.coalesce("value", F.lit("?"))),
                                  F.col("group")))
             .unionByName(finding(missing, "bridges", F.col("message_id"),
-                                 F.concat(F.lit("forwarded to "), F.col("to"), F.lit(", never stored there")), F.col("group"))))
+                                 F.concat(F.lit("forwarded to "), F.col("to"), F.lit(", never stored there (value "),
+                                          F.coalesce("value", F.lit("?")), F.lit(")")), F.col("group"))))
 
 
 def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:

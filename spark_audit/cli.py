@@ -27,7 +27,8 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     twice, no replicas diverged and no two leaders shared a term.
 
     RUN_DIR is a chaos run directory (it holds run.json) or a directory of them (runs/).
-    Exit status 0 only when every run is clean.
+    Exit status 0 only when every run is clean; 1 when a check found something; 2 when an
+    argument is not a run directory.
     """
     import json
 
@@ -44,7 +45,7 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
         paths = expand(list(run_dirs))
         runs = [read_run(path) for path in paths]
     except RaftmqError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="RUN_DIR") from None
     target = Path(out) if out else (paths[0] if len(paths) == 1 else _common_parent(paths))
     with console.status(f"starting Spark ({remote or master or 'local[*]'})") as status:
         from spark_audit.session import spark_session

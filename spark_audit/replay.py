@@ -89,8 +89,8 @@ def member_facts(run: str, group: str, node: str, directory: str, core: CoreConf
                  planted: str | None = None) -> Iterator[Row]:
     """Every fact of one member. `commit_bound`: the group's commit index (the highest any
     member stored); entries past it are listed, not applied. `planted` plants a bug in the
-    replay for the tests that prove the conservation check can fail ("drop-enqueue:<message
-    id>": that message is accepted and never stored)."""
+    replay for the tests that prove the conservation check can fail ("drop-enqueue:<run>:<message
+    id>": in that run, that message is accepted and never stored)."""
     replay = _Replay(run, group, node, core, planted)
     yield from replay.read(directory, commit_bound)
 
@@ -232,7 +232,10 @@ class _Replay:
         dispatch = self.broker.dispatch
         enqueue, settle = dispatch.enqueue, dispatch.settle
         dead_letter, expire, take_ready, discard = dispatch.dead_letter, dispatch._expire, dispatch.take_ready, dispatch.discard
-        dropped = self.planted.split(":", 1)[1] if self.planted and self.planted.startswith("drop-enqueue:") else None
+        dropped = None
+        if self.planted and self.planted.startswith("drop-enqueue:"):
+            _kind, run, message_id = self.planted.split(":", 2)
+            dropped = message_id if run == self.run else None
 
         def watched_enqueue(store: Store, message: Message) -> None:
             self.entered(store, message)
