@@ -77,10 +77,13 @@ def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: i
     start = time.monotonic()
     tables = load_tables(spark, runs, planted)
     findings, cached = all_findings(tables)
-    findings = findings.cache()
-    counts = {(row["run"], row["check"]): row["n"] for row in findings.groupBy("run", "check").agg(F.count("*").alias("n")).collect()}
-    rank = F.row_number().over(Window.partitionBy("run", "check").orderBy("group", "node", "item"))
-    kept = [row.asDict() for row in findings.withColumn("rank", rank).where(F.col("rank") <= sample).drop("rank").collect()]
+    # One pass: each finding with its check's total in the run, the first `sample` of each kept.
+    per_check = Window.partitionBy("run", "check")
+    ranked = (findings.withColumn("n", F.count("*").over(per_check))
+              .withColumn("rank", F.row_number().over(per_check.orderBy("group", "node", "item")))
+              .where(F.col("rank") <= sample).collect())
+    counts = {(row["run"], row["check"]): row["n"] for row in ranked}
+    kept = [{k: v for k, v in row.asDict().items() if k not in ("n", "rank")} for row in ranked]
     read = _read_counts(tables)
     verdicts = []
     for run in runs:
@@ -91,7 +94,7 @@ def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: i
              for check in checks.CHECKS},
             read.get(run.name, {}),
         ))
-    for frame in [findings, *cached]:
+    for frame in cached:
         frame.unpersist()
     master = spark.conf.get("spark.master", "remote") if hasattr(spark, "conf") else "remote"
     return AuditResult(verdicts, sorted(kept, key=lambda f: (f["run"], f["check"], str(f["group"]), str(f["node"]), str(f["item"]))),

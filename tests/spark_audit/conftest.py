@@ -3,12 +3,16 @@ shuffle partitions), and real chaos runs made once, short, for the tests that au
 
 from __future__ import annotations
 
-import shutil
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from spark_audit.job import run_audit
+from spark_audit.layout import read_run
+from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +44,27 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _chaos_run(tmp_path_factory.mktemp("cluster-run"), preset="symmetric-lite", nemeses=("kill",), seed=12)
 
 
-def copy_run(source: Path, root: Path, name: str) -> Path:
-    """A copy of a run directory under a new name (the audit names runs by directory)."""
-    target = root / name
-    shutil.copytree(source, target, symlinks=True)
-    return target
+@pytest.fixture(scope="session")
+def audited(spark: Any, group_run: Path, cluster_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The clean runs and a copy per planted anomaly, audited together in one job."""
+    root = tmp_path_factory.mktemp("audited")
+    planted: dict[str, tuple[str, str]] = {}
+    runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean")]
+    for name, (check, plant) in GROUP_ANOMALIES.items():
+        run = copy_run(group_run, root, f"group-{name}")
+        planted[run.name] = (check, plant(run))
+        runs.append(run)
+    for name, (check, plant) in CLUSTER_ANOMALIES.items():
+        run = copy_run(cluster_run, root, f"cluster-{name}")
+        planted[run.name] = (check, plant(run))
+        runs.append(run)
+    # Conservation: a replay with a planted core bug (a message accepted, never stored).
+    conserve = copy_run(group_run, root, "group-conservation")
+    runs.append(conserve)
+    message_id = "g1-" + str(random.Random(5).randint(10, 30))
+    result = run_audit(spark, [read_run(run) for run in runs], planted=f"drop-enqueue:{conserve.name}:{message_id}",
+                       sample=50)
+    planted[conserve.name] = ("conservation", message_id)
+    return {"result": result, "planted": planted, "runs": {run.name: run for run in runs}}
+
+

@@ -11,38 +11,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from spark_audit.job import run_audit
-from spark_audit.layout import read_run
+from spark_audit.cli import audit_command
 from spark_audit.standalone import StandaloneCluster
-from tests.spark_audit.conftest import copy_run
+from tests.helpers.audit_anomalies import copy_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 RAFTMQ = [str(Path(sys.executable).parent / "raftmq")]  # the installed command
 
 
-def test_a_standalone_master_gives_the_same_verdicts(spark: Any, group_run: Path, tmp_path: Path) -> None:
+def test_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    clean = copy_run(group_run, runs, "clean")
-    lost = copy_run(group_run, runs, "lost")
-    ops = [json.loads(line) for line in (lost / "history.jsonl").read_text().splitlines()]
-    value = next(op["value"] for op in ops if op["f"] == "receive")
-    (lost / "history.jsonl").write_text("".join(json.dumps(op) + "\n" for op in ops
-                                                if not (op["f"] == "receive" and op["value"] == value)))
-    local = run_audit(spark, [read_run(clean), read_run(lost)])
-    with StandaloneCluster(tmp_path / "spark", workers=1) as cluster:
+    names = ["group-clean", "group-lost"]
+    for name in names:
+        copy_run(audited["runs"][name], runs, name)
+    local = {run.name: run.counts for run in audited["result"].runs if run.name in names}
+    with StandaloneCluster(tmp_path / "spark", workers=1, cores=2) as cluster:
         done = subprocess.run([*RAFTMQ, "audit", "--master", cluster.master, str(runs)], capture_output=True,
                               text=True, timeout=240)
     assert done.returncode == 1, done.stderr[-2000:]  # the lost value is a finding
     report = json.loads((runs / "audit.json").read_text())
     assert report["master"] == cluster.master
-    assert {run["run"]: run["counts"] for run in report["runs"]} == {run.name: run.counts for run in local.runs}
-    assert [(f["check"], f["item"]) for f in report["findings"]] == [("lost", value)]
+    assert {run["run"]: run["counts"] for run in report["runs"]} == local
+    assert [(f["check"], f["item"]) for f in report["findings"]] == [("lost", audited["planted"]["group-lost"][1])]
     assert "audit.html" in done.stdout and (runs / "audit.html").read_text().count("<tr>") > 2
-    clean_only = subprocess.run([*RAFTMQ, "audit", str(clean), "--out", str(tmp_path / "out")], capture_output=True,
-                                text=True, timeout=240)
-    assert clean_only.returncode == 0, clean_only.stderr[-2000:]
+
+
+def test_a_clean_run_exits_zero(spark: Any, group_run: Path, tmp_path: Path) -> None:
+    # In this process, so the command takes the session already running (getOrCreate).
+    result = CliRunner().invoke(audit_command, [str(group_run), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "audit.json").read_text())["clean"] is True
+    assert "clean" in result.output
 
 
 def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
