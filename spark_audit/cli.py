@@ -11,6 +11,8 @@ import click
 
 from raftmq.errors import RaftmqError
 
+FINDINGS_SHOWN = 10  # under the table; the report has the rest
+
 
 @click.command("audit")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
@@ -33,6 +35,7 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     import json
 
     from rich.console import Console
+    from rich.markup import escape
 
     from spark_audit.job import run_audit
     from spark_audit.layout import expand, read_run
@@ -41,6 +44,7 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     if master and remote:
         raise click.UsageError("give --master or --remote, not both")
     console = Console(stderr=as_json)
+    console.width = max(console.width, 140)  # the verdict table has a column per check
     try:
         paths = expand(list(run_dirs))
         runs = [read_run(path) for path in paths]
@@ -62,6 +66,12 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
         click.echo(json.dumps(to_json(result), indent=2, default=str))
     else:
         console.print(verdict_table(result))
+        for finding in result.findings[:FINDINGS_SHOWN]:
+            where = "/".join(str(part) for part in (finding["group"], finding["node"]) if part)
+            text = escape(f"{finding['run']} {where} {finding['item']}: {finding['detail']}")
+            console.print(f"[red]{finding['check']}[/] {text}", highlight=False)
+        if len(result.findings) > FINDINGS_SHOWN:
+            console.print(f"... and more: the report lists up to {sample} per run and check")
         console.print(f"report: {html_path}  (counts and findings: {json_path})")
     raise SystemExit(0 if result.clean else 1)
 

@@ -9,9 +9,13 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raftmq.core.config import CoreConfig
 from raftmq.errors import ConfigError, RaftmqError
+
+if TYPE_CHECKING:
+    from raftmq.ops.topology import Topology
 
 RUN_FILE = "run.json"
 HISTORY_FILE = "history.jsonl"
@@ -101,8 +105,8 @@ def _max_hops(path: Path, meta: dict[str, object]) -> int:
     return max((connection.max_hops for connection in topology.cluster_connections), default=0)
 
 
-def _load(path: Path, meta: dict[str, object]):  # type: ignore[no-untyped-def]
-    from raftmq.ops.topology import load_topology  # the ops layer: only where a topology is read
+def _load(path: Path, meta: dict[str, object]) -> Topology:
+    from raftmq.ops.topology import load_topology
 
     try:
         return load_topology(_placed_topology(path, meta))

@@ -187,10 +187,10 @@ class _Replay:
 
     # -- replay ----------------------------------------------------------------------------------
 
-    def apply_record(self, index: int, term: int, command: bytes) -> bool:
+    def apply_record(self, index: int, term: int, raw: bytes) -> bool:
         self.index = index
         try:
-            entry = entry_of(command)
+            entry = entry_of(raw)
             commands = decode_entry(entry) if entry is not None else []
         except RaftmqError as exc:
             self.fact("file", kind="journal", detail=f"corrupt: entry {index} unreadable: {exc}", committed=False)
@@ -286,11 +286,13 @@ class _Replay:
     def described(self, message: Message) -> dict[str, Any]:
         headers = message.headers
         destination = message.destination
-        for name, value in headers:
+        for name, text in headers:
             if name in (DESTINATION_HEADER, ORIGINAL_DESTINATION):
-                destination = value
+                destination = text
         ref = message.body
-        value, body_digest, body_ref = None, None, None
+        value: str | None = None
+        body_digest: str | None = None
+        body_ref: str | None = None
         if isinstance(ref, (tuple, list)) and len(ref) == 2:
             key = (int(ref[0]), int(ref[1]))
             body_ref = f"{key[0]}:{key[1]}"

@@ -15,6 +15,11 @@ from spark_audit.checks import CHECKS
 from spark_audit.job import AuditResult
 
 
+# Column headings that fit a terminal: stored and consumer-visible duplicates, divergence, conservation.
+SHORT = {"unexpected": "unexp", "stored_duplicates": "dup-stored", "consumer_duplicates": "dup-seen",
+         "divergence": "diverge", "conservation": "conserve"}
+
+
 def to_json(result: AuditResult) -> dict[str, Any]:
     return {
         "clean": result.clean,
@@ -31,10 +36,10 @@ def to_json(result: AuditResult) -> dict[str, Any]:
 
 def verdict_table(result: AuditResult) -> Table:
     table = Table(title=f"raftmq audit: {len(result.runs)} run(s), {result.records:,} journal records, {result.seconds:.1f} s")
-    table.add_column("run", overflow="fold")
+    table.add_column("run", overflow="fold", min_width=20)
     table.add_column("workload")
     for check in CHECKS:
-        table.add_column(check.replace("_", " "), justify="right")
+        table.add_column(SHORT.get(check, check), justify="right", no_wrap=True)
     table.add_column("verdict")
     for run in result.runs:
         cells = []

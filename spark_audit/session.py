@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 QUIET_CONF = {
@@ -42,6 +43,8 @@ def spark_session(master: str | None = None, remote: str | None = None, app: str
         for key, value in {**QUIET_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
         builder = builder.config("spark.pyspark.python", sys.executable)
+        log4j = Path(__file__).with_name("log4j2.properties")
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     spark = builder.getOrCreate()
     if remote is None:
         spark.sparkContext.setLogLevel("ERROR")

@@ -26,14 +26,14 @@ from spark_audit.segments import SEGMENT_COLUMNS, SEGMENT_SCHEMA_DDL
 BATCH_ROWS = 8192  # rows per Arrow batch
 
 
-class MemberPartition(InputPartition):  # type: ignore[misc]
+class MemberPartition(InputPartition):
     def __init__(self, run_path: str, run: str, group: str, node: str, directory: str, commit_bound: int) -> None:
         super().__init__(f"{run}/{group}/{node}")
         self.run_path, self.run, self.group, self.node = run_path, run, group, node
         self.directory, self.commit_bound = directory, commit_bound
 
 
-class SegmentPartition(InputPartition):  # type: ignore[misc]
+class SegmentPartition(InputPartition):
     def __init__(self, run: str, group: str, node: str, path: str, last: bool) -> None:
         super().__init__(path)
         self.run, self.group, self.node, self.path, self.last = run, group, node, path, last
@@ -60,7 +60,7 @@ def _batches(rows: Iterator[tuple[Any, ...]], schema: Any) -> Iterator[Any]:
         yield to_batch(chunk, schema)
 
 
-class NodeFactsSource(DataSource):  # type: ignore[misc]
+class NodeFactsSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "raftmq_node"
@@ -69,10 +69,10 @@ class NodeFactsSource(DataSource):  # type: ignore[misc]
         return FACT_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return NodeFactsReader(self.options)
+        return NodeFactsReader(dict(self.options))
 
 
-class NodeFactsReader(DataSourceReader):  # type: ignore[misc]
+class NodeFactsReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = dict(options)
 
@@ -87,20 +87,21 @@ class NodeFactsReader(DataSourceReader):  # type: ignore[misc]
                 parts += [MemberPartition(run.path, run.name, group, m.node, m.directory, bound) for m in members]
         return parts
 
-    def read(self, partition: MemberPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         from pathlib import Path
 
         from spark_audit.facts import arrow_schema
         from spark_audit.layout import core_configs, read_run
         from spark_audit.replay import member_facts
 
+        assert isinstance(partition, MemberPartition)
         core = core_configs(read_run(Path(partition.run_path)))[partition.group]
         rows = member_facts(partition.run, partition.group, partition.node, partition.directory, core,
                             partition.commit_bound, self.options.get("planted"))
         yield from _batches(rows, arrow_schema())
 
 
-class SegmentsSource(DataSource):  # type: ignore[misc]
+class SegmentsSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "raftmq_segments"
@@ -109,10 +110,10 @@ class SegmentsSource(DataSource):  # type: ignore[misc]
         return SEGMENT_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SegmentsReader(self.options)
+        return SegmentsReader(dict(self.options))
 
 
-class SegmentsReader(DataSourceReader):  # type: ignore[misc]
+class SegmentsReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = dict(options)
 
@@ -127,11 +128,12 @@ class SegmentsReader(DataSourceReader):  # type: ignore[misc]
                           for i, path in enumerate(files)]
         return parts or [SegmentPartition("", "", "", "", False)]  # Spark wants at least one
 
-    def read(self, partition: SegmentPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
         from spark_audit.segments import segment_rows
 
+        assert isinstance(partition, SegmentPartition)
         if not partition.path:
             return
         kinds = {"string": pa.string(), "long": pa.int64(), "int": pa.int32()}
