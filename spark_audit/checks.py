@@ -93,6 +93,10 @@ def consumer_duplicates(history: DataFrame, runs: DataFrame) -> DataFrame:
 def _outliers(rows: DataFrame, key: list[str], variant: list[str]) -> DataFrame:
     """Rows whose `variant` columns differ from those of most rows sharing `key` (ties: the
     variant of the lowest node), with the majority's variant as `m_<column>`."""
+    # Most keys have one variant on every member: find the others first, with one aggregation.
+    disputed = (rows.groupBy(*key).agg(F.count_distinct(*[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in variant])
+                                       .alias("variants")).where("variants > 1").select(*key))
+    rows = rows.join(disputed, key, "left_semi")
     counts = rows.groupBy(*key, *variant).agg(F.count("*").alias("n"), F.min("node").alias("first"))
     rank = F.row_number().over(Window.partitionBy(*key).orderBy(F.col("n").desc(), F.col("first")))
     majority = counts.withColumn("rank", rank).where("rank = 1").select(*key, *[F.col(c).alias(f"m_{c}") for c in variant])
@@ -108,9 +112,7 @@ def divergence(facts: DataFrame, segments: DataFrame) -> DataFrame:
     stored for the same (Raft index, ordinal)."""
     entries = facts.where((F.col("fact") == "entry") & F.col("committed")).dropDuplicates(["run", "group", "node", "index"])
     bad_entries = _outliers(entries, ["run", "group", "index"], ["term", "digest"])
-    ok = segments.where(F.col("status") == "ok")
-    ordinal = F.row_number().over(Window.partitionBy("run", "group", "node", "index").orderBy("segment", "position")) - 1
-    bodies = ok.withColumn("ordinal", ordinal)
+    bodies = segments.where(F.col("status") == "ok")
     bad_bodies = _outliers(bodies, ["run", "group", "index", "ordinal"], ["term", "digest"])
     return (finding(bad_entries, "divergence", F.col("index"),
                     F.format_string("Raft entry %d: term %d digest %s here; most members: term %d digest %s",

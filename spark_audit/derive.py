@@ -1,9 +1,9 @@
 """Tables the checks share, derived from the input tables (spark_audit.tables): pure DataFrame
 transforms, like the checks themselves.
 
-- `reference`: per group, the facts of one member, the one that replayed furthest (ties: the
-  lowest node name). Replicas agree on what they both applied (the divergence check proves
-  it), so one member's replay speaks for its group.
+- `reference`: per group, the facts of one member, the one with the longest log (ties: the
+  lowest node name). Replicas agree on what they both hold (the divergence check proves it),
+  so one member's replay speaks for its group.
 - `with_bodies`: messages whose value and digest the replay did not see (restored from a
   snapshot, so only the body reference is known) get them from the member's body journal.
 - `consumed`: messages that left a store for a client (acknowledged, or auto-acknowledged on
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cluster.route import SF_PREFIX
@@ -28,26 +28,25 @@ def is_sf(column: str = "store") -> Any:
 
 
 def reference(facts: DataFrame) -> DataFrame:
-    applied = facts.where((F.col("fact") == "applied") & F.col("detail").isNull())
-    ranked = applied.withColumn("rank", F.row_number().over(
-        Window.partitionBy("run", "group").orderBy(F.col("index").desc(), F.col("node"))))
-    chosen = ranked.where(F.col("rank") == 1).select(*KEYS)
-    return facts.join(F.broadcast(chosen), KEYS, "left_semi")
+    """The facts of each group's reference member: the only member replayed (spark_audit.sources
+    picks the one with the longest log), so the facts about messages are its facts."""
+    return facts.where(F.col("fact").isin("enter", "leave", "deliver", "waiting"))
 
 
 def body_refs(segments: DataFrame) -> DataFrame:
-    """(run, group, node, body_ref, value, digest) of every message record: its ordinal is
-    its place among the records of its Raft index, in journal order (docs/journal-format.md)."""
+    """(run, group, node, body_ref, value, digest) of every message record."""
     ok = segments.where(F.col("status") == "ok")
-    ordinal = F.row_number().over(Window.partitionBy(*KEYS, "index").orderBy("segment", "position")) - 1
-    return ok.select(*KEYS, F.concat_ws(":", F.col("index"), ordinal).alias("body_ref"),
+    return ok.select(*KEYS, F.concat_ws(":", F.col("index"), F.col("ordinal")).alias("body_ref"),
                      F.col("value").alias("seg_value"), F.col("digest").alias("seg_digest"))
 
 
 def with_bodies(facts: DataFrame, segments: DataFrame) -> DataFrame:
     missing = facts.where(F.col("body_ref").isNotNull() & F.col("digest").isNull())
     known = facts.where(F.col("body_ref").isNull() | F.col("digest").isNotNull())
-    filled = (missing.join(body_refs(segments), [*KEYS, "body_ref"], "left")
+    # Few messages lack a body (those a snapshot restored): look up only theirs.
+    wanted = missing.select(*KEYS, "body_ref").distinct()
+    found = body_refs(segments).join(F.broadcast(wanted), [*KEYS, "body_ref"])
+    filled = (missing.join(found, [*KEYS, "body_ref"], "left")
               .withColumn("value", F.coalesce("value", "seg_value"))
               .withColumn("digest", F.coalesce("digest", "seg_digest"))
               .drop("seg_value", "seg_digest"))
@@ -56,9 +55,7 @@ def with_bodies(facts: DataFrame, segments: DataFrame) -> DataFrame:
 
 def messages(ref: DataFrame) -> DataFrame:
     """One row per (run, group, message id): what it was when it first entered a store here."""
-    enters = ref.where(F.col("fact") == "enter")
-    first = F.row_number().over(Window.partitionBy("run", "group", "message_id").orderBy("position"))
-    return (enters.withColumn("first", first).where(F.col("first") == 1)
+    return (ref.where((F.col("fact") == "enter") & F.col("first"))
             .select("run", "group", "message_id", "destination", "dedup_id", "value", "digest", "kind", "route"))
 
 

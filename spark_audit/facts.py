@@ -4,7 +4,7 @@ one pass over a member's files (raftmq_node source) feeds every check.
 | fact | one row per | columns besides run, group, node |
 |---|---|---|
 | `entry` | Raft journal record (or a snapshot's last entry) | index, term, kind (regular/noop/other), digest, committed |
-| `enter` | a message arriving in a store | index (of the entry that did it), message_id, store, destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved), count |
+| `enter` | a message arriving in a store | index (of the entry that did it), message_id, store, destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved), count, first |
 | `leave` | a message leaving a store for good | message_id, store, outcome (acked/dead-lettered/expired/taken/discarded), session |
 | `deliver` | a delivery (the core's Deliver effect) | index, message_id, store, session, count, redelivered |
 | `waiting` | a message in a store at the end (ready or in flight) | message_id, store, destination, dedup_id, value, digest, count |
@@ -41,6 +41,7 @@ FACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("count", "int"),
     ("redelivered", "boolean"),
     ("committed", "boolean"),
+    ("first", "boolean"),  # enter: the message id's first arrival at this member (later: dead-letter copies, returns)
     ("detail", "string"),
 )
 FACT_NAMES = tuple(name for name, _ in FACT_COLUMNS)

@@ -54,7 +54,7 @@ def all_findings(tables: Tables) -> tuple[DataFrame, list[Any]]:
     facts = tables.facts.cache()
     segments = tables.segments.cache()
     ref = with_bodies(reference(facts), segments).cache()
-    history, runs = tables.history, tables.runs
+    history, runs = tables.history.cache(), tables.runs
     parts = [
         checks.lost(history, ref, runs),
         checks.unexpected(history, ref, runs),
@@ -70,7 +70,7 @@ def all_findings(tables: Tables) -> tuple[DataFrame, list[Any]]:
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    return union, [facts, segments, ref]
+    return union, [facts, segments, ref, history]
 
 
 def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: int = SAMPLE_PER_CHECK) -> AuditResult:

@@ -38,6 +38,8 @@ from raftmq.replication.entry_codec import decode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
     COMMAND_NO_OP,
     COMMAND_REGULAR,
+    JOURNAL_MAGIC,
+    RECORD,
     decode_meta,
     entry_of,
     scan_journal,
@@ -85,14 +87,40 @@ def read_commit_index(directory: str) -> int:
         return 0
 
 
+def last_journal_index(directory: str) -> int:
+    """The index of a member's last Raft journal record, found by walking the record headers
+    (no checksums: the driver picks each group's reference member with it, cheaply); 0 for
+    none. The walk stops where indexes stop following each other (reserved zeros, a torn tail)."""
+    path = os.path.join(directory, JOURNAL)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        if os.pread(fd, len(JOURNAL_MAGIC), 0) != JOURNAL_MAGIC:
+            return 0
+        offset, last = len(JOURNAL_MAGIC), 0
+        while offset + RECORD.size <= size:
+            length, _crc, index, _term = RECORD.unpack(os.pread(fd, RECORD.size, offset))
+            if index == 0 or (last and index != last + 1) or offset + RECORD.size + length > size:
+                break
+            last, offset = index, offset + RECORD.size + length
+        return last
+    finally:
+        os.close(fd)
+
+
 def member_facts(run: str, group: str, node: str, directory: str, core: CoreConfig, commit_bound: int,
-                 planted: str | None = None) -> Iterator[Row]:
+                 planted: str | None = None, reference: bool = True) -> Iterator[Row]:
     """Every fact of one member. `commit_bound`: the group's commit index (the highest any
     member stored); entries past it are listed, not applied. `planted` plants a bug in the
     replay for the tests that prove the conservation check can fail ("drop-enqueue:<run>:<message
-    id>": in that run, that message is accepted and never stored)."""
+    id>": in that run, that message is accepted and never stored). `reference`: this member
+    speaks for its group (spark_audit.sources picks it), so it is replayed; the others' files
+    are checked and their entries listed, which is all the checks need of them."""
     replay = _Replay(run, group, node, core, planted)
-    yield from replay.read(directory, commit_bound)
+    yield from replay.read(directory, commit_bound, reference)
 
 
 class _Replay:
@@ -103,6 +131,7 @@ class _Replay:
         self.rows: list[Row] = []
         self.positions: dict[str, int] = {}
         self.bodies: dict[tuple[int, int], tuple[str | None, str]] = {}  # body ref -> (value, digest)
+        self.seen: set[str] = set()  # message ids that entered a store here
         self.index = 0
         self.origin = "client"
         self.route = ""
@@ -119,7 +148,7 @@ class _Replay:
 
     # -- files ---------------------------------------------------------------------------------
 
-    def read(self, directory: str, commit_bound: int) -> Iterator[Row]:
+    def read(self, directory: str, commit_bound: int, reference: bool) -> Iterator[Row]:
         meta_path = os.path.join(directory, META)
         if os.path.exists(meta_path):
             try:
@@ -128,7 +157,7 @@ class _Replay:
                 self.fact("file", kind="meta", detail=META)
             except RaftmqError as exc:
                 self.fact("file", kind="meta", detail=str(exc), committed=False)
-        start, replayable = self.restore(os.path.join(directory, SNAPSHOT))
+        start, replayable = self.restore(os.path.join(directory, SNAPSHOT), reference)
         self.watch()
         yield from self.flush()
         journal_path = os.path.join(directory, JOURNAL)
@@ -150,28 +179,33 @@ class _Replay:
             committed = record.index <= commit_bound
             self.fact("entry", index=record.index, term=record.term, kind=entry_kind(record.command),
                       digest=digest(record.command), committed=committed)
-            if replayable and start < record.index and committed:
+            if reference and replayable and start < record.index and committed:
                 if not self.apply_record(record.index, record.term, record.command):
                     replayable = False
                 else:
                     last = record.index
             if len(self.rows) >= 4096:
                 yield from self.flush()
-        if replayable:
-            self.end_state()
-        self.fact("applied", index=last, committed=replayable and last >= commit_bound,
-                  detail=None if replayable else "not replayed: a damaged file")
+        if not reference:
+            self.fact("applied", index=records[-1].index if records else start, kind="replica", committed=False)
+        else:
+            if replayable:
+                self.end_state()
+            self.fact("applied", index=last, kind="reference", committed=replayable and last >= commit_bound,
+                      detail=None if replayable else "not replayed: a damaged file")
         yield from self.flush()
 
-    def restore(self, path: str) -> tuple[int, bool]:
-        """Load the snapshot when there is one: (the index it ends at, whether replay can go on)."""
+    def restore(self, path: str, load: bool) -> tuple[int, bool]:
+        """Check the snapshot when there is one, and `load` it: (the index it ends at, whether
+        replay can go on)."""
         if not os.path.exists(path):
             return 0, True
         try:
             with open(path, "rb") as f:
                 last, _previous, _cluster, state_bytes = decode_snapshot(f.read(), path)
-            state = msgpack.unpackb(state_bytes, raw=False)
-            self.broker = Broker.restore(state["broker"], self.core)
+            if load:
+                state = msgpack.unpackb(state_bytes, raw=False)
+                self.broker = Broker.restore(state["broker"], self.core)
         except (RaftmqError, ValueError, KeyError, TypeError) as exc:
             self.fact("file", kind="snapshot", detail=f"corrupt: {exc}", committed=False)
             return 0, False
@@ -179,10 +213,11 @@ class _Replay:
         self.fact("file", kind="snapshot", detail=f"{SNAPSHOT} at index {index}", committed=True)
         self.fact("entry", index=index, term=term, kind=entry_kind(command), digest=digest(command),
                   committed=True, detail="snapshot")
-        self.index = index
-        self.origin = "snapshot"
-        for store, message, _in_flight in self.contents():
-            self.entered(store, message)
+        if load:
+            self.index = index
+            self.origin = "snapshot"
+            for store, message, _in_flight in self.contents():
+                self.entered(store, message)
         return index, True
 
     # -- replay ----------------------------------------------------------------------------------
@@ -303,8 +338,11 @@ class _Replay:
                 "value": value, "digest": body_digest, "body_ref": body_ref}
 
     def entered(self, store: Store, message: Message) -> None:
+        first = message.message_id not in self.seen
+        if first:
+            self.seen.add(message.message_id)
         self.fact("enter", index=self.index, store=_store_name(store), kind=self.origin, count=message.delivery_count,
-                  route=self.route or None, **self.described(message))
+                  route=self.route or None, first=first, **self.described(message))
 
     def left(self, store: Store, message: Message, outcome: str, session: str | None = None) -> None:
         self.fact("leave", index=self.index, message_id=message.message_id, store=_store_name(store), kind=outcome,

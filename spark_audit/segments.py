@@ -1,5 +1,7 @@
 """The records of one body-journal segment (docs/journal-format.md), as rows: what a member
 kept of each message it applied, without the body (its digest, and the text of a short one).
+A record's ordinal is its place in its batch: a member writes one batch per Raft index
+(`BodyStore.store`, `add_fetched`), so that is its place among the records of its index.
 
 A batch that fails its checks is one row naming the damage (`status` torn-tail or corrupt),
 never records: a torn tail is the remains of an append a crash interrupted (possible only at
@@ -29,6 +31,7 @@ SEGMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("offset", "long"),  # of the batch in the segment
     ("position", "long"),  # of the record in the segment
     ("index", "long"),
+    ("ordinal", "int"),  # among the records of its Raft index: the body reference (index, ordinal)
     ("term", "long"),
     ("kind", "int"),
     ("destination", "string"),
@@ -60,10 +63,10 @@ def segment_rows(run: str, group: str, node: str, path: str, last: bool) -> Iter
     while offset < len(data):
         try:
             header, records = decode_batch(data, offset)
-            rows = [_row(run, group, node, name, offset, position + i, record) for i, record in enumerate(records)]
+            rows = [_row(run, group, node, name, offset, position + i, i, record) for i, record in enumerate(records)]
         except (JournalCorrupt, ValueError) as exc:
             status = "torn-tail" if last and _runs_past_end(data, offset) else "corrupt"
-            yield (run, group, node, name, offset, position, None, None, None, None, None, None, None, status,
+            yield (run, group, node, name, offset, position, None, None, None, None, None, None, None, None, status,
                    f"{name} at offset {offset}: {exc}")
             return
         yield from rows
@@ -71,13 +74,14 @@ def segment_rows(run: str, group: str, node: str, path: str, last: bool) -> Iter
         offset += header.batch_size
 
 
-def _row(run: str, group: str, node: str, name: str, offset: int, position: int, record: Record) -> tuple[Any, ...]:
+def _row(run: str, group: str, node: str, name: str, offset: int, position: int, ordinal: int,
+         record: Record) -> tuple[Any, ...]:
     destination = dedup = value = body_digest = None
     if record.kind == KIND_MESSAGE:
         destination, headers, body = decode_payload(record.payload)
         dedup = read_headers(tuple(headers))[4]
         value, body_digest = text_value(body), digest(body)
-    return (run, group, node, name, offset, position, record.raft_index, record.raft_term, record.kind,
+    return (run, group, node, name, offset, position, record.raft_index, ordinal, record.raft_term, record.kind,
             destination, dedup, value, body_digest, "ok", None)
 
 

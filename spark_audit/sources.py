@@ -1,8 +1,9 @@
 """PySpark Python Data Sources over raftmq's files. Both yield Arrow record batches (columnar:
 no row objects between Python and the JVM).
 
-- `raftmq_node`: one partition per member; its snapshot and Raft journal replayed
-  (spark_audit.replay) into the fact table (spark_audit.facts).
+- `raftmq_node`: one partition per member; its files checked and its Raft entries listed,
+  and, for the member with the longest log in each group (its reference), its snapshot and
+  journal replayed (spark_audit.replay) into the fact table (spark_audit.facts).
 - `raftmq_segments`: one partition per body-journal segment file (spark_audit.segments).
 
 Options: `runs`, a JSON list of run directory paths; `raftmq_node` also takes `planted` (the
@@ -27,10 +28,11 @@ BATCH_ROWS = 8192  # rows per Arrow batch
 
 
 class MemberPartition(InputPartition):
-    def __init__(self, run_path: str, run: str, group: str, node: str, directory: str, commit_bound: int) -> None:
+    def __init__(self, run_path: str, run: str, group: str, node: str, directory: str, commit_bound: int,
+                 reference: bool) -> None:
         super().__init__(f"{run}/{group}/{node}")
         self.run_path, self.run, self.group, self.node = run_path, run, group, node
-        self.directory, self.commit_bound = directory, commit_bound
+        self.directory, self.commit_bound, self.reference = directory, commit_bound, reference
 
 
 class SegmentPartition(InputPartition):
@@ -77,14 +79,17 @@ class NodeFactsReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[MemberPartition]:
-        from spark_audit.replay import read_commit_index
+        from spark_audit.replay import last_journal_index, read_commit_index
 
         parts = []
         for run in _runs(self.options):
             for group in run.groups:
                 members = [m for m in run.members if m.group == group]
                 bound = max(read_commit_index(m.directory) for m in members)
-                parts += [MemberPartition(run.path, run.name, group, m.node, m.directory, bound) for m in members]
+                # The member with the longest log speaks for the group (ties: the lowest name).
+                reference = min(members, key=lambda m: (-last_journal_index(m.directory), m.node))
+                parts += [MemberPartition(run.path, run.name, group, m.node, m.directory, bound, m is reference)
+                          for m in members]
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -97,7 +102,7 @@ class NodeFactsReader(DataSourceReader):
         assert isinstance(partition, MemberPartition)
         core = core_configs(read_run(Path(partition.run_path)))[partition.group]
         rows = member_facts(partition.run, partition.group, partition.node, partition.directory, core,
-                            partition.commit_bound, self.options.get("planted"))
+                            partition.commit_bound, self.options.get("planted"), partition.reference)
         yield from _batches(rows, arrow_schema())
 
 

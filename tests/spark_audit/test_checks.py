@@ -45,9 +45,10 @@ def items(frame: Any) -> list[str]:
     return sorted(row["item"] for row in frame.collect())
 
 
-def stored(message_id: str, value: str, group: str = "g1", store: str = Q, kind: str = "client", **extra: Any) -> tuple[Any, ...]:
+def stored(message_id: str, value: str, group: str = "g1", store: str = Q, kind: str = "client", first: bool = True,
+           **extra: Any) -> tuple[Any, ...]:
     return fact("enter", group, message_id=message_id, store=store, destination=Q, dedup_id=value, value=value,
-                digest="d-" + value, kind=kind, position=int(message_id.rsplit("-", 1)[1]), **extra)
+                digest="d-" + value, kind=kind, position=int(message_id.rsplit("-", 1)[1]), first=first, **extra)
 
 
 def acked(message_id: str, group: str = "g1", store: str = Q, position: int = 0) -> tuple[Any, ...]:
@@ -101,7 +102,7 @@ def test_divergence(spark: Any) -> None:
     uncommitted = fact("entry", node="n3", index=3, term=2, digest="x", committed=False)
     found = checks.divergence(facts(spark, *entries[:3], changed, *entries[4:], uncommitted), segments).collect()
     assert [(row["node"], row["item"]) for row in found] == [("n2", "2")]
-    bodies = spark.createDataFrame([("r", "g1", n, "s", 0, 0, 5, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
+    bodies = spark.createDataFrame([("r", "g1", n, "s", 0, 0, 5, 0, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
                                     for n in ("n1", "n2", "n3")], SEGMENT_SCHEMA_DDL)
     assert [(row["node"], row["item"]) for row in checks.divergence(facts(spark, *entries), bodies).collect()] == [("n3", "5:0")]
 
@@ -141,7 +142,7 @@ def test_order(spark: Any) -> None:
 def test_conservation(spark: Any) -> None:
     whole = [stored("g1-1", "a"), acked("g1-1"), stored("g1-2", "b"), fact("waiting", message_id="g1-2", store=Q),
              stored("g1-3", "c"), fact("leave", message_id="g1-3", store=Q, kind="dead-lettered"),
-             stored("g1-3", "c", store="/queue/DLQ", kind="dead-letter"), fact("waiting", message_id="g1-3", store="/queue/DLQ")]
+             stored("g1-3", "c", store="/queue/DLQ", kind="dead-letter", first=False), fact("waiting", message_id="g1-3", store="/queue/DLQ")]
     assert items(checks.conservation(facts(spark, *whole))) == []
     assert items(checks.conservation(facts(spark, *whole, stored("g1-4", "d")))) == ["g1-4"]  # entered, then nothing
 
@@ -151,5 +152,5 @@ def test_files(spark: Any) -> None:
                  fact("file", node="n2", kind="journal", detail="torn tail at offset 9 (3 bytes not read)"),
                  fact("file", node="n3", kind="snapshot", detail="corrupt: checksum"))
     segments = spark.createDataFrame([("r", "g1", "n1", "0001.seg", 0, 0, None, None, None, None, None, None, None,
-                                       "corrupt", "bad CRC")], SEGMENT_SCHEMA_DDL)
+                                       None, "corrupt", "bad CRC")], SEGMENT_SCHEMA_DDL)
     assert items(checks.files(rows, segments)) == ["0001.seg", "snapshot"]  # a torn tail is no finding

@@ -133,9 +133,9 @@ def test_body_segments_read_as_records(tmp_path: Path) -> None:
     log.write(str(tmp_path))
     (path,) = segment_files(str(tmp_path))
     rows = list(segment_rows("r", "g1", "n1", path, last=True))
-    assert [(r[6], r[11], r[13]) for r in rows] == [(4, "a", "ok"), (4, "b", "ok"), (4, "a", "ok"), (4, "c", "ok")]
+    assert [(r[6], r[7], r[12], r[14]) for r in rows] == [(4, 0, "a", "ok"), (4, 1, "b", "ok"), (4, 2, "a", "ok"), (4, 3, "c", "ok")]
     data = Path(path).read_bytes()
     Path(path).write_bytes(data[:-5])  # an append cut short at the end of the last segment
-    assert [r[13] for r in segment_rows("r", "g1", "n1", path, last=True)] == ["torn-tail"]
-    assert [r[13] for r in segment_rows("r", "g1", "n1", path, last=False)] == ["corrupt"]
+    assert [r[14] for r in segment_rows("r", "g1", "n1", path, last=True)] == ["torn-tail"]
+    assert [r[14] for r in segment_rows("r", "g1", "n1", path, last=False)] == ["corrupt"]
     assert os.path.basename(path) == "00000000000000000004.seg" and command_of([]) != NOOP
