@@ -7,7 +7,9 @@ What each part needs (Debian package names):
   iptables, libnetfilter-queue1, and root;
 - power loss (chaos.lazyfs): fuse3 (fusermount3, libfuse3) and /dev/fuse, and root;
 - clock faults (chaos.clock): libfaketime, and gcc for the small preload built beside it;
-- disk-full (chaos.disk): root (a tmpfs is mounted).
+- disk-full (chaos.disk): root (a tmpfs is mounted);
+- and, not for chaos but for the Spark audit beside it (spark_audit): a Java 17 runtime,
+  openjdk-17-jre-headless, for pyspark's JVM.
 
 Where a part cannot run, its tests skip and print why (each module's `available()`); nothing
 here fails the command: it exits 0 and says what is missing.
@@ -28,6 +30,7 @@ PACKAGES = {  # Debian package -> a file that shows it is installed
     "libnetfilter-queue1": "/usr/lib/x86_64-linux-gnu/libnetfilter_queue.so.1",
     "libfaketime": "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
     "gcc": "/usr/bin/gcc",
+    "openjdk-17-jre-headless": "/usr/bin/java",
 }
 
 

@@ -61,6 +61,8 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
             result = run_audit(spark, runs, sample=sample)
         finally:
             watcher.stop()
+    if remote:
+        result.master = f"{remote} (its master: {result.master})"
     json_path, html_path = write(result, target)
     if as_json:
         click.echo(json.dumps(to_json(result), indent=2, default=str))
