@@ -1,6 +1,7 @@
-"""A Spark standalone cluster on this machine, from the pyspark install (no Spark download):
-a master and N workers on 127.0.0.1, each its own process group, stopped by pid. For the test
-that runs the audit through `spark://` and for the benchmark's two-worker figure.
+"""Spark servers on this machine, from the pyspark install (no Spark download), on 127.0.0.1,
+each process its own process group, stopped by pid: a standalone cluster (a master and N
+workers) and a Spark Connect server. For the tests that run the audit through `spark://` and
+`sc://`, and for the benchmark's two-worker figure.
 
     with StandaloneCluster(workers=2, directory=Path("/tmp/spark")) as cluster:
         subprocess.run(["raftmq", "audit", "--master", cluster.master, "runs/"])
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from raftmq import processes
+from raftmq.errors import ProcessNotReady
 
 START_SECONDS = 60.0
 
@@ -87,6 +89,53 @@ class StandaloneCluster:
         self.procs = []
 
     def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class ConnectServer:
+    """A Spark Connect server (`sc://127.0.0.1:PORT`) running `master` (default local[2])."""
+
+    def __init__(self, directory: Path, master: str = "local[2]") -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.directory = directory
+        self.master = master
+        self.port = processes.free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ConnectServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+        argv = [str(self.home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                "--master", self.master, "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
+                "--conf", f"spark.pyspark.python={sys.executable}"]
+        log = self.directory / "connect.log"
+        self.proc = processes.spawn(argv, log, new_session=True, env=env)
+        try:
+            processes.wait_for_line(self.proc, log, "Spark Connect server started", START_SECONDS)
+        except ProcessNotReady:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        processes.terminate(self.proc, grace=10)
+        self.proc = None
+
+    def __enter__(self) -> ConnectServer:
         return self.start()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:

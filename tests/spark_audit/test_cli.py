@@ -1,6 +1,6 @@
 """`raftmq audit` as a user runs it: through a local standalone Spark cluster (master and worker
-started from the pyspark install, stopped by pid), the same verdicts as the in-process job, the
-files it writes, and its exit status."""
+started from the pyspark install, stopped by pid) and through a Spark Connect server, with the
+same verdicts as the in-process job; the files it writes, and its exit status."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from spark_audit.cli import audit_command
-from spark_audit.standalone import StandaloneCluster
+from spark_audit.standalone import ConnectServer, StandaloneCluster
 from tests.helpers.audit_anomalies import copy_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -50,3 +50,18 @@ def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
     done = subprocess.run([*RAFTMQ, "audit", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert f"{tmp_path}: neither a run directory (no run.json) nor a directory of runs" in done.stderr
+
+
+def test_a_spark_connect_server_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    names = ["group-clean", "group-receive-twice"]
+    for name in names:
+        copy_run(audited["runs"][name], runs, name)
+    local = {run.name: run.counts for run in audited["result"].runs if run.name in names}
+    with ConnectServer(tmp_path / "connect") as server:
+        done = subprocess.run([*RAFTMQ, "audit", "--remote", server.url, str(runs), "--json"], capture_output=True,
+                              text=True, timeout=240)
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["master"].startswith(server.url)
+    assert {run["run"]: run["counts"] for run in report["runs"]} == local
