@@ -30,7 +30,7 @@ def is_sf(column: str = "store") -> Any:
 def reference(facts: DataFrame) -> DataFrame:
     """The facts of each group's reference member: the only member replayed (spark_audit.sources
     picks the one with the longest log), so the facts about messages are its facts."""
-    return facts.where(F.col("fact").isin("enter", "leave", "deliver", "waiting"))
+    return facts.where(F.col("fact").isin("enter", "leave", "waiting"))
 
 
 def body_refs(segments: DataFrame) -> DataFrame:

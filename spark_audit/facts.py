@@ -6,7 +6,6 @@ one pass over a member's files (raftmq_node source) feeds every check.
 | `entry` | Raft journal record (or a snapshot's last entry) | index, term, kind (regular/noop/other), digest, committed |
 | `enter` | a message arriving in a store | index (of the entry that did it), message_id, store, destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved), count, first |
 | `leave` | a message leaving a store for good | message_id, store, outcome (acked/dead-lettered/expired/taken/discarded), session |
-| `deliver` | a delivery (the core's Deliver effect) | index, message_id, store, session, count, redelivered |
 | `waiting` | a message in a store at the end (ready or in flight) | message_id, store, destination, dedup_id, value, digest, count |
 | `applied` | member | index (the last entry replayed), term, committed (true when it reached the group's commit index) |
 | `file` | member file read | kind (journal/snapshot/meta/segment), outcome (ok/torn-tail/corrupt), detail |
@@ -39,7 +38,6 @@ FACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),  # entry kind, origin of an enter, outcome of a leave, file kind
     ("session", "string"),
     ("count", "int"),
-    ("redelivered", "boolean"),
     ("committed", "boolean"),
     ("first", "boolean"),  # enter: the message id's first arrival at this member (later: dead-letter copies, returns)
     ("detail", "string"),

@@ -106,7 +106,7 @@ def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
     facts = tables.facts.groupBy("run").agg(
         F.sum((F.col("fact") == "entry").cast("long")).alias("entries"),
         F.sum((F.col("fact") == "enter").cast("long")).alias("stored"),
-        F.sum((F.col("fact") == "deliver").cast("long")).alias("deliveries"),
+        F.sum(((F.col("fact") == "leave") & F.col("kind").isin("acked", "auto-acked")).cast("long")).alias("consumed"),
         F.countDistinct("group", "node").alias("members"),
         F.sum(((F.col("fact") == "file") & F.col("detail").startswith("torn")).cast("long")).alias("torn_tails"),
     )

@@ -3,8 +3,7 @@ with the pure decoders (docs/raft-journal-format.md) and replayed through the br
 
 The core is deterministic and its only input is the committed log, so replaying a member's
 snapshot and the entries after it rebuilds exactly what that member believed: which SENDs it
-stored and under which message id, which it dropped as duplicates, what it delivered, what
-was acknowledged, dead-lettered, expired or forwarded, and what still waited at the end. The
+stored and under which message id, which it dropped as duplicates, whatwas acknowledged, dead-lettered, expired or forwarded, and what still waited at the end. The
 checks compare that with what clients saw (the chaos history) and with the other members.
 
 The replay watches the core from outside: the dispatcher's methods through which a message
@@ -246,19 +245,17 @@ class _Replay:
             elif type(command) is Tick:
                 self.origin, self.route = "moved", ""
             effects = self.broker.apply(command)
-            browse = type(command) is Browse
+            if type(command) is Browse:
+                continue  # copies, not deliveries: nothing leaves the queue
             for effect in effects:
-                if type(effect) is Deliver:
+                # A delivery in ack mode auto (no ack id) is the message leaving for good.
+                if type(effect) is Deliver and effect.ack_id is None:
                     message = effect.message
-                    self.fact("deliver", index=index, message_id=message.message_id, store=message.destination,
-                              session=effect.session, count=effect.delivery_count, redelivered=effect.redelivered,
-                              kind="browse" if browse else None)
-                    if effect.ack_id is None and not browse:
-                        # A queue message's store is its queue; a topic copy's is a subscription's.
-                        store = message.destination if message.destination.startswith(QUEUE_PREFIX) else \
-                            f"{message.destination}{SUBSCRIPTION_STORE}"
-                        self.fact("leave", index=index, message_id=message.message_id, store=store,
-                                  kind="auto-acked", session=effect.session)
+                    # A queue message's store is its queue; a topic copy's is a subscription's.
+                    store = message.destination if message.destination.startswith(QUEUE_PREFIX) else \
+                        f"{message.destination}{SUBSCRIPTION_STORE}"
+                    self.fact("leave", index=index, message_id=message.message_id, store=store,
+                              kind="auto-acked", session=effect.session)
         return True
 
     def watch(self) -> None:

@@ -21,6 +21,7 @@ QUIET_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
+    "spark.driver.memory": "4g",  # local mode: the executors are the driver; a large audit caches its facts
 }
 
 
