@@ -21,12 +21,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(30
 RAFTMQ = [str(Path(sys.executable).parent / "raftmq")]  # the installed command
 
 
-def test_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    names = ["group-clean", "group-lost"]
+def copies(audited: dict[str, Any], names: list[str], runs: Path) -> tuple[Path, dict[str, Any]]:
+    """Copies of audited runs in `runs`, and their verdicts from the in-process audit."""
     for name in names:
         copy_run(audited["runs"][name], runs, name)
-    local = {run.name: run.counts for run in audited["result"].runs if run.name in names}
+    return runs, {run.name: run.counts for run in audited["result"].runs if run.name in names}
+
+
+def test_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
+    runs, local = copies(audited, ["group-clean", "group-lost"], tmp_path / "runs")
     with StandaloneCluster(tmp_path / "spark", workers=1, cores=2) as cluster:
         done = subprocess.run([*RAFTMQ, "audit", "--master", cluster.master, str(runs)], capture_output=True,
                               text=True, timeout=240)
@@ -53,11 +56,7 @@ def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_a_spark_connect_server_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    names = ["group-clean", "group-receive-twice"]
-    for name in names:
-        copy_run(audited["runs"][name], runs, name)
-    local = {run.name: run.counts for run in audited["result"].runs if run.name in names}
+    runs, local = copies(audited, ["group-clean", "group-receive-twice"], tmp_path / "runs")
     with ConnectServer(tmp_path / "connect") as server:
         done = subprocess.run([*RAFTMQ, "audit", "--remote", server.url, str(runs), "--json"], capture_output=True,
                               text=True, timeout=240)
