@@ -1,7 +1,7 @@
 """How fast `raftmq audit` reads and judges, on local[2] and on a two-worker standalone cluster
 of this machine, and whether it finds every planted anomaly and nothing else.
 
-    .venv/bin/python bench/audit_bench.py synthetic --messages 1070000 --dir /tmp/audit-bench
+    .venv/bin/python bench/audit_bench.py synthetic --messages 1090000 --dir /tmp/audit-bench
     .venv/bin/python bench/audit_bench.py runs runs/          # e.g. a chaos matrix's directory
 
 `synthetic` writes (once; reused when it is there) a run of 3 groups of 3 members with
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("what", choices=["synthetic", "runs"])
     parser.add_argument("path", nargs="?", type=Path, help="runs: the run directories' directory")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/audit-bench"))
-    parser.add_argument("--messages", type=int, default=1_070_000, help="per group (synthetic)")
+    parser.add_argument("--messages", type=int, default=1_090_000, help="per group (synthetic)")
     parser.add_argument("--workers", type=int, default=2, help="of the standalone cluster (0: local only)")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)

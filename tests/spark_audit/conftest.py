@@ -27,7 +27,7 @@ def spark() -> Iterator[Any]:
 def _chaos_run(out: Path, **options: Any) -> Path:
     from chaos.run import RunOptions, run
 
-    run_dir, result = run(RunOptions(out=out, time_limit_s=6.0, rate=40.0, **options))
+    run_dir, result = run(RunOptions(out=out, time_limit_s=5.0, rate=40.0, **options))
     assert result.valid, f"the fixture's chaos run is not valid: {run_dir}"
     return run_dir
 
