@@ -34,11 +34,11 @@ def test_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tm
         done = subprocess.run([*RAFTMQ, "audit", "--master", cluster.master, str(runs)], capture_output=True,
                               text=True, timeout=240)
     assert done.returncode == 1, done.stderr[-2000:]  # the lost value is a finding
-    report = json.loads((runs / "audit.json").read_text())
+    report = json.loads((runs / "group-lost" / "audit.json").read_text())  # one run: its report goes beside it
     assert report["master"] == cluster.master
     assert {run["run"]: run["counts"] for run in report["runs"]} == local
     assert [(f["check"], f["item"]) for f in report["findings"]] == [("lost", audited["planted"]["group-lost"][1])]
-    assert "audit.html" in done.stdout and (runs / "audit.html").read_text().count("<tr>") > 2
+    assert "audit.html" in done.stdout and (runs / "group-lost" / "audit.html").read_text().count("<tr>") > 2
 
 
 def test_a_clean_run_exits_zero(spark: Any, group_run: Path, tmp_path: Path) -> None:
