@@ -108,18 +108,30 @@ def _outliers(rows: DataFrame, key: list[str], variant: list[str]) -> DataFrame:
 
 
 def divergence(facts: DataFrame, segments: DataFrame) -> DataFrame:
-    """Members that disagree on a committed Raft entry (term or content), or on a message body
-    stored for the same (Raft index, ordinal)."""
+    """Members that disagree on a committed Raft entry (term or content), on a message body
+    stored for the same (Raft index, ordinal), or on what their snapshots at one index hold."""
     entries = facts.where((F.col("fact") == "entry") & F.col("committed")).dropDuplicates(["run", "group", "node", "index"])
     bad_entries = _outliers(entries, ["run", "group", "index"], ["term", "digest"])
     bodies = segments.where(F.col("status") == "ok")
     bad_bodies = _outliers(bodies, ["run", "group", "index", "ordinal"], ["term", "digest"])
-    return (finding(bad_entries, "divergence", F.col("index"),
+    # Members' snapshots at one index hold the same messages (an empty one holds none).
+    taken = facts.where((F.col("fact") == "entry") & (F.col("detail") == "snapshot")).select("run", "group", "node", "index")
+    held = (facts.where(F.col("fact") == "snapshot")
+            .groupBy("run", "group", "node", "index")
+            .agg(F.sha2(F.array_join(F.array_sort(F.collect_list(F.concat_ws("|", "store", "message_id", "body_ref", "kind"))),
+                                     ","), 256).alias("digest")))
+    snapshots = taken.join(held, ["run", "group", "node", "index"], "left").withColumn(
+        "digest", F.coalesce("digest", F.lit("empty")))
+    bad_snapshots = _outliers(snapshots, ["run", "group", "index"], ["digest"])
+    return (finding(bad_snapshots, "divergence", F.concat(F.lit("snapshot "), F.col("index").cast("string")),
+                    F.format_string("snapshot at index %d holds other messages than most members' snapshots there",
+                                    "index"), F.col("group"), F.col("node"))
+            .unionByName(finding(bad_entries, "divergence", F.col("index"),
                     F.format_string("Raft entry %d: term %d digest %s here; most members: term %d digest %s",
                                     "index", "term", "digest", "m_term", "m_digest"), F.col("group"), F.col("node"))
             .unionByName(finding(bad_bodies, "divergence", F.concat_ws(":", "index", "ordinal"),
                                  F.format_string("body %d:%d: digest %s here; most members: %s",
-                                                 "index", "ordinal", "digest", "m_digest"), F.col("group"), F.col("node"))))
+                                                 "index", "ordinal", "digest", "m_digest"), F.col("group"), F.col("node")))))
 
 
 def leaders(leader_log: DataFrame, facts: DataFrame) -> DataFrame:

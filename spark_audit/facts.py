@@ -6,6 +6,7 @@ one pass over a member's files (raftmq_node source) feeds every check.
 | `entry` | Raft journal record (or a snapshot's last entry) | index, term, kind (regular/noop/other), digest, committed |
 | `enter` | a message arriving in a store | index (of the entry that did it), message_id, store, destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved), count, first |
 | `leave` | a message leaving a store for good | message_id, store, outcome (acked/dead-lettered/expired/taken/discarded), session |
+| `snapshot` | a message a member's snapshot holds (every member that has one) | index (the snapshot's), message_id, store, destination, dedup_id, body_ref, kind (ready/in-flight) |
 | `waiting` | a message in a store at the end (ready or in flight) | message_id, store, destination, dedup_id, value, digest, count |
 | `applied` | member | index (the last entry replayed), term, committed (true when it reached the group's commit index) |
 | `file` | member file read | kind (journal/snapshot/meta/segment), outcome (ok/torn-tail/corrupt), detail |

@@ -194,28 +194,31 @@ class _Replay:
                       detail=None if replayable else "not replayed: a damaged file")
         yield from self.flush()
 
-    def restore(self, path: str, load: bool) -> tuple[int, bool]:
-        """Check the snapshot when there is one, and `load` it: (the index it ends at, whether
-        replay can go on)."""
+    def restore(self, path: str, reference: bool) -> tuple[int, bool]:
+        """Check and load the snapshot when there is one, listing what it holds (every member:
+        what each believed was waiting at its snapshot); the reference member starts its replay
+        from it. Returns (the index it ends at, whether replay can go on)."""
         if not os.path.exists(path):
             return 0, True
         try:
             with open(path, "rb") as f:
                 last, _previous, _cluster, state_bytes = decode_snapshot(f.read(), path)
-            if load:
-                state = msgpack.unpackb(state_bytes, raw=False)
-                self.broker = Broker.restore(state["broker"], self.core)
+            state = msgpack.unpackb(state_bytes, raw=False)
+            self.broker = Broker.restore(state["broker"], self.core)
         except (RaftmqError, ValueError, KeyError, TypeError) as exc:
             self.fact("file", kind="snapshot", detail=f"corrupt: {exc}", committed=False)
+            self.broker = Broker(self.core)
             return 0, False
         command, index, term = last
         self.fact("file", kind="snapshot", detail=f"{SNAPSHOT} at index {index}", committed=True)
         self.fact("entry", index=index, term=term, kind=entry_kind(command), digest=digest(command),
                   committed=True, detail="snapshot")
-        if load:
-            self.index = index
-            self.origin = "snapshot"
-            for store, message, _in_flight in self.contents():
+        self.index = index
+        self.origin = "snapshot"
+        for store, message, in_flight in self.contents():
+            self.fact("snapshot", index=index, store=_store_name(store), kind="in-flight" if in_flight else "ready",
+                      count=message.delivery_count, **self.described(message))
+            if reference:
                 self.entered(store, message)
         return index, True
 

@@ -105,6 +105,10 @@ def test_divergence(spark: Any) -> None:
     bodies = spark.createDataFrame([("r", "g1", n, "s", 0, 0, 5, 0, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
                                     for n in ("n1", "n2", "n3")], SEGMENT_SCHEMA_DDL)
     assert [(row["node"], row["item"]) for row in checks.divergence(facts(spark, *entries), bodies).collect()] == [("n3", "5:0")]
+    snapshots = [fact("entry", node=n, index=9, term=1, digest="s", committed=True, detail="snapshot") for n in ("n1", "n2", "n3")]
+    held = [fact("snapshot", node=n, index=9, store=Q, message_id="g1-4", kind="ready") for n in ("n1", "n2")]  # n3's is empty
+    found = checks.divergence(facts(spark, *entries, *snapshots, *held), segments).collect()
+    assert [(row["node"], row["item"]) for row in found] == [("n3", "snapshot 9")]
 
 
 def test_leaders(spark: Any) -> None:

@@ -115,6 +115,13 @@ def test_a_snapshot_is_the_starting_state(tmp_path: Path) -> None:
     assert all(r["value"] is None and r["body_ref"] for r in snapshot_enters)  # bodies: from the body journal
     assert Counter(r["kind"] for r in of(rows, "leave")) == {"acked": 1}
     assert sorted(r["message_id"] for r in of(rows, "waiting")) == ["g1-2", "g1-3"]
+    held = [("g1-1", "in-flight"), ("g1-2", "in-flight"), ("g1-3", "ready")]
+    assert sorted((r["message_id"], r["kind"]) for r in of(rows, "snapshot")) == held
+    # A member that does not speak for its group lists its snapshot too, and replays nothing.
+    replica = [dict(zip(FACT_NAMES, row, strict=True))
+               for row in member_facts("r", "g1", "n2", str(tmp_path), CORE, log.last_index, reference=False)]
+    assert sorted((r["message_id"], r["kind"]) for r in of(replica, "snapshot")) == held
+    assert of(replica, "enter") == of(replica, "waiting") == []
 
 
 def test_the_planted_bug_drops_one_message(tmp_path: Path) -> None:
