@@ -5,6 +5,7 @@ and counts of what was read. Whole tables never are."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,7 @@ def all_findings(tables: Tables) -> tuple[DataFrame, list[Any]]:
 
 def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: int = SAMPLE_PER_CHECK) -> AuditResult:
     start = time.monotonic()
+    _size_shuffles(spark, runs)
     tables = load_tables(spark, runs, planted)
     findings, cached = all_findings(tables)
     # One pass: each finding with its check's total in the run, the first `sample` of each kept.
@@ -99,6 +101,19 @@ def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: i
     master = spark.conf.get("spark.master", "remote") if hasattr(spark, "conf") else "remote"
     return AuditResult(verdicts, sorted(kept, key=lambda f: (f["run"], f["check"], str(f["group"]), str(f["node"]), str(f["item"]))),
                        time.monotonic() - start, master)
+
+
+SHUFFLE_BYTES = 256 * 2**20  # of run files per shuffle partition
+
+
+def _size_shuffles(spark: Any, runs: list[Run]) -> None:
+    """Few shuffle partitions for a small audit (each costs a task per stage of many small
+    stages), more for a large one."""
+    total = sum(f.stat().st_size for run in runs for f in Path(run.path).rglob("*") if f.is_file())
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(64, total // SHUFFLE_BYTES + 1))))
+    except Exception:  # a Spark Connect server may refuse to change it: its own setting stands
+        pass
 
 
 def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:

@@ -96,19 +96,17 @@ def test_consumer_duplicates(spark: Any) -> None:
 
 def test_divergence(spark: Any) -> None:
     entries = [fact("entry", node=n, index=i, term=1, digest=f"e{i}", committed=True) for n in ("n1", "n2", "n3") for i in (1, 2)]
-    segments = spark.createDataFrame([], SEGMENT_SCHEMA_DDL)
-    assert items(checks.divergence(facts(spark, *entries), segments)) == []
+    empty = spark.createDataFrame([], SEGMENT_SCHEMA_DDL)
+    assert items(checks.divergence(facts(spark, *entries), empty)) == []
     changed = fact("entry", node="n2", index=2, term=1, digest="other", committed=True)
-    uncommitted = fact("entry", node="n3", index=3, term=2, digest="x", committed=False)
-    found = checks.divergence(facts(spark, *entries[:3], changed, *entries[4:], uncommitted), segments).collect()
-    assert [(row["node"], row["item"]) for row in found] == [("n2", "2")]
+    uncommitted = fact("entry", node="n3", index=3, term=2, digest="x", committed=False)  # may differ: never committed
     bodies = spark.createDataFrame([("r", "g1", n, "s", 0, 0, 5, 0, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
                                     for n in ("n1", "n2", "n3")], SEGMENT_SCHEMA_DDL)
-    assert [(row["node"], row["item"]) for row in checks.divergence(facts(spark, *entries), bodies).collect()] == [("n3", "5:0")]
     snapshots = [fact("entry", node=n, index=9, term=1, digest="s", committed=True, detail="snapshot") for n in ("n1", "n2", "n3")]
     held = [fact("snapshot", node=n, index=9, store=Q, message_id="g1-4", kind="ready") for n in ("n1", "n2")]  # n3's is empty
-    found = checks.divergence(facts(spark, *entries, *snapshots, *held), segments).collect()
-    assert [(row["node"], row["item"]) for row in found] == [("n3", "snapshot 9")]
+    rows = facts(spark, *entries[:3], changed, *entries[4:], uncommitted, *snapshots, *held)
+    found = sorted((row["node"], row["item"]) for row in checks.divergence(rows, bodies).collect())
+    assert found == [("n2", "2"), ("n3", "5:0"), ("n3", "snapshot 9")]
 
 
 def test_leaders(spark: Any) -> None:

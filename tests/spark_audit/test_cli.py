@@ -1,6 +1,6 @@
-"""`raftmq audit` as a user runs it: through a local standalone Spark cluster (master and worker
-started from the pyspark install, stopped by pid) and through a Spark Connect server, with the
-same verdicts as the in-process job; the files it writes, and its exit status."""
+"""`raftmq audit` as a user runs it: through a Spark Connect server running on a local
+standalone Spark cluster (both started from the pyspark install, stopped by pid), with the same
+verdicts as the in-process job; the files it writes, and its exit status."""
 
 from __future__ import annotations
 
@@ -28,14 +28,17 @@ def copies(audited: dict[str, Any], names: list[str], runs: Path) -> tuple[Path,
     return runs, {run.name: run.counts for run in audited["result"].runs if run.name in names}
 
 
-def test_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
+def test_spark_connect_on_a_standalone_master_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
+    """One driver for both: a Spark Connect server whose master is a standalone cluster, so the
+    job goes through `sc://` and runs on `spark://` executors."""
     runs, local = copies(audited, ["group-lost"], tmp_path / "runs")
-    with StandaloneCluster(tmp_path / "spark", workers=1, cores=2) as cluster:
-        done = subprocess.run([*RAFTMQ, "audit", "--master", cluster.master, str(runs)], capture_output=True,
+    with StandaloneCluster(tmp_path / "spark", workers=1, cores=2) as cluster, \
+            ConnectServer(tmp_path / "connect", master=cluster.master) as server:
+        done = subprocess.run([*RAFTMQ, "audit", "--remote", server.url, str(runs)], capture_output=True,
                               text=True, timeout=240)
     assert done.returncode == 1, done.stderr[-2000:]  # the lost value is a finding
     report = json.loads((runs / "group-lost" / "audit.json").read_text())  # one run: its report goes beside it
-    assert report["master"] == cluster.master
+    assert report["master"] == f"{server.url} (its master: {cluster.master})"
     assert {run["run"]: run["counts"] for run in report["runs"]} == local
     assert [(f["check"], f["item"]) for f in report["findings"]] == [("lost", audited["planted"]["group-lost"][1])]
     assert "audit.html" in done.stdout and (runs / "group-lost" / "audit.html").read_text().count("<tr>") > 2
@@ -53,14 +56,3 @@ def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
     done = subprocess.run([*RAFTMQ, "audit", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert f"{tmp_path}: neither a run directory (no run.json) nor a directory of runs" in done.stderr
-
-
-def test_a_spark_connect_server_gives_the_same_verdicts(audited: dict[str, Any], tmp_path: Path) -> None:
-    runs, local = copies(audited, ["group-receive-twice"], tmp_path / "runs")
-    with ConnectServer(tmp_path / "connect") as server:
-        done = subprocess.run([*RAFTMQ, "audit", "--remote", server.url, str(runs), "--json"], capture_output=True,
-                              text=True, timeout=240)
-    assert done.returncode == 1, done.stderr[-2000:]
-    report = json.loads(done.stdout)
-    assert report["master"].startswith(server.url)
-    assert {run["run"]: run["counts"] for run in report["runs"]} == local
