@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cluster.route import SF_PREFIX
-from spark_audit.replay import SUBSCRIPTION_STORE
 from spark_audit.derive import consumed, finding, history_runs, is_sf, messages, waiting
+from spark_audit.facts import SUBSCRIPTION_STORE
 
 CHECKS = ("lost", "unexpected", "stored_duplicates", "consumer_duplicates", "divergence", "leaders", "bridges",
           "order", "conservation", "files")

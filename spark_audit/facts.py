@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+SUBSCRIPTION_STORE = "#subscription"  # suffix of a topic subscription's store name (several share a topic)
 FACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run", "string"),
     ("group", "string"),

@@ -100,8 +100,8 @@ def rewrite_entry(member: str, index: int, change: Callable[[list[Command]], lis
     it is (a change to a SEND's body shows there as a difference between members too only if
     the caller rewrites it)."""
     entries = read_entries(member)
+    if all(i != index for i, _t, _c in entries):
+        raise ValueError(f"{member}: no entry {index}")
     commit = stored_commit_index(member)
     rewritten = [(i, t, command_of(change(commands_of(c))) if i == index else c) for i, t, c in entries]
-    if rewritten == entries:
-        raise ValueError(f"{member}: no entry {index}")
     write_entries(member, rewritten, commit_index=commit)

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-from cluster.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER, parse_route
+from cluster.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Browse, Commit, Send, Tick
 from raftmq.core.config import CoreConfig
@@ -44,14 +44,13 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
-from spark_audit.facts import fact_row
+from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 
 JOURNAL = os.path.join("raft", "raft.journal")
 META = os.path.join("raft", "raft.journal.meta")
 SNAPSHOT = os.path.join("raft", "raft.snapshot")
 VALUE_MAX_BYTES = 256  # longer bodies are known by their digest only
 Row = tuple[Any, ...]
-SUBSCRIPTION_STORE = "#subscription"  # suffix of a topic subscription's store name
 
 
 def digest(data: bytes) -> str:
