@@ -40,8 +40,10 @@ def group_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real run of symmetric-lite (three single-node groups, bridges between them)."""
-    return _chaos_run(tmp_path_factory.mktemp("cluster-run"), preset="symmetric-lite", nemeses=("kill",), seed=12)
+    """A real run of symmetric-lite (three single-node groups, bridges between them), without
+    faults: a killed single-node group can leave messages in a bridge's queue past the drain
+    (docs/audit.md, "Found"), which would make this fixture, not the audit, the thing tested."""
+    return _chaos_run(tmp_path_factory.mktemp("cluster-run"), preset="symmetric-lite", nemeses=(), seed=12)
 
 
 @pytest.fixture(scope="session")
