@@ -151,7 +151,7 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
                 1 for _i, _t, commands in log.entries if commands for c in commands if type(c) is Send)
             _leader_log(member, group, m, log.term)
         if plant and g == 0:
-            planted += _plant_in_files(run, group, log, rng)
+            planted += _plant_in_files(run, group, log)
     if plant:
         planted += _plant_in_history(history, rng)
     with open(run / "history.jsonl", "w") as f:
@@ -176,7 +176,7 @@ def _leader_log(member: Path, group: str, m: int, term: int) -> None:
     (member / "raftmq.log.jsonl").write_text(json.dumps(line) + "\n")
 
 
-def _plant_in_files(run: Path, group: str, log: GroupLog, rng: random.Random) -> list[Planted]:
+def _plant_in_files(run: Path, group: str, log: GroupLog) -> list[Planted]:
     from spark_audit.member_files import rewrite_entry
 
     # One member's copy of a committed entry differs: replica divergence.
