@@ -6,6 +6,11 @@
   or not anyone consumes there (Artemis: "even if there are no consumers").
 - ON_DEMAND: round robin over the groups with a consumer whose selector would take the
   message, the local group included when it has one; the local group when none has.
+  Two refinements come from ActiveMQ Classic's network connectors (cluster.network):
+  `conduit=False` gives each group as many turns as it has such consumers (Classic's
+  non-conduit subscriptions: 10/10/10 over three consumers, where one turn per group gives
+  15/15 to one local consumer and a group of two); `prefer_local` keeps only the nearest
+  such groups, the local one first (decreaseNetworkConsumerPriority).
 
 Round robin is over the candidates in name order, with a turn counter the core keeps per
 queue as committed state, so every replica — and a new leader — decides the same.
@@ -14,22 +19,37 @@ queue as committed state, so every replica — and a new leader — decides the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cluster.connection import ON_DEMAND, STRICT
 
 
-def choose(policy: str, own: str, own_matches: bool, remote: Sequence[tuple[str, bool]], turn: int) -> tuple[str, bool]:
-    """The group a new message of a queue goes to, and whether the turn was used.
-    `own_matches`: a local consumer would take it; `remote`: (group, a consumer there would
-    take it) for every other group known to have the queue within max_hops."""
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A group that has the queue: how many of its consumers would take the message, and how
+    many links away it is (0: the local group)."""
+
+    group: str
+    takers: int
+    hops: int
+
+
+def choose(policy: str, own: Candidate, remote: Sequence[Candidate], turn: int, *, conduit: bool = True,
+           prefer_local: bool = False) -> tuple[str, bool]:
+    """The group a new message of a queue goes to, and whether the turn was used. `remote`:
+    every other group known to have the queue within max_hops."""
     if policy == STRICT:
-        candidates = sorted([own, *(group for group, _ in remote)])
+        candidates = sorted([own.group, *(c.group for c in remote)])
     elif policy == ON_DEMAND:
-        candidates = sorted([own] * own_matches + [group for group, matches in remote if matches])
+        eligible = [c for c in (own, *remote) if c.takers > 0]
+        if prefer_local and eligible:
+            nearest = min(c.hops for c in eligible)
+            eligible = [c for c in eligible if c.hops == nearest]
+        candidates = sorted(group for c in eligible for group in [c.group] * (1 if conduit else c.takers))
     else:
-        return own, False
+        return own.group, False
     if not candidates:
-        return own, False
+        return own.group, False
     if len(candidates) == 1:
         return candidates[0], False
     return candidates[turn % len(candidates)], True

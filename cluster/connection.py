@@ -81,6 +81,14 @@ class ClusterConnection:
     confirmation_window: int = 1000
     cluster_user: str | None = None
     cluster_password: str | None = field(default=None, repr=False)
+    # What ActiveMQ Classic's network connectors add (cluster.network compiles them; a
+    # cluster_connection keeps the defaults, which are Artemis's behaviour).
+    forwards: tuple[tuple[str, str], ...] | None = None  # (from, to) directions; None: every link both ways
+    consumer_ttl: int | None = None  # how far bindings are advertised; None: max_hops
+    conduit_subscriptions: bool = True  # ON_DEMAND turns per group; False: per consumer
+    prefer_local: bool = False  # ON_DEMAND: the nearest groups with a consumer only
+    dynamic_only: bool = False  # inactive durable subscriptions are not advertised
+    static: bool = False  # queues: downstream neighbours take messages without a consumer
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -89,6 +97,17 @@ class ClusterConnection:
     def neighbours(self, group: str) -> tuple[str, ...]:
         """The groups `group` links to directly, in name order."""
         return tuple(sorted({b if a == group else a for a, b in self.links if group in (a, b)}))
+
+    def forwards_to(self, source: str, target: str) -> bool:
+        """Whether messages of `source` may go to its neighbour `target` (and so `target`
+        advertises its bindings to `source`)."""
+        if self.forwards is None:
+            return (min(source, target), max(source, target)) in self.links
+        return (source, target) in self.forwards
+
+    @property
+    def advert_hops(self) -> int:
+        return self.max_hops if self.consumer_ttl is None else self.consumer_ttl
 
     @property
     def redistributes(self) -> bool:
@@ -112,6 +131,16 @@ class ClusterView:
     @property
     def neighbours(self) -> tuple[str, ...]:
         return tuple(sorted({n for c in self.connections for n in c.neighbours(self.group)}))
+
+    @property
+    def downstream(self) -> tuple[str, ...]:
+        """The neighbours this group forwards to, and hears bindings from."""
+        return tuple(n for n in self.neighbours if any(c.forwards_to(self.group, n) for c in self.connections))
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        """The neighbours that forward to this group, and hear its bindings."""
+        return tuple(n for n in self.neighbours if any(c.forwards_to(n, self.group) for c in self.connections))
 
     def link_settings(self, neighbour: str) -> ClusterConnection:
         """The connection whose settings (retry, window, user) the bridge to `neighbour` uses:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import zlib
 
-from cluster.balance import choose
+from cluster.balance import Candidate, choose
 from cluster.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
 from cluster.connection import ClusterConnection, ClusterView
 from cluster.route import (
@@ -93,7 +93,8 @@ class Federation:
 
     def local_bindings(self) -> dict[str, Consumers]:
         """This group's own destinations a neighbour may route to: every queue (with its
-        consumers' selectors) and every topic with subscriptions, durable ones too."""
+        consumers' selectors) and every topic with subscriptions, durable ones too (active
+        ones only under a `dynamic_only` connection)."""
         config = self.dispatch.config
         local: dict[str, Consumers] = {}
         for destination, store in self.state.queues.items():
@@ -101,16 +102,23 @@ class Federation:
                 continue
             local[destination] = summarise(_selector_text(sub.selector) for sub in store.consumers)
         for destination, topic in self.state.topics.items():
-            if topic.subs and not is_internal(destination):
-                local[destination] = summarise(_selector_text(sub.selector) for sub in topic.subs)
+            if not topic.subs or is_internal(destination):
+                continue
+            connection = self.governing(destination)
+            subs = list(topic.subs)
+            if connection is not None and connection.dynamic_only:
+                subs = [sub for sub in subs if sub.session is not None]
+            if subs:
+                local[destination] = summarise(_selector_text(sub.selector) for sub in subs)
         return local
 
     def advert_for(self, neighbour: str, position: int) -> Advert:
+        """What this group tells `neighbour`: only one that forwards to it needs to know."""
         def max_hops(destination: str) -> int | None:
             connection = self.governing(destination)
-            if connection is None or neighbour not in connection.neighbours(self.own):
+            if connection is None or not connection.forwards_to(neighbour, self.own):
                 return None
-            return connection.max_hops
+            return connection.advert_hops
 
         return advert_for(self.own, neighbour, position, self.local_bindings(), self.fed.adverts, max_hops)
 
@@ -139,8 +147,8 @@ class Federation:
             advert = decode_advert(text)
         except ValueError as exc:
             return str(exc)
-        if advert.sender not in self.view.neighbours:
-            return f"{advert.sender!r} is not linked to group {self.own!r}"
+        if advert.sender not in self.view.downstream:
+            return f"{advert.sender!r} is not linked to group {self.own!r} (or {self.own!r} does not forward to it)"
         known = self.fed.adverts.get(advert.sender)
         if known is None or advert.position > known.position:
             self.fed.adverts[advert.sender] = advert
@@ -190,7 +198,9 @@ class Federation:
                 message = Message("", destination, headers, body, priority, expires, now, group, persistent)
                 target = self._balance(connection, destination, message)
                 if target != self.own:
-                    self._forward(self._next_hops[target][1], destination, headers, body, now, target, here)
+                    # A static target may not have advertised yet: it is a neighbour, reached directly.
+                    via = self._next_hops.get(target, (1, target))[1]
+                    self._forward(via, destination, headers, body, now, target, here)
                     return
             self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
             return
@@ -203,13 +213,19 @@ class Federation:
         if to is None:
             message = Message("", destination, headers, body, priority, expires, now, group, persistent)
             matching = None
+            sent = set()
             for target, remote in sorted(self.routes_to(destination).items()):
                 if remote.hops > connection.max_hops or target in here:
                     continue
                 if matching is None:
                     matching = selector_headers(message)
-                if self._would_take(remote.consumers, matching):
+                if self._takers(remote.consumers, matching):
                     self._forward(remote.via, destination, headers, body, now, target, here)
+                    sent.add(target)
+            if connection.static:  # every downstream neighbour takes a copy, subscribed or not
+                for target in self._static_targets(connection):
+                    if target not in sent and target not in here:
+                        self._forward(target, destination, headers, body, now, target, here)
 
     def redistribute(self, now: int) -> None:
         """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
@@ -233,21 +249,25 @@ class Federation:
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
         routes = self.routes_to(destination)
-        if not routes:
+        if not routes and not connection.static:
             return self.own
-        remote: list[tuple[str, bool]] = []
+        remote: dict[str, Candidate] = {}
         matching = selector_headers(message)
         for target, route in routes.items():
             if route.hops <= connection.max_hops:
-                remote.append((target, self._would_take(route.consumers, matching)))
+                remote[target] = Candidate(target, self._takers(route.consumers, matching), route.hops)
+        if connection.static:  # the neighbour's bridge is a consumer that is always there
+            for target in self._static_targets(connection):
+                known = remote.get(target)
+                remote[target] = Candidate(target, max(1, known.takers if known else 0), 1)
         if not remote:
             return self.own
         store = self.state.queues.get(destination)
-        own_takes = store is not None and any(
-            sub.selector is None or sub.selector.matches(matching) for sub in store.consumers
-        )
+        own = Candidate(self.own, 0 if store is None else sum(
+            1 for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)), 0)
         turn = self.fed.turns.get(destination, 0)
-        target, used = choose(connection.message_load_balancing, self.own, own_takes, remote, turn)
+        target, used = choose(connection.message_load_balancing, own, list(remote.values()), turn,
+                              conduit=connection.conduit_subscriptions, prefer_local=connection.prefer_local)
         if used:
             self.fed.turns[destination] = turn + 1
         return target
@@ -267,7 +287,7 @@ class Federation:
                 if message is None:
                     continue
                 matching = selector_headers(message)
-                targets = [route for route in demand if self._would_take(route.consumers, matching)]
+                targets = [route for route in demand if self._takers(route.consumers, matching)]
                 if not targets:
                     continue
                 if message.group is not None:  # one JMSXGroupID, one group: its order holds
@@ -316,16 +336,25 @@ class Federation:
         dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
         self.fed.forwarded[via] = self.fed.forwarded.get(via, 0) + 1
 
-    def _would_take(self, consumers: Consumers, matching: dict[str, str]) -> bool:
+    def _takers(self, consumers: Consumers, matching: dict[str, str]) -> int:
+        """How many of a group's consumers would take a message with these headers."""
+        takers = 0
         for text, count in consumers:
             if count <= 0:
                 continue
             if text is None:
-                return True
+                takers += count
+                continue
             selector = self._selector(text)
             if selector is not None and selector.matches(matching):
-                return True
-        return False
+                takers += count
+        return takers
+
+    def _static_targets(self, connection: ClusterConnection) -> list[str]:
+        """The neighbours a static connection forwards to whether or not they consume."""
+        if connection.max_hops < 1:
+            return []
+        return [n for n in connection.neighbours(self.own) if connection.forwards_to(self.own, n)]
 
     def _selector(self, text: str) -> Selector | None:
         try:

@@ -17,6 +17,10 @@ A topology file::
     name = "main"
     groups = ["g1", "g2", "g3"]
 
+    [[network_connector]]     # or in ActiveMQ Classic's words (cluster.network, docs/cluster.md)
+    group = "g1"
+    uri = "static:(stomp://127.0.0.1:61623)"
+
 A group file (`[[node]]` tables, e.g. configs/group.toml) is also accepted: a topology of one
 group whose state lives in the group's data directory. With no file at all, `default_topology`
 is one group of three members on loopback under `./.raftmq/`. A preset (`preset_topology`)
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.connection import ClusterConnection, parse_cluster_connections
+from cluster.network import parse_network_connectors
 from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
 from raftmq.errors import ConfigError
 
@@ -181,9 +186,10 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
-    unknown = sorted(set(raw) - {"topology", "group", "cluster_connection"})
+    unknown = sorted(set(raw) - {"topology", "group", "cluster_connection", "network_connector"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected: topology, group, cluster_connection)")
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} "
+                          "(expected: topology, group, cluster_connection, network_connector)")
     table = raw.get("topology", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: 'topology' must be a table ([topology])")
@@ -214,6 +220,9 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
     connections: tuple[ClusterConnection, ...] = ()
     if "cluster_connection" in raw:
         connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups))
+    if "network_connector" in raw:
+        members = {g.name: tuple(member.client for member in g.config.members) for g in groups}
+        connections += parse_network_connectors(path, raw["network_connector"], members, tuple(c.name for c in connections))
     return Topology(name, state_dir, tuple(groups), path, restart, connections)
 
 

@@ -61,12 +61,14 @@ class BridgeHost(BridgeSessionHost, Protocol):
 
 
 class Bridge:
-    def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection) -> None:
+    def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection,
+                 advertises: bool = True) -> None:
         self.name = f"bridge {own_group}->{neighbour.name}"
         self._host = host
         self.own_group = own_group
         self.neighbour = neighbour
         self.settings = settings
+        self.advertises = advertises  # the neighbour forwards to this group: it needs our bindings
         self.queue = sf_queue(neighbour.name)
         self._task: asyncio.Task[None] | None = None
         self._client: FailoverClient | None = None
@@ -136,13 +138,14 @@ class Bridge:
             settings.cluster_user,
         )
         await session.open()
-        advertiser = asyncio.get_running_loop().create_task(self._advertise(client))
+        advertiser = asyncio.get_running_loop().create_task(self._advertise(client)) if self.advertises else None
         try:
             await self._forward(client, session)
         finally:
-            advertiser.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await advertiser
+            if advertiser is not None:
+                advertiser.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await advertiser
 
     async def _forward(self, client: FailoverClient, session: BridgeSession) -> None:
         client.closed.add_done_callback(lambda _: session.wakeup.set())
@@ -285,5 +288,5 @@ def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup])
         if peer is None:
             log.error("bridge.no_addresses", group=view.group, neighbour=neighbour)
             continue
-        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour)))
+        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour), neighbour in view.upstream))
     return bridges

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.addresses import AddressFilter
-from cluster.balance import choose
+from cluster.balance import Candidate, choose
 from cluster.bindings import Advert, Binding, advert_for, decode_advert, encode_advert, routes, summarise
 from cluster.connection import OFF, OFF_WITH_REDISTRIBUTION, ON_DEMAND, STRICT, RetryPolicy
 from cluster.route import dedup_id, is_internal, parse_route, sf_queue
@@ -36,32 +38,67 @@ def test_a_bad_pattern_is_refused(text: str) -> None:
         AddressFilter.parse(text)
 
 
+def test_a_pattern_naming_its_kind_covers_that_kind_only() -> None:
+    address = AddressFilter.parse("/queue/orders.>, !/topic/orders.audit")
+    assert address.covers("/queue/orders.eu") and not address.covers("/topic/orders.eu")
+    everything_but = AddressFilter.parse("!/topic/orders.audit")
+    assert everything_but.covers("/queue/orders.audit") and not everything_but.covers("/topic/orders.audit")
+    with pytest.raises(ValueError):
+        AddressFilter.parse("/queue/a.>.b")
+
+
 # -- load balancing -------------------------------------------------------------------------
+
+
+def here(takers: int = 0) -> Candidate:
+    return Candidate("g1", takers, 0)
+
+
+def there(group: str, takers: int = 0, hops: int = 1) -> Candidate:
+    return Candidate(group, takers, hops)
 
 
 def test_off_and_off_with_redistribution_keep_messages_local() -> None:
     for policy in (OFF, OFF_WITH_REDISTRIBUTION):
-        assert choose(policy, "g1", False, [("g2", True)], 0) == ("g1", False)
+        assert choose(policy, here(), [there("g2", 1)], 0) == ("g1", False)
 
 
 def test_strict_round_robins_over_every_group_with_the_queue() -> None:
-    remote = [("g3", False), ("g2", False)]
-    picks = [choose(STRICT, "g1", False, remote, turn)[0] for turn in range(6)]
+    remote = [there("g3"), there("g2")]
+    picks = [choose(STRICT, here(), remote, turn)[0] for turn in range(6)]
     assert picks == ["g1", "g2", "g3"] * 2
 
 
 def test_on_demand_round_robins_over_matching_consumers_only() -> None:
-    assert choose(ON_DEMAND, "g1", False, [("g2", False), ("g3", False)], 5) == ("g1", False)  # none: local
-    assert choose(ON_DEMAND, "g1", False, [("g2", True), ("g3", False)], 5) == ("g2", False)
-    picks = [choose(ON_DEMAND, "g1", True, [("g2", True), ("g3", False)], turn)[0] for turn in range(4)]
+    assert choose(ON_DEMAND, here(), [there("g2"), there("g3")], 5) == ("g1", False)  # none: local
+    assert choose(ON_DEMAND, here(), [there("g2", 1), there("g3")], 5) == ("g2", False)
+    picks = [choose(ON_DEMAND, here(1), [there("g2", 1), there("g3")], turn)[0] for turn in range(4)]
     assert picks == ["g1", "g2", "g1", "g2"]
 
 
-@given(st.integers(0, 10_000), st.lists(st.tuples(st.sampled_from(["g2", "g3", "g4"]), st.booleans()), unique_by=lambda t: t[0]))
-def test_a_choice_is_always_a_candidate(turn: int, remote: list[tuple[str, bool]]) -> None:
+def test_conduit_subscriptions_give_a_group_one_turn_and_without_them_one_per_consumer() -> None:
+    # ActiveMQ Classic's example: one consumer here, two on the other broker, 30 messages.
+    remote = [there("g2", 2)]
+    conduit = Counter(choose(ON_DEMAND, here(1), remote, turn)[0] for turn in range(30))
+    assert conduit == {"g1": 15, "g2": 15}
+    per_consumer = Counter(choose(ON_DEMAND, here(1), remote, turn, conduit=False)[0] for turn in range(30))
+    assert per_consumer == {"g1": 10, "g2": 20}  # 10 to each of the three consumers
+
+
+def test_prefer_local_keeps_the_nearest_groups_with_a_consumer() -> None:
+    remote = [there("g2", 1, hops=1), there("g3", 3, hops=2)]
+    assert {choose(ON_DEMAND, here(1), remote, turn, prefer_local=True)[0] for turn in range(6)} == {"g1"}
+    assert {choose(ON_DEMAND, here(0), remote, turn, prefer_local=True)[0] for turn in range(6)} == {"g2"}
+    assert {choose(ON_DEMAND, here(1), remote, turn)[0] for turn in range(6)} == {"g1", "g2", "g3"}
+
+
+@given(st.integers(0, 10_000), st.lists(st.tuples(st.sampled_from(["g2", "g3", "g4"]), st.integers(0, 3), st.integers(1, 3)),
+                                       unique_by=lambda t: t[0]), st.booleans(), st.booleans())
+def test_a_choice_is_always_a_candidate(turn: int, remote: list[tuple[str, int, int]], conduit: bool, prefer_local: bool) -> None:
+    candidates = [Candidate(*item) for item in remote]
     for policy in (STRICT, ON_DEMAND):
-        target, _ = choose(policy, "g1", turn % 2 == 0, remote, turn)
-        allowed = {"g1"} | {g for g, matches in remote if matches or policy == STRICT}
+        target, _ = choose(policy, here(turn % 2), candidates, turn, conduit=conduit, prefer_local=prefer_local)
+        allowed = {"g1"} | {c.group for c in candidates if c.takers or policy == STRICT}
         assert target in allowed
 
 

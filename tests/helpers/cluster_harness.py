@@ -18,15 +18,26 @@ from tests.helpers.group_harness import Group, connect_leader
 
 class Cluster:
     def __init__(self, tmp_path: Path, groups: list[str], size: int = 1, *, links: Any = "mesh",
-                 **connection: Any) -> None:
+                 network: list[dict[str, Any]] | None = None, **connection: Any) -> None:
+        """One [[cluster_connection]] with `links` and the `connection` keys; or, given
+        `network`, [[network_connector]] tables instead: each dict's "to" (a group name, or a
+        list of them) becomes its `uri` of those groups' members."""
         self.dir = tmp_path
         self.groups = {name: Group(tmp_path, size, name=name, raft={"election_timeout_min_ms": 300}) for name in groups}
         lines = ["[topology]", 'name = "test-cluster"', f'data_dir = "{tmp_path / "state"}"']
         for name in groups:
             lines += ["[[group]]", f'file = "{name}.toml"']
-        lines += ["[[cluster_connection]]", 'name = "test"', f"groups = {json.dumps(groups)}",
-                  f"links = {json.dumps(links)}"]
-        lines += [f"{key} = {json.dumps(value)}" for key, value in connection.items()]
+        if network is None:
+            lines += ["[[cluster_connection]]", 'name = "test"', f"groups = {json.dumps(groups)}",
+                      f"links = {json.dumps(links)}"]
+            lines += [f"{key} = {json.dumps(value)}" for key, value in connection.items()]
+        for entry in network or []:
+            options = dict(entry)
+            targets = options.pop("to")
+            targets = [targets] if isinstance(targets, str) else targets
+            uri = ",".join(f"stomp://{h}:{p}" for target in targets for h, p in self.groups[target].client_addresses())
+            lines += ["[[network_connector]]", f'uri = "static:({uri})"']
+            lines += [f"{key} = {json.dumps(value)}" for key, value in options.items()]
         self.topology = tmp_path / "topology.toml"
         self.topology.write_text("\n".join(lines) + "\n")
         for group in self.groups.values():
@@ -70,18 +81,20 @@ class Cluster:
                     depths[name] = int(entry.get("depth", 0)) + int(entry.get("in_flight", 0))
         return depths
 
-    def wait_links(self, timeout: float = 20.0) -> None:
-        """Until every group's leader has every link connected and knows every other group it
-        can reach (its neighbours' first adverts arrived)."""
+    def wait_links(self, timeout: float = 20.0, learners: Any = None) -> None:
+        """Until every group's leader has every link connected and each of `learners` (default:
+        every group; those that forward somewhere) knows every other group it can reach (its
+        neighbours' first adverts arrived)."""
         deadline = time.monotonic() + timeout
         pending: dict[str, Any] = {}
+        learners = set(self.groups if learners is None else learners)
         while time.monotonic() < deadline:
             pending = {}
             for name in self.groups:
                 cluster = self.cluster_status(name)
                 links = cluster["links"] if cluster else []
                 if not cluster or not links or any(link["state"] != "connected" for link in links) \
-                        or not cluster["reachable"]:
+                        or (name in learners and not cluster["reachable"]):
                     pending[name] = cluster
             if not pending:
                 return

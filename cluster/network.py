@@ -1,0 +1,270 @@
+"""ActiveMQ Classic's networks of brokers: the `[[network_connector]]` tables of a topology
+file, compiled onto the same model as cluster connections (cluster.connection).
+
+A Classic broker declares `<networkConnector uri="static:(tcp://b:61616)" .../>` in its own
+activemq.xml; here the table names the group that declares it, and the option names are
+Classic's, unchanged::
+
+    [[network_connector]]
+    group = "g1"                      # the broker (group) whose configuration declares it
+    name = "g1-to-hub"
+    uri = "static:(stomp://127.0.0.1:61623,stomp://127.0.0.1:61633)"   # a group's members: failover
+    networkTTL = 2
+    conduitSubscriptions = false
+    excludedDestinations = ["queue://audit.>"]
+
+A connector from g1 to g2 lets g1's messages go to g2's consumers (g2 tells g1 about them);
+with `duplex = true` g2's go to g1's as well. Every address in `uri` must be a member's STOMP
+address in the topology: the addresses of one group's members make one link (failover among
+them), addresses of several groups one link each. docs/cluster.md has the table mapping each
+option to the model and what raftmq does differently on purpose.
+
+Connectors with the same options are merged into one `ClusterConnection` (their links
+together); one with `staticallyIncludedDestinations` becomes two, the static one first, since
+the first connection covering a destination governs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cluster.addresses import AddressFilter
+from cluster.connection import ON_DEMAND, ClusterConnection, RetryPolicy
+from raftmq.errors import ConfigError
+
+_KEYS = (
+    "group", "name", "uri", "networkTTL", "messageTTL", "consumerTTL", "conduitSubscriptions", "duplex", "dynamicOnly",
+    "decreaseNetworkConsumerPriority", "suppressDuplicateQueueSubscriptions", "excludedDestinations",
+    "dynamicallyIncludedDestinations", "staticallyIncludedDestinations", "prefetchSize", "initialReconnectDelay",
+    "maxReconnectDelay", "useExponentialBackOff", "backOffMultiplier", "replayWhenNoConsumers", "replayDelay",
+    "userName", "password", "password_env",
+)
+_SCHEMES = ("stomp", "stomp+nio", "stomp+ssl", "tcp", "nio")
+_ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z+]+)://)?(?P<host>[^:/?]+):(?P<port>\d+)/?$")
+# Classic replays messages back to a broker whose consumers left only when told to, and its
+# users find messages stuck; raftmq does by default, after the cluster connections' delay.
+DEFAULT_REPLAY_DELAY_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """Everything of a connector but who declares it and where it goes: connectors with
+    equal options share one model connection."""
+
+    message_ttl: int
+    consumer_ttl: int
+    conduit: bool
+    dynamic_only: bool
+    prefer_local: bool
+    excluded: tuple[str, ...]
+    dynamic: tuple[str, ...]
+    static: tuple[str, ...]
+    prefetch: int
+    retry: RetryPolicy
+    replay_delay_ms: int
+    user: str | None
+    password: str | None
+
+
+def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[str, ...]],
+                             taken: tuple[str, ...] = ()) -> tuple[ClusterConnection, ...]:
+    """The connections `[[network_connector]]` tables compile to. `members`: each group's
+    members' STOMP addresses ("host:port"); `taken`: names the cluster connections use."""
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{path}: network_connector must be an array of tables ([[network_connector]])")
+    owner = {address: group for group, addresses in members.items() for address in addresses}
+    merged: dict[_Options, tuple[str, set[tuple[str, str]]]] = {}
+    names: set[str] = set(taken)
+    for index, entry in enumerate(entries):
+        table = _Table(path, f"network_connector[{index}]", entry)
+        group = table.text("group", None)
+        if group is None:
+            table.fail("group", "is required: the group whose broker declares the connector")
+        if group not in members:
+            table.fail("group", f"names {group!r}, which is no group of this topology (groups: {', '.join(members)})")
+        name = table.text("name", f"{group}-network-{index}")
+        assert name is not None
+        if name in names:
+            table.fail("name", f"{name!r} is used twice among the connectors and cluster connections")
+        names.add(name)
+        targets = _targets(table, owner)
+        if group in targets:
+            table.fail("uri", f"names a member of {group!r} itself")
+        options = _options(table)
+        edges = {(group, target) for target in targets}
+        if table.flag("duplex", False):
+            edges |= {(target, group) for target in targets}
+        known = merged.get(options)
+        merged[options] = (known[0] if known else name, (known[1] if known else set()) | edges)
+    connections: list[ClusterConnection] = []
+    for options, (name, edges) in merged.items():
+        connections.extend(_compile(name, options, edges))
+    _check_shadowing(path, connections)
+    return tuple(connections)
+
+
+def _compile(name: str, options: _Options, edges: set[tuple[str, str]]) -> list[ClusterConnection]:
+    links = tuple(sorted({(min(a, b), max(a, b)) for a, b in edges}))
+    common: dict[str, Any] = dict(
+        links=links, forwards=tuple(sorted(edges)), max_hops=options.message_ttl, consumer_ttl=options.consumer_ttl,
+        conduit_subscriptions=options.conduit, prefer_local=options.prefer_local, dynamic_only=options.dynamic_only,
+        use_duplicate_detection=True, retry=options.retry, confirmation_window=options.prefetch,
+        cluster_user=options.user, cluster_password=options.password,
+    )
+    excluded = [f"!{item}" for item in options.excluded]
+    compiled = []
+    if options.static:
+        address = AddressFilter.parse(", ".join([*options.static, *excluded]))
+        compiled.append(ClusterConnection(name=f"{name}.static", address=address, message_load_balancing=ON_DEMAND,
+                                          static=True, redistribution_delay_ms=-1, **common))
+    address = AddressFilter.parse(", ".join([*options.dynamic, *excluded]))
+    compiled.append(ClusterConnection(name=name, address=address, message_load_balancing=ON_DEMAND,
+                                      redistribution_delay_ms=options.replay_delay_ms, **common))
+    return compiled
+
+
+def _check_shadowing(path: Path, connections: list[ClusterConnection]) -> None:
+    """Connectors with different options both covering every destination of a group: the
+    first would govern them all and the other's options would silently not apply."""
+    for i, first in enumerate(connections):
+        for second in connections[i + 1:]:
+            shared = set(first.groups) & set(second.groups)
+            if shared and not first.address.include and not second.address.include and not first.static:
+                raise ConfigError(
+                    f"{path}: network connectors {first.name!r} and {second.name!r} both link {sorted(shared)[0]!r} "
+                    "for every destination with different options; raftmq applies one set of options per "
+                    "destination: give them the same options, or split the destinations between them "
+                    "(dynamicallyIncludedDestinations / excludedDestinations)")
+
+
+def _targets(table: _Table, owner: dict[str, str]) -> set[str]:
+    uri = table.text("uri", None)
+    if uri is None:
+        table.fail("uri", 'is required, e.g. "static:(stomp://127.0.0.1:61613)"')
+    assert uri is not None
+    if not uri.startswith("static:"):
+        table.fail("uri", f"must be a static: list (discovery is configured apart), got {uri!r}")
+    body = uri[len("static:"):].strip()
+    if body.startswith("(") and body.endswith(")"):
+        body = body[1:-1]
+    items = []
+    for raw in body.split(","):
+        item = raw.strip()
+        if item.startswith("failover:"):  # a failover list of one group's members, as Classic writes it
+            item = item[len("failover:"):].lstrip("(")
+        items.append(item.rstrip(")"))
+    groups: set[str] = set()
+    for item in items:
+        match = _ADDRESS.match(item)
+        if match is None or (match["scheme"] is not None and match["scheme"] not in _SCHEMES):
+            table.fail("uri", f"has {item!r}, not a broker address (stomp://HOST:PORT; schemes: {', '.join(_SCHEMES)})")
+        address = f"{match['host']}:{match['port']}"
+        group = owner.get(address)
+        if group is None:
+            table.fail("uri", f"has {address}, which is no member's STOMP address in this topology")
+        groups.add(group)
+    if not groups:
+        table.fail("uri", "names no broker")
+    return groups
+
+
+def _options(table: _Table) -> _Options:
+    ttl = table.integer("networkTTL", 1, 1)
+    initial = table.integer("initialReconnectDelay", 1000, 1)
+    maximum = table.integer("maxReconnectDelay", 30_000, 1)
+    if maximum < initial:
+        table.fail("maxReconnectDelay", f"must be at least initialReconnectDelay ({initial})")
+    multiplier = table.number("backOffMultiplier", 2.0, 1.0)
+    exponential = table.flag("useExponentialBackOff", True)
+    retry = RetryPolicy(initial, multiplier if exponential else 1.0, maximum, -1)
+    replay = table.flag("replayWhenNoConsumers", True)
+    delay = table.integer("replayDelay", DEFAULT_REPLAY_DELAY_MS, 0)
+    table.flag("suppressDuplicateQueueSubscriptions", False)  # always so here: one route per group (docs)
+    user = table.text("userName", None)
+    password = table.text("password", None)
+    env = table.text("password_env", None)
+    if password is not None and env is not None:
+        table.fail("password_env", "and password are both set: name one")
+    if env is not None:
+        password = os.environ.get(env)
+        if password is None:
+            table.fail("password_env", f"names {env}, which is not set in the environment")
+    if password is not None and user is None:
+        table.fail("userName", "is required with a password")
+    return _Options(
+        message_ttl=table.integer("messageTTL", ttl, 1),
+        consumer_ttl=table.integer("consumerTTL", ttl, 1),
+        conduit=table.flag("conduitSubscriptions", True),
+        dynamic_only=table.flag("dynamicOnly", False),
+        prefer_local=table.flag("decreaseNetworkConsumerPriority", False),
+        excluded=table.destinations("excludedDestinations"),
+        dynamic=table.destinations("dynamicallyIncludedDestinations"),
+        static=table.destinations("staticallyIncludedDestinations"),
+        prefetch=table.integer("prefetchSize", 1000, 1),
+        retry=retry,
+        replay_delay_ms=delay if replay else -1,
+        user=user,
+        password=password,
+    )
+
+
+class _Table:
+    def __init__(self, path: Path, prefix: str, raw: dict[str, Any]) -> None:
+        self.path, self.prefix, self.raw = path, prefix, raw
+        for key in raw:
+            if key not in _KEYS:
+                self.fail(key, f"is not a network_connector option (known: {', '.join(_KEYS)})")
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise ConfigError(f"{self.path}: {self.prefix}.{key} {problem}")
+
+    def text(self, key: str, default: str | None) -> str | None:
+        value = self.raw.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value):
+            self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int, minimum: int) -> int:
+        value = self.raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"must be an integer, got {value!r}")
+        if value < minimum:
+            self.fail(key, f"must be at least {minimum}, got {value}")
+        return int(value)
+
+    def number(self, key: str, default: float, minimum: float) -> float:
+        value = self.raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            self.fail(key, f"must be a number of at least {minimum:g}, got {value!r}")
+        return float(value)
+
+    def destinations(self, key: str) -> tuple[str, ...]:
+        """Classic's destination lists: "queue://NAME" or "topic://NAME" (or "/queue/NAME",
+        "/topic/NAME"), NAME a pattern; as address-filter items of that kind."""
+        value = self.raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            self.fail(key, f'must be a list of destinations like "queue://orders.>", got {value!r}')
+        items = []
+        for item in value:
+            for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/"), ("/queue/", "/queue/"), ("/topic/", "/topic/")):
+                if item.startswith(prefix):
+                    normalised = kind + item[len(prefix):]
+                    break
+            else:
+                self.fail(key, f'has {item!r}: name the kind, "queue://{item}" or "topic://{item}"')
+            try:
+                AddressFilter.parse(normalised)
+            except ValueError as exc:
+                self.fail(key, f"has {item!r}: {exc}")
+            items.append(normalised)
+        return tuple(items)
