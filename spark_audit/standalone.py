@@ -21,8 +21,13 @@ from types import TracebackType
 
 from raftmq import processes
 from raftmq.errors import ProcessNotReady
+from spark_audit.session import QUIET_CONF
 
 START_SECONDS = 60.0
+# The audit's session settings that are the server's to make (spark_audit.session): a client
+# of Spark Connect runs on the server's session.
+SERVER_CONF = {key: value for key, value in QUIET_CONF.items()
+               if key.startswith(("spark.sql.", "spark.python.", "spark.default."))}
 
 
 class StandaloneCluster:
@@ -115,6 +120,8 @@ class ConnectServer:
                 "--master", self.master, "--conf", f"spark.connect.grpc.binding.port={self.port}",
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
                 "--conf", f"spark.pyspark.python={sys.executable}"]
+        for key, value in SERVER_CONF.items():
+            argv += ["--conf", f"{key}={value}"]
         log = self.directory / "connect.log"
         self.proc = processes.spawn(argv, log, new_session=True, env=env)
         try:
