@@ -84,6 +84,9 @@ class ClusterConnection:
     # What ActiveMQ Classic's network connectors add (cluster.network compiles them; a
     # cluster_connection keeps the defaults, which are Artemis's behaviour).
     forwards: tuple[tuple[str, str], ...] | None = None  # (from, to) directions; None: every link both ways
+    # (opener, other): who opens a link's connection; None: both ends open their own. A link
+    # opened by one end only carries both ends' traffic on that one connection.
+    openers: tuple[tuple[str, str], ...] | None = None
     consumer_ttl: int | None = None  # how far bindings are advertised; None: max_hops
     conduit_subscriptions: bool = True  # ON_DEMAND turns per group; False: per consumer
     prefer_local: bool = False  # ON_DEMAND: the nearest groups with a consumer only
@@ -104,6 +107,12 @@ class ClusterConnection:
         if self.forwards is None:
             return (min(source, target), max(source, target)) in self.links
         return (source, target) in self.forwards
+
+    def opens(self, group: str, neighbour: str) -> bool:
+        """Whether `group` opens a connection to its neighbour `neighbour`."""
+        if self.openers is None:
+            return (min(group, neighbour), max(group, neighbour)) in self.links
+        return (group, neighbour) in self.openers
 
     @property
     def advert_hops(self) -> int:
@@ -141,6 +150,20 @@ class ClusterView:
     def upstream(self) -> tuple[str, ...]:
         """The neighbours that forward to this group, and hear its bindings."""
         return tuple(n for n in self.neighbours if any(c.forwards_to(n, self.group) for c in self.connections))
+
+    def opens(self, neighbour: str) -> bool:
+        """Whether this group opens a connection to `neighbour` (its bridge pushes)."""
+        return any(c.opens(self.group, neighbour) for c in self.connections)
+
+    def pulls_from(self, neighbour: str) -> bool:
+        """Whether this group's connection to `neighbour` is the link's only one: then it also
+        carries the neighbour's traffic back, which this group's bridge pulls (a SUBSCRIBE to
+        the neighbour's store-and-forward queue for this group)."""
+        return self.opens(neighbour) and not any(c.opens(neighbour, self.group) for c in self.connections)
+
+    def pulled_by(self, neighbour: str) -> bool:
+        """Whether `neighbour` pulls this group's traffic for it (this group opens nothing to it)."""
+        return not self.opens(neighbour) and any(c.opens(neighbour, self.group) for c in self.connections)
 
     def link_settings(self, neighbour: str) -> ClusterConnection:
         """The connection whose settings (retry, window, user) the bridge to `neighbour` uses:

@@ -77,7 +77,7 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise ConfigError(f"{path}: network_connector must be an array of tables ([[network_connector]])")
     owner = {address: group for group, addresses in members.items() for address in addresses}
-    merged: dict[_Options, tuple[str, set[tuple[str, str]]]] = {}
+    merged: dict[_Options, tuple[str, set[tuple[str, str]], set[tuple[str, str]]]] = {}
     names: set[str] = set(taken)
     for index, entry in enumerate(entries):
         table = _Table(path, f"network_connector[{index}]", entry)
@@ -98,19 +98,24 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
         edges = {(group, target) for target in targets}
         if table.flag("duplex", False):
             edges |= {(target, group) for target in targets}
+        openers = {(group, target) for target in targets}  # Classic: the declaring broker connects
         known = merged.get(options)
-        merged[options] = (known[0] if known else name, (known[1] if known else set()) | edges)
+        if known is None:
+            merged[options] = (name, edges, openers)
+        else:
+            merged[options] = (known[0], known[1] | edges, known[2] | openers)
     connections: list[ClusterConnection] = []
-    for options, (name, edges) in merged.items():
-        connections.extend(_compile(name, options, edges))
+    for options, (name, edges, openers) in merged.items():
+        connections.extend(_compile(name, options, edges, openers))
     _check_shadowing(path, connections)
     return tuple(connections)
 
 
-def _compile(name: str, options: _Options, edges: set[tuple[str, str]]) -> list[ClusterConnection]:
+def _compile(name: str, options: _Options, edges: set[tuple[str, str]],
+             openers: set[tuple[str, str]]) -> list[ClusterConnection]:
     links = tuple(sorted({(min(a, b), max(a, b)) for a, b in edges}))
     common: dict[str, Any] = dict(
-        links=links, forwards=tuple(sorted(edges)), max_hops=options.message_ttl, consumer_ttl=options.consumer_ttl,
+        links=links, forwards=tuple(sorted(edges)), openers=tuple(sorted(openers)), max_hops=options.message_ttl, consumer_ttl=options.consumer_ttl,
         conduit_subscriptions=options.conduit, prefer_local=options.prefer_local, dynamic_only=options.dynamic_only,
         use_duplicate_detection=True, retry=options.retry, confirmation_window=options.prefetch,
         cluster_user=options.user, cluster_password=options.password,

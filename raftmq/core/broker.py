@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cluster.route import CONTROL_DESTINATION, is_internal
+from cluster.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
     Abort,
@@ -220,6 +220,10 @@ class Broker:
         except Refused as refused:
             return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination
+        if is_internal(destination):
+            problem = self._may_pull(session, destination)
+            if problem is not None:
+                return self._reject(session.session_id, "reserved destination", problem, command.receipt)
         if destination.startswith(QUEUE_PREFIX):
             store = self.dispatch.queue(destination)
             sub = Subscription(
@@ -284,6 +288,11 @@ class Broker:
             return self._reject(command.session, "invalid destination", destination, command.receipt)
         if destination == CONTROL_DESTINATION:
             return self._learn(session, command)
+        if destination.startswith(SF_PREFIX) and command.transaction is None:
+            # Only the node's own sessions get here (the STOMP layer refuses $.raftmq. SENDs):
+            # a passive link's advert for the neighbour that pulls it, stored as it is.
+            self.dispatch.publish(destination, command.headers, command.body, command.now, deduplicated=True)
+            return self._done(command.session, command.receipt)
         if command.transaction is not None:
             ops = session.transactions.get(command.transaction)
             if ops is None:
@@ -305,14 +314,34 @@ class Broker:
         cluster = self.config.cluster
         if federation is None or cluster is None or command.transaction is not None:
             return self._reject(session.session_id, "reserved destination", command.destination, command.receipt)
-        users = {c.cluster_user for c in cluster.connections if c.cluster_user is not None}
-        if users and session.login not in users:
+        if not self._cluster_login(session):
             return self._reject(session.session_id, "reserved destination",
                                 f"{command.destination} takes adverts from the cluster user only", command.receipt)
         problem = federation.learn(command.headers)
         if problem is not None:
             return self._reject(session.session_id, "invalid cluster advert", problem, command.receipt)
         self._done(session.session_id, command.receipt)
+
+    def _cluster_login(self, session: Session) -> bool:
+        """Whether the session may act as another group's bridge: any session when no
+        connection names a cluster user, else that user's."""
+        cluster = self.config.cluster
+        users = {c.cluster_user for c in cluster.connections if c.cluster_user is not None} if cluster else set()
+        return not users or session.login in users
+
+    def _may_pull(self, session: Session, destination: str) -> str | None:
+        """Why the session may not consume `destination` ($.raftmq. names), or None: only a
+        neighbour's store-and-forward queue, and only by the cluster user: this group's own
+        bridge to it, or that neighbour's bridge pulling its traffic when its connection is
+        the link's only one. (Which network sessions may ask at all is the STOMP layer's
+        decision: raftmq.server.translate lets through only the queues a neighbour pulls.)"""
+        federation = self.federation
+        neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
+        if federation is None or neighbour is None or neighbour not in federation.view.neighbours:
+            return f"{destination!r}: $.raftmq. names belong to the cluster's bridges"
+        if not self._cluster_login(session):
+            return f"{destination!r} is pulled by the cluster user only"
+        return None
 
     # -- acknowledgements ----------------------------------------------------------------------
 

@@ -39,12 +39,11 @@ from raftmq.core.broker import Broker
 from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.replication.commit_log import CommitLog
-from raftmq.server.bridge_session import BridgeSession, BridgeSessionHost
+from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession, BridgeSessionHost
+from raftmq.server.single_link import PassiveLink, Puller
 
 log = structlog.get_logger("raftmq.server.bridge")
 
-ADVERT_CHECK_SECONDS = 0.1  # how often the bindings are compared with the last advert sent
-ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a restarted neighbour)
 
 
 class BridgeHost(BridgeSessionHost, Protocol):
@@ -62,13 +61,15 @@ class BridgeHost(BridgeSessionHost, Protocol):
 
 class Bridge:
     def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection,
-                 advertises: bool = True) -> None:
+                 advertises: bool = True, pulls: bool = False) -> None:
         self.name = f"bridge {own_group}->{neighbour.name}"
         self._host = host
         self.own_group = own_group
         self.neighbour = neighbour
         self.settings = settings
         self.advertises = advertises  # the neighbour forwards to this group: it needs our bindings
+        self.pulls = pulls  # this connection is the link's only one: the neighbour's traffic comes back on it
+        self._puller: Puller | None = None
         self.queue = sf_queue(neighbour.name)
         self._task: asyncio.Task[None] | None = None
         self._client: FailoverClient | None = None
@@ -139,6 +140,10 @@ class Bridge:
         )
         await session.open()
         advertiser = asyncio.get_running_loop().create_task(self._advertise(client)) if self.advertises else None
+        if self.pulls:
+            self._puller = Puller(self.own_group, session, client, settings.confirmation_window,
+                                  settings.use_duplicate_detection, on_failed=session.wakeup.set)
+            self._puller.start()
         try:
             await self._forward(client, session)
         finally:
@@ -155,6 +160,9 @@ class Bridge:
             if client.closed.done():  # gave up reconnecting (or closed): start over
                 error = client.closed.result() if not client.closed.cancelled() else None
                 self._failed(error if error is not None else ClientError("client closed"))
+                return
+            if self._puller is not None and self._puller.failed.is_set():
+                self._failed(ClientError("a pulled message could not be stored here"))
                 return
             deliveries = session.deliveries
             while deliveries:
@@ -279,14 +287,19 @@ def _ignore_outcome(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge]:
-    """One bridge per neighbour of the group `view` describes."""
+def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge | PassiveLink]:
+    """One bridge per neighbour of the group `view` describes; a passive link instead to a
+    neighbour that alone opens the link's connection (raftmq.server.single_link)."""
     by_name = {peer.name: peer for peer in peers}
-    bridges = []
+    bridges: list[Bridge | PassiveLink] = []
     for neighbour in view.neighbours:
+        advertises = neighbour in view.upstream
+        if view.pulled_by(neighbour):
+            bridges.append(PassiveLink(host, view.group, neighbour, advertises))
+            continue
         peer = by_name.get(neighbour)
         if peer is None:
             log.error("bridge.no_addresses", group=view.group, neighbour=neighbour)
             continue
-        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour), neighbour in view.upstream))
+        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour), advertises, view.pulls_from(neighbour)))
     return bridges

@@ -1,7 +1,8 @@
 """The source side of a cluster bridge: a session of the leader's own core, without a socket.
 
 It is a consumer of one store-and-forward queue (client-individual acks, the link's
-confirmation window as its prefetch), registered with the node like a client connection, so
+confirmation window as its prefetch) — or of none, when it only sends: what a bridge pulled
+from a neighbour, or a passive link's adverts — registered with the node like a client connection, so
 the replica hands it deliveries (with their bodies) and the leader's succession treats it as
 any session: when this node stops leading, it is closed and the next leader's sweep returns its
 unacknowledged deliveries to the queue, to be forwarded again with the same duplicate id.
@@ -14,13 +15,19 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
+import structlog
+
 from raftmq.clock import Clock
-from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Subscribe
+from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Send, Subscribe
 from raftmq.core.effects import Deliver
 from raftmq.server.host import ClientConnection
 from raftmq.server.stomp_session import SessionState
 
+log = structlog.get_logger("raftmq.server.bridge_session")
+
 SUBSCRIPTION_ID = "sf"
+ADVERT_CHECK_SECONDS = 0.1  # how often the bindings are compared with the last advert sent
+ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a restarted neighbour)
 
 
 class BridgeSessionHost(Protocol):
@@ -40,7 +47,7 @@ class BridgeSessionHost(Protocol):
 class BridgeSession:
     """Implements `ClientConnection` for the node; `deliveries` is what the bridge forwards."""
 
-    def __init__(self, host: BridgeSessionHost, session_id: str, queue: str, window: int, login: str | None) -> None:
+    def __init__(self, host: BridgeSessionHost, session_id: str, queue: str | None, window: int, login: str | None) -> None:
         self._host = host
         self._session_id = session_id
         self._queue = queue
@@ -53,13 +60,18 @@ class BridgeSession:
         self.closed = asyncio.Event()
 
     async def open(self) -> None:
-        """Join the core as a consumer of the queue; raises if the proposal fails."""
+        """Join the core (as a consumer of the queue, if any); raises if the proposal fails."""
         self._host.register_session(self)
         now = self._host.clock.now_ms()
-        await self._host.propose([
-            Connect(self._session_id, now, self._login),
-            Subscribe(self._session_id, SUBSCRIPTION_ID, self._queue, now, ACK_CLIENT_INDIVIDUAL, prefetch=self._window),
-        ])
+        commands: list[Command] = [Connect(self._session_id, now, self._login)]
+        if self._queue is not None:
+            commands.append(Subscribe(self._session_id, SUBSCRIPTION_ID, self._queue, now, ACK_CLIENT_INDIVIDUAL,
+                                      prefetch=self._window))
+        await self._host.propose(commands)
+
+    def send(self, destination: str, headers: tuple[tuple[str, str], ...], body: bytes) -> asyncio.Future[None]:
+        """Propose a SEND from this session; the future completes once it is applied."""
+        return self._host.propose([Send(self._session_id, destination, headers, body, self._host.clock.now_ms())])
 
     def settle(self, ack_id: str, forwarded: bool) -> asyncio.Future[None]:
         """ACK a forwarded delivery (the neighbour committed it) or NACK a refused one."""
@@ -131,6 +143,9 @@ class BridgeSession:
 
     def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
              abort: bool = False, extra: dict[str, str] | None = None) -> None:
+        # The core refused one of this session's commands: that is a bug or a configuration
+        # mismatch between groups, never routine, so it is logged.
+        log.error("bridge.session_refused", session=self._session_id, message=message, detail=detail)
         self._closed()
 
     def hold_for_redirect(self) -> None:

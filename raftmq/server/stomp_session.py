@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from cluster.route import sf_queue
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -258,7 +259,9 @@ class StompSession:
         agreed = agree_heartbeats(ours, HeartBeat(pending.client_send, pending.client_receive))
         self.send_interval_ms, self.receive_interval_ms = agreed.send_ms, agreed.receive_ms
         client_id = frame.get("client-id")
-        self._translator = FrameTranslator(self.session_id, version, client_id)
+        view = config.core.cluster
+        pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n)) if view is not None else frozenset()
+        self._translator = FrameTranslator(self.session_id, version, client_id, pullable)
         self.state = SessionState.CONNECTING
         self.connect_proposed = True
         login = principal.name if host.security.authenticating else frame.get("login")

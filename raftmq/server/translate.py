@@ -86,10 +86,11 @@ class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
-    __slots__ = ("_table", "browsers", "client_id", "session_id", "subscriptions", "transactions", "version")
+    __slots__ = ("_table", "browsers", "client_id", "pullable", "session_id", "subscriptions", "transactions", "version")
 
-    def __init__(self, session_id: str, version: str, client_id: str | None) -> None:
+    def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset()) -> None:
         self.session_id = session_id
+        self.pullable = pullable  # store-and-forward queues a neighbour's bridge pulls (raftmq.server.single_link)
         self.version = version
         self.client_id = client_id
         self.transactions: set[str] = set()
@@ -132,7 +133,7 @@ class FrameTranslator:
 
     def _subscribe(self, frame: Frame, now: int) -> Command:
         destination = check_destination(frame.get("destination"), "SUBSCRIBE")
-        if is_internal(destination):
+        if is_internal(destination) and destination not in self.pullable:
             raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         sub_id = frame.get("id")
         if sub_id is None or sub_id == "":

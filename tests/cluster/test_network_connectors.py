@@ -4,6 +4,7 @@ option's effect on routing is also shown on cores in tests/core/test_federation_
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -129,8 +130,29 @@ def test_a_connector_forwards_one_way_and_a_duplex_one_both_ways(make_cluster: A
         produce(duplex, "g2", "/queue/back", 20)
         wait_total([on_g1], 20, 20)
         assert sorted(on_g1.bodies) == sorted(f"m{i}" for i in range(20))
+        # Both directions on one connection, opened by g1 (the spoke behind a firewall): g2's
+        # node has no connection of its own to g1's port.
+        g1_port, g2_port = duplex.addresses("g1")[0][1], duplex.addresses("g2")[0][1]
+        assert g2_port in remote_ports(node_pid(duplex, "g1"))
+        assert g1_port not in remote_ports(node_pid(duplex, "g2"))
     finally:
         on_g1.close()
+
+
+def node_pid(cluster: Cluster, group: str) -> int:
+    (member,) = cluster.groups[group].members.values()
+    assert member.proc is not None
+    return member.proc.pid
+
+
+def remote_ports(pid: int) -> set[int]:
+    """The remote ports of the established TCP connections process `pid` holds (ss -tnp)."""
+    lines = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True, check=True).stdout
+    ports = set()
+    for line in lines.splitlines():
+        if f"pid={pid}," in line:
+            ports.add(int(line.split()[3].rsplit(":", 1)[1]))
+    return ports
 
 
 @pytest.mark.parametrize("ttl", [1, 2])

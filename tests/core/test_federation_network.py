@@ -201,3 +201,30 @@ def test_replay_when_no_consumers_moves_messages_to_where_the_consumers_went() -
     assert replay() == 1
     assert replay(replayWhenNoConsumers=True, replayDelay=5_000) == 1
     assert replay(replayWhenNoConsumers=False) == 0
+
+
+def test_only_the_cluster_user_consumes_a_neighbours_store_and_forward_queue() -> None:
+    # g1 opens the link to g2 alone: g1's bridge pulls from g2's queue for g1, as user "net".
+    brokers = cores(net({"group": "g1", "to": "g2", "duplex": True, "userName": "net", "password": "pw"}), "g2")
+    g2 = brokers["g2"]
+    g2.apply(Connect("app", 1, login="app"))
+    refused = g2.apply(Subscribe("app", "s", sf_queue("g1"), 1, ACK_CLIENT_INDIVIDUAL))
+    assert any(isinstance(e, Reject) and "cluster user only" in e.detail for e in refused)
+    g2.apply(Connect("bridge", 1, login="net"))
+    refused = g2.apply(Subscribe("bridge", "s1", sf_queue("g9"), 1, ACK_CLIENT_INDIVIDUAL))  # no such neighbour
+    assert any(isinstance(e, Reject) and e.message == "reserved destination" for e in refused)
+    g2.apply(Connect("bridge2", 1, login="net"))
+    assert not any(isinstance(e, Reject) for e in g2.apply(Subscribe("bridge2", "s", sf_queue("g1"), 1, ACK_CLIENT_INDIVIDUAL)))
+
+
+def test_an_advert_put_in_a_store_and_forward_queue_is_stored_with_its_headers() -> None:
+    # The passive end's adverts travel in the queue the opener pulls, headers intact (a SEND
+    # elsewhere would have its _raftmq_ headers stripped by the routing).
+    brokers = cores(net({"group": "g1", "to": "g2"}), "g2")
+    g2 = brokers["g2"]
+    assert g2.federation is not None
+    advert = encode_advert(g2.federation.advert_for("g1", 5))
+    g2.apply(Connect("link", 1))
+    g2.apply(Send("link", sf_queue("g1"), ((ADVERT_HEADER, advert),), b"", 2))
+    (message,) = g2.state.queues[sf_queue("g1")].ready.values()
+    assert message.headers == ((ADVERT_HEADER, advert),)

@@ -1,0 +1,28 @@
+"""The STOMP layer's part in keeping $.raftmq. destinations to the cluster's bridges
+(raftmq.server.translate): a network session may subscribe to a store-and-forward queue only
+where a neighbour's bridge pulls it (a link opened by that neighbour alone)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.route import CONTROL_DESTINATION, sf_queue
+from raftmq.core.commands import Subscribe
+from raftmq.errors import ProtocolError
+from raftmq.protocol.frame import Frame
+from raftmq.server.translate import FrameTranslator
+
+
+def subscribe(translator: FrameTranslator, destination: str) -> object:
+    return translator.translate(Frame("SUBSCRIBE", [("destination", destination), ("id", "1"), ("ack", "client-individual")], b""), 1)
+
+
+def test_a_store_and_forward_queue_is_refused_unless_a_neighbour_pulls_it() -> None:
+    plain = FrameTranslator("s", "1.2", None)
+    for destination in (sf_queue("g1"), CONTROL_DESTINATION, "/topic/$.raftmq.x"):
+        with pytest.raises(ProtocolError, match="reserved destination"):
+            subscribe(plain, destination)
+    pulled = FrameTranslator("s", "1.2", None, frozenset({sf_queue("g1")}))
+    assert isinstance(subscribe(pulled, sf_queue("g1")), Subscribe)
+    with pytest.raises(ProtocolError, match="reserved destination"):
+        subscribe(pulled, sf_queue("g3"))
