@@ -6,6 +6,7 @@ and a message seen twice is a redelivery (flagged), never a second stored copy."
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,46 @@ async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters
     assert observed and max(observed) <= 2.0 + 0.5  # the back-off stops at max_retry_interval_ms
     g2.start()
     cluster.wait_links(timeout=40)
+    try:
+        await settle(consumer, sent, 60)
+        consumer.check(sent)
+    finally:
+        await consumer.close()
+
+
+@pytest.mark.parametrize("victim", ["g1", "g2"])  # the passive source's leader, the pulling target's
+@sync
+async def test_a_leader_killed_mid_pull_over_a_one_connection_link_loses_and_doubles_nothing(
+        clusters: list[Cluster], tmp_path: Path, victim: str) -> None:
+    # g2 alone opens the link (a duplex network connector): g1's messages reach g2 only by
+    # g2's bridge pulling them (raftmq.server.single_link).
+    cluster = start(clusters, tmp_path, ["g1", "g2"], network=[{"group": "g2", "to": "g1", "duplex": True}])
+    await kill_mid_forwarding(cluster, "g2", victim, "/queue/pulled")
+
+
+@sync
+async def test_what_a_puller_took_but_its_group_never_committed_is_pulled_again(
+        clusters: list[Cluster], tmp_path: Path) -> None:
+    # g2's followers stop, so its leader (kept leading by a long fallback timeout) takes g1's
+    # messages over the pull subscription and cannot commit them; it is then killed. A puller
+    # that ACKed on receipt would lose them all; raftmq's ACKs only what g2 applied.
+    cluster = start(clusters, tmp_path, ["g1", "g2"], network=[{"group": "g2", "to": "g1", "duplex": True}],
+                    raft={"leader_fallback_timeout_ms": 15_000})
+    consumer = Consumer()
+    await consumer.start(url(cluster, "g2"), "/queue/stalled")
+    await asyncio.sleep(1.5)  # the consumer is advertised to g1
+    g2 = cluster.groups["g2"]
+    leader = g2.leader()
+    followers = [node for node in g2.members if node != leader]
+    for node in followers:
+        g2.signal(node, signal.SIGSTOP)
+    try:
+        sent = await produce(url(cluster, "g1"), "/queue/stalled", 300)
+        await asyncio.sleep(1.5)  # pulled by g2's leader, not committable there
+        g2.kill(leader)
+    finally:
+        for node in followers:
+            g2.signal(node, signal.SIGCONT)
     try:
         await settle(consumer, sent, 60)
         consumer.check(sent)

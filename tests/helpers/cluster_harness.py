@@ -18,12 +18,14 @@ from tests.helpers.group_harness import Group, connect_leader
 
 class Cluster:
     def __init__(self, tmp_path: Path, groups: list[str], size: int = 1, *, links: Any = "mesh",
-                 network: list[dict[str, Any]] | None = None, **connection: Any) -> None:
+                 network: list[dict[str, Any]] | None = None, raft: dict[str, Any] | None = None,
+                 **connection: Any) -> None:
         """One [[cluster_connection]] with `links` and the `connection` keys; or, given
         `network`, [[network_connector]] tables instead: each dict's "to" (a group name, or a
         list of them) becomes its `uri` of those groups' members."""
         self.dir = tmp_path
-        self.groups = {name: Group(tmp_path, size, name=name, raft={"election_timeout_min_ms": 300}) for name in groups}
+        timings = {"election_timeout_min_ms": 300, **(raft or {})}
+        self.groups = {name: Group(tmp_path, size, name=name, raft=timings) for name in groups}
         lines = ["[topology]", 'name = "test-cluster"', f'data_dir = "{tmp_path / "state"}"']
         for name in groups:
             lines += ["[[group]]", f'file = "{name}.toml"']
