@@ -1,4 +1,4 @@
-"""`raftmq up`, `raftmq down` and `raftmq status` (registered by raftmq.cli)."""
+"""`raftmq up`, `raftmq down`, `raftmq restart` and `raftmq status` (registered by raftmq.cli)."""
 
 from __future__ import annotations
 
@@ -222,6 +222,35 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     except RaftmqError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"stopped {len(alive)} node(s)" + (f"; {len(killed)} needed SIGKILL" if killed else ""))
+
+
+@click.command("restart")
+@config_option
+@preset_option
+@click.option("--rolling", is_flag=True, help="One node at a time, followers first, while the cluster serves.")
+@click.option("--node-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds a node gets to stop, start and catch up before the restart stops there.")
+def restart_command(config_path: str | None, preset: str | None, rolling: bool, node_timeout: float) -> None:
+    """Restart every node of a cluster started by `raftmq up`. With --rolling (the only kind
+    so far) its supervisor restarts one node at a time: group by group, the followers first
+    and the leader last (it hands leadership over as it stops), each waited for until it
+    serves again and has caught up with its leader; clients see no more than the failover of
+    their group's leader. Exit status 1 when a node does not come back in time (the rest are
+    left as they are)."""
+    from raftmq.errors import RaftmqError
+    from raftmq.ops.rolling import RollingRestart
+
+    if not rolling:
+        raise click.UsageError("only --rolling is supported; for a full stop and start use `raftmq down` then `raftmq up`")
+    try:
+        topology = _topology(config_path, preset)
+        result = RollingRestart(topology.state_dir, lambda line: click.echo(line, err=False),
+                                node_timeout=node_timeout).run()
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
+    slowest = max(result.steps, key=lambda step: step.seconds)
+    click.echo(f"restarted {len(result.steps)} node(s) in {result.seconds:.1f} s "
+               f"(slowest: {slowest.group}/{slowest.node}, {slowest.seconds:.1f} s)")
 
 
 def _status_nodes(config_path: str | None) -> list[NodeAddress]:

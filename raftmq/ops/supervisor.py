@@ -11,6 +11,11 @@ Signals, to either kind of launcher:
   launcher is their parent: it reaps them, none is left to be adopted) and exit. `raftmq down`
   sends SIGTERM and waits for the launcher to exit;
 - SIGUSR1: exit at once and leave the nodes running (to whoever stops them by pid).
+
+A node can also be restarted on request (`raftmq restart --rolling`, raftmq.ops.rolling): a
+request file in the state directory names it; the supervisor stops it gracefully (SIGTERM: a
+leader hands over first) and starts it again at once, whatever the restart policy, without
+counting it against `max_restarts`.
 A launcher that is killed outright leaves the nodes running; `down` still finds them in the
 state file and stops them by verified pid.
 """
@@ -40,8 +45,9 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
+from raftmq.ops.rolling_requests import clear_restart_request, requested_restarts
 from raftmq.ops.topology import RESTART_ON_FAILURE, RestartPolicy
-from raftmq.processes import process_start_time
+from raftmq.processes import process_start_time, send_signal
 
 SUPERVISOR_LOG = "supervisor.log"
 POLL_SECONDS = 0.2
@@ -137,6 +143,7 @@ class Supervisor:
         self._clock = clock
         self._recent: dict[NodeKey, collections.deque[float]] = {}
         self._due: dict[NodeKey, float] = {}
+        self._requested: set[NodeKey] = set()  # stopped on request: started again at once
 
     @property
     def settled(self) -> bool:
@@ -144,6 +151,7 @@ class Supervisor:
         return all(node.state in (DOWN, GAVE_UP) for node in self.state.nodes)
 
     def poll(self) -> None:
+        self._take_requests()
         for node in self.state.nodes:
             if node.state == RUNNING:
                 exited, code = self._exit_status(node)
@@ -159,12 +167,31 @@ class Supervisor:
             return code is not None, code
         return not is_our_node(node), None
 
+    def _take_requests(self) -> None:
+        state_dir = Path(self.state.state_dir)
+        for key in requested_restarts(state_dir):
+            node = next((n for n in self.state.nodes if (n.group, n.id) == key), None)
+            if node is None or key in self._requested:
+                continue
+            self._requested.add(key)
+            if node.state == RUNNING and self._exit_status(node)[0] is False:
+                self._report(f"{node.group}/{node.id} (pid {node.pid}) restarting on request")
+                send_signal(node.pid, signal.SIGTERM)
+            else:  # not running: start it now
+                self._due[key] = self._clock()
+                self._update(replace(node, state=RESTARTING))
+
     def _exited(self, node: NodeProcess, code: int | None) -> None:
         self.children.pop(node.pid, None)
         now = self._clock()
         key = (node.group, node.id)
         how = describe_exit(code)
         last_exit = f"{how} at {time.strftime('%H:%M:%S')}"
+        if key in self._requested:
+            self._due[key] = now
+            self._update(replace(node, state=RESTARTING, last_exit=f"{last_exit} (restart requested)"))
+            self._report(f"{node.group}/{node.id} (pid {node.pid}) {how} on request; starting it again")
+            return
         recent = self._recent.setdefault(key, collections.deque())
         while recent and recent[0] <= now - self.policy.window_s:
             recent.popleft()
@@ -195,7 +222,11 @@ class Supervisor:
                 self._report(f"{node.group}/{node.id}: cannot restart it ({exc}); it stays down")
                 return
             self.children[process.pid] = process
-            self._recent.setdefault(key, collections.deque()).append(self._clock())
+            if key in self._requested:  # not a failure: no count against max_restarts
+                self._requested.discard(key)
+                clear_restart_request(Path(self.state.state_dir), key)
+            else:
+                self._recent.setdefault(key, collections.deque()).append(self._clock())
             started = replace(node, pid=process.pid, start_time=process_start_time(process.pid) or 0, restarts=restarts, state=RUNNING)
             self._update(started)
         self._report(f"{node.group}/{node.id} restarted as pid {process.pid} (restart {restarts})")

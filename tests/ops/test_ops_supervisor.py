@@ -23,6 +23,7 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
+from raftmq.ops.rolling_requests import request_restart, requested_restarts
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.ops.topology import RestartPolicy
 from raftmq.processes import process_argv, process_start_time
@@ -191,3 +192,21 @@ def test_a_node_that_is_not_our_child_is_noticed_through_proc(tmp_path: Path) ->
         if sleeper.poll() is None:
             sleeper.kill()
         sleeper.wait(timeout=10)
+
+
+def test_a_requested_restart_stops_and_starts_the_node_under_never_without_counting_it(tmp_path: Path, rigs: list[Rig]) -> None:
+    script = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(30)"
+    rig = Rig(tmp_path, script, RestartPolicy("never", max_restarts=1))
+    rigs.append(rig)
+    first = rig.node.pid
+    for round_ in (1, 2):  # more than max_restarts: requests are not failures
+        before = rig.node.pid
+        request_restart(tmp_path, ("g", "a"))
+        rig.poll()  # SIGTERM sent
+        rig.wait_exit()
+        rig.poll()  # noticed: due at once
+        rig.poll()  # started again
+        assert rig.node.state == RUNNING and rig.node.pid != before and rig.node.restarts == round_
+        assert requested_restarts(tmp_path) == []  # the request is done
+    assert rig.node.pid != first
+    assert any("restarting on request" in line for line in rig.lines)
