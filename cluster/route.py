@@ -26,6 +26,10 @@ FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_
 # delivery, in another group, must still say `redelivered` (at-least-once, flagged).
 DELIVERED_HEADER = "_raftmq_delivered"
 DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"  # the producer's own, kept as it was
+# Scale-down: on the control destination, the groups to drain to (comma list; "" any group it
+# reaches; "-" stops draining); on a moved message, the durable subscription it belongs to.
+DRAIN_HEADER = "_raftmq_drain"
+DURABLE_HEADER = "_raftmq_durable"
 
 # The destination a bridge sends its group's adverts to: the core reads it, stores nothing.
 CONTROL_DESTINATION = "/queue/$.raftmq.cluster"

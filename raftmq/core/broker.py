@@ -317,7 +317,7 @@ class Broker:
         if not self._cluster_login(session):
             return self._reject(session.session_id, "reserved destination",
                                 f"{command.destination} takes adverts from the cluster user only", command.receipt)
-        problem = federation.learn(command.headers)
+        problem = federation.control(command.headers)
         if problem is not None:
             return self._reject(session.session_id, "invalid cluster advert", problem, command.receipt)
         self._done(session.session_id, command.receipt)
@@ -438,5 +438,6 @@ class Broker:
         self.dispatch.expire_due(command.now)
         if self.federation is not None:
             self.federation.redistribute(command.now)
+            self.federation.drain()
         if self.dispatch.dirty:
             self.dispatch.run()

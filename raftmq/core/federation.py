@@ -27,6 +27,7 @@ Routing (docs/cluster.md has the reasoning):
 
 from __future__ import annotations
 
+import json
 import zlib
 
 from cluster.balance import Candidate, choose
@@ -35,6 +36,8 @@ from cluster.connection import ClusterConnection, ClusterView
 from cluster.route import (
     ADVERT_HEADER,
     DESTINATION_HEADER,
+    DRAIN_HEADER,
+    DURABLE_HEADER,
     DUPLICATE_ID_HEADER,
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
@@ -45,11 +48,11 @@ from cluster.route import (
     parse_route,
     sf_queue,
 )
-from raftmq.core.commands import Headers
+from raftmq.core.commands import ACK_AUTO, Headers
 from raftmq.core.dispatch import Dispatcher, read_headers
 from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
-from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX
@@ -138,6 +141,27 @@ class Federation:
 
     # -- commands ---------------------------------------------------------------------------
 
+    def control(self, headers: Headers) -> str | None:
+        """A SEND to the control destination: a neighbour's advert, or the start (or end) of
+        this group's drain; an error text if invalid."""
+        drain = next((value for name, value in headers if name == DRAIN_HEADER), None)
+        if drain is not None:
+            return self.start_drain(drain)
+        return self.learn(headers)
+
+    def start_drain(self, text: str) -> str | None:
+        """Drain to the groups named (comma list), to any group reached ("") or stop ("-")."""
+        if text == "-":
+            self.fed.draining = None
+            return None
+        targets = tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
+        unknown = [group for group in targets if group == self.own or group not in self._next_hops]
+        if unknown:
+            return f"cannot drain to {', '.join(unknown)}: not a group {self.own!r} reaches (reaches: " \
+                   f"{', '.join(sorted(self._next_hops)) or 'none'})"
+        self.fed.draining = targets
+        return None
+
     def learn(self, headers: Headers) -> str | None:
         """A neighbour's advert (a SEND to the control destination); an error text if invalid."""
         text = next((value for name, value in headers if name == ADVERT_HEADER), None)
@@ -160,6 +184,7 @@ class Federation:
         to: str | None = None
         route: tuple[str, ...] = ()
         forward_id: str | None = None
+        durable: str | None = None
         delivered = 0
         if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
             kept = []
@@ -172,6 +197,8 @@ class Federation:
                     forward_id = value
                 elif name == DELIVERED_HEADER:
                     delivered = int(value) if value.isdigit() else 0
+                elif name == DURABLE_HEADER:
+                    durable = value
                 elif not name.startswith(HEADER_PREFIX):
                     kept.append((name, value))
             if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
@@ -182,6 +209,11 @@ class Federation:
         check_id = forward_id if forward_id is not None else dupl_id
         if check_id is not None and not self.state.dedup.remember(destination, check_id):
             return
+        if durable is not None:
+            if to is None or to == self.own:
+                self._store_durable(destination, headers, body, now, durable, delivered)
+                return
+            headers = (*headers, (DURABLE_HEADER, durable))  # passing through: it travels on
         connection = self.governing(destination)
         if connection is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
@@ -244,6 +276,86 @@ class Federation:
                 self._move(destination, store, demand)
         for destination in [d for d in idle if d not in self.state.queues]:
             del idle[destination]
+
+    def drain(self) -> None:
+        """On a Tick while draining (`raftmq group drain`): move up to REDISTRIBUTION_BATCH
+        ready messages — of every queue, the dead-letter and expiry queues too, and of every
+        inactive durable subscription — to the drain's groups, each a committed move through a
+        store-and-forward queue with its own duplicate-detection id. What bridges hold (the
+        store-and-forward queues) they forward themselves; what consumers hold comes back to
+        its queue when their sessions end (the node closes them: a draining group serves no
+        one), and moves on the next Tick."""
+        if self.fed.draining is None:
+            return
+        targets = [group for group in (self.fed.draining or sorted(self._next_hops)) if group in self._next_hops]
+        if not targets:
+            return  # nowhere to go now; the next Tick tries again
+        budget = REDISTRIBUTION_BATCH
+        for destination, store in list(self.state.queues.items()):
+            if budget > 0 and store.ready and not is_internal(destination):
+                budget -= self._drain_store(destination, store, targets, None, budget)
+        for sub in list(self.state.durables.values()):
+            if budget > 0 and sub.session is None and sub.store.ready:
+                budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
+
+    def _drain_store(self, destination: str, store: Store, targets: list[str], durable: Subscription | None,
+                     budget: int) -> int:
+        # A queue's messages go where their consumers are, when some target has one that would
+        # take them, else round robin; a durable subscription's travel with its name (and
+        # selector), so the subscriber finds them by reconnecting to the group they went to.
+        demand = [] if durable is not None else [
+            route for group, route in sorted(self.routes_to(destination).items())
+            if group in targets and route.consumer_count > 0
+        ]
+        extra: Headers = () if durable is None else ((DURABLE_HEADER, _durable_text(durable)),)
+        turn = self.fed.turns.get(destination, 0)
+        moved = 0
+        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
+            for token in list(store.lanes[priority]):
+                if moved >= budget:
+                    break
+                message = store.ready.get(token)
+                if message is None:
+                    continue
+                takers = [r.group for r in demand if self._takers(r.consumers, selector_headers(message))] if demand else []
+                choices = takers or targets
+                if message.group is not None:  # one JMSXGroupID, one group: its order holds
+                    target = choices[zlib.crc32(message.group.encode()) % len(choices)]
+                else:
+                    target = choices[turn % len(choices)]
+                    turn += 1
+                self.dispatch.take_ready(store, token)
+                self._forward(self._next_hops[target][1], destination, (*message.headers, *extra), message.body,
+                              message.timestamp, target, (self.own,), message)
+                moved += 1
+        store.maybe_compact()
+        if moved:
+            self.fed.turns[destination] = turn
+            self.fed.drained += moved
+        return moved
+
+    def _store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
+                       delivered: int) -> None:
+        """A drained group's durable-subscription message: into the subscription of that name
+        here, made (inactive) if it is not here yet."""
+        try:
+            name, selector_text = json.loads(text)
+        except (ValueError, TypeError):
+            self.fed.unroutable += 1
+            return
+        sub = self.state.durables.get(name)
+        if sub is None:
+            selector = None if selector_text is None else self._selector(selector_text)
+            store = Store(destination, shared=False)
+            sub = Subscription(None, "", destination, ACK_AUTO, 0, selector, False, name, store)
+            self.dispatch.topic(destination).subs[sub] = None
+            self.state.durables[name] = sub
+        priority, expires, persistent, group, _ = read_headers(headers)
+        self.state.message_seq += 1
+        message = Message(f"{self.dispatch.id_prefix}{self.state.message_seq}", sub.destination, headers, body,
+                          priority, expires, now, group, persistent)
+        message.delivery_count = delivered
+        self.dispatch.enqueue(sub.store, message)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -370,3 +482,7 @@ class Federation:
 
 def _selector_text(selector: Selector | None) -> str | None:
     return None if selector is None else selector.text
+
+
+def _durable_text(sub: Subscription) -> str:
+    return json.dumps([sub.durable_name, _selector_text(sub.selector)], separators=(",", ":"))

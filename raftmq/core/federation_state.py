@@ -19,9 +19,14 @@ class FederationState:
     forwarded: dict[str, int] = field(default_factory=dict)  # messages put on each neighbour's sf queue
     redistributed: int = 0
     unroutable: int = 0  # topic copies whose target became unreachable on the way (dropped)
+    # Scale-down (`raftmq group drain`): None, or the groups this one moves everything to
+    # (empty: any group it reaches).
+    draining: tuple[str, ...] | None = None
+    drained: int = 0  # messages moved out by the drain
 
     def is_empty(self) -> bool:
-        return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable)
+        return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable
+                    or self.draining is not None or self.drained)
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -31,6 +36,8 @@ class FederationState:
             "forwarded": dict(self.forwarded),
             "redistributed": self.redistributed,
             "unroutable": self.unroutable,
+            "draining": None if self.draining is None else list(self.draining),
+            "drained": self.drained,
         }
 
     @classmethod
@@ -42,4 +49,6 @@ class FederationState:
             {str(k): int(v) for k, v in data["forwarded"].items()},
             int(data["redistributed"]),
             int(data["unroutable"]),
+            None if data.get("draining") is None else tuple(str(g) for g in data["draining"]),
+            int(data.get("drained", 0)),  # snapshots written before scale-down existed have neither
         )

@@ -1,7 +1,10 @@
 """Log what the cluster's committed state says changed: `cluster.binding_added` /
 `cluster.binding_removed` (a destination of another group became reachable, or stopped being)
-and `cluster.redistributed` (messages moved after their consumer left). The core cannot log,
-so the group's leader compares the state every half second (a `LeaderService`)."""
+and `cluster.redistributed` (messages moved after their consumer left); `cluster.draining`,
+`cluster.drained` and `cluster.drain_stopped` for a scale-down, during which it also ends every
+client session (a drained group serves no one; their deliveries go back to be moved). The
+core cannot log or close sessions, so the group's leader compares the state every half second
+(a `LeaderService`)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ class WatchedNode(Protocol):
     @property
     def broker(self) -> Broker: ...
 
+    def refuse_clients(self, message: str, detail: str) -> int: ...
+
 
 class ClusterEvents:
     name = "cluster events"
@@ -34,6 +39,8 @@ class ClusterEvents:
         self._task: asyncio.Task[None] | None = None
         self._bindings: dict[str, dict[str, dict[str, int]]] | None = None
         self._redistributed: int | None = None
+        self._drained: int | None = None
+        self._draining: tuple[str, ...] | None = None
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch())
@@ -70,3 +77,18 @@ class ClusterEvents:
             log.info("cluster.redistributed", node=self._node.name, messages=redistributed - self._redistributed,
                      total=redistributed)
         self._bindings, self._redistributed = bindings, redistributed
+        self._check_drain(federation.fed.draining, federation.fed.drained)
+
+    def _check_drain(self, draining: tuple[str, ...] | None, drained: int) -> None:
+        name = self._node.name
+        if draining is not None:
+            if self._draining is None:
+                log.info("cluster.draining", node=name, to=list(draining) or "any group")
+            closed = self._node.refuse_clients("group draining", "this group is being drained (scale-down)")
+            if closed:
+                log.info("cluster.drain_closed_sessions", node=name, sessions=closed)
+            if self._drained is not None and drained > self._drained:
+                log.info("cluster.drained", node=name, messages=drained - self._drained, total=drained)
+        elif self._draining is not None:
+            log.info("cluster.drain_stopped", node=name, total=drained)
+        self._draining, self._drained = draining, drained

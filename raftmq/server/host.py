@@ -96,6 +96,11 @@ class SessionHost(Protocol):
     def leader_hint(self) -> str | None:
         """The leader's client address, when this node does not lead and knows it."""
 
+    @property
+    def draining(self) -> str | None:
+        """While the group is drained (scale-down): where clients should go instead (the other
+        groups' client addresses); None otherwise."""
+
     def has_destination(self, destination: str) -> bool:
         """Whether the replicated state already holds this destination (ACL: creating one
         needs more rights than using it)."""

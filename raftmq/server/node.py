@@ -33,6 +33,7 @@ from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
 from raftmq.server.bridge import bridges_for
+from raftmq.server.bridge_session import BridgeSession
 from raftmq.server.cluster_events import ClusterEvents
 from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
 from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
@@ -130,6 +131,23 @@ class Node:
     @property
     def leader_hint(self) -> str | None:
         return self.commit_log.leader_hint
+
+    @property
+    def draining(self) -> str | None:
+        federation = self.broker.federation
+        if federation is None or federation.fed.draining is None:
+            return None
+        return ",".join(address for peer in self._config.cluster_peers for address in peer.clients) or "none known"
+
+    def refuse_clients(self, message: str, detail: str) -> int:
+        """End every client session (a drained group serves no one): their unacknowledged
+        deliveries go back to their queues. The bridges' in-process sessions stay."""
+        closed = 0
+        for session in list(self.sessions.values()):
+            if not isinstance(session, BridgeSession):
+                session.fail(message, detail, wait_for_log=False)
+                closed += 1
+        return closed
 
     @property
     def connection_count(self) -> int:
@@ -393,6 +411,8 @@ class Node:
             "bindings": federation.remote_bindings(),
             "forwarded": dict(state.forwarded),
             "redistributed": state.redistributed,
+            "draining": None if state.draining is None else list(state.draining),
+            "drained": state.drained,
             "unroutable": state.unroutable,
         }
 

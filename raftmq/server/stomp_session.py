@@ -251,6 +251,8 @@ class StompSession:
             hint = host.leader_hint
             detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
             return self.fail("not the leader", detail, extra={"leader": hint} if hint else None)
+        if host.draining is not None:
+            return self.fail("group draining", f"this group is being drained (scale-down); connect to another: {host.draining}")
         version = pending.version
         self.version = version
         self._parser.version = version

@@ -23,6 +23,7 @@ class Host:
     security: Security = field(default_factory=lambda: Security(SecurityConfig()))
     is_leader: bool = True
     leader_hint: str | None = None
+    draining: str | None = None
     destinations: set[str] = field(default_factory=set)
     budget: int = 1 << 30
     reserved: int = 0
@@ -105,6 +106,12 @@ def test_a_follower_relays_or_names_the_leader() -> None:
     redirected = StompSession(Host(NodeConfig(follower_clients="redirect"), is_leader=False, leader_hint="10.0.0.1:61613"), "s2")
     refuse = refusal(redirected.receive(CONNECT, NOW))
     assert refuse.message == "not the leader" and error_headers(refuse)["leader"] == "10.0.0.1:61613"
+
+
+def test_a_draining_group_refuses_a_connect_and_names_the_other_groups() -> None:
+    session = StompSession(Host(draining="10.0.0.2:61616,10.0.0.3:61619"), "s1")
+    refuse = refusal(session.receive(CONNECT, NOW))
+    assert refuse.message == "group draining" and "10.0.0.2:61616,10.0.0.3:61619" in refuse.detail
 
 
 def test_passcode_check_holds_pipelined_frames_until_answered() -> None:
