@@ -30,6 +30,11 @@ DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"  # the producer's own, kept as it was
 # reaches; "-" stops draining); on a moved message, the durable subscription it belongs to.
 DRAIN_HEADER = "_raftmq_drain"
 DURABLE_HEADER = "_raftmq_durable"
+SUBSCRIPTION_ONLY_HEADER = "_raftmq_subscription_only"  # a moved durable subscription with no message
+# On CONNECT: the cluster's own connections (bridges, `raftmq group drain`), which a draining
+# group still takes while it turns clients away. Not a credential: a client that sends it is
+# served, and what it sends is moved on like anything else a drained group holds.
+BRIDGE_CONNECT_HEADER = "raftmq-bridge"
 
 # The destination a bridge sends its group's adverts to: the core reads it, stores nothing.
 CONTROL_DESTINATION = "/queue/$.raftmq.cluster"

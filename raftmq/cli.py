@@ -120,9 +120,9 @@ def _register_optional_commands() -> None:
     from raftmq.bench.cli import bench_command
 
     main.add_command(bench_command, name="bench")
-    from raftmq.ops.cli import down_command, restart_command, status_command, up_command
+    from raftmq.ops.cli import down_command, group_command, restart_command, status_command, up_command
 
-    for command in (up_command, down_command, restart_command, status_command):
+    for command in (up_command, down_command, restart_command, status_command, group_command):
         main.add_command(command)
     from raftmq.ops.messaging_cli import queue_command, receive_command, send_command
 

@@ -319,7 +319,7 @@ class Broker:
                                 f"{command.destination} takes adverts from the cluster user only", command.receipt)
         problem = federation.control(command.headers)
         if problem is not None:
-            return self._reject(session.session_id, "invalid cluster advert", problem, command.receipt)
+            return self._reject(session.session_id, "invalid cluster command", problem, command.receipt)
         self._done(session.session_id, command.receipt)
 
     def _cluster_login(self, session: Session) -> bool:

@@ -38,6 +38,7 @@ from cluster.route import (
     DESTINATION_HEADER,
     DRAIN_HEADER,
     DURABLE_HEADER,
+    SUBSCRIPTION_ONLY_HEADER,
     DUPLICATE_ID_HEADER,
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
@@ -123,6 +124,8 @@ class Federation:
                 return None
             return connection.advert_hops
 
+        if self.fed.draining is not None:  # a drained group offers nothing: nobody routes to it or through it
+            return advert_for(self.own, neighbour, position, {}, {}, max_hops)
         return advert_for(self.own, neighbour, position, self.local_bindings(), self.fed.adverts, max_hops)
 
     def routes_to(self, destination: str) -> dict[str, Route]:
@@ -185,6 +188,7 @@ class Federation:
         route: tuple[str, ...] = ()
         forward_id: str | None = None
         durable: str | None = None
+        subscription_only = False
         delivered = 0
         if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
             kept = []
@@ -199,6 +203,8 @@ class Federation:
                     delivered = int(value) if value.isdigit() else 0
                 elif name == DURABLE_HEADER:
                     durable = value
+                elif name == SUBSCRIPTION_ONLY_HEADER:
+                    subscription_only = True
                 elif not name.startswith(HEADER_PREFIX):
                     kept.append((name, value))
             if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
@@ -211,9 +217,11 @@ class Federation:
             return
         if durable is not None:
             if to is None or to == self.own:
-                self._store_durable(destination, headers, body, now, durable, delivered)
+                self._store_durable(destination, headers, body, now, durable, delivered, subscription_only)
                 return
             headers = (*headers, (DURABLE_HEADER, durable))  # passing through: it travels on
+            if subscription_only:
+                headers = (*headers, (SUBSCRIPTION_ONLY_HEADER, "1"))
         connection = self.governing(destination)
         if connection is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
@@ -297,6 +305,25 @@ class Federation:
         for sub in list(self.state.durables.values()):
             if budget > 0 and sub.session is None and sub.store.ready:
                 budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
+            if budget > 0 and sub.session is None and not sub.store.ready and not sub.store.in_flight:
+                self._move_subscription(sub, targets)
+                budget -= 1
+
+    def _move_subscription(self, sub: Subscription, targets: list[str]) -> None:
+        """An inactive durable subscription with nothing left here: made again in a target
+        (so it collects what is published meanwhile for its subscriber to find there) by an
+        empty move that carries only its name, then dropped here."""
+        assert sub.durable_name is not None
+        target = _durable_target(sub, targets)
+        headers: Headers = ((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1"))
+        self.state.message_seq += 1
+        marker = Message(f"{self.dispatch.id_prefix}{self.state.message_seq}", sub.destination, headers, b"",
+                         4, 0, 0, None, True)
+        self._forward(self._next_hops[target][1], sub.destination, headers, b"", 0, target, (self.own,), marker)
+        topic = self.state.topics[sub.destination]
+        del topic.subs[sub]
+        del self.state.durables[sub.durable_name]
+        topic.retire(sub.store, 0)
 
     def _drain_store(self, destination: str, store: Store, targets: list[str], durable: Subscription | None,
                      budget: int) -> int:
@@ -319,7 +346,9 @@ class Federation:
                     continue
                 takers = [r.group for r in demand if self._takers(r.consumers, selector_headers(message))] if demand else []
                 choices = takers or targets
-                if message.group is not None:  # one JMSXGroupID, one group: its order holds
+                if durable is not None:  # one subscription, one group
+                    target = _durable_target(durable, targets)
+                elif message.group is not None:  # one JMSXGroupID, one group: its order holds
                     target = choices[zlib.crc32(message.group.encode()) % len(choices)]
                 else:
                     target = choices[turn % len(choices)]
@@ -335,7 +364,7 @@ class Federation:
         return moved
 
     def _store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
-                       delivered: int) -> None:
+                       delivered: int, subscription_only: bool = False) -> None:
         """A drained group's durable-subscription message: into the subscription of that name
         here, made (inactive) if it is not here yet."""
         try:
@@ -350,6 +379,8 @@ class Federation:
             sub = Subscription(None, "", destination, ACK_AUTO, 0, selector, False, name, store)
             self.dispatch.topic(destination).subs[sub] = None
             self.state.durables[name] = sub
+        if subscription_only:
+            return
         priority, expires, persistent, group, _ = read_headers(headers)
         self.state.message_seq += 1
         message = Message(f"{self.dispatch.id_prefix}{self.state.message_seq}", sub.destination, headers, body,
@@ -482,6 +513,11 @@ class Federation:
 
 def _selector_text(selector: Selector | None) -> str | None:
     return None if selector is None else selector.text
+
+
+def _durable_target(sub: Subscription, targets: list[str]) -> str:
+    """Where a drained durable subscription goes: always the same group of `targets`."""
+    return targets[zlib.crc32((sub.durable_name or "").encode()) % len(targets)]
 
 
 def _durable_text(sub: Subscription) -> str:

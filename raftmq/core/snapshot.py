@@ -263,6 +263,12 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     return state
 
 
+def journal_refs(dump: dict[str, Any]) -> Iterator[Any]:
+    """The body-journal references among `body_refs` (in a group, a message the core made
+    itself — a moved durable subscription's empty marker — holds its bytes instead)."""
+    return (ref for ref in body_refs(dump) if not isinstance(ref, (bytes, bytearray)))
+
+
 def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
     """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
     or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight

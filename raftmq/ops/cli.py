@@ -253,6 +253,42 @@ def restart_command(config_path: str | None, preset: str | None, rolling: bool, 
                f"(slowest: {slowest.group}/{slowest.node}, {slowest.seconds:.1f} s)")
 
 
+@click.group("group")
+def group_command() -> None:
+    """Operate on one group of a cluster (scale-down: `drain`)."""
+
+
+@group_command.command("drain")
+@click.argument("group")
+@config_option
+@preset_option
+@click.option("--to", "to", default="", help="Comma-separated groups to move everything to (default: every group it reaches).")
+@click.option("--cancel", is_flag=True, help="Stop draining (the group serves clients again).")
+@click.option("--no-wait", is_flag=True, help="Start the drain and return.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds to wait for the group to be empty.")
+def drain_command(group: str, config_path: str | None, preset: str | None, to: str, cancel: bool, no_wait: bool,
+                  timeout: float) -> None:
+    """Move every message of GROUP to the other groups and keep it empty, while clients keep
+    working: the group stops being advertised, turns clients away (failover clients go to
+    another group), and moves its queues, dead letters and durable subscriptions as committed
+    moves with duplicate-detection ids; its bridges forward what they hold. Returns once the
+    group's leader holds nothing: then stop the group. Exit status 1 if it does not empty in
+    --timeout seconds (it keeps draining)."""
+    from raftmq.errors import RaftmqError
+    from raftmq.ops.drain import drain_group
+
+    targets = tuple(name.strip() for name in to.split(",") if name.strip())
+    try:
+        topology = _topology(config_path, preset)
+        result = drain_group(topology, group, targets, cancel=cancel, wait=not no_wait, timeout=timeout,
+                             report=click.echo)
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not cancel and not no_wait:
+        click.echo(f"{group} is empty: {result.moved} message(s) moved in {result.seconds:.1f} s; it can be stopped")
+
+
 def _status_nodes(config_path: str | None) -> list[NodeAddress]:
     """From the state file when `up` started the cluster (it knows the pids), else from the
     topology file (nodes started by hand with `raftmq node`)."""

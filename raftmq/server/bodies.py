@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from raftmq.core.commands import Command, Send
-from raftmq.core.snapshot import body_refs as iter_snapshot_refs
+from raftmq.core.snapshot import journal_refs as iter_snapshot_refs
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, decode_body, encode_payload

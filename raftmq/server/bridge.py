@@ -31,7 +31,7 @@ import structlog
 
 from cluster.bindings import encode_advert
 from cluster.connection import ClusterConnection, ClusterView, PeerGroup
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
+from cluster.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
@@ -127,6 +127,7 @@ class Bridge:
             [list(self.neighbour.clients)], options,
             login=settings.cluster_user, passcode=settings.cluster_password,
             heartbeat=(1_000, 1_000),  # a hung neighbour leader is noticed in ~2 s
+            connect_headers=[(BRIDGE_CONNECT_HEADER, self.own_group)],
         )
         client.events.append(self._on_event)
         try:

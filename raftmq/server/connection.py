@@ -83,6 +83,11 @@ class Connection(asyncio.Protocol):
         return self.stomp.state
 
     @property
+    def cluster_connection(self) -> bool:
+        """A bridge of another group (or the cluster's own tool), by its CONNECT."""
+        return self.stomp.cluster_connection
+
+    @property
     def version(self) -> str:
         return self.stomp.version
 

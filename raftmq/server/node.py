@@ -144,8 +144,8 @@ class Node:
         deliveries go back to their queues. The bridges' in-process sessions stay."""
         closed = 0
         for session in list(self.sessions.values()):
-            if not isinstance(session, BridgeSession):
-                session.fail(message, detail, wait_for_log=False)
+            if not isinstance(session, BridgeSession) and not getattr(session, "cluster_connection", False):
+                session.fail(message, detail)  # after what it sent is committed and receipted
                 closed += 1
         return closed
 

@@ -25,7 +25,7 @@ from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
-from raftmq.core.snapshot import body_refs
+from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.frames import browse_end_frame
@@ -144,6 +144,8 @@ class Replica:
         Disconnect) for a member that has it."""
         message = effect.message
         assert self.bodies is not None
+        if isinstance(message.body, (bytes, bytearray)):  # made by the core itself (journal_refs)
+            return bytes(message.body)
         try:
             return self.bodies.body(message.body)
         except BodyUnavailable as exc:
@@ -214,7 +216,7 @@ class Replica:
         many there are and how many cannot be served from this node."""
         if self.bodies is None:
             return {"references": 0, "unreadable": 0}
-        refs = {(int(ref[0]), int(ref[1])) for ref in body_refs(self.broker.snapshot())}
+        refs = {(int(ref[0]), int(ref[1])) for ref in journal_refs(self.broker.snapshot())}
         unreadable = 0
         for ref in refs:
             try:

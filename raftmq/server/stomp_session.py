@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from cluster.route import sf_queue
+from cluster.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -106,6 +106,7 @@ class StompSession:
         # Until CONNECT is accepted, ERROR frames go out unescaped (as in 1.0): the client has
         # not been told a version yet, and every version reads an unescaped colon in a value.
         self.version = "1.0"
+        self.cluster_connection = False  # CONNECT said it is a bridge (cluster.route.BRIDGE_CONNECT_HEADER)
         config = host.config
         # CONNECT, STOMP and CONNECTED are never escaped, so any version parses CONNECT.
         self._parser = FrameParser(config.limits, "1.2")
@@ -251,7 +252,8 @@ class StompSession:
             hint = host.leader_hint
             detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
             return self.fail("not the leader", detail, extra={"leader": hint} if hint else None)
-        if host.draining is not None:
+        self.cluster_connection = frame.get(BRIDGE_CONNECT_HEADER) is not None
+        if host.draining is not None and not self.cluster_connection:
             return self.fail("group draining", f"this group is being drained (scale-down); connect to another: {host.draining}")
         version = pending.version
         self.version = version

@@ -133,10 +133,10 @@ def test_an_inactive_durable_subscription_moves_with_its_name_and_selector() -> 
     g3.apply(Disconnect("d", 2))
     for i in range(6):
         g3.apply(Send("p", "/topic/news", (("kind", "big" if i % 2 == 0 else "small"),), f"n{i}".encode(), 3))
-    drain(g3, "g2")
+    drain(g3, "")  # either group: the subscription goes to one of them, whole
     g3.apply(Tick(10))
     carry(brokers, "g3")
-    g2 = brokers["g2"]
+    (g2,) = [brokers[name] for name in ("g1", "g2") if "app:audit" in brokers[name].state.durables]
     moved = g2.state.durables["app:audit"]
     assert moved.session is None and moved.selector is not None and moved.selector.text == "kind = 'big'"
     g2.apply(Connect("d2", 20, client_id="app"))
@@ -155,3 +155,37 @@ def test_a_stopped_drain_moves_nothing_more_and_survives_a_snapshot() -> None:
     send(g3, "/queue/a", [b"x"] * 3)
     g3.apply(Tick(10))
     assert depth(g3, "/queue/a") == 3
+
+
+def test_an_empty_inactive_durable_subscription_is_made_again_elsewhere_and_collects_there() -> None:
+    brokers = mesh()
+    g3 = brokers["g3"]
+    g3.apply(Connect("d", 1, client_id="app"))
+    g3.apply(Subscribe("d", "s", "/topic/news", 1, durable_name="app:quiet"))
+    g3.apply(Disconnect("d", 2))
+    drain(g3, "g1")
+    g3.apply(Tick(10))
+    carry(brokers, "g3")
+    assert "app:quiet" not in g3.state.durables and not g3.state.topics["/topic/news"].subs
+    g1 = brokers["g1"]
+    assert g1.state.durables["app:quiet"].session is None
+    g1.apply(Send("p", "/topic/news", (), b"later", 12))  # published while the subscriber is away
+    g1.apply(Connect("d2", 20, client_id="app"))
+    effects = g1.apply(Subscribe("d2", "s", "/topic/news", 20, durable_name="app:quiet"))
+    assert [e.message.body for e in effects if isinstance(e, Deliver)] == [b"later"]
+    g1.check_invariants()
+    g3.check_invariants()
+
+
+def test_a_draining_group_advertises_nothing_so_others_stop_routing_to_it() -> None:
+    brokers = mesh()
+    g3 = brokers["g3"]
+    g3.apply(Connect("c", 1))
+    g3.apply(Subscribe("c", "s", "/queue/work", 1))
+    advertise(brokers)
+    assert "/queue/work" in brokers["g1"].federation.remote_bindings()  # type: ignore[union-attr]
+    drain(g3, "")
+    advertise(brokers)
+    assert "/queue/work" not in brokers["g1"].federation.remote_bindings()  # type: ignore[union-attr]
+    brokers["g1"].apply(Send("p", "/queue/work", (), b"x", 5))
+    assert depth(brokers["g1"], "/queue/work") == 1 and depth(brokers["g1"], sf_queue("g3")) == 0
