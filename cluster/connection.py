@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from cluster.addresses import AddressFilter
+from cluster.discovery import DiscoveryGroup
 from raftmq.errors import ConfigError
 
 OFF = "OFF"
@@ -50,6 +51,7 @@ _KEYS = (
     "name", "address", "groups", "links", "message_load_balancing", "max_hops", "redistribution_delay_ms",
     "use_duplicate_detection", "retry_interval_ms", "retry_interval_multiplier", "max_retry_interval_ms",
     "reconnect_attempts", "confirmation_window", "cluster_user", "cluster_password", "cluster_password_env",
+    "discovery_group",
 )
 
 
@@ -87,6 +89,9 @@ class ClusterConnection:
     # (opener, other): who opens a link's connection; None: both ends open their own. A link
     # opened by one end only carries both ends' traffic on that one connection.
     openers: tuple[tuple[str, str], ...] | None = None
+    # Artemis's discovery: the groups are found at run time (raftmq.server.discovery), every one
+    # a neighbour of every other (a mesh); `links` stays empty.
+    discovery: DiscoveryGroup | None = None
     consumer_ttl: int | None = None  # how far bindings are advertised; None: max_hops
     conduit_subscriptions: bool = True  # ON_DEMAND turns per group; False: per consumer
     prefer_local: bool = False  # ON_DEMAND: the nearest groups with a consumer only
@@ -98,18 +103,22 @@ class ClusterConnection:
         return tuple(sorted({group for link in self.links for group in link}))
 
     def neighbours(self, group: str) -> tuple[str, ...]:
-        """The groups `group` links to directly, in name order."""
+        """The groups `group` links to directly, in name order (found ones not included)."""
         return tuple(sorted({b if a == group else a for a, b in self.links if group in (a, b)}))
 
     def forwards_to(self, source: str, target: str) -> bool:
         """Whether messages of `source` may go to its neighbour `target` (and so `target`
         advertises its bindings to `source`)."""
+        if self.discovery is not None:
+            return source != target
         if self.forwards is None:
             return (min(source, target), max(source, target)) in self.links
         return (source, target) in self.forwards
 
     def opens(self, group: str, neighbour: str) -> bool:
         """Whether `group` opens a connection to its neighbour `neighbour`."""
+        if self.discovery is not None:
+            return group != neighbour
         if self.openers is None:
             return (min(group, neighbour), max(group, neighbour)) in self.links
         return (group, neighbour) in self.openers
@@ -151,6 +160,16 @@ class ClusterView:
         """The neighbours that forward to this group, and hear its bindings."""
         return tuple(n for n in self.neighbours if any(c.forwards_to(n, self.group) for c in self.connections))
 
+    @property
+    def discovery(self) -> tuple[ClusterConnection, ...]:
+        """The connections whose groups are found at run time."""
+        return tuple(c for c in self.connections if c.discovery is not None)
+
+    def accepts(self, sender: str) -> bool:
+        """Whether an advert from group `sender` is taken: one this group forwards to, or any
+        other group under a connection with discovery."""
+        return sender in self.downstream or (sender != self.group and bool(self.discovery))
+
     def opens(self, neighbour: str) -> bool:
         """Whether this group opens a connection to `neighbour` (its bridge pushes)."""
         return any(c.opens(self.group, neighbour) for c in self.connections)
@@ -183,18 +202,21 @@ class PeerGroup:
 
 
 def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:
-    """`group`'s view, or None when no connection links it to another group."""
-    mine = tuple(c for c in connections if c.neighbours(group))
+    """`group`'s view, or None when no connection links it to another group (one with
+    discovery counts: it may find some)."""
+    mine = tuple(c for c in connections if c.neighbours(group) or c.discovery is not None)
     return ClusterView(group, mine) if mine else None
 
 
-def parse_cluster_connections(path: Path, entries: Any, groups: tuple[str, ...]) -> tuple[ClusterConnection, ...]:
-    """The `[[cluster_connection]]` tables of topology file `path`, whose groups are `groups`."""
+def parse_cluster_connections(path: Path, entries: Any, groups: tuple[str, ...],
+                              discovery: dict[str, DiscoveryGroup] | None = None) -> tuple[ClusterConnection, ...]:
+    """The `[[cluster_connection]]` tables of topology file `path`, whose groups are `groups`
+    (`discovery`: its discovery groups by name)."""
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise ConfigError(f"{path}: cluster_connection must be an array of tables ([[cluster_connection]])")
     connections: list[ClusterConnection] = []
     for index, entry in enumerate(entries):
-        connections.append(_parse_one(_Table(path, f"cluster_connection[{index}]", entry), groups))
+        connections.append(_parse_one(_Table(path, f"cluster_connection[{index}]", entry), groups, discovery or {}))
     names = [c.name for c in connections]
     for name in names:
         if names.count(name) > 1:
@@ -227,7 +249,7 @@ class _Table:
         return int(value)
 
 
-def _parse_one(table: _Table, known_groups: tuple[str, ...]) -> ClusterConnection:
+def _parse_one(table: _Table, known_groups: tuple[str, ...], discovery: dict[str, DiscoveryGroup]) -> ClusterConnection:
     raw = table.raw
     name = table.text("name", None)
     if name is None:
@@ -241,7 +263,18 @@ def _parse_one(table: _Table, known_groups: tuple[str, ...]) -> ClusterConnectio
     members = raw.get("groups")
     if members is not None and (not isinstance(members, list) or not all(isinstance(g, str) for g in members)):
         table.fail("groups", f"must be a list of group names, got {members!r}")
-    links = _links(table, members, raw.get("links", MESH))
+    found: DiscoveryGroup | None = None
+    if "discovery_group" in raw:
+        wanted = table.text("discovery_group", None)
+        if wanted not in discovery:
+            table.fail("discovery_group", f"names {wanted!r}, which is no [[discovery_group]] of this topology "
+                       f"(known: {', '.join(discovery) or 'none'})")
+        if members is not None or "links" in raw:
+            table.fail("discovery_group", "and groups/links are both set: the groups are either listed or discovered")
+        found = discovery[wanted or ""]
+        links: tuple[tuple[str, str], ...] = ()
+    else:
+        links = _links(table, members, raw.get("links", MESH))
     for a, b in links:
         for group in (a, b):
             if group not in known_groups:
@@ -287,6 +320,7 @@ def _parse_one(table: _Table, known_groups: tuple[str, ...]) -> ClusterConnectio
         confirmation_window=table.integer("confirmation_window", 1000, 1),
         cluster_user=user,
         cluster_password=password,
+        discovery=found,
     )
 
 

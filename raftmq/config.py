@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.connection import PeerGroup
+from cluster.discovery import BroadcastGroup
 from raftmq.core.config import CoreConfig
 
 DEFAULT_BROKER_NAME = CoreConfig().broker_name  # "raftmq": replaced by the group's name
@@ -67,6 +68,8 @@ class NodeConfig:
     # The neighbouring groups' members, for the leader's bridges (`raftmq node --topology`);
     # empty outside a cluster. Not a TOML key.
     cluster_peers: tuple[PeerGroup, ...] = ()
+    cluster_broadcast: tuple[BroadcastGroup, ...] = ()  # where the leader announces its group (cluster.discovery)
+    cluster_group_clients: tuple[str, ...] = ()  # this group's members' STOMP addresses, as announced
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
     security: SecurityConfig = field(default_factory=SecurityConfig)

@@ -337,7 +337,8 @@ class Broker:
         decision: raftmq.server.translate lets through only the queues a neighbour pulls.)"""
         federation = self.federation
         neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
-        if federation is None or neighbour is None or neighbour not in federation.view.neighbours:
+        view = federation.view if federation is not None else None
+        if view is None or neighbour is None or not (neighbour in view.neighbours or (view.discovery and neighbour != view.group)):
             return f"{destination!r}: $.raftmq. names belong to the cluster's bridges"
         if not self._cluster_login(session):
             return f"{destination!r} is pulled by the cluster user only"

@@ -174,7 +174,7 @@ class Federation:
             advert = decode_advert(text)
         except ValueError as exc:
             return str(exc)
-        if advert.sender not in self.view.downstream:
+        if not self.view.accepts(advert.sender):
             return f"{advert.sender!r} is not linked to group {self.own!r} (or {self.own!r} does not forward to it)"
         known = self.fed.adverts.get(advert.sender)
         if known is None or advert.position > known.position:

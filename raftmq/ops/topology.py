@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.connection import ClusterConnection, parse_cluster_connections
+from cluster.discovery import BroadcastGroup, parse_broadcast_groups, parse_discovery_groups
 from cluster.network import parse_network_connectors
 from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
 from raftmq.errors import ConfigError
@@ -115,6 +116,7 @@ class Topology:
     source: Path | None = None  # None: the built-in default
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     cluster_connections: tuple[ClusterConnection, ...] = ()  # how the groups interconnect
+    broadcast_groups: tuple[BroadcastGroup, ...] = ()  # where each group's leader announces it (discovery)
 
     def members(self) -> list[tuple[GroupSpec, GroupMember]]:
         return [(group, member) for group in self.groups for member in group.config.members]
@@ -186,10 +188,10 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
-    unknown = sorted(set(raw) - {"topology", "group", "cluster_connection", "network_connector"})
+    tables = ("topology", "group", "cluster_connection", "network_connector", "broadcast_group", "discovery_group")
+    unknown = sorted(set(raw) - set(tables))
     if unknown:
-        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} "
-                          "(expected: topology, group, cluster_connection, network_connector)")
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected: {', '.join(tables)})")
     table = raw.get("topology", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: 'topology' must be a table ([topology])")
@@ -218,12 +220,14 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
     name = table.get("name", path.stem)
     state_dir = Path(table.get("data_dir", DEFAULT_DATA_DIR)).resolve()
     connections: tuple[ClusterConnection, ...] = ()
+    broadcast = parse_broadcast_groups(path, raw.get("broadcast_group", []))
+    discovery = {group.name: group for group in parse_discovery_groups(path, raw.get("discovery_group", []))}
     if "cluster_connection" in raw:
-        connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups))
+        connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups), discovery)
     if "network_connector" in raw:
         members = {g.name: tuple(member.client for member in g.config.members) for g in groups}
         connections += parse_network_connectors(path, raw["network_connector"], members, tuple(c.name for c in connections))
-    return Topology(name, state_dir, tuple(groups), path, restart, connections)
+    return Topology(name, state_dir, tuple(groups), path, restart, connections, broadcast)
 
 
 def _restart_policy(path: Path, table: dict[str, Any]) -> RestartPolicy:

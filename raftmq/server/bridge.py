@@ -70,6 +70,7 @@ class Bridge:
         self.advertises = advertises  # the neighbour forwards to this group: it needs our bindings
         self.pulls = pulls  # this connection is the link's only one: the neighbour's traffic comes back on it
         self._puller: Puller | None = None
+        self.presence: str | None = None  # a discovered group: "up" while heard of, else "down"
         self.queue = sf_queue(neighbour.name)
         self._task: asyncio.Task[None] | None = None
         self._client: FailoverClient | None = None
@@ -273,6 +274,7 @@ class Bridge:
             "in_flight": self.in_flight,
             "adverts_sent": self.adverts_sent,
             "last_error": self.last_error,
+            **({"presence": self.presence} if self.presence is not None else {}),
         }
 
 

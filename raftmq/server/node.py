@@ -35,6 +35,7 @@ from raftmq.server.bodies import BodyStore
 from raftmq.server.bridge import bridges_for
 from raftmq.server.bridge_session import BridgeSession
 from raftmq.server.cluster_events import ClusterEvents
+from raftmq.server.discovery import Announcer, DiscoveredLinks
 from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
 from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
 from raftmq.server.host import ClientConnection
@@ -95,9 +96,15 @@ class Node:
         self._connected_at: dict[str, float] = {}  # session id -> loop time its CONNECT committed
         cluster = config.core.cluster
         # In a cluster of groups the leader runs a bridge to each neighbouring group.
-        self.bridges = bridges_for(self, cluster, config.cluster_peers) if cluster is not None else []
+        self.bridges: list[Any] = list(bridges_for(self, cluster, config.cluster_peers)) if cluster is not None else []
         for bridge in self.bridges:
             self.add_leader_service(bridge)
+        if cluster is not None:
+            for connection in cluster.discovery:  # their bridges join self.bridges as groups are found
+                self.add_leader_service(DiscoveredLinks(self, cluster.group, connection, self.bridges))
+            if cluster.discovery and config.cluster_broadcast:
+                self.add_leader_service(Announcer(cluster.group, config.cluster_group_clients, config.cluster_broadcast,
+                                                  cluster.discovery))
         if cluster is not None:
             self.add_leader_service(ClusterEvents(self))
 

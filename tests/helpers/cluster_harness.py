@@ -29,7 +29,12 @@ class Cluster:
         lines = ["[topology]", 'name = "test-cluster"', f'data_dir = "{tmp_path / "state"}"']
         for name in groups:
             lines += ["[[group]]", f'file = "{name}.toml"']
-        if network is None:
+        discovery = connection.pop("discovery", None)  # a [[discovery_group]] table's keys: groups are found
+        if discovery is not None:
+            lines += ["[[discovery_group]]", 'name = "dg"'] + [f"{k} = {json.dumps(v)}" for k, v in discovery.items()]
+            lines += ["[[cluster_connection]]", 'name = "test"', 'discovery_group = "dg"']
+            lines += [f"{key} = {json.dumps(value)}" for key, value in connection.items()]
+        elif network is None:
             lines += ["[[cluster_connection]]", 'name = "test"', f"groups = {json.dumps(groups)}",
                       f"links = {json.dumps(links)}"]
             lines += [f"{key} = {json.dumps(value)}" for key, value in connection.items()]
