@@ -17,6 +17,26 @@ from raftmq.logs import log_through_stdlib_if_unconfigured
 READY_PREFIX = "raftmq node listening on "
 
 
+# Tests run on two workers (pytest-xdist, pyproject.toml). These share something a second
+# worker must not touch at the same time, so each group runs on one worker, one test at a time:
+# - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
+# - chaos: network namespaces, bridges and 10.99.x.x addresses of the chaos harness;
+# - presets: `raftmq up --preset` starts clusters on the presets' fixed ports.
+WORKER_GROUPS = {
+    "tests/spark_audit/": "spark",
+    "tests/chaos/": "chaos",
+    "tests/ops/test_ops_up_cluster.py": "presets",
+    "tests/ops/test_ops_up_supervised.py": "presets",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for prefix, group in WORKER_GROUPS.items():
+            if item.nodeid.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
 class UnmarkedIntegration(RuntimeError):
     """A test without the `integration` marker opened a network socket or started a process."""
 

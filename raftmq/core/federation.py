@@ -27,7 +27,6 @@ Routing (docs/cluster.md has the reasoning):
 
 from __future__ import annotations
 
-import json
 import zlib
 
 from cluster.balance import Candidate, choose
@@ -49,11 +48,12 @@ from cluster.route import (
     parse_route,
     sf_queue,
 )
-from raftmq.core.commands import ACK_AUTO, Headers
+from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher, read_headers
 from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
-from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
+from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX
@@ -72,6 +72,7 @@ class Federation:
         self.dispatch = dispatch
         self._governing: dict[str, ClusterConnection | None] = {}
         self._selectors: dict[str, Selector | None] = {}
+        self.scale_down = ScaleDown(self)
         self.rebuild()
 
     @property
@@ -149,21 +150,8 @@ class Federation:
         this group's drain; an error text if invalid."""
         drain = next((value for name, value in headers if name == DRAIN_HEADER), None)
         if drain is not None:
-            return self.start_drain(drain)
+            return self.scale_down.start(drain)
         return self.learn(headers)
-
-    def start_drain(self, text: str) -> str | None:
-        """Drain to the groups named (comma list), to any group reached ("") or stop ("-")."""
-        if text == "-":
-            self.fed.draining = None
-            return None
-        targets = tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
-        unknown = [group for group in targets if group == self.own or group not in self._next_hops]
-        if unknown:
-            return f"cannot drain to {', '.join(unknown)}: not a group {self.own!r} reaches (reaches: " \
-                   f"{', '.join(sorted(self._next_hops)) or 'none'})"
-        self.fed.draining = targets
-        return None
 
     def learn(self, headers: Headers) -> str | None:
         """A neighbour's advert (a SEND to the control destination); an error text if invalid."""
@@ -217,7 +205,7 @@ class Federation:
             return
         if durable is not None:
             if to is None or to == self.own:
-                self._store_durable(destination, headers, body, now, durable, delivered, subscription_only)
+                self.scale_down.store_durable(destination, headers, body, now, durable, delivered, subscription_only)
                 return
             headers = (*headers, (DURABLE_HEADER, durable))  # passing through: it travels on
             if subscription_only:
@@ -240,7 +228,7 @@ class Federation:
                 if target != self.own:
                     # A static target may not have advertised yet: it is a neighbour, reached directly.
                     via = self._next_hops.get(target, (1, target))[1]
-                    self._forward(via, destination, headers, body, now, target, here)
+                    self.forward(via, destination, headers, body, now, target, here)
                     return
             self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
             return
@@ -259,13 +247,22 @@ class Federation:
                     continue
                 if matching is None:
                     matching = selector_headers(message)
-                if self._takers(remote.consumers, matching):
-                    self._forward(remote.via, destination, headers, body, now, target, here)
+                if self.takers(remote.consumers, matching):
+                    self.forward(remote.via, destination, headers, body, now, target, here)
                     sent.add(target)
             if connection.static:  # every downstream neighbour takes a copy, subscribed or not
                 for target in self._static_targets(connection):
                     if target not in sent and target not in here:
-                        self._forward(target, destination, headers, body, now, target, here)
+                        self.forward(target, destination, headers, body, now, target, here)
+
+    @property
+    def next_hops(self) -> dict[str, tuple[int, str]]:
+        """Every group this one reaches: (hops, the neighbour its route starts with)."""
+        return self._next_hops
+
+    def drain(self) -> None:
+        """On a Tick: a draining group's moves (raftmq.core.scale_down)."""
+        self.scale_down.tick()
 
     def redistribute(self, now: int) -> None:
         """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
@@ -285,109 +282,6 @@ class Federation:
         for destination in [d for d in idle if d not in self.state.queues]:
             del idle[destination]
 
-    def drain(self) -> None:
-        """On a Tick while draining (`raftmq group drain`): move up to REDISTRIBUTION_BATCH
-        ready messages — of every queue, the dead-letter and expiry queues too, and of every
-        inactive durable subscription — to the drain's groups, each a committed move through a
-        store-and-forward queue with its own duplicate-detection id. What bridges hold (the
-        store-and-forward queues) they forward themselves; what consumers hold comes back to
-        its queue when their sessions end (the node closes them: a draining group serves no
-        one), and moves on the next Tick."""
-        if self.fed.draining is None:
-            return
-        targets = [group for group in (self.fed.draining or sorted(self._next_hops)) if group in self._next_hops]
-        if not targets:
-            return  # nowhere to go now; the next Tick tries again
-        budget = REDISTRIBUTION_BATCH
-        for destination, store in list(self.state.queues.items()):
-            if budget > 0 and store.ready and not is_internal(destination):
-                budget -= self._drain_store(destination, store, targets, None, budget)
-        for sub in list(self.state.durables.values()):
-            if budget > 0 and sub.session is None and sub.store.ready:
-                budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
-            if budget > 0 and sub.session is None and not sub.store.ready and not sub.store.in_flight:
-                self._move_subscription(sub, targets)
-                budget -= 1
-
-    def _move_subscription(self, sub: Subscription, targets: list[str]) -> None:
-        """An inactive durable subscription with nothing left here: made again in a target
-        (so it collects what is published meanwhile for its subscriber to find there) by an
-        empty move that carries only its name, then dropped here."""
-        assert sub.durable_name is not None
-        target = _durable_target(sub, targets)
-        headers: Headers = ((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1"))
-        self.state.message_seq += 1
-        marker = Message(f"{self.dispatch.id_prefix}{self.state.message_seq}", sub.destination, headers, b"",
-                         4, 0, 0, None, True)
-        self._forward(self._next_hops[target][1], sub.destination, headers, b"", 0, target, (self.own,), marker)
-        topic = self.state.topics[sub.destination]
-        del topic.subs[sub]
-        del self.state.durables[sub.durable_name]
-        topic.retire(sub.store, 0)
-
-    def _drain_store(self, destination: str, store: Store, targets: list[str], durable: Subscription | None,
-                     budget: int) -> int:
-        # A queue's messages go where their consumers are, when some target has one that would
-        # take them, else round robin; a durable subscription's travel with its name (and
-        # selector), so the subscriber finds them by reconnecting to the group they went to.
-        demand = [] if durable is not None else [
-            route for group, route in sorted(self.routes_to(destination).items())
-            if group in targets and route.consumer_count > 0
-        ]
-        extra: Headers = () if durable is None else ((DURABLE_HEADER, _durable_text(durable)),)
-        turn = self.fed.turns.get(destination, 0)
-        moved = 0
-        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
-            for token in list(store.lanes[priority]):
-                if moved >= budget:
-                    break
-                message = store.ready.get(token)
-                if message is None:
-                    continue
-                takers = [r.group for r in demand if self._takers(r.consumers, selector_headers(message))] if demand else []
-                choices = takers or targets
-                if durable is not None:  # one subscription, one group
-                    target = _durable_target(durable, targets)
-                elif message.group is not None:  # one JMSXGroupID, one group: its order holds
-                    target = choices[zlib.crc32(message.group.encode()) % len(choices)]
-                else:
-                    target = choices[turn % len(choices)]
-                    turn += 1
-                self.dispatch.take_ready(store, token)
-                self._forward(self._next_hops[target][1], destination, (*message.headers, *extra), message.body,
-                              message.timestamp, target, (self.own,), message)
-                moved += 1
-        store.maybe_compact()
-        if moved:
-            self.fed.turns[destination] = turn
-            self.fed.drained += moved
-        return moved
-
-    def _store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
-                       delivered: int, subscription_only: bool = False) -> None:
-        """A drained group's durable-subscription message: into the subscription of that name
-        here, made (inactive) if it is not here yet."""
-        try:
-            name, selector_text = json.loads(text)
-        except (ValueError, TypeError):
-            self.fed.unroutable += 1
-            return
-        sub = self.state.durables.get(name)
-        if sub is None:
-            selector = None if selector_text is None else self._selector(selector_text)
-            store = Store(destination, shared=False)
-            sub = Subscription(None, "", destination, ACK_AUTO, 0, selector, False, name, store)
-            self.dispatch.topic(destination).subs[sub] = None
-            self.state.durables[name] = sub
-        if subscription_only:
-            return
-        priority, expires, persistent, group, _ = read_headers(headers)
-        self.state.message_seq += 1
-        message = Message(f"{self.dispatch.id_prefix}{self.state.message_seq}", sub.destination, headers, body,
-                          priority, expires, now, group, persistent)
-        message.delivery_count = delivered
-        self.dispatch.enqueue(sub.store, message)
-
     # -- helpers ----------------------------------------------------------------------------
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
@@ -398,7 +292,7 @@ class Federation:
         matching = selector_headers(message)
         for target, route in routes.items():
             if route.hops <= connection.max_hops:
-                remote[target] = Candidate(target, self._takers(route.consumers, matching), route.hops)
+                remote[target] = Candidate(target, self.takers(route.consumers, matching), route.hops)
         if connection.static:  # the neighbour's bridge is a consumer that is always there
             for target in self._static_targets(connection):
                 known = remote.get(target)
@@ -430,7 +324,7 @@ class Federation:
                 if message is None:
                     continue
                 matching = selector_headers(message)
-                targets = [route for route in demand if self._takers(route.consumers, matching)]
+                targets = [route for route in demand if self.takers(route.consumers, matching)]
                 if not targets:
                     continue
                 if message.group is not None:  # one JMSXGroupID, one group: its order holds
@@ -439,7 +333,7 @@ class Federation:
                     route = targets[turn % len(targets)]
                     turn += 1
                 self.dispatch.take_ready(store, token)
-                self._forward(route.via, destination, message.headers, message.body, message.timestamp,
+                self.forward(route.via, destination, message.headers, message.body, message.timestamp,
                               route.group, (self.own,), message)
                 moved += 1
                 if moved >= REDISTRIBUTION_BATCH:
@@ -456,10 +350,10 @@ class Federation:
         hop = self._next_hops.get(to)
         if hop is None or hop[1] in here or len(here) > connection.max_hops:
             return False
-        self._forward(hop[1], destination, headers, body, now, to, here, delivered=delivered)
+        self.forward(hop[1], destination, headers, body, now, to, here, delivered=delivered)
         return True
 
-    def _forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
+    def forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
                  here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None:
         """Store the message in `via`'s store-and-forward queue, for group `to`; a message moved
         by redistribution (`original`) carries how often it was delivered here."""
@@ -479,7 +373,7 @@ class Federation:
         dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
         self.fed.forwarded[via] = self.fed.forwarded.get(via, 0) + 1
 
-    def _takers(self, consumers: Consumers, matching: dict[str, str]) -> int:
+    def takers(self, consumers: Consumers, matching: dict[str, str]) -> int:
         """How many of a group's consumers would take a message with these headers."""
         takers = 0
         for text, count in consumers:
@@ -488,7 +382,7 @@ class Federation:
             if text is None:
                 takers += count
                 continue
-            selector = self._selector(text)
+            selector = self.selector(text)
             if selector is not None and selector.matches(matching):
                 takers += count
         return takers
@@ -499,7 +393,7 @@ class Federation:
             return []
         return [n for n in connection.neighbours(self.own) if connection.forwards_to(self.own, n)]
 
-    def _selector(self, text: str) -> Selector | None:
+    def selector(self, text: str) -> Selector | None:
         try:
             return self._selectors[text]
         except KeyError:
@@ -513,12 +407,3 @@ class Federation:
 
 def _selector_text(selector: Selector | None) -> str | None:
     return None if selector is None else selector.text
-
-
-def _durable_target(sub: Subscription, targets: list[str]) -> str:
-    """Where a drained durable subscription goes: always the same group of `targets`."""
-    return targets[zlib.crc32((sub.durable_name or "").encode()) % len(targets)]
-
-
-def _durable_text(sub: Subscription) -> str:
-    return json.dumps([sub.durable_name, _selector_text(sub.selector)], separators=(",", ":"))

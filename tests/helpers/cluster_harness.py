@@ -30,6 +30,9 @@ class Cluster:
         for name in groups:
             lines += ["[[group]]", f'file = "{name}.toml"']
         discovery = connection.pop("discovery", None)  # a [[discovery_group]] table's keys: groups are found
+        broadcast = connection.pop("broadcast", None)  # a [[broadcast_group]] table's keys
+        if broadcast is not None:
+            lines += ["[[broadcast_group]]", 'name = "bg"'] + [f"{k} = {json.dumps(v)}" for k, v in broadcast.items()]
         if discovery is not None:
             lines += ["[[discovery_group]]", 'name = "dg"'] + [f"{k} = {json.dumps(v)}" for k, v in discovery.items()]
             lines += ["[[cluster_connection]]", 'name = "test"', 'discovery_group = "dg"']

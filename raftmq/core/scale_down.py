@@ -1,0 +1,186 @@
+"""Scale-down in the broker core (`raftmq group drain`, raftmq.ops.drain): a group told to
+drain — a committed control SEND, so a new leader goes on with it — moves everything it holds
+to other groups as committed moves, through the same store-and-forward queues and forward ids
+as any routing (raftmq.core.federation), and advertises nothing meanwhile. Pure, like the rest
+of the core.
+
+- Queues (the dead-letter and expiry queues too): their ready messages, to groups with a
+  consumer that would take them, else round robin; a JMSXGroupID's all to one group. What
+  consumers hold comes back when the node ends their sessions, and moves on the next Tick.
+- Inactive durable subscriptions: whole to one group (a hash of the name), each message carrying
+  the subscription's name and selector, so the group that receives them makes the subscription
+  again; an empty one travels as a marker with no message, so it collects there meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Protocol
+
+from cluster.bindings import Consumers, Route
+from cluster.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
+from raftmq.core.commands import ACK_AUTO, Headers
+from raftmq.core.dispatch import Dispatcher, read_headers
+from raftmq.core.federation_state import FederationState
+from raftmq.core.message import Message
+from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
+from raftmq.core.selector import Selector
+from raftmq.core.state import BrokerState
+
+
+class Federation(Protocol):
+    """What scale-down uses of raftmq.core.federation.Federation (which owns it)."""
+
+    own: str
+    state: BrokerState
+    dispatch: Dispatcher
+
+    @property
+    def fed(self) -> FederationState: ...
+
+    @property
+    def next_hops(self) -> dict[str, tuple[int, str]]: ...
+
+    def routes_to(self, destination: str) -> dict[str, Route]: ...
+
+    def forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
+                here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None: ...
+
+    def takers(self, consumers: Consumers, matching: dict[str, str]) -> int: ...
+
+    def selector(self, text: str) -> Selector | None: ...
+
+# At most this many messages move per Tick (as redistribution: a Tick's apply stays short).
+DRAIN_BATCH = 10_000
+
+
+class ScaleDown:
+    def __init__(self, federation: Federation) -> None:
+        self.f = federation
+
+    def start(self, text: str) -> str | None:
+        """Drain to the groups named (comma list), to any group reached ("") or stop ("-")."""
+        if text == "-":
+            self.f.fed.draining = None
+            return None
+        targets = tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
+        unknown = [group for group in targets if group == self.f.own or group not in self.f.next_hops]
+        if unknown:
+            return f"cannot drain to {', '.join(unknown)}: not a group {self.f.own!r} reaches (reaches: " \
+                   f"{', '.join(sorted(self.f.next_hops)) or 'none'})"
+        self.f.fed.draining = targets
+        return None
+
+    def tick(self) -> None:
+        """On a Tick while draining (`raftmq group drain`): move up to DRAIN_BATCH
+        ready messages — of every queue, the dead-letter and expiry queues too, and of every
+        inactive durable subscription — to the drain's groups, each a committed move through a
+        store-and-forward queue with its own duplicate-detection id. What bridges hold (the
+        store-and-forward queues) they forward themselves; what consumers hold comes back to
+        its queue when their sessions end (the node closes them: a draining group serves no
+        one), and moves on the next Tick."""
+        if self.f.fed.draining is None:
+            return
+        targets = [group for group in (self.f.fed.draining or sorted(self.f.next_hops)) if group in self.f.next_hops]
+        if not targets:
+            return  # nowhere to go now; the next Tick tries again
+        budget = DRAIN_BATCH
+        for destination, store in list(self.f.state.queues.items()):
+            if budget > 0 and store.ready and not is_internal(destination):
+                budget -= self._drain_store(destination, store, targets, None, budget)
+        for sub in list(self.f.state.durables.values()):
+            if budget > 0 and sub.session is None and sub.store.ready:
+                budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
+            if budget > 0 and sub.session is None and not sub.store.ready and not sub.store.in_flight:
+                self._move_subscription(sub, targets)
+                budget -= 1
+
+    def _move_subscription(self, sub: Subscription, targets: list[str]) -> None:
+        """An inactive durable subscription with nothing left here: made again in a target
+        (so it collects what is published meanwhile for its subscriber to find there) by an
+        empty move that carries only its name, then dropped here."""
+        assert sub.durable_name is not None
+        target = _durable_target(sub, targets)
+        headers: Headers = ((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1"))
+        self.f.state.message_seq += 1
+        marker = Message(f"{self.f.dispatch.id_prefix}{self.f.state.message_seq}", sub.destination, headers, b"",
+                         4, 0, 0, None, True)
+        self.f.forward(self.f.next_hops[target][1], sub.destination, headers, b"", 0, target, (self.f.own,), marker)
+        topic = self.f.state.topics[sub.destination]
+        del topic.subs[sub]
+        del self.f.state.durables[sub.durable_name]
+        topic.retire(sub.store, 0)
+
+    def _drain_store(self, destination: str, store: Store, targets: list[str], durable: Subscription | None,
+                     budget: int) -> int:
+        # A queue's messages go where their consumers are, when some target has one that would
+        # take them, else round robin; a durable subscription's travel with its name (and
+        # selector), so the subscriber finds them by reconnecting to the group they went to.
+        demand = [] if durable is not None else [
+            route for group, route in sorted(self.f.routes_to(destination).items())
+            if group in targets and route.consumer_count > 0
+        ]
+        extra: Headers = () if durable is None else ((DURABLE_HEADER, _durable_text(durable)),)
+        turn = self.f.fed.turns.get(destination, 0)
+        moved = 0
+        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
+            for token in list(store.lanes[priority]):
+                if moved >= budget:
+                    break
+                message = store.ready.get(token)
+                if message is None:
+                    continue
+                takers = [r.group for r in demand if self.f.takers(r.consumers, selector_headers(message))] if demand else []
+                choices = takers or targets
+                if durable is not None:  # one subscription, one group
+                    target = _durable_target(durable, targets)
+                elif message.group is not None:  # one JMSXGroupID, one group: its order holds
+                    target = choices[zlib.crc32(message.group.encode()) % len(choices)]
+                else:
+                    target = choices[turn % len(choices)]
+                    turn += 1
+                self.f.dispatch.take_ready(store, token)
+                self.f.forward(self.f.next_hops[target][1], destination, (*message.headers, *extra), message.body,
+                              message.timestamp, target, (self.f.own,), message)
+                moved += 1
+        store.maybe_compact()
+        if moved:
+            self.f.fed.turns[destination] = turn
+            self.f.fed.drained += moved
+        return moved
+
+    def store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
+                       delivered: int, subscription_only: bool = False) -> None:
+        """A drained group's durable-subscription message: into the subscription of that name
+        here, made (inactive) if it is not here yet."""
+        try:
+            name, selector_text = json.loads(text)
+        except (ValueError, TypeError):
+            self.f.fed.unroutable += 1
+            return
+        sub = self.f.state.durables.get(name)
+        if sub is None:
+            selector = None if selector_text is None else self.f.selector(selector_text)
+            store = Store(destination, shared=False)
+            sub = Subscription(None, "", destination, ACK_AUTO, 0, selector, False, name, store)
+            self.f.dispatch.topic(destination).subs[sub] = None
+            self.f.state.durables[name] = sub
+        if subscription_only:
+            return
+        priority, expires, persistent, group, _ = read_headers(headers)
+        self.f.state.message_seq += 1
+        message = Message(f"{self.f.dispatch.id_prefix}{self.f.state.message_seq}", sub.destination, headers, body,
+                          priority, expires, now, group, persistent)
+        message.delivery_count = delivered
+        self.f.dispatch.enqueue(sub.store, message)
+
+
+def _durable_target(sub: Subscription, targets: list[str]) -> str:
+    """Where a drained durable subscription goes: always the same group of `targets`."""
+    return targets[zlib.crc32((sub.durable_name or "").encode()) % len(targets)]
+
+
+def _durable_text(sub: Subscription) -> str:
+    selector = None if sub.selector is None else sub.selector.text
+    return json.dumps([sub.durable_name, selector], separators=(",", ":"))
