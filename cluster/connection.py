@@ -30,10 +30,11 @@ import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from cluster.addresses import AddressFilter
 from cluster.discovery import DiscoveryGroup
+from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 
 OFF = "OFF"
@@ -212,11 +213,10 @@ def parse_cluster_connections(path: Path, entries: Any, groups: tuple[str, ...],
                               discovery: dict[str, DiscoveryGroup] | None = None) -> tuple[ClusterConnection, ...]:
     """The `[[cluster_connection]]` tables of topology file `path`, whose groups are `groups`
     (`discovery`: its discovery groups by name)."""
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: cluster_connection must be an array of tables ([[cluster_connection]])")
     connections: list[ClusterConnection] = []
-    for index, entry in enumerate(entries):
-        connections.append(_parse_one(_Table(path, f"cluster_connection[{index}]", entry), groups, discovery or {}))
+    for index, entry in enumerate(tables(path, "cluster_connection", entries)):
+        table = Table(path, f"cluster_connection[{index}]", entry, _KEYS, "cluster_connection")
+        connections.append(_parse_one(table, groups, discovery or {}))
     names = [c.name for c in connections]
     for name in names:
         if names.count(name) > 1:
@@ -224,38 +224,13 @@ def parse_cluster_connections(path: Path, entries: Any, groups: tuple[str, ...],
     return tuple(connections)
 
 
-class _Table:
-    def __init__(self, path: Path, prefix: str, raw: dict[str, Any]) -> None:
-        self.path, self.prefix, self.raw = path, prefix, raw
-        for key in raw:
-            if key not in _KEYS:
-                self.fail(key, f"is not a cluster_connection key (known: {', '.join(_KEYS)})")
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise ConfigError(f"{self.path}: {self.prefix}.{key} {problem}")
-
-    def text(self, key: str, default: str | None) -> str | None:
-        value = self.raw.get(key, default)
-        if value is not None and (not isinstance(value, str) or (not value and key != "address")):
-            self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int, *, minus_one: bool = False) -> int:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, got {value!r}")
-        if value < minimum and not (minus_one and value == -1):
-            self.fail(key, f"must be at least {minimum}{' (or -1)' if minus_one else ''}, got {value}")
-        return int(value)
-
-
-def _parse_one(table: _Table, known_groups: tuple[str, ...], discovery: dict[str, DiscoveryGroup]) -> ClusterConnection:
+def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str, DiscoveryGroup]) -> ClusterConnection:
     raw = table.raw
     name = table.text("name", None)
     if name is None:
         table.fail("name", "is required")
     assert name is not None
-    address_text = table.text("address", "") or ""
+    address_text = table.text("address", "", empty=True) or ""
     try:
         address = AddressFilter.parse(address_text)
     except ValueError as exc:
@@ -283,12 +258,8 @@ def _parse_one(table: _Table, known_groups: tuple[str, ...], discovery: dict[str
     policy = raw.get("message_load_balancing", ON_DEMAND)
     if policy not in LOAD_BALANCING:
         table.fail("message_load_balancing", f"must be one of {', '.join(LOAD_BALANCING)}, got {policy!r}")
-    duplicate_detection = raw.get("use_duplicate_detection", True)
-    if not isinstance(duplicate_detection, bool):
-        table.fail("use_duplicate_detection", f"must be true or false, got {duplicate_detection!r}")
-    multiplier = raw.get("retry_interval_multiplier", 2.0)
-    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier < 1:
-        table.fail("retry_interval_multiplier", f"must be a number of at least 1, got {multiplier!r}")
+    duplicate_detection = table.flag("use_duplicate_detection", True)
+    multiplier = table.number("retry_interval_multiplier", 2.0, 1)
     retry = RetryPolicy(
         table.integer("retry_interval_ms", 500, 1),
         float(multiplier),
@@ -324,7 +295,7 @@ def _parse_one(table: _Table, known_groups: tuple[str, ...], discovery: dict[str
     )
 
 
-def _links(table: _Table, members: list[str] | None, links: Any) -> tuple[tuple[str, str], ...]:
+def _links(table: Table, members: list[str] | None, links: Any) -> tuple[tuple[str, str], ...]:
     pairs: set[tuple[str, str]] = set()
     if isinstance(links, str):
         if links not in (MESH, CHAIN):

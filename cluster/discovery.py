@@ -32,9 +32,9 @@ import ipaddress
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from raftmq.errors import ConfigError
+from cluster.table import Table, tables
 
 _BROADCAST_KEYS = ("name", "group_address", "group_port", "broadcast_period_ms", "local_bind_address")
 _DISCOVERY_KEYS = ("name", "group_address", "group_port", "refresh_timeout_ms", "file", "local_bind_address")
@@ -142,8 +142,8 @@ class DiscoveryTable:
 
 def parse_broadcast_groups(path: Path, entries: Any) -> tuple[BroadcastGroup, ...]:
     groups = []
-    for index, entry in enumerate(_tables(path, "broadcast_group", entries)):
-        table = _Table(path, f"broadcast_group[{index}]", entry, _BROADCAST_KEYS)
+    for index, entry in enumerate(tables(path, "broadcast_group", entries)):
+        table = Table(path, f"broadcast_group[{index}]", entry, _BROADCAST_KEYS, "broadcast_group")
         groups.append(BroadcastGroup(
             table.text("name", required=True) or "", _multicast(table), table.port("group_port"),
             table.integer("broadcast_period_ms", 2000, 10), table.text("local_bind_address"),
@@ -153,8 +153,8 @@ def parse_broadcast_groups(path: Path, entries: Any) -> tuple[BroadcastGroup, ..
 
 def parse_discovery_groups(path: Path, entries: Any) -> tuple[DiscoveryGroup, ...]:
     groups = []
-    for index, entry in enumerate(_tables(path, "discovery_group", entries)):
-        table = _Table(path, f"discovery_group[{index}]", entry, _DISCOVERY_KEYS)
+    for index, entry in enumerate(tables(path, "discovery_group", entries)):
+        table = Table(path, f"discovery_group[{index}]", entry, _DISCOVERY_KEYS, "discovery_group")
         name = table.text("name", required=True) or ""
         file = table.text("file")
         refresh = table.integer("refresh_timeout_ms", 10_000, 100)
@@ -168,13 +168,7 @@ def parse_discovery_groups(path: Path, entries: Any) -> tuple[DiscoveryGroup, ..
     return tuple(groups)
 
 
-def _tables(path: Path, key: str, entries: Any) -> list[dict[str, Any]]:
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: {key} must be an array of tables ([[{key}]])")
-    return entries
-
-
-def _multicast(table: _Table) -> str:
+def _multicast(table: Table) -> str:
     text = table.text("group_address", required=True) or ""
     try:
         address = ipaddress.ip_address(text)
@@ -183,36 +177,3 @@ def _multicast(table: _Table) -> str:
     if not address.is_multicast:
         table.fail("group_address", f"must be a multicast address (224.0.0.0/4 or ff00::/8), got {text}")
     return text
-
-
-class _Table:
-    def __init__(self, path: Path, prefix: str, raw: dict[str, Any], keys: tuple[str, ...]) -> None:
-        self.path, self.prefix, self.raw = path, prefix, raw
-        for key in raw:
-            if key not in keys:
-                self.fail(key, f"is not a key of this table (known: {', '.join(keys)})")
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise ConfigError(f"{self.path}: {self.prefix}.{key} {problem}")
-
-    def text(self, key: str, required: bool = False) -> str | None:
-        value = self.raw.get(key)
-        if value is None and required:
-            self.fail(key, "is required")
-        if value is not None and (not isinstance(value, str) or not value):
-            self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int) -> int:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.fail(key, f"must be an integer of at least {minimum}, got {value!r}")
-        return int(value)
-
-    def port(self, key: str) -> int:
-        if key not in self.raw:
-            self.fail(key, "is required")
-        value = self.raw[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-            self.fail(key, f"must be a port number (1-65535), got {value!r}")
-        return int(value)

@@ -30,10 +30,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from cluster.addresses import AddressFilter
 from cluster.connection import ON_DEMAND, ClusterConnection, RetryPolicy
+from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 
 _KEYS = (
@@ -74,13 +75,11 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
                              taken: tuple[str, ...] = ()) -> tuple[ClusterConnection, ...]:
     """The connections `[[network_connector]]` tables compile to. `members`: each group's
     members' STOMP addresses ("host:port"); `taken`: names the cluster connections use."""
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: network_connector must be an array of tables ([[network_connector]])")
     owner = {address: group for group, addresses in members.items() for address in addresses}
     merged: dict[_Options, tuple[str, set[tuple[str, str]], set[tuple[str, str]]]] = {}
     names: set[str] = set(taken)
-    for index, entry in enumerate(entries):
-        table = _Table(path, f"network_connector[{index}]", entry)
+    for index, entry in enumerate(tables(path, "network_connector", entries)):
+        table = Table(path, f"network_connector[{index}]", entry, _KEYS, "network_connector option")
         group = table.text("group", None)
         if group is None:
             table.fail("group", "is required: the group whose broker declares the connector")
@@ -146,7 +145,7 @@ def _check_shadowing(path: Path, connections: list[ClusterConnection]) -> None:
                     "(dynamicallyIncludedDestinations / excludedDestinations)")
 
 
-def _targets(table: _Table, owner: dict[str, str]) -> set[str]:
+def _targets(table: Table, owner: dict[str, str]) -> set[str]:
     uri = table.text("uri", None)
     if uri is None:
         table.fail("uri", 'is required, e.g. "static:(stomp://127.0.0.1:61613)"')
@@ -177,7 +176,7 @@ def _targets(table: _Table, owner: dict[str, str]) -> set[str]:
     return groups
 
 
-def _options(table: _Table) -> _Options:
+def _options(table: Table) -> _Options:
     ttl = table.integer("networkTTL", 1, 1)
     initial = table.integer("initialReconnectDelay", 1000, 1)
     maximum = table.integer("maxReconnectDelay", 30_000, 1)
@@ -206,9 +205,9 @@ def _options(table: _Table) -> _Options:
         conduit=table.flag("conduitSubscriptions", True),
         dynamic_only=table.flag("dynamicOnly", False),
         prefer_local=table.flag("decreaseNetworkConsumerPriority", False),
-        excluded=table.destinations("excludedDestinations"),
-        dynamic=table.destinations("dynamicallyIncludedDestinations"),
-        static=table.destinations("staticallyIncludedDestinations"),
+        excluded=_destinations(table, "excludedDestinations"),
+        dynamic=_destinations(table, "dynamicallyIncludedDestinations"),
+        static=_destinations(table, "staticallyIncludedDestinations"),
         prefetch=table.integer("prefetchSize", 1000, 1),
         retry=retry,
         replay_delay_ms=delay if replay else -1,
@@ -217,59 +216,23 @@ def _options(table: _Table) -> _Options:
     )
 
 
-class _Table:
-    def __init__(self, path: Path, prefix: str, raw: dict[str, Any]) -> None:
-        self.path, self.prefix, self.raw = path, prefix, raw
-        for key in raw:
-            if key not in _KEYS:
-                self.fail(key, f"is not a network_connector option (known: {', '.join(_KEYS)})")
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise ConfigError(f"{self.path}: {self.prefix}.{key} {problem}")
-
-    def text(self, key: str, default: str | None) -> str | None:
-        value = self.raw.get(key, default)
-        if value is not None and (not isinstance(value, str) or not value):
-            self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key, default)
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, got {value!r}")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int) -> int:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, got {value!r}")
-        if value < minimum:
-            self.fail(key, f"must be at least {minimum}, got {value}")
-        return int(value)
-
-    def number(self, key: str, default: float, minimum: float) -> float:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            self.fail(key, f"must be a number of at least {minimum:g}, got {value!r}")
-        return float(value)
-
-    def destinations(self, key: str) -> tuple[str, ...]:
-        """Classic's destination lists: "queue://NAME" or "topic://NAME" (or "/queue/NAME",
-        "/topic/NAME"), NAME a pattern; as address-filter items of that kind."""
-        value = self.raw.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            self.fail(key, f'must be a list of destinations like "queue://orders.>", got {value!r}')
-        items = []
-        for item in value:
-            for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/"), ("/queue/", "/queue/"), ("/topic/", "/topic/")):
-                if item.startswith(prefix):
-                    normalised = kind + item[len(prefix):]
-                    break
-            else:
-                self.fail(key, f'has {item!r}: name the kind, "queue://{item}" or "topic://{item}"')
-            try:
-                AddressFilter.parse(normalised)
-            except ValueError as exc:
-                self.fail(key, f"has {item!r}: {exc}")
-            items.append(normalised)
-        return tuple(items)
+def _destinations(table: Table, key: str) -> tuple[str, ...]:
+    """Classic's destination lists: "queue://NAME" or "topic://NAME" (or "/queue/NAME",
+    "/topic/NAME"), NAME a pattern; as address-filter items of that kind."""
+    value = table.raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        table.fail(key, f'must be a list of destinations like "queue://orders.>", got {value!r}')
+    items = []
+    for item in value:
+        for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/"), ("/queue/", "/queue/"), ("/topic/", "/topic/")):
+            if item.startswith(prefix):
+                normalised = kind + item[len(prefix):]
+                break
+        else:
+            table.fail(key, f'has {item!r}: name the kind, "queue://{item}" or "topic://{item}"')
+        try:
+            AddressFilter.parse(normalised)
+        except ValueError as exc:
+            table.fail(key, f"has {item!r}: {exc}")
+        items.append(normalised)
+    return tuple(items)

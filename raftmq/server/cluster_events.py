@@ -9,12 +9,12 @@ core cannot log or close sessions, so the group's leader compares the state ever
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Protocol
 
 import structlog
 
 from raftmq.core.broker import Broker
+from raftmq.server.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.cluster")
 
@@ -31,28 +31,17 @@ class WatchedNode(Protocol):
     def refuse_clients(self, message: str, detail: str) -> int: ...
 
 
-class ClusterEvents:
+class ClusterEvents(LeaderTask):
     name = "cluster events"
 
     def __init__(self, node: WatchedNode) -> None:
         self._node = node
-        self._task: asyncio.Task[None] | None = None
         self._bindings: dict[str, dict[str, dict[str, int]]] | None = None
         self._redistributed: int | None = None
         self._drained: int | None = None
         self._draining: tuple[str, ...] | None = None
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._watch())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _watch(self) -> None:
+    async def run(self) -> None:
         while True:
             self.check()
             await asyncio.sleep(WATCH_SECONDS)

@@ -35,6 +35,7 @@ from cluster.discovery import (
     read_members_file,
 )
 from raftmq.server.bridge import Bridge
+from raftmq.server.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.discovery")
 
@@ -65,7 +66,7 @@ def _listener(group: DiscoveryGroup) -> socket.socket:
     return sock
 
 
-class Announcer:
+class Announcer(LeaderTask):
     name = "discovery announcer"
 
     def __init__(self, group: str, clients: tuple[str, ...], broadcast: tuple[BroadcastGroup, ...],
@@ -73,20 +74,9 @@ class Announcer:
         self._group, self._clients = group, clients
         self._broadcast = broadcast
         self._connections = connections
-        self._task: asyncio.Task[None] | None = None
         self.sent = 0
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
         sockets = [(group, _sender(group)) for group in self._broadcast]
         try:
             period = min(group.broadcast_period_ms for group in self._broadcast) / 1000
@@ -107,7 +97,7 @@ class Announcer:
                 sock.close()
 
 
-class DiscoveredLinks:
+class DiscoveredLinks(LeaderTask):
     """The bridges of one cluster connection with discovery, made as groups are heard of."""
 
     def __init__(self, host: Any, own: str, connection: ClusterConnection, links: list[Any],
@@ -119,7 +109,6 @@ class DiscoveredLinks:
         self._clock = clock
         self.table = DiscoveryTable(own, connection.discovery.refresh_timeout_ms)
         self.bridges: dict[str, Bridge] = {}
-        self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
     async def start(self) -> None:
@@ -128,14 +117,10 @@ class DiscoveredLinks:
         if discovery.file is None:
             self._socket = _listener(discovery)
             asyncio.get_running_loop().add_reader(self._socket.fileno(), self._receive)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        await super().start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().stop()
         if self._socket is not None:
             asyncio.get_running_loop().remove_reader(self._socket.fileno())
             self._socket.close()
@@ -176,7 +161,7 @@ class DiscoveredLinks:
         for group, clients in members.items():
             self.table.hear(group, clients, now)
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         discovery = self._connection.discovery
         assert discovery is not None
         while True:

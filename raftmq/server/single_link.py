@@ -19,7 +19,6 @@ the link connected while the opener's subscription is there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from raftmq.client.failover import FailoverClient
 from raftmq.protocol.frame import Frame
 from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
 from raftmq.server.frames import SERVER_MESSAGE_HEADERS
+from raftmq.server.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.single_link")
 
@@ -86,7 +86,7 @@ class Puller:
         self._client.ack_nowait(frame)
 
 
-class PassiveLink:
+class PassiveLink(LeaderTask):
     """The end of a link that the neighbour opens: a leader service like a bridge."""
 
     def __init__(self, host: Any, own_group: str, neighbour: str, advertises: bool) -> None:
@@ -96,20 +96,12 @@ class PassiveLink:
         self.neighbour = neighbour
         self.advertises = advertises  # the neighbour forwards to this group: it needs our bindings
         self.queue = sf_queue(neighbour)
-        self._task: asyncio.Task[None] | None = None
         self._session: BridgeSession | None = None
         self.adverts_sent = 0
         self.last_error: str | None = None
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await super().stop()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -118,7 +110,7 @@ class PassiveLink:
         store = self._host.broker.state.queues.get(self.queue)
         return store is not None and bool(store.consumers)
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while True:
             session = self._session = BridgeSession(self._host, self._host.new_session_id("link"), None, 0, None)
             try:

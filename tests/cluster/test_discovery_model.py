@@ -65,7 +65,7 @@ def test_the_members_file(tmp_path: Path) -> None:
      "broadcast_group[0].group_address must be a multicast address"),
     ({"broadcast_group": [{"name": "bg", "group_address": "231.7.7.7", "group_port": 0}]}, "group_port must be a port number"),
     ({"broadcast_group": [{"name": "bg", "group_address": "231.7.7.7", "group_port": 9876, "period": 1}]},
-     "broadcast_group[0].period is not a key"),
+     "broadcast_group[0].period is not a broadcast_group key"),
     ({"discovery_group": [{"name": "dg", "file": "m.json", "group_address": "231.7.7.7"}]}, "a discovery group uses one"),
     ({"discovery_group": [{"group_address": "231.7.7.7", "group_port": 9876}]}, "discovery_group[0].name is required"),
 ])
