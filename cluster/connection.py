@@ -27,7 +27,6 @@ connections it is part of.
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,17 +267,7 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
     )
     if retry.max_retry_interval_ms < retry.retry_interval_ms:
         table.fail("max_retry_interval_ms", f"must be at least retry_interval_ms ({retry.retry_interval_ms})")
-    user = table.text("cluster_user", None)
-    password = table.text("cluster_password", None)
-    env = table.text("cluster_password_env", None)
-    if password is not None and env is not None:
-        table.fail("cluster_password_env", "and cluster_password are both set: name one")
-    if env is not None:
-        password = os.environ.get(env)
-        if password is None:
-            table.fail("cluster_password_env", f"names {env}, which is not set in the environment")
-    if password is not None and user is None:
-        table.fail("cluster_user", "is required with a cluster password")
+    user, password = table.credentials("cluster_user", "cluster_password", "cluster_password_env")
     return ClusterConnection(
         name=name,
         links=links,

@@ -26,7 +26,6 @@ the first connection covering a destination governs it.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,17 +187,7 @@ def _options(table: Table) -> _Options:
     replay = table.flag("replayWhenNoConsumers", True)
     delay = table.integer("replayDelay", DEFAULT_REPLAY_DELAY_MS, 0)
     table.flag("suppressDuplicateQueueSubscriptions", False)  # always so here: one route per group (docs)
-    user = table.text("userName", None)
-    password = table.text("password", None)
-    env = table.text("password_env", None)
-    if password is not None and env is not None:
-        table.fail("password_env", "and password are both set: name one")
-    if env is not None:
-        password = os.environ.get(env)
-        if password is None:
-            table.fail("password_env", f"names {env}, which is not set in the environment")
-    if password is not None and user is None:
-        table.fail("userName", "is required with a password")
+    user, password = table.credentials("userName", "password", "password_env")
     return _Options(
         message_ttl=table.integer("messageTTL", ttl, 1),
         consumer_ttl=table.integer("consumerTTL", ttl, 1),

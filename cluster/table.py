@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -47,6 +48,22 @@ class Table:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
             self.fail(key, f"must be a number of at least {minimum:g}, got {value!r}")
         return float(value)
+
+    def credentials(self, user_key: str, password_key: str, env_key: str) -> tuple[str | None, str | None]:
+        """A login and its password, given outright or as the environment variable holding it
+        (one of the two); a password needs a login."""
+        user = self.text(user_key)
+        password = self.text(password_key)
+        env = self.text(env_key)
+        if password is not None and env is not None:
+            self.fail(env_key, f"and {password_key} are both set: name one")
+        if env is not None:
+            password = os.environ.get(env)
+            if password is None:
+                self.fail(env_key, f"names {env}, which is not set in the environment")
+        if password is not None and user is None:
+            self.fail(user_key, f"is required with a {password_key.replace('_', ' ')}")
+        return user, password
 
     def port(self, key: str) -> int:
         if key not in self.raw:

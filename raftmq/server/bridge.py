@@ -40,6 +40,7 @@ from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.replication.commit_log import CommitLog
 from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession, BridgeSessionHost
+from raftmq.server.leader_task import LeaderTask
 from raftmq.server.single_link import PassiveLink, Puller
 
 log = structlog.get_logger("raftmq.server.bridge")
@@ -59,7 +60,7 @@ class BridgeHost(BridgeSessionHost, Protocol):
     def new_session_id(self, kind: str) -> str: ...
 
 
-class Bridge:
+class Bridge(LeaderTask):
     def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection,
                  advertises: bool = True, pulls: bool = False) -> None:
         self.name = f"bridge {own_group}->{neighbour.name}"
@@ -72,7 +73,6 @@ class Bridge:
         self._puller: Puller | None = None
         self.presence: str | None = None  # a discovered group: "up" while heard of, else "down"
         self.queue = sf_queue(neighbour.name)
-        self._task: asyncio.Task[None] | None = None
         self._client: FailoverClient | None = None
         self._session: BridgeSession | None = None
         # What `raftmq status` shows of the link.
@@ -87,21 +87,14 @@ class Bridge:
 
     # -- LeaderService ----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run_forever())
-
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await super().stop()
         await self._close()
         self.state = "stopped"
 
     # -- the link -----------------------------------------------------------------------------
 
-    async def _run_forever(self) -> None:
+    async def run(self) -> None:
         """A bridge never dies silently: when its client gives up (`reconnect_attempts`), its
         session ends, so what it had in flight returns to the queue, the link shows `failed`,
         and after `max_retry_interval_ms` it starts over."""
