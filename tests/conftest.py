@@ -22,6 +22,7 @@ READY_PREFIX = "raftmq node listening on "
 # - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
 # - chaos: network namespaces, bridges and 10.99.x.x addresses of the chaos harness;
 # - presets: `raftmq up --preset` starts clusters on the presets' fixed ports.
+# (Our own scheduler: xdist 3.8's `loadgroup` renames test ids, which pytest 9 no longer allows.)
 WORKER_GROUPS = {
     "tests/spark_audit/": "spark",
     "tests/chaos/": "chaos",
@@ -30,11 +31,20 @@ WORKER_GROUPS = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for prefix, group in WORKER_GROUPS.items():
-            if item.nodeid.startswith(prefix):
-                item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Each group of WORKER_GROUPS is one scope (one worker, in order); every other test
+        is a scope of its own, so they spread as with plain `load`."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            for prefix, group in WORKER_GROUPS.items():
+                if nodeid.startswith(prefix):
+                    return group
+            return nodeid
+
+    return GroupScheduling(config, log)
 
 
 class UnmarkedIntegration(RuntimeError):
