@@ -67,8 +67,9 @@ async def produce(target: str, prefix: str, stop: asyncio.Event, sent: set[str],
         await client.close()
 
 
-async def consume_all(targets: list[str], idle: float = 3.0) -> Counter[str]:
+async def consume_all(targets: list[str], idle: float = 3.0) -> tuple[Counter[str], set[str]]:
     got: Counter[str] = Counter()
+    redelivered: set[str] = set()
     last = [time.monotonic()]
     clients = []
     for target in targets:
@@ -76,7 +77,10 @@ async def consume_all(targets: list[str], idle: float = 3.0) -> Counter[str]:
         clients.append(client)
 
         def on_message(frame: Frame, client: Any = client) -> None:
-            got[frame.body.split(b".")[0].decode()] += 1
+            name = frame.body.split(b".")[0].decode()
+            got[name] += 1
+            if frame.get("redelivered") == "true":
+                redelivered.add(name)
             last[0] = time.monotonic()
             client.ack_nowait(frame)
 
@@ -85,7 +89,7 @@ async def consume_all(targets: list[str], idle: float = 3.0) -> Counter[str]:
         await asyncio.sleep(0.2)
     for client in clients:
         await client.close()
-    return got
+    return got, redelivered
 
 
 async def scenario(options: argparse.Namespace, groups: dict[str, list[str]]) -> dict[str, Any]:
@@ -105,13 +109,15 @@ async def scenario(options: argparse.Namespace, groups: dict[str, list[str]]) ->
     await asyncio.sleep(2.0)
     stop.set()
     await asyncio.gather(*producers)
-    got = await consume_all([url(groups["g1"]), url(groups["g2"])])
+    got, redelivered = await consume_all([url(groups["g1"]), url(groups["g2"])])
     expected = backlog | set().union(*sent.values())
+    twice = sorted(name for name, count in got.items() if count > 1)
     return {
         "messages": options.messages, "size": options.size, "load_s": round(loaded, 1), "drain_s": round(seconds, 1),
         "drain_exit": drained.returncode, "drain_last_line": (drained.stdout or drained.stderr).strip().splitlines()[-1:],
         "produced_during": sum(len(s) for s in sent.values()), "producer_errors": len(errors),
-        "lost": len(expected - set(got)), "stored_twice": sum(1 for count in got.values() if count > 1),
+        "lost": len(expected - set(got)), "stored_twice": len([n for n in twice if n not in redelivered]),
+        "redelivered_twice": len([n for n in twice if n in redelivered]), "twice_sample": twice[:10],
         "unexpected": len(set(got) - expected),
     }
 
