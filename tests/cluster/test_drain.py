@@ -65,8 +65,13 @@ async def produce_until(target: str, prefix: str, stop: asyncio.Event, sent: set
         await client.close()
 
 
-async def drain_everything(cluster: Cluster, groups: list[str], destination: str, idle: float = 2.0) -> Counter[str]:
+async def drain_everything(cluster: Cluster, groups: list[str], destination: str,
+                           idle: float = 2.0) -> tuple[Counter[str], set[str]]:
+    """Every message of `destination` in `groups` (acked), and those that came flagged
+    `redelivered`: a consumer closed with ACKs still on the way gives its messages back, and
+    the other group's consumer may get them again, as at-least-once allows."""
     got: Counter[str] = Counter()
+    redelivered: set[str] = set()
     clients = []
     last = [time.monotonic()]
     for group in groups:
@@ -75,6 +80,8 @@ async def drain_everything(cluster: Cluster, groups: list[str], destination: str
 
         def on_message(frame: Any, client: Any = client) -> None:
             got[frame.body.decode()] += 1
+            if frame.get("redelivered") == "true":
+                redelivered.add(frame.body.decode())
             last[0] = time.monotonic()
             client.ack_nowait(frame)
 
@@ -84,7 +91,7 @@ async def drain_everything(cluster: Cluster, groups: list[str], destination: str
         await asyncio.sleep(0.1)
     for client in clients:
         await client.close()
-    return got
+    return got, redelivered
 
 
 def test_a_drained_group_moves_everything_and_clients_keep_working(cluster: Cluster, tmp_path: Path) -> None:
@@ -111,7 +118,7 @@ def test_a_drained_group_moves_everything_and_clients_keep_working(cluster: Clus
     holder.subscribe("/queue/orders", id="h", ack="client-individual", headers={"activemq.prefetchSize": "50"})
     time.sleep(0.5)
 
-    async def scenario() -> tuple[set[str], list[str], Counter[str]]:
+    async def scenario() -> tuple[set[str], list[str], tuple[Counter[str], set[str]]]:
         stop = asyncio.Event()
         sent: set[str] = set()
         errors: list[str] = []
@@ -127,12 +134,13 @@ def test_a_drained_group_moves_everything_and_clients_keep_working(cluster: Clus
         got = await drain_everything(cluster, ["g1", "g2"], "/queue/orders")
         return sent, errors, got
 
-    sent, errors, got = asyncio.run(scenario())
+    sent, errors, (got, redelivered) = asyncio.run(scenario())
     assert not holder.is_connected()  # the drained group ended the session; its 50 moved on
     assert errors == []
     expected = set(backlog) | sent
     assert set(got) == expected, (len(expected - set(got)), sorted(expected - set(got))[:5])
-    assert set(got.values()) == {1}  # no message stored twice
+    twice = {body for body, count in got.items() if count > 1}
+    assert twice <= redelivered, sorted(twice - redelivered)[:5]  # none stored twice: a repeat is a flagged redelivery
     assert remaining(leader_status(cluster, "g3")) == 0
     # The durable subscription went with its messages: the subscriber finds them on another group.
     where = [g for g in ("g1", "g2")

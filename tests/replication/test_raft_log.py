@@ -294,7 +294,13 @@ def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
         assert await eventually(lambda: group.machines[0].ids == expected, 5), group.machines[0].ids
         await (await group.leader()).propose([send("after restart")])
         assert group.machines[0].ids[-1] == "after restart"
-        assert log.raft_status().delivered_index == log.raft_status().last_applied
+        # One status, and a moment to settle: pysyncobj's tick thread sets last_applied apart from
+        # the loop's delivery, so two reads (or one mid-entry) can straddle an entry (seen under load).
+        def delivered_all() -> bool:
+            status = log.raft_status()
+            return status.delivered_index == status.last_applied
+
+        assert await eventually(delivered_all, 5), log.raft_status()
 
     run_group(tmp_path, 1, body, compact_after_bytes=20_000)
 
