@@ -21,7 +21,7 @@ heard when; raftmq.server.discovery does the sending, listening and reading.
 An announcement names the group and its members' STOMP addresses. With a cluster password it
 carries an HMAC-SHA256 of its content under that password, and one without a valid tag is
 dropped: a stranger on the multicast address cannot point the bridges somewhere else. The file
-holds `{"groups": {"g2": ["host:port", ...], ...}}`.
+holds `{"groups": {"g2": ["host:port", ...], ...}}` (`parse_members` reads its text).
 """
 
 from __future__ import annotations
@@ -96,19 +96,18 @@ def decode_announcement(data: bytes, password: str | None) -> Announcement:
     return Announcement(cluster, group, tuple(clients))
 
 
-def read_members_file(path: Path) -> dict[str, tuple[str, ...]]:
-    """The groups a discovery file lists; raises ValueError naming what is wrong."""
+def parse_members(text: str, where: str) -> dict[str, tuple[str, ...]]:
+    """The groups a discovery file's `text` lists; raises ValueError naming `where` and what is wrong."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        groups = data["groups"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a discovery file ({exc})") from None
+        groups = json.loads(text)["groups"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: not a discovery file ({exc})") from None
     if not isinstance(groups, dict):
-        raise ValueError(f"{path}: 'groups' must map group names to lists of host:port")
+        raise ValueError(f"{where}: 'groups' must map group names to lists of host:port")
     members: dict[str, tuple[str, ...]] = {}
     for name, clients in groups.items():
         if not (isinstance(clients, list) and clients and all(isinstance(c, str) and ":" in c for c in clients)):
-            raise ValueError(f"{path}: group {name!r} must list its members' host:port")
+            raise ValueError(f"{where}: group {name!r} must list its members' host:port")
         members[str(name)] = tuple(clients)
     return members
 

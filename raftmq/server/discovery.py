@@ -32,7 +32,7 @@ from cluster.discovery import (
     DiscoveryTable,
     decode_announcement,
     encode_announcement,
-    read_members_file,
+    parse_members,
 )
 from raftmq.server.bridge import Bridge
 from raftmq.server.leader_task import LeaderTask
@@ -153,8 +153,8 @@ class DiscoveredLinks(LeaderTask):
         discovery = self._connection.discovery
         assert discovery is not None and discovery.file is not None
         try:
-            members = read_members_file(discovery.file)
-        except ValueError as exc:
+            members = parse_members(discovery.file.read_text(encoding="utf-8"), str(discovery.file))
+        except (OSError, ValueError) as exc:
             log.warning("discovery.file_unreadable", error=str(exc))
             return
         now = self._clock()

@@ -16,7 +16,7 @@ from cluster.discovery import (
     encode_announcement,
     parse_broadcast_groups,
     parse_discovery_groups,
-    read_members_file,
+    parse_members,
 )
 from raftmq.errors import ConfigError
 
@@ -50,14 +50,11 @@ def test_the_table_knows_what_is_new_moved_up_and_down() -> None:
     assert table.groups() == {"g2": ("b:2",)}
 
 
-def test_the_members_file(tmp_path: Path) -> None:
-    path = tmp_path / "members.json"
-    path.write_text(json.dumps({"groups": {"g2": ["h:1", "h:2"]}}))
-    assert read_members_file(path) == {"g2": ("h:1", "h:2")}
+def test_the_members_file() -> None:
+    assert parse_members(json.dumps({"groups": {"g2": ["h:1", "h:2"]}}), "m.json") == {"g2": ("h:1", "h:2")}
     for text in ("", "{}", json.dumps({"groups": {"g2": []}}), json.dumps({"groups": {"g2": ["nocolon"]}})):
-        path.write_text(text)
-        with pytest.raises(ValueError, match=str(path)):
-            read_members_file(path)
+        with pytest.raises(ValueError, match="m.json"):
+            parse_members(text, "m.json")
 
 
 @pytest.mark.parametrize(("tables", "message"), [
