@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from abc import ABC, abstractmethod
 
 
-class LeaderTask:
+class LeaderTask(ABC):
     """`start` runs `run()` as a task; `stop` cancels it and waits for it to end."""
 
     _task: asyncio.Task[None] | None = None
@@ -22,5 +23,6 @@ class LeaderTask:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    @abstractmethod
     async def run(self) -> None:
-        raise NotImplementedError
+        """The service's work, until cancelled."""
