@@ -70,6 +70,14 @@ class Leadership:
         self._echoed: dict[Hashable, float] = {}
         self.lease_expiry = NO_LEASE
 
+    def reconfigure(self, others: set[Hashable]) -> None:
+        """The group's configuration changed (a member added or removed): majorities count
+        the new one, and answers of members no longer in it stop counting."""
+        self.members = len(others) + 1
+        self.alone = not others
+        self._grants &= others
+        self._echoed = {node: mark for node, mark in self._echoed.items() if node in others}
+
     # -- followers: stickiness -----------------------------------------------------------------
 
     def heard_from_leader(self, now: float) -> None:

@@ -58,6 +58,7 @@ class Fixes:
     lease: bool = True
     wire: bool = True
     durable_term: bool = True
+    membership: bool = True
 
     def without(self, *names: str) -> Fixes:
         unknown = sorted(set(names) - set(FIX_NAMES))

@@ -34,6 +34,7 @@ from raftmq.replication.pysyncobj.patches import (
     check_raft_address,
     never_raise,
 )
+from raftmq.replication.pysyncobj.membership import DynamicMembership, MembersListener, initial_members
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
@@ -47,7 +48,7 @@ Snapshotter = Callable[[], bytes]
 Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
 
 
-class HardenedSyncObj(SyncObj):
+class HardenedSyncObj(DynamicMembership, SyncObj):
     """One Raft member with every fix of this module applied and one replicated method, which
     takes one `bytes` entry. `on_apply(index, term, entry)` runs for every committed entry, on
     every member, in log order, in the tick thread; what it returns reaches the submitter's
@@ -72,6 +73,7 @@ class HardenedSyncObj(SyncObj):
         snapshot: Snapshotter | None = None,
         restore: Restorer | None = None,
         on_state_changed: Callable[[int, int], None] | None = None,
+        on_members_changed: MembersListener | None = None,
         password: str | None = None,
         tick_period: float = 0.005,
         append_entries_period: float = 0.02,
@@ -94,10 +96,10 @@ class HardenedSyncObj(SyncObj):
         os.makedirs(data_dir, exist_ok=True)
         # Members keep their files in <group dir>/<id>/; the group's secret sits beside them.
         self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
-        self.leadership = Leadership(len({self_address, *peers}), election_timeout_min)
         self.answering_mark: float | None = None  # `lm` of the append-entries being answered
         self._handover_election = False  # this tick's election was asked for by the leader
         self._on_state_changed = on_state_changed
+        self._on_members_changed = on_members_changed
         self.apply_errors = 0
         self.last_apply_error: str | None = None
         self._on_apply = on_apply
@@ -112,11 +114,22 @@ class HardenedSyncObj(SyncObj):
         dump_path: str | None = self.snapshot_path
         if not self.fixes.dump_always:
             dump_path = None  # stock: journal without a dump file (regression test only)
+        snapshot_cluster: list[str] | None = None
+        snapshot_index = 0
         if dump_path is not None and os.path.exists(dump_path):
             # Read (and checksum) it now: pysyncobj would log a bad snapshot and start empty.
-            last, previous, _cluster, _state = read_snapshot_file(dump_path)
+            last, previous, snapshot_cluster, _state = read_snapshot_file(dump_path)
+            snapshot_index = last[1]
             if self.fixes.dump_journal_race:
                 self.durable_journal.align_to_snapshot(last, previous)
+        # The configured peers only until the log says otherwise (membership changes).
+        members = frozenset({self_address, *peers})
+        if self.fixes.membership:
+            members = initial_members(members, snapshot_cluster, snapshot_index, self.durable_journal)
+        if self_address not in members:
+            log.warning("raft.not_a_member", node=self_address, members=sorted(members))
+        peers = sorted(members - {self_address})
+        self.leadership = Leadership(len(peers) + 1, election_timeout_min)
         fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
         conf = SyncObjConf(
             password=None if self.fixes.wire else password,  # our wire encrypts; pysyncobj's Fernet is not used
@@ -143,14 +156,14 @@ class HardenedSyncObj(SyncObj):
             logCompactionBatchSize=2**18,
             commandsWaitLeader=False,
             onStateChanged=never_raise(self._state_changed, "onStateChanged", fixes=fixes),
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,  # made safe by DynamicMembership
             maxBindRetries=5,
             bindRetryTime=0.2,
         )
         self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
         self._commit_notice_delay = tick_period
-        self._alone = all(peer == self_address for peer in peers)
-        super().__init__(self_address, [p for p in peers if p != self_address], conf=conf, transportClass=DurableTransport)
+        self._alone = not peers
+        super().__init__(self_address, peers, conf=conf, transportClass=DurableTransport)
         if self._alone and self.fixes.solo_commit:
             # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
             self._SyncObj__raftElectionDeadline = 0.0
@@ -359,9 +372,11 @@ class HardenedSyncObj(SyncObj):
     def _write_snapshot(self, path: str, raft_data: tuple[Any, ...]) -> None:
         # pysyncobj catches what this raises, keeps the journal and reports a failed snapshot.
         try:
-            last, previous, cluster = raft_data
+            last, previous, _cluster = raft_data
             state = self._snapshot() if self._snapshot is not None else b""
-            write_snapshot_file(path, tuple(last), tuple(previous), sorted(str(n) for n in cluster), state)
+            # pysyncobj passes the configuration of the log's end; the snapshot's is at `last`.
+            cluster = self.configuration_at(last[1]) if self.fixes.membership else sorted(str(n) for n in _cluster)
+            write_snapshot_file(path, tuple(last), tuple(previous), cluster, state)
         except Exception:
             log.exception("raft.snapshot_failed", retry_in_s=1.0)  # the journal is kept
             self._compaction_retry_at = time.monotonic() + 1.0
