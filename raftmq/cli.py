@@ -85,7 +85,11 @@ def node(listen: str | None, config_path: str | None, node_id: str | None, topol
             raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
                                    "its [[node]] and [group] name its addresses and data directory")
         ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
-        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level)  # type: ignore[arg-type]
+        from raftmq.config import load_group_config
+
+        assert config_path is not None  # a group comes from a file
+        reload = functools.partial(load_group_config, config_path)  # members learn new members' addresses here
+        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level, reload=reload)  # type: ignore[arg-type]
         return
     if node_id is not None:
         raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")

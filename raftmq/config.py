@@ -295,6 +295,9 @@ def load_group_config(path: str | Path) -> GroupConfig:
     password = _password(group, path)
     members = tuple(_member(table, path, f"node[{i}]") for i, table in enumerate(nodes))
     _check_members(members, path)
+    roster = Path(data_dir) / MEMBERS_FILE
+    if roster.exists():
+        members = load_members(roster)  # membership changed since the group file was written
     raft = build_dataclass(RaftTimings, raw.get("raft", {}), path, "raft")
     _check_timings(raft, path)
     journal = build_dataclass(JournalSettings, raw.get("journal", {}), path, "journal")
@@ -312,6 +315,22 @@ def load_group_config(path: str | Path) -> GroupConfig:
     server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
     _check_follower_clients(server, path, "server")
     return GroupConfig(name, data_dir, members, password, raft, journal, server)
+
+
+# `raftmq group add-node / remove-node / replace-node` keep the group's members here, in its
+# data directory, once they change: it takes the place of the group file's [[node]] tables.
+MEMBERS_FILE = "members.toml"
+
+
+def load_members(path: Path) -> tuple[GroupMember, ...]:
+    """The [[node]] tables of a members file (raftmq.ops.membership writes it)."""
+    raw = read_toml(path)
+    nodes = raw.get("node")
+    if set(raw) - {"node"} or not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
+        raise ConfigError(f"{path}: a members file holds [[node]] tables only, at least one")
+    members = tuple(_member(table, path, f"node[{i}]") for i, table in enumerate(nodes))
+    _check_members(members, path)
+    return members
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -23,9 +23,10 @@ from raftmq.app.run import (
     setup_logging,
 )
 from raftmq.config import GroupConfig, split_address
-from raftmq.errors import JournalCorrupt, RaftmqError
+from raftmq.errors import ConfigError, JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.group_secret import group_secret
+from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
@@ -64,6 +65,33 @@ def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -
     )
 
 
+Reload = Callable[[], GroupConfig]
+
+
+@dataclass
+class Roster:
+    """The group file as last read: members' addresses (client, admin) by Raft address. A
+    membership change (`raftmq group add-node`) writes the file first, so the members read
+    it again when the change reaches them."""
+
+    group: GroupConfig
+    reload: Reload | None = None
+    listeners: list[Callable[[GroupConfig], None]] = field(default_factory=list)
+
+    def members_changed(self, members: tuple[str, ...]) -> None:
+        if self.reload is not None:
+            try:
+                self.group = self.reload()
+            except ConfigError as exc:
+                log.error("node.group_file_unreadable", error=str(exc))
+        known = {m.raft for m in self.group.members}
+        unknown = [address for address in members if address not in known]
+        if unknown:
+            log.warning("node.member_not_in_group_file", members=unknown)
+        for listener in self.listeners:
+            listener(self.group)
+
+
 @dataclass
 class Member:
     node: Node
@@ -72,9 +100,9 @@ class Member:
     admin: AdminServer | None
 
 
-def open_member(group: GroupConfig, node_id: str) -> Member:
+def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> Member:
     """Build (not start) a member. Raises JournalCorrupt when its body journal fails
-    verification, ConfigError for an unknown id."""
+    verification, ConfigError for an unknown id. `reload` reads the group file again."""
     from raftmq.storage.journal import Journal
 
     member = group.member(node_id)
@@ -87,14 +115,18 @@ def open_member(group: GroupConfig, node_id: str) -> Member:
     # The Raft wire and the body fetches between members authenticate with it; strangers get nothing.
     secret = group_secret(group.password, group.data_dir)
     raft = RaftLog(raft_settings(group, node_id, secret), client_addresses={m.raft: m.client for m in group.members})
+    roster = Roster(group, reload)
+    roster.listeners.append(lambda changed: raft.set_client_addresses({m.raft: m.client for m in changed.members}))
+    raft.set_members_listener(roster.members_changed)
     node = Node(
         group.node_config(node_id), raft, bodies=bodies,
-        fetch_bodies=lambda indexes: _fetch_from_peers(group, node_id, raft, indexes, secret),
+        fetch_bodies=lambda indexes: _fetch_from_peers(roster.group, node_id, raft, indexes, secret),
     )
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
-        admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name)
+        admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
+                            change_members=lambda change: change_membership(raft, change))
     return Member(node, raft, bodies, admin)
 
 
@@ -110,10 +142,10 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
     return fetch_bodies(peers, list(indexes), secret, budget=FETCH_BUDGET_SECONDS)
 
 
-async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None) -> int:
+async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None, reload: Reload | None) -> int:
     watch_gc_pauses()
     try:
-        member = open_member(group, node_id)
+        member = open_member(group, node_id, reload)
     except JournalCorrupt as exc:
         raise SystemExit(
             f"raftmq node {node_id}: {exc}; refusing to start (restore that file, or remove "
@@ -155,15 +187,17 @@ def serve_group(
     on_ready: ReadyCallback | None = None,
     log_file: str | os.PathLike[str] | None = None,
     log_level: str | None = None,
+    reload: Reload | None = None,
 ) -> None:
     """Run member `node_id` of `group` in the foreground until SIGINT/SIGTERM. It logs to
-    stderr and as JSON lines to `log_file`, by default `<member dir>/raftmq.log.jsonl`."""
+    stderr and as JSON lines to `log_file`, by default `<member dir>/raftmq.log.jsonl`.
+    `reload` reads the group file again (after a membership change)."""
     json_path = log_file if log_file is not None else group.member_dir(node_id) / LOG_FILE_NAME
     setup_logging(f"raftmq node {node_id}", json_path, log_level)
     raise_fd_limit()
     try:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            code = runner.run(_run_member(group, node_id, on_ready))
+            code = runner.run(_run_member(group, node_id, on_ready, reload))
     finally:
         # A member's last words (a refusal, say) must stay its last line: the collections of a
         # process tearing itself down are no news.

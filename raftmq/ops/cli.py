@@ -255,7 +255,8 @@ def restart_command(config_path: str | None, preset: str | None, rolling: bool, 
 
 @click.group("group")
 def group_command() -> None:
-    """Operate on one group of a cluster (scale-down: `drain`)."""
+    """Operate on one group of a cluster: scale-down (`drain`) and membership changes
+    (`add-node`, `remove-node`, `replace-node`)."""
 
 
 @group_command.command("drain")
@@ -287,6 +288,100 @@ def drain_command(group: str, config_path: str | None, preset: str | None, to: s
         raise click.ClickException(str(exc)) from None
     if not cancel and not no_wait:
         click.echo(f"{group} is empty: {result.moved} message(s) moved in {result.seconds:.1f} s; it can be stopped")
+
+
+def _member_options(fn: Any) -> Any:
+    for option in reversed((
+        click.option("--client", required=True, metavar="HOST:PORT", help="The new member's STOMP address."),
+        click.option("--raft", required=True, metavar="HOST:PORT", help="The new member's Raft address (its identity in the group)."),
+        click.option("--admin", required=True, metavar="HOST:PORT", help="The new member's admin HTTP address."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+_timeout_option = click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+                               help="Seconds each step may take (a new member's catch-up included).")
+
+
+def _changer(config_path: str | None, preset: str | None, group: str, timeout: float) -> Any:
+    from raftmq.ops.membership import MembershipChanger
+
+    return MembershipChanger(_topology(config_path, preset), group, click.echo, timeout=timeout)
+
+
+def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
+    from raftmq.config import GroupMember, NODE_ID_PATTERN, split_address
+
+    if not NODE_ID_PATTERN.match(node_id):
+        raise click.BadParameter(f"{node_id!r}: use letters, digits, '_', '.', '-' (it names a directory)", param_hint="NODE")
+    for name, value in (("--client", client), ("--raft", raft), ("--admin", admin)):
+        try:
+            split_address(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=name) from None
+    return GroupMember(node_id, client, raft, admin)
+
+
+@group_command.command("add-node")
+@click.argument("group")
+@click.argument("node")
+@_member_options
+@config_option
+@preset_option
+@_timeout_option
+def add_node_command(group: str, node: str, client: str, raft: str, admin: str, config_path: str | None,
+                     preset: str | None, timeout: float) -> None:
+    """Add member NODE to running GROUP: its addresses go into the group's members file, the
+    supervisor of `raftmq up` starts it (else start it as told), the group commits the change,
+    and the command returns once NODE has caught up with the leader."""
+    from raftmq.errors import RaftmqError
+
+    member = _new_member(node, client, raft, admin)
+    try:
+        result = _changer(config_path, preset, group, timeout).add(member)
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{group}: {node} added and caught up in {result.seconds:.1f} s; members: {', '.join(result.members)}")
+
+
+@group_command.command("remove-node")
+@click.argument("group")
+@click.argument("node")
+@config_option
+@preset_option
+@_timeout_option
+def remove_node_command(group: str, node: str, config_path: str | None, preset: str | None, timeout: float) -> None:
+    """Remove member NODE from running GROUP (a leader hands leadership over first), stop it
+    and set its data directory aside."""
+    from raftmq.errors import RaftmqError
+
+    try:
+        result = _changer(config_path, preset, group, timeout).remove(node)
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{group}: {node} removed in {result.seconds:.1f} s; members: {', '.join(result.members)}")
+
+
+@group_command.command("replace-node")
+@click.argument("group")
+@click.argument("old")
+@click.argument("new")
+@_member_options
+@config_option
+@preset_option
+@_timeout_option
+def replace_node_command(group: str, old: str, new: str, client: str, raft: str, admin: str, config_path: str | None,
+                         preset: str | None, timeout: float) -> None:
+    """Replace member OLD of running GROUP by NEW: NEW is added and caught up, then OLD removed."""
+    from raftmq.errors import RaftmqError
+
+    member = _new_member(new, client, raft, admin)
+    try:
+        result = _changer(config_path, preset, group, timeout).replace_member(old, member)
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{group}: {old} replaced by {new} in {result.seconds:.1f} s; members: {', '.join(result.members)}")
 
 
 def _status_nodes(config_path: str | None) -> list[NodeAddress]:

@@ -99,6 +99,12 @@ class DeploymentState:
                    data.get("launcher_start_time", 0), tuple(data.get("launcher_argv", ())),
                    bool(data.get("detached", False)), bool(data.get("ready", False)), data.get("restart", "never"))
 
+    def with_node(self, node: NodeProcess) -> DeploymentState:
+        return dataclasses.replace(self, nodes=(*self.nodes, node))
+
+    def without_node(self, key: tuple[str, str]) -> DeploymentState:
+        return dataclasses.replace(self, nodes=tuple(n for n in self.nodes if (n.group, n.id) != key))
+
     def replace_node(self, node: NodeProcess) -> DeploymentState:
         return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n for n in self.nodes))
 

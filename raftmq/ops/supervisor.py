@@ -45,7 +45,13 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
-from raftmq.ops.rolling_requests import clear_restart_request, requested_restarts
+from raftmq.ops.rolling_requests import (
+    JOIN,
+    clear_member_request,
+    clear_restart_request,
+    member_requests,
+    requested_restarts,
+)
 from raftmq.ops.topology import RESTART_ON_FAILURE, RestartPolicy
 from raftmq.processes import process_start_time, send_signal
 
@@ -144,6 +150,7 @@ class Supervisor:
         self._recent: dict[NodeKey, collections.deque[float]] = {}
         self._due: dict[NodeKey, float] = {}
         self._requested: set[NodeKey] = set()  # stopped on request: started again at once
+        self._leaving: set[NodeKey] = set()  # removed from its group: stopped for good
 
     @property
     def settled(self) -> bool:
@@ -152,6 +159,7 @@ class Supervisor:
 
     def poll(self) -> None:
         self._take_requests()
+        self._take_member_requests()
         for node in self.state.nodes:
             if node.state == RUNNING:
                 exited, code = self._exit_status(node)
@@ -181,11 +189,59 @@ class Supervisor:
                 self._due[key] = self._clock()
                 self._update(replace(node, state=RESTARTING))
 
+    def _take_member_requests(self) -> None:
+        """A member joining its group is started (`raftmq group add-node`); one that left it
+        is stopped gracefully and forgotten (`remove-node`)."""
+        state_dir = Path(self.state.state_dir)
+        for kind, key, spec in member_requests(state_dir):
+            node = next((n for n in self.state.nodes if (n.group, n.id) == key), None)
+            if kind == JOIN:
+                if node is None:
+                    self._join(key, spec)
+                clear_member_request(state_dir, kind, key)
+            elif node is None:
+                clear_member_request(state_dir, kind, key)
+            elif key not in self._leaving:
+                self._leaving.add(key)
+                if node.state == RUNNING and self._exit_status(node)[0] is False:
+                    self._report(f"{node.group}/{node.id} (pid {node.pid}) left its group: stopping it")
+                    send_signal(node.pid, signal.SIGTERM)
+                else:
+                    self._forget(node)
+
+    def _join(self, key: NodeKey, spec: dict[str, object]) -> None:
+        argv = tuple(str(part) for part in spec.get("argv", ()))  # type: ignore[attr-defined]
+        log_path = Path(str(spec.get("log", "")))
+        with signals_held():
+            try:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                process = start_node(argv, log_path, "joined its group")
+            except OSError as exc:
+                self._report(f"{key[0]}/{key[1]}: cannot start it ({exc})")
+                return
+            self.children[process.pid] = process
+            node = NodeProcess(key[0], key[1], str(spec.get("client", "")), str(spec.get("raft", "")), str(spec.get("admin", "")),
+                               process.pid, process_start_time(process.pid) or 0, argv, str(log_path))
+            self.state = self.state.with_node(node)
+            write_state(self.state)
+        self._report(f"{key[0]}/{key[1]} joined its group: started as pid {process.pid}")
+
+    def _forget(self, node: NodeProcess) -> None:
+        key = (node.group, node.id)
+        self._leaving.discard(key)
+        self.state = self.state.without_node(key)
+        write_state(self.state)
+        clear_member_request(Path(self.state.state_dir), "leave", key)
+        self._report(f"{node.group}/{node.id} left its group and is stopped")
+
     def _exited(self, node: NodeProcess, code: int | None) -> None:
         self.children.pop(node.pid, None)
         now = self._clock()
         key = (node.group, node.id)
         how = describe_exit(code)
+        if key in self._leaving:
+            self._forget(node)
+            return
         last_exit = f"{how} at {time.strftime('%H:%M:%S')}"
         if key in self._requested:
             self._due[key] = now

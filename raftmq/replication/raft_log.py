@@ -97,6 +97,7 @@ class RaftLog(CommitLog):
         self._handoff = OrderedHandoff()
         self._apply_errors = 0
         self._last_apply_error: str | None = None
+        self._members_listener: Callable[[tuple[str, ...]], None] | None = None
 
     # -- CommitLog
 
@@ -129,6 +130,7 @@ class RaftLog(CommitLog):
             snapshot=self._snapshot_in_tick_thread,
             restore=self._restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
+            on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
             password=s.password, secret=s.secret, tick_period=s.tick_period, append_entries_period=s.append_entries_period,
             election_timeout_min=s.election_timeout_min, election_timeout_max=s.election_timeout_max,
             leader_fallback_timeout=s.leader_fallback_timeout, connection_timeout=s.connection_timeout,
@@ -201,11 +203,29 @@ class RaftLog(CommitLog):
 
     # -- extras for the node
 
+    @property
+    def member(self) -> HardenedSyncObj:
+        """The Raft member (after start): membership changes go through it (raftmq.replication.membership_change)."""
+        assert self._syncobj is not None, "not started"
+        return self._syncobj
+
+    def set_client_addresses(self, addresses: Mapping[str, str]) -> None:
+        """Raft address -> client address, for `leader_hint` (new members join the book)."""
+        self._client_addresses = dict(addresses)
+
+    def set_members_listener(self, listener: Callable[[tuple[str, ...]], None] | None) -> None:
+        """Called on the loop with the members' Raft addresses whenever the configuration changes."""
+        self._members_listener = listener
+
+    def _members_changed(self, members: tuple[str, ...]) -> None:
+        if self._members_listener is not None:
+            self._members_listener(members)
+
     async def transfer_leadership(self, timeout: float = 1.0) -> bool:
         """Hand leadership to the most caught-up follower (graceful stop). True once done."""
         syncobj, loop = self._syncobj, self._loop
         assert syncobj is not None and loop is not None
-        if all(peer == self.settings.self_address for peer in self.settings.peers):
+        if syncobj.members == (self.settings.self_address,):
             return False  # a group of one has nobody to hand over to
         deadline = time.monotonic() + timeout
         while syncobj.is_leader and time.monotonic() < deadline:
@@ -247,7 +267,7 @@ class RaftLog(CommitLog):
             journal_bytes=journal.size_bytes, fsyncs=journal.fsyncs,
             apply_errors=syncobj.apply_errors + self._apply_errors,
             last_apply_error=self._last_apply_error or syncobj.last_apply_error,
-            in_flight_entries=len(self._in_flight), queued_appends=len(self._queue),
+            in_flight_entries=len(self._in_flight), queued_appends=len(self._queue), members=syncobj.members,
         )
 
     # -- group commit (loop thread)

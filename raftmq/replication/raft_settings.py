@@ -61,3 +61,4 @@ class RaftStatus:
     last_apply_error: str | None
     in_flight_entries: int
     queued_appends: int
+    members: tuple[str, ...] = ()  # the Raft addresses of the group's configuration

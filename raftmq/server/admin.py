@@ -14,6 +14,12 @@
   `MAX_ANSWER_BYTES`; indexes above `considered_through` were not looked at (ask again).
   With a group password the request carries `X-Raftmq-Signature`, the hex HMAC-SHA256 of its
   body under the password.
+- `POST /membership`: one membership change of the group, on its leader (raftmq.replication.
+  membership_change): JSON `{"op": "add" | "rem", "node": "<raft host:port>"}`, always signed
+  like `/bodies` (a member without the group secret takes none). 200 `{"members": [...]}`
+  once committed; 409 `{"leader": ...}` from a member that does not lead (a leader asked to
+  remove itself hands over first and answers so); 400 for a change that makes no sense; 503
+  when the outcome is unknown (read the members before asking again).
 
 `fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
 restored) and every wait in it is bounded.
@@ -27,13 +33,15 @@ import hmac
 import http.client
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgpack
 import structlog
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from raftmq.errors import CommitFailed, ConfigError, NotLeader
+from raftmq.replication.membership import Change, decode_change
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.metrics import HEALTH_OK, exposition, health, metrics_registry
 
@@ -62,8 +70,10 @@ class AdminServer:
         password: str | None = None,
         *,
         group: str | None = None,
+        change_members: Callable[[Change], Awaitable[tuple[str, ...]]] | None = None,
     ) -> None:
         self._status = status
+        self._change_members = change_members
         self.group = group or ""  # a single node (no group) is labelled by its node name
         self._bodies = bodies
         self._verify = verify
@@ -139,6 +149,8 @@ class AdminServer:
             return self._health_answer()
         if method == "POST" and path == "/bodies":
             return self._bodies_answer(body, headers.get(SIGNATURE_HEADER.lower()))
+        if method == "POST" and path == "/membership":
+            return await self._membership_answer(body, headers.get(SIGNATURE_HEADER.lower()))
         return 404, "text/plain", b"not found\n"
 
     def _health_answer(self) -> tuple[int, str, bytes]:
@@ -156,6 +168,30 @@ class AdminServer:
         code = 200 if status["health"] == HEALTH_OK else 503
         return code, "application/json", json.dumps(answer).encode() + b"\n"
 
+    async def _membership_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
+        """Commit one membership change (the leader only). Only a holder of the group secret
+        may ask: without one (a single node) nobody may."""
+        if self._password is None or signature is None or not hmac.compare_digest(signature, sign(self._password, body)):
+            return 403, "text/plain", b"bad or missing signature\n"
+        if self._change_members is None:
+            return 404, "text/plain", b"no membership changes here\n"
+        try:
+            request = json.loads(body)
+            change = Change(request["op"], request["node"])
+        except (ValueError, KeyError, TypeError):
+            return 400, "text/plain", b'expected JSON {"op": "add" | "rem", "node": "host:port"}\n'
+        if decode_change(change.encode()) is None:
+            return 400, "text/plain", b"op must be add or rem, node a Raft address host:port\n"
+        try:
+            members = await self._change_members(change)
+        except NotLeader as exc:
+            return _json(409, {"error": "not the leader", "leader": exc.leader})
+        except ConfigError as exc:
+            return _json(400, {"error": str(exc)})
+        except CommitFailed as exc:
+            return _json(503, {"error": str(exc)})
+        return _json(200, {"members": list(members)})
+
     def _bodies_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
         if self._password is not None and (signature is None or not hmac.compare_digest(signature, sign(self._password, body))):
             return 403, "text/plain", b"bad or missing signature\n"
@@ -167,6 +203,28 @@ class AdminServer:
         considered, found = self._bodies.records_at(wanted, MAX_ANSWER_BYTES)
         rows = [[index, [[term, kind, payload] for term, kind, payload in records]] for index, records in found]
         return 200, "application/x-msgpack", msgpack.packb([considered, rows], use_bin_type=True)
+
+
+def _json(code: int, answer: dict[str, Any]) -> tuple[int, str, bytes]:
+    return code, "application/json", json.dumps(answer).encode() + b"\n"
+
+
+def post_membership(host: str, port: int, change: Change, password: str, timeout: float = 15.0) -> tuple[int, dict[str, Any]]:
+    """Ask a member's admin port for a membership change: (HTTP status, JSON answer)."""
+    body = json.dumps({"op": change.op, "node": change.address}).encode()
+    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(password, body)}
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("POST", "/membership", body, headers)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = {"error": data.decode("utf-8", "replace").strip()}
+    return response.status, answer if isinstance(answer, dict) else {"error": str(answer)}
 
 
 def fetch_bodies(
