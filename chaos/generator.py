@@ -22,6 +22,8 @@ NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     "corrupt": ("leader", "one", "minority"),
     "clock": ("leader", "one"),
     "disk-full": ("leader", "one", "minority"),
+    # One member leaves its group (a committed change) and rejoins empty: one change at a time.
+    "membership": ("leader", "one"),
 }
 NEMESES = tuple(NEMESIS_TARGETS)
 

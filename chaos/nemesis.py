@@ -16,6 +16,9 @@ with what it hit and how (or `fail` with why it could not), and the same for its
   tail, or refuse and name the damage; a refusing node is repaired the operator's way.
 - `clock`: the node's wall clock skewed or jumped (libfaketime, chaos.clock); reset at heal.
 - `disk-full`: the node's data directory's filesystem filled up; freed at heal.
+- `membership`: the member is removed from its group (a committed configuration change; a
+  leader hands over first) and killed; at heal its files are set aside and it rejoins empty
+  (chaos.membership), catching up from its peers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from chaos.corrupt import damage, refusal_for_damage
 from chaos.deployment import Deployment
 from chaos.environment import Environment
+from chaos.membership import leave, rejoin
 from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 
@@ -145,6 +149,8 @@ class Nemesis:
         elif kind == "disk-full":
             filled = {key: environment.fill_disk(key) for key in hit}
             return {"filled_bytes": filled}
+        elif kind == "membership":
+            return {"changes": [leave(deployment, key) for key in hit]}
         else:
             raise ValueError(f"unknown nemesis {kind!r}")
         return {}
@@ -195,6 +201,8 @@ class Nemesis:
             return {"restarted": restarted} if restarted else {}
         elif kind == "corrupt":
             return self._restart_damaged(hit)
+        elif kind == "membership":
+            return {"changes": [rejoin(deployment, key, environment.set_aside) for key in hit]}
         return {}
 
     def _restart_damaged(self, hit: list[str]) -> dict[str, Any]:
