@@ -183,3 +183,31 @@ def test_a_leader_cut_off_in_its_namespace_loses_its_leadership_and_the_cut_heal
         heal(nemesis)
         asyncio.run(send(deployment.url("g1"), ["p1"]))
         assert asyncio.run(receive_all(deployment.url("g1"), 1)) == {"p1"}
+
+
+def test_a_leader_that_leaves_its_group_is_replaced_and_rejoins_empty(tmp_path: Path) -> None:
+    with rig(tmp_path, ("membership",)) as (deployment, nemesis, _environment, history):
+        url = deployment.url("g1")
+        asyncio.run(send(url, [f"m{i}" for i in range(100)]))
+        leader = deployment.leader("g1")
+        nemesis.inject(Fault(0, "membership", "leader", 0, 0, 1))
+        done = history.ops[-1]
+        assert done.type == "ok", done
+        (change,) = done.value["changes"]
+        assert change["removed"] == leader and len(change["members"]) == 2
+        assert not deployment.nodes[leader].alive
+        asyncio.run(send(url, [f"n{i}" for i in range(20)]))  # two members of two commit
+        healed = heal(nemesis)
+        assert history.ops[-1].type == "ok", healed
+        (rejoined,) = healed["changes"]  # type: ignore[misc]
+        assert rejoined["added"] == leader and len(rejoined["members"]) == 3
+        assert list((tmp_path / "set-aside").iterdir())  # its old files are kept for the audit
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:  # the member that rejoined empty catches up
+            status = deployment.status(leader)
+            if status is not None and status.get("broker", {}).get("destinations", {}).get("/queue/n", {}).get("depth") == 120:
+                break
+            time.sleep(0.2)
+        assert status is not None and status["broker"]["destinations"]["/queue/n"]["depth"] == 120, status
+        assert asyncio.run(receive_all(url, 120)) == {f"m{i}" for i in range(100)} | {f"n{i}" for i in range(20)}

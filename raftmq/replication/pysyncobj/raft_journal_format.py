@@ -171,7 +171,7 @@ class _PlainUnpickler(pickle.Unpickler):
 
 def entry_of(command: bytes) -> bytes | None:
     """The raftmq entry a record's command carries, or None for pysyncobj's own commands (a new
-    leader's no-op; membership and version changes, which raftmq never makes). Raises
+    leader's no-op; membership changes, raftmq.replication.membership; version changes). Raises
     `RaftJournalError` when a regular command is not one call with one `bytes` argument."""
     if not command:
         raise RaftJournalError("empty Raft journal command")
