@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -213,7 +214,7 @@ class Load:
                 future = client.send_nowait(LOAD_QUEUE, f"l{index:08d}:".encode().ljust(self.size, b"."),
                                             {"persistent": "true"}, receipt=True)
                 index += 1
-                future.add_done_callback(lambda f, sent=sent: self._done(f, sent))
+                future.add_done_callback(functools.partial(self._done, sent=sent))
                 pending.add(future)
                 pending = {f for f in pending if not f.done()}
                 next_at += 1 / self.rate
@@ -223,7 +224,7 @@ class Load:
         finally:
             await client.close()
 
-    def _done(self, future: asyncio.Future[Any], sent: float) -> None:
+    def _done(self, future: asyncio.Future[Any], *, sent: float) -> None:
         if future.cancelled() or future.exception() is not None:
             self.errors.append(repr(None if future.cancelled() else future.exception()))
         else:
@@ -247,6 +248,61 @@ def wait_applied(admins: dict[str, str], timeout: float) -> tuple[str, int]:
         if time.monotonic() > deadline:
             raise SystemExit(f"the members did not apply the leader's commit index within {timeout:g} s")
         time.sleep(0.5)
+
+
+def add_node(argv: tuple[str, ...], cwd: Path, timeout: float) -> tuple[int, list[tuple[float, str]]]:
+    """Run `raftmq group add-node`, each output line stamped with when it came (monotonic)."""
+    process = subprocess.Popen([sys.executable, "-m", "raftmq", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=cwd)
+    lines: list[tuple[float, str]] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append((time.monotonic(), line.rstrip("\n")))
+            print(f"  | {line.rstrip()}", file=sys.stderr, flush=True)
+        return process.wait(timeout=timeout), lines
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+class Watch:
+    """Samples n4's /status once a second while it joins (the timeline of its catch-up)."""
+
+    def __init__(self, admin: str, admins: dict[str, str]) -> None:
+        self.admin, self.admins = admin, admins
+        self.began = time.monotonic()
+        self.timeline: list[dict[str, Any]] = []
+        self.stop = False
+
+    @staticmethod
+    def sample(found: dict[str, Any] | None) -> dict[str, Any]:
+        if found is None:
+            return {"applied_index": -1, "raft_last_applied": -1, "depth": None, "missing_indexes": None, "body_bytes": None}
+        return {"applied_index": int(found.get("applied_index", -1)),
+                "raft_last_applied": int(found.get("raft", {}).get("last_applied", -1)),
+                "depth": depth(found), "missing_indexes": found.get("bodies", {}).get("missing_indexes"),
+                "body_bytes": found.get("bodies", {}).get("bytes")}
+
+    def run(self) -> None:
+        while not self.stop:
+            self.timeline.append({"t": round(time.monotonic() - self.began, 1), **self.sample(status(self.admin))})
+            time.sleep(1.0)
+
+    def wait_caught_up(self, timeout: float) -> float | None:
+        """When n4 applied the leader's commit index with its queue depth and no body missing."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = leader(self.admins)
+            own = status(self.admin)
+            if found is not None and own is not None:
+                mine = self.sample(own)
+                if (mine["applied_index"] >= int(found[1]["commit_index"]) and mine["depth"] == depth(found[1])
+                        and mine["missing_indexes"] == 0):
+                    return time.monotonic()
+            time.sleep(0.2)
+        return None
 
 
 def node_log_evidence(member_dir: Path, limit: int = 40) -> list[str]:
@@ -287,23 +343,45 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         await asyncio.sleep(2.0)
     client, raft, admin = new_ports
     new_admin = f"127.0.0.1:{admin}"
+    admins_all = {**admins, NEW: new_admin}
     argv = ("group", "add-node", GROUP, NEW, "--client", f"127.0.0.1:{client}", "--raft", f"127.0.0.1:{raft}",
             "--admin", new_admin, "--config", str(config), "--timeout", str(options.timeout))
     print(f"raftmq {' '.join(argv)}", file=sys.stderr, flush=True)
+    watch = Watch(new_admin, admins)
+    watch_task = asyncio.ensure_future(loop.run_in_executor(None, watch.run))
     began = time.monotonic()
-    added = await loop.run_in_executor(None, lambda: raftmq(*argv, cwd=work, timeout=options.timeout * 3 + 60))
-    wall_s = time.monotonic() - began
-    print(added.stdout + added.stderr, file=sys.stderr, flush=True)
+    exit_code, lines = await loop.run_in_executor(None, lambda: add_node(argv, work, options.timeout * 3 + 60))
+    returned = time.monotonic()
+    wall_s = returned - began
+    output = [text for _t, text in lines]
+    committed_at = next((t for t, text in lines if f"{NEW} is a member" in text), None)
+    caught = next((re.search(r"caught up in ([0-9.]+) s", text) for _t, text in lines if f"{GROUP}/{NEW}: caught up" in text), None)
+    total = next((re.search(r"added and caught up in ([0-9.]+) s", text) for _t, text in lines if "added and caught up" in text), None)
+
+    checks: dict[str, Any] = {}
+    at_return: dict[str, Any] = {}
+    really_s: float | None = None
+    if exit_code == 0:
+        # What add-node promised, at the moment it returned.
+        found = leader(admins)
+        own = status(new_admin)
+        commit = int(found[1]["commit_index"]) if found else -1
+        at_return = {"leader_commit": commit, **Watch.sample(own)}
+        checks["at_return_n4_applied_ge_leader_commit"] = {
+            "ok": at_return["applied_index"] >= commit, "n4_applied_index": at_return["applied_index"],
+            "n4_raft_last_applied": at_return["raft_last_applied"], "leader_commit": commit}
+        # Then: until n4 really has everything (applied the leader's commit index, the same
+        # queue depth, no body missing), or the timeout.
+        print(f"  add-node returned; n4 at that moment: {at_return}; waiting until it really caught up", file=sys.stderr, flush=True)
+        really_at = await loop.run_in_executor(None, watch.wait_caught_up, options.timeout)
+        if really_at is not None and committed_at is not None:
+            really_s = really_at - committed_at
+    watch.stop = True
+    await watch_task
     if load is not None and load_task is not None:
-        await asyncio.sleep(2.0)
         load.stop.set()
         await load_task
-    caught = re.search(rf"{GROUP}/{NEW}: caught up in ([0-9.]+) s", added.stdout)
-    total = re.search(rf"{NEW} added and caught up in ([0-9.]+) s", added.stdout)
-
-    admins_all = {**admins, NEW: new_admin}
-    checks: dict[str, Any] = {}
-    if added.returncode == 0:
+    if exit_code == 0:
         found = leader(admins)
         own = status(new_admin)
         commit = int(found[1]["commit_index"]) if found else -1
@@ -314,12 +392,14 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         checks["n4_depth_eq_leader"] = {"ok": n4_depth == leader_depth and n4_depth == expected,
                                         "n4": n4_depth, "leader": leader_depth, "receipted": expected}
         began_verify = time.monotonic()
-        verified = await loop.run_in_executor(None, lambda: status(new_admin, verify=True, timeout=1800))
+        verified = await loop.run_in_executor(None, lambda: status(new_admin, verify=True, timeout=3600))
         verify = (verified or {}).get("verify")
         checks["n4_verify_unreadable_0"] = {"ok": verify is not None and verify.get("unreadable") == 0, "verify": verify,
                                             "seconds": round(time.monotonic() - began_verify, 1)}
+        own = status(new_admin)
         checks["n4_body_failures_0"] = {"ok": own is not None and own.get("body_failures") == 0,
-                                        "body_failures": None if own is None else own.get("body_failures")}
+                                        "body_failures": None if own is None else own.get("body_failures"),
+                                        "missing_indexes": None if own is None else own.get("bodies", {}).get("missing_indexes")}
     after = {node: status(a) for node, a in admins_all.items()}
     rss = {node: rss_bytes(int(s["pid"])) if s else None for node, s in after.items()}
     new_dir = data_dir / NEW
@@ -332,13 +412,14 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         "leader_before": next((n for n, s in before.items() if s and s.get("role") == "leader"), None),
         "commit_index_before": max((int(s["commit_index"]) for s in before.values() if s), default=None),
         "disk_before": disk_before,
-        "add_node_exit": added.returncode, "add_node_wall_s": round(wall_s, 1),
+        "add_node_exit": exit_code, "add_node_wall_s": round(wall_s, 1),
         "catch_up_s": float(caught.group(1)) if caught else None, "add_node_reported_s": float(total.group(1)) if total else None,
-        "add_node_output": (added.stdout + added.stderr).strip().splitlines(),
+        "really_caught_up_s": None if really_s is None else round(really_s, 1),
+        "add_node_output": output, "n4_at_return": at_return, "n4_timeline": watch.timeline,
         "n4_disk": disk_bytes(new_dir),
         "n4_disk_parts": {part.name: disk_bytes(part) for part in sorted(new_dir.iterdir()) if part.is_dir()} if new_dir.exists() else {},
         "rss": rss, "checks": checks,
-        "ok": added.returncode == 0 and bool(checks) and all(c["ok"] for c in checks.values()),
+        "ok": exit_code == 0 and bool(checks) and all(c["ok"] for c in checks.values()),
     }
     if load is not None:
         lat = sorted(load.latencies)
@@ -360,6 +441,15 @@ def print_summary(result: dict[str, Any]) -> None:
           f"caught up in {result['catch_up_s']} s from the commit (command's own figure {result['add_node_reported_s']} s)")
     for line in result["add_node_output"]:
         print(f"  | {line}")
+    if result["n4_at_return"]:
+        print(f"n4 when add-node returned: {result['n4_at_return']}")
+    print(f"n4 really caught up (applied the leader's commit index, same depth, no body missing) "
+          f"{result['really_caught_up_s']} s after the commit")
+    timeline = result["n4_timeline"]
+    step = max(1, len(timeline) // 12)
+    for row in timeline[::step] + ([timeline[-1]] if timeline and (len(timeline) - 1) % step else []):
+        print(f"  n4 t={row['t']:>6} s: applied {row['applied_index']}, raft last_applied {row['raft_last_applied']}, "
+              f"depth {row['depth']}, missing body indexes {row['missing_indexes']}, body journal {row['body_bytes']}")
     print(f"n4 on disk: {mib(result['n4_disk'])} (" + ", ".join(f"{k} {mib(v)}" for k, v in result["n4_disk_parts"].items()) + ")")
     print("RSS: " + ", ".join(f"{n} {mib(b) if b else '?'}" for n, b in result["rss"].items()))
     if "under_load" in result:
@@ -401,7 +491,7 @@ def main() -> None:
     admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(3)}
     url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")?randomize=false"
     state_dir = work / GROUP
-    result: dict[str, Any] | None = None
+    result: dict[str, Any] = {}
     try:
         up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
         if up.returncode != 0:
@@ -416,7 +506,7 @@ def main() -> None:
             left = running_nodes(read_state(state_dir) or state)
             if left:
                 print(f"still running: {[(n.id, n.pid) for n in left]}", file=sys.stderr)
-    if result is None:
+    if not result:
         print(f"work directory kept: {work}", file=sys.stderr)
         raise SystemExit(1)
     result["work_dir"] = str(work)

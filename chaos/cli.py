@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -18,7 +19,7 @@ from chaos.checker import QueueResult
 from chaos.environment import requirements
 from chaos.generator import TARGETS
 from chaos.nemesis import NEMESES
-from chaos.run import WORKLOADS, Progress, RunOptions, check_options, run, summary_row
+from chaos.run import WORKLOADS, Progress, RunOptions, check_options, group_count, run, summary_row
 from chaos.workload import NeedsCluster
 
 PRESETS = ("default", "five-node", "symmetric", "chain", "symmetric-lite")
@@ -72,6 +73,8 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
         raise click.BadParameter(f"unknown target {wrong[0]!r} (known: {', '.join(TARGETS)})", param_hint="--target")
     options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out), targets,
                          backlog)
+    if nemesis == "all" and group_count(options) < 2:  # every nemesis that can strike one group
+        options = dataclasses.replace(options, nemeses=tuple(n for n in names if n != "drain"))
     usable(options)
     console = Console(stderr=True)
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:

@@ -24,6 +24,8 @@ NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     "disk-full": ("leader", "one", "minority"),
     # One member leaves its group (a committed change) and rejoins empty: one change at a time.
     "membership": ("leader", "one"),
+    # A group drains (scale-down) while the members hit die in the middle of it (clusters only).
+    "drain": ("leader", "one", "minority"),
 }
 NEMESES = tuple(NEMESIS_TARGETS)
 

@@ -19,6 +19,8 @@ with what it hit and how (or `fail` with why it could not), and the same for its
 - `membership`: the member is removed from its group (a committed configuration change; a
   leader hands over first) and killed; at heal its files are set aside and it rejoins empty
   (chaos.membership), catching up from its peers.
+- `drain`: the group starts draining to the other groups and the members hit are killed in
+  the middle of it (chaos.drain_fault); at heal they start again and the drain is cancelled.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from chaos.corrupt import damage, refusal_for_damage
 from chaos.deployment import Deployment
+from chaos import drain_fault
 from chaos.environment import Environment
 from chaos.membership import leave, rejoin
 from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
@@ -151,6 +154,8 @@ class Nemesis:
             return {"filled_bytes": filled}
         elif kind == "membership":
             return {"changes": [leave(deployment, key) for key in hit]}
+        elif kind == "drain":
+            return drain_fault.start(deployment, group, hit)
         else:
             raise ValueError(f"unknown nemesis {kind!r}")
         return {}
@@ -203,6 +208,8 @@ class Nemesis:
             return self._restart_damaged(hit)
         elif kind == "membership":
             return {"changes": [rejoin(deployment, key, environment.set_aside) for key in hit]}
+        elif kind == "drain":
+            return drain_fault.stop(deployment, hit)
         return {}
 
     def _restart_damaged(self, hit: list[str]) -> dict[str, Any]:

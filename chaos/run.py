@@ -81,6 +81,9 @@ def check_options(options: RunOptions) -> None:
     if group_count(options) < workload.min_groups:
         raise NeedsCluster(f"the {workload.name} workload needs a cluster of at least {workload.min_groups} groups: "
                            "--preset symmetric, chain or symmetric-lite, or a --topology with several groups")
+    if "drain" in options.nemeses and group_count(options) < 2:
+        raise NeedsCluster("the drain nemesis needs a cluster of groups to drain into: "
+                           "--preset symmetric, chain or symmetric-lite, or a --topology with several groups")
 
 
 def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, QueueResult]:

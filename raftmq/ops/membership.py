@@ -70,6 +70,16 @@ def write_members(group: GroupConfig, members: tuple[GroupMember, ...]) -> Path:
     return path
 
 
+def caught_up(status: dict[str, Any] | None, committed: int) -> bool:
+    """A member's state machine has applied `committed` (not only its Raft log: a member
+    restoring a snapshot holds what follows until it has every body the snapshot references)
+    and it misses no body."""
+    if status is None:
+        return False
+    missing = int(status.get("bodies", {}).get("missing_indexes", 0))
+    return int(status.get("applied_index", -1)) >= committed and missing == 0
+
+
 class MembershipChanger:
     def __init__(self, topology: Topology, group: str, report: Report, timeout: float = 300.0,
                  fetch: StatusFetch = fetch_status) -> None:
@@ -219,9 +229,7 @@ class MembershipChanger:
         found = self._leader()
         if found is None:
             return False
-        committed = int(found[1].get("commit_index", 0))
-        own = self.fetch(member.admin or "")
-        return own is not None and int(own.get("raft", {}).get("last_applied", -1)) >= committed
+        return caught_up(self.fetch(member.admin or ""), int(found[1].get("commit_index", 0)))
 
     def _wait(self, what: str, probe: Callable[[], Any], detail: Callable[[], str] | None = None) -> Any:
         deadline = time.monotonic() + self.timeout

@@ -23,6 +23,7 @@ from typing import Any
 from raftmq.errors import DeploymentError
 from raftmq.ops.launcher import RUNNING, DeploymentState, NodeProcess, launcher_alive, read_state
 from raftmq.ops.rolling_requests import request_restart
+from raftmq.ops.membership import caught_up
 from raftmq.ops.status_view import fetch_status
 
 POLL_SECONDS = 0.1
@@ -120,8 +121,8 @@ class RollingRestart:
         if len(leaders) != 1:
             return False
         committed = int(leaders[0].get("commit_index", 0))
-        own = self.fetch(node.admin)  # after the leader's figure: what it applied since counts
-        return own is not None and int(own.get("raft", {}).get("last_applied", -1)) >= committed
+        # After the leader's figure: what it applied since counts.
+        return caught_up(self.fetch(node.admin), committed)
 
     def _wait(self, deadline: float, what: str, probe: Callable[[], Any]) -> Any:
         while True:

@@ -23,7 +23,9 @@ from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore
+from raftmq.server import replica as replica_module
 from raftmq.server.node import Node
+from raftmq.server.replica import Replica
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, decode_body
 
@@ -129,6 +131,35 @@ def test_records_fetched_from_a_peer_keep_their_ordinals(tmp_path: Path) -> None
         assert (record.raft_index, record.raft_term) == (7, 2)
         lagging.store(11, 2, [send(b"11.0")])  # and the journal goes on from there
         assert lagging.body((11, 0)) == b"11.0"
+
+
+def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression (found measuring a new member catching up with 0.25 GiB waiting): one fetch,
+    # bounded by a 5 s budget, brought a prefix of the bodies and the member went on without
+    # the rest, every one of them unreadable there.
+    monkeypatch.setattr(replica_module, "FETCH_RETRY_SECONDS", 0.01)
+    with Journal(tmp_path / "a") as a_journal, Journal(tmp_path / "b") as b_journal:
+        peer, lagging = BodyStore(a_journal), BodyStore(b_journal)
+        for index in range(1, 11):
+            peer.store(index, 2, [send(f"{index}.0".encode())])
+        assert lagging.restored(10, dump_referencing(*((i, 0) for i in (3, 5, 7, 9)))) == {3, 5, 7, 9}
+        calls: list[list[int]] = []
+
+        def fetch(wanted: Any) -> Any:  # peers down twice, then one index per call (a budget running out)
+            calls.append(list(wanted))
+            if len(calls) <= 2:
+                return []
+            return peer.records_at(list(wanted)[:1], max_bytes=1 << 20)[1]
+
+        class Host:
+            name = "n9"
+            config = NodeConfig()
+
+        replica = Replica(Host(), lagging, fetch)  # type: ignore[arg-type]
+        asyncio.run(replica._fetch([3, 5, 7, 9]))
+        assert lagging.missing == set()
+        assert [lagging.body((i, 0), cached=False) for i in (3, 5, 7, 9)] == [b"3.0", b"5.0", b"7.0", b"9.0"]
+        assert calls[-1] == [9] and len(calls) == 6
 
 
 @pytest.mark.parametrize("password", [None, "secret"])
