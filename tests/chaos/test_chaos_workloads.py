@@ -88,3 +88,18 @@ def test_a_cross_group_run_with_migrating_consumers_is_valid(tmp_path: Path) -> 
     producers = {op.node for op in ops if op.f == "send" and op.type == "ok"}
     consumers = {op.node for op in ops if op.f == "receive"}
     assert len(producers) == 1 and len(consumers) == 2 and not producers & consumers  # every value crossed a bridge
+
+
+@pytest.mark.integration
+def test_a_run_with_groups_draining_while_their_members_die_is_valid(tmp_path: Path) -> None:
+    run_dir, result = run(RunOptions(workload="queue", topology=str(lite_cluster(tmp_path)), nemeses=("drain",),
+                                     time_limit_s=14, rate=40, concurrency=3, seed=3, out=tmp_path / "runs", backlog=True))
+    assert result.valid, result.to_dict()
+    assert result.acknowledged > 150 and result.lost == 0 and result.stored_duplicates == 0
+    nemesis = read_history(run_dir / "nemesis.jsonl")
+    drains = [op for op in nemesis if op.f == "drain" and op.type == "ok"]
+    assert drains and all(op.value["killed"] for op in drains)
+    cancelled = [op for op in nemesis if op.f == "heal" and op.type == "ok" and op.value.get("of") == "drain"]
+    assert len(cancelled) == len(drains)
+    # With the consumers waiting (backlog), the drained groups held messages: some moved.
+    assert sum(op.value["moved"] or 0 for op in cancelled) > 0, [op.value for op in cancelled]
