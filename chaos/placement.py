@@ -59,6 +59,15 @@ def shape(source: Path) -> list[int]:
     return [len(group.config.members) for group in load_topology(source).groups]
 
 
+def move_uris(text: str, moved: dict[str, str]) -> str:
+    """A topology's text with each member's client address moved wherever it appears after
+    `//` ([[network_connector]] uris: `static:(stomp://HOST:PORT,...)`); a longer port that
+    merely starts with the same digits is left alone."""
+    for old, new in moved.items():
+        text = re.sub(r"(?<=//)" + re.escape(old) + r"(?!\d)", new, text)
+    return text
+
+
 def place(source: Path, run_dir: Path, addresser: Addresser, password: str | None = None) -> Topology:
     """The topology at `source`, copied into `run_dir/topology/` with its nodes moved. Off
     loopback a group needs a password (its Raft port unpickles what it receives): `password`
@@ -66,6 +75,7 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
     original = load_topology(source)
     target = run_dir / "topology"
     target.mkdir(parents=True, exist_ok=True)
+    moved: dict[str, str] = {}  # client addresses, for the topology's network connector URIs
     for g, group in enumerate(original.groups):
         path = group.config_path
         text = path.read_text(encoding="utf-8") if group.generated_text is None else group.generated_text
@@ -78,6 +88,7 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
                 if text.count(f'"{old}"') != 1:
                     raise ConfigError(f"{path}: address {old} of {group.name}/{member.id} must appear exactly once to be moved")
                 text = text.replace(f'"{old}"', f'"{replacement}"')
+            moved[member.client] = new[0]
             if member.admin is None:  # the nemeses read /status: every node gets an admin port
                 raise ConfigError(f"{path}: node {member.id} has no admin address; a chaos run needs one per node")
         text, count = _DATA_DIR.subn(lambda match: f'{match.group(1)}"data/{group.name}"', text, count=1)
@@ -87,5 +98,5 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
             text = _DATA_DIR.sub(lambda match: f'{match.group(0)}\npassword = "{password}"', text, count=1)
         (target / path.name).write_text(text, encoding="utf-8")
     if source.resolve() != original.groups[0].config_path.resolve() or len(original.groups) > 1:
-        (target / source.name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+        (target / source.name).write_text(move_uris(source.read_text(encoding="utf-8"), moved), encoding="utf-8")
     return load_topology(target / source.name)

@@ -103,3 +103,29 @@ def test_a_run_with_groups_draining_while_their_members_die_is_valid(tmp_path: P
     assert len(cancelled) == len(drains)
     # With the consumers waiting (backlog), the drained groups held messages: some moved.
     assert sum(op.value["moved"] or 0 for op in cancelled) > 0, [op.value for op in cancelled]
+
+
+def hub_and_spokes(tmp_path: Path) -> Path:
+    """Three single-node groups as an ActiveMQ Classic network of brokers: each spoke (g2, g3)
+    declares a duplex connector to the hub (g1), so each link is one connection the spoke opens."""
+    lite = lite_cluster(tmp_path)
+    text = lite.read_text().split("[[cluster_connection]]")[0]
+    hub = next(line for line in (tmp_path / "g1.toml").read_text().splitlines() if line.startswith("client"))
+    address = hub.split('"')[1]
+    for spoke in ("g2", "g3"):
+        text += "\n".join(["[[network_connector]]", f'group = "{spoke}"', f'name = "{spoke}-hub"',
+                           f'uri = "static:(stomp://{address})"', "duplex = true", "networkTTL = 2"]) + "\n"
+    lite.write_text(text)
+    return lite
+
+
+@pytest.mark.integration
+def test_a_cross_group_run_over_a_duplex_network_of_brokers_under_kills_is_valid(tmp_path: Path) -> None:
+    # Producers on the hub, consumers on the spokes: every value crosses a one-connection link.
+    run_dir, result = run(RunOptions(workload="cross-group", topology=str(hub_and_spokes(tmp_path)), nemeses=("kill",),
+                                     time_limit_s=14, rate=40, concurrency=3, seed=4, out=tmp_path / "runs"))
+    assert result.valid, result.to_dict()
+    assert result.acknowledged > 150 and result.received == result.acknowledged
+    placed = (run_dir / "topology" / "topology.toml").read_text()
+    assert "127.0.0.1" not in placed.split("[[network_connector]]", 1)[1]  # the uris moved with the nodes
+    assert any(op.f == "kill" and op.type == "ok" for op in read_history(run_dir / "nemesis.jsonl"))
