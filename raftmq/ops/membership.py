@@ -98,9 +98,14 @@ class MembershipChanger:
 
     def add(self, member: GroupMember) -> ChangeResult:
         started = time.monotonic()
-        self._check_new(member)
-        write_members(self.group, (*self.group.members, member))
-        self.spec = replace(self.spec, config=replace(self.group, members=(*self.group.members, member)))
+        if member in self.group.members:
+            # An earlier add-node wrote it and started it, then failed (say, no leader in
+            # time): carry on from there.
+            self.report(f"{self.group.name}/{member.id} is in the members file already: resuming")
+        else:
+            self._check_new(member)
+            write_members(self.group, (*self.group.members, member))
+            self.spec = replace(self.spec, config=replace(self.group, members=(*self.group.members, member)))
         self._start(member)
         assert member.admin is not None
         self._wait(f"{member.id} to answer on {member.admin}", lambda: self.fetch(member.admin or ""))
