@@ -121,32 +121,45 @@ def mib(count: float) -> str:
 # -- traffic --------------------------------------------------------------------------------
 
 
+class FillStalled(Exception):
+    pass
+
+
 class Fill:
     """`producers` failover connections, each `window` receipted SENDs in flight, until
     `count` messages of `size` random (incompressible) bytes were receipted."""
 
-    def __init__(self, url: str, count: int, size: int, producers: int, window: int) -> None:
+    def __init__(self, url: str, count: int, size: int, producers: int, window: int, stall: float) -> None:
         self.url, self.count, self.size, self.producers, self.window = url, count, size, producers, window
+        self.stall = stall
         self.receipted = 0
         self.errors: list[str] = []
         self.next = 0
+        self.progress: list[tuple[float, int]] = []  # (seconds, receipted) every 15 s
 
     async def run(self) -> float:
+        """Seconds the fill took; raises FillStalled when fewer than 1 % of the messages were
+        receipted in the last `stall` seconds."""
         started = time.monotonic()
-        reporter = asyncio.ensure_future(self._report(started))
+        producers = asyncio.ensure_future(asyncio.gather(*(self._produce(p) for p in range(self.producers))))
         try:
-            await asyncio.gather(*(self._produce(p) for p in range(self.producers)))
+            while not producers.done():
+                await asyncio.wait([producers], timeout=15)
+                seconds = time.monotonic() - started
+                self.progress.append((round(seconds), self.receipted))
+                print(f"  fill: {self.receipted:,} of {self.count:,} receipted in {seconds:.0f} s "
+                      f"({self.receipted / seconds:,.0f} msg/s, {mib(self.receipted * self.size / seconds)}/s)",
+                      file=sys.stderr, flush=True)
+                back = [n for t, n in self.progress if t <= seconds - self.stall]
+                if not producers.done() and back and self.receipted - back[-1] < self.count / 100:
+                    raise FillStalled(f"the fill stalled: {self.receipted - back[-1]:,} messages receipted in the last "
+                                      f"{self.stall:g} s ({self.receipted:,} of {self.count:,} in {seconds:.0f} s)")
+            producers.result()
         finally:
-            reporter.cancel()
+            if not producers.done():
+                producers.cancel()
+                await asyncio.wait([producers], timeout=15)
         return time.monotonic() - started
-
-    async def _report(self, started: float) -> None:
-        while True:
-            await asyncio.sleep(15)
-            seconds = time.monotonic() - started
-            print(f"  fill: {self.receipted:,} of {self.count:,} receipted in {seconds:.0f} s "
-                  f"({self.receipted / seconds:,.0f} msg/s, {mib(self.receipted * self.size / seconds)}/s)",
-                  file=sys.stderr, flush=True)
 
     async def _produce(self, producer: int) -> None:
         client = await connect_failover(self.url)
@@ -305,6 +318,42 @@ class Watch:
         return None
 
 
+def group_evidence(data_dir: Path, admins: dict[str, str]) -> dict[str, Any]:
+    """Per node: its /status (or that it did not answer), RSS, and what its log says of
+    elections, snapshots and GC pauses."""
+    nodes: dict[str, Any] = {}
+    for node, admin in admins.items():
+        found = status(admin, timeout=10)
+        events: dict[str, int] = {}
+        slow_gc: list[float] = []
+        first: dict[str, str] = {}
+        samples: list[str] = []
+        path = data_dir / node / "raftmq.log.jsonl"
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            event = str(entry.get("event"))
+            events[event] = events.get(event, 0) + 1
+            first.setdefault(event, str(entry.get("timestamp")))
+            if event == "node.gc_pause" and float(entry.get("ms", 0)) >= 500:
+                slow_gc.append(float(entry["ms"]))
+            if event in ("raft.snapshot_failed", "raft.leader_lost") and len(samples) < 2:
+                samples.append(json.dumps(entry)[:700])
+        pid = found.get("pid") if found else None
+        nodes[node] = {
+            "status": None if found is None else {k: found.get(k) for k in ("role", "term", "applied_index", "commit_index")}
+            | {"depth": depth(found)},
+            "rss": rss_bytes(int(pid)) if pid else None,
+            "leader_changes": events.get("raft.leader_changed", 0), "leader_lost": events.get("raft.leader_lost", 0),
+            "snapshot_failed": events.get("raft.snapshot_failed", 0), "first_snapshot_failed": first.get("raft.snapshot_failed"),
+            "gc_pauses_500ms_plus": len(slow_gc), "gc_pause_max_ms": max(slow_gc, default=0.0),
+            "log_samples": samples,
+        }
+    return nodes
+
+
 def node_log_evidence(member_dir: Path, limit: int = 40) -> list[str]:
     lines: list[str] = []
     for name in ("node.log", "raftmq.log.jsonl"):
@@ -322,9 +371,13 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
     if options.consumed:
         drain = Drain(url)
         await drain.start()
-    fill = Fill(url, count, options.size, options.producers, options.window)
+    fill = Fill(url, count, options.size, options.producers, options.window, options.stall)
     print(f"filling {GROUP} with {count:,} messages of {options.size} B ({options.gib:g} GiB) ...", file=sys.stderr, flush=True)
-    fill_s = await fill.run()
+    try:
+        fill_s = await fill.run()
+    except FillStalled as exc:
+        return {"ok": False, "stalled": str(exc), "fill_progress": fill.progress, "fill_errors": len(fill.errors),
+                "nodes": await loop.run_in_executor(None, group_evidence, work / GROUP, admins)}
     if drain is not None:
         await drain.finish(fill.receipted)
     print(f"  filled in {fill_s:.1f} s; waiting for every member to apply it", file=sys.stderr, flush=True)
@@ -474,6 +527,8 @@ def main() -> None:
     parser.add_argument("--under-load", type=float, default=0.0, metavar="RATE",
                         help="receipted msg/s a producer keeps sending while n4 is added")
     parser.add_argument("--timeout", type=float, default=1800.0, help="add-node --timeout (seconds per step)")
+    parser.add_argument("--stall", type=float, default=120.0,
+                        help="give up when the fill receipts under 1 %% of its messages in this many seconds")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a fresh temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--json", type=Path, default=None, help="also write the result as JSON")
@@ -506,13 +561,22 @@ def main() -> None:
             left = running_nodes(read_state(state_dir) or state)
             if left:
                 print(f"still running: {[(n.id, n.pid) for n in left]}", file=sys.stderr)
+        if not result:
+            print(f"work directory kept: {work}", file=sys.stderr)
     if not result:
-        print(f"work directory kept: {work}", file=sys.stderr)
         raise SystemExit(1)
     result["work_dir"] = str(work)
     if options.json is not None:
         options.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print_summary(result)
+    if "stalled" in result:
+        print(f"FAILED: {result['stalled']}")
+        print("fill progress (s, receipted): " + ", ".join(f"{t}:{n:,}" for t, n in result["fill_progress"]))
+        for node, facts in result["nodes"].items():
+            print(f"{node}: {json.dumps({k: v for k, v in facts.items() if k != 'log_samples'})}")
+            for sample in facts["log_samples"]:
+                print(f"  log | {sample}")
+    else:
+        print_summary(result)
     if options.keep or not result["ok"]:
         print(f"work directory kept: {work}")
     else:

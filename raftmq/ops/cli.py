@@ -304,10 +304,15 @@ _timeout_option = click.option("--timeout", type=click.FloatRange(min=1), defaul
                                help="Seconds each step may take (a new member's catch-up included).")
 
 
-def _changer(config_path: str | None, preset: str | None, group: str, timeout: float) -> Any:
+def _change(config_path: str | None, preset: str | None, group: str, timeout: float, step: Any) -> Any:
+    """Run `step(MembershipChanger)`; a RaftmqError becomes one line and exit status 1."""
+    from raftmq.errors import RaftmqError
     from raftmq.ops.membership import MembershipChanger
 
-    return MembershipChanger(_topology(config_path, preset), group, click.echo, timeout=timeout)
+    try:
+        return step(MembershipChanger(_topology(config_path, preset), group, click.echo, timeout=timeout))
+    except RaftmqError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
@@ -335,13 +340,8 @@ def add_node_command(group: str, node: str, client: str, raft: str, admin: str, 
     """Add member NODE to running GROUP: its addresses go into the group's members file, the
     supervisor of `raftmq up` starts it (else start it as told), the group commits the change,
     and the command returns once NODE has caught up with the leader."""
-    from raftmq.errors import RaftmqError
-
     member = _new_member(node, client, raft, admin)
-    try:
-        result = _changer(config_path, preset, group, timeout).add(member)
-    except RaftmqError as exc:
-        raise click.ClickException(str(exc)) from None
+    result = _change(config_path, preset, group, timeout, lambda changer: changer.add(member))
     click.echo(f"{group}: {node} added and caught up in {result.seconds:.1f} s; members: {', '.join(result.members)}")
 
 
@@ -354,12 +354,7 @@ def add_node_command(group: str, node: str, client: str, raft: str, admin: str, 
 def remove_node_command(group: str, node: str, config_path: str | None, preset: str | None, timeout: float) -> None:
     """Remove member NODE from running GROUP (a leader hands leadership over first), stop it
     and set its data directory aside."""
-    from raftmq.errors import RaftmqError
-
-    try:
-        result = _changer(config_path, preset, group, timeout).remove(node)
-    except RaftmqError as exc:
-        raise click.ClickException(str(exc)) from None
+    result = _change(config_path, preset, group, timeout, lambda changer: changer.remove(node))
     click.echo(f"{group}: {node} removed in {result.seconds:.1f} s; members: {', '.join(result.members)}")
 
 
@@ -374,13 +369,8 @@ def remove_node_command(group: str, node: str, config_path: str | None, preset: 
 def replace_node_command(group: str, old: str, new: str, client: str, raft: str, admin: str, config_path: str | None,
                          preset: str | None, timeout: float) -> None:
     """Replace member OLD of running GROUP by NEW: NEW is added and caught up, then OLD removed."""
-    from raftmq.errors import RaftmqError
-
     member = _new_member(new, client, raft, admin)
-    try:
-        result = _changer(config_path, preset, group, timeout).replace_member(old, member)
-    except RaftmqError as exc:
-        raise click.ClickException(str(exc)) from None
+    result = _change(config_path, preset, group, timeout, lambda changer: changer.replace_member(old, member))
     click.echo(f"{group}: {old} replaced by {new} in {result.seconds:.1f} s; members: {', '.join(result.members)}")
 
 

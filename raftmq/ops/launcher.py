@@ -184,15 +184,19 @@ def check_ports_free(topology: Topology) -> None:
     """Bind each address once (as the node will); the first one taken fails, by name."""
     for group, member in topology.members():
         for kind in ("client", "raft", "admin"):
-            address = getattr(member, kind)
-            host, port = split_address(address)
-            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-                # Like the nodes' listeners: a closed connection's TIME_WAIT does not block us.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((host, port))
-                except OSError as exc:
-                    raise DeploymentError(f"{group.name}/{member.id}: {kind} address {address} is not available ({exc.strerror or exc})") from None
+            check_port_free(getattr(member, kind), f"{group.name}/{member.id}: {kind} address")
+
+
+def check_port_free(address: str, label: str) -> None:
+    """DeploymentError `<label> <address> is not available (why)` unless it can be bound."""
+    host, port = split_address(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like the nodes' listeners: a closed connection's TIME_WAIT does not block us.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise DeploymentError(f"{label} {address} is not available ({exc.strerror or exc})") from None
 
 
 def check_data_dirs(topology: Topology) -> None:

@@ -22,7 +22,6 @@ One change at a time: the leader refuses a second one until the first has commit
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +30,7 @@ from typing import Any
 
 from raftmq.config import MEMBERS_FILE, GroupConfig, GroupMember, split_address
 from raftmq.errors import DeploymentError
-from raftmq.ops.launcher import NODE_LOG, DeploymentState, launcher_alive, read_state
+from raftmq.ops.launcher import NODE_LOG, DeploymentState, check_port_free, launcher_alive, read_state
 from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, request_member
 from raftmq.ops.status_view import fetch_status
 from raftmq.ops.topology import Topology
@@ -151,13 +150,7 @@ class MembershipChanger:
             address = getattr(member, kind)
             if address in used:
                 raise DeploymentError(f"{member.id} {kind} address {address} is already {used[address]}")
-            host, port = split_address(address)
-            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((host, port))
-                except OSError as exc:
-                    raise DeploymentError(f"{member.id} {kind} address {address} is not available ({exc.strerror or exc})") from None
+            check_port_free(address, f"{member.id} {kind} address")
 
     def _supervised(self) -> DeploymentState | None:
         state = read_state(self.topology.state_dir)

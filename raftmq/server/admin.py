@@ -212,19 +212,12 @@ def _json(code: int, answer: dict[str, Any]) -> tuple[int, str, bytes]:
 def post_membership(host: str, port: int, change: Change, password: str, timeout: float = 15.0) -> tuple[int, dict[str, Any]]:
     """Ask a member's admin port for a membership change: (HTTP status, JSON answer)."""
     body = json.dumps({"op": change.op, "node": change.address}).encode()
-    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(password, body)}
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        connection.request("POST", "/membership", body, headers)
-        response = connection.getresponse()
-        data = response.read()
-    finally:
-        connection.close()
+    status, data = _post(host, port, "/membership", body, "application/json", password, timeout)
     try:
         answer = json.loads(data)
     except ValueError:
         answer = {"error": data.decode("utf-8", "replace").strip()}
-    return response.status, answer if isinstance(answer, dict) else {"error": str(answer)}
+    return status, answer if isinstance(answer, dict) else {"error": str(answer)}
 
 
 def fetch_bodies(
@@ -260,18 +253,22 @@ def fetch_bodies(
 
 
 def _post_bodies(host: str, port: int, indexes: list[int], password: str | None, timeout: float) -> tuple[int, list[IndexRecords]]:
-    body = msgpack.packb(indexes)
-    headers = {"Content-Type": "application/x-msgpack"}
+    status, data = _post(host, port, "/bodies", msgpack.packb(indexes), "application/x-msgpack", password, timeout)
+    if status != 200:
+        raise ValueError(f"HTTP {status}: {data[:200]!r}")
+    considered, rows = msgpack.unpackb(data, raw=False)
+    return int(considered), [(int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows]
+
+
+def _post(host: str, port: int, path: str, body: bytes, content_type: str, password: str | None, timeout: float) -> tuple[int, bytes]:
+    """One POST to a member's admin port, signed with the group secret when there is one."""
+    headers = {"Content-Type": content_type}
     if password is not None:
         headers[SIGNATURE_HEADER] = sign(password, body)
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        connection.request("POST", "/bodies", body, headers)
+        connection.request("POST", path, body, headers)
         response = connection.getresponse()
-        data = response.read()
+        return response.status, response.read()
     finally:
         connection.close()
-    if response.status != 200:
-        raise ValueError(f"HTTP {response.status}: {data[:200]!r}")
-    considered, rows = msgpack.unpackb(data, raw=False)
-    return int(considered), [(int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows]

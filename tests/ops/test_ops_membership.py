@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from raftmq.config import MEMBERS_FILE, load_group_config
-from raftmq.ops.launcher import read_state, running_nodes, stop_launcher, stop_nodes
+from raftmq.ops.launcher import read_state
 from raftmq.processes import free_ports
-from tests.ops.test_ops_restart import Traffic, raftmq
+from tests.ops.test_ops_restart import Traffic, detached_cluster, raftmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -50,12 +50,7 @@ def new_member_args(node_id: str) -> list[str]:
 def test_five_to_three_and_back_under_load_loses_nothing(tmp_path: Path, write_group: Callable[..., Path]) -> None:
     config = write_group("g1", 5)
     state_dir = tmp_path / "g1"
-    try:
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
-        assert up.returncode == 0, up.stdout + up.stderr
-        before = read_state(state_dir)
-        assert before is not None
-        url = "failover:(" + ",".join(f"stomp://{n.client}" for n in before.nodes) + ")?randomize=false"
+    with detached_cluster(config, state_dir, tmp_path) as (_before, url):
         traffic = Traffic(url)
         traffic.start()
         time.sleep(1.0)
@@ -103,9 +98,3 @@ def test_five_to_three_and_back_under_load_loses_nothing(tmp_path: Path, write_g
         assert up.returncode == 0, up.stdout + up.stderr
         state = read_state(state_dir)
         assert state is not None and sorted(n.id for n in state.nodes) == ids
-    finally:
-        state = read_state(state_dir)
-        if state is not None:
-            stop_launcher(state, timeout=15)
-            stop_nodes(read_state(state_dir) or state)
-            assert not running_nodes(read_state(state_dir) or state)

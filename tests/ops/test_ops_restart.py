@@ -8,17 +8,18 @@ Every process started here is stopped by pid in a `finally`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from raftmq.client.failover import connect_failover
-from raftmq.ops.launcher import NodeProcess, read_state, running_nodes, stop_launcher, stop_nodes
+from raftmq.ops.launcher import DeploymentState, NodeProcess, read_state, running_nodes, stop_launcher, stop_nodes
 from raftmq.ops.rolling import restart_order
 from raftmq.protocol.frame import Frame
 
@@ -92,17 +93,30 @@ class Traffic:
             await consumer.close()
 
 
+@contextlib.contextmanager
+def detached_cluster(config: Path, state_dir: Path, cwd: Path) -> Iterator[tuple[DeploymentState, str]]:
+    """`raftmq up --detach` of a group file: its state and a failover URL of its members;
+    every node stopped by pid at the end."""
+    try:
+        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=cwd)
+        assert up.returncode == 0, up.stdout + up.stderr
+        before = read_state(state_dir)
+        assert before is not None
+        yield before, "failover:(" + ",".join(f"stomp://{n.client}" for n in before.nodes) + ")?randomize=false"
+    finally:
+        state = read_state(state_dir)
+        if state is not None:
+            stop_launcher(state, timeout=15)
+            stop_nodes(read_state(state_dir) or state)
+            assert not running_nodes(read_state(state_dir) or state)
+
+
 @pytest.mark.integration
 def test_a_rolling_restart_under_load_restarts_every_node_and_loses_nothing(
         tmp_path: Path, write_group: Callable[..., Path]) -> None:
     config = write_group("g1", 3)
     state_dir = tmp_path / "g1"
-    try:
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "25", cwd=tmp_path)
-        assert up.returncode == 0, up.stdout + up.stderr
-        before = read_state(state_dir)
-        assert before is not None
-        url = "failover:(" + ",".join(f"stomp://{n.client}" for n in before.nodes) + ")?randomize=false"
+    with detached_cluster(config, state_dir, tmp_path) as (before, url):
         traffic = Traffic(url)
         traffic.start()
         time.sleep(1.0)
@@ -120,9 +134,3 @@ def test_a_rolling_restart_under_load_restarts_every_node_and_loses_nothing(
         assert len(traffic.receipted) > 100
         missing = traffic.receipted - set(traffic.received)
         assert not missing, f"{len(missing)} receipted messages never arrived, e.g. {sorted(missing)[:3]}"
-    finally:
-        state = read_state(state_dir)
-        if state is not None:
-            stop_launcher(state, timeout=15)
-            stop_nodes(read_state(state_dir) or state)
-            assert not running_nodes(read_state(state_dir) or state)
