@@ -159,6 +159,8 @@ class Fill:
             if not producers.done():
                 producers.cancel()
                 await asyncio.wait([producers], timeout=15)
+            if producers.done() and not producers.cancelled():
+                producers.exception()  # retrieved: reported by result() above, or moot after a stall
         return time.monotonic() - started
 
     async def _produce(self, producer: int) -> None:
@@ -318,10 +320,24 @@ class Watch:
         return None
 
 
+def reaches(admin: str, index: int, within: float) -> bool:
+    """Whether the member applies `index` within `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        found = status(admin)
+        if found is not None and int(found.get("applied_index", -1)) >= index:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def group_evidence(data_dir: Path, admins: dict[str, str]) -> dict[str, Any]:
     """Per node: its /status (or that it did not answer), RSS, and what its log says of
     elections, snapshots and GC pauses."""
     nodes: dict[str, Any] = {}
+    state = read_state(data_dir)
+    pids = {n.id: n.pid for n in state.nodes} if state is not None else {}
     for node, admin in admins.items():
         found = status(admin, timeout=10)
         events: dict[str, int] = {}
@@ -339,9 +355,9 @@ def group_evidence(data_dir: Path, admins: dict[str, str]) -> dict[str, Any]:
             first.setdefault(event, str(entry.get("timestamp")))
             if event == "node.gc_pause" and float(entry.get("ms", 0)) >= 500:
                 slow_gc.append(float(entry["ms"]))
-            if event in ("raft.snapshot_failed", "raft.leader_lost") and len(samples) < 2:
+            if event in ("raft.snapshot_failed", "raft.leader_lost") and events[event] == 1:
                 samples.append(json.dumps(entry)[:700])
-        pid = found.get("pid") if found else None
+        pid = found.get("pid") if found else pids.get(node)
         nodes[node] = {
             "status": None if found is None else {k: found.get(k) for k in ("role", "term", "applied_index", "commit_index")}
             | {"depth": depth(found)},
@@ -420,9 +436,12 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         own = status(new_admin)
         commit = int(found[1]["commit_index"]) if found else -1
         at_return = {"leader_commit": commit, **Watch.sample(own)}
+        # Under load the leader commits on: n4 may trail by the entries of the last moment.
+        reached = await loop.run_in_executor(None, reaches, new_admin, commit, 1.0)
         checks["at_return_n4_applied_ge_leader_commit"] = {
-            "ok": at_return["applied_index"] >= commit, "n4_applied_index": at_return["applied_index"],
-            "n4_raft_last_applied": at_return["raft_last_applied"], "leader_commit": commit}
+            "ok": reached, "n4_applied_index": at_return["applied_index"],
+            "n4_raft_last_applied": at_return["raft_last_applied"], "leader_commit": commit,
+            "note": "n4 reached that commit index within 1 s" if reached else "n4 did not reach it within 1 s"}
         # Then: until n4 really has everything (applied the leader's commit index, the same
         # queue depth, no body missing), or the timeout.
         print(f"  add-node returned; n4 at that moment: {at_return}; waiting until it really caught up", file=sys.stderr, flush=True)
@@ -439,7 +458,8 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         own = status(new_admin)
         commit = int(found[1]["commit_index"]) if found else -1
         applied = int(own["applied_index"]) if own else -1
-        checks["n4_applied_ge_leader_commit"] = {"ok": applied >= commit, "n4_applied": applied, "leader_commit": commit}
+        reached = await loop.run_in_executor(None, reaches, new_admin, commit, 10.0)
+        checks["n4_applied_ge_leader_commit"] = {"ok": reached, "n4_applied": applied, "leader_commit": commit}
         n4_depth, leader_depth = depth(own), depth(found[1] if found else None)
         expected = 0 if options.consumed else fill.receipted
         checks["n4_depth_eq_leader"] = {"ok": n4_depth == leader_depth and n4_depth == expected,

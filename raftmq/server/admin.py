@@ -227,15 +227,19 @@ def fetch_bodies(
     *,
     timeout: float = 2.0,
     budget: float = 5.0,
+    max_bytes: int | None = None,
 ) -> list[IndexRecords]:
     """Records of `indexes` from the first peers that have them (admin addresses, in order).
-    Blocking; gives up after `budget` seconds. Returns what was found."""
+    Blocking; gives up after `budget` seconds, or once it holds `max_bytes` of payload (the
+    caller stores them and asks for the rest: a member catching up with gigabytes must not
+    hold them all in memory). Returns what was found."""
     deadline = time.monotonic() + budget
     remaining = sorted(set(indexes))
     fetched: list[IndexRecords] = []
+    size = 0
     for host, port in peers:
         lacking: list[int] = []
-        while remaining and time.monotonic() < deadline:
+        while remaining and time.monotonic() < deadline and (max_bytes is None or size < max_bytes):
             chunk = remaining[:INDEXES_PER_REQUEST]
             try:
                 considered, rows = _post_bodies(host, port, chunk, password, min(timeout, max(0.1, deadline - time.monotonic())))
@@ -244,10 +248,11 @@ def fetch_bodies(
                 break
             got = {index for index, _records in rows}
             fetched.extend(rows)
+            size += sum(len(payload) for _index, records in rows for _term, _kind, payload in records)
             lacking.extend(i for i in chunk if i <= considered and i not in got)
             remaining = [i for i in remaining if i > considered]
         remaining = sorted(set(remaining) | set(lacking))
-        if not remaining or time.monotonic() >= deadline:
+        if not remaining or time.monotonic() >= deadline or (max_bytes is not None and size >= max_bytes):
             break
     return fetched
 

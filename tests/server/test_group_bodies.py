@@ -23,6 +23,7 @@ from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore
+from raftmq.server import admin as admin_module
 from raftmq.server import replica as replica_module
 from raftmq.server.node import Node
 from raftmq.server.replica import Replica
@@ -163,7 +164,7 @@ def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: P
 
 
 @pytest.mark.parametrize("password", [None, "secret"])
-def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None) -> None:
+def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     with Journal(tmp_path / "a") as journal:
         store = BodyStore(journal)
         for index in range(1, 6):
@@ -182,6 +183,10 @@ def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None) 
             ]
             if password is not None:
                 assert fetch_bodies([("127.0.0.1", admin.port)], [2], "wrong", budget=2.0) == []
+            # A round stops once it holds max_bytes (here after its first request of two indexes).
+            monkeypatch.setattr(admin_module, "INDEXES_PER_REQUEST", 2)
+            rounds = fetch_bodies(peers[1:], [1, 2, 3, 4, 5], password, budget=5.0, max_bytes=1)
+            assert [index for index, _records in rounds] == [1, 2]
         finally:
             asyncio.run_coroutine_threadsafe(admin.stop(), loop).result(5)
             loop.call_soon_threadsafe(loop.stop)
