@@ -27,7 +27,7 @@ def spark() -> Iterator[Any]:
 def _chaos_run(out: Path, **options: Any) -> Path:
     from chaos.run import RunOptions, run
 
-    run_dir, result = run(RunOptions(out=out, time_limit_s=5.0, rate=40.0, **options))
+    run_dir, result = run(RunOptions(out=out, **{"time_limit_s": 5.0, "rate": 40.0, **options}))
     assert result.valid, f"the fixture's chaos run is not valid: {run_dir}"
     return run_dir
 
@@ -47,11 +47,25 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def audited(spark: Any, group_run: Path, cluster_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def elastic_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real runs of the elastic cluster's faults: members leaving their group and rejoining
+    empty (one group of three), and groups draining while their members die (symmetric, the
+    consumers waiting so the drained groups hold messages to move)."""
+    out = tmp_path_factory.mktemp("elastic-runs")
+    return {
+        "membership": _chaos_run(out, preset="default", nemeses=("membership",), seed=1, time_limit_s=9.0),
+        "drain": _chaos_run(out, preset="symmetric", nemeses=("drain",), seed=2, time_limit_s=10.0, backlog=True),
+    }
+
+
+@pytest.fixture(scope="session")
+def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[str, Path],
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The clean runs and a copy per planted anomaly, audited together in one job."""
     root = tmp_path_factory.mktemp("audited")
     planted: dict[str, tuple[str, str]] = {}
-    runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean")]
+    runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean"),
+            *(copy_run(run, root, f"{name}-clean") for name, run in elastic_runs.items())]
     for name, (check, plant) in GROUP_ANOMALIES.items():
         run = copy_run(group_run, root, f"group-{name}")
         planted[run.name] = (check, plant(run))

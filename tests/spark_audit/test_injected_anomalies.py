@@ -21,10 +21,21 @@ def verdict(result: AuditResult, name: str) -> dict[str, int | None]:
     return next(run.counts for run in result.runs if run.name == name)
 
 
-@pytest.mark.parametrize("name", ["group-clean", "cluster-clean"])
+@pytest.mark.parametrize("name", ["group-clean", "cluster-clean", "membership-clean", "drain-clean"])
 def test_a_real_run_audits_clean(audited: dict[str, Any], name: str) -> None:
     counts = verdict(audited["result"], name)
     assert counts == {check: 0 for check in CHECKS}, [f for f in audited["result"].findings if f["run"] == name]
+
+
+@pytest.mark.parametrize("name", ["membership", "drain"])
+def test_the_elastic_runs_did_what_they_audit(audited: dict[str, Any], name: str) -> None:
+    # A member left and rejoined empty; a group drained (moving messages) while a member died.
+    faults = [op for op in read_history(audited["runs"][f"{name}-clean"] / "nemesis.jsonl") if op.type == "ok"]
+    if name == "membership":
+        assert any(op.f == "membership" for op in faults) and any(op.value.get("of") == "membership" for op in faults)
+    else:
+        healed = [op for op in faults if op.value.get("of") == "drain"]
+        assert healed and any(op.value.get("moved") for op in healed), [op.value for op in healed]
 
 
 @pytest.mark.parametrize("name", ["group-clean", "cluster-clean", "group-lost", "group-receive-twice"])
