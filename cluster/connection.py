@@ -199,6 +199,9 @@ class PeerGroup:
 
     name: str
     clients: tuple[str, ...]  # "host:port" of each member's STOMP listener
+    # The group's members file (raftmq.config.MEMBERS_FILE), if its members may change while we
+    # run (`raftmq group add-node`): a bridge reads the members there each time it connects.
+    members_file: str | None = None
 
 
 def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from cluster.connection import ClusterView, PeerGroup, cluster_view
-from raftmq.config import GroupConfig
+from raftmq.config import MEMBERS_FILE, GroupConfig
 from raftmq.errors import ConfigError
 from raftmq.ops.topology import Topology, load_topology
 
@@ -26,7 +26,9 @@ def node_cluster_settings(topology: Topology, group: str) -> tuple[ClusterView |
         return None, ()
     specs = {spec.name: spec for spec in topology.groups}
     peers = tuple(
-        PeerGroup(name, tuple(member.client for member in specs[name].config.members)) for name in view.neighbours
+        PeerGroup(name, tuple(member.client for member in specs[name].config.members),
+                  str(Path(specs[name].config.data_dir) / MEMBERS_FILE))
+        for name in view.neighbours
     )
     return view, peers
 

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -37,7 +40,8 @@ from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
 from raftmq.core.broker import Broker
 from raftmq.core.effects import Deliver
-from raftmq.errors import BrokerRefused, ClientError
+from raftmq.config import load_members
+from raftmq.errors import BrokerRefused, ClientError, ConfigError
 from raftmq.replication.commit_log import CommitLog
 from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession, BridgeSessionHost
 from raftmq.server.leader_task import LeaderTask
@@ -84,6 +88,7 @@ class Bridge(LeaderTask):
         self.adverts_sent = 0
         self.last_error: str | None = None
         self._attempt = 0
+        self._members_moved = False  # the neighbour's members file lists others than we try
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -117,6 +122,7 @@ class Bridge(LeaderTask):
             randomize=False,
         )
         self.state = "connecting"
+        self.neighbour = current_members(self.neighbour)
         client = self._client = FailoverClient(
             [list(self.neighbour.clients)], options,
             login=settings.cluster_user, passcode=settings.cluster_password,
@@ -152,6 +158,11 @@ class Bridge(LeaderTask):
         while not session.closed.is_set():
             await session.wakeup.wait()
             session.wakeup.clear()
+            if self._members_moved:  # reconnect to the members the neighbour has now
+                self._members_moved = False
+                log.info("bridge.following_members", bridge=self.name)
+                self.state = "retrying"
+                return
             if client.closed.done():  # gave up reconnecting (or closed): start over
                 error = client.closed.result() if not client.closed.cancelled() else None
                 self._failed(error if error is not None else ClientError("client closed"))
@@ -234,6 +245,10 @@ class Bridge(LeaderTask):
             self.retry_at = time.monotonic() + delay
             self.last_error = str(event.error) if event.error is not None else self.last_error
             log.info("bridge.retrying", bridge=self.name, attempt=self._attempt, in_s=round(delay, 3), error=self.last_error)
+            session = self._session
+            if session is not None and current_members(self.neighbour).clients != self.neighbour.clients:
+                self._members_moved = True  # failing on members that may be gone: start over with the file's
+                session.wakeup.set()
 
     def _failed(self, error: BaseException) -> None:
         self.state = "failed"
@@ -299,3 +314,18 @@ def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup])
             continue
         bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour), advertises, view.pulls_from(neighbour)))
     return bridges
+
+
+def current_members(peer: PeerGroup) -> PeerGroup:
+    """`peer` with the members its members file lists now (`raftmq group add-node` /
+    `remove-node` changed them since this node started), else as it was."""
+    if peer.members_file is None or not os.path.exists(peer.members_file):
+        return peer
+    try:
+        clients = tuple(member.client for member in load_members(Path(peer.members_file)))
+    except ConfigError as exc:
+        log.warning("bridge.members_file_unreadable", group=peer.name, error=str(exc))
+        return peer
+    if clients != peer.clients:
+        log.info("bridge.members_changed", group=peer.name, members=list(clients))
+    return dataclasses.replace(peer, clients=clients)
