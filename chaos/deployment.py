@@ -104,6 +104,20 @@ class Deployment:
             processes.kill(node.proc)  # SIGCONT first: a paused process dies at once
         node.paused = False
 
+    def terminate(self, key: str, grace: float = 15.0) -> bool:
+        """SIGTERM, as an operator's restart does (a leader hands leadership over first); SIGKILL
+        past `grace` seconds. True when it stopped within the grace."""
+        node = self.nodes[key]
+        if not node.alive or node.proc is None:
+            return True
+        processes.send_signal(node.proc.pid, signal.SIGTERM)
+        try:
+            node.proc.wait(timeout=grace)
+            return True
+        except subprocess.TimeoutExpired:
+            self.kill(key)
+            return False
+
     def pause(self, key: str) -> None:
         node = self.nodes[key]
         if node.alive and node.proc is not None and processes.send_signal(node.proc.pid, signal.SIGSTOP):

@@ -23,6 +23,8 @@ NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     "clock": ("leader", "one"),
     "disk-full": ("leader", "one", "minority"),
     # One member leaves its group (a committed change) and rejoins empty: one change at a time.
+    # A graceful restart (SIGTERM: a leader hands over), one member: a rolling restart's step.
+    "restart": ("leader", "one"),
     "membership": ("leader", "one"),
     # A group drains (scale-down) while the members hit die in the middle of it (clusters only).
     "drain": ("leader", "one", "minority"),

@@ -16,6 +16,8 @@ with what it hit and how (or `fail` with why it could not), and the same for its
   tail, or refuse and name the damage; a refusing node is repaired the operator's way.
 - `clock`: the node's wall clock skewed or jumped (libfaketime, chaos.clock); reset at heal.
 - `disk-full`: the node's data directory's filesystem filled up; freed at heal.
+- `restart`: SIGTERM, the way `raftmq restart --rolling` stops a node (a leader hands
+  leadership to a caught-up follower first); started again at heal.
 - `membership`: the member is removed from its group (a committed configuration change; a
   leader hands over first) and killed; at heal its files are set aside and it rejoins empty
   (chaos.membership), catching up from its peers.
@@ -152,6 +154,8 @@ class Nemesis:
         elif kind == "disk-full":
             filled = {key: environment.fill_disk(key) for key in hit}
             return {"filled_bytes": filled}
+        elif kind == "restart":
+            return {"graceful": {key: deployment.terminate(key) for key in hit}}
         elif kind == "membership":
             return {"changes": [leave(deployment, key) for key in hit]}
         elif kind == "drain":
@@ -184,7 +188,7 @@ class Nemesis:
 
     def _heal(self, kind: str, hit: list[str]) -> dict[str, Any]:
         deployment, environment = self.deployment, self.environment
-        if kind in ("kill", "power-loss"):
+        if kind in ("kill", "power-loss", "restart"):
             deployment.start(hit, wait=True)
         elif kind == "pause":
             for key in hit:

@@ -211,3 +211,19 @@ def test_a_leader_that_leaves_its_group_is_replaced_and_rejoins_empty(tmp_path: 
             time.sleep(0.2)
         assert status is not None and status["broker"]["destinations"]["/queue/n"]["depth"] == 120, status
         assert asyncio.run(receive_all(url, 120)) == {f"m{i}" for i in range(100)} | {f"n{i}" for i in range(20)}
+
+
+def test_a_graceful_restart_of_the_leader_hands_over_and_loses_nothing(tmp_path: Path) -> None:
+    with rig(tmp_path, ("restart",)) as (deployment, nemesis, _environment, history):
+        url = deployment.url("g1")
+        asyncio.run(send(url, [f"r{i}" for i in range(50)]))
+        leader = deployment.leader("g1")
+        nemesis.inject(Fault(0, "restart", "leader", 0, 0, 1))
+        done = history.ops[-1]
+        assert done.type == "ok" and done.value["graceful"] == {leader: True}, done
+        assert not deployment.nodes[leader].alive
+        successor = deployment.leader("g1", timeout=10)
+        assert successor is not None and successor != leader
+        heal(nemesis)
+        assert deployment.nodes[leader].alive
+        assert asyncio.run(receive_all(url, 50)) == {f"r{i}" for i in range(50)}
