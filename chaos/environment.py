@@ -27,7 +27,7 @@ from chaos.placement import host_addresser, loopback_addresser, place, shape
 from raftmq.errors import RaftmqError
 from raftmq.ops.topology import Topology
 
-NETWORK_NEMESES = ("partition", "packet")
+NETWORK_NEMESES = ("partition", "packet", "membership-partition")
 DISK_BYTES = 64 * 2**20  # the disk-full nemesis's filesystem per node: room for a run, quickly filled
 
 
@@ -40,7 +40,7 @@ def requirements(nemeses: Iterable[str]) -> list[str]:
     chosen = set(nemeses)
     problems = []
     checks: tuple[tuple[str, Callable[[], str | None]], ...] = (
-        ("partition", netns.available), ("packet", functools.partial(netns.available, packet_faults=True)),
+        ("partition", netns.available), ("membership-partition", netns.available), ("packet", functools.partial(netns.available, packet_faults=True)),
         ("power-loss", lazyfs.available), ("clock", clock.available), ("disk-full", disk.available))
     for nemesis, check in checks:
         reason = check() if nemesis in chosen else None

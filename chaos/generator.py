@@ -26,6 +26,9 @@ NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     # A graceful restart (SIGTERM: a leader hands over), one member: a rolling restart's step.
     "restart": ("leader", "one"),
     "membership": ("leader", "one"),
+    # The same, while the member hit is cut off by a partition (NATS lost acknowledged writes
+    # to membership changes during partitions): it leaves while cut off, rejoins after the heal.
+    "membership-partition": ("leader", "one"),
     # A group drains (scale-down) while the members hit die in the middle of it (clusters only).
     "drain": ("leader", "one", "minority"),
 }

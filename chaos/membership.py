@@ -76,6 +76,20 @@ def leave(deployment: Deployment, key: str) -> dict[str, Any]:
 
 
 def rejoin(deployment: Deployment, key: str, set_aside: Callable[[str], Any]) -> dict[str, Any]:
+    """Bring a member that left back, empty. One whose removal never took effect (its `leave`
+    failed: no leader in time) is still a member with its files: it is left as it is, never
+    emptied while it runs. One removed but still running (the change committed after `leave`
+    gave up) is killed first."""
+    deadline = time.monotonic() + CHANGE_TIMEOUT_SECONDS
+    members = members_of(deployment, deployment.nodes[key].group)
+    while members is None and time.monotonic() < deadline:
+        members = members_of(deployment, deployment.nodes[key].group)
+    if members is None:  # whether it is still a member is unknown: never empty it on a guess
+        raise RuntimeError(f"no leader within {CHANGE_TIMEOUT_SECONDS:g} s to tell whether {key} is still a member; left as it is")
+    if raft_address(deployment, key) in members:
+        deployment.start([key], wait=True)  # a no-op unless it is down
+        return {"still_member": key, "members": members}
+    deployment.kill(key)
     aside = set_aside(key)
     deployment.start([key], wait=True)
     members = commit_change(deployment, key, ADD)

@@ -21,6 +21,9 @@ with what it hit and how (or `fail` with why it could not), and the same for its
 - `membership`: the member is removed from its group (a committed configuration change; a
   leader hands over first) and killed; at heal its files are set aside and it rejoins empty
   (chaos.membership), catching up from its peers.
+- `membership-partition`: the member hit is cut off from its group by a partition, and
+  while it is, removed from the group (through the majority side's leader) and killed; at heal
+  the partition heals and it rejoins empty.
 - `drain`: the group starts draining to the other groups and the members hit are killed in
   the middle of it (chaos.drain_fault); at heal they start again and the drain is cancelled.
 """
@@ -42,6 +45,8 @@ from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, pack
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 
 __all__ = ["NEMESES", "Nemesis"]
+
+PARTITION_SETTLE_SECONDS = 1.0
 
 
 class Nemesis:
@@ -158,6 +163,17 @@ class Nemesis:
             return {"graceful": {key: deployment.terminate(key) for key in hit}}
         elif kind == "membership":
             return {"changes": [leave(deployment, key) for key in hit]}
+        elif kind == "membership-partition":
+            members = {g: deployment.members(g) for g in deployment.groups()}
+            shape, grudge = partition_grudge(members, group, hit, rng)
+            environment.cut(grudge)
+            cut = {k: sorted(v) for k, v in grudge.items()}
+            time.sleep(PARTITION_SETTLE_SECONDS)  # a majority that lost its leader elects another
+            try:
+                changes = [leave(deployment, key) for key in hit]
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}; during partition {shape} {cut}") from None
+            return {"shape": shape, "grudge": cut, "changes": changes}
         elif kind == "drain":
             return drain_fault.start(deployment, group, hit)
         else:
@@ -211,6 +227,9 @@ class Nemesis:
         elif kind == "corrupt":
             return self._restart_damaged(hit)
         elif kind == "membership":
+            return {"changes": [rejoin(deployment, key, environment.set_aside) for key in hit]}
+        elif kind == "membership-partition":
+            environment.heal_network()
             return {"changes": [rejoin(deployment, key, environment.set_aside) for key in hit]}
         elif kind == "drain":
             return drain_fault.stop(deployment, hit)
