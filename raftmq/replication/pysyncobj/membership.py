@@ -36,14 +36,18 @@ MembersListener = Callable[[tuple[str, ...]], None]
 
 
 def journal_changes(journal: RaftJournal, after_index: int) -> list[Change]:
-    """The membership changes of the journal's entries past `after_index`, in log order."""
+    """The membership changes of the journal's entries past `after_index`, in log order (read
+    from the end back: the snapshot writes this in the tick thread)."""
     changes = []
-    for position in range(len(journal)):
+    for position in range(len(journal) - 1, -1, -1):
         command, index, _term = journal[position]
-        if index > after_index:
+        if index <= after_index:
+            break
+        if command and command[0] == COMMAND_MEMBERSHIP:
             change = change_of_entry(bytes(command))
             if change is not None:
                 changes.append(change)
+    changes.reverse()
     return changes
 
 
