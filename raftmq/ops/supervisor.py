@@ -210,7 +210,11 @@ class Supervisor:
                     self._forget(node)
 
     def _join(self, key: NodeKey, spec: dict[str, object]) -> None:
-        argv = tuple(str(part) for part in spec.get("argv", ()))  # type: ignore[attr-defined]
+        parts = spec.get("argv")
+        argv = tuple(str(part) for part in parts) if isinstance(parts, list) else ()
+        if not argv:
+            self._report(f"{key[0]}/{key[1]}: a join request without a command; ignored")
+            return
         log_path = Path(str(spec.get("log", "")))
         with signals_held():
             try:

@@ -23,7 +23,7 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
-from raftmq.ops.rolling_requests import request_restart, requested_restarts
+from raftmq.ops.rolling_requests import JOIN, LEAVE, member_requests, request_member, request_restart, requested_restarts
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.ops.topology import RestartPolicy
 from raftmq.processes import process_argv, process_start_time
@@ -210,3 +210,24 @@ def test_a_requested_restart_stops_and_starts_the_node_under_never_without_count
         assert requested_restarts(tmp_path) == []  # the request is done
     assert rig.node.pid != first
     assert any("restarting on request" in line for line in rig.lines)
+
+
+def test_a_joining_member_is_started_and_a_leaving_one_stopped_and_forgotten(tmp_path: Path, rigs: list[Rig]) -> None:
+    script = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(30)"
+    rig = Rig(tmp_path, script, RestartPolicy("on-failure"))
+    rigs.append(rig)
+    argv = [sys.executable, "-c", script]
+    request_member(tmp_path, JOIN, ("g", "b"), {"argv": argv, "log": str(tmp_path / "b.log"), "client": "127.0.0.1:4",
+                                                 "raft": "127.0.0.1:5", "admin": "127.0.0.1:6"})
+    rig.poll()  # started, written to the state file
+    joined = next(n for n in rig.supervisor.state.nodes if n.id == "b")
+    assert joined.state == RUNNING and joined.argv == tuple(argv) and joined.admin == "127.0.0.1:6"
+    assert member_requests(tmp_path) == []
+    request_member(tmp_path, LEAVE, ("g", "a"))
+    rig.poll()  # SIGTERM sent
+    leaving = rig.supervisor.children[next(n for n in rig.supervisor.state.nodes if n.id == "a").pid]
+    leaving.wait(timeout=10)
+    rig.poll()  # exited: forgotten, not restarted (even under on-failure)
+    assert [n.id for n in rig.supervisor.state.nodes] == ["b"]
+    assert member_requests(tmp_path) == []
+    assert any("left its group and is stopped" in line for line in rig.lines)
