@@ -15,6 +15,7 @@ every other setting is kept byte for byte. Two kinds of address:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,26 @@ def move_uris(text: str, moved: dict[str, str]) -> str:
     return text
 
 
+def move_members(text: str, moved: dict[str, str]) -> str:
+    """A discovery members file (`{"groups": {"g2": ["host:port", ...]}}`) with each member's
+    client address moved."""
+    data = json.loads(text)
+    groups = data.get("groups", {}) if isinstance(data, dict) else {}
+    data["groups"] = {name: [moved.get(address, address) for address in addresses] for name, addresses in groups.items()}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _discovery_files(source: Path) -> list[Path]:
+    """The members files of the topology's file-based discovery groups (beside it)."""
+    topology = load_topology(source)
+    files = []
+    for connection in topology.cluster_connections:
+        discovery = connection.discovery
+        if discovery is not None and discovery.file is not None and discovery.file not in files:
+            files.append(discovery.file)
+    return files
+
+
 def place(source: Path, run_dir: Path, addresser: Addresser, password: str | None = None) -> Topology:
     """The topology at `source`, copied into `run_dir/topology/` with its nodes moved. Off
     loopback a group needs a password (its Raft port unpickles what it receives): `password`
@@ -99,4 +120,8 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
         (target / path.name).write_text(text, encoding="utf-8")
     if source.resolve() != original.groups[0].config_path.resolve() or len(original.groups) > 1:
         (target / source.name).write_text(move_uris(source.read_text(encoding="utf-8"), moved), encoding="utf-8")
+        for connection_file in _discovery_files(source):
+            relative = connection_file.relative_to(source.parent.resolve())
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target / relative).write_text(move_members(connection_file.read_text(encoding="utf-8"), moved), encoding="utf-8")
     return load_topology(target / source.name)

@@ -129,3 +129,30 @@ def test_a_cross_group_run_over_a_duplex_network_of_brokers_under_kills_is_valid
     placed = (run_dir / "topology" / "topology.toml").read_text()
     assert "127.0.0.1" not in placed.split("[[network_connector]]", 1)[1]  # the uris moved with the nodes
     assert any(op.f == "kill" and op.type == "ok" for op in read_history(run_dir / "nemesis.jsonl"))
+
+
+def discovered_cluster(tmp_path: Path) -> Path:
+    """Three single-node groups that find each other through a discovery group (its members
+    file, beside the topology: no multicast outside namespaces) instead of a static mesh."""
+    lite = lite_cluster(tmp_path)
+    text = lite.read_text().split("[[cluster_connection]]")[0]
+    clients = {}
+    for name in ("g1", "g2", "g3"):
+        line = next(line for line in (tmp_path / f"{name}.toml").read_text().splitlines() if line.startswith("client"))
+        clients[name] = [line.split('"')[1]]
+    (tmp_path / "members.json").write_text(json.dumps({"groups": clients}))
+    text += "\n".join(["[[discovery_group]]", 'name = "dg"', 'file = "members.json"', "refresh_timeout_ms = 2000",
+                       "[[cluster_connection]]", 'name = "found"', 'discovery_group = "dg"']) + "\n"
+    lite.write_text(text)
+    return lite
+
+
+@pytest.mark.integration
+def test_a_cross_group_run_over_discovered_links_under_kills_is_valid(tmp_path: Path) -> None:
+    run_dir, result = run(RunOptions(workload="cross-group", topology=str(discovered_cluster(tmp_path)), nemeses=("kill",),
+                                     time_limit_s=14, rate=40, concurrency=3, seed=4, out=tmp_path / "runs"))
+    assert result.valid, result.to_dict()
+    assert result.acknowledged > 150 and result.received == result.acknowledged
+    placed = json.loads((run_dir / "topology" / "members.json").read_text())
+    assert all(not address.startswith("127.0.0.1:") for addresses in placed["groups"].values() for address in addresses)
+    assert any(op.f == "kill" and op.type == "ok" for op in read_history(run_dir / "nemesis.jsonl"))
