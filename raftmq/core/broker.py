@@ -51,6 +51,7 @@ from raftmq.core.validation import (
     Refused,
     check_browse,
     check_subscribe,
+    check_wildcards,
     is_valid_destination,
 )
 
@@ -107,6 +108,7 @@ class Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
         broker = cls(config)
         load_state(broker.state, data, config)
+        broker.dispatch.index_patterns()
         if broker.federation is not None:
             broker.federation.rebuild()
         return broker
@@ -286,6 +288,10 @@ class Broker:
         destination = command.destination
         if not is_valid_destination(destination):
             return self._reject(command.session, "invalid destination", destination, command.receipt)
+        try:
+            check_wildcards(destination, subscribing=False)
+        except Refused as refused:
+            return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination == CONTROL_DESTINATION:
             return self._learn(session, command)
         if destination.startswith(SF_PREFIX) and command.transaction is None:

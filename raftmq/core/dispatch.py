@@ -28,7 +28,8 @@ from raftmq.core.model import (
     selector_headers,
 )
 from raftmq.core.state import BrokerState
-from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.core.patterns import pattern_matches
+from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
 
 ORIGINAL_DESTINATION = "original-destination"
 
@@ -87,6 +88,11 @@ class Dispatcher:
         self.now = 0  # the current command's time
         self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
         self.effects: list[Effect] = []
+        # Topics whose names are patterns (`/topic/prices.>`): a message published to a topic
+        # also goes to the subscriptions of every pattern its name matches. Derived from
+        # `state.topics` (`index_patterns` after a restore), never stored.
+        self.patterns: dict[str, Topic] = {}
+        self.index_patterns()
 
     def queue(self, destination: str) -> Store:
         store = self.state.queues.get(destination)
@@ -98,7 +104,28 @@ class Dispatcher:
         topic = self.state.topics.get(destination)
         if topic is None:
             topic = self.state.topics[destination] = Topic(destination)
+            if is_wildcard(destination):
+                self.patterns[destination] = topic
         return topic
+
+    def _shown(self, sub: Subscription, message: Message) -> str:
+        """The destination a MESSAGE names: a pattern subscription's copy names the topic it
+        was published to (as ActiveMQ does), any other the subscription's destination."""
+        return message.destination if sub.destination in self.patterns else sub.destination
+
+    def index_patterns(self) -> None:
+        self.patterns = {name: topic for name, topic in self.state.topics.items() if is_wildcard(name)}
+
+    def subscriptions(self, topic: Topic) -> list[Subscription]:
+        """The subscriptions a message published to `topic` goes to: its own, then those of
+        every pattern its name matches (in the order the patterns were first subscribed to)."""
+        subs = list(topic.subs)
+        if self.patterns:
+            name = destination_name(topic.destination)
+            for pattern, wildcard in self.patterns.items():
+                if wildcard.subs and pattern_matches(destination_name(pattern), name):
+                    subs.extend(wildcard.subs)
+        return subs
 
     def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False,
                 delivered: int = 0) -> None:
@@ -120,12 +147,13 @@ class Dispatcher:
             return
         topic = self.topic(destination)
         topic.published += 1
-        if not topic.subs:
+        subs = self.subscriptions(topic)
+        if not subs:
             return  # topics do not store
         message = Message(message_id, destination, headers, body, priority, expires, now, group, persistent)
         matching_headers = None
         first = True
-        for sub in topic.subs:
+        for sub in subs:
             if sub.selector is not None:
                 if matching_headers is None:
                     matching_headers = selector_headers(message)
@@ -307,7 +335,7 @@ class Dispatcher:
         assert session is not None  # consumers are active subscriptions
         if sub.auto:
             store.dequeued += 1
-            self.effects.append(Deliver(session.session_id, sub.sub_id, sub.destination, message, None, count > 1, count))
+            self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
@@ -316,7 +344,7 @@ class Dispatcher:
         session.add_delivery(delivery)
         store.in_flight += 1
         self.effects.append(
-            Deliver(session.session_id, sub.sub_id, sub.destination, message, ack_id, count > 1, count)
+            Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id, count > 1, count)
         )
 
     def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:

@@ -23,7 +23,7 @@ class Deliver:
 
     session: str
     sub_id: str
-    destination: str  # the subscription's destination (for a topic copy: the topic)
+    destination: str  # the subscription's destination (for a topic copy: the topic; for a pattern's: the topic published to)
     message: Message
     ack_id: str | None
     redelivered: bool

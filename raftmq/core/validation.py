@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from raftmq.core.commands import ACK_MODES, MAX_BROWSE_LIMIT, Browse, Subscribe
 from raftmq.core.model import Session
+from raftmq.core.patterns import check_pattern
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.errors import SelectorError
 
@@ -32,11 +33,38 @@ def is_valid_destination(destination: str) -> bool:
     )
 
 
+def destination_name(destination: str) -> str:
+    """The name after `/queue/` or `/topic/`."""
+    return destination[len(QUEUE_PREFIX):] if destination.startswith(QUEUE_PREFIX) else destination[len(TOPIC_PREFIX):]
+
+
+def is_wildcard(destination: str) -> bool:
+    """Does the name use ActiveMQ's wildcards (`*` one element, `>` the rest)?"""
+    return "*" in destination or ">" in destination
+
+
+def check_wildcards(destination: str, subscribing: bool) -> None:
+    """Refused for a name whose wildcards are misplaced (`a.>.b`, `a*`), for a wildcard where
+    only a subscription may have one (a SEND), and for a wildcard queue subscription (not
+    supported yet: refused rather than left receiving nothing)."""
+    if not is_wildcard(destination):
+        return
+    if not subscribing:
+        raise Refused("wildcards are for subscriptions", f"{destination}: a message goes to one destination")
+    try:
+        check_pattern(destination_name(destination))
+    except ValueError as exc:
+        raise Refused("invalid destination", f"{destination}: {exc}") from None
+    if destination.startswith(QUEUE_PREFIX):
+        raise Refused("wildcard queue subscriptions are not supported", f"{destination}: subscribe to a topic pattern, or to each queue")
+
+
 def check_subscribe(session: Session, command: Subscribe, default_prefetch: int) -> tuple[int, Selector | None]:
     """The prefetch and selector of a valid SUBSCRIBE (a prefetch of 0 means the default)."""
     _check_sub_id(session, command.sub_id)
     if not is_valid_destination(command.destination):
         raise Refused("invalid destination", command.destination)
+    check_wildcards(command.destination, subscribing=True)
     if command.ack not in ACK_MODES:
         raise Refused("invalid ack mode", command.ack)
     if command.prefetch < 0:
@@ -50,6 +78,7 @@ def check_browse(session: Session, command: Browse) -> Selector | None:
     destination = command.destination
     if not destination.startswith(QUEUE_PREFIX) or not is_valid_destination(destination):
         raise Refused("browsing works on queues", destination)
+    check_wildcards(destination, subscribing=True)
     if not 0 < command.limit <= MAX_BROWSE_LIMIT:
         raise Refused("invalid browse limit", str(command.limit))
     return _selector(command.selector)
