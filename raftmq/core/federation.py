@@ -56,7 +56,8 @@ from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
 from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
-from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.core.patterns import pattern_matches
+from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
 from raftmq.errors import SelectorError
 
 # A redistribution moves at most this many messages of one queue per Tick (a Tick's apply
@@ -82,6 +83,7 @@ class Federation:
     def rebuild(self) -> None:
         """Derive the route index from the adverts (after a change, or a snapshot load)."""
         self._routes, self._next_hops = routes(self.fed.adverts, self.own)
+        self._route_patterns = [destination for destination in self._routes if is_wildcard(destination)]
 
     def governing(self, destination: str) -> ClusterConnection | None:
         """The connection whose settings route `destination`; None: it stays in this group
@@ -131,6 +133,18 @@ class Federation:
 
     def routes_to(self, destination: str) -> dict[str, Route]:
         return self._routes.get(destination, {})
+
+    def topic_routes(self, destination: str) -> list[tuple[str, Route]]:
+        """Every group whose subscriptions want a message published to topic `destination`:
+        its own subscriptions there, and those on any pattern the name matches (a group may
+        appear once for each), by group."""
+        found = list(self.routes_to(destination).items())
+        if self._route_patterns and destination.startswith(TOPIC_PREFIX):
+            name = destination_name(destination)
+            for pattern in self._route_patterns:
+                if pattern.startswith(TOPIC_PREFIX) and pattern_matches(destination_name(pattern), name):
+                    found += self._routes[pattern].items()
+        return sorted(found, key=lambda item: item[0])
 
     def remote_bindings(self) -> dict[str, dict[str, dict[str, int]]]:
         """Per destination, the other groups that have it: hops and consumers (JSON-able)."""
@@ -242,8 +256,8 @@ class Federation:
             message = Message("", destination, headers, body, priority, expires, now, group, persistent)
             matching = None
             sent = set()
-            for target, remote in sorted(self.routes_to(destination).items()):
-                if remote.hops > connection.max_hops or target in here:
+            for target, remote in self.topic_routes(destination):
+                if remote.hops > connection.max_hops or target in here or target in sent:
                     continue
                 if matching is None:
                     matching = selector_headers(message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster.bindings import encode_advert
 from cluster.connection import ClusterConnection, ClusterView
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
+from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, DESTINATION_HEADER, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
@@ -136,3 +136,19 @@ def test_a_restored_core_routes_as_the_old_one_did() -> None:
     assert restored.snapshot() == g1.snapshot()
     assert {d: depth(g1, d) for d in ("/queue/q", sf_queue("g2"), sf_queue("g3"))} == {
         "/queue/q": 3, sf_queue("g2"): 3, sf_queue("g3"): 3}
+
+
+def test_a_wildcard_subscription_in_another_group_gets_what_matches_once() -> None:
+    g1, g2 = core("g1", ["g2"]), core("g2", ["g1"])
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "wild", "/topic/prices.>", 1))
+    g2.apply(Subscribe("c", "exact", "/topic/prices.eur", 1))  # g2 wants prices.eur twice over: one copy travels
+    learn(g1, g2, "g2", "g1", 1)
+    for name in ("prices.eur", "prices.usd.spot", "volumes.eur"):
+        g1.apply(Send("p", f"/topic/{name}", (), name.encode(), 3))
+    forwarded = [dict(m.headers)[DESTINATION_HEADER] for m in g1.state.queues[sf_queue("g2")].ready.values()]
+    assert forwarded == ["/topic/prices.eur", "/topic/prices.usd.spot"]
+    # Queues never match a topic pattern.
+    g1.apply(Send("p", "/queue/prices.eur", (), b"q", 4))
+    assert depth(g1, sf_queue("g2")) == 2
+    g1.check_invariants()
