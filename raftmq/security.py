@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from raftmq.core.patterns import pattern_matches, specificity
+from raftmq.core.patterns import covers, overlaps, pattern_matches, specificity
 from raftmq.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, HASH_BYTES, ScryptHash, parse_hash, verify_password
 
 READ: Final = "read"
@@ -189,6 +189,9 @@ class Security:
         (creating it when it does not `exist`); else the reason, naming both."""
         if not self.config.acl:
             return None
+        _kind, name = split_destination(destination)
+        if "*" in name or ">" in name:
+            return self._pattern_refusal(principal, operation, destination, exists)
         entry = self._entry(destination)
         needed = (operation,) if exists else (operation, ADMIN)
         for what in needed:
@@ -201,6 +204,26 @@ class Security:
                     else f"{entry.kind} = {entry.pattern!r} grants {what} to {', '.join(allowed) or 'nobody'}"
                 )
                 return f"{principal.describe()} may not {verb} {destination} ({what} permission; {where})"
+        return None
+
+    def _pattern_refusal(self, principal: Principal, operation: str, destination: str, exists: bool) -> str | None:
+        """A wildcard subscription reads every destination its pattern matches: it is allowed
+        only when an entry covering the whole pattern grants the operation, and so does every
+        more specific entry that shares a name with it (a narrower entry refusing one topic
+        must not be bypassed by subscribing to its parent with `>`)."""
+        kind, name = split_destination(destination)
+        entries = [entry for entry in self.config.acl if entry.kind == kind]
+        covering = [entry for entry in entries if covers(entry.pattern, name)]
+        base = max(covering, key=lambda entry: specificity(entry.pattern)) if covering else None
+        if base is None:
+            return f"{principal.describe()} may not subscribe to {destination} (no [[acl]] entry covers every destination it matches)"
+        needed = (operation,) if exists else (operation, ADMIN)
+        narrower = [entry for entry in entries if overlaps(entry.pattern, name) and specificity(entry.pattern) > specificity(base.pattern)]
+        for entry in (base, *narrower):
+            for what in needed:
+                if principal.groups.isdisjoint(entry.groups(what)):
+                    return (f"{principal.describe()} may not subscribe to {destination} ({what} permission; "
+                            f"{entry.kind} = {entry.pattern!r} grants {what} to {', '.join(entry.groups(what)) or 'nobody'})")
         return None
 
     def _entry(self, destination: str) -> AclEntry | None:

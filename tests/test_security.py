@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftmq.cli import main
-from raftmq.core.patterns import check_pattern, pattern_matches
+from raftmq.core.patterns import check_pattern, covers, overlaps, pattern_matches
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import (
     ADMIN,
@@ -267,3 +268,40 @@ def test_refusals_name_the_operation_and_destination() -> None:
 def test_reprs_hide_password_hashes() -> None:
     user = UserEntry("alice", hash_password("pw", **FAST), ("g",))
     assert "scrypt" not in repr(user) and "scrypt" not in repr(SecurityConfig(users=(user,)))
+
+
+# -- wildcard subscriptions --------------------------------------------------------------------------
+
+UNIVERSE = [".".join(p) for n in range(1, 5) for p in itertools.product("abc", repeat=n)]
+SMALL_PATTERN = st.lists(st.sampled_from(["a", "b", "*"]), min_size=1, max_size=3).flatmap(
+    lambda elements: st.sampled_from([".".join(elements), ".".join(elements[:-1] + [">"])]))
+
+
+@given(SMALL_PATTERN, SMALL_PATTERN)
+def test_covers_and_overlaps_agree_with_the_names_they_match(outer: str, inner: str) -> None:
+    # Patterns of at most three elements differ on names of at most four: this universe decides.
+    matched_outer = {n for n in UNIVERSE if pattern_matches(outer, n)}
+    matched_inner = {n for n in UNIVERSE if pattern_matches(inner, n)}
+    assert covers(outer, inner) == (matched_inner <= matched_outer)
+    assert overlaps(outer, inner) == bool(matched_inner & matched_outer)
+
+
+def test_a_wildcard_subscription_needs_every_destination_it_matches() -> None:
+    acl = (
+        AclEntry("topic", "prices.>", read=("consumers",)),
+        AclEntry("topic", "prices.secret", read=("admins",)),
+        AclEntry("topic", "news.*", read=("consumers",)),
+    )
+    security = _security(acl=acl)
+    bob = security.login("bob", "bob-pw")  # consumers and admins
+    alice = security.login("alice", "alice-pw")  # producers
+    carol = Principal("carol", frozenset({"consumers"}))
+    assert bob is not None and alice is not None
+    assert security.refusal(bob, READ, "/topic/prices.>", exists=True) is None
+    reason = security.refusal(carol, READ, "/topic/prices.>", exists=True)  # would bypass prices.secret
+    assert reason is not None and "'prices.secret' grants read to admins" in reason
+    assert security.refusal(carol, READ, "/topic/prices.*.eu", exists=True) is None  # no name it matches is secret
+    assert security.refusal(carol, READ, "/topic/news.*", exists=True) is None
+    reason = security.refusal(carol, READ, "/topic/news.>", exists=True)  # news.a.b is covered by no entry
+    assert reason is not None and "no [[acl]] entry covers every destination it matches" in reason
+    assert security.refusal(alice, READ, "/topic/news.*", exists=True) is not None

@@ -34,3 +34,31 @@ def pattern_matches(pattern: str, name: str) -> bool:
 def specificity(pattern: str) -> tuple[int, ...]:
     """Larger is more specific: per element, literal 2, `*` 1, `>` 0, compared from the left."""
     return tuple(0 if element == ">" else 1 if element == "*" else 2 for element in pattern.split("."))
+
+
+def covers(outer: str, inner: str) -> bool:
+    """Does `outer` match every name `inner` matches (both patterns)?"""
+    wide, narrow = outer.split("."), inner.split(".")
+    for index, element in enumerate(wide):
+        if element == ">":
+            return len(narrow) > index
+        if index >= len(narrow) or narrow[index] == ">":
+            return False  # `inner` goes on (or may go on) where `outer` has ended
+        if element != "*" and element != narrow[index]:
+            return False
+    return len(wide) == len(narrow)
+
+
+def overlaps(first: str, second: str) -> bool:
+    """Is there a name both patterns match?"""
+    a, b = first.split("."), second.split(".")
+    for index in range(max(len(a), len(b))):
+        if index < len(a) and a[index] == ">":
+            return len(b) > index
+        if index < len(b) and b[index] == ">":
+            return len(a) > index
+        if index >= len(a) or index >= len(b):
+            return False
+        if "*" not in (a[index], b[index]) and a[index] != b[index]:
+            return False
+    return True
