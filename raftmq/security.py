@@ -215,14 +215,15 @@ class Security:
         entries = [entry for entry in self.config.acl if entry.kind == kind]
         covering = [entry for entry in entries if covers(entry.pattern, name)]
         base = max(covering, key=lambda entry: specificity(entry.pattern)) if covering else None
+        verb = "read from" if operation == READ else "write to"
         if base is None:
-            return f"{principal.describe()} may not subscribe to {destination} (no [[acl]] entry covers every destination it matches)"
+            return f"{principal.describe()} may not {verb} {destination} (no [[acl]] entry covers every destination it matches)"
         needed = (operation,) if exists else (operation, ADMIN)
         narrower = [entry for entry in entries if overlaps(entry.pattern, name) and specificity(entry.pattern) > specificity(base.pattern)]
         for entry in (base, *narrower):
             for what in needed:
                 if principal.groups.isdisjoint(entry.groups(what)):
-                    return (f"{principal.describe()} may not subscribe to {destination} ({what} permission; "
+                    return (f"{principal.describe()} may not {verb} {destination} ({what} permission; "
                             f"{entry.kind} = {entry.pattern!r} grants {what} to {', '.join(entry.groups(what)) or 'nobody'})")
         return None
 
