@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +21,9 @@ from pathlib import Path
 from raftmq.errors import ProcessNotReady
 
 LOOPBACK = "127.0.0.1"
+# free_ports picks from PICK_LOW up to the ephemeral range (a span of at least PICK_MIN_SPAN).
+PICK_LOW = 20_000
+PICK_MIN_SPAN = 4_000
 POLL_SECONDS = 0.05
 # Right after fork+exec the kernel shows an empty cmdline for a moment.
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5
@@ -28,17 +32,45 @@ KILL_WAIT_SECONDS = 10.0
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """`count` distinct ports free on `host` right now (held open together while picked, so
-    they differ; another process may still take one before it is bound)."""
-    sockets = []
+    they differ; another process may still take one before it is bound). They are picked
+    below the kernel's ephemeral range: a port the kernel hands out (`bind(0)`) is one any
+    outgoing connection may take next, before the server it was picked for binds it (seen
+    as "address already in use" with two test workers connecting busily)."""
+    low, high = _pick_range()
+    chooser = random.SystemRandom()
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        for _ in range(count * 200):
+            if len(ports) == count:
+                return ports
+            port = chooser.randrange(low, high)
+            if port in ports:
+                continue
             sock = socket.socket()
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+        raise RuntimeError(f"no {count} free ports on {host} in {low}-{high - 1}")
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _pick_range() -> tuple[int, int]:
+    """[low, high) under the ephemeral range (net.ipv4.ip_local_port_range; 32768 by default)."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    high = max(ephemeral_low, PICK_MIN_SPAN + PICK_LOW)
+    return (PICK_LOW if high - PICK_LOW >= PICK_MIN_SPAN else 1024), high
 
 
 def free_port(host: str = LOOPBACK) -> int:
