@@ -105,13 +105,18 @@ def test_a_run_with_groups_draining_while_their_members_die_is_valid(tmp_path: P
     assert sum(op.value["moved"] or 0 for op in cancelled) > 0, [op.value for op in cancelled]
 
 
+def client_of(tmp_path: Path, group: str) -> str:
+    """The client address of a lite cluster's group (its one node)."""
+    line = next(line for line in (tmp_path / f"{group}.toml").read_text().splitlines() if line.startswith("client"))
+    return line.split('"')[1]
+
+
 def hub_and_spokes(tmp_path: Path) -> Path:
     """Three single-node groups as an ActiveMQ Classic network of brokers: each spoke (g2, g3)
     declares a duplex connector to the hub (g1), so each link is one connection the spoke opens."""
     lite = lite_cluster(tmp_path)
     text = lite.read_text().split("[[cluster_connection]]")[0]
-    hub = next(line for line in (tmp_path / "g1.toml").read_text().splitlines() if line.startswith("client"))
-    address = hub.split('"')[1]
+    address = client_of(tmp_path, "g1")
     for spoke in ("g2", "g3"):
         text += "\n".join(["[[network_connector]]", f'group = "{spoke}"', f'name = "{spoke}-hub"',
                            f'uri = "static:(stomp://{address})"', "duplex = true", "networkTTL = 2"]) + "\n"
@@ -136,10 +141,7 @@ def discovered_cluster(tmp_path: Path) -> Path:
     file, beside the topology: no multicast outside namespaces) instead of a static mesh."""
     lite = lite_cluster(tmp_path)
     text = lite.read_text().split("[[cluster_connection]]")[0]
-    clients = {}
-    for name in ("g1", "g2", "g3"):
-        line = next(line for line in (tmp_path / f"{name}.toml").read_text().splitlines() if line.startswith("client"))
-        clients[name] = [line.split('"')[1]]
+    clients = {name: [client_of(tmp_path, name)] for name in ("g1", "g2", "g3")}
     (tmp_path / "members.json").write_text(json.dumps({"groups": clients}))
     text += "\n".join(["[[discovery_group]]", 'name = "dg"', 'file = "members.json"', "refresh_timeout_ms = 2000",
                        "[[cluster_connection]]", 'name = "found"', 'discovery_group = "dg"']) + "\n"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, ["g1", "g2", "g3"])
-    try:
-        made.start()
-        made.wait_links()
-        yield made
-    finally:
-        made.close()
+def cluster(three_groups: Cluster) -> Cluster:
+    return three_groups
 
 
 def url(cluster: Cluster, groups: list[str]) -> str:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,14 +19,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, ["g1", "g2", "g3"])
-    try:
-        made.start()
-        made.wait_links()
-        yield made
-    finally:
-        made.close()
+def cluster(three_groups: Cluster) -> Cluster:
+    return three_groups
 
 
 def subscriber(cluster: Cluster, group: str, destination: str) -> tuple[stomp.Connection12, Any]:
