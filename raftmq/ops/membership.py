@@ -218,6 +218,10 @@ class MembershipChanger:
                 return tuple(answer.get("members", ()))
             if code == 400:
                 raise DeploymentError(f"{self.group.name}: {answer.get('error')}")
+            if code == 403:  # asking again cannot help
+                raise DeploymentError(
+                    f"{self.group.name}: {leader.id} refused the request's signature: the group secret here "
+                    f"(group.password, or {self.group.data_dir}/group.secret) is not the group's")
             last = f"{leader.id}: HTTP {code} {answer.get('error')}"
             return None
 
