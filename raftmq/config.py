@@ -99,6 +99,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
+    _check_core(core, path)
     node_table = raw.get("node", {})
     for nested in ("limits", "core", "security"):
         if nested in node_table:
@@ -311,6 +312,7 @@ def load_group_config(path: str | Path) -> GroupConfig:
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
+    _check_core(core, path)
     security = load_security(raw, path)
     server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
     _check_follower_clients(server, path, "server")
@@ -399,6 +401,17 @@ def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
             if value in addresses:
                 raise ConfigError(f"{path}: node[{i}].{key} {value} is also {addresses[value]}")
             addresses[value] = f"node[{i}].{key}"
+
+
+def _check_core(core: CoreConfig, path: Path) -> None:
+    rules = [
+        (core.redelivery_delay_ms >= 0, "core.redelivery_delay_ms must not be negative"),
+        (core.redelivery_multiplier >= 1.0, "core.redelivery_multiplier must be at least 1.0"),
+        (core.max_redelivery_delay_ms >= core.redelivery_delay_ms, "core.max_redelivery_delay_ms must be at least core.redelivery_delay_ms"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(f"{path}: {message}")
 
 
 def _check_timings(raft: RaftTimings, path: Path) -> None:

@@ -41,6 +41,7 @@ from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
 from raftmq.core.model import Delivery, Session, Store, Subscription
+from raftmq.core.schedule import Scheduler, is_scheduled, plan
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
@@ -68,6 +69,7 @@ class Broker:
         self.dispatch = Dispatcher(self.state, config)
         # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
         self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
+        self.scheduler = Scheduler(self.state.jobs, self._publish_now)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
             Disconnect: self._disconnect,
@@ -108,6 +110,7 @@ class Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
         broker = cls(config)
         load_state(broker.state, data, config)
+        broker.scheduler = Scheduler(broker.state.jobs, broker._publish_now)
         broker.dispatch.index_patterns()
         if broker.federation is not None:
             broker.federation.rebuild()
@@ -126,6 +129,12 @@ class Broker:
         """True once a SEND or SUBSCRIBE created `destination` (destinations are never
         removed). Read-only; the server asks it to tell creating from using."""
         return destination in self.state.queues or destination in self.state.topics
+
+    def next_due(self) -> int | None:
+        """The earliest time (ms) a Tick has work to do for: a scheduled message or a NACKed
+        one whose redelivery delay ends. Read-only; the node's ticker proposes a Tick then."""
+        times = [t for t in (self.scheduler.next_due(), self.dispatch.next_redelivery()) if t is not None]
+        return min(times) if times else None
 
     def stats(self) -> dict[str, Any]:
         """Counters per destination, sessions, dead-letter and expiry queues (raftmq.core.stats)."""
@@ -294,6 +303,11 @@ class Broker:
             return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination == CONTROL_DESTINATION:
             return self._learn(session, command)
+        if is_scheduled(command.headers):
+            try:
+                plan(destination, command.headers, command.now)
+            except Refused as refused:
+                return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination.startswith(SF_PREFIX) and command.transaction is None:
             # Only the node's own sessions get here (the STOMP layer refuses $.raftmq. SENDs):
             # a passive link's advert for the neighbour that pulls it, stored as it is.
@@ -309,10 +323,21 @@ class Broker:
         self._done(command.session, command.receipt)
 
     def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
-        if self.federation is None:
+        if is_scheduled(headers):
+            self.state.job_seq += 1
+            self.scheduler.add(plan(destination, headers, now), self.state.job_seq, body, self.state.dedup)
+        elif self.federation is None:
             self.dispatch.publish(destination, headers, body, now)
         else:
             self.federation.publish(destination, headers, body, now)
+
+    def _publish_now(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        """A scheduled message whose time came (its duplicate-detection id was checked when it
+        was scheduled)."""
+        if self.federation is None:
+            self.dispatch.publish(destination, headers, body, now, deduplicated=True)
+        else:
+            self.federation.publish(destination, headers, body, now, deduplicated=True)
 
     def _learn(self, session: Session, command: Send) -> None:
         """A neighbouring group's advert of its bindings (cluster.bindings)."""
@@ -399,7 +424,8 @@ class Broker:
             return self._reject(session.session_id, "unknown transaction", command.transaction, command.receipt)
         for op in ops:
             if op[0] == "send":
-                self._publish(op[1], op[2], op[3], op[4])
+                # A scheduled message's delay counts from the COMMIT that makes it sent.
+                self._publish(op[1], op[2], op[3], command.now if is_scheduled(op[2]) else op[4])
             else:
                 # Settled meanwhile (an earlier cumulative ACK, a NACK): nothing left to do.
                 delivery = session.deliveries.get(op[1])
@@ -443,6 +469,8 @@ class Broker:
 
     def _tick(self, command: Tick) -> None:
         self.dispatch.expire_due(command.now)
+        self.dispatch.release_due(command.now)
+        self.scheduler.fire_due(command.now)
         if self.federation is not None:
             self.federation.redistribute(command.now)
             self.federation.drain()

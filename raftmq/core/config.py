@@ -13,6 +13,11 @@ class CoreConfig:
     broker_name: str = "raftmq"  # prefix of generated message ids
     max_delivery_count: int = 10  # a message delivered this many times and nacked goes to the DLQ
     dead_letter_queue: str = "/queue/DLQ"
+    # A NACKed message waits this long before it is offered again (0: at once), multiplied by
+    # `redelivery_multiplier` for each delivery after the first, at most `max_redelivery_delay_ms`.
+    redelivery_delay_ms: int = 0
+    redelivery_multiplier: float = 1.0
+    max_redelivery_delay_ms: int = 3_600_000
     expiry_queue: str = "/queue/ExpiryQueue"
     dedup_cache_size: int = 20_000  # _AMQ_DUPL_ID ids remembered (oldest forgotten first)
     default_prefetch: int = 1000  # deliveries in flight per subscription when SUBSCRIBE names none

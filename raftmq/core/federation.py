@@ -184,8 +184,9 @@ class Federation:
             self.rebuild()
         return None
 
-    def publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
-        """Route a committed SEND (or a transaction's) to this group's stores or onwards."""
+    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False) -> None:
+        """Route a committed SEND (or a transaction's) to this group's stores or onwards
+        (`deduplicated`: its `_AMQ_DUPL_ID` was checked already, as a scheduled message's was)."""
         to: str | None = None
         route: tuple[str, ...] = ()
         forward_id: str | None = None
@@ -215,7 +216,7 @@ class Federation:
         priority, expires, persistent, group, dupl_id = read_headers(headers)
         # A forward is checked by its own id: the producer's was checked where it was first stored.
         check_id = forward_id if forward_id is not None else dupl_id
-        if check_id is not None and not self.state.dedup.remember(destination, check_id):
+        if check_id is not None and not deduplicated and not self.state.dedup.remember(destination, check_id):
             return
         if durable is not None:
             if to is None or to == self.own:

@@ -220,6 +220,7 @@ class Store:
     __slots__ = (
         "consumers",
         "dead_lettered",
+        "delayed",
         "dequeued",
         "destination",
         "enqueued",
@@ -242,6 +243,8 @@ class Store:
         self.shared = shared
         self.lanes: list[deque[int]] = [deque() for _ in range(PRIORITY_LEVELS)]
         self.ready: dict[int, Message] = {}
+        # NACKed messages waiting out their redelivery delay: token -> (due, message).
+        self.delayed: dict[int, tuple[int, Message]] = {}
         self.tombstones = 0
         self.consumers: list[Subscription] = []
         self.rr = 0  # index in `consumers` of the next one to try

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from heapq import heapify
 from typing import Any
 
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
+from raftmq.core.schedule import Job
 from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
@@ -57,6 +59,8 @@ def _dump_store(store: Store, position: dict[int, int]) -> dict[str, Any]:
     }
     for counter in _STORE_COUNTERS:
         record[counter] = getattr(store, counter)
+    if store.delayed:  # only then: a snapshot without any reads as it always did
+        record["delayed"] = [[token, due, _dump_message(message)] for token, (due, message) in store.delayed.items()]
     if store.shared:
         record["consumers"] = [position[id(sub)] for sub in store.consumers]
         record["groups"] = [[group, position[id(owner)]] for group, owner in store.groups.items()]
@@ -129,6 +133,9 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
     # Only a group in a cluster has any: a broker on its own writes what it always wrote.
     if not state.federation.is_empty():
         data["federation"] = state.federation.dump()
+    if state.job_seq:
+        data["job_seq"] = state.job_seq
+        data["jobs"] = [job.dump() for job in state.jobs.values()]
     return data
 
 
@@ -164,6 +171,8 @@ def _load_store(record: dict[str, Any], shared: bool) -> Store:
     store.stable = record["stable"]
     for counter in _STORE_COUNTERS:
         setattr(store, counter, record[counter])
+    for token, due, message in record.get("delayed", ()):
+        store.delayed[token] = (due, _load_message(message))
     return store
 
 
@@ -259,7 +268,13 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
 
     if "federation" in data:
         state.federation = FederationState.load(data["federation"])
+    state.job_seq = data.get("job_seq", 0)
+    for record in data.get("jobs", ()):
+        job = Job.load(record)
+        state.jobs[job.seq] = job
     state.rebuild_expiry_index()
+    state.redelivery_heap = [(due, token, store) for store in state.stores() for token, (due, _) in store.delayed.items()]
+    heapify(state.redelivery_heap)
     return state
 
 
@@ -272,7 +287,8 @@ def journal_refs(dump: dict[str, Any]) -> Iterator[Any]:
 def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
     """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
     or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight
-    messages of queues and subscriptions, and sends inside open transactions.
+    messages of queues and subscriptions (held-back ones too), sends inside open transactions,
+    and scheduled messages.
     tests/server/test_group_bodies.py pins this against a real broker."""
 
     def messages_of(store: dict[str, Any] | None) -> Iterator[list[Any]]:
@@ -280,6 +296,8 @@ def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
             for lane in store["lanes"]:
                 for _token, message in lane:
                     yield message
+            for _token, _due, message in store.get("delayed", ()):
+                yield message
 
     for store in dump["queues"]:
         for message in messages_of(store):
@@ -294,3 +312,5 @@ def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
             for op in ops:
                 if op[0] == "send":
                     yield op[3]
+    for job in dump.get("jobs", ()):
+        yield job[3]

@@ -31,6 +31,7 @@ from typing import Any
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
+from raftmq.core.schedule import Job
 from raftmq.errors import InvariantViolated
 
 
@@ -51,6 +52,10 @@ class BrokerState:
     expiry_heap: list[tuple[int, int, Store]] = field(default_factory=list)
     expiring: int = 0  # ready messages with an expiry: the live entries of the heap
     federation: FederationState = field(default_factory=FederationState)  # a cluster's state (raftmq.core.federation)
+    jobs: dict[int, Job] = field(default_factory=dict)  # scheduled messages by number (raftmq.core.schedule)
+    job_seq: int = 0
+    # (due, token, store) of NACKed messages waiting out their redelivery delay; stale entries skipped.
+    redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
 
     def stores(self) -> list[Store]:
         """Every store: the queues', then each topic subscription's own."""
@@ -67,7 +72,7 @@ class BrokerState:
         """Every message body the state holds, as stored (bytes, or in a group the body
         journal's reference), in the order `raftmq.core.snapshot.body_refs` finds them in a
         snapshot of this state: ready messages of the queues; each subscription's in-flight
-        then ready messages; sends inside open transactions."""
+        then ready messages; sends inside open transactions; scheduled messages."""
         for store in self.queues.values():
             yield from _ready_bodies(store)
         for sub in self.subscriptions():
@@ -80,6 +85,8 @@ class BrokerState:
                 for op in ops:
                     if op[0] == "send":
                         yield op[3]
+        for job in self.jobs.values():
+            yield job.body
 
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""
@@ -100,15 +107,19 @@ class BrokerState:
         _check_stores(self)
         _check_topics(self)
         _check_expiry(self)
+        _check_waiting(self)
 
 
 def _ready_bodies(store: Store) -> Iterator[Any]:
+    """The ready messages' bodies, then those waiting out a redelivery delay."""
     ready = store.ready
     for lane in store.lanes:
         for token in lane:
             message = ready.get(token)
             if message is not None:
                 yield message.body
+    for _due, message in store.delayed.values():
+        yield message.body
 
 
 def _require(condition: bool, broken: str) -> None:
@@ -201,8 +212,10 @@ def _check_stores(state: BrokerState) -> None:
                 _require(message is None or message.priority == priority, f"{name}: message in the wrong lane")
                 _require(token <= state.entry_seq, f"{name}: token {token} past the last one issued")
         gone = store.dequeued + store.expired + store.dead_lettered
-        _require(store.enqueued == gone + len(store.ready) + store.in_flight,
-                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {store.in_flight} in flight")
+        _require(store.enqueued == gone + len(store.ready) + store.in_flight + len(store.delayed),
+                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {store.in_flight} in flight, "
+                 f"{len(store.delayed)} delayed")
+        _require(not set(store.delayed) & set(store.ready), f"{name}: a token both ready and delayed")
         _require(not store.pending and not store.woken, f"{name}: a dispatch pass left for after the command")
         _check_consumers(store)
         if store.stable:
@@ -277,3 +290,15 @@ def _check_expiry(state: BrokerState) -> None:
             _require(not message.expires or (token, id(store)) in live,
                      f"{store.destination}: expiring message {message.message_id} missing from the expiry heap")
     _require(state.expiring == len(live), f"{state.expiring} messages counted as expiring, {len(live)} ready ones expire")
+
+
+def _check_waiting(state: BrokerState) -> None:
+    """Every message waiting out a redelivery delay is in the redelivery index at its due
+    time; every scheduled job is numbered below the counter and filed under its number."""
+    indexed = {(due, token, id(store)) for due, token, store in state.redelivery_heap}
+    for store in state.stores():
+        for token, (due, message) in store.delayed.items():
+            _require((due, token, id(store)) in indexed, f"{store.destination}: delayed message {message.message_id} not indexed")
+            _require(token <= state.entry_seq, f"{store.destination}: delayed token {token} past the last one issued")
+    for seq, job in state.jobs.items():
+        _require(job.seq == seq and 0 < seq <= state.job_seq, f"scheduled job {job.seq} filed as {seq}")

@@ -27,12 +27,14 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
             "dequeued": store.dequeued,
             "expired": store.expired,
             "dead_lettered": store.dead_lettered,
+            "delayed": len(store.delayed),
         }
     for destination, topic in state.topics.items():
-        totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired}
+        totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired, "delayed": 0}
         for sub in topic.subs:
             store = sub.store
             totals["depth"] += len(store.ready)
+            totals["delayed"] += len(store.delayed)
             totals["in_flight"] += store.in_flight
             totals["consumers"] += len(store.consumers)
             totals["dequeued"] += store.dequeued
@@ -41,8 +43,15 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
         totals["subscriptions"] = len(topic.subs)
         totals["durable"] = sum(1 for sub in topic.subs if sub.durable_name is not None)
         destinations[destination] = totals
+    scheduled: dict[str, int] = {}
+    for job in state.jobs.values():
+        scheduled[job.destination] = scheduled.get(job.destination, 0) + 1
+    for destination, counters in destinations.items():
+        counters["scheduled"] = scheduled.get(destination, 0)
     return {
         "sessions": len(state.sessions),
+        # Scheduled messages not yet published, by destination (one may not exist yet).
+        "scheduled": scheduled,
         "destinations": destinations,
         # Where dead messages pile up and how many died, without knowing the queue's name.
         "dead_letter": _side_queue(config.dead_letter_queue, "dead_lettered", destinations),

@@ -50,6 +50,8 @@ log = structlog.get_logger("raftmq.server.node")
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
 CLUSTER_TICK_SECONDS = 0.1
+# How often the ticker looks whether a scheduled message (or a redelivery delay) came due.
+DUE_POLL_SECONDS = 0.005
 GC_GEN0_THRESHOLD = 20_000
 GC_PAUSE_LOG_SECONDS = 0.03  # allocations between young collections (Python's default: 700)
 _gc_tuned = False
@@ -325,17 +327,30 @@ class Node:
         return connection
 
     async def _tick_forever(self) -> None:
+        """Feed time to the core: every `tick_interval_ms`, and as soon as a scheduled message
+        or a redelivery delay comes due (`Broker.next_due`), so that those are late by about one
+        commit rather than up to an interval. One Tick at a time is in flight."""
         interval = self._config.tick_interval_ms / 1000
         if self._config.core.cluster is not None:
             # Redistribution decides on Ticks: often enough to honour a short delay.
             interval = min(interval, CLUSTER_TICK_SECONDS)
+        loop = asyncio.get_running_loop()  # the interval runs on the loop's clock, `now` is the node's
+        last = loop.time()
+        pending: asyncio.Future[None] | None = None
         while True:
-            await asyncio.sleep(interval)
-            if self.commit_log.is_leader:
-                future = self.commit_log.propose([Tick(self.clock.now_ms())])
-                future.add_done_callback(_ignore_outcome)
-            else:
-                self.succession.note_leader()
+            await asyncio.sleep(min(interval, DUE_POLL_SECONDS))
+            if not self.commit_log.is_leader:
+                if loop.time() - last >= interval:
+                    last = loop.time()
+                    self.succession.note_leader()
+                continue
+            now = self.clock.now_ms()
+            due = self.broker.next_due()
+            if loop.time() - last < interval and (due is None or due > now or (pending is not None and not pending.done())):
+                continue
+            last = loop.time()
+            pending = self.commit_log.propose([Tick(now)])
+            pending.add_done_callback(_ignore_outcome)
 
     # -- status
 

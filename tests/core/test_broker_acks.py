@@ -244,6 +244,8 @@ def test_auto_deliveries_are_not_returned_on_disconnect() -> None:
         "dequeued": 3,
         "expired": 0,
         "dead_lettered": 0,
+        "delayed": 0,
+        "scheduled": 0,
     }
 
 

@@ -59,7 +59,7 @@ class Group:
 
     def __init__(self, tmp_path: Path, size: int = 3, raft: dict[str, Any] | None = None,
                  journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
-                 hosts: list[str] | None = None, name: str = "test") -> None:
+                 hosts: list[str] | None = None, name: str = "test", core: dict[str, Any] | None = None) -> None:
         self.dir = tmp_path
         self.name = name
         self.data_dir = tmp_path / ("data" if name == "test" else f"data-{name}")
@@ -71,7 +71,7 @@ class Group:
             for i in range(size)
         }
         lines = ["[group]", f'name = "{name}"', f'data_dir = "{self.data_dir}"']
-        for table, values in (("raft", raft), ("journal", journal), ("server", server)):
+        for table, values in (("raft", raft), ("journal", journal), ("server", server), ("core", core)):
             if values:
                 lines.append(f"[{table}]")
                 lines.extend(f"{key} = {value!r}" for key, value in values.items())
@@ -279,8 +279,10 @@ class Producer:
 class StompPyProducer:
     """The same contract with stomp-py (an independent client), one receipt at a time, in a thread."""
 
-    def __init__(self, addresses: list[tuple[str, int]], destination: str, prefix: str, count: int, size: int = 256) -> None:
+    def __init__(self, addresses: list[tuple[str, int]], destination: str, prefix: str, count: int, size: int = 256,
+                 headers: dict[str, str] | None = None) -> None:
         self.addresses, self.destination, self.size = addresses, destination, size
+        self.headers = headers or {}
         self.ids = [f"{prefix}-{i}" for i in range(count)]
         self.receipted: set[str] = set()
         self.reconnects = 0
@@ -298,7 +300,7 @@ class StompPyProducer:
                 while position < len(self.ids) and not self.stopped and time.monotonic() < deadline:
                     message_id = self.ids[position]
                     conn.send(self.destination, body_for(message_id, self.size),
-                              headers={"_AMQ_DUPL_ID": message_id, "persistent": "true"}, receipt=message_id)
+                              headers={**self.headers, "_AMQ_DUPL_ID": message_id, "persistent": "true"}, receipt=message_id)
                     if not self._await_receipt(listener, message_id, deadline):
                         self.reconnects += 1
                         break
