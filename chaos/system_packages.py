@@ -9,7 +9,9 @@ What each part needs (Debian package names):
 - clock faults (chaos.clock): libfaketime, and gcc for the small preload built beside it;
 - disk-full (chaos.disk): root (a tmpfs is mounted);
 - and, not for chaos but for the Spark audit beside it (spark_audit): a Java 17 runtime,
-  openjdk-17-jre-headless, for pyspark's JVM.
+  openjdk-17-jre-headless, for pyspark's JVM;
+- and, for the web console's browser test, chromium and chromium-driver
+  (tests/server/test_console_browser.py, through selenium; it fails, not skips, without them).
 
 Where a part cannot run, its tests skip and print why (each module's `available()`); nothing
 here fails the command: it exits 0 and says what is missing.
@@ -31,6 +33,8 @@ PACKAGES = {  # Debian package -> a file that shows it is installed
     "libfaketime": "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
     "gcc": "/usr/bin/gcc",
     "openjdk-17-jre-headless": "/usr/bin/java",
+    "chromium": "/usr/bin/chromium",
+    "chromium-driver": "/usr/bin/chromedriver",
 }
 
 

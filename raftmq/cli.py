@@ -132,6 +132,9 @@ def _register_optional_commands() -> None:
 
     for command in (send_command, receive_command, queue_command):
         main.add_command(command)
+    from raftmq.ops.manage_cli import manage_command
+
+    main.add_command(manage_command)
     from chaos.cli import chaos_command
     from raftmq.security_cli import passwd_command
 

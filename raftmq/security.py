@@ -185,8 +185,9 @@ class Security:
     # -- authorization -------------------------------------------------------------------------
 
     def refusal(self, principal: Principal, operation: str, destination: str, exists: bool) -> str | None:
-        """None when `principal` may perform `operation` (READ or WRITE) on `destination`
-        (creating it when it does not `exist`); else the reason, naming both."""
+        """None when `principal` may perform `operation` (READ, WRITE, or ADMIN: an operator's
+        change) on `destination` (creating it when it does not `exist`); else the reason,
+        naming both."""
         if not self.config.acl:
             return None
         _kind, name = split_destination(destination)
@@ -197,7 +198,7 @@ class Security:
         for what in needed:
             allowed = entry.groups(what) if entry is not None else ()
             if principal.groups.isdisjoint(allowed):
-                verb = {READ: "read from", WRITE: "write to", ADMIN: "create"}[what]
+                verb = {READ: "read from", WRITE: "write to", ADMIN: "administer" if operation == ADMIN else "create"}[what]
                 where = (
                     f"no [[acl]] entry covers {destination}"
                     if entry is None
@@ -215,7 +216,7 @@ class Security:
         entries = [entry for entry in self.config.acl if entry.kind == kind]
         covering = [entry for entry in entries if covers(entry.pattern, name)]
         base = max(covering, key=lambda entry: specificity(entry.pattern)) if covering else None
-        verb = "read from" if operation == READ else "write to"
+        verb = {READ: "read from", WRITE: "write to", ADMIN: "administer"}[operation]
         if base is None:
             return f"{principal.describe()} may not {verb} {destination} (no [[acl]] entry covers every destination it matches)"
         needed = (operation,) if exists else (operation, ADMIN)

@@ -31,6 +31,7 @@ from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.server.admin import AdminServer, fetch_bodies
 from raftmq.server.bodies import BodyStore, IndexRecords
+from raftmq.server.management import ManagementApi
 from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
 
 log = structlog.get_logger("raftmq.app.group")
@@ -128,8 +129,9 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
+        api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members])
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
-                            change_members=lambda change: change_membership(raft, change))
+                            change_members=lambda change: change_membership(raft, change), api=api)
     return Member(node, raft, bodies, admin)
 
 

@@ -103,9 +103,11 @@ async def _start_admin(node: Node) -> Any:
         return None
     from raftmq.config import split_address
     from raftmq.server.admin import AdminServer
+    from raftmq.server.management import ManagementApi
 
     host, port = split_address(node.config.admin)
-    admin = AdminServer(node.status, None, None, host, port)
+    member: dict[str, str | None] = {"node": node.name, "client": f"{node.config.host}:{node.config.port}", "admin": node.config.admin}
+    admin = AdminServer(node.status, None, None, host, port, api=ManagementApi(node, lambda: [member]))
     try:
         await admin.start()
     except OSError as exc:

@@ -28,6 +28,7 @@ from raftmq.core.commands import (
     Connect,
     Disconnect,
     Headers,
+    Manage,
     Nack,
     Noop,
     Send,
@@ -40,6 +41,7 @@ from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
+from raftmq.core.manage import apply_manage
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.schedule import Scheduler, is_scheduled, plan
 from raftmq.core.selector import Selector
@@ -69,7 +71,7 @@ class Broker:
         self.dispatch = Dispatcher(self.state, config)
         # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
         self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
-        self.scheduler = Scheduler(self.state.jobs, self._publish_now)
+        self.scheduler = Scheduler(self.state.jobs, self.publish_again)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
             Disconnect: self._disconnect,
@@ -84,6 +86,7 @@ class Broker:
             Tick: self._tick,
             Browse: self._browse,
             Noop: self._noop,
+            Manage: lambda command: apply_manage(self, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -110,7 +113,7 @@ class Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
         broker = cls(config)
         load_state(broker.state, data, config)
-        broker.scheduler = Scheduler(broker.state.jobs, broker._publish_now)
+        broker.scheduler = Scheduler(broker.state.jobs, broker.publish_again)
         broker.dispatch.index_patterns()
         if broker.federation is not None:
             broker.federation.rebuild()
@@ -126,8 +129,8 @@ class Broker:
         return list(self.state.sessions)
 
     def has_destination(self, destination: str) -> bool:
-        """True once a SEND or SUBSCRIBE created `destination` (destinations are never
-        removed). Read-only; the server asks it to tell creating from using."""
+        """True once a SEND, a SUBSCRIBE or an operator created `destination`, until an
+        operator deletes it. Read-only; the server asks it to tell creating from using."""
         return destination in self.state.queues or destination in self.state.topics
 
     def next_due(self) -> int | None:
@@ -208,6 +211,14 @@ class Broker:
             # neighbour; dead-lettering it after a few of those would store it twice. Only a
             # refusal (a NACK) counts towards the dead-letter queue there.
             self.dispatch.requeue(store, messages, may_dead_letter=not is_internal(store.destination))
+
+    def refuse_session(self, session_id: str, message: str, detail: str) -> None:
+        """End a session with an ERROR to its client (an operator's close, a deleted destination)."""
+        self._reject(session_id, message, detail, None)
+
+    def drop_topic_subscription(self, sub: Subscription) -> None:
+        """Drop an inactive (durable) topic subscription and what it collected."""
+        self._drop_topic_subscription(sub, 0)
 
     def _drop_topic_subscription(self, sub: Subscription, discarded_in_flight: int) -> None:
         store = sub.store
@@ -331,9 +342,9 @@ class Broker:
         else:
             self.federation.publish(destination, headers, body, now)
 
-    def _publish_now(self, destination: str, headers: Headers, body: object, now: int) -> None:
-        """A scheduled message whose time came (its duplicate-detection id was checked when it
-        was scheduled)."""
+    def publish_again(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        """Publish a message whose duplicate-detection id was checked already: a scheduled one
+        whose time came, one an operator retries or moves (raftmq.core.manage)."""
         if self.federation is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
         else:

@@ -172,8 +172,30 @@ class Noop:
     receipt: str | None = None
 
 
-Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse | Noop
+MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
+
+
+@dataclass(frozen=True, slots=True)
+class Manage:
+    """An operator's change from the admin API (raftmq.core.manage): create, purge or delete
+    `destination`; retry (to each message's original destination) or move (to `target`) the
+    ready messages of `destination` named by `ids`, matched by `selector`, or `every` one;
+    close the client session `closing`. Who may ask was checked before it was proposed.
+    The answer is a `Managed` effect for `request`, the admin request's id (no session)."""
+
+    request: str
+    op: str
+    now: int
+    destination: str = ""
+    target: str | None = None
+    ids: tuple[str, ...] = ()
+    selector: str | None = None
+    every: bool = False
+    closing: str | None = None
+
+
+Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse | Noop | Manage
 
 COMMAND_TYPES: tuple[type, ...] = (
-    Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop,
+    Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
 )

@@ -253,6 +253,7 @@ class Dispatcher:
     def settle(self, delivery: Delivery, acked: bool) -> None:
         """ACK (`acked`) or NACK `delivery` and, for a cumulative subscription, the ones before it."""
         sub = delivery.sub
+        sub.last_activity = self.now
         settled = sub.acked_through(delivery)
         session = sub.session
         assert session is not None  # deliveries are found through their session
@@ -372,6 +373,7 @@ class Dispatcher:
     def _deliver(self, store: Store, sub: Subscription, message: Message) -> None:
         """Hand `message` (just taken from `store`'s ready messages) to `sub`."""
         count = message.delivery_count = message.delivery_count + 1
+        sub.last_activity = self.now
         if message.expires:
             self.state.expiring -= 1
         session = sub.session

@@ -60,4 +60,14 @@ class BrowseEnd:
     truncated: bool
 
 
-Effect = Deliver | Receipt | Reject | BrowseEnd
+@dataclass(frozen=True, slots=True)
+class Managed:
+    """The outcome of a `Manage` command, for the admin request `session` (its request id):
+    `error` None when it was done, else why not; `counts` what it did (e.g. ("moved", 3))."""
+
+    session: str
+    error: str | None
+    counts: tuple[tuple[str, int], ...] = ()
+
+
+Effect = Deliver | Receipt | Reject | BrowseEnd | Managed

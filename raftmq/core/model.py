@@ -57,6 +57,7 @@ class Subscription:
         "exclusive",
         "groups",
         "in_flight",
+        "last_activity",
         "prefetch",
         "selector",
         "session",
@@ -85,6 +86,9 @@ class Subscription:
         self.durable_name = durable_name
         self.in_flight: dict[str, Delivery] = {}
         self.groups: dict[str, None] = {}  # message groups of a queue this consumer owns
+        # `now` of its last delivery or acknowledgement (0: none since this member loaded it);
+        # for the admin API only, so not in snapshots.
+        self.last_activity = 0
         self.set_mode(ack, prefetch)
 
     def set_mode(self, ack: str, prefetch: int) -> None:

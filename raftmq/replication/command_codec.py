@@ -36,6 +36,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     # New codes need no new FORMAT_VERSION: rows of the codes above decode as before.
     12: (c.Browse, ("session", "sub_id", "destination", "now", "limit", "selector", "receipt")),
     13: (c.Noop, ("session", "now", "receipt")),
+    14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
 }
 _CODE_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
 
@@ -96,5 +97,10 @@ def _decode_row(row: Any) -> c.Command:
             pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
         row = row.copy()
         row[3] = tuple(pairs)
+    if cls is c.Manage:
+        if type(row[6]) is not list or not all(type(i) is str for i in row[6]):
+            raise CommandCodecError("Manage: ids must be a list of strings")
+        row = row.copy()
+        row[6] = tuple(row[6])
     command: c.Command = cls(*row[1:]) if cls in _POSITIONAL else cls(**dict(zip(names, row[1:], strict=False)))
     return command

@@ -20,6 +20,8 @@
   once committed; 409 `{"leader": ...}` from a member that does not lead (a leader asked to
   remove itself hands over first and answers so); 400 for a change that makes no sense; 503
   when the outcome is unknown (read the members before asking again).
+- `/api/...` and `/` (the web console): the management API (raftmq.server.management,
+  docs/management.md), with STOMP's logins and ACLs.
 
 `fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
 restored) and every wait in it is bounded.
@@ -34,7 +36,7 @@ import http.client
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import structlog
@@ -51,8 +53,13 @@ MAX_REQUEST_HEAD = 16 * 1024
 MAX_REQUEST_BODY = 4 * 2**20
 MAX_ANSWER_BYTES = 32 * 2**20
 INDEXES_PER_REQUEST = 4096
-READ_TIMEOUT = 10.0
+READ_TIMEOUT = 30.0  # a request, read and answered (a management change waits for its commit)
 SIGNATURE_HEADER = "X-Raftmq-Signature"
+
+
+class ApiHandler(Protocol):
+    async def answer(self, method: str, path: str, query: str, headers: dict[str, str],
+                     body: bytes) -> tuple[int, str, bytes] | None: ...
 
 
 def sign(password: str, body: bytes) -> str:
@@ -71,8 +78,10 @@ class AdminServer:
         *,
         group: str | None = None,
         change_members: Callable[[Change], Awaitable[tuple[str, ...]]] | None = None,
+        api: ApiHandler | None = None,
     ) -> None:
         self._status = status
+        self._api = api  # the management API and the console (raftmq.server.management)
         self._change_members = change_members
         self.group = group or ""  # a single node (no group) is labelled by its node name
         self._bodies = bodies
@@ -110,8 +119,9 @@ class AdminServer:
         except Exception:
             log.exception("admin.internal_error")
             status, content_type, body = 500, "text/plain", b"internal error\n"
+        challenge = 'WWW-Authenticate: Basic realm="raftmq"\r\n' if status == 401 else ""
         head = (
-            f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n"
+            f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n{challenge}"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         try:
@@ -151,6 +161,10 @@ class AdminServer:
             return self._bodies_answer(body, headers.get(SIGNATURE_HEADER.lower()))
         if method == "POST" and path == "/membership":
             return await self._membership_answer(body, headers.get(SIGNATURE_HEADER.lower()))
+        if self._api is not None:
+            answer = await self._api.answer(method, path, query, headers, body)
+            if answer is not None:
+                return answer
         return 404, "text/plain", b"not found\n"
 
     def _health_answer(self) -> tuple[int, str, bytes]:

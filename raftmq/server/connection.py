@@ -64,6 +64,7 @@ class Connection(asyncio.Protocol):
         self._max_pending = max(1, host.config.max_pending_commands)
         self._loop = host.loop
         self._clock = host.clock  # the `now` of the commands this connection makes
+        self.connected_at = self._clock.now_ms()  # for the admin API's connection list
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False

@@ -28,7 +28,9 @@ import structlog
 from raftmq.clock import Clock, SystemClock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Command, Connect, Tick
+from raftmq.core.commands import Command, Connect, Manage
+from raftmq.core.effects import Managed
+from raftmq.errors import CommitFailed, NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
 from raftmq.server.bodies import BodyStore
@@ -44,14 +46,13 @@ from raftmq.server.relay import Relays
 from raftmq.server.replica import BodyFetcher, Replica
 from raftmq.server.stomp_session import SessionState
 from raftmq.server.succession import LeaderService, Succession
+from raftmq.server.ticker import tick_forever
 
 log = structlog.get_logger("raftmq.server.node")
 
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
-CLUSTER_TICK_SECONDS = 0.1
-# How often the ticker looks whether a scheduled message (or a redelivery delay) came due.
-DUE_POLL_SECONDS = 0.005
+MANAGE_TIMEOUT_SECONDS = 10.0
 GC_GEN0_THRESHOLD = 20_000
 GC_PAUSE_LOG_SECONDS = 0.03  # allocations between young collections (Python's default: 700)
 _gc_tuned = False
@@ -79,6 +80,7 @@ class Node:
         self.name = name or config.name
         self.sessions: dict[str, ClientConnection] = {}  # client connections and bridge sessions
         self.replica = Replica(self, bodies, fetch_bodies)
+        self._managing: dict[str, asyncio.Future[Managed]] = {}  # admin requests awaiting their Managed effect
         self.succession = Succession(self)
         self._relays = Relays(self)  # sessions of this follower's clients, piped to the leader
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
@@ -214,6 +216,26 @@ class Node:
     def replayed(self) -> None:
         self._rates_stale = True
 
+    def managed(self, effect: Managed) -> None:
+        waiter = self._managing.get(effect.session)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(effect)
+
+    async def manage(self, command: Manage) -> Managed:
+        """Commit an operator's change (its `request` names it) and return what it did, once
+        applied here. Raises NotLeader on a follower, CommitFailed when the outcome is unknown."""
+        if not self.commit_log.is_leader:
+            raise NotLeader(self.commit_log.leader_hint)
+        waiter: asyncio.Future[Managed] = self.loop.create_future()
+        self._managing[command.request] = waiter
+        try:
+            await self.commit_log.propose([command])
+            return await asyncio.wait_for(waiter, MANAGE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise CommitFailed("the change was committed but not applied in time") from None
+        finally:
+            self._managing.pop(command.request, None)
+
     def fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
@@ -256,7 +278,7 @@ class Node:
         sockname = self._server.sockets[0].getsockname()
         self._address = (sockname[0], sockname[1])
         if self._config.tick_interval_ms > 0:
-            self._tick_task = self._loop.create_task(self._tick_forever())
+            self._tick_task = self._loop.create_task(tick_forever(self))
         self._sample_task = self._loop.create_task(self._sample_forever())
         if not self.commit_log.status().replicated:
             self.succession.lead_alone()
@@ -325,32 +347,6 @@ class Node:
         connection = Connection(self, session_id)
         self.sessions[session_id] = connection
         return connection
-
-    async def _tick_forever(self) -> None:
-        """Feed time to the core: every `tick_interval_ms`, and as soon as a scheduled message
-        or a redelivery delay comes due (`Broker.next_due`), so that those are late by about one
-        commit rather than up to an interval. One Tick at a time is in flight."""
-        interval = self._config.tick_interval_ms / 1000
-        if self._config.core.cluster is not None:
-            # Redistribution decides on Ticks: often enough to honour a short delay.
-            interval = min(interval, CLUSTER_TICK_SECONDS)
-        loop = asyncio.get_running_loop()  # the interval runs on the loop's clock, `now` is the node's
-        last = loop.time()
-        pending: asyncio.Future[None] | None = None
-        while True:
-            await asyncio.sleep(min(interval, DUE_POLL_SECONDS))
-            if not self.commit_log.is_leader:
-                if loop.time() - last >= interval:
-                    last = loop.time()
-                    self.succession.note_leader()
-                continue
-            now = self.clock.now_ms()
-            due = self.broker.next_due()
-            if loop.time() - last < interval and (due is None or due > now or (pending is not None and not pending.done())):
-                continue
-            last = loop.time()
-            pending = self.commit_log.propose([Tick(now)])
-            pending.add_done_callback(_ignore_outcome)
 
     # -- status
 
@@ -481,8 +477,3 @@ def _time_collections(phase: str, info: dict[str, Any]) -> None:
     if paused >= GC_PAUSE_LOG_SECONDS:
         log.warning("node.gc_pause", generation=info.get("generation"), ms=round(paused * 1000, 1),
                     collected=info.get("collected"))
-
-
-def _ignore_outcome(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()

@@ -24,7 +24,7 @@ import structlog
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
-from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
+from raftmq.core.effects import BrowseEnd, Deliver, Effect, Managed, Receipt, Reject
 from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.bodies import BodyStore, IndexRecords
@@ -59,6 +59,8 @@ class ReplicaHost(NodeView, Protocol):
     def disconnected(self, connection: ClientConnection) -> None: ...
 
     def replayed(self) -> None: ...
+
+    def managed(self, effect: Managed) -> None: ...
 
 
 class Replica:
@@ -111,6 +113,8 @@ class Replica:
             for effect in effects:
                 session = sessions.get(effect.session)
                 if session is None:
+                    if type(effect) is Managed:  # an admin request's answer (no session)
+                        host.managed(effect)
                     continue
                 if bodies is None and type(effect) is Deliver:  # the common cases inline: per message
                     session.deliver(effect)

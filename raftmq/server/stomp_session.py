@@ -340,7 +340,8 @@ class StompSession:
         else:
             operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
         key = (operation, destination)
-        if key in self._allowed:
+        # An operator may delete a destination: using it again would create it (admin).
+        if key in self._allowed and (not creates or self.host.has_destination(destination)):
             return
         principal = self._principal
         assert principal is not None
@@ -352,7 +353,7 @@ class StompSession:
             notes.append(Note("client.access_denied", {"user": principal.name, "operation": operation,
                                                        "destination": destination}))
             raise ProtocolError(ACCESS_DENIED, refusal)
-        if exists:  # destinations are never removed, so this answer stays right
+        if exists:  # right until the destination is deleted (checked above)
             if len(self._allowed) >= ALLOWED_CACHE_SIZE:
                 self._allowed.clear()
             self._allowed.add(key)

@@ -37,6 +37,8 @@ command_strategy = st.one_of(
     st.builds(c.Browse, session=text, sub_id=text, destination=text, now=now, limit=st.integers(0, 20_000),
               selector=opt_text, receipt=opt_text),
     st.builds(c.Noop, session=text, now=now, receipt=opt_text),
+    st.builds(c.Manage, request=text, op=st.sampled_from(c.MANAGE_OPS), now=now, destination=text, target=opt_text,
+              ids=st.lists(text, max_size=3).map(tuple), selector=opt_text, every=st.booleans(), closing=opt_text),
 )
 
 
@@ -72,6 +74,7 @@ def test_wire_layout_of_version_1_is_pinned() -> None:
         11: ("Tick", ("now",)),
         12: ("Browse", ("session", "sub_id", "destination", "now", "limit", "selector", "receipt")),
         13: ("Noop", ("session", "now", "receipt")),
+        14: ("Manage", ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
     }
 
 
@@ -79,6 +82,11 @@ def test_a_browse_row_decodes_from_its_wire_form() -> None:
     row = [12, "s1", "b1", "/queue/q", 7, 50, "color = 'red'", "r1"]
     assert decode_batch(msgpack.packb([1, [row]])) == [c.Browse("s1", "b1", "/queue/q", 7, 50, "color = 'red'", "r1")]
     assert decode_batch(msgpack.packb([1, [[13, "s1", 8, None]]])) == [c.Noop("s1", 8, None)]
+
+
+def test_a_manage_row_whose_ids_are_not_strings_is_refused() -> None:
+    with pytest.raises(CommandCodecError):
+        decode_batch(msgpack.packb([1, [[14, "r", "retry", 1, "/queue/DLQ", None, [1, 2], None, False, None]]]))
 
 
 def test_unknown_version_is_refused() -> None:

@@ -1,0 +1,325 @@
+"""The admin port's management API (`/api/...`, JSON) and the web console's files (`/`).
+
+docs/management.md is the contract. Reads come from this member's replica; every change is a
+`Manage` command committed through the group's log (`Node.manage`), so a follower answers
+409 naming the leader's admin address. Who may ask is decided here, in the shell, with the
+STOMP logins and ACLs (`raftmq.security`): HTTP Basic with a STOMP login; reads list what
+the user may read; a change needs `admin` on its destination(s); connections (listing and
+closing) need `admin` on every queue and topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from raftmq.core.browse import browse_store
+from raftmq.core.commands import Manage
+from raftmq.core.selector import compile_selector
+from raftmq.errors import CommitFailed, NotLeader, SelectorError
+from raftmq.security import ADMIN, READ, Principal
+from raftmq.server import console
+from raftmq.server.node import Node
+
+Answer = tuple[int, str, bytes]
+Headers = dict[str, str]
+
+MESSAGES_LIMIT = 1_000
+BODY_PREVIEW = 256
+HEALTH_TIMEOUT = 0.5
+EVERYTHING = ("/queue/>", "/topic/>")
+JSON = "application/json"
+
+
+def _json(code: int, answer: dict[str, Any], extra: str = "") -> Answer:
+    return code, JSON + extra, json.dumps(answer, default=str).encode() + b"\n"
+
+
+class ManagementApi:
+    """`members()` lists the group's members as `{"node", "client", "admin"}` (the group file
+    as last read), for the overview and for naming the leader's admin port."""
+
+    def __init__(self, node: Node, members: Callable[[], list[dict[str, str | None]]]) -> None:
+        self.node = node
+        self.members = members
+
+    async def answer(self, method: str, path: str, query: str, headers: Headers, body: bytes) -> Answer | None:
+        """The answer to a request for the API or the console, or None for another path."""
+        if method == "GET" and not path.startswith("/api/"):
+            asset = console.asset(path)
+            if asset is None:
+                return None
+            principal = await self._principal(headers)
+            if principal is None:
+                return 401, "text/plain", b"login required\n"
+            return 200, asset[0], asset[1]
+        if not path.startswith("/api/"):
+            return None
+        principal = await self._principal(headers)
+        if principal is None:
+            return 401, "application/json", b'{"error": "login required"}\n'
+        params = {key: values[-1] for key, values in parse_qs(query).items()}
+        route = (method, path)
+        if route == ("GET", "/api/overview"):
+            return _json(200, await self.overview(principal))
+        if route == ("GET", "/api/destinations"):
+            return _json(200, {"destinations": self.destinations(principal)})
+        if route == ("GET", "/api/consumers"):
+            return _json(200, {"consumers": self.consumers(principal)})
+        if route == ("GET", "/api/connections"):
+            return self._operator(principal) or _json(200, {"connections": self.connections()})
+        if route == ("GET", "/api/messages"):
+            return self.messages(principal, params.get("destination", ""), params.get("limit", "100"),
+                                 params.get("selector"))
+        if method == "POST" and path in _CHANGES:
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                return _json(400, {"error": "the request body must be a JSON object"})
+            if not isinstance(request, dict):
+                return _json(400, {"error": "the request body must be a JSON object"})
+            return await self.change(principal, _CHANGES[path], request)
+        return _json(404, {"error": f"no {method} {path}"})
+
+    # -- who asks ------------------------------------------------------------------------------
+
+    async def _principal(self, headers: Headers) -> Principal | None:
+        security = self.node.security
+        login = passcode = None
+        authorization = headers.get("authorization", "")
+        if authorization[:6].lower() == "basic ":
+            try:
+                login, _, passcode = base64.b64decode(authorization[6:].strip(), validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+        quick = security.quick_login(login, passcode)
+        if quick is not True:
+            return quick if isinstance(quick, Principal) else None
+        return await asyncio.to_thread(security.login, login, passcode)
+
+    def _may(self, principal: Principal, operation: str, destination: str) -> str | None:
+        return self.node.security.refusal(principal, operation, destination, True)
+
+    def _operator(self, principal: Principal) -> Answer | None:
+        for everything in EVERYTHING:
+            refusal = self._may(principal, ADMIN, everything)
+            if refusal is not None:
+                return _json(403, {"error": f"connections are an operator's: {refusal}"})
+        return None
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def overview(self, principal: Principal) -> dict[str, Any]:
+        status = self.node.status()
+        members = self.members()
+        healths = await asyncio.gather(*(_health(m.get("admin")) for m in members))
+        cluster = status.get("cluster") or {}
+        return {
+            "group": cluster.get("group") or self.node.name,
+            "node": status["node"],
+            "role": status["role"],
+            "leader": status.get("leader"),
+            "term": status.get("term"),
+            "members": [{**member, "role": health.get("role"), "health": health.get("status")}
+                        for member, health in zip(members, healths, strict=True)],
+            "links": cluster.get("links", []),
+            "groups": cluster.get("reachable", {}),
+            "dead_letter_queue": self.node.config.core.dead_letter_queue,
+            "expiry_queue": self.node.config.core.expiry_queue,
+            "destinations": len(self.destinations(principal)),
+            "connections": len(self.node.sessions),
+        }
+
+    def destinations(self, principal: Principal) -> list[dict[str, Any]]:
+        stats = self.node.broker.stats()["destinations"]
+        rates = self.node.status()["rates"]["destinations"]
+        rows = []
+        for name, counters in stats.items():
+            if self._may(principal, READ, name) is not None:
+                continue
+            rate = rates.get(name, {})
+            rows.append({"destination": name, "kind": name.split("/")[1], **counters,
+                         "rate_in": rate.get("enqueue_rate"), "rate_out": rate.get("dequeue_rate")})
+        return rows
+
+    def consumers(self, principal: Principal) -> list[dict[str, Any]]:
+        rows = []
+        for sub in self.node.broker.state.subscriptions():
+            if self._may(principal, READ, sub.destination) is not None:
+                continue
+            rows.append({
+                "session": sub.session.session_id if sub.session is not None else None,
+                "sub_id": sub.sub_id,
+                "destination": sub.destination,
+                "selector": sub.selector.text if sub.selector is not None else None,
+                "ack": sub.ack,
+                "prefetch": sub.prefetch,
+                "in_flight": len(sub.in_flight),
+                "durable_name": sub.durable_name,
+                "active": sub.session is not None,
+                "last_activity": sub.last_activity or None,
+            })
+        return rows
+
+    def connections(self) -> list[dict[str, Any]]:
+        sessions = self.node.broker.state.sessions
+        rows = []
+        for session_id, connection in self.node.sessions.items():
+            core = sessions.get(session_id)
+            rows.append({
+                "session": session_id,
+                "peer": connection.peer,
+                "login": core.login if core is not None else None,
+                "client_id": core.client_id if core is not None else None,
+                "version": connection.version,
+                "since": getattr(connection, "connected_at", None),
+                "subscriptions": len(core.subs) if core is not None else 0,
+            })
+        return rows
+
+    def messages(self, principal: Principal, destination: str, limit: str, selector_text: str | None) -> Answer:
+        refusal = self._may(principal, READ, destination) if destination.startswith("/queue/") else "not a queue"
+        if refusal is not None:
+            return _json(403 if destination.startswith("/queue/") else 400, {"error": refusal})
+        try:
+            count = max(1, min(int(limit), MESSAGES_LIMIT))
+            selector = compile_selector(selector_text) if selector_text else None
+        except (ValueError, SelectorError) as exc:
+            return _json(400, {"error": str(exc)})
+        broker = self.node.broker
+        found, truncated = browse_store(broker.state.queues.get(destination), count, selector, self.node.clock.now_ms())
+        bodies = self.node.replica.bodies
+        rows = []
+        for message in found:
+            try:
+                body = message.body if isinstance(message.body, (bytes, bytearray)) or bodies is None else bodies.body(message.body)
+                raw = bytes(body)
+            except Exception as exc:  # a body this member cannot read: say so, list the rest
+                raw = f"<unreadable here: {exc}>".encode()
+            headers = [[name, value] for name, value in message.headers]
+            rows.append({
+                "message_id": message.message_id,
+                "destination": message.destination,
+                "original_destination": next((v for n, v in message.headers if n == "original-destination"), None),
+                "headers": headers,
+                "body": raw[:BODY_PREVIEW].decode("utf-8", "replace"),
+                "size": len(raw),
+                "delivery_count": message.delivery_count,
+                "priority": message.priority,
+                "timestamp": message.timestamp,
+            })
+        return _json(200, {"messages": rows, "truncated": truncated})
+
+    # -- changes -------------------------------------------------------------------------------
+
+    async def change(self, principal: Principal, op: str, request: dict[str, Any]) -> Answer:
+        try:
+            command = self._command(op, request)
+        except (KeyError, TypeError, ValueError) as exc:
+            return _json(400, {"error": f"bad request: {exc}"})
+        targets = [command.destination] if op != "close" else list(EVERYTHING)
+        if command.target is not None:
+            targets.append(command.target)
+        for destination in targets:
+            if not destination.startswith(("/queue/", "/topic/")):
+                return _json(400, {"error": f"not a destination: {destination!r}"})
+            refusal = self._may(principal, ADMIN, destination)
+            if refusal is not None:
+                return _json(403, {"error": refusal})
+        if op == "retry":  # each message goes back where it came from: the user administers those too
+            refusal = self._retry_refusal(principal, command)
+            if refusal is not None:
+                return _json(403, {"error": refusal})
+        total: dict[str, int] = {}
+        try:
+            while True:
+                done = await self.node.manage(command)
+                if done.error is not None:
+                    return _json(400, {"error": done.error})
+                counts = dict(done.counts)
+                for key, value in counts.items():
+                    if key != "more":
+                        total[key] = total.get(key, 0) + value
+                if not counts.get("more") or not counts.get("moved"):
+                    break
+                command = Manage(self._request_id(), command.op, self.node.clock.now_ms(), command.destination,
+                                 command.target, command.ids, command.selector, command.every, command.closing)
+        except NotLeader as exc:
+            return _json(409, {"error": "not the leader", "leader": exc.leader, "leader_admin": self._admin_of(exc.leader)})
+        except CommitFailed as exc:
+            return _json(503, {"error": str(exc)})
+        return _json(200, {"ok": True, **total})
+
+    def _command(self, op: str, request: dict[str, Any]) -> Manage:
+        ids = request.get("ids") or ()
+        if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
+            raise ValueError("ids must be a list of message ids")
+        source = request.get("from") if op in ("retry", "move") else request.get("destination", "")
+        closing = request.get("session") if op == "close" else None
+        if op == "close" and not isinstance(closing, str):
+            raise ValueError("close names a session")
+        destination = "/queue/>" if op == "close" else source
+        if not isinstance(destination, str):
+            raise ValueError("name the destination")
+        target = request.get("to")
+        selector = request.get("selector")
+        if (target is not None and not isinstance(target, str)) or (selector is not None and not isinstance(selector, str)):
+            raise ValueError("to and selector are strings")
+        return Manage(self._request_id(), op, self.node.clock.now_ms(), "" if op == "close" else destination,
+                      target, tuple(ids), selector, bool(request.get("all")), closing)
+
+    def _request_id(self) -> str:
+        return self.node.new_session_id("admin")
+
+    def _retry_refusal(self, principal: Principal, command: Manage) -> str | None:
+        store = self.node.broker.state.queues.get(command.destination)
+        if store is None:
+            return None  # the core answers "no such destination"
+        origins = {v for m in store.ready.values() for n, v in m.headers if n == "original-destination"}
+        for origin in sorted(origins):
+            if origin.startswith(("/queue/", "/topic/")):
+                refusal = self._may(principal, ADMIN, origin)
+                if refusal is not None:
+                    return refusal
+        return None
+
+    def _admin_of(self, client: str | None) -> str | None:
+        for member in self.members():
+            if client is not None and member.get("client") == client:
+                return member.get("admin")
+        return None
+
+
+_CHANGES = {
+    "/api/destinations/create": "create",
+    "/api/destinations/purge": "purge",
+    "/api/destinations/delete": "delete",
+    "/api/messages/retry": "retry",
+    "/api/messages/move": "move",
+    "/api/connections/close": "close",
+}
+
+
+async def _health(admin: str | None) -> dict[str, Any]:
+    """A member's /health answer, or {} when it does not answer in time."""
+    if not admin:
+        return {}
+    host, _, port = admin.rpartition(":")
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), HEALTH_TIMEOUT)
+    except (OSError, TimeoutError, ValueError):
+        return {"status": "unreachable"}
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: raftmq\r\nConnection: close\r\n\r\n")
+        data = await asyncio.wait_for(reader.read(65536), HEALTH_TIMEOUT)
+        answer = json.loads(data.partition(b"\r\n\r\n")[2] or b"{}")
+        return answer if isinstance(answer, dict) else {}
+    except (OSError, TimeoutError, ValueError):
+        return {"status": "unreachable"}
+    finally:
+        writer.close()

@@ -1,0 +1,77 @@
+"""The node's ticker: how time reaches the broker core (Tick commands, proposed by the leader).
+
+Every `tick_interval_ms` (at most CLUSTER_TICK_SECONDS in a cluster of groups, whose
+redistribution decides on Ticks), and as soon as a scheduled message or a redelivery delay
+comes due (`Broker.next_due`), so that those are late by about one commit rather than up to
+an interval. A follower uses the interval to check on its leader instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from raftmq.clock import Clock
+from raftmq.config import NodeConfig
+from raftmq.core.broker import Broker
+from raftmq.core.commands import Tick
+from raftmq.replication.commit_log import CommitLog
+
+CLUSTER_TICK_SECONDS = 0.1
+# How often the ticker looks whether a scheduled message (or a redelivery delay) came due.
+DUE_POLL_SECONDS = 0.005
+
+
+class Leading(Protocol):
+    def note_leader(self) -> None: ...
+
+
+class Ticked(Protocol):
+    """What the ticker needs of `raftmq.server.node.Node`."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def succession(self) -> Leading: ...
+
+
+async def tick_forever(node: Ticked) -> None:
+    """Feed time to the core: every `tick_interval_ms`, and as soon as a scheduled message
+    or a redelivery delay comes due (`Broker.next_due`), so that those are late by about one
+    commit rather than up to an interval. One Tick at a time is in flight."""
+    interval = node.config.tick_interval_ms / 1000
+    if node.config.core.cluster is not None:
+        # Redistribution decides on Ticks: often enough to honour a short delay.
+        interval = min(interval, CLUSTER_TICK_SECONDS)
+    loop = asyncio.get_running_loop()  # the interval runs on the loop's clock, `now` is the node's
+    last = loop.time()
+    pending: asyncio.Future[None] | None = None
+    while True:
+        await asyncio.sleep(min(interval, DUE_POLL_SECONDS))
+        if not node.commit_log.is_leader:
+            if loop.time() - last >= interval:
+                last = loop.time()
+                node.succession.note_leader()
+            continue
+        now = node.clock.now_ms()
+        due = node.broker.next_due()
+        if loop.time() - last < interval and (due is None or due > now or (pending is not None and not pending.done())):
+            continue
+        last = loop.time()
+        pending = node.commit_log.propose([Tick(now)])
+        pending.add_done_callback(ignore_outcome)
+
+
+def ignore_outcome(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
