@@ -36,6 +36,7 @@ from raftmq.core.commands import (
     Tick,
     Unsubscribe,
 )
+from raftmq.core.cluster_rights import cluster_login, may_pull
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
@@ -47,6 +48,9 @@ from raftmq.core.schedule import Scheduler, is_scheduled, plan
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
+from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscription, stays
+from raftmq.core.temp_owners import refusal as temp_refusal
+from raftmq.core.temporary import alias_of, owner_token
 from raftmq.core.stats import broker_stats
 from raftmq.core.validation import (
     QUEUE_PREFIX,
@@ -114,6 +118,7 @@ class Broker:
         broker = cls(config)
         load_state(broker.state, data, config)
         broker.scheduler = Scheduler(broker.state.jobs, broker.publish_again)
+        index_owners(broker.state)
         broker.dispatch.index_patterns()
         if broker.federation is not None:
             broker.federation.rebuild()
@@ -184,6 +189,8 @@ class Broker:
             self._end_subscriptions(
                 session, list(session.subs.values()), list(session.deliveries.values()), drop_durable=False
             )
+            if session.temps:
+                forget(self.state, session, self.dispatch)
             if self.dispatch.dirty:
                 self.dispatch.run()
 
@@ -242,8 +249,13 @@ class Broker:
         except Refused as refused:
             return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination
+        if owner_token(destination) is not None:
+            problem = temp_refusal(session, destination, command.durable_name is not None)
+            if problem is not None:
+                return self._reject(session.session_id, "temporary destination", problem, command.receipt)
+            claim(self.state, session, destination)
         if is_internal(destination):
-            problem = self._may_pull(session, destination)
+            problem = may_pull(self.config, self.federation, session, destination)
             if problem is not None:
                 return self._reject(session.session_id, "reserved destination", problem, command.receipt)
         if destination.startswith(QUEUE_PREFIX):
@@ -314,6 +326,11 @@ class Broker:
             return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination == CONTROL_DESTINATION:
             return self._learn(session, command)
+        if owner_token(destination) is not None:
+            claim(self.state, session, destination)
+        reply = reply_subscription(session, command.headers)
+        if reply is not None:  # RabbitMQ's way: replies to /temp-queue/NAME arrive without a SUBSCRIBE
+            self._subscribe(Subscribe(session.session_id, alias_of(reply), reply, command.now))
         if is_scheduled(command.headers):
             try:
                 plan(destination, command.headers, command.now)
@@ -334,6 +351,8 @@ class Broker:
         self._done(command.session, command.receipt)
 
     def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
+        if owner_token(destination) is not None and not stays(self.state, self.federation, destination, headers, body, now):
+            return  # sent on to its owner's group, or its owner is gone
         if is_scheduled(headers):
             self.state.job_seq += 1
             self.scheduler.add(plan(destination, headers, now), self.state.job_seq, body, self.state.dedup)
@@ -356,35 +375,13 @@ class Broker:
         cluster = self.config.cluster
         if federation is None or cluster is None or command.transaction is not None:
             return self._reject(session.session_id, "reserved destination", command.destination, command.receipt)
-        if not self._cluster_login(session):
+        if not cluster_login(self.config, session):
             return self._reject(session.session_id, "reserved destination",
                                 f"{command.destination} takes adverts from the cluster user only", command.receipt)
         problem = federation.control(command.headers)
         if problem is not None:
             return self._reject(session.session_id, "invalid cluster command", problem, command.receipt)
         self._done(session.session_id, command.receipt)
-
-    def _cluster_login(self, session: Session) -> bool:
-        """Whether the session may act as another group's bridge: any session when no
-        connection names a cluster user, else that user's."""
-        cluster = self.config.cluster
-        users = {c.cluster_user for c in cluster.connections if c.cluster_user is not None} if cluster else set()
-        return not users or session.login in users
-
-    def _may_pull(self, session: Session, destination: str) -> str | None:
-        """Why the session may not consume `destination` ($.raftmq. names), or None: only a
-        neighbour's store-and-forward queue, and only by the cluster user: this group's own
-        bridge to it, or that neighbour's bridge pulling its traffic when its connection is
-        the link's only one. (Which network sessions may ask at all is the STOMP layer's
-        decision: raftmq.server.translate lets through only the queues a neighbour pulls.)"""
-        federation = self.federation
-        neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
-        view = federation.view if federation is not None else None
-        if view is None or neighbour is None or not (neighbour in view.neighbours or (view.discovery and neighbour != view.group)):
-            return f"{destination!r}: $.raftmq. names belong to the cluster's bridges"
-        if not self._cluster_login(session):
-            return f"{destination!r} is pulled by the cluster user only"
-        return None
 
     # -- acknowledgements ----------------------------------------------------------------------
 

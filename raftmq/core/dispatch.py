@@ -29,6 +29,7 @@ from raftmq.core.model import (
 )
 from raftmq.core.state import BrokerState
 from raftmq.core.patterns import pattern_matches
+from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
 
 ORIGINAL_DESTINATION = "original-destination"
@@ -120,7 +121,7 @@ class Dispatcher:
         """The subscriptions a message published to `topic` goes to: its own, then those of
         every pattern its name matches (in the order the patterns were first subscribed to)."""
         subs = list(topic.subs)
-        if self.patterns:
+        if self.patterns and MARK not in topic.destination:  # a temporary topic is its owner's alone
             name = destination_name(topic.destination)
             for pattern, wildcard in self.patterns.items():
                 if wildcard.subs and pattern_matches(destination_name(pattern), name):

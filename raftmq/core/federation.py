@@ -360,6 +360,15 @@ class Federation:
             self.fed.turns[destination] = turn
             self.fed.redistributed += moved
 
+    def send_to_group(self, destination: str, headers: Headers, body: object, now: int, to: str) -> bool:
+        """Send a message straight to group `to` (a temporary destination's owner lives there);
+        False, and it is dropped, when no cluster connection leads there."""
+        connection = self.governing(destination)
+        if connection is None or not self._pass_on(connection, destination, headers, body, now, to, (self.own,)):
+            self.fed.unroutable += 1
+            return False
+        return True
+
     def _pass_on(self, connection: ClusterConnection, destination: str, headers: Headers, body: object, now: int,
                  to: str, here: tuple[str, ...], delivered: int = 0) -> bool:
         hop = self._next_hops.get(to)

@@ -124,7 +124,7 @@ class Session:
     `shadowed` counts those later deliveries, so the rare fallback scan runs only when one exists.
     """
 
-    __slots__ = ("by_message", "client_id", "deliveries", "login", "session_id", "shadowed", "subs", "transactions")
+    __slots__ = ("by_message", "client_id", "deliveries", "login", "session_id", "shadowed", "subs", "temps", "transactions")
 
     def __init__(self, session_id: str, login: str | None, client_id: str | None) -> None:
         self.session_id = session_id
@@ -135,6 +135,7 @@ class Session:
         self.deliveries: dict[str, Delivery] = {}
         self.by_message: dict[str, Delivery] | None = None
         self.shadowed = 0
+        self.temps: dict[str, None] = {}  # its temporary destinations (raftmq.core.temp_owners)
 
     def add_delivery(self, delivery: Delivery) -> None:
         self.deliveries[delivery.ack_id] = delivery

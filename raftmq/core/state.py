@@ -54,6 +54,7 @@ class BrokerState:
     federation: FederationState = field(default_factory=FederationState)  # a cluster's state (raftmq.core.federation)
     jobs: dict[int, Job] = field(default_factory=dict)  # scheduled messages by number (raftmq.core.schedule)
     job_seq: int = 0
+    temp_owners: dict[str, str] = field(default_factory=dict)  # token -> session (raftmq.core.temp_owners)
     # (due, token, store) of NACKed messages waiting out their redelivery delay; stale entries skipped.
     redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
 
@@ -300,5 +301,9 @@ def _check_waiting(state: BrokerState) -> None:
         for token, (due, message) in store.delayed.items():
             _require((due, token, id(store)) in indexed, f"{store.destination}: delayed message {message.message_id} not indexed")
             _require(token <= state.entry_seq, f"{store.destination}: delayed token {token} past the last one issued")
+    for owner, session_id in state.temp_owners.items():
+        session = state.sessions.get(session_id)
+        _require(session is not None and bool(session.temps), f"temporary destinations of {session_id}, a session that ended")
+        _require(session is None or all(owner in name for name in session.temps), f"{session_id} owns a temporary name of another token")
     for seq, job in state.jobs.items():
         _require(job.seq == seq and 0 < seq <= state.job_seq, f"scheduled job {job.seq} filed as {seq}")

@@ -39,6 +39,7 @@ from raftmq.security import READ, WRITE, Principal
 from raftmq.server.frames import connected_frame, error_frame
 from raftmq.server.host import SessionHost
 from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
+from raftmq.core.temporary import owner_token
 from raftmq.server.translate import FrameTranslator
 
 SERVER_HEADER = f"raftmq/{__version__}"
@@ -265,7 +266,7 @@ class StompSession:
         client_id = frame.get("client-id")
         view = config.core.cluster
         pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n)) if view is not None else frozenset()
-        self._translator = FrameTranslator(self.session_id, version, client_id, pullable)
+        self._translator = FrameTranslator(self.session_id, version, client_id, pullable, view.group if view is not None else None)
         self.state = SessionState.CONNECTING
         self.connect_proposed = True
         login = principal.name if host.security.authenticating else frame.get("login")
@@ -331,8 +332,8 @@ class StompSession:
         do what `command` does; creating a destination also needs admin."""
         kind = type(command)
         destination: str | None = getattr(command, "destination", None)
-        if destination is None:
-            return
+        if destination is None or owner_token(destination) is not None:
+            return  # a temporary destination: anyone given its name may send, only its owner consume (the core)
         if kind is Send:
             operation, creates = WRITE, True
         elif kind is Subscribe:

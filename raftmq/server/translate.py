@@ -33,6 +33,7 @@ from raftmq.core.commands import (
 )
 from raftmq.core.message import TRANSPORT_HEADERS
 from raftmq.core.selector import compile_selector
+from raftmq.core.temporary import is_temp_alias, private_name
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
 
@@ -86,10 +87,12 @@ class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
-    __slots__ = ("_table", "browsers", "client_id", "pullable", "session_id", "subscriptions", "transactions", "version")
+    __slots__ = ("_table", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions", "transactions", "version")
 
-    def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset()) -> None:
+    def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset(),
+                 group: str | None = None) -> None:
         self.session_id = session_id
+        self.group = group  # in a cluster of groups, this one's: temporary destinations name it
         self.pullable = pullable  # store-and-forward queues a neighbour's bridge pulls (raftmq.server.single_link)
         self.version = version
         self.client_id = client_id
@@ -119,7 +122,7 @@ class FrameTranslator:
     def _send(self, frame: Frame, now: int) -> Command:
         headers = frame.headers
         first = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
-        destination = check_destination(first.get("destination"), "SEND")
+        destination = check_destination(self._private(first.get("destination")), "SEND")
         if is_internal(destination) and destination != CONTROL_DESTINATION:
             raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         transaction = first.get("transaction")
@@ -129,10 +132,20 @@ class FrameTranslator:
             user = tuple([item for item in headers if item[0] not in TRANSPORT_HEADERS])
         else:
             user = user_headers(headers)
+        reply = first.get("reply-to")
+        if reply is not None and is_temp_alias(reply):  # a responder elsewhere must be able to send to it
+            private = private_name(reply, self.session_id, self.group)
+            user = tuple([(name, private if name == "reply-to" else value) for name, value in user])
         return Send(self.session_id, destination, user, frame.body, now, transaction, first.get("receipt"))
 
+    def _private(self, destination: str | None) -> str | None:
+        """This session's `/temp-queue/NAME` or `/temp-topic/NAME` as the core names it."""
+        if destination is not None and is_temp_alias(destination):
+            return private_name(destination, self.session_id, self.group)
+        return destination
+
     def _subscribe(self, frame: Frame, now: int) -> Command:
-        destination = check_destination(frame.get("destination"), "SUBSCRIBE")
+        destination = check_destination(self._private(frame.get("destination")), "SUBSCRIBE")
         if is_internal(destination) and destination not in self.pullable:
             raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         sub_id = frame.get("id")
