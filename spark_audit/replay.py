@@ -27,7 +27,8 @@ from cluster.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Browse, Commit, Send, Tick
 from raftmq.core.config import CoreConfig
-from raftmq.core.dispatch import ORIGINAL_DESTINATION, read_headers
+from raftmq.core.dispatch import ORIGINAL_DESTINATION
+from raftmq.core.message_headers import read_headers
 from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Store

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from raftmq.core.dispatch import read_headers
+from raftmq.core.message_headers import read_headers
 from raftmq.errors import JournalCorrupt
 from raftmq.storage.payload import KIND_MESSAGE, decode_payload
 from raftmq.storage.records import BATCH_HEADER_SIZE, Record, decode_batch, parse_header

@@ -19,21 +19,7 @@ from typing import Any
 from cluster.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
-    Abort,
-    Ack,
-    Begin,
-    Browse,
-    Command,
-    Commit,
-    Connect,
-    Disconnect,
-    Headers,
-    Manage,
-    Nack,
-    Noop,
-    Send,
-    Subscribe,
-    Tick,
+    Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Headers, Manage, Nack, Noop, Send, Subscribe, Tick,
     Unsubscribe,
 )
 from raftmq.core.cluster_rights import cluster_login, may_pull
@@ -44,6 +30,7 @@ from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
 from raftmq.core.manage import apply_manage
 from raftmq.core.model import Delivery, Session, Store, Subscription
+from raftmq.core.queue_patterns import is_queue_pattern
 from raftmq.core.schedule import Scheduler, is_scheduled, plan
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
@@ -52,18 +39,7 @@ from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscript
 from raftmq.core.temp_owners import refusal as temp_refusal
 from raftmq.core.temporary import alias_of, owner_token
 from raftmq.core.stats import broker_stats
-from raftmq.core.validation import (
-    QUEUE_PREFIX,
-    TOPIC_PREFIX,
-    Refused,
-    check_browse,
-    check_subscribe,
-    check_wildcards,
-    is_valid_destination,
-)
-
-# The destination rules moved to raftmq.core.validation; these names stay importable from here.
-__all__ = ["QUEUE_PREFIX", "TOPIC_PREFIX", "Broker", "is_valid_destination"]
+from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_subscribe, check_wildcards, is_valid_destination
 
 
 class Broker:
@@ -119,6 +95,7 @@ class Broker:
         load_state(broker.state, data, config)
         broker.scheduler = Scheduler(broker.state.jobs, broker.publish_again)
         index_owners(broker.state)
+        broker.dispatch.queue_patterns.rebuild()
         broker.dispatch.index_patterns()
         if broker.federation is not None:
             broker.federation.rebuild()
@@ -202,7 +179,13 @@ class Broker:
         for sub in subs:
             del session.subs[sub.sub_id]
             store = sub.store
-            if store.shared:
+            if sub.children is not None:  # a wildcard queue subscription: each child leaves its queue
+                self.dispatch.queue_patterns.end(sub)
+                for child in sub.children.values():
+                    child.store.remove_consumer(child)
+                    child.session = None
+                    self.dispatch.mark(child.store)
+            elif store.shared:
                 store.remove_consumer(sub)
                 if not store.stable:
                     self.dispatch.mark(store)
@@ -258,6 +241,14 @@ class Broker:
             problem = may_pull(self.config, self.federation, session, destination)
             if problem is not None:
                 return self._reject(session.session_id, "reserved destination", problem, command.receipt)
+        if is_queue_pattern(destination):
+            sub, children = self.dispatch.queue_patterns.subscribe(session, command.sub_id, destination, command.ack,
+                                                                    prefetch, selector)
+            session.subs[command.sub_id] = sub
+            for child in children:
+                child.store.add_consumer(child)
+                self.dispatch.wake(child.store, child)
+            return self._done(session.session_id, command.receipt)
         if destination.startswith(QUEUE_PREFIX):
             store = self.dispatch.queue(destination)
             sub = Subscription(
@@ -308,7 +299,8 @@ class Broker:
         sub = session.subs.get(command.sub_id)
         if sub is None:
             return self._reject(session.session_id, "no such subscription", command.sub_id, command.receipt)
-        self._end_subscriptions(session, [sub], list(sub.in_flight.values()), command.drop_durable)
+        deliveries = sorted((d for child in sub.consumers() for d in child.in_flight.values()), key=lambda d: d.seq)
+        self._end_subscriptions(session, [sub], deliveries, command.drop_durable)
         self._done(session.session_id, command.receipt)
 
     # -- sending -------------------------------------------------------------------------------

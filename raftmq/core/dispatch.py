@@ -16,7 +16,8 @@ from heapq import heapify, heappop, heappush
 from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
-from raftmq.core.message import DEFAULT_PRIORITY, Message
+from raftmq.core.message import Message
+from raftmq.core.message_headers import read_headers
 from raftmq.core.model import (
     NO_ROOM,
     PRIORITY_LEVELS,
@@ -29,6 +30,7 @@ from raftmq.core.model import (
 )
 from raftmq.core.state import BrokerState
 from raftmq.core.patterns import pattern_matches
+from raftmq.core.queue_patterns import QueuePatterns
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
 
@@ -36,45 +38,6 @@ ORIGINAL_DESTINATION = "original-destination"
 
 # Stale expiry-index entries tolerated (beyond twice the live ones) before the index is rebuilt.
 EXPIRY_HEAP_SLACK = 1024
-
-
-def _parse_priority(value: str) -> int:
-    try:
-        priority = int(value)
-    except ValueError:
-        return DEFAULT_PRIORITY
-    return min(max(priority, 0), PRIORITY_LEVELS - 1)
-
-
-def _parse_expires(value: str) -> int:
-    try:
-        expires = int(value)
-    except ValueError:
-        return 0
-    return max(expires, 0)
-
-
-def read_headers(headers: Headers) -> tuple[int, int, bool, str | None, str | None]:
-    """What the core reads of a SEND's headers: priority, expires, persistent, JMSXGroupID and
-    _AMQ_DUPL_ID (the first occurrence of a repeated header wins)."""
-    priority = DEFAULT_PRIORITY
-    expires = 0
-    persistent = False
-    group = None
-    dupl_id = None
-    # Reversed, so that the first occurrence of a repeated header is the one that sticks.
-    for name, value in reversed(headers):
-        if name == "priority":
-            priority = _parse_priority(value)
-        elif name == "expires":
-            expires = _parse_expires(value)
-        elif name == "persistent":
-            persistent = value.lower() == "true"
-        elif name == "JMSXGroupID":
-            group = value or None
-        elif name == "_AMQ_DUPL_ID":
-            dupl_id = value or None
-    return priority, expires, persistent, group, dupl_id
 
 
 class Dispatcher:
@@ -94,11 +57,15 @@ class Dispatcher:
         # `state.topics` (`index_patterns` after a restore), never stored.
         self.patterns: dict[str, Topic] = {}
         self.index_patterns()
+        self.queue_patterns = QueuePatterns(state)  # wildcard queue subscriptions (derived too)
 
     def queue(self, destination: str) -> Store:
         store = self.state.queues.get(destination)
         if store is None:
             store = self.state.queues[destination] = Store(destination, shared=True)
+            if self.queue_patterns.parents:
+                for child in self.queue_patterns.new_queue(store):
+                    store.add_consumer(child)
         return store
 
     def topic(self, destination: str) -> Topic:
@@ -258,10 +225,21 @@ class Dispatcher:
         settled = sub.acked_through(delivery)
         session = sub.session
         assert session is not None  # deliveries are found through their session
-        in_flight = sub.in_flight
         for done in settled:
-            del in_flight[done.ack_id]
+            del done.sub.in_flight[done.ack_id]
             session.remove_delivery(done)
+        parent = sub.parent
+        if parent is None:
+            return self._settled(sub, settled, acked)
+        by_child: dict[Subscription, list[Delivery]] = {}
+        for done in settled:  # a cumulative ACK of a wildcard subscription spans its queues
+            by_child.setdefault(done.sub, []).append(done)
+        for child, done_here in by_child.items():
+            self._settled(child, done_here, acked)
+        for child in parent.consumers():  # their shared prefetch has room again
+            self.wake(child.store, child)
+
+    def _settled(self, sub: Subscription, settled: list[Delivery], acked: bool) -> None:
         store = sub.store
         store.in_flight -= len(settled)
         if acked:

@@ -28,6 +28,7 @@ Routing (docs/cluster.md has the reasoning):
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 from cluster.balance import Candidate, choose
 from cluster.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
@@ -49,7 +50,8 @@ from cluster.route import (
     sf_queue,
 )
 from raftmq.core.commands import Headers
-from raftmq.core.dispatch import Dispatcher, read_headers
+from raftmq.core.dispatch import Dispatcher
+from raftmq.core.message_headers import read_headers
 from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
@@ -57,6 +59,7 @@ from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.core.patterns import pattern_matches
+from raftmq.core.queue_patterns import matches as matches_queue
 from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
 from raftmq.errors import SelectorError
 
@@ -108,6 +111,8 @@ class Federation:
             if is_internal(destination) or destination in (config.dead_letter_queue, config.expiry_queue):
                 continue
             local[destination] = summarise(_selector_text(sub.selector) for sub in store.consumers)
+        for pattern, parents in self.dispatch.queue_patterns.parents.items():  # wildcard queue consumers
+            local[pattern] = summarise(_selector_text(parent.selector) for parent in parents)
         for destination, topic in self.state.topics.items():
             if not topic.subs or is_internal(destination):
                 continue
@@ -145,6 +150,18 @@ class Federation:
                 if pattern.startswith(TOPIC_PREFIX) and pattern_matches(destination_name(pattern), name):
                     found += self._routes[pattern].items()
         return sorted(found, key=lambda item: item[0])
+
+    def queue_routes(self, destination: str) -> dict[str, Route]:
+        """Every group with consumers for queue `destination`: of the queue itself, or of a
+        wildcard queue subscription whose pattern matches it (a group's counted together)."""
+        found = dict(self.routes_to(destination))
+        if self._route_patterns and matches_queue(None, destination):
+            for pattern in self._route_patterns:
+                if pattern.startswith(QUEUE_PREFIX) and matches_queue(pattern, destination):
+                    for group, route in self._routes[pattern].items():
+                        known = found.get(group)
+                        found[group] = route if known is None else replace(known, consumers=(*known.consumers, *route.consumers))
+        return found
 
     def remote_bindings(self) -> dict[str, dict[str, dict[str, int]]]:
         """Per destination, the other groups that have it: hops and consumers (JSON-able)."""
@@ -300,7 +317,7 @@ class Federation:
     # -- helpers ----------------------------------------------------------------------------
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
-        routes = self.routes_to(destination)
+        routes = self.queue_routes(destination)
         if not routes and not connection.static:
             return self.own
         remote: dict[str, Candidate] = {}
@@ -326,7 +343,7 @@ class Federation:
 
     def _demand(self, connection: ClusterConnection, destination: str) -> list[Route]:
         return [
-            route for _, route in sorted(self.routes_to(destination).items())
+            route for _, route in sorted(self.queue_routes(destination).items())
             if route.hops <= connection.max_hops and route.consumer_count > 0
         ]
 

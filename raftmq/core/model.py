@@ -51,6 +51,7 @@ class Subscription:
     __slots__ = (
         "ack",
         "auto",
+        "children",
         "cumulative",
         "destination",
         "durable_name",
@@ -58,6 +59,7 @@ class Subscription:
         "groups",
         "in_flight",
         "last_activity",
+        "parent",
         "prefetch",
         "selector",
         "session",
@@ -89,6 +91,11 @@ class Subscription:
         # `now` of its last delivery or acknowledgement (0: none since this member loaded it);
         # for the admin API only, so not in snapshots.
         self.last_activity = 0
+        # A wildcard queue subscription (`/queue/orders.>`) is a parent that consumes nothing
+        # itself: one child per matching queue, each a consumer of that queue, sharing the
+        # parent's prefetch. `children` by queue (parents only), `parent` (children only).
+        self.children: dict[str, Subscription] | None = None
+        self.parent: Subscription | None = None
         self.set_mode(ack, prefetch)
 
     def set_mode(self, ack: str, prefetch: int) -> None:
@@ -99,13 +106,27 @@ class Subscription:
 
     @property
     def has_room(self) -> bool:
-        """May take another message now: auto-ack, or fewer unacknowledged than its prefetch."""
-        return self.auto or len(self.in_flight) < self.prefetch
+        """May take another message now: auto-ack, or fewer unacknowledged than its prefetch
+        (a wildcard queue subscription's children count together)."""
+        if self.auto:
+            return True
+        parent = self.parent
+        if parent is None:
+            return len(self.in_flight) < self.prefetch
+        assert parent.children is not None
+        return sum(len(child.in_flight) for child in parent.children.values()) < self.prefetch
+
+    def consumers(self) -> list[Subscription]:
+        """What consumes for this subscription: itself, or a wildcard one's children."""
+        return [self] if self.children is None else list(self.children.values())
 
     def acked_through(self, delivery: Delivery) -> list[Delivery]:
         """The deliveries one ACK/NACK of `delivery` settles, in delivery order."""
         if not self.cumulative:
             return [delivery]
+        parent = self.parent
+        if parent is not None and self.session is not None:  # cumulative over every child
+            return [d for d in self.session.deliveries.values() if d.sub.parent is parent and d.seq <= delivery.seq]
         settled = []
         for earlier in self.in_flight.values():
             settled.append(earlier)

@@ -21,7 +21,8 @@ from typing import Protocol
 from cluster.bindings import Consumers, Route
 from cluster.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
 from raftmq.core.commands import ACK_AUTO, Headers
-from raftmq.core.dispatch import Dispatcher, read_headers
+from raftmq.core.dispatch import Dispatcher
+from raftmq.core.message_headers import read_headers
 from raftmq.core.federation_state import FederationState
 from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers

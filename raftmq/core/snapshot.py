@@ -80,8 +80,9 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
     position: dict[int, int] = {}
     for session in state.sessions.values():
         for sub in session.subs.values():
-            position[id(sub)] = len(subs)
-            subs.append(sub)
+            for listed in (sub, *(sub.children.values() if sub.children is not None else ())):
+                position[id(listed)] = len(subs)
+                subs.append(listed)
     for topic in state.topics.values():
         for sub in topic.subs:
             if id(sub) not in position:
@@ -105,6 +106,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
                 "durable_name": sub.durable_name,
                 "in_flight": [[d.seq, _dump_message(d.message)] for d in sub.in_flight.values()],
                 "store": None if sub.store.shared else _dump_store(sub.store, position),
+                # A wildcard queue subscription lists its children (each a consumer of its queue).
+                **({"children": [position[id(child)] for child in sub.children.values()]} if sub.children is not None else {}),
             }
             for sub in subs
         ],
@@ -209,7 +212,10 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     subs: list[Subscription] = []
     for index, record in enumerate(data["subscriptions"]):
         selector = compile_selector(record["selector"]) if record["selector"] is not None else None
-        store = _load_store(record["store"], shared=False) if record["store"] is not None else queue_of[index]
+        if "children" in record:  # a wildcard queue subscription: it consumes through its children
+            store = Store(record["destination"], shared=True)
+        else:
+            store = _load_store(record["store"], shared=False) if record["store"] is not None else queue_of[index]
         sub = Subscription(
             None,
             record["sub_id"],
@@ -222,6 +228,13 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
             store,
         )
         subs.append(sub)
+    for sub, record in zip(subs, data["subscriptions"]):
+        if "children" in record:
+            sub.children = {}
+            for index in record["children"]:
+                child = subs[index]
+                child.parent = sub
+                sub.children[child.destination] = child
 
     for record in data["queues"]:
         store = state.queues[record["destination"]]
@@ -235,8 +248,9 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         session = state.sessions[record["id"]] = Session(record["id"], record["login"], record["client_id"])
         for index in record["subs"]:
             sub = subs[index]
-            sub.session = session
             session.subs[sub.sub_id] = sub
+            for consumer in (sub, *sub.consumers()):
+                consumer.session = session
             if not sub.store.shared:
                 sub.store.consumers.append(sub)
         for name, ops in record["transactions"]:

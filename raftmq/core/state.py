@@ -63,8 +63,9 @@ class BrokerState:
         return list(self.queues.values()) + [sub.store for topic in self.topics.values() for sub in topic.subs]
 
     def subscriptions(self) -> list[Subscription]:
-        """Every subscription: active ones (by session), then inactive durable ones."""
-        subs = [sub for session in self.sessions.values() for sub in session.subs.values()]
+        """Every subscription that consumes: active ones (by session; a wildcard queue
+        subscription's children in its place), then inactive durable ones."""
+        subs = [consumer for session in self.sessions.values() for sub in session.subs.values() for consumer in sub.consumers()]
         seen = {id(sub) for sub in subs}
         subs += [sub for topic in self.topics.values() for sub in topic.subs if id(sub) not in seen]
         return subs
@@ -139,7 +140,7 @@ def _check_sessions(state: BrokerState) -> None:
             _require(delivery.ack_id == ack_id == str(delivery.seq), f"delivery {delivery.ack_id} filed as {ack_id}")
             _require(delivery.seq > last, f"{session_id}: delivery {ack_id} out of delivery order")
             last = delivery.seq
-            _require(sub.session is session and session.subs.get(sub.sub_id) is sub,
+            _require(sub.session is session and session.subs.get(sub.sub_id) is (sub.parent or sub),
                      f"delivery {ack_id} of {session_id} belongs to a subscription the session does not have")
             _require(sub.in_flight.get(ack_id) is delivery, f"delivery {ack_id} missing from its subscription")
             _require(delivery.seq <= state.delivery_seq, f"ack id {ack_id} past the last one issued")
@@ -172,8 +173,12 @@ def _check_subscriptions(state: BrokerState) -> None:
             _require(sub.store.consumers.count(sub) == 1, f"active subscription {name} is not one of its store's consumers")
         if sub.store.shared:
             _require(state.queues.get(sub.destination) is sub.store, f"subscription {name} consumes another queue")
-        _require(sub.auto or len(sub.in_flight) <= sub.prefetch,
-                 f"{name}: {len(sub.in_flight)} deliveries in flight, prefetch {sub.prefetch}")
+        family = sub.parent.consumers() if sub.parent is not None else [sub]
+        held = sum(len(member.in_flight) for member in family)
+        _require(sub.auto or held <= sub.prefetch, f"{name}: {held} deliveries in flight, prefetch {sub.prefetch}")
+        if sub.parent is not None:
+            _require(sub.parent.children is not None and sub.parent.children.get(sub.destination) is sub
+                     and sub.session is sub.parent.session, f"{name}: a wildcard subscription's child it does not know")
         last = 0
         for ack_id, delivery in sub.in_flight.items():
             _require(not sub.auto, f"auto-ack subscription {name} holds a delivery")
@@ -229,7 +234,7 @@ def _check_consumers(store: Store) -> None:
     _require(0 <= store.rr < max(1, len(store.consumers)), f"{name}: round-robin position {store.rr} out of range")
     for sub in store.consumers:
         _require(sub.store is store, f"{name}: consumer {sub.sub_id} of another store")
-        _require(sub.session is not None and sub.session.subs.get(sub.sub_id) is sub,
+        _require(sub.session is not None and sub.session.subs.get(sub.sub_id) is (sub.parent or sub),
                  f"{name}: consumer {sub.sub_id} without a session")
     exclusive = next((sub for sub in store.consumers if sub.exclusive), None) if store.shared else None
     _require(store.exclusive is exclusive, f"{name}: the exclusive consumer is not the first exclusive one")

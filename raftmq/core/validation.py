@@ -44,9 +44,8 @@ def is_wildcard(destination: str) -> bool:
 
 
 def check_wildcards(destination: str, subscribing: bool) -> None:
-    """Refused for a name whose wildcards are misplaced (`a.>.b`, `a*`), for a wildcard where
-    only a subscription may have one (a SEND), and for a wildcard queue subscription (not
-    supported yet: refused rather than left receiving nothing)."""
+    """Refused for a name whose wildcards are misplaced (`a.>.b`, `a*`), and for a wildcard
+    where only a subscription may have one (a SEND)."""
     if not is_wildcard(destination):
         return
     if not subscribing:
@@ -55,8 +54,7 @@ def check_wildcards(destination: str, subscribing: bool) -> None:
         check_pattern(destination_name(destination))
     except ValueError as exc:
         raise Refused("invalid destination", f"{destination}: {exc}") from None
-    if destination.startswith(QUEUE_PREFIX):
-        raise Refused("wildcard queue subscriptions are not supported", f"{destination}: subscribe to a topic pattern, or to each queue")
+
 
 
 def check_subscribe(session: Session, command: Subscribe, default_prefetch: int) -> tuple[int, Selector | None]:
@@ -79,6 +77,8 @@ def check_browse(session: Session, command: Browse) -> Selector | None:
     if not destination.startswith(QUEUE_PREFIX) or not is_valid_destination(destination):
         raise Refused("browsing works on queues", destination)
     check_wildcards(destination, subscribing=True)
+    if is_wildcard(destination):
+        raise Refused("a browser reads one queue", f"{destination}: browse each queue the pattern matches")
     if not 0 < command.limit <= MAX_BROWSE_LIMIT:
         raise Refused("invalid browse limit", str(command.limit))
     return _selector(command.selector)

@@ -40,6 +40,7 @@ from raftmq.server.frames import connected_frame, error_frame
 from raftmq.server.host import SessionHost
 from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.core.temporary import owner_token
+from raftmq.core.validation import is_wildcard
 from raftmq.server.translate import FrameTranslator
 
 SERVER_HEADER = f"raftmq/{__version__}"
@@ -336,8 +337,8 @@ class StompSession:
             return  # a temporary destination: anyone given its name may send, only its owner consume (the core)
         if kind is Send:
             operation, creates = WRITE, True
-        elif kind is Subscribe:
-            operation, creates = READ, True
+        elif kind is Subscribe:  # a wildcard queue subscription reads queues, it makes none
+            operation, creates = READ, not (destination.startswith("/queue/") and is_wildcard(destination))
         else:
             operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
         key = (operation, destination)

@@ -81,3 +81,30 @@ def test_a_misplaced_wildcard_is_an_error(cluster: Cluster) -> None:
     assert frame.headers["message"] == "invalid destination" and "'>' must be the last element" in frame.body
     if connection.is_connected():
         connection.disconnect()
+
+
+def test_a_wildcard_queue_consumer_gets_every_matching_queue_in_its_group_and_others_once(cluster: Cluster) -> None:
+    wild, heard = subscriber(cluster, "g2", "/queue/jobs.>")
+    try:
+        time.sleep(1.5)  # the pattern's binding reaches g1 and g3
+        here = stomp.Connection12([cluster.addresses("g2")[0]])
+        here.connect(wait=True)
+        there = stomp.Connection12([cluster.addresses("g1")[0]])
+        there.connect(wait=True)
+        sent = []
+        for i in range(20):
+            for connection, name in ((here, "jobs.local"), (there, f"jobs.remote.{i % 3}"), (there, "other")):
+                connection.send(f"/queue/{name}", f"{name}-{i}", headers={"receipt": f"{name}-{i}"})
+                if name != "other":
+                    sent.append((f"/queue/{name}", f"{name}-{i}"))
+        deadline = time.monotonic() + 20
+        while len(heard.message_list) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        got = Counter((headers["destination"], body) for headers, body in heard.message_list)
+        assert got == Counter(sent)
+        assert cluster.queue_depths("/queue/other")["g1"] == 20
+        here.disconnect()
+        there.disconnect()
+    finally:
+        wild.disconnect()

@@ -5,6 +5,7 @@ are refused with an error instead of a subscription that receives nothing."""
 from __future__ import annotations
 
 from raftmq.core.broker import Broker
+from raftmq.core.commands import Browse
 from tests.helpers.broker_harness import Harness, bodies, delivers, errors
 
 
@@ -67,6 +68,64 @@ def test_misplaced_wildcards_and_wildcard_sends_are_refused_by_name() -> None:
     (error,) = errors(h.send("p", "/queue/orders.*", b"x", receipt="r"))
     assert error.message == "wildcards are for subscriptions"
     h.connect("c")
-    (error,) = errors(h.subscribe("c", "q", "/queue/orders.>", receipt="r"))
-    assert error.message == "wildcard queue subscriptions are not supported"
+    (error,) = errors(h.apply(Browse("c", "b", "/queue/orders.>", h.now, receipt="r")))
+    assert error.message == "a browser reads one queue"
     assert h.broker.stats()["destinations"].get("/queue/orders.*") is None  # nothing was created
+
+
+# -- wildcard queue subscriptions -----------------------------------------------------------------
+
+
+def test_a_wildcard_queue_consumer_takes_from_every_matching_queue_now_and_later() -> None:
+    h = make()
+    h.send("p", "/queue/orders.eu", b"eu-1")
+    h.send("p", "/queue/other", b"no")
+    got = delivers(h.subscribe("c", "w", "/queue/orders.>", ack="client-individual"))
+    assert [(d.sub_id, d.destination, d.message.body) for d in got] == [("w", "/queue/orders.eu", b"eu-1")]
+    # A queue created later is consumed too; each MESSAGE names its queue.
+    got = delivers(h.send("p", "/queue/orders.us.east", b"us-1"))
+    assert [(d.destination, d.message.body) for d in got] == [("/queue/orders.us.east", b"us-1")]
+    assert h.stats("/queue/other")["depth"] == 1 and h.stats("/queue/orders.eu")["consumers"] == 1
+    h.broker.check_invariants()
+
+
+def test_children_share_one_prefetch_and_a_nack_returns_to_the_right_queue() -> None:
+    h = make()
+    for name in ("a.1", "a.2", "a.3"):
+        h.send("p", f"/queue/{name}", name.encode())
+    got = delivers(h.subscribe("c", "w", "/queue/a.*", ack="client-individual", prefetch=2))
+    assert len(got) == 2
+    h.nack("c", got[0].ack_id)
+    h.broker.check_invariants()
+    assert sum(h.stats(f"/queue/a.{i}")["in_flight"] for i in (1, 2, 3)) == 2
+    first = got[0].destination
+    h.unsubscribe("c", "w")
+    h.broker.check_invariants()
+    assert [h.stats(f"/queue/a.{i}")["depth"] for i in (1, 2, 3)] == [1, 1, 1]
+    assert h.stats(first)["consumers"] == 0
+
+
+def test_a_cumulative_ack_settles_deliveries_from_every_queue() -> None:
+    h = make()
+    h.send("p", "/queue/b.x", b"x")
+    h.send("p", "/queue/b.y", b"y")
+    got = delivers(h.subscribe("c", "w", "/queue/b.>", ack="client"))
+    assert len(got) == 2
+    h.ack("c", got[-1].ack_id)
+    assert h.stats("/queue/b.x")["dequeued"] == 1 and h.stats("/queue/b.y")["dequeued"] == 1
+    h.broker.check_invariants()
+
+
+def test_a_wildcard_queue_consumer_competes_with_exact_ones_with_selectors_and_survives_a_snapshot() -> None:
+    h = make()
+    h.connect("d")
+    h.subscribe("c", "w", "/queue/jobs.>", ack="client-individual", selector="n > 1")
+    h.subscribe("d", "exact", "/queue/jobs.a", ack="client-individual")
+    got = [d.sub_id for n in range(4) for d in delivers(h.send("p", "/queue/jobs.a", b"j", {"n": str(n)}))]
+    assert got.count("w") >= 1 and set(got) <= {"w", "exact"}
+    h.broker = Broker.restore(h.broker.snapshot(), h.config)
+    h.broker.check_invariants()
+    assert [d.sub_id for d in delivers(h.send("p", "/queue/jobs.new", b"j", {"n": "5"}))] == ["w"]
+    h.disconnect("c")
+    h.broker.check_invariants()
+    assert h.stats("/queue/jobs.new")["consumers"] == 0

@@ -152,3 +152,22 @@ def test_a_wildcard_subscription_in_another_group_gets_what_matches_once() -> No
     g1.apply(Send("p", "/queue/prices.eur", (), b"q", 4))
     assert depth(g1, sf_queue("g2")) == 2
     g1.check_invariants()
+
+
+def test_a_wildcard_queue_consumer_in_another_group_draws_matching_queues_there() -> None:
+    g1, g2 = core("g1", ["g2"]), core("g2", ["g1"])
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "wild", "/queue/orders.>", 1, selector="n > 0"))
+    learn(g1, g2, "g2", "g1", 1)
+    for name, n in (("orders.eu", "1"), ("orders.us.east", "2"), ("orders.eu", "0"), ("other", "1")):
+        g1.apply(Send("p", f"/queue/{name}", (("n", n),), name.encode(), 3))
+    forwarded = [dict(m.headers)[DESTINATION_HEADER] for m in g1.state.queues[sf_queue("g2")].ready.values()]
+    assert forwarded == ["/queue/orders.eu", "/queue/orders.us.east"]  # the selector decides, as for any consumer
+    assert depth(g1, "/queue/orders.eu") == 1 and depth(g1, "/queue/other") == 1
+    # Arriving at g2, a forward creates its queue there and the wildcard consumer gets it.
+    message = next(iter(g1.state.queues[sf_queue("g2")].ready.values()))
+    headers = tuple((n, v) for n, v in message.headers if n != DESTINATION_HEADER)
+    effects = g2.apply(Send("link", dict(message.headers)[DESTINATION_HEADER], headers, message.body, 5))
+    assert [(e.sub_id, e.destination) for e in effects if isinstance(e, Deliver)] == [("wild", "/queue/orders.eu")]
+    g1.check_invariants()
+    g2.check_invariants()
