@@ -299,7 +299,7 @@ class _Replay:
             return message
 
         def watched_discard(store: Store) -> int:
-            for message in list(store.ready.values()):
+            for message in [*store.ready.values(), *(held for _due, held in store.delayed.values())]:
                 self.left(store, message, "discarded")
             return discard(store)
 
@@ -353,6 +353,8 @@ class _Replay:
         state = self.broker.state
         for store in state.stores():
             for message in store.ready.values():
+                yield store, message, False
+            for _due, message in store.delayed.values():  # NACKed, waiting out a redelivery delay
                 yield store, message, False
         for sub in state.subscriptions():
             for delivery in sub.in_flight.values():

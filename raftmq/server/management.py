@@ -24,6 +24,7 @@ from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
 from raftmq.security import ADMIN, READ, Principal
 from raftmq.server import console
+from raftmq.server.connection import Connection
 from raftmq.server.node import Node
 
 Answer = tuple[int, str, bytes]
@@ -123,7 +124,7 @@ class ManagementApi:
             "group": cluster.get("group") or self.node.name,
             "node": status["node"],
             "role": status["role"],
-            "leader": status.get("leader"),
+            "leader": status.get("leader") or (self._own_client() if status["role"] == "leader" else None),
             "term": status.get("term"),
             "members": [{**member, "role": health.get("role"), "health": health.get("status")}
                         for member, health in zip(members, healths, strict=True)],
@@ -173,6 +174,7 @@ class ManagementApi:
             core = sessions.get(session_id)
             rows.append({
                 "session": session_id,
+                "kind": "client" if isinstance(connection, Connection) else "link",
                 "peer": connection.peer,
                 "login": core.login if core is not None else None,
                 "client_id": core.client_id if core is not None else None,
@@ -287,6 +289,9 @@ class ManagementApi:
                 if refusal is not None:
                     return refusal
         return None
+
+    def _own_client(self) -> str | None:
+        return next((m.get("client") for m in self.members() if m.get("node") == self.node.name), None)
 
     def _admin_of(self, client: str | None) -> str | None:
         for member in self.members():

@@ -286,7 +286,10 @@
         row.title = Object.keys(l).filter((k) => !["from", "to", "state", "waiting", "forwarded"].includes(k))
           .map((k) => k + ": " + fmt(l[k])).join("\n");
       });
-    setNote("links-note", links.length ? "" : "No links: this group is not part of a cluster.");
+    const clustered = overview.groups && Object.keys(overview.groups).length > 0;
+    setNote("links-note", links.length ? "" : overview.role !== "leader" && clustered
+      ? "Links are run by the group's leader: open its console to see them."
+      : "No links: this group is not part of a cluster.");
 
     const groups = overview.groups && typeof overview.groups === "object" ? overview.groups : {};
     const groupList = Object.keys(groups).sort().map((name) => Object.assign({ name: name }, groups[name]));
@@ -337,7 +340,9 @@
     syncRows($("connections-table"), list, (c) => c.session, "data-session",
       (c, key) => {
         const row = newRow(["session", "peer", "login", "client-id", "version", "since", "subscriptions", "actions"]);
-        cell(row, "actions").appendChild(button("Close", "close", { session: key }, "Close connection " + key));
+        if (c.kind !== "link") {  // a cluster link's session comes back by itself: nothing to close
+          cell(row, "actions").appendChild(button("Close", "close", { session: key }, "Close connection " + key));
+        }
         return row;
       },
       (row, c) => fill(row, {
