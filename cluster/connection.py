@@ -202,6 +202,7 @@ class PeerGroup:
     # The group's members file (raftmq.config.MEMBERS_FILE), if its members may change while we
     # run (`raftmq group add-node`): a bridge reads the members there each time it connects.
     members_file: str | None = None
+    admins: tuple[str, ...] = ()  # its members' admin ports, for the web console's cluster overview
 
 
 def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:

@@ -27,7 +27,8 @@ def node_cluster_settings(topology: Topology, group: str) -> tuple[ClusterView |
     specs = {spec.name: spec for spec in topology.groups}
     peers = tuple(
         PeerGroup(name, tuple(member.client for member in specs[name].config.members),
-                  str(Path(specs[name].config.data_dir) / MEMBERS_FILE))
+                  str(Path(specs[name].config.data_dir) / MEMBERS_FILE),
+                  tuple(member.admin for member in specs[name].config.members if member.admin is not None))
         for name in view.neighbours
     )
     return view, peers

@@ -120,6 +120,10 @@ class ManagementApi:
         members = self.members()
         healths = await asyncio.gather(*(_health(m.get("admin")) for m in members))
         cluster = status.get("cluster") or {}
+        peers = self.node.config.cluster_peers
+        peer_healths = await asyncio.gather(*(_health(admin) for peer in peers for admin in peer.admins))
+        answers = iter(peer_healths)
+        others = {peer.name: [{"admin": admin, **_member_view(next(answers))} for admin in peer.admins] for peer in peers}
         return {
             "group": cluster.get("group") or self.node.name,
             "node": status["node"],
@@ -129,6 +133,7 @@ class ManagementApi:
             "members": [{**member, "role": health.get("role"), "health": health.get("status")}
                         for member, health in zip(members, healths, strict=True)],
             "links": cluster.get("links", []),
+            "peers": others,  # the other groups' members as their admin ports answer /health
             "groups": cluster.get("reachable", {}),
             "dead_letter_queue": self.node.config.core.dead_letter_queue,
             "expiry_queue": self.node.config.core.expiry_queue,
@@ -308,6 +313,10 @@ _CHANGES = {
     "/api/messages/move": "move",
     "/api/connections/close": "close",
 }
+
+
+def _member_view(health: dict[str, Any]) -> dict[str, Any]:
+    return {"node": health.get("node"), "role": health.get("role"), "health": health.get("status")}
 
 
 async def _health(admin: str | None) -> dict[str, Any]:

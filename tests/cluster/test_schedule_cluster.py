@@ -1,6 +1,7 @@
-"""Scheduled delivery across a cluster of groups, with stomp.py: a message scheduled on g1 for
-a queue whose consumer is on g2 is published on g1's committed clock when due and crosses to
-g2 once; a dead letter retried through the management API on g1 goes to its consumer on g2."""
+"""Scheduled delivery and management across a cluster of groups, with stomp.py: a message
+scheduled on g1 for a queue whose consumer is on g2 is published on g1's committed clock when
+due and crosses to g2 once; a dead letter retried through the management API on g1 goes to its
+consumer on g3; g1's overview shows the other groups' members."""
 
 from __future__ import annotations
 
@@ -76,5 +77,10 @@ def test_a_dead_letter_retried_through_the_api_returns_to_its_queue_and_crosses_
         while not heard.message_list and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [body for _h, body in heard.message_list] == ["poison"]
+        # The console's overview shows the other groups' members as they answer.
+        with urllib.request.urlopen(f"http://{member.host}:{member.admin_port}/api/overview", timeout=15) as answer:
+            overview = json.loads(answer.read())
+        assert {name: [(m["node"], m["role"], m["health"]) for m in members] for name, members in overview["peers"].items()} == {
+            "g2": [("n1", "leader", "ok")], "g3": [("n1", "leader", "ok")]}
     finally:
         far.disconnect()

@@ -293,9 +293,12 @@
 
     const groups = overview.groups && typeof overview.groups === "object" ? overview.groups : {};
     const groupList = Object.keys(groups).sort().map((name) => Object.assign({ name: name }, groups[name]));
+    const peers = overview.peers && typeof overview.peers === "object" ? overview.peers : {};
+    const describe = (members) => (Array.isArray(members) ? members : [])
+      .map((m) => fmt(m.node) + " (" + fmt(m.role) + ", " + fmt(m.health) + ")").join(" · ");
     syncRows($("groups-table"), groupList, (g) => g.name, "data-group",
-      () => newRow(["name", "hops", "via"]),
-      (row, g) => fill(row, { name: g.name, hops: fmt(g.hops), via: fmt(g.via) }));
+      () => newRow(["name", "hops", "via", "members"]),
+      (row, g) => fill(row, { name: g.name, hops: fmt(g.hops), via: fmt(g.via), members: describe(peers[g.name]) }));
     setNote("groups-note", groupList.length ? "" : "No other groups known.");
 
     // A follower takes no changes: point at the leader's console.
