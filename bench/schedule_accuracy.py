@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -184,7 +185,7 @@ async def produce(url: str, options: argparse.Namespace) -> dict[str, Any]:
             body = f"{seq} {due} {mode} ".encode().ljust(options.size, b".")
             sent = time.perf_counter()
             future = client.send_nowait(QUEUE, body, headers, receipt=True)
-            future.add_done_callback(lambda f, s=seq, d=due, m=mode, t=sent: on_receipt(f, s, d, m, t))
+            future.add_done_callback(functools.partial(on_receipt, seq=seq, due=due, mode=mode, sent=sent))
             in_flight.add(future)
         if in_flight:
             await asyncio.wait(in_flight, timeout=MAX_RUN_S)
@@ -204,7 +205,8 @@ def percentiles(values: list[float]) -> dict[str, float | int]:
     def rank(q: float) -> float:  # nearest rank
         return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]
 
-    return {"count": len(ordered), "min": round(ordered[0], 2), "p50": round(rank(0.50), 2), "p90": round(rank(0.90), 2),
+    return {"count": len(ordered), "min": round(ordered[0], 2), "p50": round(rank(0.50), 2),
+            "p90": round(rank(0.90), 2),
             "p99": round(rank(0.99), 2), "p99.9": round(rank(0.999), 2), "max": round(ordered[-1], 2),
             "mean": round(sum(ordered) / len(ordered), 2)}
 
@@ -227,6 +229,12 @@ def figures(sent: dict[str, Any], records: list[list[Any]], leader_end: dict[str
     during = [lateness[s] for s, (due, _m, _a) in first.items() if due <= sent["ended"]]
     after = [lateness[s] for s, (due, _m, _a) in first.items() if due > sent["ended"]]
     early = [value for value in lateness.values() if value < 0]
+    # The tail, by the second the messages came due in: one stall (a pause, an election) or spread?
+    seconds: dict[int, list[float]] = {}
+    start = min((due for due, _m, _a in first.values()), default=0)
+    for seq, (due, _m, _a) in first.items():
+        seconds.setdefault((due - start) // 1000, []).append(lateness[seq])
+    worst = sorted(seconds.items(), key=lambda item: -max(item[1]))[:5]
     scheduled_left = None
     if leader_end is not None:
         scheduled_left = (leader_end.get("broker") or {}).get("scheduled", {}).get(QUEUE, 0)
@@ -247,6 +255,8 @@ def figures(sent: dict[str, Any], records: list[list[Any]], leader_end: dict[str
                                   "_AMQ_SCHED_DELIVERY": percentiles(by_mode["at"])},
         "lateness_ms_due_while_sending": percentiles(during),
         "lateness_ms_due_after_sending": percentiles(after),
+        "worst_seconds": [{"second": second, "due": len(values), "over_100ms": sum(1 for v in values if v > 100),
+                           "max_ms": round(max(values), 1)} for second, values in worst],
         "leader_scheduled_left": scheduled_left,
     }
 
@@ -254,11 +264,20 @@ def figures(sent: dict[str, Any], records: list[list[Any]], leader_end: dict[str
 # -- a run -------------------------------------------------------------------------------------
 
 
+def _leader_of(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which member led, in which term (a change during the run explains a stall)."""
+    if found is None:
+        return None
+    raft = found.get("raft") or {}
+    return {"node": found.get("node"), "term": raft.get("term")}
+
+
 def read_line(process: subprocess.Popen[str], timeout: float) -> str:
     """The process's next line of stdout, or "" when none comes within `timeout` seconds."""
-    assert process.stdout is not None
+    stdout = process.stdout
+    assert stdout is not None
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     return lines[0].strip() if lines else ""
@@ -276,15 +295,18 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
         if up.returncode != 0:
             raise RuntimeError(f"raftmq up failed: {up.stdout}{up.stderr}")
+        leader_start = _leader_of(leader_status(admins))
         records_path = work / "arrivals.jsonl"
         consumer = subprocess.Popen(
-            [sys.executable, __file__, "--consume", url, "--out", str(records_path), "--prefetch", str(options.prefetch)],
+            [sys.executable, __file__, "--consume", url, "--out", str(records_path),
+             "--prefetch", str(options.prefetch)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work)
         assert consumer.stdout is not None and consumer.stdin is not None
         ready = read_line(consumer, 120)
         if ready != "ready":
             raise RuntimeError(f"consumer did not start (said {ready!r}, exit {consumer.poll()})")
-        print(f"group up ({url}), consumer ready; sending {options.messages} scheduled messages", file=sys.stderr, flush=True)
+        print(f"group up ({url}), consumer ready; sending {options.messages} scheduled messages",
+              file=sys.stderr, flush=True)
         sent = asyncio.run(produce(url, options))
         last_due = max((due for due, _ in sent["receipted"].values()), default=now_ms())
         print(f"sent in {(sent['ended'] - sent['began']) / 1000:.1f} s; waiting until the last due time "
@@ -296,7 +318,9 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         if not said.startswith("recorded"):
             raise RuntimeError(f"consumer failed (said {said!r}, exit {consumer.returncode})")
         records = [json.loads(line) for line in records_path.read_text(encoding="utf-8").splitlines()]
-        result = figures(sent, records, leader_status(admins), options)
+        leader_end = leader_status(admins)
+        result = figures(sent, records, leader_end, options)
+        result["leader"] = {"at_start": leader_start, "at_end": _leader_of(leader_end)}
         result["load_average_at_start"] = [round(x, 2) for x in load]
         result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         return result
@@ -355,7 +379,8 @@ def main() -> None:
         options.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     late = result["lateness_ms"]
-    print(f"{result['delivered']:,}/{result['receipted']:,} scheduled messages ({options.min_delay:g}-{options.max_delay:g} s) "
+    print(f"{result['delivered']:,}/{result['receipted']:,} scheduled messages "
+          f"({options.min_delay:g}-{options.max_delay:g} s) "
           f"arrived late by p50 {late.get('p50')} ms, p99 {late.get('p99')} ms, max {late.get('max')} ms; "
           f"early {result['early']} (beyond {GRANULARITY_MS:g} ms: {result['early_beyond_granularity']}), "
           f"lost {result['lost']}, duplicated {result['duplicated']}; "
