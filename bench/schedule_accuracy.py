@@ -19,8 +19,9 @@ runs on one machine, so producer, broker and consumer read the same clock.
 Prints a JSON summary (lateness percentiles overall, per header, and for messages that came
 due while the producer was still sending vs after; early arrivals, beyond 1 ms of clock
 granularity and at all; lost = receipted but never delivered; duplicated = delivered twice
-without `redelivered`; scheduled jobs the leader still holds at the end) and a one-line
-summary. Exit status 1 when any message was lost, duplicated or early beyond 1 ms.
+without `redelivered`; scheduled jobs the leader still holds at the end; the leader and term
+at start and end; the five seconds of due times with the latest message, to tell one stall from
+a spread tail) and a one-line summary. Exit status 1 when any message was lost, duplicated or early beyond 1 ms.
 
 Every process it started is stopped by pid at the end (the consumer, the supervisor of
 `raftmq up`, then any node left); the work directory is deleted unless `--keep` (or the run

@@ -31,13 +31,13 @@ from raftmq.core.federation import Federation
 from raftmq.core.manage import apply_manage
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.queue_patterns import is_queue_pattern
-from raftmq.core.schedule import Scheduler, is_scheduled, plan
+from raftmq.core.schedule import Scheduler, is_scheduled, plan, special_headers
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
 from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscription, stays
 from raftmq.core.temp_owners import refusal as temp_refusal
-from raftmq.core.temporary import alias_of, owner_token
+from raftmq.core.temporary import MARK, alias_of, owner_token
 from raftmq.core.stats import broker_stats
 from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_subscribe, check_wildcards, is_valid_destination
 
@@ -318,12 +318,15 @@ class Broker:
             return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination == CONTROL_DESTINATION:
             return self._learn(session, command)
-        if owner_token(destination) is not None:
+        temporary = MARK in destination
+        if temporary and owner_token(destination) is not None:
             claim(self.state, session, destination)
-        reply = reply_subscription(session, command.headers)
-        if reply is not None:  # RabbitMQ's way: replies to /temp-queue/NAME arrive without a SUBSCRIBE
-            self._subscribe(Subscribe(session.session_id, alias_of(reply), reply, command.now))
-        if is_scheduled(command.headers):
+        scheduled, replying = special_headers(command.headers)  # one look at the headers
+        if replying:
+            reply = reply_subscription(session, command.headers)
+            if reply is not None:  # RabbitMQ's way: replies to /temp-queue/NAME arrive without a SUBSCRIBE
+                self._subscribe(Subscribe(session.session_id, alias_of(reply), reply, command.now))
+        if scheduled:
             try:
                 plan(destination, command.headers, command.now)
             except Refused as refused:
@@ -339,13 +342,16 @@ class Broker:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
             ops.append(("send", destination, command.headers, command.body, command.now))
         else:
-            self._publish(destination, command.headers, command.body, command.now)
+            self._publish(destination, command.headers, command.body, command.now, scheduled, temporary)
         self._done(command.session, command.receipt)
 
-    def _publish(self, destination: str, headers: Headers, body: object, now: int) -> None:
-        if owner_token(destination) is not None and not stays(self.state, self.federation, destination, headers, body, now):
+    def _publish(self, destination: str, headers: Headers, body: object, now: int, scheduled: bool | None = None,
+                 temporary: bool | None = None) -> None:
+        """`scheduled` / `temporary`: what the caller found already (None: look)."""
+        if (MARK in destination if temporary is None else temporary) and owner_token(destination) is not None \
+                and not stays(self.state, self.federation, destination, headers, body, now):
             return  # sent on to its owner's group, or its owner is gone
-        if is_scheduled(headers):
+        if is_scheduled(headers) if scheduled is None else scheduled:
             self.state.job_seq += 1
             self.scheduler.add(plan(destination, headers, now), self.state.job_seq, body, self.state.dedup)
         elif self.federation is None:

@@ -225,12 +225,16 @@ class Dispatcher:
         settled = sub.acked_through(delivery)
         session = sub.session
         assert session is not None  # deliveries are found through their session
+        parent = sub.parent
+        if parent is None:  # the common case: one subscription's deliveries
+            in_flight = sub.in_flight
+            for done in settled:
+                del in_flight[done.ack_id]
+                session.remove_delivery(done)
+            return self._settled(sub, settled, acked)
         for done in settled:
             del done.sub.in_flight[done.ack_id]
             session.remove_delivery(done)
-        parent = sub.parent
-        if parent is None:
-            return self._settled(sub, settled, acked)
         by_child: dict[Subscription, list[Delivery]] = {}
         for done in settled:  # a cumulative ACK of a wildcard subscription spans its queues
             by_child.setdefault(done.sub, []).append(done)

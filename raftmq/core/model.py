@@ -113,7 +113,7 @@ class Subscription:
         parent = self.parent
         if parent is None:
             return len(self.in_flight) < self.prefetch
-        assert parent.children is not None
+        assert parent.children is not None  # a wildcard queue subscription's child
         return sum(len(child.in_flight) for child in parent.children.values()) < self.prefetch
 
     def consumers(self) -> list[Subscription]:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
+from operator import itemgetter
 from typing import Any
 
 from croniter import croniter
@@ -52,6 +53,25 @@ def is_scheduled(headers: Headers) -> bool:
         if name in SCHEDULE_HEADERS:
             return True
     return False
+
+
+_SPECIAL = SCHEDULE_HEADERS | {"reply-to"}
+_NAME = itemgetter(0)
+
+
+def special_headers(headers: Headers) -> tuple[bool, bool]:
+    """(scheduled, has a reply-to) of a SEND's headers, in one look at them (in C, for the
+    common SEND that has neither)."""
+    if not any(map(_SPECIAL.__contains__, map(_NAME, headers))):
+        return False, False
+    scheduled = replying = False
+    for name, _ in headers:
+        if name in _SPECIAL:
+            if name == "reply-to":
+                replying = True
+            else:
+                scheduled = True
+    return scheduled, replying
 
 
 @dataclass(slots=True)

@@ -47,6 +47,8 @@ def private_name(alias: str, session_id: str, group: str | None = None) -> str:
 def _parts(destination: str) -> tuple[str, str | None, str] | None:
     """(token, home group, NAME) of a temporary destination's name, ("", None, "") for a
     malformed one, None for any other destination."""
+    if MARK not in destination:
+        return None  # the common case, decided at once
     for prefix in (QUEUE_PREFIX, TOPIC_PREFIX):
         if destination.startswith(prefix + MARK):
             rest = destination[len(prefix) + len(MARK):]

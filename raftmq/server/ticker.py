@@ -18,8 +18,9 @@ from raftmq.core.commands import Tick
 from raftmq.replication.commit_log import CommitLog
 
 CLUSTER_TICK_SECONDS = 0.1
-# How often the ticker looks whether a scheduled message (or a redelivery delay) came due.
-DUE_POLL_SECONDS = 0.005
+# How often a leader's ticker looks whether a scheduled message (or a redelivery delay) came
+# due, at most: it sleeps until the next known due time when that is sooner.
+DUE_POLL_SECONDS = 0.02
 
 
 class Leading(Protocol):
@@ -56,12 +57,18 @@ async def tick_forever(node: Ticked) -> None:
     loop = asyncio.get_running_loop()  # the interval runs on the loop's clock, `now` is the node's
     last = loop.time()
     pending: asyncio.Future[None] | None = None
+    due: int | None = None
     while True:
-        await asyncio.sleep(min(interval, DUE_POLL_SECONDS))
         if not node.commit_log.is_leader:
-            if loop.time() - last >= interval:
-                last = loop.time()
-                node.succession.note_leader()
+            await asyncio.sleep(interval)  # a follower proposes nothing: it checks on its leader
+            node.succession.note_leader()
+            last = loop.time()
+            continue
+        # The leader looks again when the next job is due, and at least every DUE_POLL_SECONDS
+        # (a job may have been scheduled meanwhile), never later than the interval.
+        wait = DUE_POLL_SECONDS if due is None else max(0.001, (due - node.clock.now_ms()) / 1000)
+        await asyncio.sleep(min(interval, DUE_POLL_SECONDS, wait))
+        if not _leads(node):  # it may have lost leadership while it slept
             continue
         now = node.clock.now_ms()
         due = node.broker.next_due()
@@ -75,3 +82,7 @@ async def tick_forever(node: Ticked) -> None:
 def ignore_outcome(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _leads(node: Ticked) -> bool:
+    return node.commit_log.is_leader
