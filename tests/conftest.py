@@ -28,6 +28,7 @@ WORKER_GROUPS = {
     "tests/chaos/": "chaos",
     "tests/ops/test_ops_up_cluster.py": "presets",
     "tests/ops/test_ops_up_supervised.py": "presets",
+    "tests/ops/test_ops_symmetric_features.py": "presets",
 }
 
 
