@@ -24,18 +24,7 @@ duration=$1; shift
 # Writes g1.toml in the cwd: CHECKOUT's configs/group.toml with data_dir and every address
 # replaced (free loopback ports). Uses this repository's bench/node_group.py for the TOML writer.
 group_file() {
-  PYTHONPATH="$repo:$repo/bench" "$PY" - "$1" <<'EOF'
-import sys, tomllib
-from pathlib import Path
-from node_group import toml_dumps
-from raftmq.processes import free_ports
-doc = tomllib.loads((Path(sys.argv[1]) / "configs" / "group.toml").read_text())
-ports = free_ports(9)
-doc["group"] = {**doc["group"], "data_dir": str(Path.cwd() / "g1")}
-doc["node"] = [{"id": f"n{i+1}", "client": f"127.0.0.1:{ports[3*i]}", "raft": f"127.0.0.1:{ports[3*i+1]}",
-                "admin": f"127.0.0.1:{ports[3*i+2]}"} for i in range(3)]
-Path("g1.toml").write_text(toml_dumps(doc))
-EOF
+  PYTHONPATH="$repo" "$PY" "$repo/bench/node_group.py" "$1" > /dev/null
 }
 
 # The group's nodes' CPU seconds so far, by the pids in its state file.

@@ -304,3 +304,19 @@ async def _accepts_connect(address: tuple[str, int]) -> bool:
     except (ClientError, OSError, TimeoutError):
         pass
     return True
+
+
+def write_loopback_group(checkout: Path, target: Path) -> str:
+    """`target`: CHECKOUT's configs/group.toml with its data_dir beside `target` and every member
+    on free loopback ports; returns the group's failover URL (bench/send_path.sh, idle_cpu.sh)."""
+    document = tomllib.loads((checkout / "configs" / "group.toml").read_text())
+    ports = free_ports(9)
+    document["group"] = {**document["group"], "data_dir": str(target.parent.resolve() / "g1")}
+    document["node"] = [{"id": f"n{i + 1}", "client": f"127.0.0.1:{ports[3 * i]}", "raft": f"127.0.0.1:{ports[3 * i + 1]}",
+                         "admin": f"127.0.0.1:{ports[3 * i + 2]}"} for i in range(3)]
+    target.write_text(toml_dumps(document))
+    return "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")"
+
+
+if __name__ == "__main__":  # python bench/node_group.py CHECKOUT: writes ./g1.toml, prints the URL
+    print(write_loopback_group(Path(sys.argv[1]), Path("g1.toml")))

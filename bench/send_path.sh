@@ -31,19 +31,7 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 # replaced (free loopback ports); prints the group's failover URL. Uses this repository's
 # bench/node_group.py for the TOML writer, so the checkout needs no bench/ of its own.
 group_file() {
-  PYTHONPATH="$repo:$repo/bench" "$PY" - "$1" <<'EOF'
-import sys, tomllib
-from pathlib import Path
-from node_group import toml_dumps
-from raftmq.processes import free_ports
-doc = tomllib.loads((Path(sys.argv[1]) / "configs" / "group.toml").read_text())
-ports = free_ports(9)
-doc["group"] = {**doc["group"], "data_dir": str(Path.cwd() / "g1")}
-doc["node"] = [{"id": f"n{i+1}", "client": f"127.0.0.1:{ports[3*i]}", "raft": f"127.0.0.1:{ports[3*i+1]}",
-                "admin": f"127.0.0.1:{ports[3*i+2]}"} for i in range(3)]
-Path("g1.toml").write_text(toml_dumps(doc))
-print("failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3*i]}" for i in range(3)) + ")")
-EOF
+  PYTHONPATH="$repo" "$PY" "$repo/bench/node_group.py" "$1"
 }
 
 # The group's nodes' CPU seconds so far (utime + stime from /proc), by the pids in its state file.
