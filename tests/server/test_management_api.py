@@ -70,8 +70,9 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
             if _ == 0:
                 frame = listener.message()
         wait_for(lambda: (destination_row(group, leader, "/queue/DLQ") or {}).get("depth") == 1)
-        row = destination_row(group, follower, "/queue/orders")  # a follower reads its own replica
-        assert row is not None and row["kind"] == "queue" and row["consumers"] == 1 and row["dead_lettered"] == 1
+        # A follower reads its own replica, which applies what the leader did a moment later.
+        row = wait_for(lambda: (found := destination_row(group, follower, "/queue/orders")) and found["dead_lettered"] == 1 and found)
+        assert row["kind"] == "queue" and row["consumers"] == 1
 
         status, answer = call(group, leader, "GET", "/api/connections")
         assert status == 200
