@@ -82,11 +82,14 @@ def test_wildcards_temporary_queues_schedules_and_management_across_the_symmetri
         assert body == "PING" and headers["subscription"] == "/temp-queue/answers"
         assert time.time() - sent_at >= 1.5 and [body for _h, body in later.message_list] == ["scheduled"]
 
-        listed = raftmq("manage", "destinations", "--json", cwd=tmp_path)
-        assert listed.returncode == 0, listed.stderr
-        rows = json.loads(listed.stdout)
-        assert {row["group"] for row in rows} == {"g1", "g2", "g3"}
-        assert next(row for row in rows if row["group"] == "g1" and row["destination"] == "/queue/other")["depth"] == 1
+        def other_waits_on_g1() -> bool:  # a member answers from its replica: a follower may be a moment behind
+            listed = raftmq("manage", "destinations", "--json", cwd=tmp_path)
+            assert listed.returncode == 0, listed.stderr
+            rows = json.loads(listed.stdout)
+            assert {row["group"] for row in rows} == {"g1", "g2", "g3"}
+            return any(row["group"] == "g1" and row["destination"] == "/queue/other" and row["depth"] == 1 for row in rows)
+
+        wait_until(other_waits_on_g1, timeout=15.0)
         moved = raftmq("manage", "move", "--group", "g1", "--from", "/queue/other", "--to", "/queue/orders.moved", "--all",
                        cwd=tmp_path)
         assert moved.returncode == 0 and "moved 1" in moved.stdout, moved.stdout + moved.stderr
