@@ -26,6 +26,17 @@ a spread tail) and a one-line summary. Exit status 1 when any message was lost, 
 Every process it started is stopped by pid at the end (the consumer, the supervisor of
 `raftmq up`, then any node left); the work directory is deleted unless `--keep` (or the run
 failed: then it is kept for its logs).
+
+`--url stomp://HOST:PORT` (any URL `connect_failover` takes; `--login`, `--passcode`, `--vhost`
+for its CONNECT) starts no group and runs the same producer and consumer against that broker,
+e.g. ActiveMQ Classic with `schedulerSupport="true"`. It honours `AMQ_SCHEDULED_DELAY` only
+(`_AMQ_SCHED_DELIVERY` is Artemis's), so give such a broker `--mode delay`, and the same to raftmq
+when comparing. The figures from the leader's status (its term, scheduled jobs left) are then
+null. The queue is `--queue`; with `--url` its default gets a suffix unique to the run, so
+nothing an earlier run left on the broker is counted.
+
+    .venv/bin/python bench/schedule_accuracy.py --mode delay                                # raftmq
+    .venv/bin/python bench/schedule_accuracy.py --mode delay --url stomp://127.0.0.1:61623  # ActiveMQ
 """
 
 from __future__ import annotations
@@ -108,11 +119,16 @@ def leader_status(admins: dict[str, str]) -> dict[str, Any] | None:
 # -- the consumer (a process of its own) -------------------------------------------------------
 
 
-async def consume(url: str, out: Path, prefetch: int) -> None:
+def connect_kwargs(options: argparse.Namespace) -> dict[str, Any]:
+    """CONNECT's login, passcode and virtual host, as given (None: the header is not sent)."""
+    return {"login": options.login, "passcode": options.passcode, "vhost": options.vhost}
+
+
+async def consume(url: str, out: Path, prefetch: int, queue: str, connect: dict[str, Any]) -> None:
     """Subscribe, prove the subscription live with a probe, say `ready`; then record every
     MESSAGE (seq, due, mode, arrival ns, redelivered) until stdin says `done COUNT LAST_DUE`
     and COUNT distinct messages came (or LAST_DUE + 60 s passed), and DUPLICATE_GRACE_S more."""
-    client = await connect_failover(url)
+    client = await connect_failover(url, **connect)
     records: list[tuple[int, int, str, int, bool]] = []
     seen: set[int] = set()
     probe_seen = asyncio.Event()
@@ -129,8 +145,8 @@ async def consume(url: str, out: Path, prefetch: int) -> None:
         seen.add(int(seq))
         last_arrival[0] = time.monotonic()
 
-    client.subscribe(QUEUE, ack="client-individual", prefetch=prefetch, callback=on_message)
-    await client.send(QUEUE, PROBE, {"persistent": "true"}, receipt=True)
+    client.subscribe(queue, ack="client-individual", prefetch=prefetch, callback=on_message)
+    await client.send(queue, PROBE, {"persistent": "true"}, receipt=True)
     await asyncio.wait_for(probe_seen.wait(), 60)
     print("ready", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -156,7 +172,7 @@ async def produce(url: str, options: argparse.Namespace) -> dict[str, Any]:
     """Send every message with a receipt, `options.window` in flight; returns what was
     receipted (seq -> due, mode), the receipt latencies and the sending span."""
     rng = random.Random(options.seed)
-    client = await connect_failover(url)
+    client = await connect_failover(url, **connect_kwargs(options))
     receipted: dict[int, tuple[int, str]] = {}
     failed: list[str] = []
     receipt_ms: list[float] = []
@@ -185,7 +201,7 @@ async def produce(url: str, options: argparse.Namespace) -> dict[str, Any]:
                 headers["_AMQ_SCHED_DELIVERY"] = str(due)
             body = f"{seq} {due} {mode} ".encode().ljust(options.size, b".")
             sent = time.perf_counter()
-            future = client.send_nowait(QUEUE, body, headers, receipt=True)
+            future = client.send_nowait(options.queue, body, headers, receipt=True)
             future.add_done_callback(functools.partial(on_receipt, seq=seq, due=due, mode=mode, sent=sent))
             in_flight.add(future)
         if in_flight:
@@ -238,8 +254,9 @@ def figures(sent: dict[str, Any], records: list[list[Any]], leader_end: dict[str
     worst = sorted(seconds.items(), key=lambda item: -max(item[1]))[:5]
     scheduled_left = None
     if leader_end is not None:
-        scheduled_left = (leader_end.get("broker") or {}).get("scheduled", {}).get(QUEUE, 0)
+        scheduled_left = (leader_end.get("broker") or {}).get("scheduled", {}).get(options.queue, 0)
     return {
+        "broker": options.url or "raftmq group (started by this script)", "queue": options.queue,
         "messages": options.messages, "mode": options.mode,
         "delay_s": [options.min_delay, options.max_delay], "window": options.window, "size": options.size,
         "seed": options.seed,
@@ -285,29 +302,37 @@ def read_line(process: subprocess.Popen[str], timeout: float) -> str:
 
 
 def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
-    ports = free_ports(9)
+    """With `options.url`: that broker, no group of ours (`admins` is empty, so no leader)."""
+    admins: dict[str, str] = {}
     config = work / f"{GROUP}.toml"
-    config.write_text(group_file_text(work / GROUP, ports), encoding="utf-8")
-    admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(3)}
-    url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")?randomize=false"
+    if options.url:
+        url = options.url
+    else:
+        ports = free_ports(9)
+        config.write_text(group_file_text(work / GROUP, ports), encoding="utf-8")
+        admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(3)}
+        url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")?randomize=false"
     consumer: subprocess.Popen[str] | None = None
     load = os.getloadavg()
     try:
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
-        if up.returncode != 0:
-            raise RuntimeError(f"raftmq up failed: {up.stdout}{up.stderr}")
+        if not options.url:
+            up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
+            if up.returncode != 0:
+                raise RuntimeError(f"raftmq up failed: {up.stdout}{up.stderr}")
         leader_start = _leader_of(leader_status(admins))
         records_path = work / "arrivals.jsonl"
+        credentials = [arg for name in ("login", "passcode", "vhost") if getattr(options, name) is not None
+                       for arg in (f"--{name}", getattr(options, name))]
         consumer = subprocess.Popen(
             [sys.executable, __file__, "--consume", url, "--out", str(records_path),
-             "--prefetch", str(options.prefetch)],
+             "--prefetch", str(options.prefetch), "--queue", options.queue, *credentials],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work)
         assert consumer.stdout is not None and consumer.stdin is not None
         ready = read_line(consumer, 120)
         if ready != "ready":
             raise RuntimeError(f"consumer did not start (said {ready!r}, exit {consumer.poll()})")
-        print(f"group up ({url}), consumer ready; sending {options.messages} scheduled messages",
-              file=sys.stderr, flush=True)
+        print(f"{'broker' if options.url else 'group up'} ({url}), consumer ready; "
+              f"sending {options.messages} scheduled messages", file=sys.stderr, flush=True)
         sent = asyncio.run(produce(url, options))
         last_due = max((due for due, _ in sent["receipted"].values()), default=now_ms())
         print(f"sent in {(sent['ended'] - sent['began']) / 1000:.1f} s; waiting until the last due time "
@@ -319,7 +344,7 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         if not said.startswith("recorded"):
             raise RuntimeError(f"consumer failed (said {said!r}, exit {consumer.returncode})")
         records = [json.loads(line) for line in records_path.read_text(encoding="utf-8").splitlines()]
-        leader_end = leader_status(admins)
+        leader_end = leader_status(admins)  # None with --url
         result = figures(sent, records, leader_end, options)
         result["leader"] = {"at_start": leader_start, "at_end": _leader_of(leader_end)}
         result["load_average_at_start"] = [round(x, 2) for x in load]
@@ -329,7 +354,7 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         if consumer is not None and consumer.poll() is None:
             consumer.kill()
             consumer.wait(timeout=10)
-        state = read_state(work / GROUP)
+        state = None if options.url else read_state(work / GROUP)
         if state is not None:
             stop_launcher(state, timeout=60)
             state = read_state(work / GROUP) or state
@@ -350,6 +375,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256, help="body bytes")
     parser.add_argument("--prefetch", type=int, default=1000, help="the consumer's prefetch")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--url", default=None,
+                        help="measure this STOMP broker (stomp://HOST:PORT) instead of starting a raftmq group; "
+                             "ActiveMQ Classic needs schedulerSupport and --mode delay")
+    parser.add_argument("--login", default=None, help="CONNECT login (with --url)")
+    parser.add_argument("--passcode", default=None, help="CONNECT passcode (with --url)")
+    parser.add_argument("--vhost", default=None, help="CONNECT host header, e.g. / for RabbitMQ (with --url)")
+    parser.add_argument("--queue", default=None,
+                        help=f"destination (default {QUEUE}; with --url plus a suffix unique to the run)")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a fresh temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
@@ -357,8 +390,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.consume:
-        asyncio.run(consume(options.consume, options.out, options.prefetch))
+        asyncio.run(consume(options.consume, options.out, options.prefetch, options.queue, connect_kwargs(options)))
         return
+    if options.queue is None:
+        options.queue = QUEUE if not options.url else f"{QUEUE}.{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     if not 0 < options.min_delay <= options.max_delay:
         parser.error("need 0 < --min-delay <= --max-delay")
     if options.dir is None:
