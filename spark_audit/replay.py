@@ -289,9 +289,9 @@ class _Replay:
             self.left(store, message, "dead-lettered")
             self.within("dead-letter", dead_letter, store, message)
 
-        def watched_expire(store: Store, message: Message) -> None:
+        def watched_expire(store: Store, message: Message, indexed: bool = True) -> None:
             self.left(store, message, "expired")
-            self.within("expiry", expire, store, message)
+            self.within("expiry", expire, store, message, indexed)
 
         def watched_take_ready(store: Store, token: int) -> Message:
             message = take_ready(store, token)
@@ -299,7 +299,8 @@ class _Replay:
             return message
 
         def watched_discard(store: Store) -> int:
-            for message in [*store.ready.values(), *(held for _due, held in store.delayed.values())]:
+            paged = store.tail.messages() if store.tail is not None else ()
+            for message in [*store.ready.values(), *(held for _due, held in store.delayed.values()), *paged]:
                 self.left(store, message, "discarded")
             return discard(store)
 
@@ -356,6 +357,9 @@ class _Replay:
                 yield store, message, False
             for _due, message in store.delayed.values():  # NACKed, waiting out a redelivery delay
                 yield store, message, False
+            if store.tail is not None:  # paged out behind the head
+                for message in store.tail.messages():
+                    yield store, message, False
         for sub in state.subscriptions():
             for delivery in sub.in_flight.values():
                 yield sub.store, delivery.message, True

@@ -33,6 +33,7 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[node]\nport = 'x'\n", r"node\.toml: node\.port must be int, got str 'x'"),
         ("[node]\nport = -1\n", r"node\.port must not be negative"),
         ("[core]\nmax_delivery_count = true\n", r"core\.max_delivery_count must be int"),
+        ("[core]\npage_size = -1\n", r"node\.toml: core\.page_size must not be negative"),
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
         ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),

@@ -26,6 +26,7 @@ from raftmq.core.cluster_rights import cluster_login, may_pull
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
+from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
 from raftmq.core.manage import apply_manage
@@ -45,9 +46,10 @@ from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_su
 class Broker:
     """The replicated state machine of one logical broker. See the module docstring."""
 
-    def __init__(self, config: CoreConfig = CoreConfig()) -> None:
+    def __init__(self, config: CoreConfig = CoreConfig(), pages: PageStore | None = None) -> None:
+        """`pages`: where paged messages live (raftmq.core.paging); in memory unless given."""
         self.config = config
-        self.state = BrokerState(DedupCache(config.dedup_cache_size))
+        self.state = BrokerState(DedupCache(config.dedup_cache_size), pages=pages if pages is not None else MemoryPages())
         self.dispatch = Dispatcher(self.state, config)
         # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
         self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
@@ -89,9 +91,9 @@ class Broker:
         return dump_state(self.state)
 
     @classmethod
-    def restore(cls, data: dict[str, Any], config: CoreConfig) -> Broker:
+    def restore(cls, data: dict[str, Any], config: CoreConfig, pages: PageStore | None = None) -> Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
-        broker = cls(config)
+        broker = cls(config, pages)
         load_state(broker.state, data, config)
         broker.scheduler = Scheduler(broker.state.jobs, broker.publish_again)
         index_owners(broker.state)

@@ -22,6 +22,10 @@ class CoreConfig:
     dedup_cache_size: int = 20_000  # _AMQ_DUPL_ID ids remembered (oldest forgotten first)
     default_prefetch: int = 1000  # deliveries in flight per subscription when SUBSCRIBE names none
     selector_scan_limit: int = 10_000  # messages a dispatch pass looks past for a selector match
+    # Paging (raftmq.core.paging): a store keeps up to 2 × page_size ready messages in memory;
+    # later arrivals are packed into pages of page_size and paged back in as the head drains.
+    # 0: never page (every ready message stays in memory).
+    page_size: int = 1000
     # The group's place in a cluster of groups (from the topology's [[cluster_connection]]s);
     # None: a broker on its own. Not a [core] key: `raftmq node --topology` sets it.
     cluster: ClusterView | None = None

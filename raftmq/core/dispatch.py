@@ -29,6 +29,7 @@ from raftmq.core.model import (
     selector_headers,
 )
 from raftmq.core.state import BrokerState
+from raftmq.core.dispatch_paging import Paging
 from raftmq.core.patterns import pattern_matches
 from raftmq.core.queue_patterns import QueuePatterns
 from raftmq.core.temporary import MARK
@@ -40,7 +41,7 @@ ORIGINAL_DESTINATION = "original-destination"
 EXPIRY_HEAP_SLACK = 1024
 
 
-class Dispatcher:
+class Dispatcher(Paging):
     """Queue stores, the expiry index, and the dispatch passes, on a `BrokerState`. Pure like
     the rest of the core. `now` and `effects` belong to the command being applied."""
 
@@ -143,7 +144,7 @@ class Dispatcher:
 
     def wake(self, store: Store, sub: Subscription) -> None:
         """`sub` may take messages it could not take before (it has room, or it is new)."""
-        if not store.ready:
+        if not store.ready and store.tail is None:
             return  # nothing waits; the next message is offered to every consumer anyway
         if store.stable and sub not in store.woken:
             store.woken.append(sub)
@@ -152,6 +153,10 @@ class Dispatcher:
             self.dirty.append(store)
 
     def enqueue(self, store: Store, message: Message) -> None:
+        page_size = self.config.page_size
+        if page_size and (store.tail is not None or len(store.ready) >= 2 * page_size):
+            self._page_out(store, message, page_size)
+            return
         self.state.entry_seq = token = self.state.entry_seq + 1
         store.lanes[message.priority].append(token)
         store.ready[token] = message
@@ -189,9 +194,10 @@ class Dispatcher:
             0,
         )
 
-    def _expire(self, store: Store, message: Message) -> None:
-        """`message` (just removed from `store`'s ready messages) has expired."""
-        self.state.expiring -= 1
+    def _expire(self, store: Store, message: Message, indexed: bool = True) -> None:
+        """`message` (just removed from `store`'s ready messages, or its tail: not `indexed`) has expired."""
+        if indexed:
+            self.state.expiring -= 1
         store.expired += 1
         target = self.config.expiry_queue
         self.enqueue(self.queue(target), self.moved(message, target))
@@ -309,7 +315,10 @@ class Dispatcher:
     def discard(self, store: Store) -> int:
         """Drop the ready messages of a store that is going away (a topic subscription's);
         returns how many there were."""
-        discarded = len(store.ready) + len(store.delayed)
+        discarded = store.depth + len(store.delayed)
+        if store.tail is not None:
+            store.tail.drop()
+            store.tail = None
         store.delayed = {}  # their redelivery index entries become stale
         self.state.expiring -= sum(1 for message in store.ready.values() if message.expires)
         # Entries of the expiry index that point here become stale: the tokens are gone.
@@ -326,6 +335,8 @@ class Dispatcher:
         store.dequeued += 1
         if message.expires:
             self.state.expiring -= 1
+        if store.tail is not None and len(store.ready) < self.config.page_size:
+            self.mark(store)  # page in behind it
         return message
 
     def _index_expiry(self, expires: int, token: int, store: Store) -> None:
@@ -346,10 +357,15 @@ class Dispatcher:
             index += 1
             store.pending = False
             woken, store.woken = store.woken, []
+            if store.tail is not None and len(store.ready) < self.config.page_size:
+                self._page_in(store)
+            starved = False
             if not store.stable:
-                self._dispatch(store, None)
+                starved = self._dispatch(store, None)
             elif woken:
-                self._dispatch(store, woken)
+                starved = self._dispatch(store, woken)
+            if store.tail is not None:
+                self._refill(store, starved)
             store.maybe_compact()
         dirty.clear()
 
@@ -389,17 +405,18 @@ class Dispatcher:
         del store.ready[token]
         self._deliver(store, sub, message)
 
-    def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> None:
+    def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> bool:
         """One dispatch pass: hand ready messages, best priority first, to consumers with room
         (to `candidates` only, when the store was stable and only they changed).
 
         Messages no consumer may take now (selectors, a busy group owner) are passed over, at
         most `selector_scan_limit` of them per pass; when none is left that a consumer could
-        take, the store is `stable`.
+        take, the store is `stable`. Returns whether the pass ran out of messages while a
+        consumer may still have had room (starved: a page in may serve it).
         """
         if not store.consumers or not store.ready:
             store.stable = True
-            return
+            return bool(store.consumers)
         now = self.now
         ready = store.ready
         budget = self._scan_limit
@@ -425,7 +442,7 @@ class Dispatcher:
                     break
                 if sub is NO_ROOM:
                     store.stable = True
-                    return
+                    return False
                 lane.popleft()
                 del ready[token]
                 deliver(store, sub, message)
@@ -436,7 +453,7 @@ class Dispatcher:
             budget -= 1
             if budget <= 0:
                 store.stable = False
-                return
+                return False
             entries = iter(lane)
             next(entries)
             for token in entries:
@@ -453,15 +470,16 @@ class Dispatcher:
                     budget -= 1
                     if budget <= 0:
                         store.stable = False
-                        return
+                        return False
                     continue
                 if sub is NO_ROOM:
                     store.stable = True
-                    return
+                    return False
                 del ready[token]
                 store.tombstones += 1
                 deliver(store, sub, message)
         store.stable = True
+        return True  # every ready message looked at, and a consumer may still have room
 
     def expire_due(self, now: int) -> None:
         """Move every ready message whose expiry is at or before `now` to the expiry queue."""
@@ -474,3 +492,4 @@ class Dispatcher:
             store.tombstones += 1
             store.maybe_compact()
             self._expire(store, message)
+        self._expire_paged(now)

@@ -304,7 +304,7 @@ class Federation:
             connection = self.governing(destination)
             if connection is None or not connection.redistributes:
                 continue
-            demand = self._demand(connection, destination) if store.ready and not store.consumers else []
+            demand = self._demand(connection, destination) if store.depth and not store.consumers else []
             if not demand:
                 idle.pop(destination, None)
                 continue

@@ -155,6 +155,8 @@ def _move(broker: Broker, command: Manage) -> tuple[tuple[str, int], ...]:
                 more = 1
                 break
             chosen.append(token)
+    if store.tail is not None:
+        more = 1  # paged messages are looked at once they are paged in: ask again
     moved = skipped = 0
     for token in chosen:
         message = store.ready[token]

@@ -32,3 +32,25 @@ class Message:
     group: str | None = None  # JMSXGroupID
     persistent: bool = False
     delivery_count: int = 0  # how many times it was handed to a consumer
+
+
+def dump_message(message: Message) -> list[Any]:
+    """A message as plain data (snapshots)."""
+    return [
+        message.message_id,
+        message.destination,
+        [[name, value] for name, value in message.headers],
+        message.body,
+        message.priority,
+        message.expires,
+        message.timestamp,
+        message.group,
+        message.persistent,
+        message.delivery_count,
+    ]
+
+
+def load_message(record: list[Any]) -> Message:
+    message_id, destination, headers, body, priority, expires, timestamp, group, persistent, count = record
+    return Message(message_id, destination, tuple((name, value) for name, value in headers), body, priority,
+                   expires, timestamp, group, persistent, count)

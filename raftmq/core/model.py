@@ -22,6 +22,7 @@ from raftmq.core.commands import ACK_AUTO, ACK_CLIENT
 from raftmq.core.message import Message
 
 if TYPE_CHECKING:
+    from raftmq.core.paging import Tail
     from raftmq.core.selector import Selector
 
 # A transaction's buffered work, applied in order at COMMIT:
@@ -260,6 +261,7 @@ class Store:
         "rr",
         "shared",
         "stable",
+        "tail",
         "tombstones",
         "woken",
     )
@@ -272,6 +274,8 @@ class Store:
         # NACKed messages waiting out their redelivery delay: token -> (due, message).
         self.delayed: dict[int, tuple[int, Message]] = {}
         self.tombstones = 0
+        # Ready messages paged out behind the head, in arrival order (raftmq.core.paging).
+        self.tail: Tail | None = None
         self.consumers: list[Subscription] = []
         self.rr = 0  # index in `consumers` of the next one to try
         self.exclusive: Subscription | None = None
@@ -286,6 +290,12 @@ class Store:
         self.dead_lettered = 0
 
     # -- messages --------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Ready messages: in the head and paged."""
+        tail = self.tail
+        return len(self.ready) if tail is None else len(self.ready) + tail.count
 
     def push_back(self, token: int, message: Message) -> None:
         self.lanes[message.priority].append(token)

@@ -88,12 +88,12 @@ class ScaleDown:
             return  # nowhere to go now; the next Tick tries again
         budget = DRAIN_BATCH
         for destination, store in list(self.f.state.queues.items()):
-            if budget > 0 and store.ready and not is_internal(destination):
+            if budget > 0 and store.depth and not is_internal(destination):
                 budget -= self._drain_store(destination, store, targets, None, budget)
         for sub in list(self.f.state.durables.values()):
-            if budget > 0 and sub.session is None and sub.store.ready:
+            if budget > 0 and sub.session is None and sub.store.depth:
                 budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
-            if budget > 0 and sub.session is None and not sub.store.ready and not sub.store.in_flight:
+            if budget > 0 and sub.session is None and not sub.store.depth and not sub.store.in_flight:
                 self._move_subscription(sub, targets)
                 budget -= 1
 

@@ -19,7 +19,9 @@ from typing import Any
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
-from raftmq.core.message import Message
+from raftmq.core.message import dump_message, load_message
+from raftmq.core.paging import Page, PageStore, Tail, decode_page
+from raftmq.core.paging import journal_indexes as journal_indexes_of
 from raftmq.core.schedule import Job
 from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.selector import compile_selector
@@ -34,37 +36,45 @@ _STORE_COUNTERS = ("enqueued", "dequeued", "expired", "dead_lettered")
 # -- dump ----------------------------------------------------------------------------------------
 
 
-def _dump_message(message: Message) -> list[Any]:
-    return [
-        message.message_id,
-        message.destination,
-        [[name, value] for name, value in message.headers],
-        message.body,
-        message.priority,
-        message.expires,
-        message.timestamp,
-        message.group,
-        message.persistent,
-        message.delivery_count,
-    ]
-
-
 def _dump_store(store: Store, position: dict[int, int]) -> dict[str, Any]:
     ready = store.ready
     record: dict[str, Any] = {
         "destination": store.destination,
-        "lanes": [[[token, _dump_message(ready[token])] for token in lane if token in ready] for lane in store.lanes],
+        "lanes": [[[token, dump_message(ready[token])] for token in lane if token in ready] for lane in store.lanes],
         "rr": store.rr,
         "stable": store.stable,
     }
     for counter in _STORE_COUNTERS:
         record[counter] = getattr(store, counter)
     if store.delayed:  # only then: a snapshot without any reads as it always did
-        record["delayed"] = [[token, due, _dump_message(message)] for token, (due, message) in store.delayed.items()]
+        record["delayed"] = [[token, due, dump_message(message)] for token, (due, message) in store.delayed.items()]
+    if store.tail is not None:  # only then, as for "delayed"
+        record["tail"] = _dump_tail(store.tail)
     if store.shared:
         record["consumers"] = [position[id(sub)] for sub in store.consumers]
         record["groups"] = [[group, position[id(owner)]] for group, owner in store.groups.items()]
     return record
+
+
+def _dump_tail(tail: Tail) -> dict[str, Any]:
+    """A store's paged messages: each sealed page as its compressed bytes (with what a reader
+    needs without decoding it), the open list as messages."""
+    return {
+        "count": tail.count,
+        "pages": [[page.count, page.min_expires, page.indexes, tail.store.get(page.handle)] for page in tail.pages],
+        "open": [dump_message(message) for message in tail.open],
+    }
+
+
+def _load_tail(record: dict[str, Any], pages: PageStore) -> Tail:
+    tail = Tail(pages)
+    for count, min_expires, indexes, blob in record["pages"]:
+        tail.pages.append(Page(pages.put(bytes(blob)), int(count), int(min_expires), [int(i) for i in indexes]))
+    tail.open = [load_message(message) for message in record["open"]]
+    tail.count = int(record["count"])
+    if tail.count != sum(page.count for page in tail.pages) + len(tail.open) or not tail.count:
+        raise SnapshotError(f"a paged store counts {tail.count} messages but holds another number")
+    return tail
 
 
 def _dump_op(op: TransactionOp) -> list[Any]:
@@ -104,7 +114,7 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
                 "selector": sub.selector.text if sub.selector is not None else None,
                 "exclusive": sub.exclusive,
                 "durable_name": sub.durable_name,
-                "in_flight": [[d.seq, _dump_message(d.message)] for d in sub.in_flight.values()],
+                "in_flight": [[d.seq, dump_message(d.message)] for d in sub.in_flight.values()],
                 "store": None if sub.store.shared else _dump_store(sub.store, position),
                 # A wildcard queue subscription lists its children (each a consumer of its queue).
                 **({"children": [position[id(child)] for child in sub.children.values()]} if sub.children is not None else {}),
@@ -145,37 +155,23 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
 # -- load ----------------------------------------------------------------------------------------
 
 
-def _load_message(record: list[Any]) -> Message:
-    message_id, destination, headers, body, priority, expires, timestamp, group, persistent, count = record
-    return Message(
-        message_id,
-        destination,
-        tuple((name, value) for name, value in headers),
-        body,
-        priority,
-        expires,
-        timestamp,
-        group,
-        persistent,
-        count,
-    )
-
-
-def _load_store(record: dict[str, Any], shared: bool) -> Store:
+def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store:
     store = Store(record["destination"], shared)
+    if "tail" in record:
+        store.tail = _load_tail(record["tail"], pages)
     if len(record["lanes"]) != PRIORITY_LEVELS:
         raise SnapshotError(f"store {store.destination}: expected {PRIORITY_LEVELS} priority lanes")
     for priority, entries in enumerate(record["lanes"]):
         lane = store.lanes[priority] = deque()
         for token, message in entries:
             lane.append(token)
-            store.ready[token] = _load_message(message)
+            store.ready[token] = load_message(message)
     store.rr = record["rr"]
     store.stable = record["stable"]
     for counter in _STORE_COUNTERS:
         setattr(store, counter, record[counter])
     for token, due, message in record.get("delayed", ()):
-        store.delayed[token] = (due, _load_message(message))
+        store.delayed[token] = (due, load_message(message))
     return store
 
 
@@ -205,7 +201,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     # A queue subscription's store is the queue that lists it among its consumers.
     queue_of: dict[int, Store] = {}
     for record in data["queues"]:
-        store = state.queues[record["destination"]] = _load_store(record, shared=True)
+        store = state.queues[record["destination"]] = _load_store(record, shared=True, pages=state.pages)
         for index in record["consumers"]:
             queue_of[index] = store
 
@@ -215,7 +211,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         if "children" in record:  # a wildcard queue subscription: it consumes through its children
             store = Store(record["destination"], shared=True)
         else:
-            store = _load_store(record["store"], shared=False) if record["store"] is not None else queue_of[index]
+            store = _load_store(record["store"], shared=False, pages=state.pages) if record["store"] is not None else queue_of[index]
         sub = Subscription(
             None,
             record["sub_id"],
@@ -260,7 +256,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     per_session: dict[str, list[Delivery]] = {}
     for sub, record in zip(subs, data["subscriptions"]):
         for seq, message in record["in_flight"]:
-            delivery = Delivery(seq, str(seq), sub, _load_message(message))
+            delivery = Delivery(seq, str(seq), sub, load_message(message))
             sub.in_flight[delivery.ack_id] = delivery
             sub.store.in_flight += 1
             if sub.session is None:
@@ -307,11 +303,12 @@ def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
 
     def messages_of(store: dict[str, Any] | None) -> Iterator[list[Any]]:
         if store is not None:
-            for lane in store["lanes"]:
-                for _token, message in lane:
-                    yield message
-            for _token, _due, message in store.get("delayed", ()):
-                yield message
+            yield from _unpaged(store)
+            tail = store.get("tail")
+            if tail is not None:
+                for *_, blob in tail["pages"]:
+                    yield from (dump_message(message) for message in decode_page(bytes(blob)))
+                yield from tail["open"]
 
     for store in dump["queues"]:
         for message in messages_of(store):
@@ -328,3 +325,30 @@ def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
                     yield op[3]
     for job in dump.get("jobs", ()):
         yield job[3]
+
+
+def _unpaged(store: dict[str, Any]) -> Iterator[list[Any]]:
+    """A dumped store's messages held as messages: ready ones in the head, held-back ones."""
+    for lane in store["lanes"]:
+        for _token, message in lane:
+            yield message
+    for _token, _due, message in store.get("delayed", ()):
+        yield message
+
+
+def journal_indexes(dump: dict[str, Any]) -> set[int]:
+    """The raft indexes of every body-journal reference in `dump`, like `journal_refs` but
+    without decoding a page: each page lists the indexes it references."""
+    indexes: set[int] = set()
+    stores = [*dump["queues"], *(sub["store"] for sub in dump["subscriptions"] if sub["store"] is not None)]
+    paged = [store["tail"] for store in stores if "tail" in store]
+    for tail in paged:
+        for _count, _expires, page_indexes, _blob in tail["pages"]:
+            indexes.update(int(index) for index in page_indexes)
+    bodies = [message[3] for tail in paged for message in tail["open"]]
+    bodies += [message[3] for store in stores for message in _unpaged(store)]
+    bodies += [message[3] for sub in dump["subscriptions"] for _seq, message in sub["in_flight"]]
+    bodies += [op[3] for session in dump["sessions"] for _n, ops in session["transactions"] for op in ops if op[0] == "send"]
+    bodies += [job[3] for job in dump.get("jobs", ())]
+    indexes.update(journal_indexes_of(bodies))
+    return indexes

@@ -31,6 +31,7 @@ from typing import Any
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
+from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
 from raftmq.core.schedule import Job
 from raftmq.errors import InvariantViolated
 
@@ -57,6 +58,8 @@ class BrokerState:
     temp_owners: dict[str, str] = field(default_factory=dict)  # token -> session (raftmq.core.temp_owners)
     # (due, token, store) of NACKed messages waiting out their redelivery delay; stale entries skipped.
     redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
+    # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
+    pages: PageStore = field(default_factory=MemoryPages)
 
     def stores(self) -> list[Store]:
         """Every store: the queues', then each topic subscription's own."""
@@ -122,6 +125,9 @@ def _ready_bodies(store: Store) -> Iterator[Any]:
                 yield message.body
     for _due, message in store.delayed.values():
         yield message.body
+    if store.tail is not None:
+        for message in store.tail.messages():
+            yield message.body
 
 
 def _require(condition: bool, broken: str) -> None:
@@ -218,14 +224,32 @@ def _check_stores(state: BrokerState) -> None:
                 _require(message is None or message.priority == priority, f"{name}: message in the wrong lane")
                 _require(token <= state.entry_seq, f"{name}: token {token} past the last one issued")
         gone = store.dequeued + store.expired + store.dead_lettered
-        _require(store.enqueued == gone + len(store.ready) + store.in_flight + len(store.delayed),
-                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {store.in_flight} in flight, "
-                 f"{len(store.delayed)} delayed")
+        paged = store.depth - len(store.ready)
+        _require(store.enqueued == gone + len(store.ready) + paged + store.in_flight + len(store.delayed),
+                 f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {paged} paged, "
+                 f"{store.in_flight} in flight, {len(store.delayed)} delayed")
+        _check_tail(store)
         _require(not set(store.delayed) & set(store.ready), f"{name}: a token both ready and delayed")
         _require(not store.pending and not store.woken, f"{name}: a dispatch pass left for after the command")
         _check_consumers(store)
         if store.stable:
             _check_nothing_left_behind(store)
+
+
+def _check_tail(store: Store) -> None:
+    """A tail is never empty (an empty one is None), counts its pages and open list, and each
+    page knows its earliest expiry."""
+    tail = store.tail
+    if tail is None:
+        return
+    name = store.destination
+    _require(tail.count > 0, f"{name}: an empty tail kept")
+    _require(tail.count == sum(page.count for page in tail.pages) + len(tail.open), f"{name}: the tail miscounts its messages")
+    for page in tail.pages:
+        _require(page.count > 0, f"{name}: an empty page kept")
+        messages = decode_page(tail.store.get(page.handle))
+        _require(len(messages) == page.count, f"{name}: a page of {len(messages)} messages counted as {page.count}")
+        _require(page.min_expires == earliest_expiry(messages), f"{name}: a page with the wrong earliest expiry")
 
 
 def _check_consumers(store: Store) -> None:

@@ -20,7 +20,7 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
     destinations: dict[str, dict[str, int]] = {}
     for destination, store in state.queues.items():
         destinations[destination] = {
-            "depth": len(store.ready),
+            "depth": store.depth,
             "in_flight": store.in_flight,
             "consumers": len(store.consumers),
             "enqueued": store.enqueued,
@@ -33,7 +33,7 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
         totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired, "delayed": 0}
         for sub in topic.subs:
             store = sub.store
-            totals["depth"] += len(store.ready)
+            totals["depth"] += store.depth
             totals["delayed"] += len(store.delayed)
             totals["in_flight"] += store.in_flight
             totals["consumers"] += len(store.consumers)

@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from raftmq.core.commands import Command, Send
-from raftmq.core.snapshot import journal_refs as iter_snapshot_refs
+from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, decode_body, encode_payload
@@ -112,7 +112,7 @@ class BodyStore:
     def snapshot_taken(self, index: int, dump: dict[str, Any]) -> int:
         """Record that a snapshot of the state at `index` (with `dump` inside) is being written;
         returns the lowest raft index it references. Call after `sync()`."""
-        lowest = min((int(ref[0]) for ref in iter_snapshot_refs(dump)), default=index + 1)
+        lowest = min(journal_indexes(dump), default=index + 1)
         self._snapshots.append((index, lowest))
         del self._snapshots[:-SNAPSHOT_ATTEMPTS_KEPT]
         return lowest
@@ -139,7 +139,7 @@ class BodyStore:
     def restored(self, index: int, dump: dict[str, Any]) -> set[int]:
         """A snapshot at `index` replaced the state: note it and return the raft indexes it
         references that this journal does not hold (to fetch from a peer)."""
-        indexes = {int(ref[0]) for ref in iter_snapshot_refs(dump)}
+        indexes = journal_indexes(dump)
         self._snapshots.append((index, min(indexes, default=index + 1)))
         self.missing = {i for i in indexes if not self.has_index(i)}
         return set(self.missing)

@@ -269,7 +269,7 @@ class Bridge(LeaderTask):
 
     def status(self) -> dict[str, Any]:
         store = self._host.broker.state.queues.get(self.queue)
-        waiting = 0 if store is None else len(store.ready) + store.in_flight
+        waiting = 0 if store is None else store.depth + store.in_flight
         retry_in = None if self.retry_at is None else max(0.0, round(self.retry_at - time.monotonic(), 1))
         return {
             "from": self.own_group,

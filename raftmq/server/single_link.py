@@ -148,7 +148,7 @@ class PassiveLink(LeaderTask):
 
     def status(self) -> dict[str, Any]:
         store = self._host.broker.state.queues.get(self.queue)
-        waiting = 0 if store is None else len(store.ready) + store.in_flight
+        waiting = 0 if store is None else store.depth + store.in_flight
         return {
             "from": self.own_group,
             "to": self.neighbour,

@@ -141,7 +141,7 @@ def _unpublish(broker: Broker) -> None:
         (_give_a_group_to_no_one, "owned by no consumer"),
         (_crown_a_plain_consumer, "exclusive consumer"),
         (_lose_the_round_robin, "round-robin"),
-        (_enqueue_from_nowhere, "6 enqueued but 0 gone, 3 ready, 2 in flight"),
+        (_enqueue_from_nowhere, "6 enqueued but 0 gone, 3 ready, 0 paged, 2 in flight"),
         (_overfill_a_consumer, "2 deliveries in flight, prefetch 1"),
         (_remember_too_much, "1 duplicate-detection ids remembered, capacity 0"),
         (_unpublish, "/topic/t: a negative counter"),

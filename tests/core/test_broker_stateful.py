@@ -23,6 +23,8 @@ topic subscription dropped with limbo copies leaves them "ambiguous" (moved or d
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -63,9 +65,11 @@ WHO = st.integers(0, 9)
 
 
 class BrokerMachine(RuleBasedStateMachine):
+    config = CONFIG
+
     def __init__(self) -> None:
         super().__init__()
-        self.broker = Broker(CONFIG)
+        self.broker = Broker(self.config)
         self.shadow: Broker | None = None  # the pre-restore broker, run side by side
         self.model = Model()
         self.receipt_seq = 0
@@ -399,7 +403,7 @@ class BrokerMachine(RuleBasedStateMachine):
     def snapshot_and_restore(self) -> None:
         snap = self.broker.snapshot()
         packed = msgpack.packb(snap, use_bin_type=True)
-        restored = Broker.restore(msgpack.unpackb(packed, raw=False), CONFIG)
+        restored = Broker.restore(msgpack.unpackb(packed, raw=False), self.config)
         assert restored.snapshot() == snap
         self.shadow = self.broker
         self.broker = restored
@@ -447,3 +451,14 @@ BrokerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestBrokerStateful = BrokerMachine.TestCase
+
+
+class PagedBrokerMachine(BrokerMachine):
+    """The same machine with pages of two messages: a store holds four in memory, and every
+    later arrival is paged out and back in (raftmq.core.paging), against the same model."""
+
+    config = dataclasses.replace(CONFIG, page_size=2)
+
+
+PagedBrokerMachine.TestCase.settings = BrokerMachine.TestCase.settings
+TestPagedBrokerStateful = PagedBrokerMachine.TestCase
