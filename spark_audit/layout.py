@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +23,7 @@ RUN_FILE = "run.json"
 HISTORY_FILE = "history.jsonl"
 NEMESIS_FILE = "nemesis.jsonl"
 NODE_LOG_FILE = "raftmq.log.jsonl"
+SEGMENT_NAME = re.compile(r"^\d{20}\.seg$")  # a body-journal segment (docs/journal-format.md)
 
 
 class AuditError(RaftmqError):
@@ -134,3 +137,11 @@ def core_configs(run: Run) -> dict[str, CoreConfig]:
     if missing:
         raise AuditError(f"{path}: data for group(s) {sorted(missing)} that the topology does not name")
     return configs
+
+
+def segment_files(directory: str) -> list[str]:
+    """A member's segment files, in index order (names sort like indexes)."""
+    bodies = os.path.join(directory, "bodies")
+    if not os.path.isdir(bodies):
+        return []
+    return [os.path.join(bodies, name) for name in sorted(os.listdir(bodies)) if SEGMENT_NAME.match(name)]

@@ -46,6 +46,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
+from spark_audit.member_pages import MemberPages
 
 JOURNAL = os.path.join("raft", "raft.journal")
 META = os.path.join("raft", "raft.journal.meta")
@@ -204,7 +205,7 @@ class _Replay:
             with open(path, "rb") as f:
                 last, _previous, _cluster, state_bytes = decode_snapshot(f.read(), path)
             state = msgpack.unpackb(state_bytes, raw=False)
-            self.broker = Broker.restore(state["broker"], self.core)
+            self.broker = Broker.restore(state["broker"], self.core, MemberPages(os.path.dirname(os.path.dirname(path))))
         except (RaftmqError, ValueError, KeyError, TypeError) as exc:
             self.fact("file", kind="snapshot", detail=f"corrupt: {exc}", committed=False)
             self.broker = Broker(self.core)

@@ -12,17 +12,18 @@ in that file: bytes past damage are not data.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from raftmq.core.message_headers import read_headers
 from raftmq.errors import JournalCorrupt
-from raftmq.storage.payload import KIND_MESSAGE, decode_payload
+from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_payload
 from raftmq.storage.records import BATCH_HEADER_SIZE, Record, decode_batch, parse_header
+from spark_audit.layout import segment_files
 from spark_audit.replay import digest, text_value
 
-SEGMENT_NAME = re.compile(r"^\d{20}\.seg$")
+__all__ = ["SEGMENT_COLUMNS", "SEGMENT_SCHEMA_DDL", "segment_files", "segment_rows"]
+
 SEGMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run", "string"),
     ("group", "string"),
@@ -42,14 +43,6 @@ SEGMENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("detail", "string"),
 )
 SEGMENT_SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in SEGMENT_COLUMNS)
-
-
-def segment_files(directory: str) -> list[str]:
-    """A member's segment files, in index order (names sort like indexes)."""
-    bodies = os.path.join(directory, "bodies")
-    if not os.path.isdir(bodies):
-        return []
-    return [os.path.join(bodies, name) for name in sorted(os.listdir(bodies)) if SEGMENT_NAME.match(name)]
 
 
 def segment_rows(run: str, group: str, node: str, path: str, last: bool) -> Iterator[tuple[Any, ...]]:
@@ -81,6 +74,8 @@ def _row(run: str, group: str, node: str, name: str, offset: int, position: int,
         destination, headers, body = decode_payload(record.payload)
         dedup = read_headers(tuple(headers))[4]
         value, body_digest = text_value(body), digest(body)
+    elif record.kind == KIND_PAGE:  # paged messages (raftmq.core.paging): members must agree on it too
+        body_digest = digest(record.payload)
     return (run, group, node, name, offset, position, record.raft_index, ordinal, record.raft_term, record.kind,
             destination, dedup, value, body_digest, "ok", None)
 

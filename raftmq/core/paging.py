@@ -30,17 +30,23 @@ from raftmq.core.message import Message
 
 
 class PageStore(Protocol):
-    """Where sealed pages live. Handles are the store's own; the core only hands them back."""
+    """Where sealed pages live. Handles are the store's own; the core only hands them back,
+    and a snapshot holds what `dump` gives for each (`load` turns it into a handle again)."""
 
-    def put(self, blob: bytes) -> int: ...
+    def put(self, blob: bytes) -> Any: ...
 
-    def get(self, handle: int) -> bytes: ...
+    def get(self, handle: Any) -> bytes: ...
 
-    def drop(self, handle: int) -> None: ...
+    def drop(self, handle: Any) -> None: ...
+
+    def dump(self, handle: Any) -> Any: ...
+
+    def load(self, dumped: Any) -> Any: ...
 
 
 class MemoryPages:
-    """Pages kept in memory, compressed (the core on its own, the simulator, tests)."""
+    """Pages kept in memory, compressed (the core on its own, the simulator, tests); a
+    snapshot holds their bytes."""
 
     def __init__(self) -> None:
         self._blobs: dict[int, bytes] = {}
@@ -51,11 +57,19 @@ class MemoryPages:
         self._blobs[self._next] = blob
         return self._next
 
-    def get(self, handle: int) -> bytes:
+    def get(self, handle: Any) -> bytes:
         return self._blobs[handle]
 
-    def drop(self, handle: int) -> None:
+    def drop(self, handle: Any) -> None:
         del self._blobs[handle]
+
+    def dump(self, handle: Any) -> Any:
+        return self._blobs[handle]
+
+    def load(self, dumped: Any) -> int:
+        if not isinstance(dumped, (bytes, bytearray)):
+            raise ValueError(f"a page kept in a body journal ({dumped!r}), and no journal to read it from")
+        return self.put(bytes(dumped))
 
     def __len__(self) -> int:
         return len(self._blobs)
@@ -96,7 +110,7 @@ class Page:
 
     __slots__ = ("count", "handle", "indexes", "min_expires")
 
-    def __init__(self, handle: int, count: int, min_expires: int, indexes: list[int]) -> None:
+    def __init__(self, handle: Any, count: int, min_expires: int, indexes: list[int]) -> None:
         self.handle = handle
         self.count = count
         self.min_expires = min_expires

@@ -12,7 +12,7 @@ in several places (its session, its queue's consumers, its topic, group owners).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from heapq import heapify
 from typing import Any
 
@@ -61,15 +61,15 @@ def _dump_tail(tail: Tail) -> dict[str, Any]:
     needs without decoding it), the open list as messages."""
     return {
         "count": tail.count,
-        "pages": [[page.count, page.min_expires, page.indexes, tail.store.get(page.handle)] for page in tail.pages],
+        "pages": [[page.count, page.min_expires, page.indexes, tail.store.dump(page.handle)] for page in tail.pages],
         "open": [dump_message(message) for message in tail.open],
     }
 
 
 def _load_tail(record: dict[str, Any], pages: PageStore) -> Tail:
     tail = Tail(pages)
-    for count, min_expires, indexes, blob in record["pages"]:
-        tail.pages.append(Page(pages.put(bytes(blob)), int(count), int(min_expires), [int(i) for i in indexes]))
+    for count, min_expires, indexes, dumped in record["pages"]:
+        tail.pages.append(Page(pages.load(dumped), int(count), int(min_expires), [int(i) for i in indexes]))
     tail.open = [load_message(message) for message in record["open"]]
     tail.count = int(record["count"])
     if tail.count != sum(page.count for page in tail.pages) + len(tail.open) or not tail.count:
@@ -288,17 +288,18 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     return state
 
 
-def journal_refs(dump: dict[str, Any]) -> Iterator[Any]:
+def journal_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = None) -> Iterator[Any]:
     """The body-journal references among `body_refs` (in a group, a message the core made
     itself — a moved durable subscription's empty marker — holds its bytes instead)."""
-    return (ref for ref in body_refs(dump) if not isinstance(ref, (bytes, bytearray)))
+    return (ref for ref in body_refs(dump, read_page) if not isinstance(ref, (bytes, bytearray)))
 
 
-def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
+def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = None) -> Iterator[Any]:
     """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
     or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight
     messages of queues and subscriptions (held-back ones too), sends inside open transactions,
-    and scheduled messages.
+    and scheduled messages. Paged messages are decoded page by page; a page kept in a body
+    journal is read with `read_page` (its dumped reference -> the page's bytes).
     tests/server/test_group_bodies.py pins this against a real broker."""
 
     def messages_of(store: dict[str, Any] | None) -> Iterator[list[Any]]:
@@ -306,8 +307,12 @@ def body_refs(dump: dict[str, Any]) -> Iterator[Any]:
             yield from _unpaged(store)
             tail = store.get("tail")
             if tail is not None:
-                for *_, blob in tail["pages"]:
-                    yield from (dump_message(message) for message in decode_page(bytes(blob)))
+                for *_, dumped in tail["pages"]:
+                    if not isinstance(dumped, (bytes, bytearray)):
+                        if read_page is None:
+                            raise ValueError(f"a page kept in a body journal ({dumped!r}), and no way to read it")
+                        dumped = read_page(dumped)
+                    yield from (dump_message(message) for message in decode_page(bytes(dumped)))
                 yield from tail["open"]
 
     for store in dump["queues"]:
@@ -343,8 +348,10 @@ def journal_indexes(dump: dict[str, Any]) -> set[int]:
     stores = [*dump["queues"], *(sub["store"] for sub in dump["subscriptions"] if sub["store"] is not None)]
     paged = [store["tail"] for store in stores if "tail" in store]
     for tail in paged:
-        for _count, _expires, page_indexes, _blob in tail["pages"]:
+        for _count, _expires, page_indexes, dumped in tail["pages"]:
             indexes.update(int(index) for index in page_indexes)
+            if isinstance(dumped, (list, tuple)):  # the page itself is a body-journal record
+                indexes.add(int(dumped[0]))
     bodies = [message[3] for tail in paged for message in tail["open"]]
     bodies += [message[3] for store in stores for message in _unpaged(store)]
     bodies += [message[3] for sub in dump["subscriptions"] for _seq, message in sub["in_flight"]]

@@ -25,10 +25,11 @@ from typing import Any
 import structlog
 
 from raftmq.core.commands import Command, Send
+from raftmq.core.paging import MemoryPages
 from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
-from raftmq.storage.payload import KIND_MESSAGE, decode_body, encode_payload
+from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload
 
 log = structlog.get_logger("raftmq.server.bodies")
 
@@ -36,6 +37,20 @@ SNAPSHOT_ATTEMPTS_KEPT = 16
 BodyKey = tuple[int, int]  # (raft index, ordinal); after a snapshot restore it may be a 2-list
 # Records of one Raft index as another member sends them: [(term, kind, payload), ...]
 IndexRecords = tuple[int, list[tuple[int, int, bytes]]]
+
+class _OpenEntry:
+    """An entry between `begin` and `end`: its records to write and the next ordinal."""
+
+    __slots__ = ("fresh", "index", "ordinal", "pages", "records", "term")
+
+    def __init__(self, index: int, term: int, ordinal: int, records: list[tuple[int, int, int, bytes]], fresh: bool) -> None:
+        self.index = index
+        self.term = term
+        self.ordinal = ordinal
+        self.records = records
+        self.fresh = fresh  # not in the journal yet (else a replay: nothing to write)
+        self.pages: dict[BodyKey, bytes] = {}  # sealed here, not written yet
+
 
 class BodyStore:
     def __init__(self, journal: Journal, cache_bytes: int = 16 * 2**20) -> None:
@@ -49,23 +64,32 @@ class BodyStore:
         self.records_written = 0
         self.entries_skipped = 0  # replayed entries already in the journal
         self.segments_deleted = 0
+        self._entry: _OpenEntry | None = None  # the entry being applied (begin .. end)
+        self._memory = MemoryPages()  # pages from a snapshot made without a journal
 
     # -- apply path (event loop) -----------------------------------------------------------
 
     def store(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
-        """`commands` with each Send's body replaced by its reference; the bodies are written
-        as one journal batch unless this Raft index is already in the journal (replay).
+        """`begin` and `end` of an entry at once: its bodies written before anything applies it."""
+        swapped = self.begin(index, term, commands, cache=cache)
+        self.end()
+        return swapped
+
+    def begin(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
+        """`commands` with each Send's body replaced by its reference `(index, ordinal)`. Until
+        `end`, the entry is open: pages the core seals while applying it are numbered after the
+        bodies (`put`), and `end` writes them all as the index's one journal batch, unless this
+        Raft index is already in the journal (a replay: nothing is written twice).
         `cache`: keep the bodies for deliveries (the leader; followers deliver nothing)."""
+        last = self.journal.last_index
+        fresh = last is None or index > last
         positions = [i for i, command in enumerate(commands) if type(command) is Send]
+        records = [(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions] if fresh else []  # type: ignore[arg-type]
+        if positions and not fresh:
+            self.entries_skipped += 1
+        self._entry = _OpenEntry(index, term, len(positions), records, fresh)
         if not positions:
             return commands
-        last = self.journal.last_index
-        if last is None or index > last:
-            records = [(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions]  # type: ignore[arg-type]
-            self.journal.append_batch(records)
-            self.records_written += len(records)
-        else:
-            self.entries_skipped += 1
         swapped = list(commands)
         for ordinal, i in enumerate(positions):
             send: Send = commands[i]  # type: ignore[assignment]
@@ -75,6 +99,60 @@ class BodyStore:
             swapped[i] = Send(send.session, send.destination, send.headers, key, send.now, send.transaction, send.receipt)
         return swapped
 
+    def end(self) -> None:
+        """Write the open entry's records (its bodies, then its pages) as one batch."""
+        entry, self._entry = self._entry, None
+        if entry is not None and entry.records:
+            self.journal.append_batch(entry.records)
+            self.records_written += len(entry.records)
+
+    # -- pages (raftmq.core.paging.PageStore) ------------------------------------------------
+
+    def put(self, blob: bytes) -> Any:
+        """A page sealed while an entry applies becomes a record of that entry, after its bodies
+        (every replica seals the same pages at the same command, so `(index, ordinal)` names the
+        same page on every member and a snapshot can refer to it). Outside an entry (nothing
+        seals one there today) it stays in memory."""
+        entry = self._entry
+        if entry is None:
+            return self._memory.put(blob)
+        ref = (entry.index, entry.ordinal)
+        entry.ordinal += 1
+        if entry.fresh:
+            entry.records.append((entry.index, entry.term, KIND_PAGE, blob))
+            entry.pages[ref] = blob
+        return ref
+
+    def get(self, handle: Any) -> bytes:
+        if isinstance(handle, int):
+            return self._memory.get(handle)
+        key = (int(handle[0]), int(handle[1]))
+        entry = self._entry
+        if entry is not None and key in entry.pages:
+            return entry.pages[key]
+        try:
+            record = self.journal.read_record(self.journal.locate(*key))
+        except KeyError:
+            raise BodyUnavailable(f"no page at raft index {key[0]} ordinal {key[1]} in {self.journal.directory}") from None
+        except JournalCorrupt as exc:
+            raise BodyUnavailable(f"page at raft index {key[0]} ordinal {key[1]}: {exc}") from None
+        if record.kind != KIND_PAGE:
+            raise BodyUnavailable(f"raft index {key[0]} ordinal {key[1]} holds no page")
+        return record.payload
+
+    def drop(self, handle: Any) -> None:
+        """A page taken back: its record goes with its segment (`collect`)."""
+        if isinstance(handle, int):
+            self._memory.drop(handle)
+
+    def dump(self, handle: Any) -> Any:
+        return self._memory.dump(handle) if isinstance(handle, int) else [int(handle[0]), int(handle[1])]
+
+    def load(self, dumped: Any) -> Any:
+        if isinstance(dumped, (bytes, bytearray)):
+            return self._memory.load(dumped)
+        return (int(dumped[0]), int(dumped[1]))
+
     def body(self, ref: Any, *, cached: bool = True) -> bytes:
         """The bytes behind a reference; raises BodyUnavailable, never returns wrong bytes.
         `cached=False` reads (and checks) the journal even when the body is in the LRU."""
@@ -83,6 +161,9 @@ class BodyStore:
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
+        entry = self._entry
+        if entry is not None and entry.fresh and key[0] == entry.index and key[1] < len(entry.records):
+            return decode_body(entry.records[key[1]][3])  # the entry applying now: not written yet
         try:
             body = decode_body(self.journal.read(self.journal.locate(*key)))
         except KeyError:

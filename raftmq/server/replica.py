@@ -66,7 +66,7 @@ class ReplicaHost(NodeView, Protocol):
 class Replica:
     def __init__(self, host: ReplicaHost, bodies: BodyStore | None, fetch_bodies: BodyFetcher | None) -> None:
         self._host = host
-        self.broker = Broker(host.config.core)
+        self.broker = Broker(host.config.core, bodies)
         self.bodies = bodies  # None: bodies stay in the core (single node, InMemoryLog)
         self.fetch_bodies = fetch_bodies  # from peers, after a snapshot that references more
         self.apply_failures = 0  # commands the core raised on (then the node stops)
@@ -88,7 +88,7 @@ class Replica:
         if bodies is not None:
             position = host.commit_log.position
             try:
-                commands = bodies.store(position.index, position.term, commands, cache=host.commit_log.is_leader)
+                commands = bodies.begin(position.index, position.term, commands, cache=host.commit_log.is_leader)
             except Exception as exc:
                 # Applying without the bodies would leave this member unable to serve what it
                 # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
@@ -130,6 +130,19 @@ class Replica:
                 session = sessions.get(command.session)
                 if session is not None:
                     host.disconnected(session)
+        if bodies is not None:
+            self._end_entry(bodies)
+
+    def _end_entry(self, bodies: BodyStore) -> None:
+        """Write the entry's bodies and the pages its commands sealed, as one journal batch."""
+        try:
+            bodies.end()
+        except Exception as exc:
+            # Its deliveries went out from the bodies in memory; without them on disk this member
+            # cannot serve what it holds: stop (fail-stop); on restart the Raft journal replays it.
+            self.failed = True
+            self._host.fail(f"cannot write the body journal at raft index {self._host.commit_log.position.index}: {exc}")
+            raise
 
     def _execute(self, effect: Effect, session: ClientConnection) -> None:
         if isinstance(effect, Deliver):
@@ -183,13 +196,13 @@ class Replica:
         host = self._host
         host.replayed()  # the counters are replaced wholesale
         if not data:
-            self.broker = Broker(host.config.core)
+            self.broker = Broker(host.config.core, self.bodies)
             return None
         try:
             state = msgpack.unpackb(data, raw=False)
             if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
                 raise ValueError(f"not a raftmq state snapshot of format {STATE_FORMAT}")
-            self.broker = Broker.restore(state["broker"], host.config.core)
+            self.broker = Broker.restore(state["broker"], host.config.core, self.bodies)
         except Exception as exc:
             # Going on with the previous state would diverge from the group: stop instead.
             host.fail(f"cannot restore the Raft snapshot: {type(exc).__name__}: {exc}")
@@ -247,7 +260,7 @@ class Replica:
         many there are and how many cannot be served from this node."""
         if self.bodies is None:
             return {"references": 0, "unreadable": 0}
-        refs = {(int(ref[0]), int(ref[1])) for ref in journal_refs(self.broker.snapshot())}
+        refs = {(int(ref[0]), int(ref[1])) for ref in journal_refs(self.broker.snapshot(), self.bodies.get)}
         unreadable = 0
         for ref in refs:
             try:

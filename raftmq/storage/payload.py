@@ -1,5 +1,6 @@
 """The payload of a body-journal record, pure (docs/journal-format.md): for `KIND_MESSAGE`, a
-msgpack array `[destination, [[name, value], ...], body]`."""
+msgpack array `[destination, [[name, value], ...], body]`; for `KIND_PAGE`, a page of paged
+messages (raftmq.core.paging.encode_page)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from raftmq.core.commands import Send
 from raftmq.packing import thread_packer
 
 KIND_MESSAGE = 1
+# A page of messages paged out of a store (raftmq.core.paging): the page's bytes, opaque here.
+KIND_PAGE = 2
 
 
 def encode_payload(send: Send) -> bytes:
