@@ -129,8 +129,10 @@ class Fill:
     """`producers` failover connections, each `window` receipted SENDs in flight, until
     `count` messages of `size` random (incompressible) bytes were receipted."""
 
-    def __init__(self, url: str, count: int, size: int, producers: int, window: int, stall: float) -> None:
+    def __init__(self, url: str, count: int, size: int, producers: int, window: int, stall: float,
+                 queue: str = QUEUE) -> None:
         self.url, self.count, self.size, self.producers, self.window = url, count, size, producers, window
+        self.queue = queue
         self.stall = stall
         self.receipted = 0
         self.errors: list[str] = []
@@ -172,7 +174,7 @@ class Fill:
                     index = self.next
                     self.next += 1
                     body = f"m{index:09d}:".encode() + os.urandom(max(0, self.size - 11))
-                    in_flight.add(client.send_nowait(QUEUE, body, {"persistent": "true"}, receipt=True))
+                    in_flight.add(client.send_nowait(self.queue, body, {"persistent": "true"}, receipt=True))
                 done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for future in done:
                     error = future.exception()

@@ -408,7 +408,6 @@ def _check_core(core: CoreConfig, path: Path) -> None:
         (core.redelivery_delay_ms >= 0, "core.redelivery_delay_ms must not be negative"),
         (core.redelivery_multiplier >= 1.0, "core.redelivery_multiplier must be at least 1.0"),
         (core.max_redelivery_delay_ms >= core.redelivery_delay_ms, "core.max_redelivery_delay_ms must be at least core.redelivery_delay_ms"),
-        (core.page_size >= 0, "core.page_size must not be negative (0: never page)"),
     ]
     for ok, message in rules:
         if not ok:

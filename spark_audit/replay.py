@@ -330,7 +330,7 @@ class _Replay:
         value: str | None = None
         body_digest: str | None = None
         body_ref: str | None = None
-        if isinstance(ref, (tuple, list)) and len(ref) == 2:
+        if isinstance(ref, (tuple, list)) and len(ref) in (2, 3):  # (raft index, ordinal[, size])
             key = (int(ref[0]), int(ref[1]))
             body_ref = f"{key[0]}:{key[1]}"
             known = self.bodies.get(key)

@@ -16,7 +16,7 @@ from heapq import heapify, heappop, heappush
 from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
-from raftmq.core.message import Message
+from raftmq.core.message import Message, body_size
 from raftmq.core.message_headers import read_headers
 from raftmq.core.model import (
     NO_ROOM,
@@ -161,6 +161,7 @@ class Dispatcher(Paging):
         store.lanes[message.priority].append(token)
         store.ready[token] = message
         store.enqueued += 1
+        store.bytes += body_size(message.body)
         if message.expires:
             self._index_expiry(message.expires, token, store)
         if store.stable and not store.pending:
@@ -199,11 +200,13 @@ class Dispatcher(Paging):
         if indexed:
             self.state.expiring -= 1
         store.expired += 1
+        store.bytes -= body_size(message.body)
         target = self.config.expiry_queue
         self.enqueue(self.queue(target), self.moved(message, target))
 
     def dead_letter(self, store: Store, message: Message) -> None:
         store.dead_lettered += 1
+        store.bytes -= body_size(message.body)
         target = self.config.dead_letter_queue
         self.enqueue(self.queue(target), self.moved(message, target))
 
@@ -254,6 +257,7 @@ class Dispatcher(Paging):
         store.in_flight -= len(settled)
         if acked:
             store.dequeued += len(settled)
+            store.bytes -= sum(body_size(done.message.body) for done in settled)
             self.wake(store, sub)
         elif self.config.redelivery_delay_ms:
             self.redeliver_later(store, [done.message for done in settled])
@@ -316,7 +320,9 @@ class Dispatcher(Paging):
         """Drop the ready messages of a store that is going away (a topic subscription's);
         returns how many there were."""
         discarded = store.depth + len(store.delayed)
+        store.bytes -= sum(body_size(m.body) for m in store.ready.values()) + sum(body_size(m.body) for _, m in store.delayed.values())
         if store.tail is not None:
+            store.bytes -= store.tail.bytes
             store.tail.drop()
             store.tail = None
         store.delayed = {}  # their redelivery index entries become stale
@@ -333,6 +339,7 @@ class Dispatcher(Paging):
         message = store.ready.pop(token)
         store.tombstones += 1
         store.dequeued += 1
+        store.bytes -= body_size(message.body)
         if message.expires:
             self.state.expiring -= 1
         if store.tail is not None and len(store.ready) < self.config.page_size:
@@ -379,6 +386,7 @@ class Dispatcher(Paging):
         assert session is not None  # consumers are active subscriptions
         if sub.auto:
             store.dequeued += 1
+            store.bytes -= body_size(message.body)
             self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1

@@ -12,7 +12,7 @@ paged) and the head holds fewer than `selector_scan_limit`.
 from __future__ import annotations
 
 from raftmq.core.config import CoreConfig
-from raftmq.core.message import Message
+from raftmq.core.message import Message, body_size
 from raftmq.core.model import Store, Subscription
 from raftmq.core.paging import Tail
 from raftmq.core.state import BrokerState
@@ -39,6 +39,7 @@ class Paging:
             tail = store.tail = Tail(self.state.pages)
         tail.append(message, page_size)
         store.enqueued += 1
+        store.bytes += body_size(message.body)
         if store.stable and not store.pending and len(store.ready) < self._scan_limit and self._may_take(store):
             # A consumer with room that the head cannot serve (selectors, groups): page in for it.
             self.mark(store)

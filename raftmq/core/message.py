@@ -54,3 +54,13 @@ def load_message(record: list[Any]) -> Message:
     message_id, destination, headers, body, priority, expires, timestamp, group, persistent, count = record
     return Message(message_id, destination, tuple((name, value) for name, value in headers), body, priority,
                    expires, timestamp, group, persistent, count)
+
+
+def body_size(body: Any) -> int:
+    """A stored body's size in bytes: the bytes', or the one a body-journal reference carries
+    (`(raft index, ordinal, size)`); 0 when neither says."""
+    if isinstance(body, (bytes, bytearray)):
+        return len(body)
+    if isinstance(body, (tuple, list)) and len(body) > 2:
+        return int(body[2])
+    return 0

@@ -245,6 +245,7 @@ class Store:
     """
 
     __slots__ = (
+        "bytes",
         "consumers",
         "dead_lettered",
         "delayed",
@@ -288,6 +289,7 @@ class Store:
         self.dequeued = 0
         self.expired = 0
         self.dead_lettered = 0
+        self.bytes = 0  # body bytes of the messages it holds (ready, paged, in flight, held back)
 
     # -- messages --------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import lz4.block
 import msgpack
 
-from raftmq.core.message import Message
+from raftmq.core.message import Message, body_size
 
 
 class PageStore(Protocol):
@@ -106,15 +106,16 @@ def journal_indexes(bodies: list[Any]) -> list[int]:
 
 class Page:
     """One sealed page: its handle in the page store, how many messages it holds, the earliest
-    expiry among them (0: none expires) and the raft indexes of the bodies it references."""
+    expiry among them (0: none expires), the raft indexes of the bodies it references and their size."""
 
-    __slots__ = ("count", "handle", "indexes", "min_expires")
+    __slots__ = ("bytes", "count", "handle", "indexes", "min_expires")
 
-    def __init__(self, handle: Any, count: int, min_expires: int, indexes: list[int]) -> None:
+    def __init__(self, handle: Any, count: int, min_expires: int, indexes: list[int], size: int) -> None:
         self.handle = handle
         self.count = count
         self.min_expires = min_expires
         self.indexes = indexes
+        self.bytes = size  # its messages' body bytes
 
 
 def earliest_expiry(messages: list[Message]) -> int:
@@ -124,17 +125,19 @@ def earliest_expiry(messages: list[Message]) -> int:
 class Tail:
     """A store's paged messages in arrival order: sealed pages, oldest first, then the open list."""
 
-    __slots__ = ("count", "open", "pages", "store")
+    __slots__ = ("bytes", "count", "open", "pages", "store")
 
     def __init__(self, store: PageStore) -> None:
         self.store = store
         self.pages: deque[Page] = deque()
         self.open: list[Message] = []
         self.count = 0
+        self.bytes = 0  # body bytes of its messages
 
     def append(self, message: Message, page_size: int) -> None:
         self.open.append(message)
         self.count += 1
+        self.bytes += body_size(message.body)
         if len(self.open) >= page_size:
             self.seal()
 
@@ -145,7 +148,7 @@ class Tail:
 
     def _page(self, messages: list[Message]) -> Page:
         return Page(self.store.put(encode_page(messages)), len(messages), earliest_expiry(messages),
-                    journal_indexes([m.body for m in messages]))
+                    journal_indexes([m.body for m in messages]), sum(body_size(m.body) for m in messages))
 
     def take(self) -> list[Message]:
         """The oldest paged messages (a page, or the open list), out of the tail."""
@@ -156,6 +159,7 @@ class Tail:
         else:
             messages, self.open = self.open, []
         self.count -= len(messages)
+        self.bytes -= sum(body_size(m.body) for m in messages)
         return messages
 
     def messages(self) -> Iterator[Message]:
@@ -171,6 +175,7 @@ class Tail:
         self.pages.clear()
         self.open = []
         self.count = 0
+        self.bytes = 0
 
     def min_expires(self) -> int:
         return min((e for e in (*(p.min_expires for p in self.pages), earliest_expiry(self.open)) if e), default=0)
@@ -186,8 +191,8 @@ class Tail:
                 expired += [m for m in messages if m.expires and m.expires <= now]
                 self.store.drop(page.handle)
                 replaced = self._page(kept)
-                page.handle, page.count, page.min_expires, page.indexes = (
-                    replaced.handle, replaced.count, replaced.min_expires, replaced.indexes)
+                page.handle, page.count, page.min_expires, page.indexes, page.bytes = (
+                    replaced.handle, replaced.count, replaced.min_expires, replaced.indexes, replaced.bytes)
         if self.pages and any(page.count == 0 for page in self.pages):
             for page in self.pages:
                 if page.count == 0:
@@ -197,4 +202,5 @@ class Tail:
             expired += [m for m in self.open if m.expires and m.expires <= now]
             self.open = [m for m in self.open if not m.expires or m.expires > now]
         self.count -= len(expired)
+        self.bytes -= sum(body_size(m.body) for m in expired)
         return expired

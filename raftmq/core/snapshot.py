@@ -19,7 +19,7 @@ from typing import Any
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
-from raftmq.core.message import dump_message, load_message
+from raftmq.core.message import body_size, dump_message, load_message
 from raftmq.core.paging import Page, PageStore, Tail, decode_page
 from raftmq.core.paging import journal_indexes as journal_indexes_of
 from raftmq.core.schedule import Job
@@ -61,17 +61,18 @@ def _dump_tail(tail: Tail) -> dict[str, Any]:
     needs without decoding it), the open list as messages."""
     return {
         "count": tail.count,
-        "pages": [[page.count, page.min_expires, page.indexes, tail.store.dump(page.handle)] for page in tail.pages],
+        "pages": [[page.count, page.min_expires, page.indexes, tail.store.dump(page.handle), page.bytes] for page in tail.pages],
         "open": [dump_message(message) for message in tail.open],
     }
 
 
 def _load_tail(record: dict[str, Any], pages: PageStore) -> Tail:
     tail = Tail(pages)
-    for count, min_expires, indexes, dumped in record["pages"]:
-        tail.pages.append(Page(pages.load(dumped), int(count), int(min_expires), [int(i) for i in indexes]))
+    for count, min_expires, indexes, dumped, size in record["pages"]:
+        tail.pages.append(Page(pages.load(dumped), int(count), int(min_expires), [int(i) for i in indexes], int(size)))
     tail.open = [load_message(message) for message in record["open"]]
     tail.count = int(record["count"])
+    tail.bytes = sum(page.bytes for page in tail.pages) + sum(body_size(message.body) for message in tail.open)
     if tail.count != sum(page.count for page in tail.pages) + len(tail.open) or not tail.count:
         raise SnapshotError(f"a paged store counts {tail.count} messages but holds another number")
     return tail
@@ -172,6 +173,8 @@ def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store
         setattr(store, counter, record[counter])
     for token, due, message in record.get("delayed", ()):
         store.delayed[token] = (due, load_message(message))
+    store.bytes = (sum(body_size(m.body) for m in store.ready.values()) + sum(body_size(m.body) for _, m in store.delayed.values())
+                   + (store.tail.bytes if store.tail is not None else 0))  # in-flight ones are added as they load
     return store
 
 
@@ -259,6 +262,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
             delivery = Delivery(seq, str(seq), sub, load_message(message))
             sub.in_flight[delivery.ack_id] = delivery
             sub.store.in_flight += 1
+            sub.store.bytes += body_size(delivery.message.body)
             if sub.session is None:
                 raise SnapshotError(f"subscription {sub.sub_id}: deliveries in flight to no session")
             per_session.setdefault(sub.session.session_id, []).append(delivery)
@@ -307,7 +311,7 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
             yield from _unpaged(store)
             tail = store.get("tail")
             if tail is not None:
-                for *_, dumped in tail["pages"]:
+                for _count, _expires, _indexes, dumped, _size in tail["pages"]:
                     if not isinstance(dumped, (bytes, bytearray)):
                         if read_page is None:
                             raise ValueError(f"a page kept in a body journal ({dumped!r}), and no way to read it")
@@ -348,7 +352,7 @@ def journal_indexes(dump: dict[str, Any]) -> set[int]:
     stores = [*dump["queues"], *(sub["store"] for sub in dump["subscriptions"] if sub["store"] is not None)]
     paged = [store["tail"] for store in stores if "tail" in store]
     for tail in paged:
-        for _count, _expires, page_indexes, dumped in tail["pages"]:
+        for _count, _expires, page_indexes, dumped, _size in tail["pages"]:
             indexes.update(int(index) for index in page_indexes)
             if isinstance(dumped, (list, tuple)):  # the page itself is a body-journal record
                 indexes.add(int(dumped[0]))

@@ -30,6 +30,7 @@ from typing import Any
 
 from raftmq.core.dedup import DedupCache
 from raftmq.core.federation_state import FederationState
+from raftmq.core.message import body_size
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
 from raftmq.core.schedule import Job
@@ -200,10 +201,12 @@ def _check_subscriptions(state: BrokerState) -> None:
 def _check_stores(state: BrokerState) -> None:
     in_flight: dict[int, int] = {}
     held: dict[int, set[int]] = {}  # store -> ids of the messages in flight from it
+    flying_bytes: dict[int, int] = {}  # store -> body bytes in flight from it
     for sub in state.subscriptions():
         key = id(sub.store)
         in_flight[key] = in_flight.get(key, 0) + len(sub.in_flight)
         held.setdefault(key, set()).update(id(d.message) for d in sub.in_flight.values())
+        flying_bytes[key] = flying_bytes.get(key, 0) + sum(body_size(d.message.body) for d in sub.in_flight.values())
     for store in state.stores():
         name = store.destination
         counters = (store.in_flight, store.enqueued, store.dequeued, store.expired, store.dead_lettered, store.tombstones)
@@ -229,6 +232,10 @@ def _check_stores(state: BrokerState) -> None:
                  f"{name}: {store.enqueued} enqueued but {gone} gone, {len(store.ready)} ready, {paged} paged, "
                  f"{store.in_flight} in flight, {len(store.delayed)} delayed")
         _check_tail(store)
+        holding = [*store.ready.values(), *(m for _, m in store.delayed.values())]
+        size = sum(body_size(m.body) for m in holding) + flying_bytes.get(id(store), 0)
+        size += store.tail.bytes if store.tail is not None else 0
+        _require(store.bytes == size, f"{name}: {store.bytes} bytes counted, its messages hold {size}")
         _require(not set(store.delayed) & set(store.ready), f"{name}: a token both ready and delayed")
         _require(not store.pending and not store.woken, f"{name}: a dispatch pass left for after the command")
         _check_consumers(store)
@@ -250,6 +257,9 @@ def _check_tail(store: Store) -> None:
         messages = decode_page(tail.store.get(page.handle))
         _require(len(messages) == page.count, f"{name}: a page of {len(messages)} messages counted as {page.count}")
         _require(page.min_expires == earliest_expiry(messages), f"{name}: a page with the wrong earliest expiry")
+        _require(page.bytes == sum(body_size(m.body) for m in messages), f"{name}: a page miscounts its bytes")
+    size = sum(page.bytes for page in tail.pages) + sum(body_size(m.body) for m in tail.open)
+    _require(tail.bytes == size, f"{name}: the tail counts {tail.bytes} bytes, its pages and open list hold {size}")
 
 
 def _check_consumers(store: Store) -> None:

@@ -2,7 +2,7 @@
 
 In a group, `Replica.apply` hands every Send of a committed Raft entry to `BodyStore.store`,
 which writes one journal batch per entry (one record per Send, in order) and gives the core
-a body reference `(raft_index, ordinal)` instead of the bytes: the position of the record
+a body reference `(raft_index, ordinal, size)` instead of the bytes: the position of the record
 among the records of that Raft index, which is the same on every replica, so snapshots (which
 hold references, not bodies) mean the same thing on every member. Deliveries resolve a
 reference with `locate` + `read` through a small LRU of bodies.
@@ -34,7 +34,8 @@ from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_
 log = structlog.get_logger("raftmq.server.bodies")
 
 SNAPSHOT_ATTEMPTS_KEPT = 16
-BodyKey = tuple[int, int]  # (raft index, ordinal); after a snapshot restore it may be a 2-list
+BodyKey = tuple[int, int]  # (raft index, ordinal)
+# The core holds (raft index, ordinal, body size); after a snapshot restore, a list (older: 2 items).
 # Records of one Raft index as another member sends them: [(term, kind, payload), ...]
 IndexRecords = tuple[int, list[tuple[int, int, bytes]]]
 
@@ -96,7 +97,9 @@ class BodyStore:
             key = (index, ordinal)
             if cache and isinstance(send.body, bytes):
                 self._cache_put(key, send.body)  # the leader delivers most bodies right away
-            swapped[i] = Send(send.session, send.destination, send.headers, key, send.now, send.transaction, send.receipt)
+            # The reference carries the body's size: the core counts a destination's bytes by it.
+            ref = (index, ordinal, len(send.body) if isinstance(send.body, (bytes, bytearray)) else 0)
+            swapped[i] = Send(send.session, send.destination, send.headers, ref, send.now, send.transaction, send.receipt)
         return swapped
 
     def end(self) -> None:

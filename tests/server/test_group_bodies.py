@@ -48,7 +48,7 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
         store = BodyStore(journal)
         commands = [Connect("s", 0), send(b"one"), Ack("s", 0, ack_id="1"), send(b"two", transaction="t")]
         swapped = store.store(7, 3, commands)
-        assert [c.body for c in swapped if isinstance(c, Send)] == [(7, 0), (7, 1)]
+        assert [c.body for c in swapped if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
         assert swapped[0] is commands[0] and swapped[2] is commands[2]
         records = [record for _ref, record in journal.records()]
         assert [(r.raft_index, r.raft_term, r.kind) for r in records] == [(7, 3, KIND_MESSAGE)] * 2
@@ -57,7 +57,7 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
         again = store.store(7, 3, commands)
-        assert [c.body for c in again if isinstance(c, Send)] == [(7, 0), (7, 1)]
+        assert [c.body for c in again if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
         assert store.entries_skipped == 1 and len(list(journal.records())) == 2
         assert store.body((7, 1)) == b"two" and store.body([7, 0]) == b"one"  # a list after msgpack
         with pytest.raises(BodyUnavailable):
