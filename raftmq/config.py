@@ -18,6 +18,7 @@ from typing import Any
 
 from cluster.connection import PeerGroup
 from cluster.discovery import BroadcastGroup
+from raftmq.core.address_settings import AddressSettings
 from raftmq.core.config import CoreConfig
 
 DEFAULT_BROKER_NAME = CoreConfig().broker_name  # "raftmq": replaced by the group's name
@@ -98,8 +99,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
         if name not in SECURITY_TABLES and not isinstance(value, dict):
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
-    core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
-    _check_core(core, path)
+    core = load_core(raw.get("core", {}), path)
     node_table = raw.get("node", {})
     for nested in ("limits", "core", "security"):
         if nested in node_table:
@@ -311,8 +311,7 @@ def load_group_config(path: str | Path) -> GroupConfig:
                      else "[group] data_dir (a group is always durable)" if key in _SINGLE_NODE_KEYS else f"a [{key}] table")
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
-    core = build_dataclass(CoreConfig, raw.get("core", {}), path, "core")
-    _check_core(core, path)
+    core = load_core(raw.get("core", {}), path)
     security = load_security(raw, path)
     server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
     _check_follower_clients(server, path, "server")
@@ -401,6 +400,27 @@ def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
             if value in addresses:
                 raise ConfigError(f"{path}: node[{i}].{key} {value} is also {addresses[value]}")
             addresses[value] = f"node[{i}].{key}"
+
+
+def load_core(table: dict[str, Any], path: Path) -> CoreConfig:
+    """[core], with its [[core.address]] tables (raftmq.core.address_settings)."""
+    table = dict(table)
+    addresses = table.pop("address", [])
+    if not isinstance(addresses, list) or not all(isinstance(entry, dict) for entry in addresses):
+        raise ConfigError(f"{path}: core.address must be [[core.address]] tables")
+    settings = []
+    for i, entry in enumerate(addresses):
+        if "match" not in entry:
+            raise ConfigError(f"{path}: core.address[{i}].match is missing (a destination or pattern, like /queue/orders.>)")
+        address: AddressSettings = build_dataclass(AddressSettings, entry, path, f"core.address[{i}]")
+        try:
+            address.check()
+        except ValueError as exc:
+            raise ConfigError(f"{path}: core.address[{i}]: {exc}") from None
+        settings.append(address)
+    core: CoreConfig = build_dataclass(CoreConfig, table, path, "core", addresses=tuple(settings))
+    _check_core(core, path)
+    return core
 
 
 def _check_core(core: CoreConfig, path: Path) -> None:

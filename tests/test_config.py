@@ -34,6 +34,12 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[node]\nport = -1\n", r"node\.port must not be negative"),
         ("[core]\nmax_delivery_count = true\n", r"core\.max_delivery_count must be int"),
         ("[core]\npage_size = -1\n", r"node\.toml: core\.page_size must not be negative"),
+        ("[[core.address]]\nmatch = '/queue/>'\naddress_full_policy = 'block'\n",
+         r"node\.toml: core\.address\[0\]: address_full_policy must be one of PAGE, BLOCK, FAIL, DROP, got 'block'"),
+        ("[[core.address]]\nmatch = 'orders'\n", r"core\.address\[0\]: match must start with /queue/ or /topic/"),
+        ("[[core.address]]\nmatch = '/queue/a.>.b'\n", r"core\.address\[0\]: '>' must be the last element"),
+        ("[[core.address]]\nmax_size_messages = 5\n", r"core\.address\[0\]\.match is missing"),
+        ("[[core.address]]\nmatch = '/queue/a'\nmax_size = 5\n", r"unknown key core\.address\[0\]\.max_size "),
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
         ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
@@ -165,3 +171,14 @@ def test_message_ids_are_unique_per_group_by_default(tmp_path: Path) -> None:
     assert named.node_config("a").core.broker_name == "orders"
     solo = single_node_group(NodeConfig(name="edge1"))
     assert solo.node_config("edge1").core.broker_name == "edge1"
+
+
+def test_address_settings_load_in_file_order(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[core]\nglobal_max_size_bytes = 1000000\n\n"
+                    "[[core.address]]\nmatch = '/queue/orders.>'\nmax_size_messages = 10\naddress_full_policy = 'BLOCK'\n\n"
+                    "[[core.address]]\nmatch = '/topic/>'\nmax_size_bytes = 4096\naddress_full_policy = 'DROP'\n")
+    core = load_config(path).core
+    assert [(a.match, a.max_size_messages, a.max_size_bytes, a.address_full_policy) for a in core.addresses] == [
+        ("/queue/orders.>", 10, 0, "BLOCK"), ("/topic/>", 0, 4096, "DROP")]
+    assert core.global_max_size_bytes == 1_000_000

@@ -26,6 +26,7 @@ from raftmq.core.cluster_rights import cluster_login, may_pull
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
+from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
@@ -51,6 +52,7 @@ class Broker:
         self.config = config
         self.state = BrokerState(DedupCache(config.dedup_cache_size), pages=pages if pages is not None else MemoryPages())
         self.dispatch = Dispatcher(self.state, config)
+        self.limits = AddressLimits(config.addresses, config.global_max_size_messages, config.global_max_size_bytes)
         # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
         self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
         self.scheduler = Scheduler(self.state.jobs, self.publish_again)
@@ -333,6 +335,13 @@ class Broker:
                 plan(destination, command.headers, command.now)
             except Refused as refused:
                 return self._reject(command.session, refused.message, refused.detail, command.receipt)
+        if self.limits.active and not destination.startswith(SF_PREFIX):
+            full = self.limits.full(self.state, destination)
+            if full is not None and full.address_full_policy == FAIL:
+                return self._reject(command.session, "address full", refusal(full, destination), command.receipt)
+            if full is not None and full.address_full_policy == DROP:
+                self.state.dropped[destination] = self.state.dropped.get(destination, 0) + 1
+                return self._done(command.session, command.receipt)
         if destination.startswith(SF_PREFIX) and command.transaction is None:
             # Only the node's own sessions get here (the STOMP layer refuses $.raftmq. SENDs):
             # a passive link's advert for the neighbour that pulls it, stored as it is.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.connection import ClusterView
+from raftmq.core.address_settings import AddressSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,11 @@ class CoreConfig:
     # later arrivals are packed into pages of page_size and paged back in as the head drains.
     # 0: never page (every ready message stays in memory).
     page_size: int = 1000
+    # Producer flow control (raftmq.core.address_settings): per destination, first match wins
+    # ([[core.address]] tables), and bounds on the sum over every destination (0: none).
+    addresses: tuple[AddressSettings, ...] = ()
+    global_max_size_messages: int = 0
+    global_max_size_bytes: int = 0
     # The group's place in a cluster of groups (from the topology's [[cluster_connection]]s);
     # None: a broker on its own. Not a [core] key: `raftmq node --topology` sets it.
     cluster: ClusterView | None = None

@@ -30,6 +30,7 @@ from raftmq.core.model import (
 )
 from raftmq.core.state import BrokerState
 from raftmq.core.dispatch_paging import Paging
+from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.core.patterns import pattern_matches
 from raftmq.core.queue_patterns import QueuePatterns
 from raftmq.core.temporary import MARK
@@ -41,7 +42,7 @@ ORIGINAL_DESTINATION = "original-destination"
 EXPIRY_HEAP_SLACK = 1024
 
 
-class Dispatcher(Paging):
+class Dispatcher(Paging, Redelivery):
     """Queue stores, the expiry index, and the dispatch passes, on a `BrokerState`. Pure like
     the rest of the core. `now` and `effects` belong to the command being applied."""
 
@@ -264,45 +265,6 @@ class Dispatcher(Paging):
             self.wake(store, sub)
         else:
             self.requeue(store, [done.message for done in settled])
-
-    def redelivery_delay(self, delivery_count: int) -> int:
-        """How long a message NACKed after its `delivery_count`-th delivery waits (ms)."""
-        config = self.config
-        delay = config.redelivery_delay_ms * config.redelivery_multiplier ** max(0, delivery_count - 1)
-        return int(min(delay, config.max_redelivery_delay_ms))
-
-    def redeliver_later(self, store: Store, messages: list[Message]) -> None:
-        """NACKed `messages`: dead-lettered at the limit, else held back for their redelivery
-        delay (`release_due` returns them to the front of `store`)."""
-        limit = self.config.max_delivery_count
-        heap = self.state.redelivery_heap
-        for message in messages:
-            if message.delivery_count >= limit:
-                self.dead_letter(store, message)
-                continue
-            due = self.now + self.redelivery_delay(message.delivery_count)
-            self.state.entry_seq = token = self.state.entry_seq + 1
-            store.delayed[token] = (due, message)
-            heappush(heap, (due, token, store))
-
-    def next_redelivery(self) -> int | None:
-        """When the first held-back message is due again (ms), or None."""
-        heap = self.state.redelivery_heap
-        while heap and heap[0][1] not in heap[0][2].delayed:
-            heappop(heap)  # its store went away
-        return heap[0][0] if heap else None
-
-    def release_due(self, now: int) -> None:
-        """Return every held-back message whose delay is over to the front of its store."""
-        heap = self.state.redelivery_heap
-        back: dict[Store, list[Message]] = {}
-        while heap and heap[0][0] <= now:
-            _, token, store = heappop(heap)
-            held = store.delayed.pop(token, None)
-            if held is not None:
-                back.setdefault(store, []).append(held[1])
-        for store, messages in back.items():
-            self.requeue(store, messages, may_dead_letter=False)
 
     def take_back(self, session: Session, deliveries: list[Delivery]) -> dict[Store, list[Message]]:
         """Cancel `deliveries` (of `session`, in delivery order): their messages by store, in

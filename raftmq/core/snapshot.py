@@ -147,6 +147,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
     # Only a group in a cluster has any: a broker on its own writes what it always wrote.
     if not state.federation.is_empty():
         data["federation"] = state.federation.dump()
+    if state.dropped:  # only then: a snapshot without any reads as it always did
+        data["dropped"] = dict(state.dropped)
     if state.job_seq:
         data["job_seq"] = state.job_seq
         data["jobs"] = [job.dump() for job in state.jobs.values()]
@@ -282,6 +284,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
 
     if "federation" in data:
         state.federation = FederationState.load(data["federation"])
+    state.dropped = {str(name): int(count) for name, count in data.get("dropped", {}).items()}
     state.job_seq = data.get("job_seq", 0)
     for record in data.get("jobs", ()):
         job = Job.load(record)

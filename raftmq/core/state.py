@@ -59,6 +59,7 @@ class BrokerState:
     temp_owners: dict[str, str] = field(default_factory=dict)  # token -> session (raftmq.core.temp_owners)
     # (due, token, store) of NACKed messages waiting out their redelivery delay; stale entries skipped.
     redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)  # SENDs dropped by address_full_policy DROP
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 

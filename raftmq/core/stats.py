@@ -48,6 +48,7 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
         scheduled[job.destination] = scheduled.get(job.destination, 0) + 1
     for destination, counters in destinations.items():
         counters["scheduled"] = scheduled.get(destination, 0)
+        counters["dropped"] = state.dropped.get(destination, 0)
     return {
         "sessions": len(state.sessions),
         # Scheduled messages not yet published, by destination (one may not exist yet).
