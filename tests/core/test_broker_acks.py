@@ -245,7 +245,7 @@ def test_auto_deliveries_are_not_returned_on_disconnect() -> None:
         "expired": 0,
         "dead_lettered": 0,
         "delayed": 0,
-        "scheduled": 0,
+        "scheduled": 0, "dropped": 0,
     }
 
 

@@ -18,7 +18,7 @@ def test_queue_counts_stored_then_settled_messages() -> None:
         h.send("p", "/queue/a", body)
     assert h.stats("/queue/a") == {
         "depth": 4, "in_flight": 0, "consumers": 0, "enqueued": 4, "dequeued": 0, "expired": 0, "dead_lettered": 0,
-        "delayed": 0, "scheduled": 0,
+        "delayed": 0, "scheduled": 0, "dropped": 0,
     }
     got = delivers(h.subscribe("c", "s", "/queue/a", ack="client-individual", prefetch=4))
     assert h.stats("/queue/a")["in_flight"] == 4 and h.stats("/queue/a")["dequeued"] == 0  # delivered is not dequeued

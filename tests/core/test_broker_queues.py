@@ -65,7 +65,7 @@ def test_prefetch_bounds_unacked_deliveries() -> None:
         "expired": 0,
         "dead_lettered": 0,
         "delayed": 0,
-        "scheduled": 0,
+        "scheduled": 0, "dropped": 0,
     }
     freed = delivers(h.ack("c", got[0][0].ack_id))
     assert [d.message.body for d in freed] == [2]
