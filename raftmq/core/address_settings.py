@@ -77,13 +77,15 @@ class AddressLimits:
             self._settings[destination] = found
             return found
 
-    def full(self, state: BrokerState, destination: str) -> AddressSettings | None:
+    def full(self, state: BrokerState, destination: str, more: int = 0, more_bytes: int = 0) -> AddressSettings | None:
         """The destination's settings when it is full (its own limits, or the global ones) and
-        its policy is not PAGE; else None."""
+        its policy is not PAGE; else None. `more`, `more_bytes`: on top of what it holds
+        (the leader's SENDs proposed and not yet applied)."""
         settings = self.settings(destination)
         if settings is None or settings.address_full_policy == PAGE:
             return None
         messages, size = usage(stores_of(state, destination))
+        messages, size = messages + more, size + more_bytes
         if (settings.max_size_messages and messages >= settings.max_size_messages) or (
                 settings.max_size_bytes and size >= settings.max_size_bytes):
             return settings

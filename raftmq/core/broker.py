@@ -95,7 +95,9 @@ class Broker:
     @classmethod
     def restore(cls, data: dict[str, Any], config: CoreConfig, pages: PageStore | None = None) -> Broker:
         """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
-        broker = cls(config, pages)
+        broker = cls(config)
+        if pages is not None:
+            broker.state.pages = pages
         load_state(broker.state, data, config)
         broker.scheduler = Scheduler(broker.state.jobs, broker.publish_again)
         index_owners(broker.state)

@@ -71,6 +71,8 @@ class Connection(asyncio.Protocol):
         self._pending = 0  # commands proposed, not yet committed
         self._last_proposal: asyncio.Future[None] | None = None
         self._read_paused_for_log = False
+        self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
+        self._flow_held: list[list[Command]] = []  # proposals held meanwhile, in order
         self._read_paused_for_writes = False
         self._held_for_redirect = False
         self._last_received = 0.0
@@ -143,6 +145,9 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._out.clear()
+        if self._flow_held and self.host.flow is not None:
+            self.host.flow.forget(self)  # never proposed, never receipted: not the broker's
+            self._flow_held.clear()
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
         for decision in decisions:
@@ -198,15 +203,56 @@ class Connection(asyncio.Protocol):
 
     def _propose(self, decision: Propose) -> None:
         commands = decision.commands
+        flow = self.host.flow
+        if flow is None:
+            return self._propose_now(commands)
+        if not self._flow_held:
+            at = flow.blocked_at(commands)
+            if at is None:
+                return self._propose_now(commands)
+            if at:
+                self._propose_now(commands[:at])
+            commands = commands[at:]
+        # BLOCK (raftmq.server.flow): hold the first SEND that does not fit and everything after
+        # it, and read nothing more until there is room.
+        self._flow_held.append(commands)
+        if not self._read_paused_for_flow:
+            self._read_paused_for_flow = True
+            self._update_reading()
+            flow.wait(self)
+
+    def flow_release(self) -> bool:
+        """Propose what BLOCK held while its destinations have room; True once nothing is held."""
+        flow = self.host.flow
+        held = self._flow_held
+        while held:
+            if self.stomp.state >= SessionState.FAILED:
+                return True  # what it held goes with it (never proposed, never receipted)
+            at = flow.blocked_at(held[0]) if flow is not None else None
+            if at is not None:
+                if at:
+                    self._propose_now(held[0][:at])
+                    held[0] = held[0][at:]
+                return False
+            self._propose_now(held.pop(0))
+        self._read_paused_for_flow = False
+        self._update_reading()
+        return True
+
+    def _propose_now(self, commands: list[Command]) -> None:
         if UNSAFE_EARLY_RECEIPTS and any(isinstance(command, Send) for command in commands):
             self.host.loop.call_later(UNSAFE_DELAY_SECONDS, self._propose_commands, self._receipt_early(commands))
             return
         self._propose_commands(commands)
 
     def _propose_commands(self, commands: list[Command]) -> None:
+        flow = self.host.flow
+        sends = flow.proposing(commands) if flow is not None else None
         future = self.host.propose(commands)
         self._pending += len(commands)
         self._last_proposal = future
+        if sends is not None and flow is not None:
+            future.add_done_callback(lambda _: flow.applied(sends))
         future.add_done_callback(partial(self._proposal_done, len(commands)))
         if self._pending > self._max_pending and not self._read_paused_for_log:
             self._read_paused_for_log = True
@@ -252,7 +298,7 @@ class Connection(asyncio.Protocol):
         if transport is None or transport.is_closing() or state == SessionState.RELAYED:
             return  # a relayed connection's reading is the relay's
         paused = (
-            self._read_paused_for_log or self._read_paused_for_writes or self._held_for_redirect
+            self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow or self._held_for_redirect
             or self.stomp.authenticating or state >= SessionState.FAILED
         )
         if paused:
@@ -416,7 +462,7 @@ class Connection(asyncio.Protocol):
             return
         interval = self.stomp.receive_interval_ms / 1000
         now = self._loop.time()
-        if self._read_paused_for_log or self._read_paused_for_writes:
+        if self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow:
             self._last_received = now  # we are the ones not reading: the silence is ours
         silent = now - self._last_received
         limit = interval * HEARTBEAT_RECEIVE_GRACE

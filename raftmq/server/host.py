@@ -15,6 +15,7 @@ from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
 from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
+from raftmq.server.flow import FlowGate
 
 
 class ClientConnection(Protocol):
@@ -113,6 +114,10 @@ class SessionHost(Protocol):
 class ConnectionHost(SessionHost, Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def flow(self) -> FlowGate | None:
+        """BLOCK's gate (raftmq.server.flow); None when no address setting blocks."""
 
     @property
     def clock(self) -> Clock: ...

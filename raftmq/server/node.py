@@ -42,6 +42,8 @@ from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
 from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
+from raftmq.core.address_settings import BLOCK
+from raftmq.server.flow import FlowGate
 from raftmq.server.relay import Relays
 from raftmq.server.replica import BodyFetcher, Replica
 from raftmq.server.stomp_session import SessionState
@@ -83,6 +85,7 @@ class Node:
         self._managing: dict[str, asyncio.Future[Managed]] = {}  # admin requests awaiting their Managed effect
         self.succession = Succession(self)
         self._relays = Relays(self)  # sessions of this follower's clients, piped to the leader
+        self.flow: FlowGate | None = None  # BLOCK's gate, when an address setting blocks (started with the node)
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
@@ -166,6 +169,11 @@ class Node:
 
     def has_destination(self, destination: str) -> bool:
         return self.replica.broker.has_destination(destination)
+
+    def _flow_blocked(self, destination: str, proposed: int, proposed_bytes: int) -> bool:
+        broker = self.replica.broker
+        full = broker.limits.full(broker.state, destination, proposed, proposed_bytes)
+        return full is not None and full.address_full_policy == BLOCK
 
     def reserve_unfinished(self, grow: int) -> bool:
         if grow > 0 and self.unfinished_frame_bytes + grow > self._config.max_unfinished_frame_bytes:
@@ -268,6 +276,8 @@ class Node:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if any(address.address_full_policy == BLOCK for address in self._config.core.addresses):
+            self.flow = FlowGate(self._loop, self._flow_blocked)
         _tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
         await self.commit_log.start(self.replica)
@@ -299,6 +309,8 @@ class Node:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        if self.flow is not None:
+            self.flow.close()
         for task in (self._tick_task, self._sample_task):
             if task is not None:
                 task.cancel()
@@ -411,6 +423,8 @@ class Node:
         status["commit_index"] = log_status.commit_index
         if replica.bodies is not None:
             status["bodies"] = replica.bodies.stats()
+        if self.flow is not None:
+            status["flow"] = {"blocked_connections": self.flow.waiting, "blocks": self.flow.blocks}
         if self._config.core.cluster is not None:
             status["cluster"] = self.cluster_status()
         return status

@@ -74,7 +74,7 @@ class Group:
         for table, values in (("raft", raft), ("journal", journal), ("server", server), ("core", core)):
             if values:
                 lines.append(f"[{table}]")
-                lines.extend(f"{key} = {value!r}" for key, value in values.items())
+                lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
         for member in self.members.values():
             lines += ["[[node]]", f'id = "{member.id}"', f'client = "{member.client}"',
                       f'raft = "{member.host}:{member.raft_port}"', f'admin = "{member.host}:{member.admin_port}"']
@@ -356,3 +356,12 @@ class StompPyProducer:
                 pass
             time.sleep(0.05)
         return None, None
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: Python's repr for scalars, inline tables for dicts ([[core.address]] as a list)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return repr(value)

@@ -1,0 +1,107 @@
+"""BLOCK, the leader's side of producer flow control (raftmq.core.address_settings): a
+connection about to propose a SEND to a destination that is full under `address_full_policy =
+"BLOCK"` proposes nothing more and reads nothing more (TCP pushes back on the producer, and no
+RECEIPT goes out), until the destination has room. Only that connection waits: producers of
+other destinations, and consumers, go on; the consumers' ACKs are what make room.
+
+SENDs proposed but not yet applied count too (`proposing` / `applied`), so several frames
+read at once cannot all slip past a limit before the first is applied.
+
+The gate re-checks its waiting connections every `CHECK_SECONDS` while any wait (a few per
+SEND blocked at most: a dict lookup and the destination's counters), in the order they began to
+wait, so the first blocked is the first released.
+
+A SEND in a transaction counts when it is proposed; what reaches the core past a limit anyway
+(after a change of leader, whose gate starts empty) is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from raftmq.core.commands import Command, Send
+
+CHECK_SECONDS = 0.005
+
+
+class FlowWaiter(Protocol):
+    def flow_release(self) -> bool:
+        """Propose what it held while there is room; True when it holds nothing more."""
+
+
+class FlowGate:
+    def __init__(self, loop: asyncio.AbstractEventLoop, blocked: Callable[[str, int, int], bool]) -> None:
+        self._loop = loop
+        # Is this destination full under BLOCK, counting (messages, bytes) proposed but not applied?
+        self._blocked = blocked
+        self._waiting: dict[FlowWaiter, None] = {}
+        # SENDs proposed and not yet applied, per destination: (messages, body bytes). The leader
+        # proposes every SEND of its group, so with these BLOCK holds a limit exactly.
+        self._proposed: dict[str, list[int]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self.blocks = 0  # connections that had to wait, since start (for /status)
+
+    def blocked_at(self, commands: Sequence[Command]) -> int | None:
+        """The position of the first SEND among `commands` whose destination is full under BLOCK,
+        counting what is proposed and the SENDs before it in `commands`; None if all fit."""
+        blocked, proposed = self._blocked, self._proposed
+        ahead: dict[str, list[int]] = {}
+        for position, command in enumerate(commands):
+            if type(command) is Send:
+                destination = command.destination
+                pending = proposed.get(destination, (0, 0))
+                mine = ahead.setdefault(destination, [0, 0])
+                if blocked(destination, pending[0] + mine[0], pending[1] + mine[1]):
+                    return position
+                mine[0] += 1
+                mine[1] += len(command.body) if isinstance(command.body, bytes) else 0
+        return None
+
+    def proposing(self, commands: Iterable[Command]) -> list[tuple[str, int]] | None:
+        """Count these commands' SENDs as proposed; returns what `applied` takes back."""
+        sends = [(c.destination, len(c.body) if isinstance(c.body, bytes) else 0) for c in commands if type(c) is Send]
+        for destination, size in sends:
+            counts = self._proposed.setdefault(destination, [0, 0])
+            counts[0] += 1
+            counts[1] += size
+        return sends or None
+
+    def applied(self, sends: list[tuple[str, int]]) -> None:
+        """Those SENDs committed (or failed): the core's counters hold them now."""
+        for destination, size in sends:
+            counts = self._proposed.get(destination)
+            if counts is not None:
+                counts[0] -= 1
+                counts[1] -= size
+                if counts[0] <= 0:
+                    del self._proposed[destination]
+
+    def wait(self, waiter: FlowWaiter) -> None:
+        if waiter not in self._waiting:
+            self._waiting[waiter] = None
+            self.blocks += 1
+        if self._timer is None:
+            self._timer = self._loop.call_later(CHECK_SECONDS, self._check)
+
+    def forget(self, waiter: FlowWaiter) -> None:
+        self._waiting.pop(waiter, None)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _check(self) -> None:
+        self._timer = None
+        for waiter in list(self._waiting):
+            if waiter.flow_release():
+                self._waiting.pop(waiter, None)
+        if self._waiting:
+            self._timer = self._loop.call_later(CHECK_SECONDS, self._check)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._waiting.clear()

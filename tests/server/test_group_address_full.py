@@ -1,0 +1,142 @@
+"""Producer flow control with real processes (raftmq.core.address_settings, raftmq.server.flow):
+a 3-member group with one destination per policy, stomp.py as the producers and consumers.
+FAIL answers ERROR with the SEND's receipt-id; DROP receipts and drops; BLOCK withholds the
+receipt and reads nothing more from that producer until a consumer makes room, while another
+producer's SENDs to another destination go on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stomp
+
+from tests.helpers.group_harness import Group
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+LIMIT = 5
+ADDRESSES = [
+    {"match": "/queue/fail", "max_size_messages": LIMIT, "address_full_policy": "FAIL"},
+    {"match": "/queue/drop", "max_size_messages": LIMIT, "address_full_policy": "DROP"},
+    {"match": "/queue/block.>", "max_size_messages": LIMIT, "address_full_policy": "BLOCK"},
+]
+
+
+class Listener(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.receipts: list[str] = []
+        self.errors: list[dict[str, Any]] = []
+        self.messages: list[str] = []
+        self.lock = threading.Lock()
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.receipts.append(frame.headers["receipt-id"])
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.errors.append(dict(frame.headers))
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.messages.append(frame.body)
+
+
+def connect(address: str) -> tuple[stomp.Connection12, Listener]:
+    host, port = address.split(":")
+    connection = stomp.Connection12([(host, int(port))], heartbeats=(0, 0), auto_decode=True)
+    listener = Listener()
+    connection.set_listener("l", listener)
+    connection.connect(wait=True)
+    return connection, listener
+
+
+def wait_for(condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    group = Group(tmp_path_factory.mktemp("address-full"), core={"address": ADDRESSES})
+    try:
+        group.start()
+        group.leader()
+        yield group
+    finally:
+        group.close()
+
+
+def leader_client(group: Group) -> str:
+    return group.members[group.leader()].client
+
+
+def depth(group: Group, destination: str) -> dict[str, int]:
+    status = group.status(group.leader())
+    return status["broker"]["destinations"].get(destination, {})
+
+
+def test_fail_answers_error_with_the_receipt_id(group: Group) -> None:
+    connection, listener = connect(leader_client(group))
+    for n in range(LIMIT):
+        connection.send("/queue/fail", f"m{n}", receipt=f"f{n}")
+    assert wait_for(lambda: len(listener.receipts) == LIMIT)
+    connection.send("/queue/fail", "over", receipt="f-over")
+    assert wait_for(lambda: listener.errors)
+    (error,) = listener.errors
+    assert error["receipt-id"] == "f-over" and error["message"] == "address full"
+    assert wait_for(lambda: not connection.is_connected())
+    assert depth(group, "/queue/fail")["depth"] == LIMIT
+
+
+def test_drop_receipts_and_drops(group: Group) -> None:
+    connection, listener = connect(leader_client(group))
+    try:
+        for n in range(LIMIT + 3):
+            connection.send("/queue/drop", f"m{n}", receipt=f"d{n}")
+        assert wait_for(lambda: len(listener.receipts) == LIMIT + 3)
+        assert not listener.errors
+        counters = depth(group, "/queue/drop")
+        assert counters["depth"] == LIMIT and counters["dropped"] == 3
+    finally:
+        connection.disconnect()
+
+
+def test_block_holds_one_producer_until_a_consumer_makes_room(group: Group) -> None:
+    address = leader_client(group)
+    blocked, blocked_listener = connect(address)
+    other, other_listener = connect(address)
+    consumer, consumer_listener = connect(address)
+    try:
+        for n in range(LIMIT + 3):
+            blocked.send("/queue/block.a", f"b{n}", receipt=f"b{n}")
+        assert wait_for(lambda: len(blocked_listener.receipts) == LIMIT), blocked_listener.receipts
+        time.sleep(1.0)
+        assert len(blocked_listener.receipts) == LIMIT, "receipts past the limit while the queue is full"
+        status = group.status(group.leader())
+        assert status["flow"]["blocked_connections"] == 1
+        assert status["broker"]["destinations"]["/queue/block.a"]["depth"] == LIMIT
+
+        # Another producer, another destination (even one of the same setting): not held.
+        for n in range(3):
+            other.send("/queue/block.b", f"o{n}", receipt=f"o{n}")
+            other.send("/queue/elsewhere", f"e{n}", receipt=f"e{n}")
+        assert wait_for(lambda: len(other_listener.receipts) == 6)
+
+        # A consumer makes room: the held SENDs go in, their receipts come, nothing is lost.
+        consumer.subscribe("/queue/block.a", id="s", ack="auto")
+        assert wait_for(lambda: len(blocked_listener.receipts) == LIMIT + 3)
+        assert wait_for(lambda: len(consumer_listener.messages) == LIMIT + 3)
+        assert consumer_listener.messages == [f"b{n}" for n in range(LIMIT + 3)]
+        assert wait_for(lambda: group.status(group.leader())["flow"]["blocked_connections"] == 0)
+    finally:
+        for connection in (blocked, other, consumer):
+            connection.disconnect()
