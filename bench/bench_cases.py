@@ -56,7 +56,9 @@ def new_destination(case: Case) -> str:
 
 
 def bench_command(url: str, case: Case, destination: str, messages: int, warmup: int, processes: int,
-                  broker_args: tuple[str, ...], json_path: Path) -> list[str]:
+                  broker_args: tuple[str, ...], json_path: Path, duration: float | None = None) -> list[str]:
+    """`duration`: send for that many seconds (a sustained run) instead of `messages`."""
+    amount = ["--duration", str(duration)] if duration else ["-n", str(messages)]
     return [
         sys.executable, "-m", "raftmq", "bench",
         "--url", url,
@@ -65,7 +67,7 @@ def bench_command(url: str, case: Case, destination: str, messages: int, warmup:
         "-p", str(case.producers), "-c", str(case.consumers),
         "-s", "1024", "--persistent", "--ack", "client-individual",
         "--receipt-window", str(case.receipt_window),
-        "-n", str(messages), "--warmup", str(warmup),
+        *amount, "--warmup", str(warmup),
         "--processes", str(processes),
         "-q", "--json", str(json_path),
     ]  # fmt: skip
@@ -104,9 +106,9 @@ def _broker_options(broker_args: tuple[str, ...]) -> dict[str, Any]:
     return options
 
 
-def run_bench(command: list[str], messages: int) -> dict[str, Any]:
+def run_bench(command: list[str], messages: int, duration: float | None = None) -> dict[str, Any]:
     """Run one bench; its JSON plus `exit_code` (1: loss, 2: errors) and the command line."""
-    timeout = BASE_TIMEOUT_SECONDS + messages / SLOWEST_EXPECTED_RATE
+    timeout = BASE_TIMEOUT_SECONDS + (4 * duration if duration else messages / SLOWEST_EXPECTED_RATE)
     json_index = command.index("--json") + 1
     with tempfile.TemporaryDirectory(prefix="raftmq-sbs-") as tmp:
         command = [*command[:json_index], str(Path(tmp) / "result.json"), *command[json_index + 1:]]

@@ -50,21 +50,26 @@ def _warmup(messages: int) -> int:
     return min(1000, messages // 10)
 
 
+# Set from the command line: --duration (sustained runs) and --case (which cases).
+RUN: dict[str, Any] = {"duration": None, "cases": CASES}
+
+
 def _run_cases(label: str, url: str, broker_args: tuple[str, ...], messages: int, repeat: int,
                processes: int, check: Any = None) -> dict[str, dict[str, Any]]:
     """Every case `repeat` times against one broker: {case key: {"combined", "runs", "commands"}}."""
     out: dict[str, dict[str, Any]] = {}
-    for case in CASES:
+    duration = RUN["duration"]
+    for case in RUN["cases"]:
         runs, commands = [], []
         for attempt in range(repeat):
             destination = new_destination(case)
             declare_queue(url, destination, broker_args)
             command = bench_command(url, case, destination, messages, _warmup(messages), processes, broker_args,
-                                    Path("result.json"))
+                                    Path("result.json"), duration)
             commands.append(shlex.join(command))
             console.print(f"[dim]{label}: {case.title}, run {attempt + 1}/{repeat}[/]")
             started = time.monotonic()
-            result = run_bench(command, messages)
+            result = run_bench(command, messages, duration)
             if check is not None:
                 check()
             runs.append(result)
@@ -78,7 +83,7 @@ def _run_cases(label: str, url: str, broker_args: tuple[str, ...], messages: int
 
 
 def _measure_raftmq(messages: int, repeat: int, processes: int, keep: bool) -> dict[str, Any]:
-    with NodeGroup.create(size=3) as group:
+    with NodeGroup.create(size=3, overrides=RUN.get("overrides")) as group:
         console.print(f"raftmq: starting a 3-node group in {group.root}")
         try:
             leader = group.start_all(timeout=60)
@@ -125,7 +130,7 @@ def _fmt(value: float | None, unit: str) -> str:
 def _render(report: dict[str, Any]) -> None:
     ours = report["raftmq"]["results"]
     theirs = (report.get("rabbitmq") or {}).get("results", {})
-    for case in CASES:
+    for case in RUN["cases"]:
         table = Table(title=f"{case.title} — 1 KiB persistent, ACK per message, "
                             f"median of {report['settings']['repeat']}", title_justify="left")
         table.add_column("figure")
@@ -177,15 +182,26 @@ def _flag(value: int | None) -> str:
               help="raftmq bench --processes (the same for both brokers).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Write the report as JSON.")
 @click.option("--keep", is_flag=True, help="Keep the raftmq group's temp dir (config, logs, data).")
-def main(messages: int, repeat: int, skip_rabbitmq: bool, processes: int, json_path: str | None, keep: bool) -> None:
+@click.option("--duration", type=click.FloatRange(1, None), default=None,
+              help="Send for this many seconds per run (a sustained run) instead of --messages.")
+@click.option("--case", "case_keys", multiple=True, type=click.Choice([c.key for c in CASES]), help="Only these cases.")
+@click.option("--server", "server_settings", multiple=True, metavar="KEY=VALUE",
+              help="A [server] setting of the raftmq group file (an int), e.g. fair_queue_depth=200.")
+def main(messages: int, repeat: int, skip_rabbitmq: bool, processes: int, json_path: str | None, keep: bool,
+         duration: float | None, case_keys: tuple[str, ...], server_settings: tuple[str, ...]) -> None:
     """raftmq vs RabbitMQ quorum queues, same bench, same machine, one sitting."""
     install_signal_handlers()
+    RUN["duration"] = duration
+    RUN["cases"] = tuple(c for c in CASES if not case_keys or c.key in case_keys)
+    if server_settings:
+        RUN["overrides"] = {"server": {k: int(v) for k, v in (item.split("=", 1) for item in server_settings)}}
     if not skip_rabbitmq and (reason := missing_reason()):
         raise click.ClickException(f"{reason}\n(or pass --skip-rabbitmq)")
     report: dict[str, Any] = {
         "settings": {"messages": messages, "warmup": _warmup(messages), "repeat": repeat, "processes": processes,
-                     "size": 1024, "persistent": True, "ack": "client-individual",
-                     "cases": [case.__dict__ for case in CASES]},
+                     "size": 1024, "persistent": True, "ack": "client-individual", "duration": duration,
+                     "server": dict(RUN.get("overrides", {}).get("server", {})),
+                     "cases": [case.__dict__ for case in RUN["cases"]]},
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": _cpus()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
@@ -194,7 +210,7 @@ def main(messages: int, repeat: int, skip_rabbitmq: bool, processes: int, json_p
     report["rabbitmq"] = None if skip_rabbitmq else _measure_rabbitmq(messages, repeat, processes)
     report["ratios"] = {}
     if report["rabbitmq"] is not None:
-        for case in CASES:
+        for case in RUN["cases"]:
             report["ratios"][case.key] = ratios(report["raftmq"]["results"][case.key]["combined"],
                                                 report["rabbitmq"]["results"][case.key]["combined"])
     report["targets"] = targets({
@@ -202,14 +218,14 @@ def main(messages: int, repeat: int, skip_rabbitmq: bool, processes: int, json_p
             "raftmq": report["raftmq"]["results"][case.key]["combined"],
             "rabbitmq": report["rabbitmq"]["results"][case.key]["combined"] if report["rabbitmq"] else None,
         }
-        for case in CASES
+        for case in RUN["cases"]
     })
     _render(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
         console.print(f"wrote {json_path}")
     lost = sum(broker["results"][c.key]["combined"]["lost"] for broker in (report["raftmq"], report["rabbitmq"])
-               if broker for c in CASES)
+               if broker for c in RUN["cases"])
     sys.exit(1 if lost else 0)
 
 

@@ -53,6 +53,10 @@ class NodeConfig:
     # Commands a session may have appended but not yet committed before we stop reading its
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
+    # Fairness (raftmq.server.flow): while a queue's consumers keep taking messages, its
+    # producers wait once it holds this many ready messages, so consumers are served before new
+    # SENDs are accepted and no standing queue forms. 0: off (producers only wait for BLOCK).
+    fair_queue_depth: int = 0
     tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)
     # What a group's follower does with a client: "relay" its session to the leader (any
     # node serves any client), or "redirect" it (ERROR not the leader + a `leader` header).

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from raftmq.core.commands import Command, Send
+from raftmq.core.model import Store
 
 CHECK_SECONDS = 0.005
 
@@ -105,3 +106,29 @@ class FlowGate:
             self._timer.cancel()
             self._timer = None
         self._waiting.clear()
+
+
+class Fairness:
+    """`fair_queue_depth`: a queue whose consumers are taking messages (its dequeued count moved
+    in the last `STALL_SECONDS`) holds its producers once it has `depth` ready messages, counting
+    SENDs proposed and not applied. Consumers that stop taking for that long release them: the
+    backlog then pages, as without fairness."""
+
+    STALL_SECONDS = 1.0
+
+    def __init__(self, depth: int, clock: Callable[[], float]) -> None:
+        self.depth = depth
+        self._clock = clock
+        self._progress: dict[str, tuple[int, float]] = {}  # queue -> (dequeued, when it last moved)
+
+    def holds(self, store: Store, proposed: int) -> bool:
+        if not store.consumers or store.depth + proposed < self.depth:
+            return False
+        now = self._clock()
+        seen = self._progress.get(store.destination)
+        if seen is None or seen[0] != store.dequeued:
+            if len(self._progress) > 10_000:
+                self._progress.clear()
+            self._progress[store.destination] = (store.dequeued, now)
+            return True
+        return now - seen[1] < self.STALL_SECONDS

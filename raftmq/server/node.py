@@ -43,7 +43,7 @@ from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
 from raftmq.server.host import ClientConnection
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.core.address_settings import BLOCK
-from raftmq.server.flow import FlowGate
+from raftmq.server.flow import Fairness, FlowGate
 from raftmq.server.relay import Relays
 from raftmq.server.replica import BodyFetcher, Replica
 from raftmq.server.stomp_session import SessionState
@@ -86,6 +86,7 @@ class Node:
         self.succession = Succession(self)
         self._relays = Relays(self)  # sessions of this follower's clients, piped to the leader
         self.flow: FlowGate | None = None  # BLOCK's gate, when an address setting blocks (started with the node)
+        self._fairness: Fairness | None = None  # [server] fair_queue_depth
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
@@ -171,9 +172,13 @@ class Node:
         return self.replica.broker.has_destination(destination)
 
     def _flow_blocked(self, destination: str, proposed: int, proposed_bytes: int) -> bool:
+        """Must a SEND to `destination` wait (raftmq.server.flow): BLOCK, or fairness?"""
         broker = self.replica.broker
         full = broker.limits.full(broker.state, destination, proposed, proposed_bytes)
-        return full is not None and full.address_full_policy == BLOCK
+        if full is not None and full.address_full_policy == BLOCK:
+            return True
+        store = broker.state.queues.get(destination) if self._fairness is not None else None
+        return store is not None and self._fairness is not None and self._fairness.holds(store, proposed)
 
     def reserve_unfinished(self, grow: int) -> bool:
         if grow > 0 and self.unfinished_frame_bytes + grow > self._config.max_unfinished_frame_bytes:
@@ -276,8 +281,10 @@ class Node:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        if any(address.address_full_policy == BLOCK for address in self._config.core.addresses):
+        if self._config.fair_queue_depth or any(a.address_full_policy == BLOCK for a in self._config.core.addresses):
             self.flow = FlowGate(self._loop, self._flow_blocked)
+            if self._config.fair_queue_depth:
+                self._fairness = Fairness(self._config.fair_queue_depth, self._loop.time)
         _tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
         await self.commit_log.start(self.replica)
