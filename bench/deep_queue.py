@@ -27,10 +27,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from member_catchup import GROUP, QUEUE, Fill, group_file_text, leader, raftmq, rss_bytes, status, wait_applied  # noqa: E402
+from member_catchup import (  # noqa: E402
+    GROUP,
+    QUEUE,
+    Fill,
+    endpoints,
+    group_file_text,
+    leader,
+    rss_bytes,
+    status,
+    stop_group,
+    up_detached,
+    wait_applied,
+)
 
 from raftmq.client.failover import connect_failover  # noqa: E402
-from raftmq.ops.launcher import read_state, running_nodes, stop_launcher, stop_nodes  # noqa: E402
 from raftmq.processes import free_ports  # noqa: E402
 from raftmq.protocol.frame import Frame  # noqa: E402
 
@@ -97,18 +108,6 @@ async def consume_rate(url: str, destination: str, seconds: float, limit: int) -
 
 async def fill_to(url: str, count: int, options: argparse.Namespace, destination: str = QUEUE) -> float:
     return await Fill(url, count, options.size, options.producers, options.window, options.stall, destination).run()
-
-
-def stop_group(state_dir: Path) -> None:
-    state = read_state(state_dir)
-    if state is None:
-        return
-    stop_launcher(state, timeout=120)
-    state = read_state(state_dir) or state
-    stop_nodes(state)
-    left = running_nodes(read_state(state_dir) or state)
-    if left:
-        print(f"still running: {[(n.id, n.pid) for n in left]}", file=sys.stderr)
 
 
 def write_html(result: dict[str, Any], path: Path) -> None:
@@ -181,22 +180,15 @@ def main() -> None:
     if options.core:
         text = text.replace("[[node]]", "[core]\n" + "\n".join(options.core) + "\n\n[[node]]", 1)
     config.write_text(text, encoding="utf-8")
-    admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(3)}
-    url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")?randomize=false"
+    admins, url = endpoints(ports)
     state_dir = work / GROUP
     result: dict[str, Any] = {}
     try:
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
-        if up.returncode != 0:
-            raise SystemExit(f"raftmq up failed: {up.stdout}{up.stderr}")
+        up_detached(config, work, 60)
         result = asyncio.run(scenario(options, url, admins, config, work))
         print("stopping the group, then starting it again ...", file=sys.stderr, flush=True)
-        stop_group(state_dir)
-        began = time.monotonic()
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "600", cwd=work, timeout=900)
-        up_s = time.monotonic() - began
-        if up.returncode != 0:
-            raise SystemExit(f"raftmq up (restart) failed: {up.stdout}{up.stderr}")
+        stop_group(state_dir, 120)
+        up_s = up_detached(config, work, 600)
         restart = asyncio.run(after_restart(options, url, admins))
         restart["up_s"] = round(up_s, 2)
         restart["ready_s"] = round(up_s + restart["first_message_s"], 2)
@@ -209,7 +201,7 @@ def main() -> None:
             result["dispatch"] = {"deep_waiting": options.at[-1], "deep_msg_per_s": round(deep),
                                   "shallow_waiting": options.shallow, "shallow_msg_per_s": round(shallow)}
     finally:
-        stop_group(state_dir)
+        stop_group(state_dir, 120)
     if options.json is not None:
         options.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if options.html is not None:

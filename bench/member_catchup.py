@@ -68,6 +68,35 @@ def group_file_text(data_dir: Path, ports: list[int], size: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
+def endpoints(ports: list[int]) -> tuple[dict[str, str], str]:
+    """The members' admin addresses and a failover URL over their client ports."""
+    admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(len(ports) // 3)}
+    url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(len(ports) // 3)) + ")?randomize=false"
+    return admins, url
+
+
+def up_detached(config: Path, work: Path, timeout: float) -> float:
+    """`raftmq up --detach` the group; the seconds it took (its nodes serve once it returns)."""
+    began = time.monotonic()
+    up = raftmq("up", "--detach", "--config", str(config), "--timeout", str(int(timeout)), cwd=work, timeout=timeout + 300)
+    if up.returncode != 0:
+        raise SystemExit(f"raftmq up failed: {up.stdout}{up.stderr}")
+    return time.monotonic() - began
+
+
+def stop_group(state_dir: Path, timeout: float) -> None:
+    """Stop `raftmq up`'s supervisor, then any node left, by pid."""
+    state = read_state(state_dir)
+    if state is None:
+        return
+    stop_launcher(state, timeout=timeout)
+    state = read_state(state_dir) or state
+    stop_nodes(state)
+    left = running_nodes(read_state(state_dir) or state)
+    if left:
+        print(f"still running: {[(n.id, n.pid) for n in left]}", file=sys.stderr)
+
+
 def status(admin: str, verify: bool = False, timeout: float = 5.0) -> dict[str, Any] | None:
     url = f"http://{admin}/status" + ("?verify=1" if verify else "")
     try:
@@ -565,24 +594,14 @@ def main() -> None:
     ports = free_ports(12)
     config = work / f"{GROUP}.toml"
     config.write_text(group_file_text(work / GROUP, ports[:9]), encoding="utf-8")
-    admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(3)}
-    url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")?randomize=false"
+    admins, url = endpoints(ports[:9])
     state_dir = work / GROUP
     result: dict[str, Any] = {}
     try:
-        up = raftmq("up", "--detach", "--config", str(config), "--timeout", "60", cwd=work)
-        if up.returncode != 0:
-            raise SystemExit(f"raftmq up failed: {up.stdout}{up.stderr}")
+        up_detached(config, work, 60)
         result = asyncio.run(scenario(options, config, work, url, admins, ports[9:]))
     finally:
-        state = read_state(state_dir)
-        if state is not None:
-            stop_launcher(state, timeout=60)
-            state = read_state(state_dir) or state
-            stop_nodes(state)
-            left = running_nodes(read_state(state_dir) or state)
-            if left:
-                print(f"still running: {[(n.id, n.pid) for n in left]}", file=sys.stderr)
+        stop_group(state_dir, 60)
         if not result:
             print(f"work directory kept: {work}", file=sys.stderr)
     if not result:

@@ -24,19 +24,13 @@ from raftmq.processes import free_port
 from raftmq.replication.pysyncobj.patches import ALL_FIXES, Fixes
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.pysyncobj.transport import DurableTransport
+from tests.helpers.waiting import wait_until
+
+__all__ = ["wait_until"]  # the tests of raft members import it from here
 
 
 def fixes_from_environment() -> Fixes:
     return ALL_FIXES.without(*filter(None, os.environ.get("RAFTMQ_TEST_DISABLE_FIX", "").split(",")))
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.005) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())
 
 
 class Member:

@@ -15,6 +15,7 @@ import pytest
 import stomp
 
 from tests.helpers.group_harness import Group
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -56,12 +57,7 @@ def connect(address: str) -> tuple[stomp.Connection12, Listener]:
 
 
 def wait_for(condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return bool(condition())
+    return wait_until(condition, timeout, step=0.02)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 import stomp
 
 from tests.helpers.group_harness import Group
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -88,11 +89,3 @@ def test_a_producer_waits_for_a_consumer_that_keeps_up_and_not_for_one_that_stop
     finally:
         group.close()
 
-
-def wait_until(condition: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return bool(condition())
