@@ -121,7 +121,7 @@ def write_html(result: dict[str, Any], path: Path) -> None:
     figure.add_hline(y=256, line_dash="dash", annotation_text="256 MiB")
     figure.update_layout(title=f"raftmq: RSS per member against waiting {result['size']} B messages (3-member group)",
                          xaxis_title="waiting messages", yaxis_title="RSS (MiB)", width=900, height=500)
-    path.write_text(figure.to_html(include_plotlyjs=True, full_html=True), encoding="utf-8")
+    path.write_text(figure.to_html(include_plotlyjs=True, full_html=True, config={"displayModeBar": False}), encoding="utf-8")
 
 
 async def scenario(options: argparse.Namespace, url: str, admins: dict[str, str], config: Path, work: Path) -> dict[str, Any]:

@@ -54,7 +54,7 @@ class NodeConfig:
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
     # Fairness (raftmq.server.flow): while a queue's consumers keep taking messages, its
-    # producers wait once it holds this many ready messages, so consumers are served before new
+    # producers wait once it holds this many messages (ready or in flight), so consumers are served before new
     # SENDs are accepted and no standing queue forms. 0: off (producers only wait for BLOCK).
     fair_queue_depth: int = 0
     tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)

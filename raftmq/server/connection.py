@@ -272,6 +272,8 @@ class Connection(asyncio.Protocol):
 
     def _proposal_done(self, count: int, future: asyncio.Future[None]) -> None:
         self._pending -= count
+        if self.host.flow is not None:
+            self.host.flow.poke()  # what this applied may make room for a blocked producer
         exc = None if future.cancelled() else future.exception()
         if exc is not None and self.stomp.state < SessionState.FAILED and not self._held_for_redirect:
             if isinstance(exc, NotLeader):

@@ -7,9 +7,10 @@ other destinations, and consumers, go on; the consumers' ACKs are what make room
 SENDs proposed but not yet applied count too (`proposing` / `applied`), so several frames
 read at once cannot all slip past a limit before the first is applied.
 
-The gate re-checks its waiting connections every `CHECK_SECONDS` while any wait (a few per
-SEND blocked at most: a dict lookup and the destination's counters), in the order they began to
-wait, so the first blocked is the first released.
+The gate re-checks its waiting connections whenever a proposal of this node completes (a
+consumer's ACK applied is what makes room: `poke`), and every `CHECK_SECONDS` while any wait,
+in the order they began to wait, so the first blocked is the first released. A check costs a
+dict lookup and the destination's counters per waiting connection.
 
 A SEND in a transaction counts when it is proposed; what reaches the core past a limit anyway
 (after a change of leader, whose gate starts empty) is stored.
@@ -42,6 +43,7 @@ class FlowGate:
         # proposes every SEND of its group, so with these BLOCK holds a limit exactly.
         self._proposed: dict[str, list[int]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._checking = False  # releasing proposes, whose completion may poke again
         self.blocks = 0  # connections that had to wait, since start (for /status)
 
     def blocked_at(self, commands: Sequence[Command]) -> int | None:
@@ -93,11 +95,23 @@ class FlowGate:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def poke(self) -> None:
+        """Something was applied (a consumer's ACK makes room): look at the waiting at once,
+        rather than at the next timer."""
+        if self._waiting and not self._checking:
+            self._check()
+
     def _check(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         self._timer = None
-        for waiter in list(self._waiting):
-            if waiter.flow_release():
-                self._waiting.pop(waiter, None)
+        self._checking = True
+        try:
+            released = [waiter for waiter in list(self._waiting) if waiter.flow_release()]
+        finally:
+            self._checking = False
+        for waiter in released:
+            self._waiting.pop(waiter, None)
         if self._waiting:
             self._timer = self._loop.call_later(CHECK_SECONDS, self._check)
 
@@ -110,8 +124,9 @@ class FlowGate:
 
 class Fairness:
     """`fair_queue_depth`: a queue whose consumers are taking messages (its dequeued count moved
-    in the last `STALL_SECONDS`) holds its producers once it has `depth` ready messages, counting
-    SENDs proposed and not applied. Consumers that stop taking for that long release them: the
+    in the last `STALL_SECONDS`) holds its producers once it holds `depth` messages, ready or in
+    flight (prefetched messages wait in a consumer's buffer just the same), counting SENDs
+    proposed and not applied. Consumers that stop taking for that long release them: the
     backlog then pages, as without fairness."""
 
     STALL_SECONDS = 1.0
@@ -122,7 +137,8 @@ class Fairness:
         self._progress: dict[str, tuple[int, float]] = {}  # queue -> (dequeued, when it last moved)
 
     def holds(self, store: Store, proposed: int) -> bool:
-        if not store.consumers or store.depth + proposed < self.depth:
+        # In flight counts: messages prefetched by a consumer wait in its buffer just the same.
+        if not store.consumers or store.depth + store.in_flight + proposed < self.depth:
             return False
         now = self._clock()
         seen = self._progress.get(store.destination)
