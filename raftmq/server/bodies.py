@@ -124,7 +124,17 @@ class BodyStore:
         if entry.fresh:
             entry.records.append((entry.index, entry.term, KIND_PAGE, blob))
             entry.pages[ref] = blob
+        elif not self._holds_page(ref):
+            # A replay over a batch written without this page (by a version before paging):
+            # keep it in memory rather than name a record that is not there.
+            return self._memory.put(blob)
         return ref
+
+    def _holds_page(self, ref: BodyKey) -> bool:
+        try:
+            return self.journal.read_record(self.journal.locate(*ref)).kind == KIND_PAGE
+        except (KeyError, JournalCorrupt):
+            return False
 
     def get(self, handle: Any) -> bytes:
         if isinstance(handle, int):

@@ -28,7 +28,7 @@ from raftmq.server import replica as replica_module
 from raftmq.server.node import Node
 from raftmq.server.replica import Replica
 from raftmq.storage.journal import Journal
-from raftmq.storage.payload import KIND_MESSAGE, decode_body
+from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body
 
 pytestmark = pytest.mark.integration
 
@@ -227,3 +227,38 @@ def test_node_delivers_bodies_from_the_journal_and_restores_from_a_snapshot(tmp_
             first_journal.close()
 
     asyncio.run(scenario())
+
+
+def test_pages_sealed_in_an_entry_are_its_records_after_its_bodies(tmp_path: Path) -> None:
+    with Journal(tmp_path / "b") as journal:
+        store = BodyStore(journal)
+        store.begin(9, 2, [send(b"one"), send(b"two")])
+        ref = store.put(b"page bytes")  # the core seals a page while the entry applies
+        assert ref == (9, 2) and store.get(ref) == b"page bytes"  # readable before it is written
+        assert store.body((9, 1, 3)) == b"two"  # so are the entry's bodies
+        store.end()
+        written = list(journal.records())
+        assert [(r.raft_index, r.kind) for _ref, r in written] == [(9, KIND_MESSAGE), (9, KIND_MESSAGE), (9, KIND_PAGE)]
+        assert len({ref.offset for ref, _record in written}) == 1  # one batch per raft index
+        assert store.dump(ref) == [9, 2] and store.load([9, 2]) == (9, 2)
+    with Journal(tmp_path / "b") as journal:  # after a restart: read from disk; a replay writes nothing
+        store = BodyStore(journal)
+        assert store.get((9, 2)) == b"page bytes"
+        store.begin(9, 2, [send(b"one"), send(b"two")])
+        assert store.put(b"page bytes") == (9, 2)
+        store.end()
+        assert len(list(journal.records())) == 3
+        with pytest.raises(BodyUnavailable, match="holds no page"):
+            store.get((9, 0))
+
+
+def test_a_replay_over_a_batch_without_its_page_keeps_the_page_in_memory(tmp_path: Path) -> None:
+    with Journal(tmp_path / "b") as journal:
+        store = BodyStore(journal)
+        store.store(4, 1, [send(b"old")])  # written by a version that did not page
+        store.begin(4, 1, [send(b"old")])
+        handle = store.put(b"a page")
+        store.end()
+        assert isinstance(handle, int) and store.get(handle) == b"a page" and store.dump(handle) == b"a page"
+        assert len(list(journal.records())) == 1
+        assert isinstance(store.put(b"outside an entry"), int)
