@@ -76,10 +76,14 @@ def test_request_reply_across_groups_with_temporary_queues(three_groups: Cluster
             time.sleep(0.05)
         assert refusals and "another connection" in refusals[0].body and not stranger_heard.message_list
 
-        activemq.disconnect()
         g1 = cluster.groups["g1"]
         destinations = lambda: (g1.status("n1") or {}).get("broker", {}).get("destinations", {})  # noqa: E731
+        deadline = time.monotonic() + 10
+        while private not in destinations() and time.monotonic() < deadline:
+            time.sleep(0.05)  # n1 may be a follower a moment behind
         assert private in destinations()
+        # Its connection goes: the queue goes (the DISCONNECT's receipt may come after n1 applied it).
+        activemq.disconnect()
         deadline = time.monotonic() + 10
         while private in destinations() and time.monotonic() < deadline:
             time.sleep(0.1)
