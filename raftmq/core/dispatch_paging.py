@@ -11,6 +11,8 @@ paged) and the head holds fewer than `selector_scan_limit`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from raftmq.core.config import CoreConfig
 from raftmq.core.message import Message, body_size
 from raftmq.core.model import Store, Subscription
@@ -19,18 +21,14 @@ from raftmq.core.state import BrokerState
 
 
 class Paging:
+    # The dispatcher's, declared for the type checker (annotations only: nothing defined here).
     state: BrokerState
     config: CoreConfig
     _scan_limit: int
-
-    def mark(self, store: Store) -> None: ...  # pragma: no cover - the dispatcher's
-
-    def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> bool:  # pragma: no cover
-        raise NotImplementedError  # the dispatcher's
-
-    def _index_expiry(self, expires: int, token: int, store: Store) -> None: ...  # pragma: no cover
-
-    def _expire(self, store: Store, message: Message, indexed: bool = True) -> None: ...  # pragma: no cover
+    mark: Callable[[Store], None]
+    _dispatch: Callable[[Store, list[Subscription] | None], bool]
+    _index_expiry: Callable[[int, int, Store], None]
+    _expire: Callable[..., None]
 
     def _page_out(self, store: Store, message: Message, page_size: int) -> None:
         """Keep `message` in `store`'s tail: the head is full, or older messages are paged."""

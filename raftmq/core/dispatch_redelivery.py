@@ -6,6 +6,7 @@ the dispatcher methods declared below."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
 
 from raftmq.core.config import CoreConfig
@@ -15,13 +16,12 @@ from raftmq.core.state import BrokerState
 
 
 class Redelivery:
+    # The dispatcher's, declared for the type checker (annotations only: nothing defined here).
     state: BrokerState
     config: CoreConfig
     now: int
-
-    def dead_letter(self, store: Store, message: Message) -> None: ...  # pragma: no cover - the dispatcher's
-
-    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True) -> None: ...  # pragma: no cover
+    dead_letter: Callable[[Store, Message], None]
+    requeue: Callable[..., None]
 
     def redelivery_delay(self, delivery_count: int) -> int:
         """How long a message NACKed after its `delivery_count`-th delivery waits (ms)."""
