@@ -171,3 +171,25 @@ def test_a_wildcard_queue_consumer_in_another_group_draws_matching_queues_there(
     assert [(e.sub_id, e.destination) for e in effects if isinstance(e, Deliver)] == [("wild", "/queue/orders.eu")]
     g1.check_invariants()
     g2.check_invariants()
+
+
+def test_redistribution_moves_a_paged_backlog_in_arrival_order() -> None:
+    g1, g2 = core("g1", ["g2"], redistribution_delay_ms=0), core("g2", ["g1"])
+    g1 = Broker.restore(g1.snapshot(), CoreConfig(broker_name="g1", cluster=g1.config.cluster, page_size=4))
+    for n in range(30):
+        g1.apply(Send("p", "/queue/q", (("n", str(n)),), b"x", 3))
+    queue = g1.state.queues["/queue/q"]
+    assert len(queue.ready) == 8 and queue.depth == 30  # most of it paged
+    g2.apply(Connect("c", 1))
+    g2.apply(Subscribe("c", "s", "/queue/q", 1))
+    learn(g1, g2, "g2", "g1", 1)
+    for now in range(1000, 1100):
+        g1.apply(Tick(now))
+        if not queue.depth:
+            break
+    assert queue.depth == 0 and g1.federation is not None and g1.federation.fed.redistributed == 30
+    forwarded = g1.state.queues[sf_queue("g2")]
+    order = [dict(m.headers)["n"] for m in forwarded.ready.values()]
+    order += [dict(m.headers)["n"] for m in (forwarded.tail.messages() if forwarded.tail is not None else ())]
+    assert order == [str(n) for n in range(30)]
+    g1.check_invariants()
