@@ -17,6 +17,7 @@ RANKS = {
     "raftmq.clock": 0,
     "raftmq.processes": 0,
     "raftmq.packing": 0,
+    "raftmq.values": 0,
     "raftmq.protocol": 1,
     "cluster": 1,  # pure: imports only raftmq.errors and raftmq.core.patterns; the core routes with it
     "raftmq.core": 1,

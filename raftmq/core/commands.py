@@ -10,7 +10,7 @@ which, because commands are applied only after they are committed, is after comm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from raftmq.values import value
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -20,7 +20,7 @@ ACK_CLIENT_INDIVIDUAL = "client-individual"
 ACK_MODES = (ACK_AUTO, ACK_CLIENT, ACK_CLIENT_INDIVIDUAL)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Connect:
     session: str
     now: int
@@ -28,7 +28,7 @@ class Connect:
     client_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Disconnect:
     """The session is gone (DISCONNECT frame, socket closed, ERROR sent, or its node lost leadership).
 
@@ -41,7 +41,7 @@ class Disconnect:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Subscribe:
     session: str
     sub_id: str
@@ -55,7 +55,7 @@ class Subscribe:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Unsubscribe:
     session: str
     sub_id: str
@@ -64,7 +64,7 @@ class Unsubscribe:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Send:
     session: str
     destination: str
@@ -75,7 +75,7 @@ class Send:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Ack:
     """Acknowledge a delivery.
 
@@ -92,7 +92,7 @@ class Ack:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Nack:
     """Refuse a delivery: it returns to its queue (redelivered), or to the dead-letter queue
     once its delivery count reaches the configured maximum."""
@@ -106,7 +106,7 @@ class Nack:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Begin:
     session: str
     transaction: str
@@ -114,7 +114,7 @@ class Begin:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Commit:
     session: str
     transaction: str
@@ -122,7 +122,7 @@ class Commit:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Abort:
     session: str
     transaction: str
@@ -130,7 +130,7 @@ class Abort:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Tick:
     """Time passes: expire messages whose `expires` is at or before `now`."""
 
@@ -142,7 +142,7 @@ MAX_BROWSE_LIMIT = 10_000
 DEFAULT_BROWSE_LIMIT = 1_000
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Browse:
     """A queue browser (ActiveMQ's SUBSCRIBE with `browser:true`): copies of up to `limit`
     ready messages of the queue `destination`, in the order consumers would get them (best
@@ -161,7 +161,7 @@ class Browse:
     receipt: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Noop:
     """Changes nothing; its receipt comes in order with the session's other commands. The
     shell appends it for a frame the core need not see whose RECEIPT must still not overtake
@@ -175,7 +175,7 @@ class Noop:
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Manage:
     """An operator's change from the admin API (raftmq.core.manage): create, purge or delete
     `destination`; retry (to each message's original destination) or move (to `target`) the

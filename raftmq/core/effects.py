@@ -6,12 +6,12 @@ others drop them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from raftmq.values import value
 
 from raftmq.core.message import Message
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Deliver:
     """Send `message` to subscription `sub_id` of `session` as a MESSAGE frame.
 
@@ -30,13 +30,13 @@ class Deliver:
     delivery_count: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Receipt:
     session: str
     receipt_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Reject:
     """The command broke a rule the core checks (unknown transaction, unknown ack id, duplicate
     subscription id, ...). The shell sends an ERROR frame and closes the connection."""
@@ -47,7 +47,7 @@ class Reject:
     receipt_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BrowseEnd:
     """The end of a browse (after its copies, as Deliver effects with no ack id): the shell
     writes a MESSAGE with `browser:end` and no body. `count` copies were sent; `truncated`
@@ -60,7 +60,7 @@ class BrowseEnd:
     truncated: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Managed:
     """The outcome of a `Manage` command, for the admin request `session` (its request id):
     `error` None when it was done, else why not; `counts` what it did (e.g. ("moved", 3))."""

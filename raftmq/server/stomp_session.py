@@ -29,6 +29,7 @@ from enum import IntEnum
 from typing import Any
 
 from cluster.route import BRIDGE_CONNECT_HEADER, sf_queue
+from raftmq.values import value
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -60,30 +61,30 @@ class SessionState(IntEnum):
     CLOSED = 6
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Propose:
     commands: list[Command]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Refuse:
     frame: bytes  # the ERROR frame, in the session's version
     message: str
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CheckLogin:
     login: str | None
     passcode: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Relay:
     prefix: bytes  # everything the client sent so far, to replay to the leader
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Note:
     event: str
     fields: dict[str, Any] = field(default_factory=dict)
