@@ -59,48 +59,57 @@ def encode_batch(commands: Sequence[c.Command]) -> bytes:
 
 def decode_batch(data: bytes) -> list[c.Command]:
     try:
-        envelope = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+        # Arrays as tuples: a Send's headers come out as the core's `Headers` with no copy.
+        envelope = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise CommandCodecError(f"not a command batch: {exc}") from exc
-    if not isinstance(envelope, list) or len(envelope) != 2:
+    if type(envelope) is not tuple or len(envelope) != 2:
         raise CommandCodecError("not a command batch: bad envelope")
     version, rows = envelope
     if version != FORMAT_VERSION:
         raise CommandCodecError(f"unsupported command format version {version!r} (this build reads {FORMAT_VERSION})")
-    if not isinstance(rows, list):
+    if type(rows) is not tuple:
         raise CommandCodecError("not a command batch: rows are not a list")
     return [_decode_row(row) for row in rows]
 
 
 # Classes whose dataclass fields are exactly their wire fields, in order: built positionally.
 _POSITIONAL = frozenset(cls for cls, names in SCHEMA.values() if tuple(f.name for f in dataclasses.fields(cls)) == names)
+# type code -> (class, row length); per message this is most of decoding, so it is one lookup.
+_ROWS: dict[int, tuple[type, int]] = {code: (cls, len(names) + 1) for code, (cls, names) in SCHEMA.items()}
 
 
 def _decode_row(row: Any) -> c.Command:
-    if type(row) is not list or not row:
+    if type(row) is not tuple or not row:
         raise CommandCodecError("bad command row")
-    entry = SCHEMA.get(row[0])
+    entry = _ROWS.get(row[0])
     if entry is None:
         raise CommandCodecError(f"unknown command type code {row[0]!r}")
-    cls, names = entry
-    if len(row) != len(names) + 1:
-        raise CommandCodecError(f"{cls.__name__}: expected {len(names)} fields, got {len(row) - 1}")
+    cls, length = entry
+    if len(row) != length:
+        raise CommandCodecError(f"{cls.__name__}: expected {length - 1} fields, got {len(row) - 1}")
     if cls is c.Send:
         headers = row[3]
-        if type(headers) is not list:
-            raise CommandCodecError("Send: headers must be a list of pairs")
-        pairs = []
-        for pair in headers:
-            if type(pair) is not list or len(pair) != 2:
-                raise CommandCodecError("Send: headers must be a list of pairs")
-            key, value = pair
-            pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
-        row = row.copy()
-        row[3] = tuple(pairs)
-    if cls is c.Manage:
-        if type(row[6]) is not list or not all(type(i) is str for i in row[6]):
+        if type(headers) is not tuple or not all(type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str
+                                                  and type(pair[1]) is str for pair in headers):
+            row = (*row[:3], _headers(headers), *row[4:])
+    elif cls is c.Manage:
+        if type(row[6]) is not tuple or not all(type(i) is str for i in row[6]):
             raise CommandCodecError("Manage: ids must be a list of strings")
-        row = row.copy()
-        row[6] = tuple(row[6])
-    command: c.Command = cls(*row[1:]) if cls in _POSITIONAL else cls(**dict(zip(names, row[1:], strict=False)))
-    return command
+    if cls in _POSITIONAL:
+        return cls(*row[1:])  # type: ignore[no-any-return]
+    return cls(**dict(zip(SCHEMA[row[0]][1], row[1:], strict=False)))  # type: ignore[no-any-return]
+
+
+def _headers(headers: Any) -> c.Headers:
+    """A Send's headers that are not all pairs of strings: names and values made strings, or
+    the row refused."""
+    if type(headers) is not tuple:
+        raise CommandCodecError("Send: headers must be a list of pairs")
+    pairs = []
+    for pair in headers:
+        if type(pair) is not tuple or len(pair) != 2:
+            raise CommandCodecError("Send: headers must be a list of pairs")
+        key, value = pair
+        pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
+    return tuple(pairs)

@@ -108,6 +108,12 @@ class Replica:
                 log.exception("broker.apply_failed", command=type(command).__name__)
                 host.fail(f"the broker core raised on a committed {type(command).__name__}: {type(exc).__name__}: {exc}")
                 raise
+            if not sessions:
+                # No client here (a follower): only an admin request's answer can concern it.
+                for effect in effects:
+                    if type(effect) is Managed:
+                        host.managed(effect)
+                continue
             if len(effects) > 1 and type(effects[-1]) is Receipt:
                 effects = receipt_first(effects)
             for effect in effects:
