@@ -9,7 +9,8 @@ means a new version here, which `tests/replication/test_command_codec.py` enforc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgpack
@@ -38,21 +39,30 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     13: (c.Noop, ("session", "now", "receipt")),
     14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
 }
-_CODE_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
+def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A command's wire fields as a tuple, read in C (an attrgetter of one name returns the
+    value itself, not a tuple)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    one = attrgetter(names[0])
+    return lambda command: (one(command),)
+
+
+_CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
+    cls: (code, _fields_of(names)) for code, (cls, names) in SCHEMA.items()
+}
 
 
 def encode_batch(commands: Sequence[c.Command]) -> bytes:
-    rows: list[list[Any]] = []
+    rows: list[tuple[Any, ...]] = []
     for command in commands:
         try:
-            code, names = _CODE_OF[type(command)]
+            code, fields = _CODE_OF[type(command)]
         except KeyError:
             raise CommandCodecError(f"not a command: {type(command).__name__}") from None
-        row: list[Any] = [code]
-        row.extend(getattr(command, name) for name in names)
-        rows.append(row)
+        rows.append((code, *fields(command)))
     try:
-        return bytes(thread_packer().pack([FORMAT_VERSION, rows]))
+        return bytes(thread_packer().pack((FORMAT_VERSION, rows)))
     except (TypeError, ValueError) as exc:
         raise CommandCodecError(f"cannot encode batch: {exc}") from exc
 

@@ -22,7 +22,8 @@ def batch_ram(batch: tuple[Record, ...]) -> int:
 class BatchCache:
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
-        self._batches: OrderedDict[BatchKey, tuple[Record, ...]] = OrderedDict()
+        # each batch with what it counts for in `used_bytes` (summed once, not again to drop it)
+        self._batches: OrderedDict[BatchKey, tuple[tuple[Record, ...], int]] = OrderedDict()
         self.used_bytes = 0
 
     def __len__(self) -> int:
@@ -31,18 +32,21 @@ class BatchCache:
     def get(self, key: BatchKey, *, touch: bool = True) -> tuple[Record, ...] | None:
         """The batch at `key`, if cached; `touch=False` leaves its place in line alone (a read
         that passes once should not keep a batch in)."""
-        batch = self._batches.get(key)
-        if batch is not None and touch:
+        held = self._batches.get(key)
+        if held is None:
+            return None
+        if touch:
             self._batches.move_to_end(key)
-        return batch
+        return held[0]
 
     def put(self, key: BatchKey, batch: tuple[Record, ...]) -> None:
         """Cache `batch`, then drop the least recently used until within budget (a batch over the
         whole budget is dropped at once)."""
         if key in self._batches:
             self._drop(key)
-        self._batches[key] = batch
-        self.used_bytes += batch_ram(batch)
+        ram = batch_ram(batch)
+        self._batches[key] = (batch, ram)
+        self.used_bytes += ram
         while self.used_bytes > self.budget_bytes and self._batches:
             self._drop(next(iter(self._batches)))
 
@@ -55,4 +59,4 @@ class BatchCache:
         self.used_bytes = 0
 
     def _drop(self, key: BatchKey) -> None:
-        self.used_bytes -= batch_ram(self._batches.pop(key))
+        self.used_bytes -= self._batches.pop(key)[1]

@@ -83,13 +83,16 @@ def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
 
 def encode_records(records: Sequence[Record]) -> bytes:
     """The uncompressed record area of a batch (what the lz4 frame holds)."""
-    out = bytearray()
+    parts: list[bytes] = []
+    append = parts.append
+    pack_fields = _RECORD_FIELDS.pack
+    pack_crc = _RECORD_CRC.pack
     for raft_index, raft_term, kind, payload in records:
-        fields = _RECORD_FIELDS.pack(raft_index, raft_term, kind, len(payload))
-        out += _RECORD_CRC.pack(crc32c(payload, crc32c(fields)))
-        out += fields
-        out += payload
-    return bytes(out)
+        fields = pack_fields(raft_index, raft_term, kind, len(payload))
+        append(pack_crc(crc32c(payload, crc32c(fields))))
+        append(fields)
+        append(payload)
+    return b"".join(parts)
 
 
 def encode_batch(records: Sequence[Record]) -> bytes:
