@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import tempfile
 import time
 from types import SimpleNamespace
@@ -46,7 +47,7 @@ def entries(count: int, now: int) -> list[bytes]:
     for command in setup:
         leader.apply(command)
     out = [encode_entry([encode_batch(setup)])]
-    body = b"x" * 1024
+    bodies = [os.urandom(1024) for _ in range(PRODUCERS)]  # as `raftmq bench`: one random body per producer
     acks: list[Ack] = []
     seq = 0
     while seq < count:
@@ -55,7 +56,7 @@ def entries(count: int, now: int) -> list[bytes]:
             producer = f"p{seq % PRODUCERS}"
             headers = (("persistent", "true"), ("bench-run", "r1"), ("bench-producer", producer),
                        ("bench-seq", str(seq)), ("bench-ts", str(now)))
-            by_session.setdefault(producer, []).append(Send(producer, "/queue/bench", headers, body, now, receipt=f"r{seq}"))
+            by_session.setdefault(producer, []).append(Send(producer, "/queue/bench", headers, bodies[seq % PRODUCERS], now, receipt=f"r{seq}"))
             seq += 1
         for ack in acks:
             by_session.setdefault(ack.session, []).append(ack)

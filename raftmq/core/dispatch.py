@@ -258,7 +258,10 @@ class Dispatcher(Paging, Redelivery):
         store.in_flight -= len(settled)
         if acked:
             store.dequeued += len(settled)
-            store.bytes -= sum(body_size(done.message.body) for done in settled)
+            if len(settled) == 1:  # the common case, without a generator
+                store.bytes -= body_size(settled[0].message.body)
+            else:
+                store.bytes -= sum(body_size(done.message.body) for done in settled)
             self.wake(store, sub)
         elif self.config.redelivery_delay_ms:
             self.redeliver_later(store, [done.message for done in settled])

@@ -59,8 +59,10 @@ def load_message(record: list[Any]) -> Message:
 def body_size(body: Any) -> int:
     """A stored body's size in bytes: the bytes', or the one a body-journal reference carries
     (`(raft index, ordinal, size)`); 0 when neither says."""
+    if type(body) is tuple:  # in a group every stored body is a reference: look for one first
+        return int(body[2]) if len(body) > 2 else 0
     if isinstance(body, (bytes, bytearray)):
         return len(body)
-    if isinstance(body, (tuple, list)) and len(body) > 2:
+    if isinstance(body, list) and len(body) > 2:
         return int(body[2])
     return 0

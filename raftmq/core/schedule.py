@@ -62,7 +62,7 @@ _NAME = itemgetter(0)
 def special_headers(headers: Headers) -> tuple[bool, bool]:
     """(scheduled, has a reply-to) of a SEND's headers, in one look at them (in C, for the
     common SEND that has neither)."""
-    if not any(map(_SPECIAL.__contains__, map(_NAME, headers))):
+    if _SPECIAL.isdisjoint(map(_NAME, headers)):
         return False, False
     scheduled = replying = False
     for name, _ in headers:
