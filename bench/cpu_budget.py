@@ -1,6 +1,6 @@
 """Where the CPU goes: CPU seconds per message of each process in a 3-node group run.
 
-    .venv/bin/python bench/cpu_budget.py [--messages 20000] [--processes 1]
+    .venv/bin/python bench/cpu_budget.py [--messages 20000] [--processes 1] [--threads]
 
 Starts a 3-node group (as bench/side_by_side.py does), runs the 4P×4C / 100-receipts-in-flight
 case once with `raftmq bench`, and reads user+system CPU time from /proc for every node and for
@@ -30,9 +30,24 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of one live process, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of stat(5)
+    """utime + stime of one live process, from /proc/<pid>/stat (fields 14 and 15 of proc(5))."""
+    return _cpu_seconds_of(Path(f"/proc/{pid}/stat"))
+
+
+def _thread_cpu(pid: int) -> dict[str, float]:
+    """utime + stime of each live thread of `pid`, by thread id ("main" for the process's own)."""
+    found: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found["main" if task.name == str(pid) else task.name] = _cpu_seconds_of(task / "stat")
+        except OSError:
+            continue  # the thread ended
+    return found
+
+
+def _cpu_seconds_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def _children_cpu() -> float:
@@ -43,7 +58,9 @@ def _children_cpu() -> float:
 @click.command()
 @click.option("--messages", "-n", default=20000, show_default=True)
 @click.option("--processes", default=1, show_default=True, help="`raftmq bench --processes`")
-def main(messages: int, processes: int) -> None:
+@click.option("--threads", is_flag=True, help="also each node's threads: the event loop (main) and "
+              "pysyncobj's tick thread (the only other one that works under load)")
+def main(messages: int, processes: int, threads: bool) -> None:
     install_signal_handlers()
     case = CASES[0]
     with NodeGroup.create(size=3) as group:
@@ -55,11 +72,13 @@ def main(messages: int, processes: int) -> None:
         command = bench_command(url, case, destination, messages, 0, processes, (), Path("result.json"))
         pids = {node_id: member.pid for node_id, member in group.members.items()}
         before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
+        threads_before = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
         bench_before = _children_cpu()
         started = time.monotonic()
         result = run_bench(command, messages)
         wall = time.monotonic() - started
         after = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
+        threads_after = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
         bench_cpu = _children_cpu() - bench_before
     rows = [(f"node {node_id}" + (" (leader)" if node_id == leader else ""), after[node_id] - before[node_id])
             for node_id in before]
@@ -74,6 +93,12 @@ def main(messages: int, processes: int) -> None:
         table.add_row(name, f"{cpu:.2f}", f"{cpu / messages * 1e6:.1f}")
     table.add_row("total", f"{total:.2f}", f"{total / messages * 1e6:.1f}")
     console.print(table)
+    if threads:
+        for node_id, now in threads_after.items():
+            busy = {tid: cpu - threads_before[node_id].get(tid, 0.0) for tid, cpu in now.items()}
+            shown = ", ".join(f"{tid} {cpu / messages * 1e6:.1f} µs" for tid, cpu in
+                              sorted(busy.items(), key=lambda item: -item[1]) if cpu / messages * 1e6 >= 0.1)
+            console.print(f"node {node_id} threads: {shown}")
     console.print(f"wall {wall:.1f} s (process start-up included); measured e2e {result['consume_rate']:,.0f} msg/s; "
                   f"lost {result['lost']}, duplicated {result['duplicated']}")
     console.print(f"CPU ceiling on {cores} cores: {cores / (total / messages):,.0f} msg/s "
