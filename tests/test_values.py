@@ -1,0 +1,42 @@
+"""`@value` records: equal and hashed by their fields like a frozen dataclass, slotted, and
+refused an assignment by the type checker (they are not frozen at run time: that is the point)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+from raftmq.core.commands import Ack, Send
+from raftmq.core.effects import Receipt
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def test_equal_and_hashed_by_fields() -> None:
+    one = Send("s1", "/queue/a", (("k", "v"),), b"x", 5, None, "r")
+    same = Send("s1", "/queue/a", (("k", "v"),), b"x", 5, None, "r")
+    assert one == same and hash(one) == hash(same)
+    assert one != Send("s1", "/queue/b", (("k", "v"),), b"x", 5, None, "r")
+    assert Ack("s", 1, ack_id="1") != Receipt("s", "1")
+    assert len({Receipt("s", "1"), Receipt("s", "1"), Receipt("s", "2")}) == 2
+
+
+def test_slotted() -> None:
+    with pytest.raises(AttributeError):
+        Receipt("s", "r").extra = 1  # type: ignore[attr-defined]
+    assert not hasattr(Receipt("s", "r"), "__dict__")
+
+
+def test_the_type_checker_refuses_an_assignment(tmp_path: Path) -> None:
+    snippet = tmp_path / "assigns.py"
+    snippet.write_text(textwrap.dedent("""
+        from raftmq.core.commands import Send
+        send = Send("s1", "/queue/a", (), b"", 5)
+        send.destination = "/queue/b"
+    """))
+    out, _, status = mypy_api.run([str(snippet), "--strict", "--no-incremental", "--follow-imports=silent",
+                                   "--cache-dir=/dev/null"])
+    assert status == 1 and 'Property "destination" defined in "Send" is read-only' in out, out
