@@ -6,9 +6,8 @@ others drop them.
 
 from __future__ import annotations
 
-from raftmq.values import value
-
 from raftmq.core.message import Message
+from raftmq.values import value
 
 
 @value

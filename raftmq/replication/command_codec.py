@@ -39,6 +39,8 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     13: (c.Noop, ("session", "now", "receipt")),
     14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
 }
+
+
 def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     """A command's wire fields as a tuple, read in C (an attrgetter of one name returns the
     value itself, not a tuple)."""

@@ -29,7 +29,6 @@ from enum import IntEnum
 from typing import Any
 
 from cluster.route import BRIDGE_CONNECT_HEADER, sf_queue
-from raftmq.values import value
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -43,6 +42,7 @@ from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.core.temporary import owner_token
 from raftmq.core.validation import is_wildcard
 from raftmq.server.translate import FrameTranslator
+from raftmq.values import value
 
 SERVER_HEADER = f"raftmq/{__version__}"
 # (operation, destination) pairs a session remembers as authorized before starting afresh.
