@@ -42,14 +42,16 @@ IndexRecords = tuple[int, list[tuple[int, int, bytes]]]
 class _OpenEntry:
     """An entry between `begin` and `end`: its records to write and the next ordinal."""
 
-    __slots__ = ("fresh", "index", "ordinal", "pages", "records", "term")
+    __slots__ = ("cache", "fresh", "index", "ordinal", "pages", "records", "term")
 
-    def __init__(self, index: int, term: int, ordinal: int, records: list[tuple[int, int, int, bytes]], fresh: bool) -> None:
+    def __init__(self, index: int, term: int, ordinal: int, records: list[tuple[int, int, int, bytes]], fresh: bool,
+                 cache: bool) -> None:
         self.index = index
         self.term = term
         self.ordinal = ordinal
         self.records = records
         self.fresh = fresh  # not in the journal yet (else a replay: nothing to write)
+        self.cache = cache  # the leader's: its batch may be read back soon (else a follower's)
         self.pages: dict[BodyKey, bytes] = {}  # sealed here, not written yet
 
 
@@ -81,14 +83,15 @@ class BodyStore:
         `end`, the entry is open: pages the core seals while applying it are numbered after the
         bodies (`put`), and `end` writes them all as the index's one journal batch, unless this
         Raft index is already in the journal (a replay: nothing is written twice).
-        `cache`: keep the bodies for deliveries (the leader; followers deliver nothing)."""
+        `cache`: keep the bodies for deliveries, and the journal its batch (the leader; a
+        follower delivers nothing, and reads a batch back only after taking over, from disk)."""
         last = self.journal.last_index
         fresh = last is None or index > last
         positions = [i for i, command in enumerate(commands) if type(command) is Send]
         records = [(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions] if fresh else []  # type: ignore[arg-type]
         if positions and not fresh:
             self.entries_skipped += 1
-        self._entry = _OpenEntry(index, term, len(positions), records, fresh)
+        self._entry = _OpenEntry(index, term, len(positions), records, fresh, cache)
         if not positions:
             return commands
         swapped = list(commands)
@@ -106,7 +109,7 @@ class BodyStore:
         """Write the open entry's records (its bodies, then its pages) as one batch."""
         entry, self._entry = self._entry, None
         if entry is not None and entry.records:
-            self.journal.append_batch(entry.records)
+            self.journal.append_batch(entry.records, cache=entry.cache)
             self.records_written += len(entry.records)
 
     # -- pages (raftmq.core.paging.PageStore) ------------------------------------------------

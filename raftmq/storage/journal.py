@@ -181,8 +181,9 @@ class Journal:
 
     # -- writing (apply thread) ------------------------------------------------------------
 
-    def append_batch(self, records: Iterable[Record | tuple[int, int, int, bytes]]) -> list[BodyRef]:
-        """Write one batch; durable only after the next `sync()`. Raft indexes must not go back."""
+    def append_batch(self, records: Iterable[Record | tuple[int, int, int, bytes]], *, cache: bool = True) -> list[BodyRef]:
+        """Write one batch; durable only after the next `sync()`. Raft indexes must not go back.
+        `cache=False`: do not keep its records for reads (a writer that will hardly read them)."""
         self._check_writable()
         checked = [rec.check_record(record) for record in records]
         if not checked:
@@ -205,7 +206,8 @@ class Journal:
             if offset == 0:  # readers only ever see segments that hold a batch
                 self._segments.append(segment)
                 self._by_id[segment.segment_id] = segment
-            self._cache.put((segment.segment_id, offset), tuple(checked))
+            if cache:
+                self._cache.put((segment.segment_id, offset), tuple(checked))
         self._unsynced = True
         return [BodyRef(segment.segment_id, offset, slot) for slot in range(len(checked))]
 

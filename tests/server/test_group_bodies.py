@@ -65,6 +65,16 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
         assert store.store(8, 3, [Connect("x", 0)]) == [Connect("x", 0)]  # no Send: nothing to write
 
 
+def test_a_followers_entry_is_kept_in_neither_cache(tmp_path: Path) -> None:
+    with Journal(tmp_path / "b") as journal:
+        store = BodyStore(journal)
+        store.store(7, 3, [send(b"follower's")], cache=False)
+        assert len(journal._cache) == 0 and store.stats()["cached_bodies"] == 0
+        store.store(8, 3, [send(b"leader's")])
+        assert len(journal._cache) == 1 and store.stats()["cached_bodies"] == 1
+        assert store.body((7, 0)) == b"follower's"  # from disk, when a follower takes over
+
+
 def broker_with_bodies_everywhere() -> tuple[Broker, set[tuple[int, int]]]:
     """Bodies in a queue, in flight, in an inactive durable subscription and in a transaction."""
     broker = Broker()

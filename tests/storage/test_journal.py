@@ -450,3 +450,13 @@ def test_body_ref_survives_msgpack(tmp_path: Path) -> None:
         assert len(packed) <= 16
         assert journal.read(BodyRef(*msgpack.unpackb(packed))) == b"body"
         assert journal.read(msgpack.unpackb(packed)) == b"body"  # a plain list works too
+
+
+def test_a_batch_written_without_caching_is_read_from_disk_then_cached(tmp_path: Path) -> None:
+    # A follower's batches: written, hardly ever read back (only after it takes over).
+    with Journal(tmp_path) as journal:
+        ref = journal.append_batch([Record(1, 1, 0, b"follower's")], cache=False)[0]
+        cached = journal.append_batch([Record(2, 1, 0, b"leader's")])[0]
+        assert len(journal._cache) == 1
+        assert journal.read(ref) == b"follower's" and journal.read(cached) == b"leader's"
+        assert len(journal._cache) == 2
