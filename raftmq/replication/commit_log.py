@@ -13,18 +13,33 @@ whose leadership can change reports each change to its role listener, on the eve
 before it fails the proposals in flight, and answers `holds_lease()` with whether its
 leadership is certainly current at this instant.
 
-The order in which the shell executes one committed batch (etcd's Ready contract, here):
+The order in which the shell executes one committed batch (etcd's Ready contract, here). This
+is the one written statement of it; docs/architecture.md, `server/replica.py` and
+`server/bodies.py` point here, and tests/server/test_apply_order.py records the order a real
+group member executes and holds it to these steps, by name:
 
-1. the batch is durable: fsynced by a majority (RaftLog) before it is handed over;
-2. the bodies of its SENDs are written to the body journal (`BodyStore.store`), before the
-   core holds references to them;
-3. the core applies each command (`Broker.apply`), which returns effects;
-4. the effects are executed on this node's sessions, in the order the core returned them
-   (a SEND's RECEIPT may move ahead of deliveries to *other* sessions; each session keeps its
-   own order), and are written to sockets only while the leader lease holds;
-5. last, the futures `propose` returned complete (success, or `NotLeader` / `CommitFailed`
-   when the outcome is unknown). A session therefore sees a command's effects before its
-   future settles, and a RECEIPT never leaves before its command is durable and applied.
+1. durable -- the batch is in the Raft journal and fdatasync'd on a majority of the group
+   before the log hands it over (RaftLog; InMemoryLog commits at once, in memory);
+2. references -- `BodyStore.begin` swaps each SEND's body for a body reference
+   (raft index, ordinal, size), keeping the bytes in memory for this batch: nothing is written
+   yet (a member without a body journal keeps the bodies in the core and skips steps 2 and 5);
+3. core -- `Broker.apply`, one command at a time, each returning its effects;
+4. effects -- each command's effects are executed on this node's sessions right after it, in
+   the order the core returned them, except that a SEND's RECEIPT moves ahead of deliveries to
+   *other* sessions (each session keeps its own order). Executing an effect formats the frame
+   and queues it on the connection; nothing reaches a socket yet;
+5. bodies -- `BodyStore.end` writes the batch's bodies and the pages its commands sealed to the
+   body journal as one batch (not fsynced: until a snapshot covers the entry, the Raft journal
+   holds the bodies, and a replay writes what the body journal lost);
+6. socket -- on a later event-loop turn each connection writes what it queued, once per turn,
+   and only while `holds_lease()` says the leadership is current (else it waits);
+7. settled -- the future `propose` returned completes (success, or `NotLeader` /
+   `CommitFailed` when the outcome is unknown). It follows step 5; against step 6 its order
+   is not fixed (RaftLog settles through the tick thread's hand-off, InMemoryLog at once).
+
+So a session sees a command's effects queued before its future settles, and a RECEIPT never
+reaches a socket before its command is durable on a majority, applied by the core, and its
+batch's bodies are in this member's body journal.
 
 `snapshot()` and `restore()` run on the event loop too, in order with `apply`: a snapshot holds
 exactly the batches applied before it.

@@ -1,11 +1,14 @@
 """Message bodies of a group member: kept in the body journal, referred to by the core.
 
-In a group, `Replica.apply` hands every Send of a committed Raft entry to `BodyStore.store`,
-which writes one journal batch per entry (one record per Send, in order) and gives the core
-a body reference `(raft_index, ordinal, size)` instead of the bytes: the position of the record
-among the records of that Raft index, which is the same on every replica, so snapshots (which
-hold references, not bodies) mean the same thing on every member. Deliveries resolve a
-reference with `locate` + `read` through a small LRU of bodies.
+In a group, `Replica.apply` hands every committed Raft entry to `BodyStore.begin`, which gives
+the core a body reference `(raft_index, ordinal, size)` instead of each Send's bytes: the
+position of the record among the records of that Raft index, which is the same on every
+replica, so snapshots (which hold references, not bodies) mean the same thing on every member.
+After the core has applied the entry, `BodyStore.end` writes one journal batch for it (one
+record per Send, in order, then the pages its commands sealed). Where these two steps sit in
+the order of a committed batch is the commit log's contract
+(raftmq.replication.commit_log). Deliveries resolve a reference with `locate` + `read`
+through a small LRU of bodies.
 
 Durability: records are not fsynced per entry. Until a snapshot covers an entry, the Raft
 journal (fsynced before anything is acknowledged) holds the entry with its bodies, and replay

@@ -1,12 +1,13 @@
 """This member's replica of the group's state: the broker core plus the body journal, driven by
 the commit log as its `StateMachine` (raftmq.replication.commit_log).
 
-`apply` runs the steps of the commit log's contract for one committed batch: bodies to the
-body journal first, then the core, then the effects to the sessions this node serves (effects
-for sessions that are elsewhere or gone are dropped: the Disconnect a closing session proposes
-returns its deliveries to their queues). `snapshot` / `restore` are the Raft snapshot: the
-core's state with body references, and, after a restore, the bodies this member lacks fetched
-from its peers.
+`apply` runs the steps of the commit log's contract for one committed batch, in the order
+written in raftmq.replication.commit_log: body references (`BodyStore.begin`), then per command
+the core and its effects on the sessions this node serves (effects for sessions that are
+elsewhere or gone are dropped: the Disconnect a closing session proposes returns its
+deliveries to their queues), then the batch's bodies to the body journal (`BodyStore.end`).
+`snapshot` / `restore` are the Raft snapshot: the core's state with body references, and,
+after a restore, the bodies this member lacks fetched from its peers.
 
 A core that raises stops the node (fail-stop): replicas apply the same commands, so skipping
 one here could only hide a bug, and a broken invariant must be loud.
