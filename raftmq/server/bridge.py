@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -38,30 +38,16 @@ from cluster.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINAT
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
-from raftmq.core.broker import Broker
 from raftmq.core.effects import Deliver
 from raftmq.config import load_members
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
-from raftmq.replication.commit_log import CommitLog
-from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession, BridgeSessionHost
+from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
+from raftmq.server.host import BridgeHost
 from raftmq.server.leader_task import LeaderTask
 from raftmq.server.single_link import PassiveLink, Puller
 
 log = structlog.get_logger("raftmq.server.bridge")
 
-
-
-class BridgeHost(BridgeSessionHost, Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def commit_log(self) -> CommitLog: ...
-
-    def new_session_id(self, kind: str) -> str: ...
 
 
 class Bridge(LeaderTask):

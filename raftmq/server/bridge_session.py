@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
-from typing import Protocol
 
 import structlog
 
-from raftmq.clock import Clock
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Send, Subscribe
 from raftmq.core.effects import Deliver
-from raftmq.server.host import ClientConnection
+from raftmq.server.host import BridgeSessionHost
 from raftmq.server.stomp_session import SessionState
 
 log = structlog.get_logger("raftmq.server.bridge_session")
@@ -28,20 +25,6 @@ log = structlog.get_logger("raftmq.server.bridge_session")
 SUBSCRIPTION_ID = "sf"
 ADVERT_CHECK_SECONDS = 0.1  # how often the bindings are compared with the last advert sent
 ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a restarted neighbour)
-
-
-class BridgeSessionHost(Protocol):
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]: ...
-
-    def register_session(self, session: ClientConnection) -> None: ...
-
-    def connection_closed(self, connection: ClientConnection) -> None: ...
 
 
 class BridgeSession:

@@ -9,11 +9,10 @@ core cannot log or close sessions, so the group's leader compares the state ever
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 import structlog
 
-from raftmq.core.broker import Broker
+from raftmq.server.host import ClusterEventsHost
 from raftmq.server.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.cluster")
@@ -21,20 +20,10 @@ log = structlog.get_logger("raftmq.server.cluster")
 WATCH_SECONDS = 0.5
 
 
-class WatchedNode(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    def refuse_clients(self, message: str, detail: str) -> int: ...
-
-
 class ClusterEvents(LeaderTask):
     name = "cluster events"
 
-    def __init__(self, node: WatchedNode) -> None:
+    def __init__(self, node: ClusterEventsHost) -> None:
         self._node = node
         self._bindings: dict[str, dict[str, dict[str, int]]] | None = None
         self._redistributed: int | None = None

@@ -1,6 +1,16 @@
-"""What a STOMP session needs from the node it runs in (`SessionHost`), what a connection
-shell needs on top (`ConnectionHost`), and what the node's other parts see of it (`NodeView`). `Node` implements both; a test, a simulator or an
-in-process bridge can implement `SessionHost` alone and drive a `StompSession` without sockets.
+"""What each part of a node needs from the node around it: its host protocols, all here, so
+that `raftmq.server.node.Node`'s API reads in one place as their union.
+
+- `SessionHost`: what a STOMP session needs; `ConnectionHost`: what a connection shell needs
+  on top. A test, a simulator or an in-process bridge can implement `SessionHost` alone and
+  drive a `StompSession` without sockets.
+- `NodeView`: what the node's parts see of it; `ReplicaHost` (the replica),
+  `SuccessionHost` (leader changes, with the `LeaderService`s it starts and stops),
+  `TickerHost` (the ticker), `RelayHost` (followers' relays to the leader),
+  `BridgeSessionHost` / `BridgeHost` (cluster bridges) and `ClusterEventsHost` (the cluster
+  event log) add what each needs.
+- `ClientConnection`: what the node and its parts see of a client connection (a STOMP
+  connection, or a bridge's session).
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ from typing import Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
-from raftmq.core.commands import Command
-from raftmq.core.effects import Deliver
+from raftmq.core.broker import Broker
+from raftmq.core.commands import Command, Connect
+from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 from raftmq.server.flow import FlowGate
@@ -138,3 +149,126 @@ class ConnectionHost(SessionHost, Protocol):
 
     def internal_error(self) -> None:
         """Count a connection closed because handling its input raised (a bug)."""
+
+
+# -- the node's parts -------------------------------------------------------------------------
+
+
+class ReplicaHost(NodeView, Protocol):
+    """What the replica (raftmq.server.replica) needs from the node around it."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    def fail(self, reason: str) -> None: ...
+
+    def connected(self, connection: ClientConnection, command: Connect) -> None: ...
+
+    def disconnected(self, connection: ClientConnection) -> None: ...
+
+    def replayed(self) -> None: ...
+
+    def managed(self, effect: Managed) -> None: ...
+
+
+class LeaderService(Protocol):
+    """Work that must run on the group's leader only (e.g. a cluster bridge)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class SuccessionHost(NodeView, Protocol):
+    """What leader changes (raftmq.server.succession) need from the node."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def session_ids_in_core(self) -> list[str]: ...
+
+    def own_client_address(self) -> str | None: ...
+
+
+class NotesLeader(Protocol):
+    def note_leader(self) -> None: ...
+
+
+class TickerHost(Protocol):
+    """What the ticker (raftmq.server.ticker) needs from the node."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def succession(self) -> NotesLeader: ...
+
+
+class RelayHost(Protocol):
+    """What relays (raftmq.server.relay) need from the node."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+
+class BridgeSessionHost(Protocol):
+    """What a bridge's session (raftmq.server.bridge_session) needs from the node."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]: ...
+
+    def register_session(self, session: ClientConnection) -> None: ...
+
+    def connection_closed(self, connection: ClientConnection) -> None: ...
+
+
+class BridgeHost(BridgeSessionHost, Protocol):
+    """What a cluster bridge (raftmq.server.bridge) needs from the node."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    def new_session_id(self, kind: str) -> str: ...
+
+
+class ClusterEventsHost(Protocol):
+    """What the cluster event log (raftmq.server.cluster_events) needs from the node."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    def refuse_clients(self, message: str, detail: str) -> int: ...

@@ -40,14 +40,14 @@ from raftmq.server.cluster_events import ClusterEvents
 from raftmq.server.discovery import Announcer, DiscoveredLinks
 from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
 from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
-from raftmq.server.host import ClientConnection
+from raftmq.server.host import ClientConnection, LeaderService
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.core.address_settings import BLOCK
 from raftmq.server.flow import Fairness, FlowGate
 from raftmq.server.relay import Relays
 from raftmq.server.replica import BodyFetcher, Replica
 from raftmq.server.stomp_session import SessionState
-from raftmq.server.succession import LeaderService, Succession
+from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
 
 log = structlog.get_logger("raftmq.server.node")

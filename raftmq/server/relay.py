@@ -45,35 +45,19 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
-from raftmq.config import NodeConfig, split_address
+from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
-from raftmq.replication.commit_log import CommitLog
 from raftmq.server.frames import error_frame
-from raftmq.server.host import ClientConnection
+from raftmq.server.host import ClientConnection, RelayHost
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
 
-
-class RelayHost(Protocol):
-    """What relays need from the node (raftmq.server.node.Node)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def config(self) -> NodeConfig: ...
-
-    @property
-    def commit_log(self) -> CommitLog: ...
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
 
 log = structlog.get_logger("raftmq.server.relay")
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import msgpack
 import structlog
 
-from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Managed, Receipt, Reject
@@ -30,7 +29,7 @@ from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.bodies import BodyStore, IndexRecords
 from raftmq.server.frames import browse_end_frame
-from raftmq.server.host import ClientConnection, NodeView
+from raftmq.server.host import ClientConnection, ReplicaHost
 
 log = structlog.get_logger("raftmq.server.replica")
 
@@ -45,23 +44,6 @@ FETCH_RETRY_SECONDS = 0.2
 FETCH_RETRY_MAX_SECONDS = 5.0
 FETCH_PATIENCE_SECONDS = 120.0
 BodyFetcher = Callable[[Sequence[int]], list[IndexRecords]]
-
-
-class ReplicaHost(NodeView, Protocol):
-    """What the replica needs from the node around it."""
-
-    @property
-    def config(self) -> NodeConfig: ...
-
-    def fail(self, reason: str) -> None: ...
-
-    def connected(self, connection: ClientConnection, command: Connect) -> None: ...
-
-    def disconnected(self, connection: ClientConnection) -> None: ...
-
-    def replayed(self) -> None: ...
-
-    def managed(self, effect: Managed) -> None: ...
 
 
 class Replica:

@@ -12,37 +12,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from raftmq.core.commands import Disconnect
-from raftmq.server.host import NodeView
+from raftmq.server.host import LeaderService, SuccessionHost
 
 log = structlog.get_logger("raftmq.server.succession")
 
 # A node that lost leadership waits this long to learn the new leader before it closes its
 # clients (so the ERROR can name it); meanwhile whatever they send fails with NotLeader.
 LEADER_HINT_WAIT_SECONDS = 1.0
-
-
-class LeaderService(Protocol):
-    """Work that must run on the group's leader only (e.g. a cluster bridge)."""
-
-    name: str
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-class SuccessionHost(NodeView, Protocol):
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    def session_ids_in_core(self) -> list[str]: ...
-
-    def own_client_address(self) -> str | None: ...
 
 
 class Succession:

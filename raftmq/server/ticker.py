@@ -9,13 +9,9 @@ an interval. A follower uses the interval to check on its leader instead.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
-from raftmq.clock import Clock
-from raftmq.config import NodeConfig
-from raftmq.core.broker import Broker
 from raftmq.core.commands import Tick
-from raftmq.replication.commit_log import CommitLog
+from raftmq.server.host import TickerHost
 
 CLUSTER_TICK_SECONDS = 0.1
 # How often a leader's ticker looks whether a scheduled message (or a redelivery delay) came
@@ -23,30 +19,7 @@ CLUSTER_TICK_SECONDS = 0.1
 DUE_POLL_SECONDS = 0.02
 
 
-class Leading(Protocol):
-    def note_leader(self) -> None: ...
-
-
-class Ticked(Protocol):
-    """What the ticker needs of `raftmq.server.node.Node`."""
-
-    @property
-    def config(self) -> NodeConfig: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def commit_log(self) -> CommitLog: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def succession(self) -> Leading: ...
-
-
-async def tick_forever(node: Ticked) -> None:
+async def tick_forever(node: TickerHost) -> None:
     """Feed time to the core: every `tick_interval_ms`, and as soon as a scheduled message
     or a redelivery delay comes due (`Broker.next_due`), so that those are late by about one
     commit rather than up to an interval. One Tick at a time is in flight."""
@@ -84,5 +57,5 @@ def ignore_outcome(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def _leads(node: Ticked) -> bool:
+def _leads(node: TickerHost) -> bool:
     return node.commit_log.is_leader
