@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.connection import PeerGroup
-from cluster.discovery import BroadcastGroup
+from raftmq.routing.connection import PeerGroup
+from raftmq.routing.discovery import BroadcastGroup
 from raftmq.core.address_settings import AddressSettings
 from raftmq.core.config import CoreConfig
 
