@@ -50,7 +50,7 @@ def built_conf(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> tu
     """The `SyncObjConf` a member of the group file `text` hands pysyncobj, along the path a
     running member takes (group file -> `raft_settings` -> `RaftLog` -> `HardenedSyncObj`)."""
     path = tmp_path / "group.toml"
-    path.write_text(text)
+    path.write_text(text.replace('data_dir = "data"', f'data_dir = "{tmp_path / "data"}"'))
     log = RaftLog(raft_settings(load_group_config(path), "n1"))
     seen: list[SyncObjConf] = []
 
