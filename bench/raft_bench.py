@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from raftmq.config import RaftTimings
 from raftmq.core.commands import Send
 from raftmq.errors import RaftmqError
 from raftmq.logs import configure_logging
@@ -177,8 +178,8 @@ class Member:
 def member_main(args: argparse.Namespace) -> None:
     # stdout carries this member's JSON replies: every log line (stdlib and structlog) goes to stderr.
     configure_logging(console=False, level="info")
-    settings = RaftSettings(args.self_address, tuple(args.peers.split(",")), args.data,
-                            max_in_flight_entries=args.max_in_flight, compact_after_bytes=args.compact_after_bytes)
+    timings = RaftTimings(max_in_flight_entries=args.max_in_flight, compact_after_bytes=args.compact_after_bytes)
+    settings = RaftSettings(args.self_address, tuple(args.peers.split(",")), args.data, timings=timings)
     asyncio.run(Member(settings).run())
 
 
@@ -335,7 +336,7 @@ def run_bench(args: argparse.Namespace) -> None:
 
 
 def _default(name: str) -> Any:
-    return RaftSettings.__dataclass_fields__[name].default
+    return RaftTimings.__dataclass_fields__[name].default
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from raftmq.errors import RaftmqError
+from raftmq.errors import FaultUnavailable
 
 LIBRARY_DIR = Path("/usr/lib/x86_64-linux-gnu/faketime")
 # The thread-safe build: a node reads its clocks from several threads (the event loop,
@@ -146,7 +146,7 @@ int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const s
 """
 
 
-class ClockUnavailable(RaftmqError):
+class ClockUnavailable(FaultUnavailable):
     """libfaketime or a C compiler is missing, or the clock control was misused."""
 
 

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from raftmq.errors import RaftmqError
+from raftmq.errors import FaultUnavailable
 
 FILLER = "raftmq-chaos-filler"
 FS_NAME = "raftmq-chaos-disk"  # the source column of /proc/mounts: tells our mounts apart
@@ -33,7 +33,7 @@ MOUNT_TIMEOUT_SECONDS = 30.0
 MAX_FILL_BYTES = 64 * 1024 * 1024 * 1024
 
 
-class DiskUnavailable(RaftmqError):
+class DiskUnavailable(FaultUnavailable):
     """Not root, no mount, or a mountpoint that is not ours."""
 
 

@@ -24,14 +24,14 @@ from typing import Any
 from chaos import clock, disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.placement import host_addresser, loopback_addresser, place, shape
-from raftmq.errors import RaftmqError
+from raftmq.errors import FaultUnavailable, RaftmqError
 from raftmq.ops.topology import Topology
 
 NETWORK_NEMESES = ("partition", "packet", "membership-partition")
 DISK_BYTES = 64 * 2**20  # the disk-full nemesis's filesystem per node: room for a run, quickly filled
 
 
-class Unavailable(RaftmqError):
+class Unavailable(FaultUnavailable):
     """A nemesis needs something this machine cannot give (root, FUSE, namespaces, libfaketime)."""
 
 

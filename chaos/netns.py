@@ -58,7 +58,7 @@ from types import TracebackType
 
 from chaos import packet_queue
 from chaos.grudges import Sides, grudge
-from raftmq.errors import RaftmqError
+from raftmq.errors import FaultUnavailable, RaftmqError
 
 PREFIX = "rmq"
 COMMENT = "raftmq-netns"
@@ -79,7 +79,7 @@ class NetnsError(RaftmqError):
     """A namespace, link, rule or qdisc could not be set up; names the command and its error."""
 
 
-class NetemUnavailable(NetnsError):
+class NetemUnavailable(NetnsError, FaultUnavailable):
     """The kernel has no netem qdisc (CONFIG_NET_SCH_NETEM) and `degrade` was asked for netem,
     or for what only netem does (corruption)."""
 

@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from raftmq.errors import FaultUnavailable
+
 READY = "ready queue"
 PARENT_CHECK_S = 1.0
 
@@ -59,7 +61,7 @@ RCVBUF_PER_PACKET = 2048  # socket receive buffer asked for, per packet the kern
 CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
-class LibraryMissing(OSError):
+class LibraryMissing(FaultUnavailable):
     """libnetfilter_queue.so.1 cannot be loaded here; the message says what to install."""
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from chaos.checker import QueueResult
 from chaos.history import History, Op
+from raftmq.errors import RaftmqError
 
 
 @dataclass(frozen=True)
@@ -71,5 +72,5 @@ class Workload(ABC):
         """The verdict on a history of this workload (no I/O, no clock)."""
 
 
-class NeedsCluster(ValueError):
+class NeedsCluster(RaftmqError):
     """The workload needs more groups than the deployment has."""

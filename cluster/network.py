@@ -1,5 +1,5 @@
 """ActiveMQ Classic's networks of brokers: the `[[network_connector]]` tables of a topology
-file, compiled onto the same model as cluster connections (cluster.connection).
+file, compiled onto the same model as cluster connections (raftmq.routing.connection).
 
 A Classic broker declares `<networkConnector uri="static:(tcp://b:61616)" .../>` in its own
 activemq.xml; here the table names the group that declares it, and the option names are
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.addresses import AddressFilter
-from cluster.connection import ON_DEMAND, ClusterConnection, RetryPolicy
+from raftmq.routing.addresses import AddressFilter
+from raftmq.routing.connection import ON_DEMAND, ClusterConnection, RetryPolicy
 from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.connection import PeerGroup
-from cluster.discovery import BroadcastGroup
+from raftmq.routing.connection import PeerGroup
+from raftmq.routing.discovery import BroadcastGroup
 from raftmq.core.address_settings import AddressSettings
 from raftmq.core.config import CoreConfig
 
@@ -178,21 +178,28 @@ class GroupMember:
 
 @dataclass(frozen=True, slots=True)
 class RaftTimings:
-    """The `[raft]` table; defaults are the tuned values of docs/replication.md."""
+    """The `[raft]` table, in ms: the one place Raft's tuning and its defaults are written.
+    Defaults are the tuned values of docs/replication.md (stock pysyncobj: 50 ms ticks, 100 ms
+    heartbeats, 0.4-1.4 s elections, 30 s fallback); pysyncobj's seconds are made from these
+    where its config is built (raftmq.replication.pysyncobj.syncobj)."""
 
+    # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
     tick_period_ms: int = 5
     append_entries_period_ms: int = 20
+    # Failover within ~0.5 s; a member stalled longer than 0.3 s (GC, swap) triggers an election.
     election_timeout_min_ms: int = 300
     election_timeout_max_ms: int = 600
     leader_fallback_timeout_ms: int | None = None  # None: election_timeout_min_ms
     connection_timeout_ms: int = 1500
     connection_retry_ms: int = 250
-    commit_timeout_ms: int = 5000
+    commit_timeout_ms: int = 5000  # an append not committed by then fails (outcome unknown)
     snapshot_timeout_ms: int = 5000
+    # Group commit: entries of at most this many encoded bytes (a single larger append goes alone).
     max_entry_bytes: int = 256 * 1024
+    # Entries in flight at once: 1 = send at once when idle, coalesce everything else meanwhile.
     max_in_flight_entries: int = 2
-    append_entries_batch_bytes: int = 24 * 2**20  # one entry may hold a whole 16 MiB body
-    compact_after_bytes: int = 64 * 2**20
+    append_entries_batch_bytes: int = 24 * 2**20  # also the hard limit of one entry (a 16 MiB body fits)
+    compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
-"""The one error hierarchy of raftmq.
+"""The one error hierarchy of raftmq, and of the chaos harness and the audit beside it.
 
-Every error raftmq raises on purpose derives from `RaftmqError`, so callers can tell our
-failures from bugs (a bare `Exception` from raftmq is a bug)::
+Every error raftmq, `chaos` or `spark_audit` raises on purpose derives from `RaftmqError`, so
+callers can tell our failures from bugs (a bare `Exception` from them is a bug). Classes of the
+harness and the audit are defined there (raftmq never imports them) and named here with their
+module::
 
     RaftmqError
     ├── ConfigError                    a configuration file or option is invalid (names file and key)
@@ -30,7 +32,16 @@ failures from bugs (a bare `Exception` from raftmq is a bug)::
     │   └── TransactionRolledBack      the connection carrying the transaction broke
     ├── DeploymentError                `raftmq up` / `down` cannot proceed
     ├── ProcessNotReady                a started process exited or never became ready
-    └── EmbeddedBrokerError            the embedded broker could not start, or was misused
+    ├── EmbeddedBrokerError            the embedded broker could not start, or was misused
+    ├── FaultUnavailable               this machine cannot make that chaos fault (root, FUSE, ...)
+    │   ├── Unavailable                chaos.environment: a nemesis's requirement is missing
+    │   ├── ClockUnavailable           chaos.clock: no libfaketime or C compiler, or a misused clock
+    │   ├── DiskUnavailable            chaos.disk: not root, no mount, or not our mountpoint
+    │   ├── LibraryMissing             chaos.packet_queue: no libnetfilter_queue.so.1
+    │   └── NetemUnavailable           chaos.netns: no netem qdisc (also a NetnsError)
+    ├── NetnsError                     chaos.netns: a namespace, link, rule or qdisc was not set up
+    ├── NeedsCluster                   chaos.workload: the workload needs more groups than deployed
+    └── AuditError                     a run directory the audit cannot read as one (spark_audit)
 """
 
 from __future__ import annotations
@@ -184,3 +195,13 @@ class ProcessNotReady(RaftmqError):
 
 class EmbeddedBrokerError(RaftmqError):
     """The embedded broker could not start, or was used in the wrong state."""
+
+
+class FaultUnavailable(RaftmqError):
+    """The chaos harness cannot make a fault on this machine (it lacks root, FUSE, network
+    namespaces, netem, libfaketime, libnetfilter_queue, ...); the message says what is missing.
+    Its subclasses, in `chaos`, name the fault."""
+
+
+class AuditError(RaftmqError):
+    """A run directory the audit (spark_audit) cannot read as one (named, with the reason)."""

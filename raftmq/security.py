@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from raftmq.core.patterns import covers, overlaps, pattern_matches, specificity
+from raftmq.patterns import covers, overlaps, pattern_matches, specificity
 from raftmq.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, HASH_BYTES, ScryptHash, parse_hash, verify_password
 
 READ: Final = "read"

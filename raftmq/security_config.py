@@ -31,7 +31,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from raftmq.core.patterns import check_pattern
+from raftmq.patterns import check_pattern
 from raftmq.errors import ConfigError
 from raftmq.passwords import parse_hash
 from raftmq.security import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from cluster.route import SF_PREFIX
+from raftmq.routing.route import SF_PREFIX
 from spark_audit.derive import consumed, finding, history_runs, is_sf, messages, waiting
 from spark_audit.facts import SUBSCRIPTION_STORE
 

@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cluster.route import SF_PREFIX
+from raftmq.routing.route import SF_PREFIX
 
 KEYS = ["run", "group", "node"]
 HISTORY_WORKLOADS = ("queue", "cross-group")  # whose sends and receives name one queue's values

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raftmq.core.config import CoreConfig
-from raftmq.errors import ConfigError, RaftmqError
+from raftmq.errors import AuditError, ConfigError
 
 if TYPE_CHECKING:
     from raftmq.ops.topology import Topology
@@ -24,10 +24,6 @@ HISTORY_FILE = "history.jsonl"
 NEMESIS_FILE = "nemesis.jsonl"
 NODE_LOG_FILE = "raftmq.log.jsonl"
 SEGMENT_NAME = re.compile(r"^\d{20}\.seg$")  # a body-journal segment (docs/journal-format.md)
-
-
-class AuditError(RaftmqError):
-    """A run directory the audit cannot read as one (named, with the reason)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-from cluster.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
+from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Browse, Commit, Send, Tick
 from raftmq.core.config import CoreConfig

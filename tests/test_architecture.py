@@ -18,12 +18,14 @@ RANKS = {
     "raftmq.processes": 0,
     "raftmq.packing": 0,
     "raftmq.values": 0,
+    "raftmq.patterns": 0,  # destination-name patterns: the ACL, address settings and routing read them
     "raftmq.protocol": 1,
-    "cluster": 1,  # pure: imports only raftmq.errors and raftmq.core.patterns; the core routes with it
+    "raftmq.routing": 1,  # cluster connections' pure decisions; the core routes with them
     "raftmq.core": 1,
     "raftmq.passwords": 1,
     "raftmq.logs": 1,
     "raftmq.config": 2,
+    "cluster": 2,  # cluster connections' topology tables, parsed into raftmq.routing's types
     "raftmq.security_config": 2,
     "raftmq.security": 2,
     "raftmq.storage": 2,
@@ -126,3 +128,37 @@ def test_module_reads_in_one_sitting(module: str) -> None:
         return
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{module}: {lines} lines"
+
+
+def _package(module: str) -> str:
+    """The package (room) a module lives in: the longest name in RANKS that covers it, so
+    `raftmq.core`, `cluster`, `raftmq.server`, and each module directly under `raftmq/` (a room
+    of its own, with its own rank). A subpackage belongs to the room around it."""
+    if module == "raftmq":
+        return module
+    return max((prefix for prefix in RANKS if module == prefix or module.startswith(prefix + ".")), key=len)
+
+
+def test_no_package_import_circles() -> None:
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        packages.setdefault(_package(module), set()).update(_package(target) for target in targets)
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def walk(package: str) -> None:
+        state[package] = 1
+        path.append(package)
+        for target in sorted(packages[package] - {package}):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                walk(target)
+        path.pop()
+        state[package] = 2
+
+    for package in sorted(packages):
+        if package not in state:
+            walk(package)
+    assert circles == []

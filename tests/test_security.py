@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftmq.cli import main
-from raftmq.core.patterns import check_pattern, covers, overlaps, pattern_matches
+from raftmq.patterns import check_pattern, covers, overlaps, pattern_matches
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import (
     ADMIN,

@@ -45,27 +45,13 @@ SOLO_LEADER_WAIT_SECONDS = 10.0
 
 def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -> RaftSettings:
     """`secret`: the group's (`group_secret`), read from its data directory when not given."""
-    timings = group.raft
-    fallback = timings.leader_fallback_timeout_ms
     return RaftSettings(
         self_address=group.member(node_id).raft,
         peers=tuple(member.raft for member in group.members),
         data_dir=str(group.member_dir(node_id) / "raft"),
         password=group.password,
         secret=secret or group_secret(group.password, group.data_dir),
-        tick_period=timings.tick_period_ms / 1000,
-        append_entries_period=timings.append_entries_period_ms / 1000,
-        election_timeout_min=timings.election_timeout_min_ms / 1000,
-        election_timeout_max=timings.election_timeout_max_ms / 1000,
-        leader_fallback_timeout=None if fallback is None else fallback / 1000,
-        connection_timeout=timings.connection_timeout_ms / 1000,
-        connection_retry=timings.connection_retry_ms / 1000,
-        max_entry_bytes=timings.max_entry_bytes,
-        max_in_flight_entries=timings.max_in_flight_entries,
-        append_entries_batch_bytes=timings.append_entries_batch_bytes,
-        compact_after_bytes=timings.compact_after_bytes,
-        commit_timeout=timings.commit_timeout_ms / 1000,
-        snapshot_timeout=timings.snapshot_timeout_ms / 1000,
+        timings=group.raft,
     )
 
 

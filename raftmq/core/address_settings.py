@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from raftmq.core.patterns import check_pattern, pattern_matches
+from raftmq.patterns import check_pattern, pattern_matches
 from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name
 
 if TYPE_CHECKING:

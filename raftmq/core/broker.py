@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cluster.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
+from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import (
     Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Headers, Manage, Nack, Noop, Send, Subscribe, Tick,

@@ -3,7 +3,7 @@ session sends an advert or consumes a store-and-forward queue."""
 
 from __future__ import annotations
 
-from cluster.route import SF_PREFIX
+from raftmq.routing.route import SF_PREFIX
 from raftmq.core.config import CoreConfig
 from raftmq.core.federation import Federation
 from raftmq.core.model import Session

@@ -31,7 +31,7 @@ from raftmq.core.model import (
 from raftmq.core.state import BrokerState
 from raftmq.core.dispatch_paging import Paging
 from raftmq.core.dispatch_redelivery import Redelivery
-from raftmq.core.patterns import pattern_matches
+from raftmq.patterns import pattern_matches
 from raftmq.core.queue_patterns import QueuePatterns
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard

@@ -30,10 +30,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import replace
 
-from cluster.balance import Candidate, choose
-from cluster.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
-from cluster.connection import ClusterConnection, ClusterView
-from cluster.route import (
+from raftmq.routing.balance import Candidate, choose
+from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
+from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.route import (
     ADVERT_HEADER,
     DESTINATION_HEADER,
     DRAIN_HEADER,
@@ -58,7 +58,7 @@ from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
 from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
-from raftmq.core.patterns import pattern_matches
+from raftmq.patterns import pattern_matches
 from raftmq.core.queue_patterns import matches as matches_queue
 from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
 from raftmq.errors import SelectorError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.bindings import Advert, decode_advert, encode_advert
+from raftmq.routing.bindings import Advert, decode_advert, encode_advert
 
 
 @dataclass(eq=False)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from cluster.route import is_internal
+from raftmq.routing.route import is_internal
 from raftmq.core.commands import Headers, Manage
 from raftmq.core.dispatch import ORIGINAL_DESTINATION, Dispatcher
 from raftmq.core.effects import Managed

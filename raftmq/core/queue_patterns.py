@@ -14,9 +14,9 @@ snapshot records the parent and its children (raftmq.core.snapshot).
 
 from __future__ import annotations
 
-from cluster.route import is_internal
+from raftmq.routing.route import is_internal
 from raftmq.core.model import Session, Store, Subscription
-from raftmq.core.patterns import pattern_matches
+from raftmq.patterns import pattern_matches
 from raftmq.core.selector import Selector
 from raftmq.core.state import BrokerState
 from raftmq.core.temporary import MARK

@@ -18,8 +18,8 @@ import json
 import zlib
 from typing import Protocol
 
-from cluster.bindings import Consumers, Route
-from cluster.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
+from raftmq.routing.bindings import Consumers, Route
+from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
 from raftmq.core.commands import ACK_AUTO, Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message_headers import read_headers

@@ -10,7 +10,7 @@ owner lives there. Only the owner may consume one, and never durably.
 
 from __future__ import annotations
 
-from cluster.route import TO_HEADER
+from raftmq.routing.route import TO_HEADER
 from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.federation import Federation

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from raftmq.core.commands import ACK_MODES, MAX_BROWSE_LIMIT, Browse, Subscribe
 from raftmq.core.model import Session
-from raftmq.core.patterns import check_pattern
+from raftmq.patterns import check_pattern
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.errors import SelectorError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cluster.connection import ClusterView, PeerGroup, cluster_view
+from raftmq.routing.connection import ClusterView, PeerGroup, cluster_view
 from raftmq.config import MEMBERS_FILE, GroupConfig
 from raftmq.errors import ConfigError
 from raftmq.ops.topology import Topology, load_topology

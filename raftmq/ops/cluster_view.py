@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from cluster.route import INTERNAL_PREFIXES
+from raftmq.routing.route import INTERNAL_PREFIXES
 
 
 def cluster_view(groups: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.route import BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER
+from raftmq.routing.route import BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER
 from raftmq.client.failover import connect_failover
 from raftmq.errors import BrokerRefused, ClientError, DeploymentError
 from raftmq.ops.status_view import fetch_status

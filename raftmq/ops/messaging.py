@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster.route import SF_PREFIX
+from raftmq.routing.route import SF_PREFIX
 from raftmq.client.browse import BrowseResult
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_subscription import Delivery

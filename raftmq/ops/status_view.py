@@ -20,7 +20,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cluster.route import INTERNAL_PREFIXES
+from raftmq.routing.route import INTERNAL_PREFIXES
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
 
 STATUS_TIMEOUT_SECONDS = 1.0

@@ -42,8 +42,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cluster.connection import ClusterConnection, parse_cluster_connections
-from cluster.discovery import BroadcastGroup, parse_broadcast_groups, parse_discovery_groups
+from cluster.connection import parse_cluster_connections
+from raftmq.routing.connection import ClusterConnection
+from cluster.discovery import parse_broadcast_groups, parse_discovery_groups
+from raftmq.routing.discovery import BroadcastGroup
 from cluster.network import parse_network_connectors
 from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
 from raftmq.errors import ConfigError

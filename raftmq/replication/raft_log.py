@@ -131,11 +131,7 @@ class RaftLog(CommitLog):
             restore=self._restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
             on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
-            password=s.password, secret=s.secret, tick_period=s.tick_period, append_entries_period=s.append_entries_period,
-            election_timeout_min=s.election_timeout_min, election_timeout_max=s.election_timeout_max,
-            leader_fallback_timeout=s.leader_fallback_timeout, connection_timeout=s.connection_timeout,
-            connection_retry=s.connection_retry, append_entries_batch_bytes=s.append_entries_batch_bytes,
-            compact_after_bytes=s.compact_after_bytes,
+            password=s.password, secret=s.secret, timings=s.timings,
         )
 
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
@@ -292,7 +288,7 @@ class RaftLog(CommitLog):
             commands: list[Command] = []
             futures: list[asyncio.Future[None]] = []
             size = 0
-            while self._queue and (not batches or size + len(self._queue[0][0]) <= s.max_entry_bytes):
+            while self._queue and (not batches or size + len(self._queue[0][0]) <= s.timings.max_entry_bytes):
                 batch, batch_commands, future = self._queue.popleft()
                 if future.done():  # cancelled by its caller: never submitted
                     continue
@@ -306,7 +302,7 @@ class RaftLog(CommitLog):
     def _may_submit(self) -> bool:
         s = self.settings
         in_flight = len(self._in_flight)
-        return in_flight == 0 or (in_flight < s.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes)
+        return in_flight == 0 or (in_flight < s.timings.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes)
 
     def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None
@@ -320,7 +316,7 @@ class RaftLog(CommitLog):
             return
         pending.entry = entry
         self._in_flight.add(token, pending)
-        pending.timer = self._loop.call_later(self.settings.commit_timeout, self._expire, token)
+        pending.timer = self._loop.call_later(self.settings.timings.commit_timeout_ms / 1000, self._expire, token)
 
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
         self._handoff.send(self._settle, token, result, error)
@@ -349,7 +345,7 @@ class RaftLog(CommitLog):
     def _expire(self, token: int) -> None:
         pending = self._in_flight.pop(token)
         if pending is not None:
-            timeout = self.settings.commit_timeout
+            timeout = self.settings.timings.commit_timeout_ms / 1000
             fail_futures(pending.futures, lambda: CommitFailed(f"not committed within {timeout:g}s; outcome unknown"))
             self._schedule_pump()
 
@@ -437,7 +433,7 @@ class RaftLog(CommitLog):
                 result.set_exception(exc)
 
         self._handoff.send(take)
-        return result.result(timeout=self.settings.snapshot_timeout)
+        return result.result(timeout=self.settings.timings.snapshot_timeout_ms / 1000)
 
     def _restore_in_tick_thread(self, state: bytes, index: int) -> None:
         self._handoff.send(self._restore_on_loop, state, index)

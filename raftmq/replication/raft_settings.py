@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from raftmq.config import RaftTimings
+
 
 @dataclass(frozen=True, slots=True)
 class RaftSettings:
-    """One member's Raft settings, in seconds (`raftmq.config.RaftTimings` is the same in the
-    config file, in ms). Timings are the tuned values (docs/replication.md; stock pysyncobj:
-    50 ms ticks, 100 ms heartbeats, 0.4-1.4 s elections, 30 s fallback)."""
+    """One member's Raft settings: where it is, who its peers are, and the group's tuning
+    (`RaftTimings`, the `[raft]` table of its group file, in ms; pysyncobj's seconds are made
+    from it where pysyncobj's config is built, raftmq.replication.pysyncobj.syncobj)."""
 
     self_address: str  # "host:port" of this member's Raft port; bound exactly there
     peers: tuple[str, ...]  # every member's Raft address (this one may be included)
@@ -19,28 +21,12 @@ class RaftSettings:
     # The group secret the Raft wire authenticates with (the password, or the group's generated
     # one: raftmq.replication.group_secret). None: the one beside `data_dir`.
     secret: str | None = field(default=None, repr=False)
-    # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
-    tick_period: float = 0.005
-    append_entries_period: float = 0.02
-    # Failover within ~0.5 s; a member stalled longer than 0.3 s (GC, swap) triggers an election.
-    election_timeout_min: float = 0.3
-    election_timeout_max: float = 0.6
-    leader_fallback_timeout: float | None = None  # None: election_timeout_min
-    connection_timeout: float = 1.5
-    connection_retry: float = 0.25
-    # Group commit: entries of at most this many encoded bytes (a single larger append goes alone).
-    max_entry_bytes: int = 256 * 1024
-    # Entries in flight at once: 1 = send at once when idle, coalesce everything else meanwhile.
-    max_in_flight_entries: int = 2
+    timings: RaftTimings = field(default_factory=RaftTimings)
     # Past the first, a further entry goes out while others are in flight only if those hold at
     # most this many encoded bytes (light load: a SEND does not wait behind a consumer's ACK
     # entry); under heavier load everything that arrives meanwhile is coalesced instead, since
     # every entry costs each member a round of Python work whatever its size.
     light_load_bytes: int = 16 * 1024
-    append_entries_batch_bytes: int = 24 * 2**20  # also the hard limit of one entry (a 16 MiB body fits)
-    compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
-    commit_timeout: float = 5.0  # an append not committed by then fails (outcome unknown)
-    snapshot_timeout: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,14 @@ One `Bridge` per neighbour runs on the group's leader only (a `LeaderService`). 
 - SENDs each to the neighbour's leader with our failover client (following leader changes
   there, reconnecting with the connection's retry settings), to the destination it was sent
   to, with a duplicate-detection id made of its message id and target group
-  (cluster.route.dedup_id) and a receipt;
+  (raftmq.routing.route.dedup_id) and a receipt;
 - ACKs it in its own group only after that RECEIPT, i.e. after the neighbour's majority
   committed and fsynced it. A crash or leader change anywhere before the ACK means the message
   is delivered to the bridge again and sent again with the same id: the neighbour stores it
   once. A SEND the neighbour refuses outright (too large, not allowed) is NACKed: after
   `max_delivery_count` refusals it goes to the dead-letter queue, never silently away;
 - tells the neighbour, as an advert on the control destination, which destinations and
-  consumers can be reached through this group (cluster.bindings): at once on every change,
+  consumers can be reached through this group (raftmq.routing.bindings): at once on every change,
   and every `ADVERT_REFRESH_SECONDS` anyway.
 """
 
@@ -32,9 +32,9 @@ from typing import Any
 
 import structlog
 
-from cluster.bindings import encode_advert
-from cluster.connection import ClusterConnection, ClusterView, PeerGroup
-from cluster.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.connection import ClusterConnection, ClusterView, PeerGroup
+from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions

@@ -1,4 +1,4 @@
-"""Finding the other groups at run time (cluster.discovery has the settings and the pure parts).
+"""Finding the other groups at run time (raftmq.routing.discovery has the settings and the pure parts).
 
 Two leader services of a group's leader:
 - `Announcer`: every `broadcast_period_ms`, a UDP datagram to each broadcast group's multicast
@@ -24,8 +24,8 @@ from typing import Any
 
 import structlog
 
-from cluster.connection import ClusterConnection, PeerGroup
-from cluster.discovery import (
+from raftmq.routing.connection import ClusterConnection, PeerGroup
+from raftmq.routing.discovery import (
     Announcement,
     BroadcastGroup,
     DiscoveryGroup,

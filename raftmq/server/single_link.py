@@ -25,8 +25,8 @@ from typing import Any
 
 import structlog
 
-from cluster.bindings import encode_advert
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.protocol.frame import Frame
 from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession

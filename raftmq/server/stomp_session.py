@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from cluster.route import BRIDGE_CONNECT_HEADER, sf_queue
+from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -109,7 +109,7 @@ class StompSession:
         # Until CONNECT is accepted, ERROR frames go out unescaped (as in 1.0): the client has
         # not been told a version yet, and every version reads an unescaped colon in a value.
         self.version = "1.0"
-        self.cluster_connection = False  # CONNECT said it is a bridge (cluster.route.BRIDGE_CONNECT_HEADER)
+        self.cluster_connection = False  # CONNECT said it is a bridge (raftmq.routing.route.BRIDGE_CONNECT_HEADER)
         config = host.config
         # CONNECT, STOMP and CONNECTED are never escaped, so any version parses CONNECT.
         self._parser = FrameParser(config.limits, "1.2")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster.route import CONTROL_DESTINATION, is_internal
+from raftmq.routing.route import CONTROL_DESTINATION, is_internal
 from raftmq.core.commands import (
     ACK_AUTO,
     ACK_MODES,

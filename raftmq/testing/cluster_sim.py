@@ -30,9 +30,9 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from cluster.bindings import encode_advert
-from cluster.connection import ClusterConnection, ClusterView
-from cluster.route import (
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.route import (
     ADVERT_HEADER,
     CONTROL_DESTINATION,
     DUPLICATE_ID_HEADER,

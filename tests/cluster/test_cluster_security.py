@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bindings import Advert, encode_advert
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION
+from raftmq.routing.bindings import Advert, encode_advert
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION
 from raftmq.client import connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.passwords import hash_password

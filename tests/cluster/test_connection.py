@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster.connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view, parse_cluster_connections
+from cluster.connection import parse_cluster_connections
+from raftmq.routing.connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view
 from raftmq.config import load_group_config
 from raftmq.errors import ConfigError
 from raftmq.ops.cluster_topology import failover_urls, node_cluster_settings, with_cluster

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from cluster.connection import parse_cluster_connections
-from cluster.discovery import (
+from cluster.discovery import parse_broadcast_groups, parse_discovery_groups
+from raftmq.routing.discovery import (
     Announcement,
     DiscoveryTable,
     decode_announcement,
     encode_announcement,
-    parse_broadcast_groups,
-    parse_discovery_groups,
     parse_members,
 )
 from raftmq.errors import ConfigError

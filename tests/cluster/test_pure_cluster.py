@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.addresses import AddressFilter
-from cluster.balance import Candidate, choose
-from cluster.bindings import Advert, Binding, advert_for, decode_advert, encode_advert, routes, summarise
-from cluster.connection import OFF, OFF_WITH_REDISTRIBUTION, ON_DEMAND, STRICT, RetryPolicy
-from cluster.route import dedup_id, is_internal, parse_route, sf_queue
+from raftmq.routing.addresses import AddressFilter
+from raftmq.routing.balance import Candidate, choose
+from raftmq.routing.bindings import Advert, Binding, advert_for, decode_advert, encode_advert, routes, summarise
+from raftmq.routing.connection import OFF, OFF_WITH_REDISTRIBUTION, ON_DEMAND, STRICT, RetryPolicy
+from raftmq.routing.route import dedup_id, is_internal, parse_route, sf_queue
 
 # -- address filters ------------------------------------------------------------------------
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from cluster.bindings import encode_advert
-from cluster.connection import ClusterConnection, ClusterView
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, DESTINATION_HEADER, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.route import (
+    ADVERT_HEADER,
+    CONTROL_DESTINATION,
+    DESTINATION_HEADER,
+    FORWARD_ID_HEADER,
+    TO_HEADER,
+    outgoing,
+    sf_queue,
+)
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig

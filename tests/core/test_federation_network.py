@@ -8,10 +8,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cluster.bindings import encode_advert
-from cluster.connection import ClusterConnection, cluster_view
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.connection import ClusterConnection, cluster_view
 from cluster.network import parse_network_connectors
-from cluster.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cluster.route import FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
+from raftmq.routing.route import FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.commands import Connect, Send
 from spark_audit.member_files import append_entry, commands_of, read_entries, rewrite_entry
 

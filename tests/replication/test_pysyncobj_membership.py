@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from raftmq.config import RaftTimings
 from raftmq.processes import free_port
 from raftmq.replication.membership import ADD, REMOVE, Change
 from raftmq.replication.pysyncobj.syncobj import SUCCESS
@@ -95,7 +96,7 @@ def test_a_removed_member_gets_nothing_more_and_no_longer_counts(group: Any) -> 
 def test_a_restarted_member_keeps_the_configuration_its_journal_holds(group: Any) -> None:
     # Two members of a group of four, restarted with a config file that still lists three,
     # must not elect a leader (two of "three") and commit without the majority of four.
-    members = group(3, compact_after_bytes=2**40)
+    members = group(3, timings=RaftTimings(compact_after_bytes=2**40))
     leader = leader_of(members)
     joining = newcomer(group, members)
     assert change(leader, ADD, joining.address) == SUCCESS

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pysyncobj.transport import TCPTransport
 
+from raftmq.config import RaftTimings
 from raftmq.replication.pysyncobj.patches import CANDIDATE_ROUND_MAX, CANDIDATE_ROUND_MIN
 from raftmq.replication.pysyncobj.syncobj import SUCCESS
 from tests.helpers.raft_members import Partition, commit, leader_of, term_of, wait_until
@@ -75,7 +76,8 @@ def test_a_leader_without_quorum_steps_down_within_an_election_timeout(group: An
 def test_a_group_of_one_commits_without_waiting_for_its_next_tick(group: Any) -> None:
     # A long tick makes the stock behaviour unmistakable: each append committed one whole tick
     # later (nothing but the tick wakes a member that has no followers to answer it).
-    (solo,) = group(1, tick_period=0.5, append_entries_period=0.5, election_timeout_min=1.6, election_timeout_max=1.7)
+    (solo,) = group(1, timings=RaftTimings(tick_period_ms=500, append_entries_period_ms=500, election_timeout_min_ms=1600,
+                                           election_timeout_max_ms=1700))
     leader_of([solo], timeout=10.0)
     commit(solo, b"warm-up", timeout=5.0)
     for i in range(3):
@@ -98,7 +100,7 @@ def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch
             sent["empty " + transport._selfNode.address] = sent.get("empty " + transport._selfNode.address, 0) + 1
         return original_send(transport, node, message)
 
-    members = group(3, append_entries_period=0.5, election_timeout_min=1.6, election_timeout_max=1.7)
+    members = group(3, timings=RaftTimings(append_entries_period_ms=500, election_timeout_min_ms=1600, election_timeout_max_ms=1700))
     leader = leader_of(members, timeout=10.0)
     commit(leader, b"warm-up")
     monkeypatch.setattr(TCPTransport, "send", counting_send)
@@ -137,7 +139,7 @@ def test_a_healed_partition_does_not_depose_a_healthy_leader(group: Any, monkeyp
     # Election timeouts of 0.6-0.9 s: wide enough that a loaded machine's thread scheduling
     # does not cost the leader its quorum while the one follower is cut off.
     partition = Partition(monkeypatch)
-    members = group(3, election_timeout_min=0.6, election_timeout_max=0.9)
+    members = group(3, timings=RaftTimings(election_timeout_min_ms=600, election_timeout_max_ms=900))
     leader = leader_of(members)
     commit(leader, b"before")
     assert wait_until(lambda: all(b"before" in m.applied for m in members), 3)  # start-up elections are over

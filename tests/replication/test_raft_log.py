@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from raftmq.config import RaftTimings
 from raftmq.core.commands import Command, Send
 from raftmq.errors import (
     CommandCodecError,
@@ -81,7 +82,10 @@ class InProcessGroup:
 
     async def start(self, i: int, machine: StateMachine | None = None) -> RaftLog:
         machine = self.machines[i] = machine or StateMachine()
-        settings = RaftSettings(self.addresses[i], tuple(self.addresses), str(self.root / f"m{i}"), **self.settings)
+        timings = {k: v for k, v in self.settings.items() if k in RaftTimings.__dataclass_fields__}
+        rest = {k: v for k, v in self.settings.items() if k not in timings}
+        settings = RaftSettings(self.addresses[i], tuple(self.addresses), str(self.root / f"m{i}"), **rest,
+                                timings=RaftTimings(**timings))
         log = RaftLog(settings, client_addresses=self.clients)
         await log.start(machine)
         self.logs[i] = log

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.connection import PeerGroup
+from raftmq.routing.connection import PeerGroup
 from raftmq.config import GroupMember
 from raftmq.ops.membership import members_file_text
 from raftmq.server.bridge import current_members

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.route import CONTROL_DESTINATION, sf_queue
+from raftmq.routing.route import CONTROL_DESTINATION, sf_queue
 from raftmq.core.commands import Subscribe
 from raftmq.errors import ProtocolError
 from raftmq.protocol.frame import Frame

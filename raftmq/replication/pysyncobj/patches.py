@@ -71,8 +71,6 @@ FIX_NAMES = tuple(field.name for field in fields(Fixes))
 ALL_FIXES = Fixes()
 
 STOCK_APPEND_ENTRIES_BATCH_BYTES = 2**16
-# Also the largest entry: one SEND of a 16 MiB body (the STOMP body limit) must fit in one.
-APPEND_ENTRIES_BATCH_BYTES = 24 * 2**20
 STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
 # How long a candidate waits for the votes of one election round before it tries again. Votes
 # answer within milliseconds; waiting a whole election timeout (0.3-0.6 s) after a split vote

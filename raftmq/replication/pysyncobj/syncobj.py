@@ -19,11 +19,11 @@ import pysyncobj.syncobj as pso_syncobj
 import structlog
 from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 
+from raftmq.config import RaftTimings
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.leadership import Leadership, LogTip
 from raftmq.replication.pysyncobj.patches import (
     ALL_FIXES,
-    APPEND_ENTRIES_BATCH_BYTES,
     CANDIDATE_ROUND_MAX,
     CANDIDATE_ROUND_MIN,
     PREVOTE_LOOKAHEAD,
@@ -46,6 +46,28 @@ log = structlog.get_logger("raftmq.replication.pysyncobj")
 OnApply = Callable[[int, int, bytes], Any]  # (raft index, term, entry) -> result for callbacks
 Snapshotter = Callable[[], bytes]
 Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
+
+
+def pysyncobj_timings(timings: RaftTimings, fixes: Fixes = ALL_FIXES) -> dict[str, Any]:
+    """`SyncObjConf`'s timing and size arguments for `timings`: the one place Raft's settings
+    turn from the config's milliseconds into pysyncobj's seconds."""
+
+    def seconds(ms: int) -> float:
+        return ms / 1000
+
+    fallback = timings.leader_fallback_timeout_ms
+    if fallback is None:
+        fallback = timings.election_timeout_min_ms
+    return {
+        "autoTickPeriod": seconds(timings.tick_period_ms),
+        "appendEntriesPeriod": seconds(timings.append_entries_period_ms),
+        "raftMinTimeout": seconds(timings.election_timeout_min_ms),
+        "raftMaxTimeout": seconds(timings.election_timeout_max_ms),
+        "leaderFallbackTimeout": seconds(fallback) if fixes.fallback else STOCK_LEADER_FALLBACK_TIMEOUT,
+        "connectionTimeout": seconds(max(timings.connection_timeout_ms, timings.election_timeout_max_ms)),
+        "connectionRetryTime": seconds(timings.connection_retry_ms),
+        "appendEntriesBatchSizeBytes": timings.append_entries_batch_bytes if fixes.entry_size else STOCK_APPEND_ENTRIES_BATCH_BYTES,
+    }
 
 
 class HardenedSyncObj(DynamicMembership, SyncObj):
@@ -75,15 +97,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         on_state_changed: Callable[[int, int], None] | None = None,
         on_members_changed: MembersListener | None = None,
         password: str | None = None,
-        tick_period: float = 0.005,
-        append_entries_period: float = 0.02,
-        election_timeout_min: float = 0.3,
-        election_timeout_max: float = 0.6,
-        leader_fallback_timeout: float | None = None,  # default: election_timeout_min
-        connection_timeout: float = 1.5,
-        connection_retry: float = 0.25,
-        append_entries_batch_bytes: int = APPEND_ENTRIES_BATCH_BYTES,
-        compact_after_bytes: int = 64 * 2**20,
+        timings: RaftTimings = RaftTimings(),
         journal: RaftJournal | None = None,
         secret: str | None = None,
         fixes: Fixes = ALL_FIXES,  # anything else is for regression tests only
@@ -105,7 +119,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self._on_apply = on_apply
         self._snapshot = snapshot
         self._restore = restore
-        self._compact_after_bytes = compact_after_bytes if snapshot is not None else None
+        self._compact_after_bytes = timings.compact_after_bytes if snapshot is not None else None
         self._compaction_retry_at = 0.0
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
         self.durable_journal = journal if journal is not None else RaftJournal(os.path.join(data_dir, "raft.journal"))
@@ -129,20 +143,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         if self_address not in members:
             log.warning("raft.not_a_member", node=self_address, members=sorted(members))
         peers = sorted(members - {self_address})
-        self.leadership = Leadership(len(peers) + 1, election_timeout_min)
-        fallback = election_timeout_min if leader_fallback_timeout is None else leader_fallback_timeout
         conf = SyncObjConf(
             password=None if self.fixes.wire else password,  # our wire encrypts; pysyncobj's Fernet is not used
-            autoTickPeriod=tick_period,
-            appendEntriesPeriod=append_entries_period,
-            raftMinTimeout=election_timeout_min,
-            raftMaxTimeout=election_timeout_max,
-            leaderFallbackTimeout=fallback if self.fixes.fallback else STOCK_LEADER_FALLBACK_TIMEOUT,
-            connectionTimeout=max(connection_timeout, election_timeout_max),
-            connectionRetryTime=connection_retry,
+            **pysyncobj_timings(timings, fixes),
             # Our group commit coalesces; pysyncobj sends each entry at once (the low-latency path).
             appendEntriesUseBatch=False,
-            appendEntriesBatchSizeBytes=append_entries_batch_bytes if self.fixes.entry_size else STOCK_APPEND_ENTRIES_BATCH_BYTES,
             sendBufferSize=2**21,
             recvBufferSize=2**21,
             bindAddress=self_address if self.fixes.bind else None,
@@ -161,7 +166,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             bindRetryTime=0.2,
         )
         self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
-        self._commit_notice_delay = tick_period
+        self.leadership = Leadership(len(peers) + 1, conf.raftMinTimeout)
+        self._commit_notice_delay = conf.autoTickPeriod
         self._alone = not peers
         super().__init__(self_address, peers, conf=conf, transportClass=DurableTransport)
         if self._alone and self.fixes.solo_commit:

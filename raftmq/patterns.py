@@ -1,6 +1,6 @@
 """Destination-name patterns, ActiveMQ's syntax: `.` separates elements, `*` matches one
 element, a final `>` one or more. The ACL (raftmq.security) and the cluster connections'
-`address` filters (cluster.addresses) both read them."""
+`address` filters (raftmq.routing.addresses) both read them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Which destinations a cluster connection covers: Artemis's `address` setting.
 
-`address` is a comma list of destination-name patterns (ActiveMQ's syntax, raftmq.core.patterns:
+`address` is a comma list of destination-name patterns (ActiveMQ's syntax, raftmq.patterns:
 `orders.>`, `prices.*`); a pattern starting with `!` excludes. A name is covered when it
 matches an include (or there is none) and no exclude. The names are those after `/queue/` or
 `/topic/`, so one connection covers a queue and a topic of the same name alike — unless the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftmq.core.patterns import check_pattern, pattern_matches
+from raftmq.patterns import check_pattern, pattern_matches
 
 INTERNAL_NAME_PREFIX = "$.raftmq."
 
