@@ -18,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -51,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["synthetic", "runs"])
     parser.add_argument("path", nargs="?", type=Path, help="runs: the run directories' directory")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/audit-bench"))
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "audit-bench")
     parser.add_argument("--messages", type=int, default=1_090_000, help="per group (synthetic)")
     parser.add_argument("--workers", type=int, default=2, help="of the standalone cluster (0: local only)")
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""A screenshot of the web console on the symmetric preset under load (issue 14).
+"""A screenshot of the web console on the symmetric preset under load.
 
 Starts `raftmq up --detach --preset symmetric` (three groups of three, full mesh) in a
 directory of its own, puts it under load and opens the console of g1's leader

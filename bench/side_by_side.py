@@ -5,7 +5,7 @@
 1. Starts a 3-node raftmq group (`raftmq node --config ... --node nI`) on free loopback ports
    in a temp dir, finds its leader, runs every case with `raftmq bench` against it, records
    each node's RSS, stops the group.
-2. Starts the 3-node RabbitMQ cluster with /work/shared/peers/start_rabbitmq.sh, runs the same
+2. Starts the 3-node RabbitMQ cluster with $RAFTMQ_PEERS_DIR/start_rabbitmq.sh, runs the same
    cases with the same bench arguments (plus vhost, guest login and x-queue-type:quorum),
    records the beam RSS, stops it with stop_rabbitmq.sh (unless it was already running).
 The brokers run one after the other, so neither's idle CPU (Erlang schedulers spin) taxes the
@@ -39,7 +39,7 @@ from bench_cases import (
     targets,
 )
 from node_group import NodeGroup, install_signal_handlers
-from peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason
+from peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason, peers_dir
 from rich.console import Console
 from rich.table import Table
 
@@ -110,7 +110,7 @@ def _measure_raftmq(messages: int, repeat: int, processes: int, keep: bool) -> d
 
 def _measure_rabbitmq(messages: int, repeat: int, processes: int) -> dict[str, Any]:
     with RabbitCluster() as cluster:
-        console.print("rabbitmq: starting the 3-node cluster (/work/shared/peers/start_rabbitmq.sh cluster)")
+        console.print(f"rabbitmq: starting the 3-node cluster ({peers_dir()}/start_rabbitmq.sh cluster)")
         cluster.start()
         if cluster.was_running:
             console.print("[yellow]rabbitmq: the cluster was already running; it stays up afterwards[/]")
@@ -156,7 +156,7 @@ def _render(report: dict[str, Any]) -> None:
     for name, kib in (report.get("rabbitmq") or {}).get("rss_kib", {}).items():
         rss.add_row(f"RabbitMQ {name} (beam)", "—" if kib is None else f"{kib / 1024:.1f}")
     console.print(rss)
-    goals = Table(title="Goals of issue 3", title_justify="left")
+    goals = Table(title="Goals (the high-availability aims)", title_justify="left")
     goals.add_column("goal")
     goals.add_column("measured", justify="right")
     goals.add_column("limit", justify="right")
