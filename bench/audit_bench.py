@@ -1,8 +1,8 @@
 """How fast `raftmq audit` reads and judges, on local[2] and on a two-worker standalone cluster
 of this machine, and whether it finds every planted anomaly and nothing else.
 
-    .venv/bin/python bench/audit_bench.py synthetic --messages 1090000 --dir /tmp/audit-bench
-    .venv/bin/python bench/audit_bench.py runs runs/          # e.g. a chaos matrix's directory
+    .venv/bin/python -m bench.audit_bench synthetic --messages 1090000 --dir /tmp/audit-bench
+    .venv/bin/python -m bench.audit_bench runs runs/          # e.g. a chaos matrix's directory
 
 `synthetic` writes (once; reused when it is there) a run of 3 groups of 3 members with
 `--messages` queue messages per group (about 10 million journal records over the 9 members at

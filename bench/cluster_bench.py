@@ -1,6 +1,6 @@
 """Cluster connections measured in one sitting (docs/benchmarks.md, "cluster connections").
 
-    .venv/bin/python bench/cluster_bench.py [--duration 60] [--out DIR] [--no-peer]
+    .venv/bin/python -m bench.cluster_bench [--duration 60] [--out DIR] [--no-peer]
 
 Starts `raftmq up --preset symmetric` (three groups of three: 9 node processes) in a temp dir,
 then runs `raftmq bench` (1 KiB persistent messages, client-individual acks, each case for

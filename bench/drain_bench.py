@@ -4,7 +4,7 @@
 sending with receipts on the whole cluster's failover URL; afterwards everything is consumed
 from g1 and g2 and counted: lost and stored twice must both be 0.
 
-    .venv/bin/python bench/drain_bench.py --messages 100000 --dir /tmp/drain-bench
+    .venv/bin/python -m bench.drain_bench --messages 100000 --dir /tmp/drain-bench
 """
 
 from __future__ import annotations

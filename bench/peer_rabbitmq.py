@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_group import rss_kib
+from bench.node_group import rss_kib
 
 PEERS_DIR_VARIABLE = "RAFTMQ_PEERS_DIR"  # the folder holding start_rabbitmq.sh and stop_rabbitmq.sh
 CLUSTER_NODES = 3

@@ -7,7 +7,7 @@ client, the restart's own time, what was lost, and duplicates: redeliveries flag
 `redelivered` (an ACK cut off by a failover: at-least-once) apart from unflagged ones (a
 message stored twice); lost and unflagged duplicates must be 0.
 
-    .venv/bin/python bench/rolling_restart.py --preset symmetric --dir /tmp/rolling --rate 200
+    .venv/bin/python -m bench.rolling_restart --preset symmetric --dir /tmp/rolling --rate 200
 
 The preset's fixed ports must be free. Every process is stopped at the end (raftmq down).
 """

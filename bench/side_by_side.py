@@ -1,6 +1,6 @@
 """raftmq (3-node group) and RabbitMQ (3-node quorum queue) measured in one sitting.
 
-    .venv/bin/python bench/side_by_side.py [--messages 10000] [--repeat 3] [--json out.json]
+    .venv/bin/python -m bench.side_by_side [--messages 10000] [--repeat 3] [--json out.json]
 
 1. Starts a 3-node raftmq group (`raftmq node --config ... --node nI`) on free loopback ports
    in a temp dir, finds its leader, runs every case with `raftmq bench` against it, records
@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from bench_cases import (
+from rich.console import Console
+from rich.table import Table
+
+from bench.bench_cases import (
     CASES,
     COUNTS,
     METRICS,
@@ -38,10 +41,8 @@ from bench_cases import (
     run_bench,
     targets,
 )
-from node_group import NodeGroup, install_signal_handlers
-from peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason, peers_dir
-from rich.console import Console
-from rich.table import Table
+from bench.node_group import NodeGroup, install_signal_handlers
+from bench.peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason, peers_dir
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 
