@@ -1,8 +1,8 @@
 """How fast `raftmq audit` reads and judges, on local[2] and on a two-worker standalone cluster
 of this machine, and whether it finds every planted anomaly and nothing else.
 
-    .venv/bin/python bench/audit_bench.py synthetic --messages 1090000 --dir /tmp/audit-bench
-    .venv/bin/python bench/audit_bench.py runs runs/          # e.g. a chaos matrix's directory
+    .venv/bin/python -m bench.audit_bench synthetic --messages 1090000 --dir /tmp/audit-bench
+    .venv/bin/python -m bench.audit_bench runs runs/          # e.g. a chaos matrix's directory
 
 `synthetic` writes (once; reused when it is there) a run of 3 groups of 3 members with
 `--messages` queue messages per group (about 10 million journal records over the 9 members at
@@ -18,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -51,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["synthetic", "runs"])
     parser.add_argument("path", nargs="?", type=Path, help="runs: the run directories' directory")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/audit-bench"))
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "audit-bench")
     parser.add_argument("--messages", type=int, default=1_090_000, help="per group (synthetic)")
     parser.add_argument("--workers", type=int, default=2, help="of the standalone cluster (0: local only)")
     args = parser.parse_args()

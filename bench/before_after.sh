@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Before/after in one sitting: the same `raftmq bench` cases, each for DURATION seconds, against
 # the built-in 3-node group (`raftmq up`) of two checkouts, alternately, then against a 3-node
-# RabbitMQ quorum queue (../shared/peers). Prints one line per run and writes JSON per run.
+# RabbitMQ quorum queue ($RAFTMQ_PEERS_DIR/start_rabbitmq.sh). Prints one line per run and writes JSON per run.
 #
 #   bench/before_after.sh BEFORE_CHECKOUT AFTER_CHECKOUT [DURATION] [OUT_DIR]
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 before=$(cd "$1" && pwd); after=$(cd "$2" && pwd)
 duration=${3:-60}; out=${4:-$(mktemp -d /tmp/raftmq-before-after.XXXX)}
-peers=$(cd "$(dirname "$0")/../../shared/peers" 2>/dev/null && pwd || true)
+peers=${RAFTMQ_PEERS_DIR:-}  # the folder holding start_rabbitmq.sh and stop_rabbitmq.sh
 mkdir -p "$out"
 cases=("1x1 -p 1 -c 1 --receipt-window 1" "4x4 -p 4 -c 4 --receipt-window 100")
 
@@ -50,7 +50,9 @@ for spec in "${cases[@]}"; do
   run_raftmq "$after" after "${words[@]}"
 done
 
-if [ -n "$peers" ] && command -v rabbitmq-server >/dev/null; then
+if [ -z "$peers" ]; then
+  echo "RAFTMQ_PEERS_DIR is not set (the folder holding start_rabbitmq.sh): peer runs skipped"
+elif command -v rabbitmq-server >/dev/null; then
   "$peers/start_rabbitmq.sh" cluster >/dev/null
   for spec in "${cases[@]}"; do
     read -r -a words <<<"$spec"

@@ -162,7 +162,7 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float | No
 
 
 def targets(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's goals, checked against what this run measured (None: not measured)."""
+    """The high-availability aims (docs/benchmarks.md), checked against what this run measured (None: not measured)."""
     many = results.get("4Px4C_window100", {})
     one = results.get("1Px1C_window1", {})
     ours_many, ours_one = many.get("raftmq", {}), one.get("raftmq", {})

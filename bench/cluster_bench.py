@@ -1,6 +1,6 @@
 """Cluster connections measured in one sitting (docs/benchmarks.md, "cluster connections").
 
-    .venv/bin/python bench/cluster_bench.py [--duration 60] [--out DIR] [--no-peer]
+    .venv/bin/python -m bench.cluster_bench [--duration 60] [--out DIR] [--no-peer]
 
 Starts `raftmq up --preset symmetric` (three groups of three: 9 node processes) in a temp dir,
 then runs `raftmq bench` (1 KiB persistent messages, client-individual acks, each case for
@@ -14,7 +14,7 @@ recording the CPU time of every node process per case (from /proc), so the CPU a
 message costs reads as the difference; then a redistribution: 10,000 messages wait on g1 with
 no consumer anywhere, a consumer subscribes on g2, and the time until it has them all is the
 time to move the backlog. Finally (unless --no-peer) the 4P×4C case against a RabbitMQ
-quorum queue of three nodes (../shared/peers), for scale. Lost and duplicated must be 0.
+quorum queue of three nodes ($RAFTMQ_PEERS_DIR/start_rabbitmq.sh), for scale. Lost and duplicated must be 0.
 """
 
 from __future__ import annotations
@@ -139,8 +139,13 @@ def main() -> int:
               f"{results['redistribution']['seconds']} s ({results['redistribution']['msg_per_s']} msg/s)", flush=True)
     finally:
         subprocess.run([*RAFTMQ, "down", "--preset", "symmetric"], cwd=work, check=False, stdout=subprocess.DEVNULL)
-    peers = REPO.parent / "shared" / "peers"
-    if not args.no_peer and (peers / "start_rabbitmq.sh").exists():
+    peers = Path(os.environ["RAFTMQ_PEERS_DIR"]) if os.environ.get("RAFTMQ_PEERS_DIR") else None
+    if not args.no_peer and peers is None:
+        print("RabbitMQ run skipped: RAFTMQ_PEERS_DIR is not set (the folder holding start_rabbitmq.sh)", flush=True)
+    elif not args.no_peer and not (peers / "start_rabbitmq.sh").exists():
+        print(f"RabbitMQ run skipped: {peers / 'start_rabbitmq.sh'} not found (check RAFTMQ_PEERS_DIR)", flush=True)
+        peers = None
+    if not args.no_peer and peers is not None:
         subprocess.run([str(peers / "start_rabbitmq.sh"), "cluster"], check=True, stdout=subprocess.DEVNULL)
         try:
             path = out / "rabbitmq-4x4.json"

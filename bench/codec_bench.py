@@ -2,7 +2,7 @@
 
 The frame is a SEND with a 1 KiB body and six headers, as a producer would send it. Parse is
 measured two ways: one frame per `feed` call (a socket read per frame) and 64 KiB chunks
-holding many frames (a busy connection). Run: `python bench/codec_bench.py [seconds]`.
+holding many frames (a busy connection). Run: `python -m bench.codec_bench [seconds]`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A screenshot of the web console on the symmetric preset under load (issue 14).
+"""A screenshot of the web console on the symmetric preset under load.
 
 Starts `raftmq up --detach --preset symmetric` (three groups of three, full mesh) in a
 directory of its own, puts it under load and opens the console of g1's leader
@@ -18,7 +18,7 @@ links, the dead letters and the selector consumer with an "Up to date" status li
 test-artifacts/console-symmetric.png (repository root), stops everything (the bench
 processes by pid, then `raftmq down`) and prints what the screenshot shows.
 
-    .venv/bin/python bench/console_screenshot.py [--dir /tmp/console-shot] [--out PATH]
+    .venv/bin/python -m bench.console_screenshot [--dir /tmp/console-shot] [--out PATH]
 
 The preset's fixed ports (61613-61621, 62613-62621, 8161-8169) must be free.
 """
@@ -44,13 +44,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from raftmq.client.failover import connect_failover
+from raftmq.ops.launcher import read_state
+from tests.helpers.browser import browser, javascript_errors, save_screenshot, status_line, wait_for_poll, wait_until
+
 REPOSITORY = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPOSITORY))  # tests.helpers.browser
-
-from raftmq.client.failover import connect_failover  # noqa: E402
-from raftmq.ops.launcher import read_state  # noqa: E402
-from tests.helpers.browser import browser, javascript_errors, save_screenshot, status_line, wait_for_poll, wait_until  # noqa: E402
-
 RAFTMQ = str(Path(sys.executable).parent / "raftmq")
 PRESET = "symmetric"
 OUT = REPOSITORY / "test-artifacts" / "console-symmetric.png"

@@ -1,6 +1,6 @@
 """Where the CPU goes: CPU seconds per message of each process in a 3-node group run.
 
-    .venv/bin/python bench/cpu_budget.py [--messages 20000] [--processes 1] [--threads]
+    .venv/bin/python -m bench.cpu_budget [--messages 20000] [--processes 1] [--threads]
 
 Starts a 3-node group (as bench/side_by_side.py does), runs the 4P×4C / 100-receipts-in-flight
 case once with `raftmq bench`, and reads user+system CPU time from /proc for every node and for
@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 import click
-from bench_cases import CASES, bench_command, declare_queue, new_destination, run_bench
-from node_group import NodeGroup, install_signal_handlers
 from rich.console import Console
 from rich.table import Table
+
+from bench.bench_cases import CASES, bench_command, declare_queue, new_destination, run_bench
+from bench.node_group import NodeGroup, install_signal_handlers
 
 console = Console(width=None if sys.stdout.isatty() else 120)
 TICKS = os.sysconf("SC_CLK_TCK")

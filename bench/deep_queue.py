@@ -6,7 +6,7 @@ time until a consumer gets the first message is measured, with every member's RS
 Last, `--drain-seconds` of consuming (ack mode client, prefetch 1000) from the deep queue, then from a queue filled
 with `--shallow` messages, gives the dispatch rates side by side.
 
-    .venv/bin/python bench/deep_queue.py --at 1000000,5000000 --dir /tmp/deep --json deep.json --html deep.html
+    .venv/bin/python -m bench.deep_queue --at 1000000,5000000 --dir /tmp/deep --json deep.json --html deep.html
 
 The fill uses bench/member_catchup.py's producers (receipted SENDs, `--window` in flight on
 each of `--producers` failover connections). Every process started is stopped by pid at the end.
@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from member_catchup import (  # noqa: E402
+from bench.member_catchup import (
     GROUP,
     QUEUE,
     Fill,
@@ -40,10 +38,9 @@ from member_catchup import (  # noqa: E402
     up_detached,
     wait_applied,
 )
-
-from raftmq.client.failover import connect_failover  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
-from raftmq.protocol.frame import Frame  # noqa: E402
+from raftmq.client.failover import connect_failover
+from raftmq.processes import free_ports
+from raftmq.protocol.frame import Frame
 
 SHALLOW = "/queue/deep.shallow"
 

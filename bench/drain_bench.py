@@ -4,7 +4,7 @@
 sending with receipts on the whole cluster's failover URL; afterwards everything is consumed
 from g1 and g2 and counted: lost and stored twice must both be 0.
 
-    .venv/bin/python bench/drain_bench.py --messages 100000 --dir /tmp/drain-bench
+    .venv/bin/python -m bench.drain_bench --messages 100000 --dir /tmp/drain-bench
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -125,7 +126,7 @@ async def scenario(options: argparse.Namespace, groups: dict[str, list[str]]) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="symmetric")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/drain-bench"))
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "drain-bench")
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=256, help="body bytes of the loaded messages")
     options = parser.parse_args()

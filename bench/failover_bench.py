@@ -1,6 +1,6 @@
 """Leader kill -9 → publishes resume, over K kills of a 3-node raftmq group, with a loss check.
 
-    .venv/bin/python bench/failover_bench.py [--kills 20] [--window 4] [--json out.json]
+    .venv/bin/python -m bench.failover_bench [--kills 20] [--window 4] [--json out.json]
 
 A producer using raftmq.client.failover publishes 1 KiB persistent messages with receipts
 (`--window` in flight) the whole time. K times: find the leader (the member that accepts a
@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from failover_load import FailoverProducer, drain
-from node_group import NodeGroup, install_signal_handlers
 from rich.console import Console
 from rich.table import Table
+
+from bench.failover_load import FailoverProducer, drain
+from bench.node_group import NodeGroup, install_signal_handlers
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 # Reconnect fast and keep trying: a kill must cost an election, not the client's back-off.

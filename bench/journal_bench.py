@@ -1,7 +1,7 @@
 """Journal throughput with one fsync per appended batch (the apply path's group commit).
 
-    .venv/bin/python bench/journal_bench.py                 # the default shapes, ~3 s each
-    .venv/bin/python bench/journal_bench.py --shape 100x1024 --seconds 10 --dir /data/x
+    .venv/bin/python -m bench.journal_bench                 # the default shapes, ~3 s each
+    .venv/bin/python -m bench.journal_bench --shape 100x1024 --seconds 10 --dir /data/x
 
 Each shape is RECORDSxBYTES per batch. Payloads are random (incompressible: the worst case
 for lz4) unless --compressible. Reports batches/s (= fsyncs/s), records/s, payload MB/s and

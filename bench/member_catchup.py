@@ -4,7 +4,7 @@
 consumer. The new member n4 gets the leader's snapshot, fetches every body it references from
 its peers (admin `POST /bodies`), then the journal after the snapshot.
 
-    .venv/bin/python bench/member_catchup.py --gib 1.0 --dir /tmp/member-catchup
+    .venv/bin/python -m bench.member_catchup --gib 1.0 --dir /tmp/member-catchup
 
 Figures: the fill (GiB, messages, seconds, rate), the catch-up as `add-node` reports it (from the
 commit of the membership change to n4 having applied the leader's commit index), the command's

@@ -1,4 +1,7 @@
-"""The 3-node RabbitMQ cluster of /work/shared/peers, started and stopped by its own scripts.
+"""The 3-node RabbitMQ cluster of the peers folder, started and stopped by its own scripts.
+
+The peers folder (the peer brokers' start/stop scripts and configuration) lives outside this
+repository: $RAFTMQ_PEERS_DIR names it, and nothing here guesses where it is.
 
 Ports, data and pid files are the scripts' (`<tempdir>/raftmq-peers/rabbitmq-cluster/node<i>/`).
 We never install anything: when `rabbitmq-server` is missing, `missing_reason()` says how to
@@ -15,9 +18,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_group import rss_kib
+from bench.node_group import rss_kib
 
-PEERS_DIR = Path(os.environ.get("RAFTMQ_PEERS_DIR", "/work/shared/peers"))
+PEERS_DIR_VARIABLE = "RAFTMQ_PEERS_DIR"  # the folder holding start_rabbitmq.sh and stop_rabbitmq.sh
 CLUSTER_NODES = 3
 START_TIMEOUT_SECONDS = 600.0  # first start of a fresh cluster: three Erlang boots and two joins
 STOP_TIMEOUT_SECONDS = 300.0
@@ -30,13 +33,22 @@ CONNECT_ARGS = ("--vhost", "/", "--login", "guest", "--passcode", "guest")
 QUEUE_ARGS = ("-H", "x-queue-type:quorum")
 
 
+def peers_dir() -> Path | None:
+    """The peers folder named by $RAFTMQ_PEERS_DIR, or None when the variable is not set."""
+    value = os.environ.get(PEERS_DIR_VARIABLE, "")
+    return Path(value) if value else None
+
+
 def missing_reason() -> str | None:
     """Why the cluster cannot start here, or None when it can."""
     if not glob.glob("/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server"):
         return "rabbitmq-server is not installed: apt-get install -y --no-install-recommends rabbitmq-server"
+    peers = peers_dir()
+    if peers is None:
+        return f"{PEERS_DIR_VARIABLE} is not set: set it to the folder holding start_rabbitmq.sh and stop_rabbitmq.sh"
     for script in ("start_rabbitmq.sh", "stop_rabbitmq.sh"):
-        if not (PEERS_DIR / script).is_file():
-            return f"{PEERS_DIR / script} not found (set RAFTMQ_PEERS_DIR)"
+        if not (peers / script).is_file():
+            return f"{peers / script} not found (check {PEERS_DIR_VARIABLE})"
     return None
 
 
@@ -103,8 +115,11 @@ class RabbitCluster:
         return {name: rss_kib(pid) for name, pid in beam_pids().items()}
 
     def _script(self, name: str, timeout: float) -> None:
+        peers = peers_dir()
+        if peers is None:
+            raise RuntimeError(f"{PEERS_DIR_VARIABLE} is not set")
         result = subprocess.run(
-            ["bash", str(PEERS_DIR / name), "cluster"],
+            ["bash", str(peers / name), "cluster"],
             capture_output=True,
             text=True,
             timeout=timeout,

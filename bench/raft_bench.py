@@ -6,7 +6,7 @@ on stdin, answering on stdout. The load runs inside the leader's process, so the
 the log's own, not this harness's IPC. `Group` is also the harness of
 tests/replication/test_raft_log.py (kill -9, SIGSTOP, restart).
 
-Run: `python bench/raft_bench.py run [--seconds 5]`.
+Run: `python -m bench.raft_bench run [--seconds 5]`.
 """
 
 from __future__ import annotations

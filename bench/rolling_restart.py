@@ -7,7 +7,7 @@ client, the restart's own time, what was lost, and duplicates: redeliveries flag
 `redelivered` (an ACK cut off by a failover: at-least-once) apart from unflagged ones (a
 message stored twice); lost and unflagged duplicates must be 0.
 
-    .venv/bin/python bench/rolling_restart.py --preset symmetric --dir /tmp/rolling --rate 200
+    .venv/bin/python -m bench.rolling_restart --preset symmetric --dir /tmp/rolling --rate 200
 
 The preset's fixed ports must be free. Every process is stopped at the end (raftmq down).
 """
@@ -20,6 +20,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -87,7 +88,7 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="symmetric")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/rolling-bench"))
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rolling-bench")
     parser.add_argument("--rate", type=float, default=200.0, help="SENDs per second per producer")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of traffic before and after the restart")
     parser.add_argument("--json", action="store_true")

@@ -13,8 +13,8 @@ includes the SEND's own way to the leader: it is an upper bound). The consumer s
 MESSAGE with its wall clock as the frame is handed to it; lateness = arrival - due. Everything
 runs on one machine, so producer, broker and consumer read the same clock.
 
-    .venv/bin/python bench/schedule_accuracy.py                      # 10,000 messages, 1-20 s
-    .venv/bin/python bench/schedule_accuracy.py --messages 2000 --max-delay 5 --json out.json
+    .venv/bin/python -m bench.schedule_accuracy                      # 10,000 messages, 1-20 s
+    .venv/bin/python -m bench.schedule_accuracy --messages 2000 --max-delay 5 --json out.json
 
 Prints a JSON summary (lateness percentiles overall, per header, and for messages that came
 due while the producer was still sending vs after; early arrivals, beyond 1 ms of clock
@@ -35,8 +35,8 @@ when comparing. The figures from the leader's status (its term, scheduled jobs l
 null. The queue is `--queue`; with `--url` its default gets a suffix unique to the run, so
 nothing an earlier run left on the broker is counted.
 
-    .venv/bin/python bench/schedule_accuracy.py --mode delay                                # raftmq
-    .venv/bin/python bench/schedule_accuracy.py --mode delay --url stomp://127.0.0.1:61623  # ActiveMQ
+    .venv/bin/python -m bench.schedule_accuracy --mode delay                                # raftmq
+    .venv/bin/python -m bench.schedule_accuracy --mode delay --url stomp://127.0.0.1:61623  # ActiveMQ
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from node_group import toml_dumps
-
+from bench.node_group import toml_dumps
 from raftmq.client.failover import connect_failover
 from raftmq.ops.launcher import read_state, running_nodes, stop_launcher, stop_nodes
 from raftmq.processes import free_ports
@@ -68,7 +67,8 @@ from raftmq.protocol.frame import Frame
 
 GROUP = "g1"
 QUEUE = "/queue/scheduled.accuracy"
-TEMPLATE = Path(__file__).resolve().parent.parent / "configs" / "group.toml"
+REPOSITORY = Path(__file__).resolve().parent.parent
+TEMPLATE = REPOSITORY / "configs" / "group.toml"
 PROBE = b"probe"
 GRANULARITY_MS = 1.0  # due times are whole ms; the broker's clock reads whole ms
 DUPLICATE_GRACE_S = 2.0  # after the last expected message, how long the consumer keeps listening
@@ -324,9 +324,10 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         credentials = [arg for name in ("login", "passcode", "vhost") if getattr(options, name) is not None
                        for arg in (f"--{name}", getattr(options, name))]
         consumer = subprocess.Popen(
-            [sys.executable, __file__, "--consume", url, "--out", str(records_path),
+            [sys.executable, "-m", "bench.schedule_accuracy", "--consume", url, "--out", str(records_path),
              "--prefetch", str(options.prefetch), "--queue", options.queue, *credentials],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))})
         assert consumer.stdout is not None and consumer.stdin is not None
         ready = read_line(consumer, 120)
         if ready != "ready":

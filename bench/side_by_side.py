@@ -1,11 +1,11 @@
 """raftmq (3-node group) and RabbitMQ (3-node quorum queue) measured in one sitting.
 
-    .venv/bin/python bench/side_by_side.py [--messages 10000] [--repeat 3] [--json out.json]
+    .venv/bin/python -m bench.side_by_side [--messages 10000] [--repeat 3] [--json out.json]
 
 1. Starts a 3-node raftmq group (`raftmq node --config ... --node nI`) on free loopback ports
    in a temp dir, finds its leader, runs every case with `raftmq bench` against it, records
    each node's RSS, stops the group.
-2. Starts the 3-node RabbitMQ cluster with /work/shared/peers/start_rabbitmq.sh, runs the same
+2. Starts the 3-node RabbitMQ cluster with $RAFTMQ_PEERS_DIR/start_rabbitmq.sh, runs the same
    cases with the same bench arguments (plus vhost, guest login and x-queue-type:quorum),
    records the beam RSS, stops it with stop_rabbitmq.sh (unless it was already running).
 The brokers run one after the other, so neither's idle CPU (Erlang schedulers spin) taxes the
@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from bench_cases import (
+from rich.console import Console
+from rich.table import Table
+
+from bench.bench_cases import (
     CASES,
     COUNTS,
     METRICS,
@@ -38,10 +41,8 @@ from bench_cases import (
     run_bench,
     targets,
 )
-from node_group import NodeGroup, install_signal_handlers
-from peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason
-from rich.console import Console
-from rich.table import Table
+from bench.node_group import NodeGroup, install_signal_handlers
+from bench.peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason, peers_dir
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 
@@ -110,7 +111,7 @@ def _measure_raftmq(messages: int, repeat: int, processes: int, keep: bool) -> d
 
 def _measure_rabbitmq(messages: int, repeat: int, processes: int) -> dict[str, Any]:
     with RabbitCluster() as cluster:
-        console.print("rabbitmq: starting the 3-node cluster (/work/shared/peers/start_rabbitmq.sh cluster)")
+        console.print(f"rabbitmq: starting the 3-node cluster ({peers_dir()}/start_rabbitmq.sh cluster)")
         cluster.start()
         if cluster.was_running:
             console.print("[yellow]rabbitmq: the cluster was already running; it stays up afterwards[/]")
@@ -156,7 +157,7 @@ def _render(report: dict[str, Any]) -> None:
     for name, kib in (report.get("rabbitmq") or {}).get("rss_kib", {}).items():
         rss.add_row(f"RabbitMQ {name} (beam)", "—" if kib is None else f"{kib / 1024:.1f}")
     console.print(rss)
-    goals = Table(title="Goals of issue 3", title_justify="left")
+    goals = Table(title="Goals (the high-availability aims)", title_justify="left")
     goals.add_column("goal")
     goals.add_column("measured", justify="right")
     goals.add_column("limit", justify="right")

@@ -5,8 +5,8 @@ its send time; the consumers record end-to-end latency. Then the consumers drain
 (up to `--drain` seconds) and the run reports publish and consume rates, e2e p50 / p99, and the
 messages never consumed.
 
-    .venv/bin/python bench/stomp_load.py --url stomp://127.0.0.1:61613 --duration 60 --json out.json
-    .venv/bin/python bench/stomp_load.py --url stomp://127.0.0.1:61641 --vhost / --login guest \\
+    .venv/bin/python -m bench.stomp_load --url stomp://127.0.0.1:61613 --duration 60 --json out.json
+    .venv/bin/python -m bench.stomp_load --url stomp://127.0.0.1:61641 --vhost / --login guest \\
         --passcode guest -H x-queue-type:quorum --duration 60            # a RabbitMQ quorum queue
 
 Why another load tool: raftmq's own bench is written with raftmq's client; this one is not, and

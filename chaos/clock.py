@@ -31,7 +31,7 @@ Which clocks move (`wall_only`):
 libfaketime 0.9.10 breaks CPython 3.11 in either mode, so a small preload of ours (`shim`,
 built once with the C compiler) goes in front of it:
 - with monotonic time real, it turns `time.sleep`'s absolute CLOCK_MONOTONIC deadline into a
-  negative one (EINVAL: libfaketime issue #426; pysyncobj's tick thread dies of it) and makes
+  negative one (EINVAL: wolfcw/libfaketime#426; pysyncobj's tick thread dies of it) and makes
   every timed wait on a monotonic condition variable (the GIL) time out at once (a spinning
   waiter);
 - with monotonic time faked, it does not intercept sem_clockwait, so every timed lock wait

@@ -1,4 +1,4 @@
-"""Issue 14's features on the symmetric preset (three groups of three, `raftmq up`), with
+"""Wildcards, temporary queues, schedules on the symmetric preset (three groups of three, `raftmq up`), with
 stomp.py clients: a wildcard queue consumer on g2 draws from g1; a RabbitMQ-style requester on
 g3 gets its answer from a responder on g1; a message scheduled on g1 reaches its consumer on
 g2 on time; `raftmq manage` lists every group's destinations, retries g1's dead letter, and
