@@ -37,6 +37,7 @@ RANKS = {
     "raftmq.ops": 7,
     "chaos": 7,  # `raftmq chaos`: drives clusters as raftmq.ops does
     "raftmq.security_cli": 7,
+    "raftmq.node_cli": 7,  # `raftmq node`: composes config, app and the ops topology reader
     "raftmq.presets": 7,  # the preset topology files, read by ops
     "raftmq.cli": 8,
     "raftmq.__main__": 9,
