@@ -29,7 +29,7 @@ class LazyCommand:
 # What each extra installs that its commands import; missing, the command says which extra to install.
 EXTRAS = {
     "chaos": ("plotly",),
-    "spark": ("pyspark", "pyarrow", "pandas"),
+    "spark": ("pyspark", "pyarrow", "pandas", "plotly"),
 }
 
 COMMANDS = {
