@@ -112,6 +112,13 @@ def test_the_broker_imports_no_test_or_proof_tool() -> None:
     assert tools == []
 
 
+def test_no_module_has_a_test_switch() -> None:
+    # Planted bugs (no fsync, receipts before commit) live in tests/helpers/unsafe_node.py: a
+    # deployed node has no environment variable that turns one on.
+    switches = [module for module, path in MODULES.items() if "RAFTMQ_TEST_" in path.read_text()]
+    assert switches == []
+
+
 def test_no_import_circles() -> None:
     circles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the current path, 2 done
