@@ -1,4 +1,4 @@
-"""`raftmq chaos run` and `raftmq chaos list` (registered by raftmq.cli)."""
+"""`raftmq chaos run` and `raftmq chaos list` (listed by raftmq.cli)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ from raftmq.ops.topology import Topology
 
 READY_LINE = "raftmq node listening on "
 READY_TIMEOUT_SECONDS = 30.0
+# How a node starts: the installed raftmq. A run may name another command that takes the same
+# arguments (tests/helpers/unsafe_node.py: a node with a planted bug, for the harness's own test).
+NODE_COMMAND = (sys.executable, "-m", "raftmq", "node")
 
 
 @dataclass
@@ -54,7 +57,7 @@ class NodeHandle:
 
 
 class Deployment:
-    def __init__(self, topology: Topology, workdir: Path) -> None:
+    def __init__(self, topology: Topology, workdir: Path, node_command: tuple[str, ...] = NODE_COMMAND) -> None:
         self.topology = topology
         self.workdir = workdir
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -63,8 +66,7 @@ class Deployment:
             if group.generated_text is not None and not group.config_path.exists():
                 group.config_path.parent.mkdir(parents=True, exist_ok=True)
                 group.config_path.write_text(group.generated_text, encoding="utf-8")
-            argv: tuple[str, ...] = (sys.executable, "-m", "raftmq", "node", "--config", str(group.config_path.resolve()),
-                                     "--node", member.id)
+            argv = (*node_command, "--config", str(group.config_path.resolve()), "--node", member.id)
             if topology.cluster_connections and topology.source is not None:
                 argv += ("--topology", str(topology.source.resolve()))
             member_dir = workdir / group.config.member_dir(member.id)

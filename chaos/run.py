@@ -24,7 +24,7 @@ from typing import Any
 from chaos.checker import QueueResult
 from chaos.client import QueueWorkload
 from chaos.cross_group import CrossGroupWorkload
-from chaos.deployment import Deployment
+from chaos.deployment import NODE_COMMAND, Deployment
 from chaos.environment import Environment
 from chaos.generator import TARGETS, schedule
 from chaos.history import INVOKE, NEMESIS, OK, History
@@ -55,6 +55,7 @@ class RunOptions:
     out: Path = Path("runs")
     targets: tuple[str, ...] = TARGETS  # which members faults may hit (leader, one, minority, majority, all)
     backlog: bool = False  # consumers wait for the drain (the workloads that have consumers to hold back)
+    node_command: tuple[str, ...] = ()  # how a node starts (argv before --config); () is deployment.NODE_COMMAND
 
 
 @dataclass
@@ -103,7 +104,7 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
             "groups": [spec.name for spec in topology.groups],
             "faults": [dataclasses.asdict(fault) for fault in faults],
         }, indent=2))
-        deployment = Deployment(topology, run_dir)
+        deployment = Deployment(topology, run_dir, options.node_command or NODE_COMMAND)
         history = History(run_dir / "history.jsonl")
         progress = Progress()
         try:

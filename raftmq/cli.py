@@ -1,149 +1,152 @@
-"""The `raftmq` command: the composition root that wires config, node and tools together."""
+"""The `raftmq` command: a table of its subcommands, each imported on first use.
+
+Every node process starts as `python -m raftmq node`, so this module imports no command: a node
+loads `raftmq.node_cli` and what it needs, never the operator tools, the chaos harness, the
+audit or their libraries (plotly, PySpark). `raftmq --help` lists the commands from the table
+below without importing any of them (tests/test_cli_imports.py keeps the table's help lines
+equal to the commands' own).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import sys
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
 from raftmq import __version__
-from raftmq.logs import LEVELS as LOG_LEVELS
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@dataclass(frozen=True)
+class LazyCommand:
+    target: str  # "module:attribute", the click command
+    help: str  # its one line in `raftmq --help`: the first sentence of its docstring
+    extra: str | None = None  # the pyproject extra it needs (EXTRAS), if any
+
+
+# What each extra installs that its commands import; missing, the command says which extra to install.
+EXTRAS = {
+    "chaos": ("plotly",),
+    "spark": ("pyspark", "pyarrow", "pandas", "plotly"),
+}
+
+COMMANDS = {
+    "audit": LazyCommand(
+        "spark_audit.cli:audit_command",
+        "Prove from what every node stored that nothing acknowledged was lost, nothing was stored twice, "
+        "no replicas diverged and no two leaders shared a term.",
+        extra="spark",
+    ),
+    "bench": LazyCommand("raftmq.bench.cli:bench_command", "Benchmark a STOMP broker (raftmq, ActiveMQ, RabbitMQ, ...)."),
+    "chaos": LazyCommand(
+        "chaos.cli:chaos_command",
+        "Jepsen-style fault-injection runs against a real cluster (docs/chaos.md).",
+        extra="chaos",
+    ),
+    "down": LazyCommand(
+        "raftmq.ops.cli:down_command",
+        "Stop a cluster started by `raftmq up` (found through its state file): its supervisor stops every node it "
+        "launched, waits for each and exits; `down` waits for it, then stops by pid whatever is still running "
+        "(nodes of a supervisor that was killed).",
+    ),
+    "group": LazyCommand(
+        "raftmq.ops.cli:group_command",
+        "Operate on one group of a cluster: scale-down (`drain`) and membership changes "
+        "(`add-node`, `remove-node`, `replace-node`).",
+    ),
+    "manage": LazyCommand(
+        "raftmq.ops.manage_cli:manage_command",
+        "Destinations, connections, consumers and dead letters, through the admin API.",
+    ),
+    "node": LazyCommand(
+        "raftmq.node_cli:node_command",
+        "Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).",
+    ),
+    "passwd": LazyCommand(
+        "raftmq.security_cli:passwd_command",
+        "Hash a password for the config's [[user]] password_hash (scrypt, random salt).",
+    ),
+    "queue": LazyCommand("raftmq.ops.messaging_cli:queue_command", "Inspect and manage queues (stat, browse, purge)."),
+    "receive": LazyCommand(
+        "raftmq.ops.messaging_cli:receive_command",
+        "Receive messages from DESTINATION and print their bodies, one per line.",
+    ),
+    "restart": LazyCommand("raftmq.ops.cli:restart_command", "Restart every node of a cluster started by `raftmq up`."),
+    "send": LazyCommand(
+        "raftmq.ops.messaging_cli:send_command", "Send a message to DESTINATION (/queue/NAME or /topic/NAME)."
+    ),
+    "status": LazyCommand(
+        "raftmq.ops.cli:status_command",
+        "Groups, nodes (master/slave, health, term, commit/applied index, lag, connections) and destinations "
+        "(depth, consumers, in-flight, enqueue/dequeue msg/s, totals, dead letters), read from every node's "
+        "admin /status.",
+    ),
+    "up": LazyCommand(
+        "raftmq.ops.cli:up_command",
+        "Start every node of a topology as its own process and wait for leaders.",
+    ),
+}
+
+
+def load_command(name: str, entry: LazyCommand) -> click.Command:
+    """Import the command `entry` names; a missing extra is a one-line error naming it, not a traceback."""
+    module_name, _, attribute = entry.target.partition(":")
+    needed = EXTRAS[entry.extra] if entry.extra is not None else ()
+    try:
+        for library in needed:  # first: some commands import their libraries only once they run
+            importlib.import_module(library)
+        command = getattr(importlib.import_module(module_name), attribute)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in needed:
+            raise
+        raise click.ClickException(
+            f"raftmq {name} needs the {entry.extra} extra: pip install -e '.[{entry.extra}]'"
+        ) from None
+    assert isinstance(command, click.Command), entry.target
+    return command
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported when one is run (or its help shown), by name."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, LazyCommand], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        command = load_command(cmd_name, self.lazy[cmd_name])
+        self.add_command(command, cmd_name)
+        return command
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand:  # suggest from every name, not only the loaded ones
+            raise click.exceptions.NoSuchCommand(args[0], possibilities=self.list_commands(ctx), ctx=ctx) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Group.format_commands, with each unloaded command's line taken from the table."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = self.commands.get(name) or click.Command(name, help=self.lazy[name].help)
+            if not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="raftmq")
 def main() -> None:
     """raftmq: a STOMP 1.2 message broker in which every logical broker is a Raft group."""
-
-
-def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int] | None:
-    if value is None:
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
-    return host, int(port)
-
-
-@main.command()
-@click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
-@click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
-@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
-@click.option("--admin", "admin", metavar="HOST:PORT",
-              help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
-@click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Where a single node keeps its journal, in DIR/<name>/; default: [node] data_dir, or ./.raftmq.")
-@click.option("--in-memory", "in_memory", is_flag=True,
-              help="Keep everything in memory: nothing survives a restart (default: durable, in --data-dir).")
-@click.option(
-    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
-    help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
-)
-@click.option(
-    "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
-    default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
-)
-def node(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
-         admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
-    """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
-
-    A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
-    (--data-dir), so what it acknowledged survives kill -9 and power loss; --in-memory keeps
-    nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
-    in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
-    key=value lines otherwise)."""
-    from raftmq.app.run import serve
-    from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
-    from raftmq.errors import ConfigError
-
-    try:
-        config = load_config(config_path) if config_path else NodeConfig()
-        if isinstance(config, GroupConfig):
-            if node_id is None:
-                raise ConfigError(f"{config_path}: a group configuration needs --node (one of: {', '.join(m.id for m in config.members)})")
-            try:
-                config.member(node_id)
-            except ConfigError as exc:
-                raise ConfigError(f"{config_path}: {exc}") from None
-            if topology_path is not None:
-                from raftmq.ops.cluster_topology import with_cluster
-
-                assert config_path is not None
-                config = with_cluster(config, config_path, topology_path)
-        elif topology_path is not None:
-            raise ConfigError("--topology needs a group configuration (--config GROUP.toml --node ID)")
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    from raftmq.app.group import serve_group
-
-    if isinstance(config, GroupConfig):
-        if listen is not None or admin is not None or data_dir is not None or in_memory:
-            raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
-                                   "its [[node]] and [group] name its addresses and data directory")
-        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
-        from raftmq.config import load_group_config
-
-        assert config_path is not None  # a group comes from a file
-        reload = functools.partial(load_group_config, config_path)  # members learn new members' addresses here
-        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level, reload=reload)  # type: ignore[arg-type]
-        return
-    if node_id is not None:
-        raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
-    address = _parse_listen(listen)
-    if address is not None:
-        config = config.with_address(*address)
-    if admin is not None:
-        admin_address = _parse_listen(admin, "--admin")
-        assert admin_address is not None  # given, so parsed (or a UsageError)
-        config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
-    if in_memory or config.in_memory:
-        if data_dir is not None:
-            raise click.UsageError("--data-dir and --in-memory: choose one")
-        ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
-        serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
-        return
-    try:
-        group = single_node_group(config, data_dir)
-    except ConfigError as exc:
-        raise click.ClickException(f"{config_path or 'raftmq node'}: {exc}") from exc
-    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
-    serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
-
-
-def _print_ready(how: str, host: str, port: int) -> None:
-    # What `raftmq up`, scripts and tests wait for on stdout: the prefix up to the address.
-    click.echo(f"raftmq node listening on {host}:{port} ({how})")
-    sys.stdout.flush()
-
-
-def _register_optional_commands() -> None:
-    from raftmq.bench.cli import bench_command
-
-    main.add_command(bench_command, name="bench")
-    from raftmq.ops.cli import down_command, group_command, restart_command, status_command, up_command
-
-    for command in (up_command, down_command, restart_command, status_command, group_command):
-        main.add_command(command)
-    from raftmq.ops.messaging_cli import queue_command, receive_command, send_command
-
-    for command in (send_command, receive_command, queue_command):
-        main.add_command(command)
-    from raftmq.ops.manage_cli import manage_command
-
-    main.add_command(manage_command)
-    from chaos.cli import chaos_command
-    from raftmq.security_cli import passwd_command
-
-    main.add_command(chaos_command)
-    from spark_audit.cli import audit_command
-
-    main.add_command(audit_command)
-
-    main.add_command(passwd_command)
-
-
-_register_optional_commands()

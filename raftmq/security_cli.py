@@ -1,4 +1,4 @@
-"""`raftmq passwd`: the password hash line for a `[[user]]` entry (registered by raftmq.cli)."""
+"""`raftmq passwd`: the password hash line for a `[[user]]` entry (listed by raftmq.cli)."""
 
 from __future__ import annotations
 

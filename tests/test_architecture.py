@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-PACKAGES = ("raftmq", "cluster", "chaos")  # cluster/: cluster connections' pure decisions; chaos/: fault runs
+# cluster/: cluster connections' pure decisions; chaos/: fault runs; spark_audit/: the audit of their data
+PACKAGES = ("raftmq", "cluster", "chaos", "spark_audit")
+# The test and proof tools and their libraries: the broker (raftmq.*) never imports them, so a
+# node process runs without them (raftmq.cli names their commands as strings, loaded on use).
+TOOLS = ("chaos", "spark_audit", "plotly", "pyspark")
 
 # Lower ranks are lower layers; a module may import modules of its own rank or lower.
 RANKS = {
@@ -38,7 +42,9 @@ RANKS = {
     "raftmq.bench": 6,
     "raftmq.ops": 7,
     "chaos": 7,  # `raftmq chaos`: drives clusters as raftmq.ops does
+    "spark_audit": 7,  # `raftmq audit`: reads chaos runs' directories through raftmq.ops
     "raftmq.security_cli": 7,
+    "raftmq.node_cli": 7,  # `raftmq node`: composes config, app and the ops topology reader
     "raftmq.presets": 7,  # the preset topology files, read by ops
     "raftmq.cli": 8,
     "raftmq.__main__": 9,
@@ -66,9 +72,10 @@ def _rank(module: str) -> int:
     return RANKS[best]
 
 
-def _imports(module: str) -> set[str]:
-    """raftmq modules `module` imports, at run time or for the type checker only (an import
-    under `if TYPE_CHECKING:` is still a dependency a reader has to follow)."""
+def _all_imports(module: str) -> set[str]:
+    """Every module `module` imports, anywhere in it (inside a function too), at run time or for
+    the type checker only (an import under `if TYPE_CHECKING:` is still a dependency a reader
+    has to follow)."""
     tree = ast.parse(MODULES[module].read_text())
     found: set[str] = set()
 
@@ -84,10 +91,11 @@ def _imports(module: str) -> set[str]:
             visit(child)
 
     visit(tree)
-    return {name for name in found if name in MODULES and name != module}
+    return found - {module}
 
 
-GRAPH = {module: _imports(module) for module in MODULES}
+IMPORTS = {module: _all_imports(module) for module in MODULES}
+GRAPH = {module: {name for name in names if name in MODULES} for module, names in IMPORTS.items()}
 
 
 def test_every_module_has_a_layer() -> None:
@@ -98,6 +106,19 @@ def test_every_module_has_a_layer() -> None:
 def test_no_import_runs_up_a_layer() -> None:
     upward = [f"{a} -> {b}" for a, targets in GRAPH.items() for b in sorted(targets) if _rank(b) > _rank(a)]
     assert upward == []
+
+
+def test_the_broker_imports_no_test_or_proof_tool() -> None:
+    tools = [f"{module} -> {name}" for module, names in IMPORTS.items() if module.split(".")[0] == "raftmq"
+             for name in sorted(names) if name.split(".")[0] in TOOLS]
+    assert tools == []
+
+
+def test_no_module_has_a_test_switch() -> None:
+    # Planted bugs (no fsync, receipts before commit) live in tests/helpers/unsafe_node.py: a
+    # deployed node has no environment variable that turns one on.
+    switches = [module for module, path in MODULES.items() if "RAFTMQ_TEST_" in path.read_text()]
+    assert switches == []
 
 
 def test_no_import_circles() -> None:

@@ -1,4 +1,4 @@
-"""`raftmq up`, `raftmq down`, `raftmq restart` and `raftmq status` (registered by raftmq.cli)."""
+"""`raftmq up`, `raftmq down`, `raftmq restart` and `raftmq status` (listed by raftmq.cli)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-# Every `raftmq node` process imports this module (raftmq.cli registers these commands), so
-# rich, the launcher and the status view are imported only when a command runs.
+from raftmq.ops.launcher import STOP_GRACE_SECONDS, UP_TIMEOUT_SECONDS
+from raftmq.ops.topology import PRESETS, RESTART_MODES
+
 if TYPE_CHECKING:
     from raftmq.ops.launcher import DeploymentState
     from raftmq.ops.status_view import NodeAddress
     from raftmq.ops.topology import Topology
 
-UP_TIMEOUT_SECONDS = 30.0  # launcher.UP_TIMEOUT_SECONDS, repeated to keep imports lazy
-STOP_GRACE_SECONDS = 10.0  # launcher.STOP_GRACE_SECONDS
-PRESET_NAMES = ("default", "five-node", "test", "symmetric", "chain", "symmetric-lite")  # topology.PRESETS
-RESTART_MODES = ("never", "on-failure")  # topology.RESTART_MODES
 REFRESH_SECONDS = 1.0
 PIPE_WIDTH = 120
 
@@ -28,7 +25,7 @@ config_option = click.option(
     help="Topology or group file (TOML); default: one group of three nodes under ./.raftmq/.",
 )
 preset_option = click.option(
-    "--preset", type=click.Choice(PRESET_NAMES),
+    "--preset", type=click.Choice(tuple(PRESETS)),
     help="A topology shipped with raftmq (configs/ documents each): default (the same as no option), "
          "five-node, or test (tiny limits, ports 61713-61715). State under ./.raftmq/, like the default's.",
 )
@@ -195,7 +192,6 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
     from raftmq.ops.launcher import (
-        STOP_GRACE_SECONDS,
         cluster_lock,
         read_state,
         remove_state,

@@ -1,4 +1,4 @@
-"""`raftmq send`, `raftmq receive` and `raftmq queue stat|browse|purge` (registered by raftmq.cli).
+"""`raftmq send`, `raftmq receive` and `raftmq queue stat|browse|purge` (listed by raftmq.cli).
 
 They connect to `--url`, else to the running local cluster, else to stomp://127.0.0.1:61613
 (see raftmq.ops.endpoints). Every failure is one line on stderr and exit status 1; `receive`
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-# raftmq.cli imports this module in every process it starts (nodes included): the client,
-# rich and the endpoint lookup are imported only when one of these commands runs.
+from raftmq.core.commands import DEFAULT_BROWSE_LIMIT, MAX_BROWSE_LIMIT
+
 if TYPE_CHECKING:
     from raftmq.ops.endpoints import Endpoints
 
@@ -275,13 +275,11 @@ def purge_command(destination: str, timeout: float, idle: float, url: str | None
 
 
 BROWSE_TIMEOUT_SECONDS = 10.0
-BROWSE_DEFAULT_COUNT = 1000  # raftmq.core.commands.DEFAULT_BROWSE_LIMIT, repeated to keep imports lazy
-BROWSE_MAX_COUNT = 10000  # raftmq.core.commands.MAX_BROWSE_LIMIT
 
 
 @queue_command.command("browse")
 @click.argument("destination")
-@click.option("--count", "-n", type=click.IntRange(1, BROWSE_MAX_COUNT), default=BROWSE_DEFAULT_COUNT, show_default=True,
+@click.option("--count", "-n", type=click.IntRange(1, MAX_BROWSE_LIMIT), default=DEFAULT_BROWSE_LIMIT, show_default=True,
               help="Show at most this many messages (the first ones, in queue order).")
 @click.option("--selector", metavar="SQL92", help="Only messages this JMS selector matches, e.g. \"color = 'red'\".")
 @click.option("--show-headers", "show_headers", is_flag=True, help="Print each message's headers before its body.")

@@ -19,14 +19,12 @@ Flow control:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 from functools import partial
 from typing import cast
 
 import structlog
 
-from raftmq.core.commands import Command, Send
+from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader
 from raftmq.protocol.codec import HEARTBEAT
@@ -49,10 +47,6 @@ CLOSE_GRACE_SECONDS = 5.0
 HEARTBEAT_SEND_SLACK = 0.9
 # Close a client that promised heart-beats and sent nothing for this many agreed intervals.
 HEARTBEAT_RECEIVE_GRACE = 2.0
-# A planted bug for the chaos harness's own test (tests/chaos): receipts before commit. Never set
-# it anywhere else: a node started with it breaks raftmq's promise on purpose.
-UNSAFE_EARLY_RECEIPTS = os.environ.get("RAFTMQ_TEST_UNSAFE_EARLY_RECEIPTS") == "1"
-UNSAFE_DELAY_SECONDS = 0.2
 
 
 class Connection(asyncio.Protocol):
@@ -240,12 +234,7 @@ class Connection(asyncio.Protocol):
         return True
 
     def _propose_now(self, commands: list[Command]) -> None:
-        if UNSAFE_EARLY_RECEIPTS and any(isinstance(command, Send) for command in commands):
-            self.host.loop.call_later(UNSAFE_DELAY_SECONDS, self._propose_commands, self._receipt_early(commands))
-            return
-        self._propose_commands(commands)
-
-    def _propose_commands(self, commands: list[Command]) -> None:
+        """The one place a connection proposes: its receipts go out once the commands commit."""
         flow = self.host.flow
         sends = flow.proposing(commands) if flow is not None else None
         future = self.host.propose(commands)
@@ -257,18 +246,6 @@ class Connection(asyncio.Protocol):
         if self._pending > self._max_pending and not self._read_paused_for_log:
             self._read_paused_for_log = True
             self._update_reading()
-
-    def _receipt_early(self, commands: list[Command]) -> list[Command]:
-        """THE BUG THE CHAOS HARNESS MUST CATCH (tests only): a write-behind broker. A SEND's
-        RECEIPT goes out at once and the SEND is proposed `UNSAFE_DELAY_SECONDS` later, so a
-        leader that dies meanwhile loses what it acknowledged."""
-        early = []
-        for command in commands:
-            if isinstance(command, Send) and command.receipt is not None:
-                self.receipt(command.receipt)
-                command = dataclasses.replace(command, receipt=None)
-            early.append(command)
-        return early
 
     def _proposal_done(self, count: int, future: asyncio.Future[None]) -> None:
         self._pending -= count

@@ -38,8 +38,7 @@ from raftmq.server.bridge import bridges_for
 from raftmq.server.bridge_session import BridgeSession
 from raftmq.server.cluster_events import ClusterEvents
 from raftmq.server.discovery import Announcer, DiscoveredLinks
-from raftmq.replication.pysyncobj.raft_journal import UNSAFE_NO_FSYNC
-from raftmq.server.connection import UNSAFE_EARLY_RECEIPTS, Connection
+from raftmq.server.connection import Connection
 from raftmq.server.host import ClientConnection, LeaderService
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.core.address_settings import BLOCK
@@ -300,12 +299,6 @@ class Node:
         if not self.commit_log.status().replicated:
             self.succession.lead_alone()
         log.info("node.started", node=self.name, host=self._address[0], port=self._address[1])
-        if UNSAFE_EARLY_RECEIPTS:
-            log.critical("node.unsafe_early_receipts", node=self.name,
-                         reason="RAFTMQ_TEST_UNSAFE_EARLY_RECEIPTS=1: receipts before commit, for the chaos harness's test only")
-        if UNSAFE_NO_FSYNC:
-            log.critical("node.unsafe_no_fsync", node=self.name,
-                         reason="RAFTMQ_TEST_UNSAFE_NO_FSYNC=1: the Raft journal is never fsynced, for the chaos harness's test only")
 
     async def stop(self) -> None:
         """Stop accepting; a group's leader first hands leadership over and sends its clients

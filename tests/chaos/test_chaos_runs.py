@@ -19,6 +19,7 @@ from chaos.nemesis import Nemesis
 from chaos.run import RunOptions, run
 from raftmq.ops.topology import load_topology
 from raftmq.processes import free_ports
+from tests.helpers import unsafe_node
 
 pytestmark = pytest.mark.integration
 
@@ -73,24 +74,23 @@ def test_a_run_under_kills_pauses_and_partitions_is_valid_and_leaves_its_evidenc
     assert any((run_dir / "data" / "g1").iterdir())  # the journals the audit will read (nodes run in the run dir)
 
 
-def test_the_harness_catches_a_broker_that_receipts_before_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAFTMQ_TEST_UNSAFE_EARLY_RECEIPTS", "1")  # inherited by the node processes
+def test_the_harness_catches_a_broker_that_receipts_before_commit(tmp_path: Path) -> None:
     topology = group_file(tmp_path)
     started = time.monotonic()
     _, result = run(RunOptions(topology=str(topology), nemeses=("kill",), targets=("leader",), time_limit_s=15,
-                               rate=100, concurrency=4, seed=1, out=tmp_path / "runs"))
+                               rate=100, concurrency=4, seed=1, out=tmp_path / "runs",
+                               node_command=unsafe_node.command("early-receipts")))
     assert not result.valid and result.lost > 0, result.to_dict()
     assert time.monotonic() - started < 60
 
 
-def test_the_harness_catches_a_broker_that_does_not_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_harness_catches_a_broker_that_does_not_fsync(tmp_path: Path) -> None:
     # Power loss on every member at once, with the consumers held back so what was acknowledged
     # is still waiting: a journal that never fsyncs loses it. The same run without the planted
     # bug is valid (tests/chaos/test_chaos_families.py, power-loss).
     problems = requirements(["power-loss"])
     if problems:
         pytest.skip("; ".join(problems))
-    monkeypatch.setenv("RAFTMQ_TEST_UNSAFE_NO_FSYNC", "1")  # inherited by the node processes
     _, result = run(RunOptions(nemeses=("power-loss",), targets=("all",), backlog=True, time_limit_s=12, rate=100,
-                               concurrency=4, seed=1, out=tmp_path / "runs"))
+                               concurrency=4, seed=1, out=tmp_path / "runs", node_command=unsafe_node.command("no-fsync")))
     assert not result.valid and result.lost > 0, result.to_dict()

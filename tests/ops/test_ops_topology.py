@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from raftmq.config import load_group_config
 from raftmq.errors import ConfigError
-from raftmq.ops import cli as ops_cli
 from raftmq.ops import launcher
 from raftmq.ops.cli import status_command, up_command
 from raftmq.ops.topology import default_topology, load_topology
@@ -112,12 +111,6 @@ def test_status_without_a_cluster_says_where_it_looked(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(status_command, ["--once"])
     assert result.exit_code == 1 and f"no raftmq cluster state at {tmp_path.resolve()}/.raftmq/cluster.json" in result.output
-
-
-def test_cli_timeouts_match_the_launcher() -> None:
-    # cli repeats them to keep rich and the launcher out of every `raftmq node` import
-    assert ops_cli.UP_TIMEOUT_SECONDS == launcher.UP_TIMEOUT_SECONDS
-    assert ops_cli.STOP_GRACE_SECONDS == launcher.STOP_GRACE_SECONDS
 
 
 def test_up_names_a_data_directory_it_cannot_create(write_group: WriteGroup, tmp_path: Path) -> None:

@@ -31,10 +31,12 @@ from raftmq.storage.journal import log_if_slow_fsync
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 META_WARN_INTERVAL_S = 10.0
-# A planted bug for the chaos harness's own test (tests/chaos/test_chaos_runs.py): the Raft
-# journal claims durability without fdatasync, so a power loss drops acknowledged entries.
-# The node logs node.unsafe_no_fsync at start. Never set it anywhere else.
-UNSAFE_NO_FSYNC = os.environ.get("RAFTMQ_TEST_UNSAFE_NO_FSYNC") == "1"
+
+
+def fdatasync(fd: int) -> None:
+    """What `RaftJournal.sync()` makes the journal durable with: a seam for a test that plants
+    a journal that never fsyncs, to show the chaos harness catches it (no switch in the broker)."""
+    os.fdatasync(fd)
 
 
 class RaftJournal(Journal):
@@ -235,8 +237,7 @@ class RaftJournal(Journal):
         """Make every entry added so far durable: one fdatasync for all of them."""
         if self._dirty and self._fd >= 0:
             started = time.monotonic()
-            if not UNSAFE_NO_FSYNC:
-                os.fdatasync(self._fd)
+            fdatasync(self._fd)
             log_if_slow_fsync(started, self.path)
             self.fsyncs += 1
             self._dirty = False

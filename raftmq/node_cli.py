@@ -1,0 +1,116 @@
+"""`raftmq node`: one broker node, or one member of a group, in the foreground (listed by raftmq.cli).
+
+Every node process imports this module (`python -m raftmq node`), so it imports nothing of the
+operator tools, the chaos harness or the audit."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+
+import click
+
+from raftmq.logs import LEVELS as LOG_LEVELS
+
+
+def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int] | None:
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
+    return host, int(port)
+
+
+@click.command("node")
+@click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
+@click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
+@click.option("--admin", "admin", metavar="HOST:PORT",
+              help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
+@click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Where a single node keeps its journal, in DIR/<name>/; default: [node] data_dir, or ./.raftmq.")
+@click.option("--in-memory", "in_memory", is_flag=True,
+              help="Keep everything in memory: nothing survives a restart (default: durable, in --data-dir).")
+@click.option(
+    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
+    help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
+)
+@click.option(
+    "--log-level", "log_level", type=click.Choice(LOG_LEVELS, case_sensitive=False), envvar="RAFTMQ_LOG_LEVEL",
+    default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
+)
+def node_command(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
+         admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
+    """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
+
+    A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
+    (--data-dir), so what it acknowledged survives kill -9 and power loss; --in-memory keeps
+    nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
+    in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
+    key=value lines otherwise)."""
+    from raftmq.app.run import serve
+    from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
+    from raftmq.errors import ConfigError
+
+    try:
+        config = load_config(config_path) if config_path else NodeConfig()
+        if isinstance(config, GroupConfig):
+            if node_id is None:
+                raise ConfigError(f"{config_path}: a group configuration needs --node (one of: {', '.join(m.id for m in config.members)})")
+            try:
+                config.member(node_id)
+            except ConfigError as exc:
+                raise ConfigError(f"{config_path}: {exc}") from None
+            if topology_path is not None:
+                from raftmq.ops.cluster_topology import with_cluster
+
+                assert config_path is not None
+                config = with_cluster(config, config_path, topology_path)
+        elif topology_path is not None:
+            raise ConfigError("--topology needs a group configuration (--config GROUP.toml --node ID)")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    from raftmq.app.group import serve_group
+
+    if isinstance(config, GroupConfig):
+        if listen is not None or admin is not None or data_dir is not None or in_memory:
+            raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
+                                   "its [[node]] and [group] name its addresses and data directory")
+        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
+        from raftmq.config import load_group_config
+
+        assert config_path is not None  # a group comes from a file
+        reload = functools.partial(load_group_config, config_path)  # members learn new members' addresses here
+        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level, reload=reload)  # type: ignore[arg-type]
+        return
+    if node_id is not None:
+        raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
+    address = _parse_listen(listen)
+    if address is not None:
+        config = config.with_address(*address)
+    if admin is not None:
+        admin_address = _parse_listen(admin, "--admin")
+        assert admin_address is not None  # given, so parsed (or a UsageError)
+        config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
+    if in_memory or config.in_memory:
+        if data_dir is not None:
+            raise click.UsageError("--data-dir and --in-memory: choose one")
+        ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
+        serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
+        return
+    try:
+        group = single_node_group(config, data_dir)
+    except ConfigError as exc:
+        raise click.ClickException(f"{config_path or 'raftmq node'}: {exc}") from exc
+    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
+    serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
+
+
+def _print_ready(how: str, host: str, port: int) -> None:
+    # What `raftmq up`, scripts and tests wait for on stdout: the prefix up to the address.
+    click.echo(f"raftmq node listening on {host}:{port} ({how})")
+    sys.stdout.flush()
