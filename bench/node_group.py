@@ -99,7 +99,7 @@ def _toml_value(value: Any) -> str:
 
 
 @dataclass
-class Member:
+class MemberProcess:
     id: str
     client: tuple[str, int]
     raft: tuple[str, int]
@@ -121,7 +121,7 @@ class Member:
 
 
 class NodeGroup:
-    def __init__(self, root: Path, members: list[Member], config_path: Path, owns_root: bool) -> None:
+    def __init__(self, root: Path, members: list[MemberProcess], config_path: Path, owns_root: bool) -> None:
         self.root = root
         self.members = {m.id: m for m in members}
         self.config_path = config_path
@@ -144,7 +144,7 @@ class NodeGroup:
         document = tomllib.loads(template.read_text(encoding="utf-8"))
         ports = free_ports(3 * size)
         members = [
-            Member(f"n{i + 1}", ("127.0.0.1", ports[3 * i]), ("127.0.0.1", ports[3 * i + 1]), ("127.0.0.1", ports[3 * i + 2]))
+            MemberProcess(f"n{i + 1}", ("127.0.0.1", ports[3 * i]), ("127.0.0.1", ports[3 * i + 1]), ("127.0.0.1", ports[3 * i + 2]))
             for i in range(size)
         ]
         document["group"] = {**document.get("group", {}), "data_dir": str(root / "data")}

@@ -39,7 +39,7 @@ from raftmq.replication.raft_settings import RaftSettings
 # member process
 
 
-class Member:
+class RaftMember:
     def __init__(self, settings: RaftSettings) -> None:
         self.ids: list[str] = []
         self.log = RaftLog(settings)
@@ -180,7 +180,7 @@ def member_main(args: argparse.Namespace) -> None:
     configure_logging(console=False, level="info")
     timings = RaftTimings(max_in_flight_entries=args.max_in_flight, compact_after_bytes=args.compact_after_bytes)
     settings = RaftSettings(args.self_address, tuple(args.peers.split(",")), args.data, timings=timings)
-    asyncio.run(Member(settings).run())
+    asyncio.run(RaftMember(settings).run())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,14 +83,14 @@ class Roster:
 
 
 @dataclass
-class Member:
+class RunningMember:
     node: Node
     raft: RaftLog
     bodies: BodyStore
     admin: AdminServer | None
 
 
-def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> Member:
+def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> RunningMember:
     """Build (not start) a member. Raises JournalCorrupt when its body journal fails
     verification, ConfigError for an unknown id. `reload` reads the group file again."""
     from raftmq.storage.journal import Journal
@@ -118,7 +118,7 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
         api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members])
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
                             change_members=lambda change: change_membership(raft, change), api=api)
-    return Member(node, raft, bodies, admin)
+    return RunningMember(node, raft, bodies, admin)
 
 
 def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: Sequence[int], secret: str) -> list[IndexRecords]:

@@ -27,7 +27,7 @@ from raftmq.replication.wire import (
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
 
-class Member(Protocol):
+class TransportHost(Protocol):
     """What the transport hands a hardened member (`HardenedSyncObj`)."""
 
     fixes: Fixes
@@ -59,7 +59,7 @@ class DurableTransport(TCPTransport):
     _refusals_logged_at = 0.0
     _refusals_unlogged = 0
 
-    def __init__(self, syncObj: Member, selfNode: Any, otherNodes: Any) -> None:
+    def __init__(self, syncObj: TransportHost, selfNode: Any, otherNodes: Any) -> None:
         self._fixes = syncObj.fixes  # read by _createServer, which pysyncobj's __init__ calls
         super().__init__(syncObj, selfNode, otherNodes)
 
@@ -127,7 +127,7 @@ class DurableTransport(TCPTransport):
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if not isinstance(message, dict):
             return  # every Raft message is a dict; anything else is not for pysyncobj
-        sync: Member = self._syncObj
+        sync: TransportHost = self._syncObj
         kind = message.get("type")
         if kind in _ELECTION_MESSAGES:
             sync.on_election_message(node, message)
