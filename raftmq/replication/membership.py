@@ -10,7 +10,7 @@ for a while, (c) snapshots the configuration of the log's end, not of the snapsh
 (d) on a restart, starts from the configured peers and learns its journal's changes only as
 its first ticks apply the committed ones (never those past its commit index), and (e) loading
 a snapshot, counts the member itself among its peers.
-`raftmq.replication.pysyncobj.membership` closes those with what this module decides:
+`raftmq.replication.pysyncobj.dynamic_membership` closes those with what this module decides:
 our own encoding (JSON, one address), the configuration at any index of a log, and the
 configuration a restarting member starts with.
 """

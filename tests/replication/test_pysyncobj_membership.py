@@ -1,4 +1,4 @@
-"""Membership changes of HardenedSyncObj (raftmq/replication/pysyncobj/membership.py), members in
+"""Membership changes of HardenedSyncObj (raftmq/replication/pysyncobj/dynamic_membership.py), members in
 this process (tests/helpers/raft_members.py). The snapshot restart test fails with the fix
 turned off: `RAFTMQ_TEST_DISABLE_FIX=membership pytest tests/replication/test_pysyncobj_membership.py`
 (the journal restart test passes either way: pysyncobj re-applies committed changes in its

@@ -34,7 +34,7 @@ from raftmq.replication.pysyncobj.patches import (
     check_raft_address,
     never_raise,
 )
-from raftmq.replication.pysyncobj.membership import DynamicMembership, MembersListener, initial_members
+from raftmq.replication.pysyncobj.dynamic_membership import DynamicMembership, MembersListener, initial_members
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
