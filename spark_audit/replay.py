@@ -45,6 +45,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
+from raftmq.storage.payload import reference_bodies
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages
 
@@ -234,16 +235,14 @@ class _Replay:
             self.fact("file", kind="journal", detail=f"corrupt: entry {index} unreadable: {exc}", committed=False)
             return False
         ordinal = 0
-        for command in commands:
-            if type(command) is Send:
-                body = command.body if isinstance(command.body, bytes) else b""
+        for sent, command in zip(commands, reference_bodies(index, commands), strict=True):
+            if type(sent) is Send:
+                body = sent.body if isinstance(sent.body, bytes) else b""
                 self.bodies[(index, ordinal)] = (text_value(body), digest(body))
-                command = Send(command.session, command.destination, command.headers, (index, ordinal), command.now,
-                               command.transaction, command.receipt)
                 ordinal += 1
-                route = [value for name, value in command.headers if name in (ROUTE_HEADER, TO_HEADER)]
+                route = [value for name, value in sent.headers if name in (ROUTE_HEADER, TO_HEADER)]
                 self.origin = "forward" if route else "client"
-                self.route = next((value for name, value in command.headers if name == ROUTE_HEADER), "")
+                self.route = next((value for name, value in sent.headers if name == ROUTE_HEADER), "")
             elif type(command) is Commit:
                 self.origin, self.route = "client", ""
             elif type(command) is Tick:
