@@ -3,12 +3,13 @@ with the pure decoders (docs/raft-journal-format.md) and replayed through the br
 
 The core is deterministic and its only input is the committed log, so replaying a member's
 snapshot and the entries after it rebuilds exactly what that member believed: which SENDs it
-stored and under which message id, which it dropped as duplicates, whatwas acknowledged, dead-lettered, expired or forwarded, and what still waited at the end. The
-checks compare that with what clients saw (the chaos history) and with the other members.
+stored and under which message id, which it dropped as duplicates, what was acknowledged,
+dead-lettered, expired or forwarded, and what still waited at the end. The checks compare that
+with what clients saw (the chaos history) and with the other members.
 
-The replay watches the core from outside: the dispatcher's methods through which a message
-enters or leaves a store are wrapped on this one instance (the core is not changed for the
-audit). Entries past the group's commit index are listed but not applied (they may never
+The replay hands the core each entry's SENDs with the body references a member's core holds
+(raftmq.storage.payload.reference_bodies: their sizes decide byte limits), and the core tells
+it of every message entering or leaving a store (raftmq.core.store_observer). Entries past the group's commit index are listed but not applied (they may never
 have been committed). A file that fails its checks is a `file` row naming the damage; its
 bytes are never read as data, and a member whose snapshot or journal is damaged is not
 replayed (its `applied` row says why).
@@ -18,21 +19,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
 
 from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Browse, Commit, Send, Tick
+from raftmq.core.commands import Commit, Send, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.dispatch import ORIGINAL_DESTINATION
 from raftmq.core.message_headers import read_headers
-from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
-from raftmq.core.model import Delivery, Store
-from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.core.model import Store
+from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED
 from raftmq.errors import RaftmqError
 from raftmq.replication.entry_codec import decode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
@@ -45,6 +45,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
+from raftmq.storage.payload import reference_bodies
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages
 
@@ -132,6 +133,7 @@ class _Replay:
         self.positions: dict[str, int] = {}
         self.bodies: dict[tuple[int, int], tuple[str | None, str]] = {}  # body ref -> (value, digest)
         self.seen: set[str] = set()  # message ids that entered a store here
+        self.lost: str | None = None  # the planted bug's message (`member_facts`)
         self.index = 0
         self.origin = "client"
         self.route = ""
@@ -234,91 +236,28 @@ class _Replay:
             self.fact("file", kind="journal", detail=f"corrupt: entry {index} unreadable: {exc}", committed=False)
             return False
         ordinal = 0
-        for command in commands:
-            if type(command) is Send:
-                body = command.body if isinstance(command.body, bytes) else b""
+        for sent, command in zip(commands, reference_bodies(index, commands), strict=True):
+            if type(sent) is Send:
+                body = sent.body if isinstance(sent.body, bytes) else b""
                 self.bodies[(index, ordinal)] = (text_value(body), digest(body))
-                command = Send(command.session, command.destination, command.headers, (index, ordinal), command.now,
-                               command.transaction, command.receipt)
                 ordinal += 1
-                route = [value for name, value in command.headers if name in (ROUTE_HEADER, TO_HEADER)]
+                route = [value for name, value in sent.headers if name in (ROUTE_HEADER, TO_HEADER)]
                 self.origin = "forward" if route else "client"
-                self.route = next((value for name, value in command.headers if name == ROUTE_HEADER), "")
+                self.route = next((value for name, value in sent.headers if name == ROUTE_HEADER), "")
             elif type(command) is Commit:
                 self.origin, self.route = "client", ""
             elif type(command) is Tick:
                 self.origin, self.route = "moved", ""
-            effects = self.broker.apply(command)
-            if type(command) is Browse:
-                continue  # copies, not deliveries: nothing leaves the queue
-            for effect in effects:
-                # A delivery in ack mode auto (no ack id) is the message leaving for good.
-                if type(effect) is Deliver and effect.ack_id is None:
-                    message = effect.message
-                    # A queue message's store is its queue; a topic copy's is a subscription's.
-                    store = message.destination if message.destination.startswith(QUEUE_PREFIX) else \
-                        f"{message.destination}{SUBSCRIPTION_STORE}"
-                    self.fact("leave", index=index, message_id=message.message_id, store=store,
-                              kind="auto-acked", session=effect.session)
+            self.broker.apply(command)
         return True
 
     def watch(self) -> None:
-        """Wrap, on this broker's dispatcher only, the methods through which messages enter
-        and leave stores."""
-        dispatch = self.broker.dispatch
-        enqueue, settle = dispatch.enqueue, dispatch.settle
-        dead_letter, expire, take_ready, discard = dispatch.dead_letter, dispatch._expire, dispatch.take_ready, dispatch.discard
-        dropped = None
+        """Be told by this broker's dispatcher of every message that enters or leaves a store
+        (raftmq.core.store_observer): `entered` and `left` below."""
+        self.broker.dispatch.observer = self
         if self.planted and self.planted.startswith("drop-enqueue:"):
             _kind, run, message_id = self.planted.split(":", 2)
-            dropped = message_id if run == self.run else None
-
-        def watched_enqueue(store: Store, message: Message) -> None:
-            self.entered(store, message)
-            if message.message_id == dropped and self.origin == "client":
-                return  # the planted bug: accepted, never stored
-            enqueue(store, message)
-
-        def watched_settle(delivery: Delivery, acked: bool) -> None:
-            if acked:
-                session = delivery.sub.session
-                for done in delivery.sub.acked_through(delivery):
-                    self.left(done.sub.store, done.message, "acked", session.session_id if session else None)
-            settle(delivery, acked)
-
-        def watched_dead_letter(store: Store, message: Message) -> None:
-            self.left(store, message, "dead-lettered")
-            self.within("dead-letter", dead_letter, store, message)
-
-        def watched_expire(store: Store, message: Message, indexed: bool = True) -> None:
-            self.left(store, message, "expired")
-            self.within("expiry", expire, store, message, indexed)
-
-        def watched_take_ready(store: Store, token: int) -> Message:
-            message = take_ready(store, token)
-            self.left(store, message, "taken")
-            return message
-
-        def watched_discard(store: Store) -> int:
-            paged = store.tail.messages() if store.tail is not None else ()
-            for message in [*store.ready.values(), *(held for _due, held in store.delayed.values()), *paged]:
-                self.left(store, message, "discarded")
-            return discard(store)
-
-        dispatch.enqueue = watched_enqueue  # type: ignore[method-assign]
-        dispatch.settle = watched_settle  # type: ignore[method-assign]
-        dispatch.dead_letter = watched_dead_letter  # type: ignore[method-assign]
-        dispatch._expire = watched_expire  # type: ignore[method-assign]
-        dispatch.take_ready = watched_take_ready  # type: ignore[method-assign]
-        dispatch.discard = watched_discard  # type: ignore[method-assign]
-
-    def within(self, origin: str, method: Callable[..., None], *args: Any) -> None:
-        before = self.origin
-        self.origin = origin
-        try:
-            method(*args)
-        finally:
-            self.origin = before
+            self.lost = message_id if run == self.run else None
 
     def described(self, message: Message) -> dict[str, Any]:
         headers = message.headers
@@ -339,14 +278,23 @@ class _Replay:
         return {"message_id": message.message_id, "destination": destination, "dedup_id": read_headers(headers)[4],
                 "value": value, "digest": body_digest, "body_ref": body_ref}
 
-    def entered(self, store: Store, message: Message) -> None:
+    def entered(self, store: Store, message: Message, origin: str = PUBLISHED) -> None:
+        """A message stored (StoreObserver), or held by the snapshot replay starts from. Its
+        origin: a dead-letter or expiry copy, or else what the command applying says (a client's
+        SEND, one forwarded from another group, a move of a Tick)."""
         first = message.message_id not in self.seen
         if first:
             self.seen.add(message.message_id)
-        self.fact("enter", index=self.index, store=_store_name(store), kind=self.origin, count=message.delivery_count,
+        elif message.message_id == self.lost:
+            return  # the planted bug: it was lost at once
+        kind = origin if origin in (DEAD_LETTER, EXPIRY) else self.origin
+        self.fact("enter", index=self.index, store=_store_name(store), kind=kind, count=message.delivery_count,
                   route=self.route or None, first=first, **self.described(message))
 
-    def left(self, store: Store, message: Message, outcome: str, session: str | None = None) -> None:
+    def left(self, store: Store, message: Message, outcome: str, session: str | None) -> None:
+        """A message leaving a store for good (StoreObserver)."""
+        if message.message_id == self.lost:
+            return  # the planted bug: it was lost at once
         self.fact("leave", index=self.index, message_id=message.message_id, store=_store_name(store), kind=outcome,
                   session=session)
 
@@ -367,6 +315,8 @@ class _Replay:
 
     def end_state(self) -> None:
         for store, message, in_flight in self.contents():
+            if message.message_id == self.lost:
+                continue  # the planted bug: it was lost at once
             self.fact("waiting", index=self.index, store=_store_name(store), count=message.delivery_count,
                       kind="in-flight" if in_flight else "ready", **self.described(message))
 

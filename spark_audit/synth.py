@@ -24,6 +24,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
+from raftmq.storage.payload import reference_bodies
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries
 
 QUEUE = "/queue/synth"
@@ -46,12 +47,7 @@ class GroupLog:
         index = self.last_index + 1
         self.entries.append((index, self.term, list(commands)))
         effects: list[Effect] = []
-        ordinal = 0
-        for command in commands:
-            if type(command) is Send:  # the core holds body references, as in a group
-                command = Send(command.session, command.destination, command.headers, (index, ordinal), command.now,
-                               command.transaction, command.receipt)
-                ordinal += 1
+        for command in reference_bodies(index, commands):  # the core holds body references, as in a group
             effects += self.broker.apply(command)
         return effects
 

@@ -31,6 +31,7 @@ from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.federation import Federation
 from raftmq.core.manage import apply_manage
+from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.queue_patterns import is_queue_pattern
 from raftmq.core.schedule import Scheduler, is_scheduled, plan, special_headers
@@ -200,7 +201,7 @@ class Broker:
                 store.woken.clear()
                 sub.session = None
             else:
-                self._drop_topic_subscription(sub, len(returning.pop(store, ())))
+                self._drop_topic_subscription(sub, returning.pop(store, []))
         for store, messages in returning.items():
             # A store-and-forward queue's consumer is a bridge: its session ending (a reconnect,
             # a new leader) says nothing about the message, which may already be stored at the
@@ -214,15 +215,15 @@ class Broker:
 
     def drop_topic_subscription(self, sub: Subscription) -> None:
         """Drop an inactive (durable) topic subscription and what it collected."""
-        self._drop_topic_subscription(sub, 0)
+        self._drop_topic_subscription(sub, [])
 
-    def _drop_topic_subscription(self, sub: Subscription, discarded_in_flight: int) -> None:
+    def _drop_topic_subscription(self, sub: Subscription, taken_back: list[Message]) -> None:
         store = sub.store
         topic = self.state.topics[sub.destination]
         del topic.subs[sub]
         if sub.durable_name is not None and self.state.durables.get(sub.durable_name) is sub:
             del self.state.durables[sub.durable_name]
-        topic.retire(store, self.dispatch.discard(store) + discarded_in_flight)
+        topic.retire(store, self.dispatch.discard(store, taken_back))
         store.consumers.clear()
         store.woken.clear()
         sub.session = None
@@ -289,7 +290,7 @@ class Broker:
                     sub.set_mode(command.ack, prefetch)
                     return sub
                 # JMS: a durable subscription re-made with another topic or selector starts afresh.
-                self._drop_topic_subscription(sub, 0)
+                self._drop_topic_subscription(sub, [])
         topic = self.dispatch.topic(command.destination)
         store = Store(command.destination, shared=False)
         sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)

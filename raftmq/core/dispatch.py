@@ -29,6 +29,8 @@ from raftmq.core.model import (
     selector_headers,
 )
 from raftmq.core.state import BrokerState
+from raftmq.core.store_observer import ACKED, AUTO_ACKED, DEAD_LETTER, DEAD_LETTERED, DISCARDED, EXPIRED, EXPIRY
+from raftmq.core.store_observer import PUBLISHED, TAKEN, StoreObserver
 from raftmq.core.dispatch_paging import Paging
 from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.patterns import pattern_matches
@@ -60,6 +62,8 @@ class Dispatcher(Paging, Redelivery):
         self.patterns: dict[str, Topic] = {}
         self.index_patterns()
         self.queue_patterns = QueuePatterns(state)  # wildcard queue subscriptions (derived too)
+        # Told of every message entering or leaving a store (raftmq.core.store_observer); None: no one.
+        self.observer: StoreObserver | None = None
 
     def queue(self, destination: str) -> Store:
         store = self.state.queues.get(destination)
@@ -153,7 +157,10 @@ class Dispatcher(Paging, Redelivery):
             store.pending = True
             self.dirty.append(store)
 
-    def enqueue(self, store: Store, message: Message) -> None:
+    def enqueue(self, store: Store, message: Message, origin: str = PUBLISHED) -> None:
+        """The one way into a store."""
+        if self.observer is not None:
+            self.observer.entered(store, message, origin)
         page_size = self.config.page_size
         if page_size and (store.tail is not None or len(store.ready) >= 2 * page_size):
             self._page_out(store, message, page_size)
@@ -200,16 +207,20 @@ class Dispatcher(Paging, Redelivery):
         """`message` (just removed from `store`'s ready messages, or its tail: not `indexed`) has expired."""
         if indexed:
             self.state.expiring -= 1
+        if self.observer is not None:
+            self.observer.left(store, message, EXPIRED, None)
         store.expired += 1
         store.bytes -= body_size(message.body)
         target = self.config.expiry_queue
-        self.enqueue(self.queue(target), self.moved(message, target))
+        self.enqueue(self.queue(target), self.moved(message, target), EXPIRY)
 
     def dead_letter(self, store: Store, message: Message) -> None:
+        if self.observer is not None:
+            self.observer.left(store, message, DEAD_LETTERED, None)
         store.dead_lettered += 1
         store.bytes -= body_size(message.body)
         target = self.config.dead_letter_queue
-        self.enqueue(self.queue(target), self.moved(message, target))
+        self.enqueue(self.queue(target), self.moved(message, target), DEAD_LETTER)
 
     def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True) -> None:
         """Return delivered messages (in delivery order) to the front of `store`, or dead-letter
@@ -257,6 +268,10 @@ class Dispatcher(Paging, Redelivery):
         store = sub.store
         store.in_flight -= len(settled)
         if acked:
+            if self.observer is not None:
+                session = sub.session
+                for done in settled:
+                    self.observer.left(store, done.message, ACKED, session.session_id if session else None)
             store.dequeued += len(settled)
             if len(settled) == 1:  # the common case, without a generator
                 store.bytes -= body_size(settled[0].message.body)
@@ -281,10 +296,15 @@ class Dispatcher(Paging, Redelivery):
             returning.setdefault(sub.store, []).append(delivery.message)
         return returning
 
-    def discard(self, store: Store) -> int:
-        """Drop the ready messages of a store that is going away (a topic subscription's);
-        returns how many there were."""
-        discarded = store.depth + len(store.delayed)
+    def discard(self, store: Store, taken_back: list[Message] | None = None) -> int:
+        """Drop the ready messages of a store that is going away (a topic subscription's), and
+        `taken_back` (its deliveries `take_back` cancelled); returns how many there were."""
+        discarded = store.depth + len(store.delayed) + (len(taken_back) if taken_back else 0)
+        if self.observer is not None:
+            paged = store.tail.messages() if store.tail is not None else ()
+            held = [*(taken_back or ()), *store.ready.values(), *(m for _due, m in store.delayed.values()), *paged]
+            for message in held:
+                self.observer.left(store, message, DISCARDED, None)
         store.bytes -= sum(body_size(m.body) for m in store.ready.values()) + sum(body_size(m.body) for _, m in store.delayed.values())
         if store.tail is not None:
             store.bytes -= store.tail.bytes
@@ -302,6 +322,8 @@ class Dispatcher(Paging, Redelivery):
         """Take ready message `token` out of `store` for good (it moves to another group):
         counted as dequeued here."""
         message = store.ready.pop(token)
+        if self.observer is not None:
+            self.observer.left(store, message, TAKEN, None)
         store.tombstones += 1
         store.dequeued += 1
         store.bytes -= body_size(message.body)
@@ -350,6 +372,8 @@ class Dispatcher(Paging, Redelivery):
         session = sub.session
         assert session is not None  # consumers are active subscriptions
         if sub.auto:
+            if self.observer is not None:
+                self.observer.left(store, message, AUTO_ACKED, session.session_id)
             store.dequeued += 1
             store.bytes -= body_size(message.body)
             self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))

@@ -10,6 +10,15 @@ TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "dest
 
 DEFAULT_PRIORITY = 4
 
+# A group member's reference to a stored body: (Raft index of the entry that carried the Send,
+# ordinal of the Send among that entry's Sends, body size in bytes). The core counts a
+# destination's bytes by the size (`body_size`); raftmq.storage.payload.reference_bodies makes
+# them, for the members and for the audit's replay alike. A plain tuple at run time (a
+# NamedTuple's constructor would cost the follower's apply path per SEND); a snapshot holds it
+# as a msgpack array, so a restored state holds a list, or 2 items when written before
+# references carried sizes.
+BodyRef = tuple[int, int, int]
+
 
 @dataclass(slots=True)
 class Message:
@@ -57,8 +66,8 @@ def load_message(record: list[Any]) -> Message:
 
 
 def body_size(body: Any) -> int:
-    """A stored body's size in bytes: the bytes', or the one a body-journal reference carries
-    (`(raft index, ordinal, size)`); 0 when neither says."""
+    """A stored body's size in bytes: the bytes', or the one a body reference carries
+    (`BodyRef`); 0 when neither says (a reference written before references carried sizes)."""
     if type(body) is tuple:  # in a group every stored body is a reference: look for one first
         return int(body[2]) if len(body) > 2 else 0
     if isinstance(body, (bytes, bytearray)):

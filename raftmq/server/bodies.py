@@ -32,13 +32,14 @@ from raftmq.core.paging import MemoryPages
 from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
-from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload
+from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload, reference_bodies
 
 log = structlog.get_logger("raftmq.server.bodies")
 
 SNAPSHOT_ATTEMPTS_KEPT = 16
 BodyKey = tuple[int, int]  # (raft index, ordinal)
-# The core holds (raft index, ordinal, body size); after a snapshot restore, a list (older: 2 items).
+# The core holds a BodyRef (raft index, ordinal, body size); snapshots written before references
+# carried sizes hold 2 items.
 # Records of one Raft index as another member sends them: [(term, kind, payload), ...]
 IndexRecords = tuple[int, list[tuple[int, int, bytes]]]
 
@@ -82,7 +83,7 @@ class BodyStore:
         return swapped
 
     def begin(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
-        """`commands` with each Send's body replaced by its reference `(index, ordinal)`. Until
+        """`commands` with each Send's body replaced by its reference (`reference_bodies`). Until
         `end`, the entry is open: pages the core seals while applying it are numbered after the
         bodies (`put`), and `end` writes them all as the index's one journal batch, unless this
         Raft index is already in the journal (a replay: nothing is written twice).
@@ -97,16 +98,12 @@ class BodyStore:
         self._entry = _OpenEntry(index, term, len(positions), records, fresh, cache)
         if not positions:
             return commands
-        swapped = list(commands)
-        for ordinal, i in enumerate(positions):
-            send: Send = commands[i]  # type: ignore[assignment]
-            key = (index, ordinal)
-            if cache and isinstance(send.body, bytes):
-                self._cache_put(key, send.body)  # the leader delivers most bodies right away
-            # The reference carries the body's size: the core counts a destination's bytes by it.
-            ref = (index, ordinal, len(send.body) if isinstance(send.body, (bytes, bytearray)) else 0)
-            swapped[i] = Send(send.session, send.destination, send.headers, ref, send.now, send.transaction, send.receipt)
-        return swapped
+        if cache:  # the leader delivers most bodies right away
+            for ordinal, i in enumerate(positions):
+                send = commands[i]
+                if type(send) is Send and isinstance(send.body, bytes):
+                    self._cache_put((index, ordinal), send.body)
+        return reference_bodies(index, commands)
 
     def end(self) -> None:
         """Write the open entry's records (its bodies, then its pages) as one batch."""

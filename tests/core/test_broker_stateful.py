@@ -13,7 +13,9 @@ every dispatch must respect and checks each effect against them:
   rejected command yields exactly one Reject carrying the receipt id, and nothing else;
 - after a snapshot → msgpack → restore step the machine goes on with the restored broker and
   runs the old one beside it: both must emit the same effects and report the same stats;
-- at the end, everything left is drained, and must be exactly what the model holds.
+- at the end, everything left is drained, and must be exactly what the model holds;
+- after every step, each store holds as many messages as its `StoreLedger` was told entered
+  less those that left (raftmq.core.store_observer): no way in or out goes unreported.
 
 Expiry without a Tick depends on which dispatch passes met the message, so the model treats a
 ready copy past its expiry as "in limbo" (in its store or already in the expiry queue) until
@@ -46,6 +48,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
+from raftmq.testing.store_ledger import StoreLedger
 from tests.core.broker_model import (
     CONFIG,
     DLQ,
@@ -71,6 +74,8 @@ class BrokerMachine(RuleBasedStateMachine):
         super().__init__()
         self.broker = Broker(self.config)
         self.shadow: Broker | None = None  # the pre-restore broker, run side by side
+        self.ledger = StoreLedger.watching(self.broker)
+        self.shadow_ledger: StoreLedger | None = None
         self.model = Model()
         self.receipt_seq = 0
 
@@ -405,8 +410,9 @@ class BrokerMachine(RuleBasedStateMachine):
         packed = msgpack.packb(snap, use_bin_type=True)
         restored = Broker.restore(msgpack.unpackb(packed, raw=False), self.config)
         assert restored.snapshot() == snap
-        self.shadow = self.broker
+        self.shadow, self.shadow_ledger = self.broker, self.ledger
         self.broker = restored
+        self.ledger = StoreLedger.watching(restored)
 
     # -- invariants ----------------------------------------------------------------------
 
@@ -415,6 +421,12 @@ class BrokerMachine(RuleBasedStateMachine):
         self.broker.check_invariants()
         if self.shadow is not None:
             self.shadow.check_invariants()
+
+    @invariant()
+    def every_way_in_and_out_is_reported(self) -> None:
+        self.ledger.check(self.broker)
+        if self.shadow is not None and self.shadow_ledger is not None:
+            self.shadow_ledger.check(self.shadow)
 
     @invariant()
     def counts_match_the_model(self) -> None:
