@@ -70,7 +70,7 @@ def write_entries(member: str, entries: Sequence[Entry], commit_index: int, term
 def write_bodies(member: str, entries: Sequence[tuple[int, int, Sequence[Command]]],
                  segment_bytes: int = 64 * 2**20) -> None:
     """Append the SENDs of each (index, term, commands) to the member's body journal, one batch
-    per entry, as `BodyStore.store` does."""
+    per entry, as `BodyStore.end` does."""
     with Journal(os.path.join(member, "bodies"), segment_bytes=segment_bytes, cache_bytes=0) as journal:
         for index, term, commands in entries:
             records = [(index, term, KIND_MESSAGE, encode_payload(c)) for c in commands if type(c) is Send]

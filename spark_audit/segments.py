@@ -1,7 +1,7 @@
 """The records of one body-journal segment (docs/journal-format.md), as rows: what a member
 kept of each message it applied, without the body (its digest, and the text of a short one).
 A record's ordinal is its place in its batch: a member writes one batch per Raft index
-(`BodyStore.store`, `add_fetched`), so that is its place among the records of its index.
+(`BodyStore.end`, `add_fetched`), so that is its place among the records of its index.
 
 A batch that fails its checks is one row naming the damage (`status` torn-tail or corrupt),
 never records: a torn tail is the remains of an append a crash interrupted (possible only at

@@ -76,12 +76,6 @@ class BodyStore:
 
     # -- apply path (event loop) -----------------------------------------------------------
 
-    def store(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
-        """`begin` and `end` of an entry at once: its bodies written before anything applies it."""
-        swapped = self.begin(index, term, commands, cache=cache)
-        self.end()
-        return swapped
-
     def begin(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
         """`commands` with each Send's body replaced by its reference (`reference_bodies`). Until
         `end`, the entry is open: pages the core seals while applying it are numbered after the

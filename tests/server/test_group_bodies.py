@@ -21,14 +21,15 @@ from raftmq.core.effects import Deliver
 from raftmq.core.snapshot import body_refs as iter_snapshot_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
-from raftmq.server.admin import AdminServer, fetch_bodies
-from raftmq.server.bodies import BodyStore
 from raftmq.server import admin as admin_module
 from raftmq.server import replica as replica_module
+from raftmq.server.admin import AdminServer, fetch_bodies
+from raftmq.server.bodies import BodyStore
 from raftmq.server.node import Node
 from raftmq.server.replica import Replica
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body
+from tests.helpers.bodies import store_entry
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +48,7 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
         commands = [Connect("s", 0), send(b"one"), Ack("s", 0, ack_id="1"), send(b"two", transaction="t")]
-        swapped = store.store(7, 3, commands)
+        swapped = store_entry(store, 7, 3, commands)
         assert [c.body for c in swapped if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
         assert swapped[0] is commands[0] and swapped[2] is commands[2]
         records = [record for _ref, record in journal.records()]
@@ -56,21 +57,21 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
     # After a restart the Raft journal replays index 7: same references, nothing written twice.
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
-        again = store.store(7, 3, commands)
+        again = store_entry(store, 7, 3, commands)
         assert [c.body for c in again if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
         assert store.entries_skipped == 1 and len(list(journal.records())) == 2
         assert store.body((7, 1)) == b"two" and store.body([7, 0]) == b"one"  # a list after msgpack
         with pytest.raises(BodyUnavailable):
             store.body((8, 0))
-        assert store.store(8, 3, [Connect("x", 0)]) == [Connect("x", 0)]  # no Send: nothing to write
+        assert store_entry(store, 8, 3, [Connect("x", 0)]) == [Connect("x", 0)]  # no Send: nothing to write
 
 
 def test_a_followers_entry_is_kept_in_neither_cache(tmp_path: Path) -> None:
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
-        store.store(7, 3, [send(b"follower's")], cache=False)
+        store_entry(store, 7, 3, [send(b"follower's")], cache=False)
         assert len(journal._cache) == 0 and store.stats()["cached_bodies"] == 0
-        store.store(8, 3, [send(b"leader's")])
+        store_entry(store, 8, 3, [send(b"leader's")])
         assert len(journal._cache) == 1 and store.stats()["cached_bodies"] == 1
         assert store.body((7, 0)) == b"follower's"  # from disk, when a follower takes over
 
@@ -111,7 +112,7 @@ def dump_referencing(*refs: tuple[int, int]) -> dict[str, Any]:
 def test_collect_deletes_only_what_no_durable_snapshot_needs(journal: Journal) -> None:
     store = BodyStore(journal)
     for index in range(1, 41):
-        store.store(index, 1, [send(random.Random(index).randbytes(1500))])  # ~2 records per 4 KiB segment
+        store_entry(store, index, 1, [send(random.Random(index).randbytes(1500))])  # ~2 records per 4 KiB segment
     assert len(journal.segments()) > 10
     store.snapshot_taken(10, dump_referencing((4, 0), (9, 0)))
     assert store.collect(durable_floor=9) == []  # the snapshot at 10 is not known durable yet
@@ -130,8 +131,8 @@ def test_records_fetched_from_a_peer_keep_their_ordinals(tmp_path: Path) -> None
     with Journal(tmp_path / "a") as a_journal, Journal(tmp_path / "b") as b_journal:
         peer, lagging = BodyStore(a_journal), BodyStore(b_journal)
         for index in range(1, 11):
-            peer.store(index, 2, [send(f"{index}.0".encode()), send(f"{index}.1".encode())])
-        lagging.store(1, 2, [send(b"1.0"), send(b"1.1")])
+            store_entry(peer, index, 2, [send(f"{index}.0".encode()), send(f"{index}.1".encode())])
+        store_entry(lagging, 1, 2, [send(b"1.0"), send(b"1.1")])
         assert lagging.restored(10, dump_referencing((5, 0), (7, 1), (1, 1))) == {5, 7}
         considered, found = peer.records_at([5, 7, 11], max_bytes=1 << 20)
         assert considered == 11 and [index for index, _ in found] == [5, 7]
@@ -140,7 +141,7 @@ def test_records_fetched_from_a_peer_keep_their_ordinals(tmp_path: Path) -> None
         assert lagging.body((7, 1), cached=False) == b"7.1" and lagging.body((5, 0), cached=False) == b"5.0"
         record = b_journal.read_record(b_journal.locate(7, 1))
         assert (record.raft_index, record.raft_term) == (7, 2)
-        lagging.store(11, 2, [send(b"11.0")])  # and the journal goes on from there
+        store_entry(lagging, 11, 2, [send(b"11.0")])  # and the journal goes on from there
         assert lagging.body((11, 0)) == b"11.0"
 
 
@@ -152,7 +153,7 @@ def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: P
     with Journal(tmp_path / "a") as a_journal, Journal(tmp_path / "b") as b_journal:
         peer, lagging = BodyStore(a_journal), BodyStore(b_journal)
         for index in range(1, 11):
-            peer.store(index, 2, [send(f"{index}.0".encode())])
+            store_entry(peer, index, 2, [send(f"{index}.0".encode())])
         assert lagging.restored(10, dump_referencing(*((i, 0) for i in (3, 5, 7, 9)))) == {3, 5, 7, 9}
         calls: list[list[int]] = []
 
@@ -178,7 +179,7 @@ def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None, 
     with Journal(tmp_path / "a") as journal:
         store = BodyStore(journal)
         for index in range(1, 6):
-            store.store(index, 1, [send(f"b{index}".encode())])
+            store_entry(store, index, 1, [send(f"b{index}".encode())])
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
@@ -265,7 +266,7 @@ def test_pages_sealed_in_an_entry_are_its_records_after_its_bodies(tmp_path: Pat
 def test_a_replay_over_a_batch_without_its_page_keeps_the_page_in_memory(tmp_path: Path) -> None:
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
-        store.store(4, 1, [send(b"old")])  # written by a version that did not page
+        store_entry(store, 4, 1, [send(b"old")])  # written by a version that did not page
         store.begin(4, 1, [send(b"old")])
         handle = store.put(b"a page")
         store.end()

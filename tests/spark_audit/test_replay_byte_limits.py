@@ -19,6 +19,7 @@ from raftmq.storage.journal import Journal
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries
 from spark_audit.replay import _Replay
+from tests.helpers.bodies import store_entry
 
 DROPPING, FAILING = "/queue/dropping", "/queue/failing"
 BODY = b"x" * 100
@@ -59,7 +60,7 @@ class Member:
         self.effects: list[Effect] = []
 
     def apply(self, index: int, commands: Sequence[Command]) -> None:
-        for command in self.bodies.store(index, 1, commands):
+        for command in store_entry(self.bodies, index, 1, commands):
             self.effects += self.broker.apply(command)
 
 
