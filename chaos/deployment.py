@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.topology import Topology
 from raftmq import processes
 from raftmq.errors import ProcessNotReady
-from raftmq.ops.topology import Topology
 
 READY_LINE = "raftmq node listening on "
 READY_TIMEOUT_SECONDS = 30.0

@@ -14,7 +14,7 @@ import click
 if TYPE_CHECKING:
     from raftmq.ops.launcher import DeploymentState
     from raftmq.ops.status_view import NodeAddress
-    from raftmq.ops.topology import Topology
+    from cluster.topology import Topology
 
 UP_TIMEOUT_SECONDS = 30.0  # launcher.UP_TIMEOUT_SECONDS, repeated to keep imports lazy
 STOP_GRACE_SECONDS = 10.0  # launcher.STOP_GRACE_SECONDS
@@ -37,7 +37,7 @@ preset_option = click.option(
 def _topology(config_path: str | None, preset: str | None = None, restart: str | None = None) -> Topology:
     from dataclasses import replace
 
-    from raftmq.ops.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
+    from cluster.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
 
     if config_path and preset:
         raise click.UsageError("give --config or --preset, not both")
@@ -148,7 +148,7 @@ def _refuse_running(topology: Topology, hint: str) -> None:
 
 
 def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str, detach: bool) -> None:
-    from raftmq.ops.cluster_topology import failover_urls
+    from cluster.topology import failover_urls
     from raftmq.ops.launcher import state_path
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
@@ -316,7 +316,8 @@ def _change(config_path: str | None, preset: str | None, group: str, timeout: fl
 
 
 def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
-    from raftmq.config import GroupMember, NODE_ID_PATTERN, split_address
+    from cluster.group_file import NODE_ID_PATTERN, GroupMember
+    from raftmq.config import split_address
 
     if not NODE_ID_PATTERN.match(node_id):
         raise click.BadParameter(f"{node_id!r}: use letters, digits, '_', '.', '-' (it names a directory)", param_hint="NODE")

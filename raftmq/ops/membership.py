@@ -28,12 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from raftmq.config import MEMBERS_FILE, GroupConfig, GroupMember, split_address
+from cluster.group_file import MEMBERS_FILE, GroupConfig, GroupMember
+from cluster.topology import Topology
+from raftmq.config import split_address
 from raftmq.errors import DeploymentError
 from raftmq.ops.launcher import NODE_LOG, DeploymentState, check_port_free, launcher_alive, read_state
 from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, request_member
 from raftmq.ops.status_view import fetch_status
-from raftmq.ops.topology import Topology
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
 from raftmq.server.admin import post_membership
