@@ -1,6 +1,6 @@
 """The cluster under test: every node a real process started in the run directory (so its
 journals and snapshots end up there), found, killed, paused and restarted by pid, never by
-name. Built from a topology (a preset, a topology file or a group file; raftmq.ops.topology)."""
+name. Built from a topology (a preset, a topology file or a group file; cluster.topology)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.topology import Topology
 from raftmq import processes
 from raftmq.errors import ProcessNotReady
-from raftmq.ops.topology import Topology
 
 READY_LINE = "raftmq node listening on "
 READY_TIMEOUT_SECONDS = 30.0

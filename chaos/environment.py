@@ -24,8 +24,8 @@ from typing import Any
 from chaos import clock, disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.placement import host_addresser, loopback_addresser, place, shape
+from cluster.topology import Topology
 from raftmq.errors import FaultUnavailable, RaftmqError
-from raftmq.ops.topology import Topology
 
 NETWORK_NEMESES = ("partition", "packet", "membership-partition")
 DISK_BYTES = 64 * 2**20  # the disk-full nemesis's filesystem per node: room for a run, quickly filled

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.deployment import Deployment
-from raftmq.config import GroupConfig, split_address
+from cluster.group_file import GroupConfig
+from raftmq.config import split_address
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
 from raftmq.server.admin import post_membership

@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from raftmq.config import load_group_config
+from cluster.group_file import load_group_config
+from cluster.topology import Topology, load_topology, preset_path
 from raftmq.errors import ConfigError
-from raftmq.ops.topology import Topology, load_topology, preset_path
 from raftmq.processes import free_ports
 
 CLIENT_PORT, RAFT_PORT, ADMIN_PORT = 61613, 62613, 8161

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cluster.group_file import GroupConfig, GroupMember
 from raftmq.client.sync import Client
-from raftmq.config import GroupConfig, GroupMember, NodeConfig, split_address
+from raftmq.config import NodeConfig, split_address
 from raftmq.errors import EmbeddedBrokerError
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports

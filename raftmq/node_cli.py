@@ -53,7 +53,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
     in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
     key=value lines otherwise)."""
     from raftmq.app.run import serve
-    from raftmq.config import GroupConfig, NodeConfig, load_config, single_node_group
+    from cluster.group_file import GroupConfig, load_config, single_node_group
+    from raftmq.config import NodeConfig
     from raftmq.errors import ConfigError
 
     try:
@@ -66,7 +67,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
             except ConfigError as exc:
                 raise ConfigError(f"{config_path}: {exc}") from None
             if topology_path is not None:
-                from raftmq.ops.cluster_topology import with_cluster
+                from cluster.node_settings import with_cluster
 
                 assert config_path is not None
                 config = with_cluster(config, config_path, topology_path)
@@ -81,7 +82,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
             raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
                                    "its [[node]] and [group] name its addresses and data directory")
         ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
-        from raftmq.config import load_group_config
+        from cluster.group_file import load_group_config
 
         assert config_path is not None  # a group comes from a file
         reload = functools.partial(load_group_config, config_path)  # members learn new members' addresses here

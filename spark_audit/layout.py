@@ -17,7 +17,7 @@ from raftmq.core.config import CoreConfig
 from raftmq.errors import AuditError, ConfigError
 
 if TYPE_CHECKING:
-    from raftmq.ops.topology import Topology
+    from cluster.topology import Topology
 
 RUN_FILE = "run.json"
 HISTORY_FILE = "history.jsonl"
@@ -105,7 +105,7 @@ def _max_hops(path: Path, meta: dict[str, object]) -> int:
 
 
 def _load(path: Path, meta: dict[str, object]) -> Topology:
-    from raftmq.ops.topology import load_topology
+    from cluster.topology import load_topology
 
     try:
         return load_topology(_placed_topology(path, meta))
@@ -116,7 +116,7 @@ def _load(path: Path, meta: dict[str, object]) -> Topology:
 def core_configs(run: Run) -> dict[str, CoreConfig]:
     """The broker core's configuration each group's members ran with: what a replay needs to
     decide as they did (broker name, limits, the group's view of the cluster)."""
-    from raftmq.ops.cluster_topology import node_cluster_settings
+    from cluster.node_settings import node_cluster_settings
 
     path = Path(run.path)
     meta = json.loads((path / RUN_FILE).read_text())

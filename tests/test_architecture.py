@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-# cluster/: cluster connections' pure decisions; chaos/: fault runs; spark_audit/: the audit of their data
+# cluster/: the deployment's files, read; chaos/: fault runs; spark_audit/: the audit of their data
 PACKAGES = ("raftmq", "cluster", "chaos", "spark_audit")
 # The test and proof tools and their libraries: the broker (raftmq.*) never imports them, so a
 # node process runs without them (raftmq.cli names their commands as strings, loaded on use).
@@ -29,7 +29,7 @@ RANKS = {
     "raftmq.passwords": 1,
     "raftmq.logs": 1,
     "raftmq.config": 2,
-    "cluster": 2,  # cluster connections' topology tables, parsed into raftmq.routing's types
+    "cluster": 2,  # the deployment's files (group, members, topology); reads with raftmq.config
     "raftmq.security_config": 2,
     "raftmq.security": 2,
     "raftmq.storage": 2,
@@ -44,8 +44,8 @@ RANKS = {
     "chaos": 7,  # `raftmq chaos`: drives clusters as raftmq.ops does
     "spark_audit": 7,  # `raftmq audit`: reads chaos runs' directories through raftmq.ops
     "raftmq.security_cli": 7,
-    "raftmq.node_cli": 7,  # `raftmq node`: composes config, app and the ops topology reader
-    "raftmq.presets": 7,  # the preset topology files, read by ops
+    "raftmq.node_cli": 7,  # `raftmq node`: composes config, app and the cluster files' readers
+    "raftmq.presets": 7,  # the preset group and topology files (package data, cluster.topology finds them)
     "raftmq.cli": 8,
     "raftmq.__main__": 9,
 }
@@ -183,3 +183,38 @@ def test_no_package_import_circles() -> None:
         if package not in state:
             walk(package)
     assert circles == []
+
+
+# Where configuration files may be read: the deployment's files in cluster/, a single node's file
+# in raftmq.config (which also defines read_toml). Anywhere else, parsing would spread again.
+TOML_READERS = ("cluster", "raftmq.config")
+PRODUCTION_PACKAGES = ("raftmq", "cluster", "chaos", "spark_audit")
+
+
+def _reads_toml(path: Path) -> bool:
+    """True when the module imports tomllib (or tomli) or names `read_toml`."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] in ("tomllib", "tomli") for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom):
+            if node.module and node.module.split(".")[0] in ("tomllib", "tomli"):
+                return True
+            if any(alias.name == "read_toml" for alias in node.names):
+                return True
+        if isinstance(node, ast.Name) and node.id == "read_toml":
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "read_toml":
+            return True
+    return False
+
+
+def test_only_cluster_and_the_node_config_read_toml() -> None:
+    readers = sorted(
+        _module_name(path)
+        for package in PRODUCTION_PACKAGES
+        for path in sorted((REPOSITORY / package).rglob("*.py"))
+        if _reads_toml(path)
+    )
+    assert readers, "no module reads TOML: the scan is broken"
+    strays = [m for m in readers if not any(m == r or m.startswith(r + ".") for r in TOML_READERS)]
+    assert strays == []

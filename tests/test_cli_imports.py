@@ -21,7 +21,7 @@ NODE_IMPORTS = textwrap.dedent("""
     import sys
     from raftmq.cli import main
     main.get_command(None, "node")
-    import raftmq.app.group, raftmq.app.run, raftmq.config, raftmq.ops.cluster_topology, raftmq.server.node
+    import raftmq.app.group, raftmq.app.run, raftmq.config, cluster.node_settings, raftmq.server.node
     tools = sorted(name for name in sys.modules if name.split(".")[0] in {tools!r})
     assert not tools, tools
     print("clean", len(sys.modules))

@@ -57,14 +57,14 @@ def test_missing_file(tmp_path: Path) -> None:
 
 # -- group files ------------------------------------------------------------------------------
 
-from raftmq.config import (  # noqa: E402
+from cluster.group_file import (  # noqa: E402
     GroupConfig,
     JournalSettings,
-    RaftTimings,
     is_group_file,
     load_config,
     load_group_config,
 )
+from raftmq.config import RaftTimings  # noqa: E402
 
 GROUP = """
 [group]
@@ -163,7 +163,7 @@ def test_group_errors_name_file_and_key(tmp_path: Path, edit, expected: str) -> 
 def test_message_ids_are_unique_per_group_by_default(tmp_path: Path) -> None:
     """Each group mints ids `<broker_name>-<n>`; two groups that exchange messages must not
     collide, so broker_name defaults to the group's name (a node: its own name)."""
-    from raftmq.config import single_node_group
+    from cluster.group_file import single_node_group
 
     group = load_group_config(write_group(tmp_path, GROUP))
     assert {group.node_config(m.id).core.broker_name for m in group.members} == {"g"}

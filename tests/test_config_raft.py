@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
+from cluster.group_file import load_group_config
 from raftmq.app.group import raft_settings
-from raftmq.config import RaftTimings, load_group_config
+from raftmq.config import RaftTimings
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.raft_log import RaftLog
 

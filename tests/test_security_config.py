@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.group_file import GroupConfig, load_group_config
 from raftmq.app.group import raft_settings
-from raftmq.config import GroupConfig, NodeConfig, load_group_config, load_node_config
+from raftmq.config import NodeConfig, load_node_config
 from raftmq.errors import ConfigError
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.security import AclEntry, Security, SecurityConfig

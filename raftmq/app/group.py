@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from cluster.group_file import GroupConfig
 from raftmq.app.run import (
     ReadyCallback,
     new_event_loop,
@@ -22,7 +23,7 @@ from raftmq.app.run import (
     run_until_stopped,
     setup_logging,
 )
-from raftmq.config import GroupConfig, split_address
+from raftmq.config import split_address
 from raftmq.errors import ConfigError, JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.group_secret import group_secret

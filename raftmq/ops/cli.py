@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from raftmq.ops.launcher import STOP_GRACE_SECONDS, UP_TIMEOUT_SECONDS
-from raftmq.ops.topology import PRESETS, RESTART_MODES
+from cluster.topology import PRESETS, RESTART_MODES
 
 if TYPE_CHECKING:
     from raftmq.ops.launcher import DeploymentState
     from raftmq.ops.status_view import NodeAddress
-    from raftmq.ops.topology import Topology
+    from cluster.topology import Topology
 
 REFRESH_SECONDS = 1.0
 PIPE_WIDTH = 120
@@ -34,7 +34,7 @@ preset_option = click.option(
 def _topology(config_path: str | None, preset: str | None = None, restart: str | None = None) -> Topology:
     from dataclasses import replace
 
-    from raftmq.ops.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
+    from cluster.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
 
     if config_path and preset:
         raise click.UsageError("give --config or --preset, not both")
@@ -145,7 +145,7 @@ def _refuse_running(topology: Topology, hint: str) -> None:
 
 
 def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str, detach: bool) -> None:
-    from raftmq.ops.cluster_topology import failover_urls
+    from cluster.topology import failover_urls
     from raftmq.ops.launcher import state_path
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
@@ -312,7 +312,8 @@ def _change(config_path: str | None, preset: str | None, group: str, timeout: fl
 
 
 def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
-    from raftmq.config import GroupMember, NODE_ID_PATTERN, split_address
+    from cluster.group_file import NODE_ID_PATTERN, GroupMember
+    from raftmq.config import split_address
 
     if not NODE_ID_PATTERN.match(node_id):
         raise click.BadParameter(f"{node_id!r}: use letters, digits, '_', '.', '-' (it names a directory)", param_hint="NODE")

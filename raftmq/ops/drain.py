@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftmq.routing.route import BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER
+from cluster.topology import Topology
 from raftmq.client.failover import connect_failover
 from raftmq.errors import BrokerRefused, ClientError, DeploymentError
 from raftmq.ops.status_view import fetch_status
-from raftmq.ops.topology import Topology
+from raftmq.routing.route import BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER
 
 POLL_SECONDS = 0.5
 

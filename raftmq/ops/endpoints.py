@@ -18,7 +18,7 @@ from raftmq.errors import ConfigError
 from raftmq.ops.status_view import NodeAddress
 
 if TYPE_CHECKING:
-    from raftmq.ops.topology import Topology
+    from cluster.topology import Topology
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"
 EXPLICIT_ADMIN_GROUP = "cluster"  # --admin addresses are taken as the members of one group
@@ -53,8 +53,8 @@ def resolve(url: str | None, config_path: str | None, admin: tuple[str, ...] = (
 
 
 def _local_cluster(config_path: str | None) -> Endpoints | None:
+    from cluster.topology import DEFAULT_DATA_DIR, default_topology
     from raftmq.ops.launcher import read_state, running_nodes, state_path
-    from raftmq.ops.topology import DEFAULT_DATA_DIR, default_topology
 
     topology = _load(config_path) if config_path else default_topology(DEFAULT_DATA_DIR)
     state = read_state(topology.state_dir)
@@ -76,8 +76,8 @@ def _local_cluster(config_path: str | None) -> Endpoints | None:
 
 def _load(config_path: str) -> Topology:
     """A topology file, or a group file; unlike `raftmq up` we need no admin addresses."""
-    from raftmq.config import is_group_file, load_group_config
-    from raftmq.ops.topology import GroupSpec, Topology, load_topology
+    from cluster.group_file import is_group_file, load_group_config
+    from cluster.topology import GroupSpec, Topology, load_topology
 
     path = Path(config_path)
     if not is_group_file(path):

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster.topology import Topology
 from raftmq.config import split_address
 from raftmq.errors import DeploymentError
 from raftmq.ops.status_view import NodeAddress, collect_status
-from raftmq.ops.topology import Topology
 from raftmq.processes import (
     is_same_process,
     own_identity,

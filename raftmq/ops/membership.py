@@ -5,7 +5,7 @@ of the group's leader through its admin port (`POST /membership`, signed with th
 secret). Around it:
 
 - add: the new member's addresses go into the group's members file first
-  (`<data_dir>/members.toml`, raftmq.config.MEMBERS_FILE), so the members can name it (client
+  (`<data_dir>/members.toml`, cluster.group_file.MEMBERS_FILE), so the members can name it (client
   redirects, body fetches) and `raftmq up` starts it next time; the supervisor of `raftmq up`
   starts it now (or the operator does, as the command says); then the change commits and the
   command waits until the member has applied everything the leader had committed (it catches
@@ -28,12 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from raftmq.config import MEMBERS_FILE, GroupConfig, GroupMember, split_address
+from cluster.group_file import MEMBERS_FILE, GroupConfig, GroupMember
+from cluster.topology import Topology
+from raftmq.config import split_address
 from raftmq.errors import DeploymentError
 from raftmq.ops.launcher import NODE_LOG, DeploymentState, check_port_free, launcher_alive, read_state
 from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, request_member
 from raftmq.ops.status_view import fetch_status
-from raftmq.ops.topology import Topology
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
 from raftmq.server.admin import post_membership
@@ -52,7 +53,7 @@ class ChangeResult:
 
 def members_file_text(members: tuple[GroupMember, ...]) -> str:
     lines = ["# The group's members, kept by `raftmq group add-node / remove-node / replace-node`.",
-             "# It takes the place of the group file's [[node]] tables (raftmq.config.MEMBERS_FILE)."]
+             "# It takes the place of the group file's [[node]] tables (cluster.group_file.MEMBERS_FILE)."]
     for member in members:
         lines += ["", "[[node]]"] + [f"{key} = {json.dumps(value)}" for key, value in
                                      (("id", member.id), ("client", member.client), ("raft", member.raft), ("admin", member.admin))

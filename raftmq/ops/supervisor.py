@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from cluster.topology import RESTART_ON_FAILURE, RestartPolicy
 from raftmq.ops.launcher import (
     DOWN,
     GAVE_UP,
@@ -52,7 +53,6 @@ from raftmq.ops.rolling_requests import (
     member_requests,
     requested_restarts,
 )
-from raftmq.ops.topology import RESTART_ON_FAILURE, RestartPolicy
 from raftmq.processes import process_start_time, send_signal
 
 SUPERVISOR_LOG = "supervisor.log"

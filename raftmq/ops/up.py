@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from cluster.topology import Topology
 from raftmq.errors import DeploymentError, RaftmqError
 from raftmq.ops.launcher import (
     POLL_SECONDS,
@@ -42,7 +43,6 @@ from raftmq.ops.supervisor import (
     launcher_signals,
     timestamped,
 )
-from raftmq.ops.topology import Topology
 
 FAILED_PREFIX = "raftmq up failed: "
 # Beyond --timeout, what a detached `up` allows its supervisor to start Python and the nodes.

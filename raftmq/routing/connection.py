@@ -166,7 +166,7 @@ class PeerGroup:
 
     name: str
     clients: tuple[str, ...]  # "host:port" of each member's STOMP listener
-    # The group's members file (raftmq.config.MEMBERS_FILE), if its members may change while we
+    # The group's members file (cluster.group_file.MEMBERS_FILE), if its members may change while we
     # run (`raftmq group add-node`): a bridge reads the members there each time it connects.
     members_file: str | None = None
     admins: tuple[str, ...] = ()  # its members' admin ports, for the web console's cluster overview

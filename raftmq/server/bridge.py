@@ -32,15 +32,15 @@ from typing import Any
 
 import structlog
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, ClusterView, PeerGroup
-from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
+from cluster.group_file import load_members
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
 from raftmq.core.effects import Deliver
-from raftmq.config import load_members
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.connection import ClusterConnection, ClusterView, PeerGroup
+from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
 from raftmq.server.host import BridgeHost
 from raftmq.server.leader_task import LeaderTask

@@ -17,7 +17,7 @@ from chaos.generator import Fault
 from chaos.history import History, read_history
 from chaos.nemesis import Nemesis
 from chaos.run import RunOptions, run
-from raftmq.ops.topology import load_topology
+from cluster.topology import load_topology
 from raftmq.processes import free_ports
 from tests.helpers import unsafe_node
 

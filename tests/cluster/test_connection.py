@@ -1,5 +1,5 @@
 """[[cluster_connection]] tables: every key, every error naming the file and the key, and a
-node's view of the cluster from a topology (raftmq.ops.cluster_topology)."""
+node's view of the cluster from a topology (cluster.node_settings)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from cluster.connection import parse_cluster_connections
-from raftmq.routing.connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view
-from raftmq.config import load_group_config
+from cluster.group_file import load_group_config
+from cluster.node_settings import node_cluster_settings, with_cluster
+from cluster.topology import failover_urls, preset_path, preset_topology
 from raftmq.errors import ConfigError
-from raftmq.ops.cluster_topology import failover_urls, node_cluster_settings, with_cluster
-from raftmq.ops.topology import preset_path, preset_topology
+from raftmq.routing.connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view
 
 PATH = Path("cluster.toml")
 GROUPS = ("g1", "g2", "g3")

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import stomp
 
+from cluster.topology import load_topology
 from raftmq.client.failover import connect_failover
 from raftmq.ops.drain import drain_group, remaining
-from raftmq.ops.topology import load_topology
 from tests.helpers.cluster_harness import Cluster
 
 pytestmark = pytest.mark.integration

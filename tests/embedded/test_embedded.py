@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.group_file import GroupConfig, GroupMember
 from raftmq.client.sync import Client
-from raftmq.config import GroupConfig, GroupMember, NodeConfig
+from raftmq.config import NodeConfig
 from raftmq.core.config import CoreConfig
 from raftmq.embedded import EmbeddedBroker
 from raftmq.errors import ClientError, EmbeddedBrokerError

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.config import MEMBERS_FILE, GroupMember, load_group_config
+from cluster.group_file import MEMBERS_FILE, GroupMember, load_group_config
+from cluster.topology import load_topology
 from raftmq.errors import ConfigError, DeploymentError
 from raftmq.ops import membership as membership_module
 from raftmq.ops.membership import MembershipChanger, caught_up, write_members
-from raftmq.ops.topology import load_topology
 from raftmq.replication.membership import ADD, Change
 
 

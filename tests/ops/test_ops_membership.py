@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from raftmq.config import MEMBERS_FILE, load_group_config
+from cluster.group_file import MEMBERS_FILE, load_group_config
 from raftmq.ops.launcher import read_state
 from raftmq.processes import free_ports
 from tests.ops.test_ops_restart import Traffic, detached_cluster, raftmq

@@ -12,12 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from raftmq.cli import main
-from raftmq.config import JournalSettings, RaftTimings, load_group_config, split_address
-from raftmq.errors import ConfigError
-from raftmq.ops import topology as topology_module
-from raftmq.ops.launcher import read_state
-from raftmq.ops.topology import (
+from cluster import topology as topology_module
+from cluster.group_file import JournalSettings, load_group_config
+from cluster.topology import (
     PRESET_SOURCES,
     PRESETS,
     RestartPolicy,
@@ -26,6 +23,10 @@ from raftmq.ops.topology import (
     preset_path,
     preset_topology,
 )
+from raftmq.cli import main
+from raftmq.config import RaftTimings, split_address
+from raftmq.errors import ConfigError
+from raftmq.ops.launcher import read_state
 
 pytestmark = pytest.mark.integration
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.topology import RestartPolicy
 from raftmq.ops.launcher import (
     DOWN,
     GAVE_UP,
@@ -23,9 +24,15 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
-from raftmq.ops.rolling_requests import JOIN, LEAVE, member_requests, request_member, request_restart, requested_restarts
+from raftmq.ops.rolling_requests import (
+    JOIN,
+    LEAVE,
+    member_requests,
+    request_member,
+    request_restart,
+    requested_restarts,
+)
 from raftmq.ops.supervisor import Supervisor, describe_exit
-from raftmq.ops.topology import RestartPolicy
 from raftmq.processes import process_argv, process_start_time
 
 pytestmark = pytest.mark.integration

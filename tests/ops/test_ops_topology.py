@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from raftmq.config import load_group_config
+from cluster.group_file import load_group_config
+from cluster.topology import default_topology, load_topology
 from raftmq.errors import ConfigError
 from raftmq.ops import launcher
 from raftmq.ops.cli import status_command, up_command
-from raftmq.ops.topology import default_topology, load_topology
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster.topology import preset_path
 from raftmq.ops.launcher import DeploymentState, is_our_node, launcher_alive, read_state
-from raftmq.ops.topology import preset_path
 from tests.ops.test_ops_up_supervised import cleanup, raftmq
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftmq.config import load_group_config, load_node_config
+from cluster.group_file import load_group_config
+from raftmq.config import load_node_config
 from raftmq.errors import ConfigError
 from raftmq.processes import free_ports
 from tests.helpers.group_harness import Group

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raftmq.routing.connection import PeerGroup
-from raftmq.config import GroupMember
+from cluster.group_file import GroupMember
 from raftmq.ops.membership import members_file_text
+from raftmq.routing.connection import PeerGroup
 from raftmq.server.bridge import current_members
 
 

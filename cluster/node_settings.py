@@ -1,18 +1,18 @@
-"""What one node of a cluster needs from the topology file: its group's place in the cluster
+"""What one node of a cluster takes from the topology file: its group's place in the cluster
 (`ClusterView`, part of the broker core's configuration, the same on every member) and the
-client addresses of the groups its leader's bridges connect to. `raftmq node --topology` and
-`raftmq up` (which starts every node with it) use `with_cluster`; `failover_urls` is what `up`
-prints for clients."""
+client addresses of the groups its leader's bridges connect to, set into its group's
+`[server]` settings. `raftmq node --topology` and `raftmq up` (which starts every node with it)
+use `with_cluster`."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from raftmq.routing.connection import ClusterView, PeerGroup, cluster_view
-from raftmq.config import MEMBERS_FILE, GroupConfig
+from cluster.group_file import MEMBERS_FILE, GroupConfig
+from cluster.topology import Topology, load_topology
 from raftmq.errors import ConfigError
-from raftmq.ops.topology import Topology, load_topology
+from raftmq.routing.connection import ClusterView, PeerGroup, cluster_view
 
 
 def node_cluster_settings(topology: Topology, group: str) -> tuple[ClusterView | None, tuple[PeerGroup, ...]]:
@@ -50,16 +50,3 @@ def with_cluster(config: GroupConfig, config_path: str | Path, topology_path: st
     return dataclasses.replace(config, server=dataclasses.replace(server, core=core, cluster_peers=peers,
                                                                   cluster_broadcast=topology.broadcast_groups,
                                                                   cluster_group_clients=tuple(m.client for m in config.members)))
-
-
-def failover_urls(topology: Topology) -> tuple[dict[str, str], str]:
-    """A `failover:` URL per group, and one for the whole cluster (every group, in order: the
-    client's connection load-balancing policy picks the group, see raftmq.client.policies)."""
-    per_group = {
-        spec.name: "failover:(" + ",".join(f"stomp://{m.client}" for m in spec.config.members) + ")"
-        for spec in topology.groups
-    }
-    whole = "failover:(" + ",".join(
-        "(" + ",".join(f"stomp://{m.client}" for m in spec.config.members) + ")" for spec in topology.groups
-    ) + ")"
-    return per_group, whole

@@ -11,7 +11,7 @@ A topology file::
     restart_backoff_ms = 500  # wait before a restart; doubles with each restart in the window
 
     [[group]]
-    file = "group.toml"       # a group file (raftmq.config), relative to this file
+    file = "group.toml"       # a group file (cluster.group_file), relative to this file
 
     [[cluster_connection]]    # optional: groups that interconnect (cluster.connection, docs/cluster.md)
     name = "main"
@@ -32,6 +32,8 @@ the last line of its log), since a restart would hide a crash a Raft majority ri
 and a node that fails on start (a corrupt journal, a port taken) would only crash again.
 
 Every error is a `ConfigError` naming the file and what is wrong; `up` prints it as one line.
+`failover_urls` is what `up` prints for clients; cluster.node_settings is what one node takes
+from the file.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from cluster.connection import parse_cluster_connections
-from raftmq.routing.connection import ClusterConnection
 from cluster.discovery import parse_broadcast_groups, parse_discovery_groups
-from raftmq.routing.discovery import BroadcastGroup
+from cluster.group_file import GroupConfig, GroupMember, load_group_config
 from cluster.network import parse_network_connectors
-from raftmq.config import GroupConfig, GroupMember, load_group_config, read_toml, split_address
+from raftmq.config import read_toml, split_address
 from raftmq.errors import ConfigError
+from raftmq.routing.connection import ClusterConnection
+from raftmq.routing.discovery import BroadcastGroup
 
 DEFAULT_DATA_DIR = ".raftmq"
 DEFAULT_GROUP_NAME = "g1"
@@ -278,3 +281,16 @@ def check_topology(topology: Topology) -> None:
                 if address in addresses:
                     raise ConfigError(f"{where}: {label} {address[0]}:{address[1]} is also {addresses[address]}")
                 addresses[address] = label
+
+
+def failover_urls(topology: Topology) -> tuple[dict[str, str], str]:
+    """A `failover:` URL per group, and one for the whole cluster (every group, in order: the
+    client's connection load-balancing policy picks the group, see raftmq.client.policies)."""
+    per_group = {
+        spec.name: "failover:(" + ",".join(f"stomp://{m.client}" for m in spec.config.members) + ")"
+        for spec in topology.groups
+    }
+    whole = "failover:(" + ",".join(
+        "(" + ",".join(f"stomp://{m.client}" for m in spec.config.members) + ")" for spec in topology.groups
+    ) + ")"
+    return per_group, whole
