@@ -30,8 +30,8 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
 from raftmq.replication.command_codec import encode_batch
 from raftmq.replication.entry_codec import decode_entry, encode_entry
-from raftmq.server.bodies import BodyStore
-from raftmq.server.replica import Replica
+from raftmq.server.replica.bodies import BodyStore
+from raftmq.server.replica.state_machine import Replica
 from raftmq.storage.journal import Journal
 
 PRODUCERS = CONSUMERS = 4

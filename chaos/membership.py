@@ -20,7 +20,7 @@ from cluster.group_file import GroupConfig
 from raftmq.config import split_address
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
-from raftmq.server.admin import post_membership
+from raftmq.server.admin.http import post_membership
 
 CHANGE_TIMEOUT_SECONDS = 20.0
 POLL_SECONDS = 0.1

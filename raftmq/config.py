@@ -53,7 +53,7 @@ class NodeConfig:
     # Commands a session may have appended but not yet committed before we stop reading its
     # socket: a fast producer waits for the log instead of growing our memory.
     max_pending_commands: int = 1_000
-    # Fairness (raftmq.server.flow): while a queue's consumers keep taking messages, its
+    # Fairness (raftmq.server.seams.flow): while a queue's consumers keep taking messages, its
     # producers wait once it holds this many messages (ready or in flight), so consumers are served before new
     # SENDs are accepted and no standing queue forms. 0: off (producers only wait for BLOCK).
     fair_queue_depth: int = 0
@@ -118,7 +118,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
     return config
 
 
-FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.relay: RELAY, REDIRECT
+FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.stomp.relay: RELAY, REDIRECT
 
 
 def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:

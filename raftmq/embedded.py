@@ -47,8 +47,8 @@ from raftmq.config import NodeConfig, split_address
 from raftmq.errors import EmbeddedBrokerError
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports
-from raftmq.server.admin import AdminServer
-from raftmq.server.bodies import BodyStore
+from raftmq.server.admin.http import AdminServer
+from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.node import Node
 
 T = TypeVar("T")

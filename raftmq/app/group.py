@@ -30,9 +30,9 @@ from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
-from raftmq.server.admin import AdminServer, fetch_bodies
-from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.management import ManagementApi
+from raftmq.server.admin.http import AdminServer, fetch_bodies
+from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.server.admin.management import ManagementApi
 from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
 
 log = structlog.get_logger("raftmq.app.group")

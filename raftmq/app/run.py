@@ -102,8 +102,8 @@ async def _start_admin(node: Node) -> Any:
     if node.config.admin is None:
         return None
     from raftmq.config import split_address
-    from raftmq.server.admin import AdminServer
-    from raftmq.server.management import ManagementApi
+    from raftmq.server.admin.http import AdminServer
+    from raftmq.server.admin.management import ManagementApi
 
     host, port = split_address(node.config.admin)
     member: dict[str, str | None] = {"node": node.name, "client": f"{node.config.host}:{node.config.port}", "admin": node.config.admin}

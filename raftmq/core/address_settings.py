@@ -7,7 +7,7 @@ file order), `max_size_messages` and `max_size_bytes` (0: no limit) and an
 
 - `PAGE` (the default): no limit; the messages page (raftmq.core.paging), memory stays bounded;
 - `BLOCK`: the leader withholds the SEND (no RECEIPT) and reads nothing more from that producer's
-  connection until there is room (raftmq.server.flow): other destinations are unaffected;
+  connection until there is room (raftmq.server.seams.flow): other destinations are unaffected;
 - `FAIL`: the SEND is refused: ERROR (with the frame's receipt-id), the connection closes;
 - `DROP`: the SEND is acknowledged and the message dropped (counted as `dropped`).
 

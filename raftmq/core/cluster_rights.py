@@ -22,7 +22,7 @@ def may_pull(config: CoreConfig, federation: Federation | None, session: Session
     neighbour's store-and-forward queue, and only by the cluster user: this group's own
     bridge to it, or that neighbour's bridge pulling its traffic when its connection is
     the link's only one. (Which network sessions may ask at all is the STOMP layer's
-    decision: raftmq.server.translate lets through only the queues a neighbour pulls.)"""
+    decision: raftmq.server.stomp.translate lets through only the queues a neighbour pulls.)"""
     neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
     view = federation.view if federation is not None else None
     if view is None or neighbour is None or not (neighbour in view.neighbours or (view.discovery and neighbour != view.group)):

@@ -8,7 +8,7 @@ one did.
 
 A message for another group is not sent anywhere from here: it is stored in the
 store-and-forward queue of the next hop (cluster.route.sf_queue), an ordinary queue whose
-consumer is the leader's bridge to that neighbour (raftmq.server.bridge). The bridge removes
+consumer is the leader's bridge to that neighbour (raftmq.server.links.bridge). The bridge removes
 it (an ACK) only once the neighbour has committed it, so a message is owned by exactly one
 group at any moment, and a copy sent twice is stored once (its duplicate-detection id).
 

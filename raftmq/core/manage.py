@@ -1,5 +1,5 @@
 """Operators' changes, as committed commands: what `Manage` does (the admin API,
-raftmq.server.management, proposes it once it has checked who asks).
+raftmq.server.admin.management, proposes it once it has checked who asks).
 
 Each op answers with one `Managed` effect for the request: what it did, or why it did not.
 Work per command is bounded: a retry or move takes at most `MAX_MOVED` messages and says

@@ -37,7 +37,7 @@ from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, req
 from raftmq.ops.status_view import fetch_status
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
-from raftmq.server.admin import post_membership
+from raftmq.server.admin.http import post_membership
 
 POLL_SECONDS = 0.1
 Report = Callable[[str], None]

@@ -14,8 +14,8 @@ before it fails the proposals in flight, and answers `holds_lease()` with whethe
 leadership is certainly current at this instant.
 
 The order in which the shell executes one committed batch (etcd's Ready contract, here). This
-is the one written statement of it; docs/architecture.md, `server/replica.py` and
-`server/bodies.py` point here, and tests/server/test_apply_order.py records the order a real
+is the one written statement of it; docs/architecture.md, `server/replica/state_machine.py` and
+`server/replica/bodies.py` point here, and tests/server/test_apply_order.py records the order a real
 group member executes and holds it to these steps, by name:
 
 1. durable -- the batch is in the Raft journal and fdatasync'd on a majority of the group

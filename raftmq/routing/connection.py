@@ -56,7 +56,7 @@ class ClusterConnection:
     # (opener, other): who opens a link's connection; None: both ends open their own. A link
     # opened by one end only carries both ends' traffic on that one connection.
     openers: tuple[tuple[str, str], ...] | None = None
-    # Artemis's discovery: the groups are found at run time (raftmq.server.discovery), every one
+    # Artemis's discovery: the groups are found at run time (raftmq.server.links.discovery), every one
     # a neighbour of every other (a mesh); `links` stays empty.
     discovery: DiscoveryGroup | None = None
     consumer_ttl: int | None = None  # how far bindings are advertised; None: max_hops

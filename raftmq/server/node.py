@@ -1,15 +1,15 @@
 """The node: a STOMP listener in front of one replica of the broker, joined by the commit log.
 
-Connections (raftmq.server.connection) propose commands to the `CommitLog`; the log hands
-committed batches to the node's `Replica` (raftmq.server.replica), which applies them to the
+Connections (raftmq.server.stomp.connection) propose commands to the `CommitLog`; the log hands
+committed batches to the node's `Replica` (raftmq.server.replica.state_machine), which applies them to the
 core and executes the effects on this node's connections. The node is the host both sides
-need: it implements `ConnectionHost` (raftmq.server.host) for its connections and
+need: it implements `ConnectionHost` (raftmq.server.seams.host) for its connections and
 `ReplicaHost` for its replica, and reacts to leadership changes through `Succession`.
 
 In a group (raftmq.app.group builds it) the log is a `RaftLog` and every member applies: bodies
 go to the body journal, the core holds references. Only the leader serves client sessions and
 proposes Ticks; a follower relays its clients' connections to the leader
-(raftmq.server.relay) or, in redirect mode, refuses them naming the leader.
+(raftmq.server.stomp.relay) or, in redirect mode, refuses them naming the leader.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ from raftmq.core.effects import Managed
 from raftmq.errors import CommitFailed, NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
-from raftmq.server.bodies import BodyStore
-from raftmq.server.bridge import bridges_for
-from raftmq.server.bridge_session import BridgeSession
-from raftmq.server.cluster_events import ClusterEvents
-from raftmq.server.discovery import Announcer, DiscoveredLinks
-from raftmq.server.connection import Connection
-from raftmq.server.host import ClientConnection, LeaderService
+from raftmq.server.replica.bodies import BodyStore
+from raftmq.server.links.bridge import bridges_for
+from raftmq.server.links.bridge_session import BridgeSession
+from raftmq.server.links.cluster_events import ClusterEvents
+from raftmq.server.links.discovery import Announcer, DiscoveredLinks
+from raftmq.server.stomp.connection import Connection
+from raftmq.server.seams.host import ClientConnection, LeaderService
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.core.address_settings import BLOCK
-from raftmq.server.flow import Fairness, FlowGate
-from raftmq.server.relay import Relays
-from raftmq.server.replica import BodyFetcher, Replica
-from raftmq.server.stomp_session import SessionState
+from raftmq.server.seams.flow import Fairness, FlowGate
+from raftmq.server.stomp.relay import Relays
+from raftmq.server.replica.state_machine import BodyFetcher, Replica
+from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
 
@@ -171,7 +171,7 @@ class Node:
         return self.replica.broker.has_destination(destination)
 
     def _flow_blocked(self, destination: str, proposed: int, proposed_bytes: int) -> bool:
-        """Must a SEND to `destination` wait (raftmq.server.flow): BLOCK, or fairness?"""
+        """Must a SEND to `destination` wait (raftmq.server.seams.flow): BLOCK, or fairness?"""
         broker = self.replica.broker
         full = broker.limits.full(broker.state, destination, proposed, proposed_bytes)
         if full is not None and full.address_full_policy == BLOCK:

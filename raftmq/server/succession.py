@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from raftmq.core.commands import Disconnect
-from raftmq.server.host import LeaderService, SuccessionHost
+from raftmq.server.seams.host import LeaderService, SuccessionHost
 
 log = structlog.get_logger("raftmq.server.succession")
 

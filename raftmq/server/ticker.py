@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from raftmq.core.commands import Tick
-from raftmq.server.host import TickerHost
+from raftmq.server.seams.host import TickerHost
 
 CLUSTER_TICK_SECONDS = 0.1
 # How often a leader's ticker looks whether a scheduled message (or a redelivery delay) came

@@ -21,7 +21,7 @@ def reference_bodies(index: int, commands: Sequence[Command]) -> list[Command]:
     """The commands of the Raft entry at `index` as a group member's core applies them: each
     Send's body replaced by its `BodyRef` (index, ordinal, size), the ordinal counting the entry's
     Sends in order. The core counts a destination's bytes by the size, so the members
-    (`raftmq.server.bodies.BodyStore`) and the audit's replay (`spark_audit`) must both apply
+    (`raftmq.server.replica.bodies.BodyStore`) and the audit's replay (`spark_audit`) must both apply
     exactly these."""
     swapped = list(commands)
     ordinal = 0

@@ -3,7 +3,7 @@ bridges that drop, delay, reorder and repeat forwards, and leaders that restart.
 asyncio, no socket, no clock; every fault is a method call, so a hypothesis state machine (or a
 seeded loop) drives it and every run replays.
 
-A `SimBridge` behaves as raftmq.server.bridge does, step by step: it consumes its source's
+A `SimBridge` behaves as raftmq.server.links.bridge does, step by step: it consumes its source's
 store-and-forward queue through a session of the source core (client-individual acks), sends
 each delivery to the target core as a SEND from the target-side session, with the forward's
 duplicate-detection id, and ACKs it in the source once the target applied it. Each step

@@ -1,6 +1,6 @@
 """Seeded streams of commands from simulated clients, shaped like the ones real sessions make.
 
-Each `SimClient` behaves like a STOMP client behind `server/translate.py`: it connects (a new
+Each `SimClient` behaves like a STOMP client behind `server/stomp/translate.py`: it connects (a new
 session id per connection, as the node assigns), subscribes to queues and topics with the
 three ack modes, prefetches, selectors, exclusive and durable subscriptions, sends with the
 headers the core reads, acks and nacks (by ack id in STOMP 1.2, by message id and subscription

@@ -174,7 +174,7 @@ async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters
 async def test_a_leader_killed_mid_pull_over_a_one_connection_link_loses_and_doubles_nothing(
         clusters: list[Cluster], tmp_path: Path, victim: str) -> None:
     # g2 alone opens the link (a duplex network connector): g1's messages reach g2 only by
-    # g2's bridge pulling them (raftmq.server.single_link).
+    # g2's bridge pulling them (raftmq.server.links.passive_link).
     cluster = start(clusters, tmp_path, ["g1", "g2"], network=[{"group": "g2", "to": "g1", "duplex": True}])
     await kill_mid_forwarding(cluster, "g2", victim, "/queue/pulled")
 

@@ -1,5 +1,5 @@
 """Producer flow control in the core (raftmq.core.address_settings): FAIL refuses, DROP drops
-with a receipt, BLOCK and PAGE store (the leader holds BLOCK's SENDs, raftmq.server.flow);
+with a receipt, BLOCK and PAGE store (the leader holds BLOCK's SENDs, raftmq.server.seams.flow);
 limits by messages, by bytes, per topic and global."""
 
 from __future__ import annotations

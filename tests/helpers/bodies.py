@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raftmq.core.commands import Command
-from raftmq.server.bodies import BodyStore
+from raftmq.server.replica.bodies import BodyStore
 
 
 def store_entry(store: BodyStore, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:

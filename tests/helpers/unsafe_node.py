@@ -26,7 +26,7 @@ EARLY_RECEIPT_DELAY_SECONDS = 0.2
 
 def plant_early_receipts() -> None:
     from raftmq.core.commands import Command, Send
-    from raftmq.server.connection import Connection
+    from raftmq.server.stomp.connection import Connection
 
     propose = Connection._propose_now  # the one place a connection proposes
 

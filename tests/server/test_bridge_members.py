@@ -1,5 +1,5 @@
 """A bridge follows its neighbour's members as `raftmq group add-node / remove-node` change
-them (raftmq.server.bridge.current_members): it reads the neighbour's members file each time it
+them (raftmq.server.links.bridge.current_members): it reads the neighbour's members file each time it
 connects, and keeps what it knew when the file is absent or damaged."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from cluster.group_file import GroupMember
 from raftmq.ops.membership import members_file_text
 from raftmq.routing.connection import PeerGroup
-from raftmq.server.bridge import current_members
+from raftmq.server.links.bridge import current_members
 
 
 def test_a_bridge_reads_the_members_its_neighbour_has_now(tmp_path: Path) -> None:

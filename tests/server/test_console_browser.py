@@ -1,4 +1,4 @@
-"""The web console (raftmq/server/console/) in a real headless Chromium against a real node's
+"""The web console (raftmq/server/admin/console/) in a real headless Chromium against a real node's
 admin port: it shows a queue's depth from the management API, and its dead-letter panel's
 Retry button sends a dead-lettered message back to the queue it came from (docs/management.md).
 

@@ -1,4 +1,4 @@
-"""Producer flow control with real processes (raftmq.core.address_settings, raftmq.server.flow):
+"""Producer flow control with real processes (raftmq.core.address_settings, raftmq.server.seams.flow):
 a 3-member group with one destination per policy, stomp.py as the producers and consumers.
 FAIL answers ERROR with the SEND's receipt-id; DROP receipts and drops; BLOCK withholds the
 receipt and reads nothing more from that producer until a consumer makes room, while another

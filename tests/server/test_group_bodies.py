@@ -21,12 +21,12 @@ from raftmq.core.effects import Deliver
 from raftmq.core.snapshot import body_refs as iter_snapshot_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
-from raftmq.server import admin as admin_module
-from raftmq.server import replica as replica_module
-from raftmq.server.admin import AdminServer, fetch_bodies
-from raftmq.server.bodies import BodyStore
+from raftmq.server.admin import http as admin_module
+from raftmq.server.replica import state_machine as replica_module
+from raftmq.server.admin.http import AdminServer, fetch_bodies
+from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.node import Node
-from raftmq.server.replica import Replica
+from raftmq.server.replica.state_machine import Replica
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body
 from tests.helpers.bodies import store_entry

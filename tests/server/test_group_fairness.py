@@ -1,4 +1,4 @@
-"""Fairness with real processes (`[server] fair_queue_depth`, raftmq.server.flow.Fairness): while
+"""Fairness with real processes (`[server] fair_queue_depth`, raftmq.server.seams.flow.Fairness): while
 a queue's consumer keeps taking messages, a producer that outruns it waits once the queue holds
 that many ready messages, so no standing queue forms; a consumer that stops taking releases the
 producer after a second, and the backlog grows (and pages) as without fairness."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftmq.server.metrics import exposition, metrics_registry
+from raftmq.server.admin.metrics import exposition, metrics_registry
 
 
 def test_each_link_has_its_samples() -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import raftmq.server.connection as session_module
+import raftmq.server.stomp.connection as session_module
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader

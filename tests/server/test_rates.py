@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftmq.server.metrics import health
+from raftmq.server.admin.metrics import health
 from raftmq.server.rates import RateSampler
 
 

@@ -6,7 +6,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Receipt
-from raftmq.server.replica import receipt_first as _receipt_first
+from raftmq.server.replica.state_machine import receipt_first as _receipt_first
 
 
 def test_the_receipt_goes_first_unless_its_session_also_gets_a_delivery() -> None:

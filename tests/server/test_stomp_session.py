@@ -10,7 +10,7 @@ from raftmq.core.commands import Connect, Disconnect, Send
 from raftmq.passwords import hash_password
 from raftmq.protocol.codec import FrameParser
 from raftmq.security import AclEntry, Security, SecurityConfig, UserEntry
-from raftmq.server.stomp_session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 
 NOW = 1_700_000_000_000
 

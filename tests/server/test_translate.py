@@ -1,5 +1,5 @@
 """The STOMP layer's part in keeping $.raftmq. destinations to the cluster's bridges
-(raftmq.server.translate): a network session may subscribe to a store-and-forward queue only
+(raftmq.server.stomp.translate): a network session may subscribe to a store-and-forward queue only
 where a neighbour's bridge pulls it (a link opened by that neighbour alone)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from raftmq.routing.route import CONTROL_DESTINATION, sf_queue
 from raftmq.core.commands import Subscribe
 from raftmq.errors import ProtocolError
 from raftmq.protocol.frame import Frame
-from raftmq.server.translate import FrameTranslator
+from raftmq.server.stomp.translate import FrameTranslator
 
 
 def subscribe(translator: FrameTranslator, destination: str) -> object:

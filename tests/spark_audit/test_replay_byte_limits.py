@@ -14,7 +14,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Reject
-from raftmq.server.bodies import BodyStore
+from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries

@@ -6,7 +6,7 @@ Two leader services of a group's leader:
   password, when there is one), once per cluster connection with discovery it is part of. A
   group is announced while it has a leader, since only a leader serves.
 - `DiscoveredLinks`: listens on a discovery group's multicast address (or re-reads its file),
-  and opens a bridge (raftmq.server.bridge) to every group it hears of, without a restart;
+  and opens a bridge (raftmq.server.links.bridge) to every group it hears of, without a restart;
   one whose addresses change gets a new bridge. One not heard of for `refresh_timeout_ms` keeps
   its bridge, which retries with its back-off, and is shown down (`presence` in the link's
   status) until it is heard of again: its messages wait in the store-and-forward queue.
@@ -34,8 +34,8 @@ from raftmq.routing.discovery import (
     encode_announcement,
     parse_members,
 )
-from raftmq.server.bridge import Bridge
-from raftmq.server.leader_task import LeaderTask
+from raftmq.server.links.bridge import Bridge
+from raftmq.server.seams.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.discovery")
 

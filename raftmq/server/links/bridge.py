@@ -3,7 +3,7 @@
 One `Bridge` per neighbour runs on the group's leader only (a `LeaderService`). It
 
 - consumes the neighbour's store-and-forward queue through an in-process session of its own
-  core (raftmq.server.bridge_session), at most `confirmation_window` messages in flight;
+  core (raftmq.server.links.bridge_session), at most `confirmation_window` messages in flight;
 - SENDs each to the neighbour's leader with our failover client (following leader changes
   there, reconnecting with the connection's retry settings), to the destination it was sent
   to, with a duplicate-detection id made of its message id and target group
@@ -41,10 +41,10 @@ from raftmq.errors import BrokerRefused, ClientError, ConfigError
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.connection import ClusterConnection, ClusterView, PeerGroup
 from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
-from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
-from raftmq.server.host import BridgeHost
-from raftmq.server.leader_task import LeaderTask
-from raftmq.server.single_link import PassiveLink, Puller
+from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
+from raftmq.server.seams.host import BridgeHost
+from raftmq.server.seams.leader_task import LeaderTask
+from raftmq.server.links.passive_link import PassiveLink, Puller
 
 log = structlog.get_logger("raftmq.server.bridge")
 
@@ -286,7 +286,7 @@ def _ignore_outcome(future: asyncio.Future[None]) -> None:
 
 def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge | PassiveLink]:
     """One bridge per neighbour of the group `view` describes; a passive link instead to a
-    neighbour that alone opens the link's connection (raftmq.server.single_link)."""
+    neighbour that alone opens the link's connection (raftmq.server.links.passive_link)."""
     by_name = {peer.name: peer for peer in peers}
     bridges: list[Bridge | PassiveLink] = []
     for neighbour in view.neighbours:

@@ -17,8 +17,8 @@ import structlog
 
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Send, Subscribe
 from raftmq.core.effects import Deliver
-from raftmq.server.host import BridgeSessionHost
-from raftmq.server.stomp_session import SessionState
+from raftmq.server.seams.host import BridgeSessionHost
+from raftmq.server.stomp.session import SessionState
 
 log = structlog.get_logger("raftmq.server.bridge_session")
 

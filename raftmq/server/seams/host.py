@@ -26,11 +26,11 @@ from raftmq.core.commands import Command, Connect
 from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
-from raftmq.server.flow import FlowGate
+from raftmq.server.seams.flow import FlowGate
 
 
 class ClientConnection(Protocol):
-    """A client connection as the node's parts see it (`raftmq.server.connection.Connection`)."""
+    """A client connection as the node's parts see it (`raftmq.server.stomp.connection.Connection`)."""
 
     @property
     def session_id(self) -> str: ...
@@ -128,7 +128,7 @@ class ConnectionHost(SessionHost, Protocol):
 
     @property
     def flow(self) -> FlowGate | None:
-        """BLOCK's gate (raftmq.server.flow); None when no address setting blocks."""
+        """BLOCK's gate (raftmq.server.seams.flow); None when no address setting blocks."""
 
     @property
     def clock(self) -> Clock: ...
@@ -155,7 +155,7 @@ class ConnectionHost(SessionHost, Protocol):
 
 
 class ReplicaHost(NodeView, Protocol):
-    """What the replica (raftmq.server.replica) needs from the node around it."""
+    """What the replica (raftmq.server.replica.state_machine) needs from the node around it."""
 
     @property
     def config(self) -> NodeConfig: ...
@@ -216,7 +216,7 @@ class TickerHost(Protocol):
 
 
 class RelayHost(Protocol):
-    """What relays (raftmq.server.relay) need from the node."""
+    """What relays (raftmq.server.stomp.relay) need from the node."""
 
     @property
     def name(self) -> str: ...
@@ -232,7 +232,7 @@ class RelayHost(Protocol):
 
 
 class BridgeSessionHost(Protocol):
-    """What a bridge's session (raftmq.server.bridge_session) needs from the node."""
+    """What a bridge's session (raftmq.server.links.bridge_session) needs from the node."""
 
     @property
     def clock(self) -> Clock: ...
@@ -248,7 +248,7 @@ class BridgeSessionHost(Protocol):
 
 
 class BridgeHost(BridgeSessionHost, Protocol):
-    """What a cluster bridge (raftmq.server.bridge) needs from the node."""
+    """What a cluster bridge (raftmq.server.links.bridge) needs from the node."""
 
     @property
     def name(self) -> str: ...
@@ -263,7 +263,7 @@ class BridgeHost(BridgeSessionHost, Protocol):
 
 
 class ClusterEventsHost(Protocol):
-    """What the cluster event log (raftmq.server.cluster_events) needs from the node."""
+    """What the cluster event log (raftmq.server.links.cluster_events) needs from the node."""
 
     @property
     def name(self) -> str: ...

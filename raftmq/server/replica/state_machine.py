@@ -27,9 +27,9 @@ from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Managed, Receipt, Reject
 from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
-from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.frames import browse_end_frame
-from raftmq.server.host import ClientConnection, ReplicaHost
+from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.server.stomp.frames import browse_end_frame
+from raftmq.server.seams.host import ClientConnection, ReplicaHost
 
 log = structlog.get_logger("raftmq.server.replica")
 

@@ -12,8 +12,8 @@ import asyncio
 
 import structlog
 
-from raftmq.server.host import ClusterEventsHost
-from raftmq.server.leader_task import LeaderTask
+from raftmq.server.seams.host import ClusterEventsHost
+from raftmq.server.seams.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.cluster")
 

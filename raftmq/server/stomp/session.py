@@ -2,7 +2,7 @@
 
 `StompSession` holds a client connection's protocol state (`SessionState`), parses its bytes,
 negotiates CONNECT (version, heart-beats, login), authorizes and translates frames into core
-commands. It never touches a socket, a timer or a clock: the shell (raftmq.server.connection)
+commands. It never touches a socket, a timer or a clock: the shell (raftmq.server.stomp.connection)
 passes the time in and executes what comes out:
 
 - `Propose(commands)`: hand them to the commit log, in order;
@@ -36,12 +36,12 @@ from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.security import READ, WRITE, Principal
-from raftmq.server.frames import connected_frame, error_frame
-from raftmq.server.host import SessionHost
-from raftmq.server.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
+from raftmq.server.stomp.frames import connected_frame, error_frame
+from raftmq.server.seams.host import SessionHost
+from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.core.temporary import owner_token
 from raftmq.core.validation import is_wildcard
-from raftmq.server.translate import FrameTranslator
+from raftmq.server.stomp.translate import FrameTranslator
 from raftmq.values import value
 
 SERVER_HEADER = f"raftmq/{__version__}"

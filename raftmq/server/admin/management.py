@@ -23,8 +23,8 @@ from raftmq.core.commands import Manage
 from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
 from raftmq.security import ADMIN, READ, Principal
-from raftmq.server import console
-from raftmq.server.connection import Connection
+from raftmq.server.admin import console
+from raftmq.server.stomp.connection import Connection
 from raftmq.server.node import Node
 
 Answer = tuple[int, str, bytes]

@@ -93,7 +93,7 @@ class FrameTranslator:
                  group: str | None = None) -> None:
         self.session_id = session_id
         self.group = group  # in a cluster of groups, this one's: temporary destinations name it
-        self.pullable = pullable  # store-and-forward queues a neighbour's bridge pulls (raftmq.server.single_link)
+        self.pullable = pullable  # store-and-forward queues a neighbour's bridge pulls (raftmq.server.links.passive_link)
         self.version = version
         self.client_id = client_id
         self.transactions: set[str] = set()

@@ -3,7 +3,7 @@
 - `GET /status`: `Node.status()` as JSON (role, term, commit / applied index, counters,
   rates) plus `group` and `health`; `GET /status?verify=1` also reads back every body the
   core references (`Replica.verify_bodies`).
-- `GET /metrics`: the same numbers for Prometheus (`raftmq.server.metrics`), read at scrape time.
+- `GET /metrics`: the same numbers for Prometheus (`raftmq.server.admin.metrics`), read at scrape time.
 - `GET /health`: `{"status": "ok" | "unavailable" | "failed", ...}`, HTTP 200 when ok (the
   node leads, or follows a leader it knows, and has not failed), 503 otherwise: what a load
   balancer or an orchestrator's probe asks.
@@ -20,7 +20,7 @@
   once committed; 409 `{"leader": ...}` from a member that does not lead (a leader asked to
   remove itself hands over first and answers so); 400 for a change that makes no sense; 503
   when the outcome is unknown (read the members before asking again).
-- `/api/...` and `/` (the web console): the management API (raftmq.server.management,
+- `/api/...` and `/` (the web console): the management API (raftmq.server.admin.management,
   docs/management.md), with STOMP's logins and ACLs.
 
 `fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
@@ -44,8 +44,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
-from raftmq.server.bodies import BodyStore, IndexRecords
-from raftmq.server.metrics import HEALTH_OK, exposition, health, metrics_registry
+from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry
 
 log = structlog.get_logger("raftmq.server.admin")
 
@@ -81,7 +81,7 @@ class AdminServer:
         api: ApiHandler | None = None,
     ) -> None:
         self._status = status
-        self._api = api  # the management API and the console (raftmq.server.management)
+        self._api = api  # the management API and the console (raftmq.server.admin.management)
         self._change_members = change_members
         self.group = group or ""  # a single node (no group) is labelled by its node name
         self._bodies = bodies

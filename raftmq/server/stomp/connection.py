@@ -1,4 +1,4 @@
-"""One client connection: the asyncio shell around a `StompSession` (raftmq.server.stomp_session).
+"""One client connection: the asyncio shell around a `StompSession` (raftmq.server.stomp.session).
 
 It feeds the session the bytes it reads and the time, executes the session's decisions
 (propose to the commit log, write an ERROR, check a passcode in a worker thread, relay to the
@@ -29,9 +29,9 @@ from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader
 from raftmq.protocol.codec import HEARTBEAT
 from raftmq.security import Principal
-from raftmq.server.frames import error_frame, message_frame, receipt_frame
-from raftmq.server.host import ConnectionHost
-from raftmq.server.stomp_session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
+from raftmq.server.seams.host import ConnectionHost
+from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 
 log = structlog.get_logger("raftmq.server.connection")
 
@@ -207,7 +207,7 @@ class Connection(asyncio.Protocol):
             if at:
                 self._propose_now(commands[:at])
             commands = commands[at:]
-        # BLOCK (raftmq.server.flow): hold the first SEND that does not fit and everything after
+        # BLOCK (raftmq.server.seams.flow): hold the first SEND that does not fit and everything after
         # it, and read nothing more until there is room.
         self._flow_held.append(commands)
         if not self._read_paused_for_flow:

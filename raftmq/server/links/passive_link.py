@@ -2,7 +2,7 @@
 that declares it connects; with `duplex` that one connection carries both directions, as a
 spoke behind a firewall needs).
 
-The opening end's bridge (raftmq.server.bridge) pushes its own traffic as on any link, and
+The opening end's bridge (raftmq.server.links.bridge) pushes its own traffic as on any link, and
 with its `Puller` SUBSCRIBEs, on that same connection, to the store-and-forward queue the other
 end keeps for it (client-individual acks, the link's window as prefetch). What arrives is what
 the other end's own bridge would have pushed: forwards, and the other end's adverts. Each is
@@ -29,9 +29,9 @@ from raftmq.routing.bindings import encode_advert
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.protocol.frame import Frame
-from raftmq.server.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
-from raftmq.server.frames import SERVER_MESSAGE_HEADERS
-from raftmq.server.leader_task import LeaderTask
+from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
+from raftmq.server.stomp.frames import SERVER_MESSAGE_HEADERS
+from raftmq.server.seams.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.single_link")
 
