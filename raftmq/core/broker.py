@@ -29,7 +29,7 @@ from raftmq.core.dispatch import Dispatcher
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
-from raftmq.core.federation import Federation
+from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.manage import apply_manage
 from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Store, Subscription
@@ -54,8 +54,8 @@ class Broker:
         self.state = BrokerState(DedupCache(config.dedup_cache_size), pages=pages if pages is not None else MemoryPages())
         self.dispatch = Dispatcher(self.state, config)
         self.limits = AddressLimits(config.addresses, config.global_max_size_messages, config.global_max_size_bytes)
-        # In a cluster of groups, SENDs go through the federation (raftmq.core.federation).
-        self.federation = Federation(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
+        # In a cluster of groups, SENDs go through the cluster routing (raftmq.core.cluster_routing).
+        self.routing = ClusterRouting(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
         self.scheduler = Scheduler(self.state.jobs, self.publish_again)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Connect: self._connect,
@@ -104,8 +104,8 @@ class Broker:
         index_owners(broker.state)
         broker.dispatch.queue_patterns.rebuild()
         broker.dispatch.index_patterns()
-        if broker.federation is not None:
-            broker.federation.rebuild()
+        if broker.routing is not None:
+            broker.routing.rebuild()
         return broker
 
     def body_refs(self) -> Iterator[Any]:
@@ -245,7 +245,7 @@ class Broker:
                 return self._reject(session.session_id, "temporary destination", problem, command.receipt)
             claim(self.state, session, destination)
         if is_internal(destination):
-            problem = may_pull(self.config, self.federation, session, destination)
+            problem = may_pull(self.config, self.routing, session, destination)
             if problem is not None:
                 return self._reject(session.session_id, "reserved destination", problem, command.receipt)
         if is_queue_pattern(destination):
@@ -363,34 +363,34 @@ class Broker:
                  temporary: bool | None = None) -> None:
         """`scheduled` / `temporary`: what the caller found already (None: look)."""
         if (MARK in destination if temporary is None else temporary) and owner_token(destination) is not None \
-                and not stays(self.state, self.federation, destination, headers, body, now):
+                and not stays(self.state, self.routing, destination, headers, body, now):
             return  # sent on to its owner's group, or its owner is gone
         if is_scheduled(headers) if scheduled is None else scheduled:
             self.state.job_seq += 1
             self.scheduler.add(plan(destination, headers, now), self.state.job_seq, body, self.state.dedup)
-        elif self.federation is None:
+        elif self.routing is None:
             self.dispatch.publish(destination, headers, body, now)
         else:
-            self.federation.publish(destination, headers, body, now)
+            self.routing.publish(destination, headers, body, now)
 
     def publish_again(self, destination: str, headers: Headers, body: object, now: int) -> None:
         """Publish a message whose duplicate-detection id was checked already: a scheduled one
         whose time came, one an operator retries or moves (raftmq.core.manage)."""
-        if self.federation is None:
+        if self.routing is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
         else:
-            self.federation.publish(destination, headers, body, now, deduplicated=True)
+            self.routing.publish(destination, headers, body, now, deduplicated=True)
 
     def _learn(self, session: Session, command: Send) -> None:
         """A neighbouring group's advert of its bindings (cluster.bindings)."""
-        federation = self.federation
+        routing = self.routing
         cluster = self.config.cluster
-        if federation is None or cluster is None or command.transaction is not None:
+        if routing is None or cluster is None or command.transaction is not None:
             return self._reject(session.session_id, "reserved destination", command.destination, command.receipt)
         if not cluster_login(self.config, session):
             return self._reject(session.session_id, "reserved destination",
                                 f"{command.destination} takes adverts from the cluster user only", command.receipt)
-        problem = federation.control(command.headers)
+        problem = routing.control(command.headers)
         if problem is not None:
             return self._reject(session.session_id, "invalid cluster command", problem, command.receipt)
         self._done(session.session_id, command.receipt)
@@ -491,8 +491,8 @@ class Broker:
         self.dispatch.expire_due(command.now)
         self.dispatch.release_due(command.now)
         self.scheduler.fire_due(command.now)
-        if self.federation is not None:
-            self.federation.redistribute(command.now)
-            self.federation.drain()
+        if self.routing is not None:
+            self.routing.redistribute(command.now)
+            self.routing.drain()
         if self.dispatch.dirty:
             self.dispatch.run()

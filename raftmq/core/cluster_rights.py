@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from raftmq.routing.route import SF_PREFIX
 from raftmq.core.config import CoreConfig
-from raftmq.core.federation import Federation
+from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.model import Session
 
 
@@ -17,14 +17,14 @@ def cluster_login(config: CoreConfig, session: Session) -> bool:
     return not users or session.login in users
 
 
-def may_pull(config: CoreConfig, federation: Federation | None, session: Session, destination: str) -> str | None:
+def may_pull(config: CoreConfig, routing: ClusterRouting | None, session: Session, destination: str) -> str | None:
     """Why the session may not consume `destination` ($.raftmq. names), or None: only a
     neighbour's store-and-forward queue, and only by the cluster user: this group's own
     bridge to it, or that neighbour's bridge pulling its traffic when its connection is
     the link's only one. (Which network sessions may ask at all is the STOMP layer's
     decision: raftmq.server.stomp.translate lets through only the queues a neighbour pulls.)"""
     neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
-    view = federation.view if federation is not None else None
+    view = routing.view if routing is not None else None
     if view is None or neighbour is None or not (neighbour in view.neighbours or (view.discovery and neighbour != view.group)):
         return f"{destination!r}: $.raftmq. names belong to the cluster's bridges"
     if not cluster_login(config, session):

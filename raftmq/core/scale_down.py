@@ -1,7 +1,7 @@
 """Scale-down in the broker core (`raftmq group drain`, raftmq.ops.drain): a group told to
 drain — a committed control SEND, so a new leader goes on with it — moves everything it holds
 to other groups as committed moves, through the same store-and-forward queues and forward ids
-as any routing (raftmq.core.federation), and advertises nothing meanwhile. Pure, like the rest
+as any cluster routing (raftmq.core.cluster_routing), and advertises nothing meanwhile. Pure, like the rest
 of the core.
 
 - Queues (the dead-letter and expiry queues too): their ready messages, to groups with a
@@ -23,22 +23,22 @@ from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_in
 from raftmq.core.commands import ACK_AUTO, Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message_headers import read_headers
-from raftmq.core.federation_state import FederationState
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
 from raftmq.core.selector import Selector
 from raftmq.core.state import BrokerState
 
 
-class Federation(Protocol):
-    """What scale-down uses of raftmq.core.federation.Federation (which owns it)."""
+class ClusterRouting(Protocol):
+    """What scale-down uses of raftmq.core.cluster_routing.ClusterRouting (which owns it)."""
 
     own: str
     state: BrokerState
     dispatch: Dispatcher
 
     @property
-    def fed(self) -> FederationState: ...
+    def cluster_state(self) -> ClusterState: ...
 
     @property
     def next_hops(self) -> dict[str, tuple[int, str]]: ...
@@ -57,20 +57,20 @@ DRAIN_BATCH = 10_000
 
 
 class ScaleDown:
-    def __init__(self, federation: Federation) -> None:
-        self.f = federation
+    def __init__(self, routing: ClusterRouting) -> None:
+        self.routing = routing
 
     def start(self, text: str) -> str | None:
         """Drain to the groups named (comma list), to any group reached ("") or stop ("-")."""
         if text == "-":
-            self.f.fed.draining = None
+            self.routing.cluster_state.draining = None
             return None
         targets = tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
-        unknown = [group for group in targets if group == self.f.own or group not in self.f.next_hops]
+        unknown = [group for group in targets if group == self.routing.own or group not in self.routing.next_hops]
         if unknown:
-            return f"cannot drain to {', '.join(unknown)}: not a group {self.f.own!r} reaches (reaches: " \
-                   f"{', '.join(sorted(self.f.next_hops)) or 'none'})"
-        self.f.fed.draining = targets
+            return f"cannot drain to {', '.join(unknown)}: not a group {self.routing.own!r} reaches (reaches: " \
+                   f"{', '.join(sorted(self.routing.next_hops)) or 'none'})"
+        self.routing.cluster_state.draining = targets
         return None
 
     def tick(self) -> None:
@@ -81,16 +81,16 @@ class ScaleDown:
         store-and-forward queues) they forward themselves; what consumers hold comes back to
         its queue when their sessions end (the node closes them: a draining group serves no
         one), and moves on the next Tick."""
-        if self.f.fed.draining is None:
+        if self.routing.cluster_state.draining is None:
             return
-        targets = [group for group in (self.f.fed.draining or sorted(self.f.next_hops)) if group in self.f.next_hops]
+        targets = [group for group in (self.routing.cluster_state.draining or sorted(self.routing.next_hops)) if group in self.routing.next_hops]
         if not targets:
             return  # nowhere to go now; the next Tick tries again
         budget = DRAIN_BATCH
-        for destination, store in list(self.f.state.queues.items()):
+        for destination, store in list(self.routing.state.queues.items()):
             if budget > 0 and store.depth and not is_internal(destination):
                 budget -= self._drain_store(destination, store, targets, None, budget)
-        for sub in list(self.f.state.durables.values()):
+        for sub in list(self.routing.state.durables.values()):
             if budget > 0 and sub.session is None and sub.store.depth:
                 budget -= self._drain_store(sub.destination, sub.store, targets, sub, budget)
             if budget > 0 and sub.session is None and not sub.store.depth and not sub.store.in_flight:
@@ -104,13 +104,13 @@ class ScaleDown:
         assert sub.durable_name is not None
         target = _durable_target(sub, targets)
         headers: Headers = ((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1"))
-        self.f.state.message_seq += 1
-        marker = Message(f"{self.f.dispatch.id_prefix}{self.f.state.message_seq}", sub.destination, headers, b"",
+        self.routing.state.message_seq += 1
+        marker = Message(f"{self.routing.dispatch.id_prefix}{self.routing.state.message_seq}", sub.destination, headers, b"",
                          4, 0, 0, None, True)
-        self.f.forward(self.f.next_hops[target][1], sub.destination, headers, b"", 0, target, (self.f.own,), marker)
-        topic = self.f.state.topics[sub.destination]
+        self.routing.forward(self.routing.next_hops[target][1], sub.destination, headers, b"", 0, target, (self.routing.own,), marker)
+        topic = self.routing.state.topics[sub.destination]
         del topic.subs[sub]
-        del self.f.state.durables[sub.durable_name]
+        del self.routing.state.durables[sub.durable_name]
         topic.retire(sub.store, 0)
 
     def _drain_store(self, destination: str, store: Store, targets: list[str], durable: Subscription | None,
@@ -119,11 +119,11 @@ class ScaleDown:
         # take them, else round robin; a durable subscription's travel with its name (and
         # selector), so the subscriber finds them by reconnecting to the group they went to.
         demand = [] if durable is not None else [
-            route for group, route in sorted(self.f.routes_to(destination).items())
+            route for group, route in sorted(self.routing.routes_to(destination).items())
             if group in targets and route.consumer_count > 0
         ]
         extra: Headers = () if durable is None else ((DURABLE_HEADER, _durable_text(durable)),)
-        turn = self.f.fed.turns.get(destination, 0)
+        turn = self.routing.cluster_state.turns.get(destination, 0)
         moved = 0
         for priority in range(PRIORITY_LEVELS - 1, -1, -1):
             for token in list(store.lanes[priority]):
@@ -132,7 +132,7 @@ class ScaleDown:
                 message = store.ready.get(token)
                 if message is None:
                     continue
-                takers = [r.group for r in demand if self.f.takers(r.consumers, selector_headers(message))] if demand else []
+                takers = [r.group for r in demand if self.routing.takers(r.consumers, selector_headers(message))] if demand else []
                 choices = takers or targets
                 if durable is not None:  # one subscription, one group
                     target = _durable_target(durable, targets)
@@ -141,14 +141,14 @@ class ScaleDown:
                 else:
                     target = choices[turn % len(choices)]
                     turn += 1
-                self.f.dispatch.take_ready(store, token)
-                self.f.forward(self.f.next_hops[target][1], destination, (*message.headers, *extra), message.body,
-                              message.timestamp, target, (self.f.own,), message)
+                self.routing.dispatch.take_ready(store, token)
+                self.routing.forward(self.routing.next_hops[target][1], destination, (*message.headers, *extra), message.body,
+                              message.timestamp, target, (self.routing.own,), message)
                 moved += 1
         store.maybe_compact()
         if moved:
-            self.f.fed.turns[destination] = turn
-            self.f.fed.drained += moved
+            self.routing.cluster_state.turns[destination] = turn
+            self.routing.cluster_state.drained += moved
         return moved
 
     def store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
@@ -158,23 +158,23 @@ class ScaleDown:
         try:
             name, selector_text = json.loads(text)
         except (ValueError, TypeError):
-            self.f.fed.unroutable += 1
+            self.routing.cluster_state.unroutable += 1
             return
-        sub = self.f.state.durables.get(name)
+        sub = self.routing.state.durables.get(name)
         if sub is None:
-            selector = None if selector_text is None else self.f.selector(selector_text)
+            selector = None if selector_text is None else self.routing.selector(selector_text)
             store = Store(destination, shared=False)
             sub = Subscription(None, "", destination, ACK_AUTO, 0, selector, False, name, store)
-            self.f.dispatch.topic(destination).subs[sub] = None
-            self.f.state.durables[name] = sub
+            self.routing.dispatch.topic(destination).subs[sub] = None
+            self.routing.state.durables[name] = sub
         if subscription_only:
             return
         priority, expires, persistent, group, _ = read_headers(headers)
-        self.f.state.message_seq += 1
-        message = Message(f"{self.f.dispatch.id_prefix}{self.f.state.message_seq}", sub.destination, headers, body,
+        self.routing.state.message_seq += 1
+        message = Message(f"{self.routing.dispatch.id_prefix}{self.routing.state.message_seq}", sub.destination, headers, body,
                           priority, expires, now, group, persistent)
         message.delivery_count = delivered
-        self.f.dispatch.enqueue(sub.store, message)
+        self.routing.dispatch.enqueue(sub.store, message)
 
 
 def _durable_target(sub: Subscription, targets: list[str]) -> str:

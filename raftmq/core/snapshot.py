@@ -18,7 +18,7 @@ from typing import Any
 
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
-from raftmq.core.federation_state import FederationState
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import body_size, dump_message, load_message
 from raftmq.core.paging import Page, PageStore, Tail, decode_page
 from raftmq.core.paging import journal_indexes as journal_indexes_of
@@ -145,8 +145,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
         "durables": [[name, position[id(sub)]] for name, sub in state.durables.items()],
     }
     # Only a group in a cluster has any: a broker on its own writes what it always wrote.
-    if not state.federation.is_empty():
-        data["federation"] = state.federation.dump()
+    if not state.cluster.is_empty():
+        data["federation"] = state.cluster.dump()  # the key's older name: snapshots keep their format
     if state.dropped:  # only then: a snapshot without any reads as it always did
         data["dropped"] = dict(state.dropped)
     if state.job_seq:
@@ -283,7 +283,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         state.durables[name] = subs[index]
 
     if "federation" in data:
-        state.federation = FederationState.load(data["federation"])
+        state.cluster = ClusterState.load(data["federation"])
     state.dropped = {str(name): int(count) for name, count in data.get("dropped", {}).items()}
     state.job_seq = data.get("job_seq", 0)
     for record in data.get("jobs", ()):

@@ -29,7 +29,7 @@ from heapq import heapify
 from typing import Any
 
 from raftmq.core.dedup import DedupCache
-from raftmq.core.federation_state import FederationState
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import body_size
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
@@ -53,7 +53,7 @@ class BrokerState:
     # (expires, token, store) of ready messages that expire; stale entries are skipped.
     expiry_heap: list[tuple[int, int, Store]] = field(default_factory=list)
     expiring: int = 0  # ready messages with an expiry: the live entries of the heap
-    federation: FederationState = field(default_factory=FederationState)  # a cluster's state (raftmq.core.federation)
+    cluster: ClusterState = field(default_factory=ClusterState)  # a cluster's state (raftmq.core.cluster_routing)
     jobs: dict[int, Job] = field(default_factory=dict)  # scheduled messages by number (raftmq.core.schedule)
     job_seq: int = 0
     temp_owners: dict[str, str] = field(default_factory=dict)  # token -> session (raftmq.core.temp_owners)

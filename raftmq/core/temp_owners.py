@@ -13,7 +13,7 @@ from __future__ import annotations
 from raftmq.routing.route import TO_HEADER
 from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.federation import Federation
+from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.model import Session
 from raftmq.core.state import BrokerState
 from raftmq.core.temporary import alias_of, home_group, owner_token, token_of
@@ -49,7 +49,7 @@ def reply_subscription(session: Session, headers: Headers) -> str | None:
     return None
 
 
-def stays(state: BrokerState, federation: Federation | None, destination: str, headers: Headers, body: object,
+def stays(state: BrokerState, routing: ClusterRouting | None, destination: str, headers: Headers, body: object,
           now: int) -> bool:
     """Whether a message for temporary `destination` is published here: its owner is a session
     of this group. One whose name says it lives in another group is sent there (on the way in,
@@ -57,11 +57,11 @@ def stays(state: BrokerState, federation: Federation | None, destination: str, h
     being gone."""
     token = owner_token(destination)
     home = home_group(destination)
-    if federation is not None and home is not None and home != federation.own:
+    if routing is not None and home is not None and home != routing.own:
         if not any(name == TO_HEADER for name, _ in headers):
-            federation.send_to_group(destination, headers, body, now, home)
+            routing.send_to_group(destination, headers, body, now, home)
             return False
-        return True  # passing through: the federation passes it on
+        return True  # passing through: the cluster routing passes it on
     return bool(token) and token in state.temp_owners
 
 

@@ -1,7 +1,7 @@
 """`raftmq group drain GROUP [--to G,...]`: scale a cluster down by one group, safely.
 
 The command tells the group's leader (a SEND to the control destination, as the cluster's own
-connection) to drain; from that committed moment the group (raftmq.core.federation) advertises
+connection) to drain; from that committed moment the group (raftmq.core.cluster_routing) advertises
 nothing, so no group routes to it any more, turns clients away (`ERROR group draining` naming
 the other groups' addresses; failover clients with the whole cluster's URL go elsewhere) and
 ends the sessions it had (their unacknowledged deliveries return to their queues), and on each

@@ -5,6 +5,6 @@ Pure decisions only (docs/cluster.md): `addresses` (which destinations a connect
 at run time: the settings, the announcement's wire form), `bindings` (what each group learns
 of the others, hop by hop), `balance` (where a SEND to a queue goes), `route` (the headers a
 forwarded message carries). The broker core applies them as committed state
-(raftmq.core.federation); the node's bridges move the messages (raftmq.server.links.bridge); the
+(raftmq.core.cluster_routing); the node's bridges move the messages (raftmq.server.links.bridge); the
 `cluster` package reads them from topology files.
 """

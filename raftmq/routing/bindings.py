@@ -5,7 +5,7 @@ its own queues (with their consumers' selectors) and topic subscriptions (durabl
 active or not) at one hop, and what it learned from its other neighbours one hop further —
 never what it learned from that neighbour itself (split horizon), never the neighbour's own
 bindings, and nothing beyond the destination's `max_hops`. The receiving core keeps the
-latest advert of each neighbour as committed state (raftmq.core.federation), so a new leader
+latest advert of each neighbour as committed state (raftmq.core.cluster_routing), so a new leader
 routes as the old one did.
 
 Consumers are summarised as (selector text or None, count): the routing decision only asks

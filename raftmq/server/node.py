@@ -148,8 +148,8 @@ class Node:
 
     @property
     def draining(self) -> str | None:
-        federation = self.broker.federation
-        if federation is None or federation.fed.draining is None:
+        routing = self.broker.routing
+        if routing is None or routing.cluster_state.draining is None:
             return None
         return ",".join(address for peer in self._config.cluster_peers for address in peer.clients) or "none known"
 
@@ -432,15 +432,15 @@ class Node:
     def cluster_status(self) -> dict[str, Any]:
         """The group's name, its links (the bridges run on the leader only) and the groups
         it knows, for `raftmq status`."""
-        federation = self.broker.federation
+        routing = self.broker.routing
         cluster = self._config.core.cluster
-        assert federation is not None and cluster is not None
-        state = federation.fed
+        assert routing is not None and cluster is not None
+        state = routing.cluster_state
         return {
             "group": cluster.group,
             "links": [bridge.status() for bridge in self.bridges] if self.commit_log.is_leader else [],
-            "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in federation.reachable_groups().items()},
-            "bindings": federation.remote_bindings(),
+            "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in routing.reachable_groups().items()},
+            "bindings": routing.remote_bindings(),
             "forwarded": dict(state.forwarded),
             "redistributed": state.redistributed,
             "draining": None if state.draining is None else list(state.draining),

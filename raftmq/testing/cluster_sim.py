@@ -145,10 +145,10 @@ class SimBridge:
         return True
 
     def advertise(self) -> None:
-        federation = self.cluster.groups[self.source].broker.federation
-        assert federation is not None
+        routing = self.cluster.groups[self.source].broker.routing
+        assert routing is not None
         self.cluster.position += 1
-        advert = federation.advert_for(self.target, self.cluster.position)
+        advert = routing.advert_for(self.target, self.cluster.position)
         self.cluster.apply(self.target, Send(self.link_session, CONTROL_DESTINATION,
                                              ((ADVERT_HEADER, encode_advert(advert)),), b"", self.cluster.now))
         self.adverts += 1

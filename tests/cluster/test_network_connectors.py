@@ -1,6 +1,6 @@
 """Networks of brokers in ActiveMQ Classic's words ([[network_connector]], cluster.network) on
 real processes: single-node groups on 127.0.0.1, stomp.py as the independent client. Every
-option's effect on routing is also shown on cores in tests/core/test_federation_network.py."""
+option's effect on routing is also shown on cores in tests/core/test_cluster_routing_network.py."""
 
 from __future__ import annotations
 

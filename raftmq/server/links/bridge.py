@@ -194,10 +194,10 @@ class Bridge(LeaderTask):
         connection = -1
         while True:
             await asyncio.sleep(ADVERT_CHECK_SECONDS)
-            federation = self._host.broker.federation
-            if federation is None or not client.is_connected:
+            routing = self._host.broker.routing
+            if routing is None or not client.is_connected:
                 continue
-            advert = federation.advert_for(self.neighbour.name, self._host.commit_log.position.index)
+            advert = routing.advert_for(self.neighbour.name, self._host.commit_log.position.index)
             content = (advert.groups, advert.bindings)
             now = time.monotonic()
             if content == last and connection == client.connection_number and now - last_sent < ADVERT_REFRESH_SECONDS:

@@ -36,11 +36,11 @@ class ClusterEvents(LeaderTask):
             await asyncio.sleep(WATCH_SECONDS)
 
     def check(self) -> None:
-        federation = self._node.broker.federation
-        if federation is None:
+        routing = self._node.broker.routing
+        if routing is None:
             return
-        bindings = federation.remote_bindings()
-        redistributed = federation.fed.redistributed
+        bindings = routing.remote_bindings()
+        redistributed = routing.cluster_state.redistributed
         if self._bindings is not None:
             for destination, groups in bindings.items():
                 for group, binding in groups.items():
@@ -55,7 +55,7 @@ class ClusterEvents(LeaderTask):
             log.info("cluster.redistributed", node=self._node.name, messages=redistributed - self._redistributed,
                      total=redistributed)
         self._bindings, self._redistributed = bindings, redistributed
-        self._check_drain(federation.fed.draining, federation.fed.drained)
+        self._check_drain(routing.cluster_state.draining, routing.cluster_state.drained)
 
     def _check_drain(self, draining: tuple[str, ...] | None, drained: int) -> None:
         name = self._node.name

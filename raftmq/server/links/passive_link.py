@@ -130,11 +130,11 @@ class PassiveLink(LeaderTask):
         was_pulling = False
         while not session.closed.is_set():
             await asyncio.sleep(ADVERT_CHECK_SECONDS)
-            federation = self._host.broker.federation
+            routing = self._host.broker.routing
             pulling = self._pulling()
-            if federation is None or not self.advertises:
+            if routing is None or not self.advertises:
                 continue
-            advert = federation.advert_for(self.neighbour, self._host.commit_log.position.index)
+            advert = routing.advert_for(self.neighbour, self._host.commit_log.position.index)
             content = (advert.groups, advert.bindings)
             now = time.monotonic()
             due = content != last or (pulling and (not was_pulling or now - last_sent >= ADVERT_REFRESH_SECONDS))

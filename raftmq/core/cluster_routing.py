@@ -52,7 +52,7 @@ from raftmq.routing.route import (
 from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message_headers import read_headers
-from raftmq.core.federation_state import FederationState
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
 from raftmq.core.scale_down import ScaleDown
@@ -68,7 +68,7 @@ from raftmq.errors import SelectorError
 REDISTRIBUTION_BATCH = 10_000
 
 
-class Federation:
+class ClusterRouting:
     def __init__(self, view: ClusterView, state: BrokerState, dispatch: Dispatcher) -> None:
         self.view = view
         self.own = view.group
@@ -80,12 +80,12 @@ class Federation:
         self.rebuild()
 
     @property
-    def fed(self) -> FederationState:
-        return self.state.federation
+    def cluster_state(self) -> ClusterState:
+        return self.state.cluster
 
     def rebuild(self) -> None:
         """Derive the route index from the adverts (after a change, or a snapshot load)."""
-        self._routes, self._next_hops = routes(self.fed.adverts, self.own)
+        self._routes, self._next_hops = routes(self.cluster_state.adverts, self.own)
         self._route_patterns = [destination for destination in self._routes if is_wildcard(destination)]
 
     def governing(self, destination: str) -> ClusterConnection | None:
@@ -132,9 +132,9 @@ class Federation:
                 return None
             return connection.advert_hops
 
-        if self.fed.draining is not None:  # a drained group offers nothing: nobody routes to it or through it
+        if self.cluster_state.draining is not None:  # a drained group offers nothing: nobody routes to it or through it
             return advert_for(self.own, neighbour, position, {}, {}, max_hops)
-        return advert_for(self.own, neighbour, position, self.local_bindings(), self.fed.adverts, max_hops)
+        return advert_for(self.own, neighbour, position, self.local_bindings(), self.cluster_state.adverts, max_hops)
 
     def routes_to(self, destination: str) -> dict[str, Route]:
         return self._routes.get(destination, {})
@@ -195,9 +195,9 @@ class Federation:
             return str(exc)
         if not self.view.accepts(advert.sender):
             return f"{advert.sender!r} is not linked to group {self.own!r} (or {self.own!r} does not forward to it)"
-        known = self.fed.adverts.get(advert.sender)
+        known = self.cluster_state.adverts.get(advert.sender)
         if known is None or advert.position > known.position:
-            self.fed.adverts[advert.sender] = advert
+            self.cluster_state.adverts[advert.sender] = advert
             self.rebuild()
         return None
 
@@ -267,7 +267,7 @@ class Federation:
         if passing:
             assert to is not None
             if not self._pass_on(connection, destination, headers, body, now, to, here):
-                self.fed.unroutable += 1
+                self.cluster_state.unroutable += 1
             return
         self.dispatch.publish(destination, headers, body, now, deduplicated=True)
         if to is None:
@@ -298,7 +298,7 @@ class Federation:
 
     def redistribute(self, now: int) -> None:
         """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
-        idle = self.fed.idle_since
+        idle = self.cluster_state.idle_since
         # A copy: a move may create the store-and-forward queue it goes to.
         for destination, store in list(self.state.queues.items()):
             connection = self.governing(destination)
@@ -334,11 +334,11 @@ class Federation:
         store = self.state.queues.get(destination)
         own = Candidate(self.own, 0 if store is None else sum(
             1 for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)), 0)
-        turn = self.fed.turns.get(destination, 0)
+        turn = self.cluster_state.turns.get(destination, 0)
         target, used = choose(connection.message_load_balancing, own, list(remote.values()), turn,
                               conduit=connection.conduit_subscriptions, prefer_local=connection.prefer_local)
         if used:
-            self.fed.turns[destination] = turn + 1
+            self.cluster_state.turns[destination] = turn + 1
         return target
 
     def _demand(self, connection: ClusterConnection, destination: str) -> list[Route]:
@@ -349,7 +349,7 @@ class Federation:
 
     def _move(self, destination: str, store: Store, demand: list[Route]) -> None:
         moved = 0
-        turn = self.fed.turns.get(destination, 0)
+        turn = self.cluster_state.turns.get(destination, 0)
         for priority in range(PRIORITY_LEVELS - 1, -1, -1):
             for token in list(store.lanes[priority]):
                 message = store.ready.get(token)
@@ -374,15 +374,15 @@ class Federation:
                 break
         store.maybe_compact()
         if moved:
-            self.fed.turns[destination] = turn
-            self.fed.redistributed += moved
+            self.cluster_state.turns[destination] = turn
+            self.cluster_state.redistributed += moved
 
     def send_to_group(self, destination: str, headers: Headers, body: object, now: int, to: str) -> bool:
         """Send a message straight to group `to` (a temporary destination's owner lives there);
         False, and it is dropped, when no cluster connection leads there."""
         connection = self.governing(destination)
         if connection is None or not self._pass_on(connection, destination, headers, body, now, to, (self.own,)):
-            self.fed.unroutable += 1
+            self.cluster_state.unroutable += 1
             return False
         return True
 
@@ -412,7 +412,7 @@ class Federation:
             priority, expires, persistent, group = original.priority, original.expires, original.persistent, original.group
         queue = sf_queue(via)
         dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
-        self.fed.forwarded[via] = self.fed.forwarded.get(via, 0) + 1
+        self.cluster_state.forwarded[via] = self.cluster_state.forwarded.get(via, 0) + 1
 
     def takers(self, consumers: Consumers, matching: dict[str, str]) -> int:
         """How many of a group's consumers would take a message with these headers."""

@@ -1,4 +1,4 @@
-"""The committed cluster state of one group's core (raftmq.core.federation decides with it).
+"""The committed cluster state of one group's core (raftmq.core.cluster_routing decides with it).
 Snapshots carry it; the route index is derived from the adverts again on load."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from raftmq.routing.bindings import Advert, decode_advert, encode_advert
 
 
 @dataclass(eq=False)
-class FederationState:
+class ClusterState:
     """The committed cluster state of one group's core (snapshotted with the rest)."""
 
     adverts: dict[str, Advert] = field(default_factory=dict)  # by neighbour
@@ -41,7 +41,7 @@ class FederationState:
         }
 
     @classmethod
-    def load(cls, data: dict[str, Any]) -> FederationState:
+    def load(cls, data: dict[str, Any]) -> ClusterState:
         return cls(
             {str(sender): decode_advert(text) for sender, text in data["adverts"].items()},
             {str(k): int(v) for k, v in data["turns"].items()},

@@ -1,4 +1,4 @@
-"""Scale-down in the core (raftmq.core.federation: `control`, `drain`): a drained group moves
+"""Scale-down in the core (raftmq.core.cluster_routing: `control`, `drain`): a drained group moves
 every message it holds — queues, dead letters, in-flight ones once returned, inactive durable
 subscriptions — to other groups as committed moves; cores wired by hand, the bridges' carrying
 done by the test."""
@@ -35,7 +35,7 @@ def advertise(brokers: dict[str, Broker], position: list[int] = [100]) -> None: 
         for other, receiver in brokers.items():
             if other != name:
                 position[0] += 1
-                advert = sender.federation.advert_for(other, position[0])  # type: ignore[union-attr]
+                advert = sender.routing.advert_for(other, position[0])  # type: ignore[union-attr]
                 receiver.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
 
 
@@ -73,7 +73,7 @@ def test_a_drain_to_a_group_it_does_not_reach_is_refused() -> None:
     brokers = mesh()
     refused = drain(brokers["g3"], "g9")
     assert any(isinstance(e, Reject) and "cannot drain to g9" in e.detail for e in refused)
-    assert brokers["g3"].federation.fed.draining is None  # type: ignore[union-attr]
+    assert brokers["g3"].routing.cluster_state.draining is None  # type: ignore[union-attr]
 
 
 def test_every_queued_message_moves_once_and_the_group_is_left_empty() -> None:
@@ -94,7 +94,7 @@ def test_every_queued_message_moves_once_and_the_group_is_left_empty() -> None:
     bodies = Counter(m.body for name in ("g1", "g2") for q in ("/queue/a", "/queue/b")
                      for m in brokers[name].state.queues.get(q, None).ready.values() if brokers[name].state.queues.get(q))
     assert len(bodies) == 40 and set(bodies.values()) == {1}
-    assert g3.federation.fed.drained == 40  # type: ignore[union-attr]
+    assert g3.routing.cluster_state.drained == 40  # type: ignore[union-attr]
     g3.check_invariants()
 
 
@@ -150,7 +150,7 @@ def test_a_stopped_drain_moves_nothing_more_and_survives_a_snapshot() -> None:
     g3 = brokers["g3"]
     drain(g3, "g1,g2")
     restored = Broker.restore(g3.snapshot(), g3.config)
-    assert restored.federation.fed.draining == ("g1", "g2")  # type: ignore[union-attr]
+    assert restored.routing.cluster_state.draining == ("g1", "g2")  # type: ignore[union-attr]
     drain(g3, "-")
     send(g3, "/queue/a", [b"x"] * 3)
     g3.apply(Tick(10))
@@ -183,9 +183,9 @@ def test_a_draining_group_advertises_nothing_so_others_stop_routing_to_it() -> N
     g3.apply(Connect("c", 1))
     g3.apply(Subscribe("c", "s", "/queue/work", 1))
     advertise(brokers)
-    assert "/queue/work" in brokers["g1"].federation.remote_bindings()  # type: ignore[union-attr]
+    assert "/queue/work" in brokers["g1"].routing.remote_bindings()  # type: ignore[union-attr]
     drain(g3, "")
     advertise(brokers)
-    assert "/queue/work" not in brokers["g1"].federation.remote_bindings()  # type: ignore[union-attr]
+    assert "/queue/work" not in brokers["g1"].routing.remote_bindings()  # type: ignore[union-attr]
     brokers["g1"].apply(Send("p", "/queue/work", (), b"x", 5))
     assert depth(brokers["g1"], "/queue/work") == 1 and depth(brokers["g1"], sf_queue("g3")) == 0

@@ -1,4 +1,4 @@
-"""The broker core in a cluster (raftmq.core.federation), two or three cores wired by hand."""
+"""The broker core in a cluster (raftmq.core.cluster_routing), two or three cores wired by hand."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def core(group: str, neighbours: list[str], **connection: object) -> Broker:
 
 
 def learn(receiver: Broker, sender: Broker, sender_name: str, receiver_name: str, position: int) -> None:
-    assert sender.federation is not None
-    advert = sender.federation.advert_for(receiver_name, position)
+    assert sender.routing is not None
+    advert = sender.routing.advert_for(receiver_name, position)
     effects = receiver.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
     assert not any(isinstance(e, Reject) for e in effects)
 
@@ -64,11 +64,11 @@ def test_adverts_from_a_stranger_or_another_login_are_refused() -> None:
     g1 = core("g1", ["g2"], cluster_user="cluster")
     g1.apply(Connect("other", 1, login="app"))
     g3 = core("g3", ["g1"])
-    advert = g3.federation.advert_for("g1", 1)  # type: ignore[union-attr]
+    advert = g3.routing.advert_for("g1", 1)  # type: ignore[union-attr]
     refused = g1.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
     assert any(isinstance(e, Reject) and "not linked" in e.detail for e in refused)
     g2 = core("g2", ["g1"])
-    advert = g2.federation.advert_for("g1", 1)  # type: ignore[union-attr]
+    advert = g2.routing.advert_for("g1", 1)  # type: ignore[union-attr]
     refused = g1.apply(Send("other", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
     assert any(isinstance(e, Reject) and e.message == "reserved destination" for e in refused)
 
@@ -102,7 +102,7 @@ def test_redistribution_waits_for_its_delay_then_moves_the_backlog_best_priority
     assert depth(g1, "/queue/q") == 0
     moved = list(g1.state.queues[sf_queue("g2")].ready.values())
     assert [m.priority for m in sorted(moved, key=lambda m: -m.priority)] == [9, 4, 1]
-    assert g1.federation is not None and g1.federation.fed.redistributed == 3
+    assert g1.routing is not None and g1.routing.cluster_state.redistributed == 3
     g1.check_invariants()
 
 
@@ -195,7 +195,7 @@ def test_redistribution_moves_a_paged_backlog_in_arrival_order() -> None:
         g1.apply(Tick(now))
         if not queue.depth:
             break
-    assert queue.depth == 0 and g1.federation is not None and g1.federation.fed.redistributed == 30
+    assert queue.depth == 0 and g1.routing is not None and g1.routing.cluster_state.redistributed == 30
     forwarded = g1.state.queues[sf_queue("g2")]
     order = [dict(m.headers)["n"] for m in forwarded.ready.values()]
     order += [dict(m.headers)["n"] for m in (forwarded.tail.messages() if forwarded.tail is not None else ())]

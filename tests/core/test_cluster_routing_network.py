@@ -46,12 +46,12 @@ def advertise(brokers: dict[str, Broker], rounds: int = 3) -> None:
     position = 10
     for _ in range(rounds):
         for name, sender in brokers.items():
-            assert sender.federation is not None
-            for neighbour in sender.federation.view.upstream:
+            assert sender.routing is not None
+            for neighbour in sender.routing.view.upstream:
                 if neighbour not in brokers:
                     continue
                 position += 1
-                advert = sender.federation.advert_for(neighbour, position)
+                advert = sender.routing.advert_for(neighbour, position)
                 effects = brokers[neighbour].apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
                 assert not any(isinstance(e, Reject) for e in effects), effects
 
@@ -85,9 +85,9 @@ def test_one_way_a_connector_forwards_from_its_group_only_and_duplex_both_ways()
     assert forwarded_to(brokers["g2"], "g1") == 0  # g2 declares no connector: nothing leaves it
     send(brokers["g1"], "/queue/q", 4)
     assert forwarded_to(brokers["g1"], "g2") == 2
-    assert brokers["g2"].federation is not None
+    assert brokers["g2"].routing is not None
     refused = brokers["g2"].apply(Send("link", CONTROL_DESTINATION, (
-        (ADVERT_HEADER, encode_advert(brokers["g1"].federation.advert_for("g2", 99))),), b"", 2))  # type: ignore[union-attr]
+        (ADVERT_HEADER, encode_advert(brokers["g1"].routing.advert_for("g2", 99))),), b"", 2))  # type: ignore[union-attr]
     assert any(isinstance(e, Reject) and "does not forward" in e.detail for e in refused)
     brokers = cores(net({"group": "g1", "to": "g2", "duplex": True}), "g1", "g2")
     consumer(brokers["g1"], "/queue/q")
@@ -116,7 +116,7 @@ def test_network_ttl_bounds_how_far_consumers_are_known_and_messages_travel() ->
     (message,) = far["g1"].state.queues[sf_queue("g2")].ready.values()
     assert (TO_HEADER, "g3") in message.headers  # through g2, to g3
     known_not_sent = chain(consumerTTL=2, messageTTL=1)  # g1 knows, but the message may not go two hops
-    assert "/queue/q" in known_not_sent["g1"].federation.remote_bindings()  # type: ignore[union-attr]
+    assert "/queue/q" in known_not_sent["g1"].routing.remote_bindings()  # type: ignore[union-attr]
     send(known_not_sent["g1"], "/queue/q")
     assert depth(known_not_sent["g1"], "/queue/q") == 1 and forwarded_to(known_not_sent["g1"], "g2") == 0
 
@@ -222,8 +222,8 @@ def test_an_advert_put_in_a_store_and_forward_queue_is_stored_with_its_headers()
     # elsewhere would have its _raftmq_ headers stripped by the routing).
     brokers = cores(net({"group": "g1", "to": "g2"}), "g2")
     g2 = brokers["g2"]
-    assert g2.federation is not None
-    advert = encode_advert(g2.federation.advert_for("g1", 5))
+    assert g2.routing is not None
+    advert = encode_advert(g2.routing.advert_for("g1", 5))
     g2.apply(Connect("link", 1))
     g2.apply(Send("link", sf_queue("g1"), ((ADVERT_HEADER, advert),), b"", 2))
     (message,) = g2.state.queues[sf_queue("g1")].ready.values()
