@@ -20,7 +20,7 @@ with what it hit and how (or `fail` with why it could not), and the same for its
   leadership to a caught-up follower first); started again at heal.
 - `membership`: the member is removed from its group (a committed configuration change; a
   leader hands over first) and killed; at heal its files are set aside and it rejoins empty
-  (chaos.membership), catching up from its peers.
+  (chaos.membership_fault), catching up from its peers.
 - `membership-partition`: the member hit is cut off from its group by a partition, and
   while it is, removed from the group (through the majority side's leader) and killed; at heal
   the partition heals and it rejoins empty.
@@ -40,7 +40,7 @@ from chaos.corrupt import damage, refusal_for_damage
 from chaos.deployment import Deployment
 from chaos import drain_fault
 from chaos.environment import Environment
-from chaos.membership import leave, rejoin
+from chaos.membership_fault import leave, rejoin
 from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 

@@ -170,7 +170,7 @@ MEMBERS_FILE = "members.toml"
 
 
 def load_members(path: Path) -> tuple[GroupMember, ...]:
-    """The [[node]] tables of a members file (raftmq.ops.membership writes it)."""
+    """The [[node]] tables of a members file (raftmq.ops.member_changes writes it)."""
     raw = read_toml(path)
     nodes = raw.get("node")
     if set(raw) - {"node"} or not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):

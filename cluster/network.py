@@ -1,5 +1,5 @@
 """ActiveMQ Classic's networks of brokers: the `[[network_connector]]` tables of a topology
-file, compiled onto the same model as cluster connections (raftmq.routing.connection).
+file, compiled onto the same model as cluster connections (raftmq.routing.cluster_connection).
 
 A Classic broker declares `<networkConnector uri="static:(tcp://b:61616)" .../>` in its own
 activemq.xml; here the table names the group that declares it, and the option names are
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.routing.addresses import AddressFilter
-from raftmq.routing.connection import ON_DEMAND, ClusterConnection, RetryPolicy
+from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, RetryPolicy
 from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from cluster.group_file import MEMBERS_FILE, GroupConfig
 from cluster.topology import Topology, load_topology
 from raftmq.errors import ConfigError
-from raftmq.routing.connection import ClusterView, PeerGroup, cluster_view
+from raftmq.routing.cluster_connection import ClusterView, PeerGroup, cluster_view
 
 
 def node_cluster_settings(topology: Topology, group: str) -> tuple[ClusterView | None, tuple[PeerGroup, ...]]:

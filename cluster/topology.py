@@ -13,7 +13,7 @@ A topology file::
     [[group]]
     file = "group.toml"       # a group file (cluster.group_file), relative to this file
 
-    [[cluster_connection]]    # optional: groups that interconnect (cluster.connection, docs/cluster.md)
+    [[cluster_connection]]    # optional: groups that interconnect (cluster.connection_tables, docs/cluster.md)
     name = "main"
     groups = ["g1", "g2", "g3"]
 
@@ -44,13 +44,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cluster.connection import parse_cluster_connections
-from cluster.discovery import parse_broadcast_groups, parse_discovery_groups
+from cluster.connection_tables import parse_cluster_connections
+from cluster.discovery_tables import parse_broadcast_groups, parse_discovery_groups
 from cluster.group_file import GroupConfig, GroupMember, load_group_config
 from cluster.network import parse_network_connectors
 from raftmq.config import read_toml, split_address
 from raftmq.errors import ConfigError
-from raftmq.routing.connection import ClusterConnection
+from raftmq.routing.cluster_connection import ClusterConnection
 from raftmq.routing.discovery import BroadcastGroup
 
 DEFAULT_DATA_DIR = ".raftmq"

@@ -22,7 +22,7 @@ from raftmq.core.address_settings import AddressSettings
 from raftmq.core.config import CoreConfig
 from raftmq.errors import ConfigError
 from raftmq.protocol.limits import Limits
-from raftmq.routing.connection import PeerGroup
+from raftmq.routing.cluster_connection import PeerGroup
 from raftmq.routing.discovery import BroadcastGroup
 from raftmq.security import SecurityConfig
 from raftmq.security_config import SECURITY_TABLES, load_security
@@ -73,7 +73,7 @@ class NodeConfig:
     # The neighbouring groups' members, for the leader's bridges (`raftmq node --topology`);
     # empty outside a cluster. Not a TOML key.
     cluster_peers: tuple[PeerGroup, ...] = ()
-    cluster_broadcast: tuple[BroadcastGroup, ...] = ()  # where the leader announces its group (cluster.discovery)
+    cluster_broadcast: tuple[BroadcastGroup, ...] = ()  # where the leader announces its group (cluster.discovery_tables)
     cluster_group_clients: tuple[str, ...] = ()  # this group's members' STOMP addresses, as announced
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).

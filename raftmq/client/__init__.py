@@ -13,7 +13,7 @@ URLs take `stomp+ssl://` (or `ssl://`) addresses.
 
 from __future__ import annotations
 
-from raftmq.client.connection import StompClient, connect
+from raftmq.client.stomp_client import StompClient, connect
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
-from raftmq.client.connection import StompClient
+from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_bound import ConnectionBound
 from raftmq.client.failover_connector import (
     Connector,

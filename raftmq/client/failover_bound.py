@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftmq.client.connection import StompClient
+from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_subscription import Delivery
 from raftmq.errors import ClientError, TransactionRolledBack
 from raftmq.protocol.frame import Frame

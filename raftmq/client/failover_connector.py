@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftmq.client.connection import StompClient, connect
+from raftmq.client.stomp_client import StompClient, connect
 from raftmq.client.failover_outbox import Verdict
 from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated

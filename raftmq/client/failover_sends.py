@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from functools import partial
 
-from raftmq.client.connection import StompClient
+from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_outbox import Outbox, PendingSend
 from raftmq.client.futures import fail_quietly
 from raftmq.client.headers import HeadersArg

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
-from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     DESTINATION_HEADER,

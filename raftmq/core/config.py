@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftmq.routing.connection import ClusterView
+from raftmq.routing.cluster_connection import ClusterView
 from raftmq.core.address_settings import AddressSettings
 
 

@@ -303,7 +303,7 @@ _timeout_option = click.option("--timeout", type=click.FloatRange(min=1), defaul
 def _change(config_path: str | None, preset: str | None, group: str, timeout: float, step: Any) -> Any:
     """Run `step(MembershipChanger)`; a RaftmqError becomes one line and exit status 1."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.membership import MembershipChanger
+    from raftmq.ops.member_changes import MembershipChanger
 
     try:
         return step(MembershipChanger(_topology(config_path, preset), group, click.echo, timeout=timeout))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raftmq.routing.connection import ON_DEMAND, STRICT
+from raftmq.routing.cluster_connection import ON_DEMAND, STRICT
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Groups that find each other: Artemis's broadcast and discovery groups, and a file for places
 without multicast. Pure: the settings, the announcement's wire form, and the table of what was
-heard when; cluster.discovery parses the settings from a topology file, and
+heard when; cluster.discovery_tables parses the settings from a topology file, and
 raftmq.server.links.discovery does the sending, listening and reading.
 
     [[broadcast_group]]            # each group's leader announces its group here

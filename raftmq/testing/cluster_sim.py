@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 
 from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     CONTROL_DESTINATION,

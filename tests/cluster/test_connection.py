@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from cluster.connection import parse_cluster_connections
+from cluster.connection_tables import parse_cluster_connections
 from cluster.group_file import load_group_config
 from cluster.node_settings import node_cluster_settings, with_cluster
 from cluster.topology import failover_urls, preset_path, preset_topology
 from raftmq.errors import ConfigError
-from raftmq.routing.connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view
+from raftmq.routing.cluster_connection import ON_DEMAND, STRICT, ClusterConnection, cluster_view
 
 PATH = Path("cluster.toml")
 GROUPS = ("g1", "g2", "g3")

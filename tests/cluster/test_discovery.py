@@ -1,4 +1,4 @@
-"""Groups found at run time (cluster.discovery, raftmq.server.links.discovery): with a discovery file
+"""Groups found at run time (cluster.discovery_tables, raftmq.server.links.discovery): with a discovery file
 on loopback here; with UDP multicast inside a network namespace in tests/cluster/test_discovery_udp.py.
 A group that appears joins the links without a restart; one that disappears is shown down and
 its bridge keeps retrying."""

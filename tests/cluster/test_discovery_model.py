@@ -1,4 +1,4 @@
-"""The pure parts of discovery (cluster.discovery): the announcement's wire form and its
+"""The pure parts of discovery (cluster.discovery_tables): the announcement's wire form and its
 signature, the table of groups heard of, the discovery file, and the topology tables' errors."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.connection import parse_cluster_connections
-from cluster.discovery import parse_broadcast_groups, parse_discovery_groups
+from cluster.connection_tables import parse_cluster_connections
+from cluster.discovery_tables import parse_broadcast_groups, parse_discovery_groups
 from raftmq.routing.discovery import (
     Announcement,
     DiscoveryTable,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from raftmq.routing.connection import ON_DEMAND, ClusterConnection, cluster_view
+from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, cluster_view
 from cluster.network import DEFAULT_REPLAY_DELAY_MS, parse_network_connectors
 from raftmq.errors import ConfigError
 

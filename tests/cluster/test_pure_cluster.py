@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from raftmq.routing.addresses import AddressFilter
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Binding, advert_for, decode_advert, encode_advert, routes, summarise
-from raftmq.routing.connection import OFF, OFF_WITH_REDISTRIBUTION, ON_DEMAND, STRICT, RetryPolicy
+from raftmq.routing.cluster_connection import OFF, OFF_WITH_REDISTRIBUTION, ON_DEMAND, STRICT, RetryPolicy
 from raftmq.routing.route import dedup_id, is_internal, parse_route, sf_queue
 
 # -- address filters ------------------------------------------------------------------------

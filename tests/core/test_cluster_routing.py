@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     CONTROL_DESTINATION,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER, outgoing, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, cluster_view
+from raftmq.routing.cluster_connection import ClusterConnection, cluster_view
 from cluster.network import parse_network_connectors
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
 from raftmq.core.broker import Broker

@@ -1,4 +1,4 @@
-"""The members file `raftmq group add-node / remove-node` keep (raftmq/ops/membership.py): what
+"""The members file `raftmq group add-node / remove-node` keep (raftmq/ops/member_changes.py): what
 is written reads back, it takes the place of the group file's [[node]] tables, and a damaged
 one is refused by name."""
 
@@ -11,8 +11,8 @@ import pytest
 from cluster.group_file import MEMBERS_FILE, GroupMember, load_group_config
 from cluster.topology import load_topology
 from raftmq.errors import ConfigError, DeploymentError
-from raftmq.ops import membership as membership_module
-from raftmq.ops.membership import MembershipChanger, caught_up, write_members
+from raftmq.ops import member_changes as membership_module
+from raftmq.ops.member_changes import MembershipChanger, caught_up, write_members
 from raftmq.replication.membership import ADD, Change
 
 

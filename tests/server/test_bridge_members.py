@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster.group_file import GroupMember
-from raftmq.ops.membership import members_file_text
-from raftmq.routing.connection import PeerGroup
+from raftmq.ops.member_changes import members_file_text
+from raftmq.routing.cluster_connection import PeerGroup
 from raftmq.server.links.bridge import current_members
 
 

@@ -39,7 +39,7 @@ from raftmq.client.failover_url import FailoverOptions
 from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
 from raftmq.routing.bindings import encode_advert
-from raftmq.routing.connection import ClusterConnection, ClusterView, PeerGroup
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
 from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
 from raftmq.server.seams.host import BridgeHost

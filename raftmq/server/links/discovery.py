@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from raftmq.routing.connection import ClusterConnection, PeerGroup
+from raftmq.routing.cluster_connection import ClusterConnection, PeerGroup
 from raftmq.routing.discovery import (
     Announcement,
     BroadcastGroup,

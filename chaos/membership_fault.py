@@ -1,5 +1,5 @@
 """The `membership` nemesis's two moves, on a real group through its leader's admin port
-(`POST /membership`, raftmq.ops.membership does the same for operators):
+(`POST /membership`, raftmq.ops.member_changes does the same for operators):
 
 - `leave`: the member hit is removed from its group (a committed configuration change; a leader
   hit hands leadership over first), then killed;

@@ -1,6 +1,6 @@
 """Cluster connections as the broker core and the bridges use them: the settings of one
 `[[cluster_connection]]` (`ClusterConnection`), one group's part of the cluster (`ClusterView`)
-and the groups a node's bridges reach (`PeerGroup`). cluster.connection parses them from a
+and the groups a node's bridges reach (`PeerGroup`). cluster.connection_tables parses them from a
 topology file (docs/cluster.md has every key).
 """
 

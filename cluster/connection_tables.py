@@ -20,7 +20,7 @@ Artemis's vocabulary in snake_case (docs/cluster.md has every key)::
     cluster_password_env = "RAFTMQ_CLUSTER_PASSWORD"   # or cluster_password = "..."
 
 `parse_cluster_connections` checks every key and names the file and key in its `ConfigError`;
-what it builds (`ClusterConnection`) is in raftmq.routing.connection.
+what it builds (`ClusterConnection`) is in raftmq.routing.cluster_connection.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 from raftmq.routing.addresses import AddressFilter
-from raftmq.routing.connection import (
+from raftmq.routing.cluster_connection import (
     DEFAULT_REDISTRIBUTION_DELAY_MS,
     LOAD_BALANCING,
     ON_DEMAND,
