@@ -14,7 +14,7 @@ with what it hit and how (or `fail` with why it could not), and the same for its
 - `corrupt`: SIGKILL, then a bit flipped in or a truncation of one of its journal or snapshot
   files (chaos.corrupt); at heal the node must start, having cut only an unacknowledged torn
   tail, or refuse and name the damage; a refusing node is repaired the operator's way.
-- `clock`: the node's wall clock skewed or jumped (libfaketime, chaos.clock); reset at heal.
+- `clock`: the node's wall clock skewed or jumped (libfaketime, chaos.clock_fault); reset at heal.
 - `disk-full`: the node's data directory's filesystem filled up; freed at heal.
 - `restart`: SIGTERM, the way `raftmq restart --rolling` stops a node (a leader hands
   leadership to a caught-up follower first); started again at heal.

@@ -6,7 +6,7 @@ What each part needs (Debian package names):
 - partitions and packet faults (chaos.netns, chaos.packet_queue): iproute2,
   iptables, libnetfilter-queue1, and root;
 - power loss (chaos.lazyfs): fuse3 (fusermount3, libfuse3) and /dev/fuse, and root;
-- clock faults (chaos.clock): libfaketime, and gcc for the small preload built beside it;
+- clock faults (chaos.clock_fault): libfaketime, and gcc for the small preload built beside it;
 - disk-full (chaos.disk): root (a tmpfs is mounted);
 - and, not for chaos but for the Spark audit beside it (spark_audit): a Java 17 runtime,
   openjdk-17-jre-headless, for pyspark's JVM;

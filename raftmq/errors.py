@@ -35,7 +35,7 @@ module::
     ├── EmbeddedBrokerError            the embedded broker could not start, or was misused
     ├── FaultUnavailable               this machine cannot make that chaos fault (root, FUSE, ...)
     │   ├── Unavailable                chaos.environment: a nemesis's requirement is missing
-    │   ├── ClockUnavailable           chaos.clock: no libfaketime or C compiler, or a misused clock
+    │   ├── ClockUnavailable           chaos.clock_fault: no libfaketime or C compiler, or a misused clock
     │   ├── DiskUnavailable            chaos.disk: not root, no mount, or not our mountpoint
     │   ├── LibraryMissing             chaos.packet_queue: no libnetfilter_queue.so.1
     │   └── NetemUnavailable           chaos.netns: no netem qdisc (also a NetnsError)

@@ -52,7 +52,7 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
         raise click.BadParameter(str(exc), param_hint="RUN_DIR") from None
     target = Path(out) if out else (paths[0] if len(paths) == 1 else _common_parent(paths))
     with console.status(f"starting Spark ({remote or master or 'local[*]'})") as status:
-        from spark_audit.session import spark_session
+        from spark_audit.spark_session import spark_session
 
         spark = spark_session(master=master, remote=remote)
         watcher = _Progress(spark, status, len(runs))

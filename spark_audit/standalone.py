@@ -21,10 +21,10 @@ from types import TracebackType
 
 from raftmq import processes
 from raftmq.errors import ProcessNotReady
-from spark_audit.session import QUIET_CONF
+from spark_audit.spark_session import QUIET_CONF
 
 START_SECONDS = 60.0
-# The audit's session settings that are the server's to make (spark_audit.session): a client
+# The audit's session settings that are the server's to make (spark_audit.spark_session): a client
 # of Spark Connect runs on the server's session.
 SERVER_CONF = {key: value for key, value in QUIET_CONF.items()
                if key.startswith(("spark.sql.", "spark.python.", "spark.default."))}

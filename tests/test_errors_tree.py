@@ -45,7 +45,7 @@ def test_every_error_is_in_the_one_tree(name: str) -> None:
     assert cls is RaftmqError or cls.__name__ in DRAWN, f"{name} is missing from the tree in raftmq/errors.py"
 
 
-@pytest.mark.parametrize("name", ["chaos.environment.Unavailable", "chaos.clock.ClockUnavailable",
+@pytest.mark.parametrize("name", ["chaos.environment.Unavailable", "chaos.clock_fault.ClockUnavailable",
                                   "chaos.disk.DiskUnavailable", "chaos.packet_queue.LibraryMissing",
                                   "chaos.netns.NetemUnavailable"])
 def test_a_fault_this_machine_cannot_make_is_one_kind_of_error(name: str) -> None:

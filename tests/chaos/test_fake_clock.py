@@ -1,4 +1,4 @@
-"""Clock faults with libfaketime (chaos.clock): a probe process's clocks move as told in both
+"""Clock faults with libfaketime (chaos.clock_fault): a probe process's clocks move as told in both
 modes (wall clock only, or every clock), sleeps and timed waits still work under it, and a
 real raftmq node runs under a skewed clock, answers a SEND with a RECEIPT, delivers it, and
 expires messages by its own (skewed) wall clock."""
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chaos.clock import ClockControl, available, remove_leftovers
+from chaos.clock_fault import ClockControl, available, remove_leftovers
 from raftmq import processes
 from tests.helpers.stomp_raw import RawClient, frame_bytes, unique
 

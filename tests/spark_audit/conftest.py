@@ -17,7 +17,7 @@ from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, co
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from spark_audit.session import spark_session
+    from spark_audit.spark_session import spark_session
 
     session = spark_session("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session

@@ -81,7 +81,7 @@ SHIM_SOURCE = r"""
 #include <time.h>
 #include <unistd.h>
 
-/* Loaded in front of libfaketime 0.9.10 (raftmq chaos/clock.py): the calls CPython 3.11 makes
+/* Loaded in front of libfaketime 0.9.10 (raftmq chaos/clock_fault.py): the calls CPython 3.11 makes
    that it gets wrong go to glibc with a real deadline. */
 
 static int monotonic_faked(void) {
