@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,36 @@ def elastic_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+# The default preset's group with producer flow control by bytes on the workload's queue (FAIL:
+# a SEND past the limit is refused, so the chaos checker counts it as not stored). The Raft log
+# is never compacted in so short a run, so the audit replays every decision from the first entry.
+BYTE_LIMITS = """
+[[core.address]]
+match = "/queue/chaos"
+max_size_bytes = 150
+address_full_policy = "FAIL"
+"""
+
+
 @pytest.fixture(scope="session")
-def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[str, Path],
+def limits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of one group of three with `[[core.address]]` byte limits that refuse SENDs,
+    consumers held back until the drain (so the queue fills), members killed."""
+    out = tmp_path_factory.mktemp("limits-run")
+    group_file = out / "limits.toml"
+    group_file.write_text(resources.files("raftmq.presets").joinpath("default.toml").read_text() + BYTE_LIMITS)
+    return _chaos_run(out, topology=str(group_file), nemeses=("kill",), seed=4, backlog=True)
+
+
+@pytest.fixture(scope="session")
+def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[str, Path], limits_run: Path,
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The clean runs and a copy per planted anomaly, audited together in one job."""
     root = tmp_path_factory.mktemp("audited")
     planted: dict[str, tuple[str, str]] = {}
     runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean"),
-            *(copy_run(run, root, f"{name}-clean") for name, run in elastic_runs.items())]
+            *(copy_run(run, root, f"{name}-clean") for name, run in elastic_runs.items()),
+            copy_run(limits_run, root, "limits-clean")]
     for name, (check, plant) in GROUP_ANOMALIES.items():
         run = copy_run(group_run, root, f"group-{name}")
         planted[run.name] = (check, plant(run))

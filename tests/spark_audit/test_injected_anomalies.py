@@ -21,7 +21,7 @@ def verdict(result: AuditResult, name: str) -> dict[str, int | None]:
     return next(run.counts for run in result.runs if run.name == name)
 
 
-@pytest.mark.parametrize("name", ["group-clean", "cluster-clean", "membership-clean", "drain-clean"])
+@pytest.mark.parametrize("name", ["group-clean", "cluster-clean", "membership-clean", "drain-clean", "limits-clean"])
 def test_a_real_run_audits_clean(audited: dict[str, Any], name: str) -> None:
     counts = verdict(audited["result"], name)
     assert counts == {check: 0 for check in CHECKS}, [f for f in audited["result"].findings if f["run"] == name]
