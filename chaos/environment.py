@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from chaos import clock_fault as clock, disk, lazyfs, netns
+from chaos import clock_fault as clock
+from chaos import disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.placement import host_addresser, loopback_addresser, place, shape
 from cluster.topology import Topology

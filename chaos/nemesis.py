@@ -36,13 +36,13 @@ import threading
 import time
 from typing import Any
 
+from chaos import drain_fault
 from chaos.corrupt import damage, refusal_for_damage
 from chaos.deployment import Deployment
-from chaos import drain_fault
 from chaos.environment import Environment
-from chaos.membership_fault import leave, rejoin
-from chaos.generator import NEMESES, Fault, partition_grudge, pick_members, packet_params, clock_change
+from chaos.generator import NEMESES, Fault, clock_change, packet_params, partition_grudge, pick_members
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
+from chaos.membership_fault import leave, rejoin
 
 __all__ = ["NEMESES", "Nemesis"]
 

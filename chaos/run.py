@@ -29,11 +29,11 @@ from chaos.environment import Environment
 from chaos.generator import TARGETS, schedule
 from chaos.history import INVOKE, NEMESIS, OK, History
 from chaos.nemesis import Nemesis
+from chaos.placement import shape, source_of
 from chaos.report import write_report
 from chaos.topic import TopicWorkload
 from chaos.transactions import TransactionsWorkload
 from chaos.workload import Env, NeedsCluster, Workload
-from chaos.placement import shape, source_of
 
 WORKLOADS: dict[str, type[Workload]] = {
     w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload)

@@ -28,8 +28,7 @@ from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from chaos.checker import QueueResult
-from chaos.client import ack_quietly, close_quietly, connect, crash, crash_some, node_of
-from chaos.client import Producer
+from chaos.client import Producer, ack_quietly, close_quietly, connect, crash, crash_some, node_of
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
 from chaos.topic_checker import check_topic
 from chaos.workload import Workload

@@ -29,22 +29,11 @@ Valid exactly when lost, unexpected and stored duplicates are all zero (`QueueRe
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker import (
-    SAMPLE,
-    QueueResult,
-    count_deliveries,
-    count_sends,
-    liveness,
-    place_losses,
-    send_outcomes,
-    split_outcomes,
-    split_value,
-)
+from chaos.checker import SAMPLE, QueueResult, count_deliveries, count_sends, liveness, place_losses, send_outcomes, split_outcomes, split_value
 from chaos.history import FAIL, INFO, INVOKE, OK, Op
 
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raftmq.routing.addresses import AddressFilter
-from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, RetryPolicy
 from cluster.table import Table, tables
 from raftmq.errors import ConfigError
+from raftmq.routing.addresses import AddressFilter
+from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, RetryPolicy
 
 _KEYS = (
     "group", "name", "uri", "networkTTL", "messageTTL", "consumerTTL", "conduitSubscriptions", "duplex", "dynamicOnly",

@@ -48,8 +48,8 @@ from raftmq.errors import EmbeddedBrokerError
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports
 from raftmq.server.admin.http import AdminServer
-from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.node import Node
+from raftmq.server.replica.bodies import BodyStore
 
 T = TypeVar("T")
 

@@ -52,8 +52,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
     nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
     in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
     key=value lines otherwise)."""
-    from raftmq.app.run import serve
     from cluster.group_file import GroupConfig, load_config, single_node_group
+    from raftmq.app.run import serve
     from raftmq.config import NodeConfig
     from raftmq.errors import ConfigError
 

@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from raftmq.patterns import covers, overlaps, pattern_matches, specificity
 from raftmq.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, HASH_BYTES, ScryptHash, parse_hash, verify_password
+from raftmq.patterns import covers, overlaps, pattern_matches, specificity
 
 READ: Final = "read"
 WRITE: Final = "write"

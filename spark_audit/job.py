@@ -5,8 +5,8 @@ and counts of what was read. Whole tables never are."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Window

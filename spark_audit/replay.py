@@ -24,27 +24,19 @@ from typing import Any
 
 import msgpack
 
-from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Commit, Send, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.dispatch import ORIGINAL_DESTINATION
-from raftmq.core.message_headers import read_headers
 from raftmq.core.message import Message
+from raftmq.core.message_headers import read_headers
 from raftmq.core.model import Store
 from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED
 from raftmq.errors import RaftmqError
 from raftmq.replication.entry_codec import decode_entry
-from raftmq.replication.pysyncobj.raft_journal_format import (
-    COMMAND_NO_OP,
-    COMMAND_REGULAR,
-    JOURNAL_MAGIC,
-    RECORD,
-    decode_meta,
-    entry_of,
-    scan_journal,
-)
+from raftmq.replication.pysyncobj.raft_journal_format import COMMAND_NO_OP, COMMAND_REGULAR, JOURNAL_MAGIC, RECORD, decode_meta, entry_of, scan_journal
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
+from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.storage.payload import reference_bodies
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages

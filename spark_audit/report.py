@@ -14,7 +14,6 @@ from rich.table import Table
 from spark_audit.checks import CHECKS
 from spark_audit.job import AuditResult
 
-
 # Column headings that fit a terminal: stored and consumer-visible duplicates, divergence, conservation.
 SHORT = {"unexpected": "unexp", "stored_duplicates": "dup-stored", "consumer_duplicates": "dup-seen",
          "divergence": "diverge", "conservation": "conserve"}

@@ -57,13 +57,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 # -- group files ------------------------------------------------------------------------------
 
-from cluster.group_file import (  # noqa: E402
-    GroupConfig,
-    JournalSettings,
-    is_group_file,
-    load_config,
-    load_group_config,
-)
+from cluster.group_file import GroupConfig, JournalSettings, is_group_file, load_config, load_group_config  # noqa: E402
 from raftmq.config import RaftTimings  # noqa: E402
 
 GROUP = """

@@ -18,14 +18,7 @@ from click.testing import CliRunner
 
 import raftmq
 from raftmq.cli import main
-from raftmq.logs import (
-    LEVEL_ENV,
-    REDACTED,
-    configure_logging,
-    our_handlers,
-    parse_level,
-    reset_logging,
-)
+from raftmq.logs import LEVEL_ENV, REDACTED, configure_logging, our_handlers, parse_level, reset_logging
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.storage import journal as journal_module
 from raftmq.storage.journal import Journal

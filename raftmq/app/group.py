@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from cluster.group_file import GroupConfig
-from raftmq.app.run import (
-    ReadyCallback,
-    new_event_loop,
-    raise_fd_limit,
-    run_until_stopped,
-    setup_logging,
-)
+from raftmq.app.run import ReadyCallback, new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
 from raftmq.config import split_address
 from raftmq.errors import ConfigError, JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
@@ -31,9 +25,9 @@ from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.server.admin.http import AdminServer, fetch_bodies
-from raftmq.server.replica.bodies import BodyStore, IndexRecords
 from raftmq.server.admin.management import ManagementApi
 from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
+from raftmq.server.replica.bodies import BodyStore, IndexRecords
 
 log = structlog.get_logger("raftmq.app.group")
 

@@ -13,27 +13,16 @@ URLs take `stomp+ssl://` (or `ssl://`) addresses.
 
 from __future__ import annotations
 
-from raftmq.client.stomp_client import StompClient, connect
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
-from raftmq.client.failover_url import (
-    Address,
-    FailoverOptions,
-    FailoverTarget,
-    parse_failover_url,
-)
+from raftmq.client.failover_url import Address, FailoverOptions, FailoverTarget, parse_failover_url
 from raftmq.client.heartbeat import negotiate_heartbeat
 from raftmq.client.policies import POLICY_NAMES, make_policy
+from raftmq.client.stomp_client import StompClient, connect
 from raftmq.client.subscription import Subscription
 from raftmq.client.tls import client_ssl_context
-from raftmq.errors import (
-    FailoverExhausted,
-    InvalidFailoverUrl,
-    RedirectLimitExceeded,
-    SubscriptionEnded,
-    TransactionRolledBack,
-)
+from raftmq.errors import FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded, SubscriptionEnded, TransactionRolledBack
 
 __all__ = [
     "POLICY_NAMES",

@@ -42,22 +42,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
-from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_bound import ConnectionBound
-from raftmq.client.failover_connector import (
-    Connector,
-    EventListener,
-    FailoverEvent,
-    Whereabouts,
-    hinted_leader,
-    notify,
-    verdict_of,
-)
+from raftmq.client.failover_connector import Connector, EventListener, FailoverEvent, Whereabouts, hinted_leader, notify, verdict_of
 from raftmq.client.failover_outbox import Outbox, PendingSend, new_dupl_id
 from raftmq.client.failover_sends import SendFuture, Sends
 from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription, FailoverSubscriptions
 from raftmq.client.failover_url import Address, FailoverOptions, normalize_groups, parse_failover_url, with_overrides
 from raftmq.client.headers import HeadersArg, header_pairs
+from raftmq.client.stomp_client import StompClient
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.core.commands import ACK_MODES

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_subscription import Delivery
+from raftmq.client.stomp_client import StompClient
 from raftmq.errors import ClientError, TransactionRolledBack
 from raftmq.protocol.frame import Frame
 

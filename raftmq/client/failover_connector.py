@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftmq.client.stomp_client import StompClient, connect
 from raftmq.client.failover_outbox import Verdict
 from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
+from raftmq.client.stomp_client import StompClient, connect
 from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded
 from raftmq.protocol.frame import REDIRECT_HEADER
 

@@ -8,10 +8,10 @@ import asyncio
 from collections.abc import Callable
 from functools import partial
 
-from raftmq.client.stomp_client import StompClient
 from raftmq.client.failover_outbox import Outbox, PendingSend
 from raftmq.client.futures import fail_quietly
 from raftmq.client.headers import HeadersArg
+from raftmq.client.stomp_client import StompClient
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
 

@@ -25,7 +25,6 @@ from raftmq.protocol.frame import SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
 
 
-
 class StompClient:
     """A connected STOMP session. Build one with `connect()`."""
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from raftmq.patterns import check_pattern, pattern_matches
 from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name
+from raftmq.patterns import check_pattern, pattern_matches
 
 if TYPE_CHECKING:
     from raftmq.core.model import Store

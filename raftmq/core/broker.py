@@ -16,33 +16,31 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
+from raftmq.core import commands
+from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
-from raftmq.core.commands import (
-    Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Headers, Manage, Nack, Noop, Send, Subscribe, Tick,
-    Unsubscribe,
-)
 from raftmq.core.cluster_rights import cluster_login, may_pull
+from raftmq.core.cluster_routing import ClusterRouting
+from raftmq.core.commands import Ack, Command, Headers, Nack, Send
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
-from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
-from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.manage import apply_manage
 from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Store, Subscription
+from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.queue_patterns import is_queue_pattern
 from raftmq.core.schedule import Scheduler, is_scheduled, plan, special_headers
 from raftmq.core.selector import Selector
 from raftmq.core.snapshot import dump_state, load_state
 from raftmq.core.state import BrokerState
+from raftmq.core.stats import broker_stats
 from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscription, stays
 from raftmq.core.temp_owners import refusal as temp_refusal
 from raftmq.core.temporary import MARK, alias_of, owner_token
-from raftmq.core.stats import broker_stats
 from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_subscribe, check_wildcards, is_valid_destination
+from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 
 class Broker:
@@ -58,20 +56,20 @@ class Broker:
         self.routing = ClusterRouting(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
         self.scheduler = Scheduler(self.state.jobs, self.publish_again)
         self._handlers: dict[type, Callable[[Any], None]] = {
-            Connect: self._connect,
-            Disconnect: self._disconnect,
-            Subscribe: self._subscribe,
-            Unsubscribe: self._unsubscribe,
+            commands.Connect: self._connect,
+            commands.Disconnect: self._disconnect,
+            commands.Subscribe: self._subscribe,
+            commands.Unsubscribe: self._unsubscribe,
             Send: self._send,
             Ack: self._ack,
             Nack: self._nack,
-            Begin: self._begin,
-            Commit: self._commit,
-            Abort: self._abort,
-            Tick: self._tick,
-            Browse: self._browse,
-            Noop: self._noop,
-            Manage: lambda command: apply_manage(self, command),
+            commands.Begin: self._begin,
+            commands.Commit: self._commit,
+            commands.Abort: self._abort,
+            commands.Tick: self._tick,
+            commands.Browse: self._browse,
+            commands.Noop: self._noop,
+            commands.Manage: lambda command: apply_manage(self, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -157,12 +155,12 @@ class Broker:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _connect(self, command: Connect) -> None:
+    def _connect(self, command: commands.Connect) -> None:
         # Idempotent: a node that retries a Connect whose outcome it did not learn must not fail.
         if command.session not in self.state.sessions:
             self.state.sessions[command.session] = Session(command.session, command.login, command.client_id)
 
-    def _disconnect(self, command: Disconnect) -> None:
+    def _disconnect(self, command: commands.Disconnect) -> None:
         self._end_session(command.session)
         self._done(command.session, command.receipt)
 
@@ -230,7 +228,7 @@ class Broker:
 
     # -- subscriptions -------------------------------------------------------------------------
 
-    def _subscribe(self, command: Subscribe) -> None:
+    def _subscribe(self, command: commands.Subscribe) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -272,7 +270,7 @@ class Broker:
         self._done(session.session_id, command.receipt)
 
     def _topic_subscription(
-        self, session: Session, command: Subscribe, prefetch: int, selector: Selector | None
+        self, session: Session, command: commands.Subscribe, prefetch: int, selector: Selector | None
     ) -> Subscription | None:
         """A new or resumed topic subscription; None (after a Reject) when its durable name is in use."""
         name = command.durable_name
@@ -299,7 +297,7 @@ class Broker:
             self.state.durables[name] = sub
         return sub
 
-    def _unsubscribe(self, command: Unsubscribe) -> None:
+    def _unsubscribe(self, command: commands.Unsubscribe) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -332,7 +330,7 @@ class Broker:
         if replying:
             reply = reply_subscription(session, command.headers)
             if reply is not None:  # RabbitMQ's way: replies to /temp-queue/NAME arrive without a SUBSCRIBE
-                self._subscribe(Subscribe(session.session_id, alias_of(reply), reply, command.now))
+                self._subscribe(commands.Subscribe(session.session_id, alias_of(reply), reply, command.now))
         if scheduled:
             try:
                 plan(destination, command.headers, command.now)
@@ -426,7 +424,7 @@ class Broker:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def _begin(self, command: Begin) -> None:
+    def _begin(self, command: commands.Begin) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -435,7 +433,7 @@ class Broker:
         session.transactions[command.transaction] = []
         self._done(session.session_id, command.receipt)
 
-    def _commit(self, command: Commit) -> None:
+    def _commit(self, command: commands.Commit) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -453,7 +451,7 @@ class Broker:
                     self.dispatch.settle(delivery, op[0] == "ack")
         self._done(session.session_id, command.receipt)
 
-    def _abort(self, command: Abort) -> None:
+    def _abort(self, command: commands.Abort) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -463,7 +461,7 @@ class Broker:
 
     # -- browsing (replicated reads) -----------------------------------------------------------
 
-    def _browse(self, command: Browse) -> None:
+    def _browse(self, command: commands.Browse) -> None:
         session = self._session(command)
         if session is None:
             return
@@ -481,13 +479,13 @@ class Broker:
         effects.append(BrowseEnd(session.session_id, command.sub_id, destination, len(messages), truncated))
         self._done(session.session_id, command.receipt)
 
-    def _noop(self, command: Noop) -> None:
+    def _noop(self, command: commands.Noop) -> None:
         if self._session(command) is not None:
             self._done(command.session, command.receipt)
 
     # -- time ------------------------------------------------------------------------------------
 
-    def _tick(self, command: Tick) -> None:
+    def _tick(self, command: commands.Tick) -> None:
         self.dispatch.expire_due(command.now)
         self.dispatch.release_due(command.now)
         self.scheduler.fire_due(command.now)

@@ -3,10 +3,10 @@ session sends an advert or consumes a store-and-forward queue."""
 
 from __future__ import annotations
 
-from raftmq.routing.route import SF_PREFIX
-from raftmq.core.config import CoreConfig
 from raftmq.core.cluster_routing import ClusterRouting
+from raftmq.core.config import CoreConfig
 from raftmq.core.model import Session
+from raftmq.routing.route import SF_PREFIX
 
 
 def cluster_login(config: CoreConfig, session: Session) -> bool:

@@ -30,38 +30,38 @@ from __future__ import annotations
 import zlib
 from dataclasses import replace
 
+from raftmq.core.cluster_state import ClusterState
+from raftmq.core.commands import Headers
+from raftmq.core.dispatch import Dispatcher
+from raftmq.core.message import Message
+from raftmq.core.message_headers import read_headers
+from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.queue_patterns import matches as matches_queue
+from raftmq.core.scale_down import ScaleDown
+from raftmq.core.selector import Selector, compile_selector
+from raftmq.core.state import BrokerState
+from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
+from raftmq.errors import SelectorError
+from raftmq.patterns import pattern_matches
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
+    DELIVERED_HEADER,
     DESTINATION_HEADER,
     DRAIN_HEADER,
-    DURABLE_HEADER,
-    SUBSCRIPTION_ONLY_HEADER,
     DUPLICATE_ID_HEADER,
+    DURABLE_HEADER,
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
-    DELIVERED_HEADER,
     ROUTE_HEADER,
+    SUBSCRIPTION_ONLY_HEADER,
     TO_HEADER,
     is_internal,
     parse_route,
     sf_queue,
 )
-from raftmq.core.commands import Headers
-from raftmq.core.dispatch import Dispatcher
-from raftmq.core.message_headers import read_headers
-from raftmq.core.cluster_state import ClusterState
-from raftmq.core.message import Message
-from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
-from raftmq.core.scale_down import ScaleDown
-from raftmq.core.selector import Selector, compile_selector
-from raftmq.core.state import BrokerState
-from raftmq.patterns import pattern_matches
-from raftmq.core.queue_patterns import matches as matches_queue
-from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
-from raftmq.errors import SelectorError
 
 # A redistribution moves at most this many messages of one queue per Tick (a Tick's apply
 # stays short; the rest follow at the next Tick).

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftmq.routing.cluster_connection import ClusterView
 from raftmq.core.address_settings import AddressSettings
+from raftmq.routing.cluster_connection import ClusterView
 
 
 @dataclass(frozen=True, slots=True)

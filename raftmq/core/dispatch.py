@@ -15,28 +15,18 @@ from heapq import heapify, heappop, heappush
 
 from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
+from raftmq.core.dispatch_paging import Paging
+from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.core.effects import Deliver, Effect
 from raftmq.core.message import Message, body_size
 from raftmq.core.message_headers import read_headers
-from raftmq.core.model import (
-    NO_ROOM,
-    PRIORITY_LEVELS,
-    Delivery,
-    Session,
-    Store,
-    Subscription,
-    Topic,
-    selector_headers,
-)
-from raftmq.core.state import BrokerState
-from raftmq.core.store_observer import ACKED, AUTO_ACKED, DEAD_LETTER, DEAD_LETTERED, DISCARDED, EXPIRED, EXPIRY
-from raftmq.core.store_observer import PUBLISHED, TAKEN, StoreObserver
-from raftmq.core.dispatch_paging import Paging
-from raftmq.core.dispatch_redelivery import Redelivery
-from raftmq.patterns import pattern_matches
+from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.queue_patterns import QueuePatterns
+from raftmq.core.state import BrokerState
+from raftmq.core.store_observer import ACKED, AUTO_ACKED, DEAD_LETTER, DEAD_LETTERED, DISCARDED, EXPIRED, EXPIRY, PUBLISHED, TAKEN, StoreObserver
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
+from raftmq.patterns import pattern_matches
 
 ORIGINAL_DESTINATION = "original-destination"
 

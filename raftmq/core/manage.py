@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from raftmq.routing.route import is_internal
 from raftmq.core.commands import Headers, Manage
 from raftmq.core.dispatch import ORIGINAL_DESTINATION, Dispatcher
 from raftmq.core.effects import Managed
@@ -31,6 +30,7 @@ from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX, Refused, is_valid_destination, is_wildcard
 from raftmq.errors import SelectorError
+from raftmq.routing.route import is_internal
 
 MAX_MOVED = 10_000
 CLOSED_BY_ADMIN = "closed by an administrator"

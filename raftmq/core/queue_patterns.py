@@ -14,13 +14,13 @@ snapshot records the parent and its children (raftmq.core.snapshot).
 
 from __future__ import annotations
 
-from raftmq.routing.route import is_internal
 from raftmq.core.model import Session, Store, Subscription
-from raftmq.patterns import pattern_matches
 from raftmq.core.selector import Selector
 from raftmq.core.state import BrokerState
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
+from raftmq.patterns import pattern_matches
+from raftmq.routing.route import is_internal
 
 
 def matches(pattern: str | None, destination: str) -> bool:

@@ -18,16 +18,16 @@ import json
 import zlib
 from typing import Protocol
 
-from raftmq.routing.bindings import Consumers, Route
-from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.commands import ACK_AUTO, Headers
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.message_headers import read_headers
-from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import Message
+from raftmq.core.message_headers import read_headers
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
 from raftmq.core.selector import Selector
 from raftmq.core.state import BrokerState
+from raftmq.routing.bindings import Consumers, Route
+from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
 
 
 class ClusterRouting(Protocol):

@@ -450,7 +450,9 @@ class _Parser:
             number = _numeric(operand, f"unary '{token.text}'")
             if token.text == "+":
                 return _combine(NUM, number, token.pos, operand)
-            negate = lambda headers: None if (value := number(headers)) is None else -value
+            def negate(headers: Headers) -> Any:
+                return None if (value := number(headers)) is None else -value
+
             return _combine(NUM, negate, token.pos, operand)
         raise _fail(token.pos, f"expected an operand (literal, identifier, NOT or '('), found {token.describe()}")
 

@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 from heapq import heapify
 from typing import Any
 
+from raftmq.core.cluster_state import ClusterState
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
-from raftmq.core.cluster_state import ClusterState
 from raftmq.core.message import body_size, dump_message, load_message
+from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.paging import Page, PageStore, Tail, decode_page
 from raftmq.core.paging import journal_indexes as journal_indexes_of
 from raftmq.core.schedule import Job
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
 from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.errors import SelectorError, SnapshotError

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from heapq import heapify
 from typing import Any
 
-from raftmq.core.dedup import DedupCache
 from raftmq.core.cluster_state import ClusterState
+from raftmq.core.dedup import DedupCache
 from raftmq.core.message import body_size
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry

@@ -10,14 +10,14 @@ owner lives there. Only the owner may consume one, and never durably.
 
 from __future__ import annotations
 
-from raftmq.routing.route import TO_HEADER
+from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
-from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.model import Session
 from raftmq.core.state import BrokerState
 from raftmq.core.temporary import alias_of, home_group, owner_token, token_of
 from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.routing.route import TO_HEADER
 
 
 def refusal(session: Session, destination: str, durable: bool) -> str | None:

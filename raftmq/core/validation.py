@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from raftmq.core.commands import ACK_MODES, MAX_BROWSE_LIMIT, Browse, Subscribe
 from raftmq.core.model import Session
-from raftmq.patterns import check_pattern
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.errors import SelectorError
+from raftmq.patterns import check_pattern
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from raftmq.ops.launcher import STOP_GRACE_SECONDS, UP_TIMEOUT_SECONDS
 from cluster.topology import PRESETS, RESTART_MODES
+from raftmq.ops.launcher import STOP_GRACE_SECONDS, UP_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
+    from cluster.topology import Topology
     from raftmq.ops.launcher import DeploymentState
     from raftmq.ops.status_view import NodeAddress
-    from cluster.topology import Topology
 
 REFRESH_SECONDS = 1.0
 PIPE_WIDTH = 120
@@ -82,15 +82,7 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
     restart = on-failure, restarted after a back-off, at most max_restarts times per
     restart_window_s. `raftmq status` shows each node's restarts and last exit."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import (
-        check_data_dirs,
-        check_ports_free,
-        cluster_lock,
-        launch,
-        remove_state,
-        stop_nodes,
-        wait_until_up,
-    )
+    from raftmq.ops.launcher import check_data_dirs, check_ports_free, cluster_lock, launch, remove_state, stop_nodes, wait_until_up
     from raftmq.ops.supervisor import launcher_signals
     from raftmq.ops.up import run_attached, start_detached, supervise_detached
 
@@ -191,15 +183,7 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     stops every node it launched, waits for each and exits; `down` waits for it, then stops by
     pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import (
-        cluster_lock,
-        read_state,
-        remove_state,
-        running_nodes,
-        state_path,
-        stop_launcher,
-        stop_nodes,
-    )
+    from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_nodes
 
     try:
         topology = _topology(config_path, preset)

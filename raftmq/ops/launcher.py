@@ -29,13 +29,7 @@ from cluster.topology import Topology
 from raftmq.config import split_address
 from raftmq.errors import DeploymentError
 from raftmq.ops.status_view import NodeAddress, collect_status
-from raftmq.processes import (
-    is_same_process,
-    own_identity,
-    process_start_time,
-    send_signal,
-    spawn,
-)
+from raftmq.processes import is_same_process, own_identity, process_start_time, send_signal, spawn
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"

@@ -17,13 +17,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftmq.routing.route import SF_PREFIX
 from raftmq.client.browse import BrowseResult
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_subscription import Delivery
 from raftmq.client.failover_url import parse_failover_url
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError
+from raftmq.routing.route import SF_PREFIX
 
 # A URL that does not say how often to retry gets this many connect attempts (ActiveMQ's
 # back-off from 10 ms: ~0.3 s in all), enough to ride out a leader election.

@@ -22,8 +22,8 @@ from typing import Any
 
 from raftmq.errors import DeploymentError
 from raftmq.ops.launcher import RUNNING, DeploymentState, NodeProcess, launcher_alive, read_state
-from raftmq.ops.rolling_requests import request_restart
 from raftmq.ops.member_changes import caught_up
+from raftmq.ops.rolling_requests import request_restart
 from raftmq.ops.status_view import fetch_status
 
 POLL_SECONDS = 0.1

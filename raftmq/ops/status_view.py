@@ -20,8 +20,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from raftmq.routing.route import INTERNAL_PREFIXES
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
+from raftmq.routing.route import INTERNAL_PREFIXES
 
 STATUS_TIMEOUT_SECONDS = 1.0
 MAX_PARALLEL_REQUESTS = 16

@@ -35,14 +35,7 @@ from raftmq.ops.launcher import (
 )
 from raftmq.ops.status_view import collect_status, render_status
 from raftmq.ops.supervisor import POLL_SECONDS as SUPERVISE_POLL_SECONDS
-from raftmq.ops.supervisor import (
-    SUPERVISOR_LOG,
-    Released,
-    Stop,
-    Supervisor,
-    launcher_signals,
-    timestamped,
-)
+from raftmq.ops.supervisor import SUPERVISOR_LOG, Released, Stop, Supervisor, launcher_signals, timestamped
 
 FAILED_PREFIX = "raftmq up failed: "
 # Beyond --timeout, what a detached `up` allows its supervisor to start Python and the nodes.

@@ -39,13 +39,7 @@ from pysyncobj import _RAFT_STATE
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.commit_log import (
-    CommitLog,
-    LogPosition,
-    LogStatus,
-    RoleListener,
-    StateMachine,
-)
+from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, RoleListener, StateMachine
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, fail_futures
@@ -312,7 +306,8 @@ class RaftLog(CommitLog):
         try:
             self._syncobj.submit(entry, lambda result, error: self._settle_from_tick_thread(token, result, error))
         except ValueError as exc:
-            fail_futures(pending.futures, lambda: CommitFailed(str(exc)))
+            message = str(exc)  # the name `exc` ends with this block; the error factory may run later
+            fail_futures(pending.futures, lambda: CommitFailed(message))
             return
         pending.entry = entry
         self._in_flight.add(token, pending)

@@ -27,24 +27,24 @@ import structlog
 
 from raftmq.clock import Clock, SystemClock
 from raftmq.config import NodeConfig
+from raftmq.core.address_settings import BLOCK
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Manage
 from raftmq.core.effects import Managed
 from raftmq.errors import CommitFailed, NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
-from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.links.bridge import bridges_for
 from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
-from raftmq.server.stomp.connection import Connection
-from raftmq.server.seams.host import ClientConnection, LeaderService
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
-from raftmq.core.address_settings import BLOCK
-from raftmq.server.seams.flow import Fairness, FlowGate
-from raftmq.server.stomp.relay import Relays
+from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import BodyFetcher, Replica
+from raftmq.server.seams.flow import Fairness, FlowGate
+from raftmq.server.seams.host import ClientConnection, LeaderService
+from raftmq.server.stomp.connection import Connection
+from raftmq.server.stomp.relay import Relays
 from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever

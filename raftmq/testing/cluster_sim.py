@@ -30,23 +30,14 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
-from raftmq.routing.route import (
-    ADVERT_HEADER,
-    CONTROL_DESTINATION,
-    DUPLICATE_ID_HEADER,
-    FORWARD_ID_HEADER,
-    ROUTE_HEADER,
-    is_internal,
-    outgoing,
-    sf_queue,
-)
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Reject
 from raftmq.errors import RaftmqError
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DUPLICATE_ID_HEADER, FORWARD_ID_HEADER, ROUTE_HEADER, is_internal, outgoing, sf_queue
 
 QUEUE = "/queue/work"
 VALUE_HEADER = "value"

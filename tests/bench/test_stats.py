@@ -6,14 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftmq.bench.stats import (
-    BUCKET_COUNT,
-    SIGNIFICANT_BITS,
-    LatencyHistogram,
-    bucket_bounds,
-    bucket_index,
-    rate,
-)
+from raftmq.bench.stats import BUCKET_COUNT, SIGNIFICANT_BITS, LatencyHistogram, bucket_bounds, bucket_index, rate
 
 # A bucket is at most this fraction of its smallest value wide.
 RELATIVE_PRECISION = 1 / 2 ** (SIGNIFICANT_BITS - 1)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import subprocess
 import sys
 import time

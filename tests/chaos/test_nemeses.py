@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos import clock_fault as clock, disk, lazyfs, netns
+from chaos import clock_fault as clock
+from chaos import disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.environment import Environment
 from chaos.generator import Fault

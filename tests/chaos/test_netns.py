@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import netns, packet_queue
-from chaos import grudges
+from chaos import grudges, netns, packet_queue
 from chaos.netns import Network
 from raftmq import processes
 from tests.helpers.stomp_raw import RawClient

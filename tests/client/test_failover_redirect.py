@@ -15,14 +15,7 @@ from typing import Any
 
 import pytest
 
-from raftmq.client import (
-    Address,
-    FailoverClient,
-    FailoverEvent,
-    FailoverExhausted,
-    FailoverOptions,
-    connect_failover,
-)
+from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverExhausted, FailoverOptions, connect_failover
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader

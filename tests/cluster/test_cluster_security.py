@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.routing.bindings import Advert, encode_advert
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION
 from raftmq.client import connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.passwords import hash_password
+from raftmq.routing.bindings import Advert, encode_advert
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION
 from tests.helpers.cluster_harness import Cluster, sync
 
 pytestmark = pytest.mark.integration

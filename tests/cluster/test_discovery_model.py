@@ -10,14 +10,8 @@ import pytest
 
 from cluster.connection_tables import parse_cluster_connections
 from cluster.discovery_tables import parse_broadcast_groups, parse_discovery_groups
-from raftmq.routing.discovery import (
-    Announcement,
-    DiscoveryTable,
-    decode_announcement,
-    encode_announcement,
-    parse_members,
-)
 from raftmq.errors import ConfigError
+from raftmq.routing.discovery import Announcement, DiscoveryTable, decode_announcement, encode_announcement, parse_members
 
 PATH = Path("/etc/raftmq/topology.toml")
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, cluster_view
 from cluster.network import DEFAULT_REPLAY_DELAY_MS, parse_network_connectors
 from raftmq.errors import ConfigError
+from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, cluster_view
 
 PATH = Path("/etc/raftmq/topology.toml")
 MEMBERS = {

@@ -22,21 +22,7 @@ from typing import Any
 import msgpack
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import (
-    Abort,
-    Ack,
-    Begin,
-    Browse,
-    Command,
-    Commit,
-    Connect,
-    Disconnect,
-    Nack,
-    Send,
-    Subscribe,
-    Tick,
-    Unsubscribe,
-)
+from raftmq.core.commands import Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.config import CoreConfig
 
 CONFIG = CoreConfig(broker_name="pinned", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2)

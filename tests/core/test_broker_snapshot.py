@@ -9,20 +9,7 @@ import msgpack
 import pytest
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import (
-    Abort,
-    Ack,
-    Begin,
-    Command,
-    Commit,
-    Connect,
-    Disconnect,
-    Nack,
-    Send,
-    Subscribe,
-    Tick,
-    Unsubscribe,
-)
+from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.snapshot import SnapshotError, body_refs
 from tests.core import snapshot_scenario

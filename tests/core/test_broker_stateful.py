@@ -33,34 +33,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import (
-    Abort,
-    Ack,
-    Begin,
-    Command,
-    Commit,
-    Connect,
-    Disconnect,
-    Nack,
-    Send,
-    Subscribe,
-    Tick,
-    Unsubscribe,
-)
+from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 from raftmq.testing.store_ledger import StoreLedger
-from tests.core.broker_model import (
-    CONFIG,
-    DLQ,
-    EXPIRY,
-    QUEUES,
-    RED,
-    SESSIONS,
-    TOPIC,
-    TRANSACTIONS,
-    MSession,
-    Model,
-)
+from tests.core.broker_model import CONFIG, DLQ, EXPIRY, QUEUES, RED, SESSIONS, TOPIC, TRANSACTIONS, Model, MSession
 
 # Rules name their session by a number: mostly one of the connected sessions, now and then
 # (9) any session, maybe a closed one.

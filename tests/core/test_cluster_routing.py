@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
-from raftmq.routing.route import (
-    ADVERT_HEADER,
-    CONTROL_DESTINATION,
-    DESTINATION_HEADER,
-    FORWARD_ID_HEADER,
-    TO_HEADER,
-    outgoing,
-    sf_queue,
-)
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Reject
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DESTINATION_HEADER, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
 
 
 def core(group: str, neighbours: list[str], **connection: object) -> Broker:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER, outgoing, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Reject
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER, outgoing, sf_queue
 
 GROUPS = ("g1", "g2", "g3")
 

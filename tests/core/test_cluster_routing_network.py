@@ -8,14 +8,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.cluster_connection import ClusterConnection, cluster_view
 from cluster.network import parse_network_connectors
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Reject
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.cluster_connection import ClusterConnection, cluster_view
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
 
 MEMBERS = {"g1": ("127.0.0.1:1001",), "g2": ("127.0.0.1:1002",), "g3": ("127.0.0.1:1003",)}
 

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from raftmq.routing.route import FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
 from raftmq.core.commands import Connect, Send
+from raftmq.routing.route import FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
 from spark_audit.member_files import append_entry, commands_of, read_entries, rewrite_entry
 
 

@@ -8,8 +8,8 @@ import asyncio
 import functools
 import json
 import time
-from pathlib import Path
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from raftmq.client import StompClient

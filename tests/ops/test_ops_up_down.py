@@ -16,13 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.ops.launcher import (
-    DeploymentState,
-    is_our_node,
-    launcher_alive,
-    read_state,
-    stop_nodes,
-)
+from raftmq.ops.launcher import DeploymentState, is_our_node, launcher_alive, read_state, stop_nodes
 
 pytestmark = pytest.mark.integration
 

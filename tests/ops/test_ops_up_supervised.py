@@ -17,15 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.ops.launcher import (
-    DOWN,
-    DeploymentState,
-    NodeProcess,
-    is_our_node,
-    launcher_alive,
-    read_state,
-    stop_nodes,
-)
+from raftmq.ops.launcher import DOWN, DeploymentState, NodeProcess, is_our_node, launcher_alive, read_state, stop_nodes
 
 pytestmark = pytest.mark.integration
 

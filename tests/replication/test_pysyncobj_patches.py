@@ -18,14 +18,7 @@ from raftmq.errors import ConfigError
 from raftmq.replication import wire
 from raftmq.replication.command_codec import encode_batch
 from raftmq.replication.entry_codec import encode_entry
-from raftmq.replication.pysyncobj.patches import (
-    ALL_FIXES,
-    FIX_NAMES,
-    PINNED_VERSION,
-    Fixes,
-    apply_module_fixes,
-    check_raft_address,
-)
+from raftmq.replication.pysyncobj.patches import ALL_FIXES, FIX_NAMES, PINNED_VERSION, Fixes, apply_module_fixes, check_raft_address
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from tests.helpers.raft_members import commit, leader_of
 

@@ -20,13 +20,7 @@ import pytest
 
 from raftmq.config import RaftTimings
 from raftmq.core.commands import Command, Send
-from raftmq.errors import (
-    CommandCodecError,
-    CommitFailed,
-    ConfigError,
-    NotLeader,
-    RaftmqError,
-)
+from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch

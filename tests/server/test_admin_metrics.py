@@ -43,7 +43,7 @@ def scrape(port: int) -> Samples:
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
-    found = [v for n, l, v in samples if n == name and all(l.get(k) == want for k, want in labels.items())]
+    found = [v for n, found_labels, v in samples if n == name and all(found_labels.get(k) == want for k, want in labels.items())]
     assert len(found) == 1, f"{name} {labels}: {found}"
     return found[0]
 

@@ -22,10 +22,10 @@ from raftmq.core.snapshot import body_refs as iter_snapshot_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.admin import http as admin_module
-from raftmq.server.replica import state_machine as replica_module
 from raftmq.server.admin.http import AdminServer, fetch_bodies
-from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.node import Node
+from raftmq.server.replica import state_machine as replica_module
+from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import Replica
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body

@@ -10,8 +10,8 @@ from raftmq.clock import ManualClock
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Connect, Send
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
-from raftmq.server.stomp.connection import Connection
 from raftmq.server.replica.state_machine import Replica
+from raftmq.server.stomp.connection import Connection
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from raftmq.routing.route import CONTROL_DESTINATION, sf_queue
 from raftmq.core.commands import Subscribe
 from raftmq.errors import ProtocolError
 from raftmq.protocol.frame import Frame
+from raftmq.routing.route import CONTROL_DESTINATION, sf_queue
 from raftmq.server.stomp.translate import FrameTranslator
 
 

@@ -18,15 +18,7 @@ from pysyncobj.journal import Journal
 
 from raftmq.errors import RaftJournalError
 from raftmq.replication.pysyncobj.patches import fsync_directory
-from raftmq.replication.pysyncobj.raft_journal_format import (
-    JOURNAL_MAGIC,
-    JOURNAL_RESERVE_BYTES,
-    Entry,
-    decode_meta,
-    encode_meta,
-    encode_record,
-    scan_journal,
-)
+from raftmq.replication.pysyncobj.raft_journal_format import JOURNAL_MAGIC, JOURNAL_RESERVE_BYTES, Entry, decode_meta, encode_meta, encode_record, scan_journal
 from raftmq.storage.journal import log_if_slow_fsync
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")

@@ -22,6 +22,7 @@ from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 from raftmq.config import RaftTimings
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.leadership import Leadership, LogTip
+from raftmq.replication.pysyncobj.dynamic_membership import DynamicMembership, MembersListener, initial_members
 from raftmq.replication.pysyncobj.patches import (
     ALL_FIXES,
     CANDIDATE_ROUND_MAX,
@@ -34,7 +35,6 @@ from raftmq.replication.pysyncobj.patches import (
     check_raft_address,
     never_raise,
 )
-from raftmq.replication.pysyncobj.dynamic_membership import DynamicMembership, MembersListener, initial_members
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file

@@ -16,13 +16,7 @@ from pysyncobj.transport import TCPTransport
 
 from raftmq.replication.pysyncobj.patches import Fixes
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
-from raftmq.replication.wire import (
-    MAX_UNAUTHENTICATED,
-    RaftConnection,
-    RaftServer,
-    frame_max_for,
-)
-
+from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, RaftServer, frame_max_for
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 

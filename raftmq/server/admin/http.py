@@ -44,8 +44,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
-from raftmq.server.replica.bodies import BodyStore, IndexRecords
 from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry
+from raftmq.server.replica.bodies import BodyStore, IndexRecords
 
 log = structlog.get_logger("raftmq.server.admin")
 

@@ -24,8 +24,8 @@ from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
 from raftmq.security import ADMIN, READ, Principal
 from raftmq.server.admin import console
-from raftmq.server.stomp.connection import Connection
 from raftmq.server.node import Node
+from raftmq.server.stomp.connection import Connection
 
 Answer = tuple[int, str, bytes]
 Headers = dict[str, str]

@@ -42,9 +42,9 @@ from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
 from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
+from raftmq.server.links.passive_link import PassiveLink, Puller
 from raftmq.server.seams.host import BridgeHost
 from raftmq.server.seams.leader_task import LeaderTask
-from raftmq.server.links.passive_link import PassiveLink, Puller
 
 log = structlog.get_logger("raftmq.server.bridge")
 

@@ -25,15 +25,7 @@ from typing import Any
 import structlog
 
 from raftmq.routing.cluster_connection import ClusterConnection, PeerGroup
-from raftmq.routing.discovery import (
-    Announcement,
-    BroadcastGroup,
-    DiscoveryGroup,
-    DiscoveryTable,
-    decode_announcement,
-    encode_announcement,
-    parse_members,
-)
+from raftmq.routing.discovery import Announcement, BroadcastGroup, DiscoveryGroup, DiscoveryTable, decode_announcement, encode_announcement, parse_members
 from raftmq.server.links.bridge import Bridge
 from raftmq.server.seams.leader_task import LeaderTask
 

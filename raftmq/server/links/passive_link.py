@@ -25,13 +25,13 @@ from typing import Any
 
 import structlog
 
-from raftmq.routing.bindings import encode_advert
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.client.failover import FailoverClient
 from raftmq.protocol.frame import Frame
+from raftmq.routing.bindings import encode_advert
+from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
-from raftmq.server.stomp.frames import SERVER_MESSAGE_HEADERS
 from raftmq.server.seams.leader_task import LeaderTask
+from raftmq.server.stomp.frames import SERVER_MESSAGE_HEADERS
 
 log = structlog.get_logger("raftmq.server.single_link")
 

@@ -28,8 +28,8 @@ from raftmq.core.effects import BrowseEnd, Deliver, Effect, Managed, Receipt, Re
 from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
-from raftmq.server.stomp.frames import browse_end_frame
 from raftmq.server.seams.host import ClientConnection, ReplicaHost
+from raftmq.server.stomp.frames import browse_end_frame
 
 log = structlog.get_logger("raftmq.server.replica")
 

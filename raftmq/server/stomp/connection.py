@@ -29,8 +29,8 @@ from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader
 from raftmq.protocol.codec import HEARTBEAT
 from raftmq.security import Principal
-from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.seams.host import ConnectionHost
+from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 
 log = structlog.get_logger("raftmq.server.connection")

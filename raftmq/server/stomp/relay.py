@@ -52,8 +52,8 @@ import structlog
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
-from raftmq.server.stomp.frames import error_frame
 from raftmq.server.seams.host import ClientConnection, RelayHost
+from raftmq.server.stomp.frames import error_frame
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame

@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
+from raftmq.core.temporary import owner_token
+from raftmq.core.validation import is_wildcard
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
+from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
-from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.seams.host import SessionHost
+from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
-from raftmq.core.temporary import owner_token
-from raftmq.core.validation import is_wildcard
 from raftmq.server.stomp.translate import FrameTranslator
 from raftmq.values import value
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftmq.routing.route import CONTROL_DESTINATION, is_internal
 from raftmq.core.commands import (
     ACK_AUTO,
     ACK_MODES,
@@ -36,6 +35,7 @@ from raftmq.core.selector import compile_selector
 from raftmq.core.temporary import is_temp_alias, private_name
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
+from raftmq.routing.route import CONTROL_DESTINATION, is_internal
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
