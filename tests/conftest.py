@@ -48,6 +48,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker picks free ports (processes.free_ports) from a slice of the range of
+    its own, so one worker never picks a port the other has just picked and released (seen as
+    "address already in use" when a node restarted on its port). The slice goes to the
+    processes a worker starts too, through the environment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    low, high = processes.split_port_range(*processes.port_range(), index, count)
+    os.environ[processes.PORT_RANGE_ENV] = processes.format_port_range(low, high)
+
+
 class UnmarkedIntegration(RuntimeError):
     """A test without the `integration` marker opened a network socket or started a process."""
 

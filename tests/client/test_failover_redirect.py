@@ -7,7 +7,6 @@ client address (the way a Raft follower will), so CONNECT gets the server's real
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from raftmq.client import (
     FailoverOptions,
     connect_failover,
 )
+from raftmq import processes
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
@@ -75,9 +75,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def closed_port() -> Address:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return Address("127.0.0.1", sock.getsockname()[1])
+    return Address("127.0.0.1", processes.free_port())  # never bound: nobody listens there
 
 
 @asynccontextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -11,6 +10,7 @@ import pytest
 
 from raftmq.client import FailoverEvent, SubscriptionEnded
 from raftmq.client.sync import Client
+from raftmq import processes
 from raftmq.errors import ClientError
 
 pytestmark = pytest.mark.integration
@@ -21,9 +21,7 @@ def queue_name() -> str:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return processes.free_port()  # never bound: nobody listens there
 
 
 def loop_threads() -> list[threading.Thread]:
