@@ -14,53 +14,120 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from raftmq.errors import ProcessNotReady
 
 LOOPBACK = "127.0.0.1"
-# free_ports picks from PICK_LOW up to the ephemeral range (a span of at least PICK_MIN_SPAN).
+# free_ports picks from PICK_LOW up to the ephemeral range (a span of at least PICK_MIN_SPAN),
+# or from RAFTMQ_PORT_RANGE=LOW-HIGH (both included) where that is set: the test suite gives each
+# of its workers a slice of its own (tests/conftest.py), so two workers never pick the same port.
 PICK_LOW = 20_000
 PICK_MIN_SPAN = 4_000
+PORT_RANGE_ENV = "RAFTMQ_PORT_RANGE"
+# Never handed out: the fixed ports of the presets and configs/*.toml (client 61613..., raft
+# 62613..., admin 8161...), which `raftmq up --preset` and the chaos harness's namespaces bind.
+RESERVED_PORTS = (range(8161, 8300), range(61613, 61800), range(62613, 62800))
 POLL_SECONDS = 0.05
 # Right after fork+exec the kernel shows an empty cmdline for a moment.
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5
 KILL_WAIT_SECONDS = 10.0
 
 
+class PortPool:
+    """Hands out the ports of [low, high), each once: from `start` upward, wrapping to `low`,
+    skipping the reserved ports, the ones already handed out and the ones `is_free` finds taken.
+    Only once a whole turn of the range finds too few does it forget what it handed out and
+    start over (a port handed out long ago is, by then, free again or still taken and skipped)."""
+
+    def __init__(self, low: int, high: int, start: int | None = None,
+                 reserved: Sequence[range] = RESERVED_PORTS) -> None:
+        if not 0 < low < high <= 65536:
+            raise ValueError(f"no ports in {low}-{high - 1}")
+        self.low, self.high = low, high
+        self.reserved = tuple(reserved)
+        self.handed_out: set[int] = set()
+        self._next = low if start is None else low + (start - low) % (high - low)
+
+    def take(self, count: int, is_free: Callable[[int], bool]) -> list[int]:
+        picked: list[int] = []
+        for turn in range(2):
+            for _ in range(self.high - self.low):
+                if len(picked) == count:
+                    return picked
+                port = self._next
+                self._next = port + 1 if port + 1 < self.high else self.low
+                if port in self.handed_out or any(port in span for span in self.reserved) or not is_free(port):
+                    continue
+                self.handed_out.add(port)
+                picked.append(port)
+            if len(picked) == count:
+                return picked
+            self.handed_out = set(picked)  # exhausted: start over
+        raise RuntimeError(f"no {count} free ports in {self.low}-{self.high - 1}")
+
+
+_pools: dict[tuple[int, int], PortPool] = {}
+_pools_lock = threading.Lock()
+
+
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports free on `host` right now (held open together while picked, so
-    they differ; another process may still take one before it is bound). They are picked
-    below the kernel's ephemeral range: a port the kernel hands out (`bind(0)`) is one any
-    outgoing connection may take next, before the server it was picked for binds it (seen
-    as "address already in use" with two test workers connecting busily)."""
-    low, high = _pick_range()
-    chooser = random.SystemRandom()
-    sockets: list[socket.socket] = []
-    ports: list[int] = []
+    """`count` distinct ports free on `host` right now, none of them handed out before by this
+    process (until the range runs out). Another process may still take one before it is bound:
+    they are picked below the kernel's ephemeral range, since a port the kernel hands out
+    (`bind(0)`) is one any outgoing connection may take next, before the server it was picked
+    for binds it (seen as "address already in use" with two test workers connecting busily);
+    and in RAFTMQ_PORT_RANGE where that is set (each test worker has its own)."""
+    low, high = port_range()
+    with _pools_lock:
+        pool = _pools.get((low, high))
+        if pool is None:
+            pool = _pools[(low, high)] = PortPool(low, high, start=random.SystemRandom().randrange(low, high))
+        return pool.take(count, lambda port: _bindable(host, port))
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    return free_ports(1, host)[0]
+
+
+def port_range(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """[low, high) that free_ports picks from: RAFTMQ_PORT_RANGE=LOW-HIGH (both included) or
+    the span under the ephemeral range (net.ipv4.ip_local_port_range; 32768 by default)."""
+    text = environ.get(PORT_RANGE_ENV, "").strip()
+    if not text:
+        return _pick_range()
+    low_text, sep, high_text = text.partition("-")
     try:
-        for _ in range(count * 200):
-            if len(ports) == count:
-                return ports
-            port = chooser.randrange(low, high)
-            if port in ports:
-                continue
-            sock = socket.socket()
-            try:
-                sock.bind((host, port))
-            except OSError:
-                sock.close()
-                continue
-            sockets.append(sock)
-            ports.append(port)
-        if len(ports) == count:
-            return ports
-        raise RuntimeError(f"no {count} free ports on {host} in {low}-{high - 1}")
-    finally:
-        for sock in sockets:
-            sock.close()
+        low, high = int(low_text), int(high_text) + 1
+    except ValueError:
+        low = high = 0
+    if not sep or not 0 < low < high <= 65536:
+        raise ValueError(f"{PORT_RANGE_ENV}={text!r}: expected LOW-HIGH, two ports with LOW <= HIGH")
+    return low, high
+
+
+def split_port_range(low: int, high: int, index: int, count: int) -> tuple[int, int]:
+    """The `index`th of `count` disjoint slices of [low, high) that together cover it."""
+    if not 0 <= index < count or high - low < count:
+        raise ValueError(f"no slice {index} of {count} in {low}-{high - 1}")
+    return low + (high - low) * index // count, low + (high - low) * (index + 1) // count
+
+
+def format_port_range(low: int, high: int) -> str:
+    """[low, high) as RAFTMQ_PORT_RANGE spells it."""
+    return f"{low}-{high - 1}"
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _pick_range() -> tuple[int, int]:
@@ -71,10 +138,6 @@ def _pick_range() -> tuple[int, int]:
         ephemeral_low = 32768
     high = max(ephemeral_low, PICK_MIN_SPAN + PICK_LOW)
     return (PICK_LOW if high - PICK_LOW >= PICK_MIN_SPAN else 1024), high
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    return free_ports(1, host)[0]
 
 
 def spawn(

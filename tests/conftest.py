@@ -20,16 +20,32 @@ READY_PREFIX = "raftmq node listening on "
 # Tests run on two workers (pytest-xdist, pyproject.toml). These share something a second
 # worker must not touch at the same time, so each group runs on one worker, one test at a time:
 # - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
-# - chaos: network namespaces, bridges and 10.99.x.x addresses of the chaos harness;
+# - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other
+#   chaos tests run on loopback addresses and free ports, beside anything; a test outside this
+#   group that creates a namespace network fails, `_namespaces_only_in_their_group`);
 # - presets: `raftmq up --preset` starts clusters on the presets' fixed ports.
 # (Our own scheduler: xdist 3.8's `loadgroup` renames test ids, which pytest 9 no longer allows.)
 WORKER_GROUPS = {
     "tests/spark_audit/": "spark",
-    "tests/chaos/": "chaos",
+    "tests/chaos/test_netns.py": "netns",
+    "tests/chaos/test_nemeses.py::test_a_leader_cut_off_in_its_namespace": "netns",
+    "tests/chaos/test_nemeses.py::test_a_member_cut_off_by_a_partition": "netns",
+    "tests/chaos/test_chaos_runs.py::test_a_run_under_kills_pauses_and_partitions": "netns",
+    "tests/chaos/test_chaos_families.py::test_a_short_run_under_each_nemesis_is_valid[packet]": "netns",
     "tests/ops/test_ops_up_cluster.py": "presets",
     "tests/ops/test_ops_up_supervised.py": "presets",
     "tests/ops/test_ops_symmetric_features.py": "presets",
 }
+# Long tests outside the groups (real chaos runs of 15-30 s each) start before the rest, so the
+# last tests to run are short ones and neither worker waits long for the other at the end.
+START_EARLY = ("tests/chaos/",)
+
+
+def worker_group(nodeid: str) -> str | None:
+    for prefix, group in WORKER_GROUPS.items():
+        if nodeid.startswith(prefix):
+            return group
+    return None
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -37,19 +53,41 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """Each group of WORKER_GROUPS is one scope (one worker, in order); every other test
-        is a scope of its own, so they spread as with plain `load`."""
+        is a scope of its own, so they spread as with plain `load`. Scopes are handed out
+        largest first (the groups, then the singles in collection order)."""
 
         def _split_scope(self, nodeid: str) -> str:
-            for prefix, group in WORKER_GROUPS.items():
-                if nodeid.startswith(prefix):
-                    return group
-            return nodeid
+            return worker_group(nodeid) or nodeid
 
     return GroupScheduling(config, log)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker (every worker collects the same order), START_EARLY's tests first;
+    each module's tests stay together and in order."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        items.sort(key=lambda item: not item.nodeid.startswith(START_EARLY))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker picks free ports (processes.free_ports) from a slice of the range of
+    its own, so one worker never picks a port the other has just picked and released (seen as
+    "address already in use" when a node restarted on its port). The slice goes to the
+    processes a worker starts too, through the environment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    low, high = processes.split_port_range(*processes.port_range(), index, count)
+    os.environ[processes.PORT_RANGE_ENV] = processes.format_port_range(low, high)
+
+
 class UnmarkedIntegration(RuntimeError):
     """A test without the `integration` marker opened a network socket or started a process."""
+
+
+class UngroupedNamespaces(RuntimeError):
+    """A chaos test outside the `netns` group of WORKER_GROUPS created a namespace network."""
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +115,21 @@ def _pure_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
 
         monkeypatch.setattr(socket.socket, method, guarded)
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starting a process"))
+
+
+@pytest.fixture(autouse=True)
+def _namespaces_only_in_their_group(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chaos test outside the `netns` group of WORKER_GROUPS may not create a namespace
+    network: it would run beside the group's tests, on the same bridge subnets."""
+    where = request.node.nodeid
+    if not where.startswith("tests/chaos/") or worker_group(where) == "netns":
+        return
+    from chaos import netns
+
+    def refused(self: Any) -> None:
+        raise UngroupedNamespaces(f"{where}: creates a network namespace outside the netns group of WORKER_GROUPS")
+
+    monkeypatch.setattr(netns.Network, "create", refused)
 
 
 @pytest.fixture(autouse=True)

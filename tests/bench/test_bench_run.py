@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from raftmq import processes
 from raftmq.bench.cli import bench_command
 
 pytestmark = pytest.mark.integration
@@ -88,11 +89,7 @@ def test_receipted_messages_nobody_consumed_count_as_lost(broker: tuple[str, int
 
 
 def test_bench_reports_an_unreachable_broker(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once closed
+    port = processes.free_port()  # nothing listens here
     out = tmp_path / "result.json"
     result = CliRunner().invoke(
         bench_command,

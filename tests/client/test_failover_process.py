@@ -11,7 +11,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from raftmq import processes
 from raftmq.client import Address, FailoverEvent, FailoverExhausted, connect, connect_failover
 from raftmq.client.failover_outbox import new_dupl_id as _new_dupl_id
 from raftmq.errors import ClientError
@@ -37,9 +37,7 @@ class NodeProcess:
     """One node subprocess on a free loopback port, killed by pid."""
 
     def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = processes.free_port()
         self.address = Address("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory"],

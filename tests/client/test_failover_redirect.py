@@ -7,7 +7,6 @@ client address (the way a Raft follower will), so CONNECT gets the server's real
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from raftmq import processes
 from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverExhausted, FailoverOptions, connect_failover
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
@@ -68,9 +68,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def closed_port() -> Address:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return Address("127.0.0.1", sock.getsockname()[1])
+    return Address("127.0.0.1", processes.free_port())  # never bound: nobody listens there
 
 
 @asynccontextmanager

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
 
 import pytest
 
+from raftmq import processes
 from raftmq.client import FailoverEvent, SubscriptionEnded
 from raftmq.client.sync import Client
 from raftmq.errors import ClientError
@@ -21,9 +21,7 @@ def queue_name() -> str:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return processes.free_port()  # never bound: nobody listens there
 
 
 def loop_threads() -> list[threading.Thread]:

@@ -196,7 +196,11 @@ async def drain_queue(addresses: list[tuple[str, int]], destination: str, idle: 
     client = await connect_leader(addresses)
     got: list[tuple[str, bytes, dict[str, str]]] = []
 
+    last_arrival = time.monotonic()
+
     def on_message(frame: Any) -> None:
+        nonlocal last_arrival
+        last_arrival = time.monotonic()
         headers = frame.header_dict()
         got.append((headers.get("_AMQ_DUPL_ID", ""), frame.body, headers))
         client.ack_nowait(frame)
@@ -206,10 +210,9 @@ async def drain_queue(addresses: list[tuple[str, int]], destination: str, idle: 
         subscription = client.subscribe(destination, ack="client-individual", prefetch=500, callback=on_message, receipt=True)
         assert subscription.receipt is not None
         await asyncio.wait_for(subscription.receipt, 5)
-        seen = -1
-        while len(got) != seen and time.monotonic() < deadline:
-            seen = len(got)
-            await asyncio.sleep(idle)
+        last_arrival = time.monotonic()
+        while time.monotonic() - last_arrival < idle and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         await client.disconnect(timeout=5)  # its RECEIPT: every ACK before it was applied
     finally:
         if not client.is_closed:

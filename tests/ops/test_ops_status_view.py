@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from raftmq import processes
 from raftmq.ops.status_view import NodeAddress, collect_status, render_to_string, summarise
 
 
@@ -106,13 +107,9 @@ def fake_admin() -> Iterator[str]:
 
 @pytest.mark.integration
 def test_collect_status_asks_each_node_and_marks_silent_ones_down(fake_admin: str) -> None:
-    import socket
-
-    with socket.socket() as closed:  # a port nobody listens on
-        closed.bind(("127.0.0.1", 0))
-        silent = f"127.0.0.1:{closed.getsockname()[1]}"
-        nodes = [NodeAddress("g", "up", "127.0.0.1:1", fake_admin), NodeAddress("g", "gone", "127.0.0.1:2", silent)]
-        summary = collect_status(nodes, timeout=1.0)
+    silent = f"127.0.0.1:{processes.free_port()}"  # a port nobody listens on
+    nodes = [NodeAddress("g", "up", "127.0.0.1:1", fake_admin), NodeAddress("g", "gone", "127.0.0.1:2", silent)]
+    summary = collect_status(nodes, timeout=1.0)
     (group,) = summary["groups"]
     assert group["leader"] == "up" and group["term"] == 9 and group["destinations"] == {"/queue/a": {**QUEUE, **RATES["/queue/a"]}}
     assert [(row["id"], row["role"], row["up"]) for row in group["nodes"]] == [("up", "leader", True), ("gone", "down", False)]
