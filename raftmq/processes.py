@@ -54,7 +54,7 @@ class PortPool:
 
     def take(self, count: int, is_free: Callable[[int], bool]) -> list[int]:
         picked: list[int] = []
-        for turn in range(2):
+        for _turn in range(2):
             for _ in range(self.high - self.low):
                 if len(picked) == count:
                     return picked
