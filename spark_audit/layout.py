@@ -27,7 +27,7 @@ SEGMENT_NAME = re.compile(r"^\d{20}\.seg$")  # a body-journal segment (docs/jour
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class MemberFiles:
     run: str
     group: str
     node: str
@@ -40,7 +40,7 @@ class Run:
     path: str
     workload: str
     groups: tuple[str, ...]
-    members: tuple[Member, ...]
+    members: tuple[MemberFiles, ...]
     max_hops: int  # the longest route a cluster connection allows (0: one group, nothing forwards)
 
 
@@ -80,7 +80,7 @@ def read_run(path: Path) -> Run:
         nodes = sorted(p for p in group_dir.iterdir() if p.is_dir() and (p / "raft").is_dir())
         if nodes:
             groups.append(group_dir.name)
-        members += [Member(path.name, group_dir.name, node.name, str(node)) for node in nodes]
+        members += [MemberFiles(path.name, group_dir.name, node.name, str(node)) for node in nodes]
     if not members:
         raise AuditError(f"{path}: no member data under data/<group>/<node>/raft")
     return Run(path.name, str(path), workload, tuple(groups), tuple(members), _max_hops(path, meta))
