@@ -17,7 +17,7 @@ from raftmq.logs import log_through_stdlib_if_unconfigured
 READY_PREFIX = "raftmq node listening on "
 
 
-# Tests run on two workers (pytest-xdist, pyproject.toml). These share something a second
+# Tests run on three workers (pytest-xdist, pyproject.toml). These share something a second
 # worker must not touch at the same time, so each group runs on one worker, one test at a time:
 # - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
 # - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other
