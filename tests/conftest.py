@@ -17,7 +17,7 @@ from raftmq.logs import log_through_stdlib_if_unconfigured
 READY_PREFIX = "raftmq node listening on "
 
 
-# Tests run on three workers (pytest-xdist, pyproject.toml). These share something a second
+# Tests run on four workers (pytest-xdist, pyproject.toml). These share something a second
 # worker must not touch at the same time, so each group runs on one worker, one test at a time:
 # - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
 # - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other
@@ -37,7 +37,7 @@ WORKER_GROUPS = {
     "tests/ops/test_ops_symmetric_features.py": "presets",
 }
 # Long tests outside the groups (real chaos runs of 15-30 s each) start before the rest, so the
-# last tests to run are short ones and neither worker waits long for the other at the end.
+# last tests to run are short ones and no worker waits long for the others at the end.
 START_EARLY = ("tests/chaos/",)
 
 
