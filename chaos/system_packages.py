@@ -10,6 +10,8 @@ What each part needs (Debian package names):
 - disk-full (chaos.disk): root (a tmpfs is mounted);
 - and, not for chaos but for the Spark audit beside it (spark_audit): a Java 17 runtime,
   openjdk-17-jre-headless, for pyspark's JVM;
+- and, for the install that compiles raftmq's hot modules (setup.py, raftmq/compiled.py): gcc
+  and the running interpreter's headers (python3-dev; without them raftmq installs pure Python);
 - and, for the web console's browser test, chromium and chromium-driver
   (tests/server/test_console_browser.py, through selenium; it fails, not skips, without them).
 
@@ -23,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 PACKAGES = {  # Debian package -> a file that shows it is installed
@@ -35,6 +38,7 @@ PACKAGES = {  # Debian package -> a file that shows it is installed
     "openjdk-17-jre-headless": "/usr/bin/java",
     "chromium": "/usr/bin/chromium",
     "chromium-driver": "/usr/bin/chromedriver",
+    "python3-dev": str(Path(sysconfig.get_paths()["include"], "Python.h")),
 }
 
 

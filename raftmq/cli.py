@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from raftmq import __version__
+from raftmq import __version__, compiled
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,6 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="raftmq")
+@click.version_option(__version__, prog_name="raftmq", message=f"%(prog)s %(version)s (hot modules: {compiled.mode()})")
 def main() -> None:
     """raftmq: a STOMP 1.2 message broker in which every logical broker is a Raft group."""

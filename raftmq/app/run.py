@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from raftmq import compiled
 from raftmq.config import NodeConfig
 from raftmq.logs import configure_logging
 from raftmq.server.node import Node, watch_gc_pauses
@@ -59,7 +60,7 @@ def announce_ready(node: Node, on_ready: ReadyCallback | None) -> None:
     """The node serves clients: log it and tell the caller (the CLI prints the readiness line
     `raftmq node listening on HOST:PORT` that scripts and `raftmq up` wait for)."""
     host, port = node.address
-    log.info("node.listening", node=node.name, host=host, port=port, pid=os.getpid())
+    log.info("node.listening", node=node.name, host=host, port=port, pid=os.getpid(), hot_modules=compiled.mode())
     if on_ready is not None:
         on_ready(host, port)
 

@@ -62,7 +62,7 @@ class Broker:
             commands.Unsubscribe: self._unsubscribe,
             Send: self._send,
             Ack: self._ack,
-            Nack: self._nack,
+            Nack: self._ack,  # the same handler: it settles by the command's type
             commands.Begin: self._begin,
             commands.Commit: self._commit,
             commands.Abort: self._abort,
@@ -92,8 +92,10 @@ class Broker:
         return dump_state(self.state)
 
     @classmethod
-    def restore(cls, data: dict[str, Any], config: CoreConfig, pages: PageStore | None = None) -> Broker:
-        """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none."""
+    def restore(cls, data: Any, config: CoreConfig, pages: PageStore | None = None) -> Broker:
+        """A broker in the state `data` (a `snapshot()`) describes; raises SnapshotError if it is none
+        (`data` is Any: it comes from a file or a peer, and the compiled build checks an annotated
+        argument's type before the body runs, with a TypeError, not a SnapshotError)."""
         broker = cls(config)
         if pages is not None:
             broker.state.pages = pages
@@ -419,8 +421,6 @@ class Broker:
         else:
             self.dispatch.settle(delivery, type(command) is Ack)
         self._done(session.session_id, command.receipt)
-
-    _nack = _ack
 
     # -- transactions --------------------------------------------------------------------------
 

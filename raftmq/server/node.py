@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from raftmq import compiled
 from raftmq.clock import Clock, SystemClock
 from raftmq.config import NodeConfig
 from raftmq.core.address_settings import BLOCK
@@ -400,6 +401,7 @@ class Node:
         status: dict[str, Any] = {
             "node": self.name,
             "pid": os.getpid(),
+            "hot_modules": compiled.mode(),  # "compiled" or "pure ..." (raftmq.compiled)
             "role": "leader" if commit_log.is_leader else "follower",
             "leader": None if commit_log.is_leader else commit_log.leader_hint,
             "applied_index": commit_log.position.index,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from raftmq.clock import ManualClock
 from raftmq.config import NodeConfig
+from raftmq.core.broker import Broker
 from raftmq.core.commands import Connect, Send
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.server.replica.state_machine import Replica
@@ -35,16 +37,26 @@ class Host:
         self.replays += 1
 
 
+class RaisingCore:
+    """The replica's core with a bug: `apply` raises `error` (the core may be compiled, whose
+    methods cannot be patched, so the replica is handed this in its place)."""
+
+    def __init__(self, broker: Broker, error: Exception) -> None:
+        self._broker, self._error = broker, error
+
+    def apply(self, command: object) -> list[object]:
+        raise self._error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+
 def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
     host = Host()
     replica = Replica(host, None, None)
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
-
-    def broken(command: object) -> list[object]:
-        raise KeyError("a bug in the core")
-
-    monkeypatch.setattr(replica.broker, "apply", broken)
+    monkeypatch.setattr(replica, "broker", RaisingCore(replica.broker, KeyError("a bug in the core")))
     with pytest.raises(KeyError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
     assert replica.apply_failures == 1
@@ -60,15 +72,11 @@ def test_after_a_failed_entry_nothing_later_is_applied(monkeypatch: pytest.Monke
     replica = Replica(host, None, None)
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
-    original = replica.broker.apply
-
-    def broken(command: object) -> list[object]:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(replica.broker, "apply", broken)
+    core = replica.broker
+    monkeypatch.setattr(replica, "broker", RaisingCore(core, OSError(28, "No space left on device")))
     with pytest.raises(OSError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
-    monkeypatch.setattr(replica.broker, "apply", original)
+    monkeypatch.setattr(replica, "broker", core)
     replica.apply([Send("s", "/queue/a", (), b"y", now)])
     assert "/queue/a" not in replica.broker.stats()["destinations"]  # the later entry was not applied
 

@@ -1,0 +1,79 @@
+"""The hot modules' two builds (raftmq.compiled): compiled by the install where a C compiler is,
+run from source on request or when a source changed since the build, all or none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import raftmq
+from raftmq import compiled
+
+PACKAGE = Path(raftmq.__file__).parent
+REPORT = ("import json, importlib, raftmq.compiled as c; "
+          "print(json.dumps({'mode': c.mode(), 'files': [importlib.import_module(m).__file__ for m in c.HOT_MODULES]}))")
+
+
+def _can_compile() -> bool:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None and os.environ.get("RAFTMQ_COMPILE", "1") != "0"
+
+
+def _report(env: dict[str, str], path: Path | None = None) -> tuple[dict[str, object], str]:
+    environment = {**os.environ, **env}
+    if path is not None:
+        environment["PYTHONPATH"] = str(path)
+    done = subprocess.run([sys.executable, "-c", REPORT], capture_output=True, text=True, timeout=60, env=environment,
+                          cwd=path or PACKAGE.parent, check=True)
+    return json.loads(done.stdout), done.stderr
+
+
+def test_the_hot_modules_exist_and_are_on_the_message_path() -> None:
+    for module in compiled.HOT_MODULES:
+        assert compiled.source_path(module).is_file(), module
+
+
+@pytest.mark.skipif(os.environ.get(compiled.PURE_ENV, "") not in ("", "0"), reason="this run is the pure build")
+def test_an_install_with_a_compiler_runs_every_hot_module_compiled() -> None:
+    """Where the install could compile (a C compiler, RAFTMQ_COMPILE not 0), it did: a build
+    that fell back to pure Python without saying so fails here, not in a benchmark."""
+    if not _can_compile():
+        assert compiled.mode().startswith("pure")
+        return
+    assert compiled.mode() == "compiled"
+    for module in compiled.HOT_MODULES:
+        assert compiled.is_compiled(sys.modules.get(module) or __import__(module, fromlist=["_"])), module
+
+
+@pytest.mark.integration
+def test_the_pure_switch_runs_every_hot_module_from_its_source() -> None:
+    report, _ = _report({compiled.PURE_ENV: "1"})
+    assert report["mode"] == "pure"
+    assert report["files"] == [str(compiled.source_path(module)) for module in compiled.HOT_MODULES]
+
+
+@pytest.mark.integration
+def test_a_source_changed_since_the_build_runs_every_hot_module_from_source_and_says_so(tmp_path: Path) -> None:
+    if compiled.mode() != "compiled":
+        pytest.skip("needs the compiled build (a C compiler at install)")
+    copy = tmp_path / "raftmq"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for shared in PACKAGE.parent.glob("*__mypyc*"):  # mypyc's shared library, beside the package
+        shutil.copy2(shared, tmp_path)
+    report, _ = _report({compiled.PURE_ENV: ""}, tmp_path)
+    assert report["mode"] == "compiled"  # the copy runs compiled as it is
+    changed = compiled.HOT_MODULES[-1]
+    source = tmp_path.joinpath(*changed.split(".")).with_suffix(".py")
+    source.write_text(source.read_text() + "\n# edited\n")
+    report, stderr = _report({compiled.PURE_ENV: ""}, tmp_path)
+    relative = source.relative_to(tmp_path)
+    assert report["mode"] == f"pure ({relative} changed since the build)"
+    assert report["files"] == [str(tmp_path.joinpath(*m.split(".")).with_suffix(".py")) for m in compiled.HOT_MODULES]
+    assert f"{relative} changed since it was compiled" in stderr and compiled.REBUILD in stderr
