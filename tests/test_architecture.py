@@ -22,6 +22,7 @@ RANKS = {
     "raftmq.processes": 0,
     "raftmq.packing": 0,
     "raftmq.values": 0,
+    "raftmq.compiled": 0,  # which build of the hot modules runs; the package's __init__ asks it first
     "raftmq.patterns": 0,  # destination-name patterns: the ACL, address settings and routing read them
     "raftmq.protocol": 1,
     "raftmq.routing": 1,  # cluster connections' pure decisions; the core routes with them
@@ -55,7 +56,7 @@ RANKS = {
     "raftmq.cli": 8,
     "raftmq.__main__": 9,
 }
-PACKAGE_INIT_RANK = 0  # `raftmq/__init__.py` holds the version only
+PACKAGE_INIT_RANK = 0  # `raftmq/__init__.py`: the version, and raftmq.compiled's choice of build
 # Cohesive despite its size: the SQL-92 selector grammar and its evaluator.
 SIZE_EXCEPTIONS = {"raftmq.core.selector"}
 MAX_LINES = 500
