@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from raftmq.core import commands
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
@@ -43,6 +45,9 @@ from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_su
 from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 
+# Compiled (raftmq.compiled), a class takes Python subclasses only when it says so: the simulator's
+# tests plant bugs in subclasses of the core (tests/testing/).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Broker:
     """The replicated state machine of one logical broker. See the module docstring."""
 
