@@ -45,8 +45,7 @@ from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_su
 from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 
-# Compiled (raftmq.compiled), a class takes Python subclasses only when it says so: the simulator's
-# tests plant bugs in subclasses of the core (tests/testing/).
+# Compiled (raftmq.compiled), Python subclasses only when allowed: the simulator's tests plant bugs in them.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Broker:
     """The replicated state machine of one logical broker. See the module docstring."""

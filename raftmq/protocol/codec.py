@@ -78,29 +78,28 @@ class FrameParser:
         """Bytes of an unfinished frame held by the parser."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         if self._error is not None:
             raise ProtocolError(f"connection already failed: {self._error.message}", self._error.detail)
         if not data:
             return []
         frames: list[Frame] = []
+        chunk = data if isinstance(data, bytes) else bytes(data)
         try:
             buf = self._buf
             if buf:
-                buf += data
+                buf += chunk
                 if not self._may_complete(buf):
                     return frames
-                data = bytes(buf)
+                chunk = bytes(buf)
                 buf.clear()
-            elif type(data) is not bytes:
-                data = bytes(data)
-            pos = self._parse(data, frames)
+            pos = self._parse(chunk, frames)
         except ProtocolError as err:
             self.frames_before_error = frames
             self._error = err
             raise
-        if pos < len(data):
-            self._buf += memoryview(data)[pos:]
+        if pos < len(chunk):
+            self._buf += memoryview(chunk)[pos:]
         return frames
 
     def _may_complete(self, buf: bytearray) -> bool:

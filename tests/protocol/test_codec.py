@@ -112,7 +112,7 @@ def test_every_split_point_gives_the_same_frames() -> None:
 
 def test_feed_accepts_bytearray_and_memoryview() -> None:
     assert parse_all(bytearray(SEND)) == parse_all(SEND)  # type: ignore[arg-type]
-    (frame,) = FrameParser().feed(memoryview(SEND))  # type: ignore[arg-type]
+    (frame,) = FrameParser().feed(memoryview(SEND))
     assert type(frame.body) is bytes
 
 
