@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from raftmq.core.broker import Broker
 from raftmq.core.commands import Send
 from raftmq.embedded import EmbeddedBroker
 from raftmq.replication import commit_log
+from tests.helpers.core_proxy import CoreProxy
 from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -95,7 +97,12 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
             bodies = replica.bodies
             wrap(bodies, "begin", before=lambda *a, **k: trace.record("references"))
             wrap(bodies, "end", before=lambda *a, **k: trace.record("bodies"))
-            wrap(replica.broker, "apply", before=lambda command: trace.record("core") if type(command) is Send else None)
+            def recorded_apply(core: Broker, command: Any) -> list[Any]:
+                if type(command) is Send:
+                    trace.record("core")
+                return core.apply(command)
+
+            replica.broker = CoreProxy(replica.broker, recorded_apply)  # type: ignore[assignment]
             for session in node.sessions.values():
                 wrap(session, "receipt", before=lambda *a: trace.record("effects"))
                 wrap(session, "deliver", before=lambda *a: trace.record("effects"))

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
 from raftmq.clock import ManualClock
 from raftmq.config import NodeConfig
-from raftmq.core.broker import Broker
 from raftmq.core.commands import Connect, Send
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.server.replica.state_machine import Replica
 from raftmq.server.stomp.connection import Connection
+from tests.helpers.core_proxy import CoreProxy, raising
 
 
 @dataclass
@@ -37,26 +36,12 @@ class Host:
         self.replays += 1
 
 
-class RaisingCore:
-    """The replica's core with a bug: `apply` raises `error` (the core may be compiled, whose
-    methods cannot be patched, so the replica is handed this in its place)."""
-
-    def __init__(self, broker: Broker, error: Exception) -> None:
-        self._broker, self._error = broker, error
-
-    def apply(self, command: object) -> list[object]:
-        raise self._error
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._broker, name)
-
-
 def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
     host = Host()
     replica = Replica(host, None, None)
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
-    monkeypatch.setattr(replica, "broker", RaisingCore(replica.broker, KeyError("a bug in the core")))
+    monkeypatch.setattr(replica, "broker", CoreProxy(replica.broker, raising(KeyError("a bug in the core"))))
     with pytest.raises(KeyError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
     assert replica.apply_failures == 1
@@ -73,7 +58,7 @@ def test_after_a_failed_entry_nothing_later_is_applied(monkeypatch: pytest.Monke
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
     core = replica.broker
-    monkeypatch.setattr(replica, "broker", RaisingCore(core, OSError(28, "No space left on device")))
+    monkeypatch.setattr(replica, "broker", CoreProxy(core, raising(OSError(28, "No space left on device"))))
     with pytest.raises(OSError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
     monkeypatch.setattr(replica, "broker", core)
