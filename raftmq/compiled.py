@@ -44,6 +44,13 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.core.model",
     "raftmq.core.state",
     "raftmq.replication.command_codec",
+    "raftmq.protocol.frame",
+    "raftmq.server.stomp.frames",
+    "raftmq.server.stomp.translate",
+    "raftmq.server.stomp.session",
+    "raftmq.storage.records",
+    "raftmq.storage.payload",
+    "raftmq.server.replica.bodies",
 )
 
 _PACKAGE = Path(__file__).parent

@@ -16,7 +16,6 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from raftmq.client.futures import fail_quietly, unanswered
 from raftmq.client.protocols import Stream, Subscriber, SubscriptionKeeper
@@ -27,11 +26,30 @@ from raftmq.protocol.frame import Frame
 DeliveryCallback = Callable[["Delivery"], None]
 
 
-@dataclass(slots=True)
 class Delivery(Frame):
-    """A MESSAGE frame plus the number of the connection that delivered it."""
+    """A MESSAGE frame plus the number of the connection that delivered it.
 
-    connection: int = 0
+    A plain subclass, not a dataclass: Frame may be compiled (raftmq.compiled), and a Python
+    dataclass cannot see a compiled dataclass's fields."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b"",
+                 connection: int = 0) -> None:
+        super().__init__(command, [] if headers is None else headers, body)
+        self.connection = connection
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Delivery):
+            return NotImplemented
+        return (self.command, self.headers, self.body, self.connection) == (
+            other.command, other.headers, other.body, other.connection)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like Frame
+
+    def __repr__(self) -> str:
+        return (f"Delivery(command={self.command!r}, headers={self.headers!r}, body={self.body!r}, "
+                f"connection={self.connection!r})")
 
     @classmethod
     def of(cls, frame: Frame, connection: int) -> Delivery:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 # Client frames (STOMP 1.2 §"Client Frames"); STOMP is the 1.1+ alias of CONNECT.
 CLIENT_COMMANDS = frozenset(
     {"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"}
@@ -18,6 +20,8 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 REDIRECT_HEADER = "raftmq.redirect"
 
 
+# Compiled (raftmq.compiled), so the clients' own frames (a failover Delivery) are Python subclasses.
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(slots=True)
 class Frame:
     """One STOMP frame.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import lz4.frame
 from crc32c import crc32c
@@ -65,7 +65,10 @@ class BatchHeader(NamedTuple):
 
 def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
     """Return `record` as a Record with a `bytes` payload, or raise ValueError if a field cannot be stored."""
-    raft_index, raft_term, kind, payload = record
+    # Unpacked untyped: a payload of the wrong type is this function's ValueError in both builds
+    # (a compiled build would raise TypeError on unpacking it as the annotation's bytes).
+    fields: Any = record
+    raft_index, raft_term, kind, payload = fields
     if not (0 <= raft_index <= MAX_U64 and 0 <= raft_term <= MAX_U64):
         raise ValueError(f"raft index and term must fit in 64 unsigned bits: {raft_index}, {raft_term}")
     if not 0 <= kind <= MAX_U16:

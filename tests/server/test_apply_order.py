@@ -24,7 +24,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Send
 from raftmq.embedded import EmbeddedBroker
 from raftmq.replication import commit_log
-from tests.helpers.core_proxy import CoreProxy
+from tests.helpers.proxy import Proxy
 from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -94,15 +94,22 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
         assert replica.bodies is not None
 
         def install() -> None:
-            bodies = replica.bodies
-            wrap(bodies, "begin", before=lambda *a, **k: trace.record("references"))
-            wrap(bodies, "end", before=lambda *a, **k: trace.record("bodies"))
+            def recorded_begin(bodies: Any, *args: Any, **kwargs: Any) -> Any:
+                trace.record("references")
+                return bodies.begin(*args, **kwargs)
+
+            def recorded_end(bodies: Any) -> None:
+                trace.record("bodies")
+                bodies.end()
+
             def recorded_apply(core: Broker, command: Any) -> list[Any]:
                 if type(command) is Send:
                     trace.record("core")
                 return core.apply(command)
 
-            replica.broker = CoreProxy(replica.broker, recorded_apply)  # type: ignore[assignment]
+            # Proxies, not patches: the body store and the core may be compiled (raftmq.compiled).
+            replica.bodies = Proxy(replica.bodies, begin=recorded_begin, end=recorded_end)  # type: ignore[assignment]
+            replica.broker = Proxy(replica.broker, apply=recorded_apply)  # type: ignore[assignment]
             for session in node.sessions.values():
                 wrap(session, "receipt", before=lambda *a: trace.record("effects"))
                 wrap(session, "deliver", before=lambda *a: trace.record("effects"))

@@ -12,7 +12,7 @@ from raftmq.core.commands import Connect, Send
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.server.replica.state_machine import Replica
 from raftmq.server.stomp.connection import Connection
-from tests.helpers.core_proxy import CoreProxy, raising
+from tests.helpers.proxy import Proxy, raising
 
 
 @dataclass
@@ -41,7 +41,7 @@ def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monke
     replica = Replica(host, None, None)
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
-    monkeypatch.setattr(replica, "broker", CoreProxy(replica.broker, raising(KeyError("a bug in the core"))))
+    monkeypatch.setattr(replica, "broker", Proxy(replica.broker, apply=raising(KeyError("a bug in the core"))))
     with pytest.raises(KeyError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
     assert replica.apply_failures == 1
@@ -58,7 +58,7 @@ def test_after_a_failed_entry_nothing_later_is_applied(monkeypatch: pytest.Monke
     now = host.clock.now_ms()
     replica.apply([Connect("s", now, None, None)])
     core = replica.broker
-    monkeypatch.setattr(replica, "broker", CoreProxy(core, raising(OSError(28, "No space left on device"))))
+    monkeypatch.setattr(replica, "broker", Proxy(core, apply=raising(OSError(28, "No space left on device"))))
     with pytest.raises(OSError):
         replica.apply([Send("s", "/queue/a", (), b"x", now)])
     monkeypatch.setattr(replica, "broker", core)
