@@ -69,6 +69,10 @@ def _compiled(*modules: str) -> Callable[[Frame], bool]:
     return lambda frame: frame.function.startswith(prefixes)
 
 
+def _either(*claims: Callable[[Frame], bool]) -> Callable[[Frame], bool]:
+    return lambda frame: any(claim(frame) for claim in claims)
+
+
 def _call(path_part: str, *functions: str) -> Callable[[Frame], bool]:
     """A function of that file by name (py-spy names a method `Class.method`)."""
     return lambda frame: path_part in frame.path and frame.function.rsplit(".", 1)[-1] in functions
@@ -80,15 +84,15 @@ def _call(path_part: str, *functions: str) -> Callable[[Frame], bool]:
 STAGES: tuple[Stage, ...] = (
     Stage("Raft journal fsync", _call("pysyncobj/raft_journal", "fdatasync", "sync", "flush")),
     Stage("Raft journal append", _in("pysyncobj/raft_journal", "raft_journal_format")),
-    Stage("Raft encode / decode (entries, commands)", lambda frame: _in("replication/command_codec", "replication/entry_codec")(frame)
-          or _compiled("command_codec", "entry_codec")(frame)),
+    Stage("Raft encode / decode (entries, commands)", _either(_in("replication/command_codec", "replication/entry_codec"),
+                                                                      _compiled("command_codec", "entry_codec"))),
     Stage("Raft wire (peer messages)", _in("replication/wire", "pysyncobj/tcp_", "pysyncobj/transport", "pysyncobj/poller")),
     Stage("body journal", _in("server/replica/bodies", "storage/")),
-    Stage("frame parse", lambda frame: _in("protocol/codec")(frame) or _compiled("codec")(frame)),
+    Stage("frame parse", _either(_in("protocol/codec"), _compiled("codec"))),
     Stage("frame formatting", _in("server/stomp/frames", "protocol/frame")),
     Stage("session", _in("server/stomp/session", "protocol/negotiation")),
     Stage("translate", _in("server/stomp/translate")),
-    Stage("core", lambda frame: _in("raftmq/core/")(frame) or _compiled("broker", "dispatch", "model", "state")(frame)),
+    Stage("core", _either(_in("raftmq/core/"), _compiled("broker", "dispatch", "model", "state"))),
     Stage("effects (to sessions)", _call("server/stomp/connection", "deliver", "receipt", "write", "_queue")),
     Stage("socket write", _call("server/stomp/connection", "_flush", "flush")),
     Stage("apply (replica, rest)", _in("server/replica/state_machine")),

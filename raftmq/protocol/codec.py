@@ -84,15 +84,16 @@ class FrameParser:
         if not data:
             return []
         frames: list[Frame] = []
-        chunk = data if isinstance(data, bytes) else bytes(data)
         try:
             buf = self._buf
             if buf:
-                buf += chunk
+                buf += data
                 if not self._may_complete(buf):
                     return frames
                 chunk = bytes(buf)
                 buf.clear()
+            else:
+                chunk = data if isinstance(data, bytes) else bytes(data)
             pos = self._parse(chunk, frames)
         except ProtocolError as err:
             self.frames_before_error = frames

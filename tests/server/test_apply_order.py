@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from raftmq.core.broker import Broker
 from raftmq.core.commands import Send
 from raftmq.embedded import EmbeddedBroker
 from raftmq.replication import commit_log
@@ -94,22 +93,19 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
         assert replica.bodies is not None
 
         def install() -> None:
-            def recorded_begin(bodies: Any, *args: Any, **kwargs: Any) -> Any:
-                trace.record("references")
-                return bodies.begin(*args, **kwargs)
+            def recorded(step: str, name: str, when: Callable[..., bool] = lambda *a: True) -> Callable[..., Any]:
+                def method(target: Any, *args: Any, **kwargs: Any) -> Any:
+                    if when(*args):
+                        trace.record(step)
+                    return getattr(target, name)(*args, **kwargs)
 
-            def recorded_end(bodies: Any) -> None:
-                trace.record("bodies")
-                bodies.end()
-
-            def recorded_apply(core: Broker, command: Any) -> list[Any]:
-                if type(command) is Send:
-                    trace.record("core")
-                return core.apply(command)
+                return method
 
             # Proxies, not patches: the body store and the core may be compiled (raftmq.compiled).
-            replica.bodies = Proxy(replica.bodies, begin=recorded_begin, end=recorded_end)  # type: ignore[assignment]
-            replica.broker = Proxy(replica.broker, apply=recorded_apply)  # type: ignore[assignment]
+            replica.bodies = Proxy(replica.bodies, begin=recorded("references", "begin"),  # type: ignore[assignment]
+                                   end=recorded("bodies", "end"))
+            replica.broker = Proxy(replica.broker,  # type: ignore[assignment]
+                                   apply=recorded("core", "apply", when=lambda command: type(command) is Send))
             for session in node.sessions.values():
                 wrap(session, "receipt", before=lambda *a: trace.record("effects"))
                 wrap(session, "deliver", before=lambda *a: trace.record("effects"))
