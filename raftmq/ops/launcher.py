@@ -268,9 +268,12 @@ def wait_until_up(
     children: dict[int, subprocess.Popen[bytes]] | None = None,
     timeout: float = UP_TIMEOUT_SECONDS,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
+    collect: Callable[[list[NodeAddress]], dict[str, Any]] = collect_status,
 ) -> dict[str, Any]:
-    """Poll every node's /status until each group has a leader; return that summary.
-    A node that exits meanwhile, or the deadline, raises DeploymentError."""
+    """Poll every node's /status (`collect`) until every node answers and each group has a
+    leader; return that summary. A leader alone is not enough: two nodes of three elect one
+    while the third may still be failing to start. A node that exits meanwhile, or the
+    deadline, raises DeploymentError."""
     deadline = time.monotonic() + timeout
     addresses = [node.address() for node in state.nodes]
     while True:
@@ -279,14 +282,19 @@ def wait_until_up(
             exited = child.poll() is not None if child is not None else not is_our_node(node)
             if exited:
                 raise DeploymentError(f"{node.group}/{node.id} exited while starting: {last_log_line(Path(node.log))}")
-        summary = collect_status(addresses)
+        summary = collect(addresses)
         if on_poll is not None:
             on_poll(summary)
-        if all(group["leader"] is not None for group in summary["groups"]):
+        silent = [f"{group['name']}/{row['id']}" for group in summary["groups"] for row in group["nodes"] if not row["up"]]
+        leaderless = [group["name"] for group in summary["groups"] if group["leader"] is None]
+        if not silent and not leaderless:
             return summary
         if time.monotonic() >= deadline:
-            waiting = ", ".join(group["name"] for group in summary["groups"] if group["leader"] is None)
-            raise DeploymentError(f"no leader elected within {timeout:g} s in group(s) {waiting}; see the node.log files under {state.state_dir}")
+            if leaderless:
+                raise DeploymentError(f"no leader elected within {timeout:g} s in group(s) {', '.join(leaderless)}; "
+                                      f"see the node.log files under {state.state_dir}")
+            raise DeploymentError(f"{', '.join(silent)} did not answer within {timeout:g} s; "
+                                  f"see the node.log files under {state.state_dir}")
         time.sleep(POLL_SECONDS)
 
 
