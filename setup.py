@@ -75,10 +75,11 @@ def extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    config = Path(tempfile.mkdtemp(prefix="raftmq-build-")) / "mypy.ini"
-    config.write_text(BUILD_MYPY_CONFIG, encoding="utf-8")
     paths = [str(source(module).relative_to(ROOT)) for module in hot_modules()]
-    return mypycify(["--config-file", str(config), *paths], opt_level="3", debug_level="0")
+    with tempfile.TemporaryDirectory(prefix="raftmq-build-") as work:  # mypycify reads the config and is done with it
+        config = Path(work) / "mypy.ini"
+        config.write_text(BUILD_MYPY_CONFIG, encoding="utf-8")
+        return mypycify(["--config-file", str(config), *paths], opt_level="3", debug_level="0")
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildHot})

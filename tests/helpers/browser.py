@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,11 +68,16 @@ def browser(log_dir: Path) -> Iterator[Any]:
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     log_dir.mkdir(parents=True, exist_ok=True)
-    service = Service(executable_path=CHROMEDRIVER, log_output=str(log_dir / "chromedriver.log"))
+    # Chromium's own temporary files (org.chromium.Chromium.*) go to a directory removed at the
+    # end; a short one, as its sockets' paths must stay under 108 bytes.
+    scratch = tempfile.mkdtemp(prefix="rmq-chromium-")
+    service = Service(executable_path=CHROMEDRIVER, log_output=str(log_dir / "chromedriver.log"),
+                      env={**os.environ, "TMPDIR": scratch})
     try:
         driver = webdriver.Chrome(options=options, service=service)
     except WebDriverException as error:
         service.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
         pytest.fail(f"headless chromium did not start ({CHROMIUM}, {CHROMEDRIVER}): {error.msg}\n"
                     f"chromedriver log: {log_dir / 'chromedriver.log'}", pytrace=False)
     started = _descendants(service.process.pid) if service.process is not None else []
@@ -88,6 +95,7 @@ def browser(log_dir: Path) -> Iterator[Any]:
         finally:
             service.stop()
             _kill_survivors(pids)
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _descendants(pid: int) -> list[tuple[int, str]]:
