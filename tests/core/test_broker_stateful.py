@@ -433,7 +433,7 @@ class BrokerMachine(RuleBasedStateMachine):
         assert all(d["depth"] == 0 for d in self.broker.stats()["destinations"].values())
 
 
-# 250 runs of up to 60 steps each: about 15 s of CPU per machine here, and every suite run draws
+# 250 runs of up to 60 steps each: 8-9 s of CPU per machine alone here, and every suite run draws
 # new ones. Each machine is bounded by these settings, so a limit above the suite's 120 s (which
 # is there to catch hangs) costs nothing: on a loaded hour, with 400 runs, one took over 120 s.
 BrokerMachine.TestCase.settings = settings(
