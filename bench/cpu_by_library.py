@@ -27,8 +27,8 @@ from pathlib import Path
 
 import click
 
-from bench.bench_cases import CASES, bench_command, declare_queue, new_destination
 from bench.node_group import NodeGroup, install_signal_handlers
+from bench.profile_stages import start_load
 
 LIBRARIES = (  # (label, substring of the shared object's name), first match wins
     ("interpreter (libpython)", "libpython"),
@@ -81,18 +81,11 @@ def main(duration: float, settle: float, sample: float, out: Path | None) -> Non
         raise click.ClickException("--settle + --sample must end before --duration does")
     out = out or Path(tempfile.mkdtemp(prefix="raftmq-perf-"))
     out.mkdir(parents=True, exist_ok=True)
-    case = CASES[0]
+    result_path = out / "bench.json"
     with NodeGroup.create(size=3) as group:
-        leader = group.start_all(timeout=60)
-        group.wait_live(timeout=60)
+        leader, bench = start_load(group, result_path, duration)
         roles = {node_id: ("leader" if node_id == leader else "follower") for node_id in sorted(group.members)}
         pids = {node_id: pid for node_id in roles if (pid := group.members[node_id].pid)}
-        url = group.members[leader].client_url
-        destination = new_destination(case)
-        declare_queue(url, destination, ())
-        result_path = out / "bench.json"
-        bench = subprocess.Popen(bench_command(url, case, destination, 0, 0, 1, (), result_path, duration),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             time.sleep(settle)
             recorded = subprocess.run(["perf", "record", "-F", "999", "-p", ",".join(map(str, pids.values())),

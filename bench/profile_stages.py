@@ -178,6 +178,19 @@ def _py_spy() -> str:
     return found
 
 
+def start_load(group: NodeGroup, result_path: Path, duration: float) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start the group, then the 4P×4C / 100-in-flight `raftmq bench` against its leader for
+    `duration` seconds (its JSON result to `result_path`); returns the leader and the bench."""
+    case = CASES[0]
+    leader = group.start_all(timeout=60)
+    group.wait_live(timeout=60)
+    url = group.members[leader].client_url
+    destination = new_destination(case)
+    declare_queue(url, destination, ())
+    command = bench_command(url, case, destination, 0, 0, 1, (), result_path, duration)
+    return leader, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 @click.command()
 @click.option("--duration", default=40.0, show_default=True, help="seconds of sending")
 @click.option("--settle", default=8.0, show_default=True, help="seconds of load before recording")
@@ -194,19 +207,12 @@ def main(duration: float, settle: float, sample: float, rate: int, out: Path | N
     how = ["--native"] if native else ["--nonblocking"]
     out = out or Path(tempfile.mkdtemp(prefix="raftmq-profile-"))
     out.mkdir(parents=True, exist_ok=True)
-    case = CASES[0]
+    result_path = out / "bench.json"
     with NodeGroup.create(size=3) as group:
-        leader = group.start_all(timeout=60)
-        group.wait_live(timeout=60)
+        leader, bench = start_load(group, result_path, duration)
         follower = next(node_id for node_id in group.members if node_id != leader)
         roles = {leader: "leader", follower: "follower"}
         pids = {node_id: group.members[node_id].pid for node_id in roles}
-        url = group.members[leader].client_url
-        destination = new_destination(case)
-        declare_queue(url, destination, ())
-        result_path = out / "bench.json"
-        command = bench_command(url, case, destination, 0, 0, 1, (), result_path, duration)
-        bench = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             time.sleep(settle)
             before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
