@@ -22,7 +22,10 @@ Routing (docs/cluster.md has the reasoning):
   group with a matching subscription within max_hops, which fans it out there;
 - redistribution (on Tick): a queue with waiting messages, no local consumer, and a consumer
   elsewhere, idle for the connection's redistribution_delay_ms, moves its ready messages
-  there (best priority first; messages of one JMSXGroupID all to the same group).
+  there (best priority first; messages of one JMSXGroupID all to the same group). Under
+  LOCAL_FIRST also a backlog behind local consumers that are all full, for that long: it moves
+  to the groups whose adverts say they have room, which get an equal share each, the local
+  group keeping its own share.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from raftmq.errors import SelectorError
 from raftmq.patterns import pattern_matches
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import LOCAL_FIRST, ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     DELIVERED_HEADER,
@@ -134,7 +137,16 @@ class ClusterRouting:
 
         if self.cluster_state.draining is not None:  # a drained group offers nothing: nobody routes to it or through it
             return advert_for(self.own, neighbour, position, {}, {}, max_hops)
-        return advert_for(self.own, neighbour, position, self.local_bindings(), self.cluster_state.adverts, max_hops)
+        return advert_for(self.own, neighbour, position, self.local_bindings(), self.cluster_state.adverts, max_hops,
+                          self.busy_queues())
+
+    def busy_queues(self) -> list[str]:
+        """This group's queues without room: a message waits there, or no consumer could take
+        another delivery now (none, or each at its prefetch)."""
+        return [
+            destination for destination, store in self.state.queues.items()
+            if store.depth or not any(sub.has_room for sub in store.consumers)
+        ]
 
     def routes_to(self, destination: str) -> dict[str, Route]:
         return self._routes.get(destination, {})
@@ -304,13 +316,25 @@ class ClusterRouting:
             connection = self.governing(destination)
             if connection is None or not connection.redistributes:
                 continue
-            demand = self._demand(connection, destination) if store.depth and not store.consumers else []
-            if not demand:
+            limit, share = REDISTRIBUTION_BATCH, False
+            if not store.depth:
+                demand = []
+            elif not store.consumers:
+                demand = self._demand(connection, destination)
+            elif connection.message_load_balancing == LOCAL_FIRST and not any(sub.has_room for sub in store.consumers):
+                # A backlog behind full local consumers: an equal share for each group with room.
+                demand = [route for route in self._demand(connection, destination) if route.room]
+                limit, share = min(limit, store.depth * len(demand) // (len(demand) + 1)), True
+            else:
+                demand = []
+            if not demand or limit <= 0:
                 idle.pop(destination, None)
                 continue
             since = idle.setdefault(destination, now)
             if now - since >= connection.redistribution_delay_ms:
-                self._move(destination, store, demand)
+                self._move(destination, store, demand, limit, keep_groups=share)
+                if share:  # the groups that took a share advertise whether they still have room first
+                    idle.pop(destination, None)
         for destination in [d for d in idle if d not in self.state.queues]:
             del idle[destination]
 
@@ -324,7 +348,7 @@ class ClusterRouting:
         matching = selector_headers(message)
         for target, route in routes.items():
             if route.hops <= connection.max_hops:
-                remote[target] = Candidate(target, self.takers(route.consumers, matching), route.hops)
+                remote[target] = Candidate(target, self.takers(route.consumers, matching), route.hops, route.room)
         if connection.static:  # the neighbour's bridge is a consumer that is always there
             for target in self._static_targets(connection):
                 known = remote.get(target)
@@ -332,8 +356,9 @@ class ClusterRouting:
         if not remote:
             return self.own
         store = self.state.queues.get(destination)
-        own = Candidate(self.own, 0 if store is None else sum(
-            1 for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)), 0)
+        takers = [] if store is None else [
+            sub for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)]
+        own = Candidate(self.own, len(takers), 0, any(sub.has_room for sub in takers))
         turn = self.cluster_state.turns.get(destination, 0)
         target, used = choose(connection.message_load_balancing, own, list(remote.values()), turn,
                               conduit=connection.conduit_subscriptions, prefer_local=connection.prefer_local)
@@ -347,13 +372,16 @@ class ClusterRouting:
             if route.hops <= connection.max_hops and route.consumer_count > 0
         ]
 
-    def _move(self, destination: str, store: Store, demand: list[Route]) -> None:
+    def _move(self, destination: str, store: Store, demand: list[Route], limit: int = REDISTRIBUTION_BATCH, *,
+              keep_groups: bool = False) -> None:
+        """Move up to `limit` ready messages to the groups of `demand`; `keep_groups`: leave the
+        messages of a JMSXGroupID where they are (their group is served by a local consumer)."""
         moved = 0
         turn = self.cluster_state.turns.get(destination, 0)
         for priority in range(PRIORITY_LEVELS - 1, -1, -1):
             for token in list(store.lanes[priority]):
                 message = store.ready.get(token)
-                if message is None:
+                if message is None or keep_groups and message.group is not None:
                     continue
                 matching = selector_headers(message)
                 targets = [route for route in demand if self.takers(route.consumers, matching)]
@@ -368,9 +396,9 @@ class ClusterRouting:
                 self.forward(route.via, destination, message.headers, message.body, message.timestamp,
                               route.group, (self.own,), message)
                 moved += 1
-                if moved >= REDISTRIBUTION_BATCH:
+                if moved >= limit:
                     break
-            if moved >= REDISTRIBUTION_BATCH:
+            if moved >= limit:
                 break
         store.maybe_compact()
         if moved:

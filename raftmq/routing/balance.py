@@ -11,6 +11,12 @@
   non-conduit subscriptions: 10/10/10 over three consumers, where one turn per group gives
   15/15 to one local consumer and a group of two); `prefer_local` keeps only the nearest
   such groups, the local one first (decreaseNetworkConsumerPriority).
+- LOCAL_FIRST: the local group while one of its consumers that would take the message has room
+  for it (fewer unacknowledged deliveries than its prefetch); else round robin over the nearest
+  other groups with such a consumer that advertise room (`Candidate.room`); else, when the local
+  group has such consumers (all full), the local group: the message waits for them, and
+  redistribution moves such a backlog to groups that advertise room; else (no local consumer)
+  as ON_DEMAND over the nearest groups with a consumer.
 
 Round robin is over the candidates in name order, with a turn counter the core keeps per
 queue as committed state, so every replica — and a new leader — decides the same.
@@ -21,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raftmq.routing.cluster_connection import ON_DEMAND, STRICT
+from raftmq.routing.cluster_connection import LOCAL_FIRST, ON_DEMAND, STRICT
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,7 @@ class Candidate:
     group: str
     takers: int
     hops: int
+    room: bool = True  # one of those consumers has room for another delivery (LOCAL_FIRST)
 
 
 def choose(policy: str, own: Candidate, remote: Sequence[Candidate], turn: int, *, conduit: bool = True,
@@ -46,6 +53,19 @@ def choose(policy: str, own: Candidate, remote: Sequence[Candidate], turn: int, 
             nearest = min(c.hops for c in eligible)
             eligible = [c for c in eligible if c.hops == nearest]
         candidates = sorted(group for c in eligible for group in [c.group] * (1 if conduit else c.takers))
+    elif policy == LOCAL_FIRST:
+        if own.takers > 0 and own.room:
+            return own.group, False
+        others = [c for c in remote if c.takers > 0]
+        roomy = [c for c in others if c.room]
+        if roomy:
+            others = roomy
+        elif own.takers > 0:
+            return own.group, False
+        if others:
+            nearest = min(c.hops for c in others)
+            others = [c for c in others if c.hops == nearest]
+        candidates = sorted(c.group for c in others)
     else:
         return own.group, False
     if not candidates:

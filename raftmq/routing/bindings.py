@@ -9,7 +9,11 @@ latest advert of each neighbour as committed state (raftmq.core.cluster_routing)
 routes as the old one did.
 
 Consumers are summarised as (selector text or None, count): the routing decision only asks
-whether some consumer of a group would take a message.
+whether some consumer of a group would take a message. A queue binding also says whether that
+group's queue has room (`Binding.room`): no message waits there and one of its consumers could
+take another delivery now. LOCAL_FIRST sends overflow and moves backlogs only to groups with
+room. On the wire the bindings without room are listed apart (`busy`), so that an advert from
+a version that does not know room reads as "room everywhere" (ON_DEMAND's assumption).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class Binding:
     group: str
     hops: int
     consumers: Consumers  # a queue's active consumers; a topic's subscriptions
+    room: bool = True  # a queue: nothing waits there and a consumer could take another message
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,7 @@ class Route:
     hops: int
     via: str
     consumers: Consumers
+    room: bool = True  # as the group's `Binding.room` says
 
     @property
     def consumer_count(self) -> int:
@@ -70,15 +76,18 @@ def advert_for(
     local: Mapping[str, Consumers],
     learned: Mapping[str, Advert],
     max_hops: Callable[[str], int | None],
+    busy: Iterable[str] = (),
 ) -> Advert:
     """The advert `own` sends `neighbour`. `local`: own destinations and their consumers;
     `learned`: the latest advert of each of own's neighbours; `max_hops(destination)`: the
-    limit of the connection linking own and neighbour that governs it (None: not carried)."""
+    limit of the connection linking own and neighbour that governs it (None: not carried);
+    `busy`: own queues without room."""
     best: dict[tuple[str, str], Binding] = {}
+    full = set(busy)
     for destination, consumers in local.items():
         limit = max_hops(destination)
         if limit is not None and limit >= 1:
-            best[(destination, own)] = Binding(destination, own, 1, consumers)
+            best[(destination, own)] = Binding(destination, own, 1, consumers, destination not in full)
     groups: dict[str, int] = {own: 1}
     for sender in sorted(learned):
         if sender == neighbour:
@@ -96,7 +105,7 @@ def advert_for(
             key = (binding.destination, binding.group)
             known = best.get(key)
             if known is None or binding.hops + 1 < known.hops:
-                best[key] = Binding(binding.destination, binding.group, binding.hops + 1, binding.consumers)
+                best[key] = Binding(binding.destination, binding.group, binding.hops + 1, binding.consumers, binding.room)
     bindings = tuple(sorted(best.values(), key=lambda b: (b.destination, b.group)))
     return Advert(own, position, tuple(sorted(groups.items())), bindings)
 
@@ -118,7 +127,7 @@ def routes(learned: Mapping[str, Advert], own: str) -> tuple[dict[str, dict[str,
             table = by_destination.setdefault(binding.destination, {})
             known = table.get(binding.group)
             if known is None or binding.hops < known.hops:
-                table[binding.group] = Route(binding.group, binding.hops, sender, binding.consumers)
+                table[binding.group] = Route(binding.group, binding.hops, sender, binding.consumers, binding.room)
     return by_destination, next_hops
 
 
@@ -126,15 +135,16 @@ def routes(learned: Mapping[str, Advert], own: str) -> tuple[dict[str, dict[str,
 
 
 def encode_advert(advert: Advert) -> str:
-    return json.dumps(
-        {
-            "sender": advert.sender,
-            "position": advert.position,
-            "groups": [list(item) for item in advert.groups],
-            "bindings": [[b.destination, b.group, b.hops, [list(c) for c in b.consumers]] for b in advert.bindings],
-        },
-        separators=(",", ":"),
-    )
+    data: dict[str, object] = {
+        "sender": advert.sender,
+        "position": advert.position,
+        "groups": [list(item) for item in advert.groups],
+        "bindings": [[b.destination, b.group, b.hops, [list(c) for c in b.consumers]] for b in advert.bindings],
+    }
+    busy = [[b.destination, b.group] for b in advert.bindings if not b.room]
+    if busy:
+        data["busy"] = busy
+    return json.dumps(data, separators=(",", ":"))
 
 
 def decode_advert(text: str) -> Advert:
@@ -144,8 +154,10 @@ def decode_advert(text: str) -> Advert:
         sender = data["sender"]
         position = data["position"]
         groups = tuple((str(g), _count(h)) for g, h in data["groups"])
+        busy = {(str(d), str(g)) for d, g in data.get("busy", ())}
         bindings = tuple(
-            Binding(str(d), str(g), _count(h), tuple((None if s is None else str(s), _count(n)) for s, n in consumers))
+            Binding(str(d), str(g), _count(h), tuple((None if s is None else str(s), _count(n)) for s, n in consumers),
+                    (str(d), str(g)) not in busy)
             for d, g, h, consumers in data["bindings"]
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -15,7 +15,8 @@ OFF = "OFF"
 STRICT = "STRICT"
 ON_DEMAND = "ON_DEMAND"
 OFF_WITH_REDISTRIBUTION = "OFF_WITH_REDISTRIBUTION"
-LOAD_BALANCING = (OFF, STRICT, ON_DEMAND, OFF_WITH_REDISTRIBUTION)
+LOCAL_FIRST = "LOCAL_FIRST"  # raftmq's own: a message stays where it arrived while a consumer there has room
+LOAD_BALANCING = (OFF, STRICT, ON_DEMAND, OFF_WITH_REDISTRIBUTION, LOCAL_FIRST)
 # Artemis leaves redistribution off (-1) and its users find messages stranded on a group whose
 # consumer moved; raftmq moves them after this short delay unless told otherwise.
 DEFAULT_REDISTRIBUTION_DELAY_MS = 500
@@ -96,7 +97,7 @@ class ClusterConnection:
 
     @property
     def redistributes(self) -> bool:
-        return self.redistribution_delay_ms >= 0 and self.message_load_balancing in (ON_DEMAND, OFF_WITH_REDISTRIBUTION)
+        return self.redistribution_delay_ms >= 0 and self.message_load_balancing in (ON_DEMAND, OFF_WITH_REDISTRIBUTION, LOCAL_FIRST)
 
 
 @dataclass(frozen=True, slots=True)

@@ -323,7 +323,7 @@ TOPOLOGIES: dict[str, tuple[list[str], list[tuple[str, str]], int]] = {
     "chain": (["g1", "g2", "g3"], [("g1", "g2"), ("g2", "g3")], 2),
     "chain-4": (["g1", "g2", "g3", "g4"], [("g1", "g2"), ("g2", "g3"), ("g3", "g4")], 3),
 }
-POLICIES = ("ON_DEMAND", "STRICT", "OFF_WITH_REDISTRIBUTION", "OFF")
+POLICIES = ("ON_DEMAND", "STRICT", "OFF_WITH_REDISTRIBUTION", "OFF", "LOCAL_FIRST")
 
 
 def random_run(seed: int, steps: int = 400, bridge_class: type[SimBridge] = SimBridge) -> SimCluster:
