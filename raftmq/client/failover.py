@@ -162,6 +162,12 @@ class FailoverClient:
                 await asyncio.shield(self._state_change)
 
     # -- connecting -----------------------------------------------------------------------------
+    def retry_now(self) -> None:
+        """While reconnecting: end the back-off wait and attempt at once (the caller knows the
+        brokers are back, as a cluster bridge does when the neighbour's leader speaks again).
+        The attempts after it follow the back-off as before; no effect while connected."""
+        self._connector.wake()
+
     async def start(self) -> None:
         """Connect (within `startupMaxReconnectAttempts`); raises `ClientError` on failure."""
         if self._state != "new":

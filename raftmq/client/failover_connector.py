@@ -8,6 +8,7 @@ and what the client last saw suggest, following `not the leader` redirects on th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,13 +131,34 @@ class Connector:
         self._node_policies = [make_policy(policy, rng) for _ in groups]
         self._emit = emit
         self._cancelled = cancelled
+        # Set by `wake`: the wait before the next attempt ends at once (the caller learned that
+        # the other side is back). Made on first use, inside the event loop.
+        self._woken: asyncio.Event | None = None
+
+    def wake(self) -> None:
+        """Cut the current (or next) back-off wait short: attempt now."""
+        if self._woken is None:
+            self._woken = asyncio.Event()
+        self._woken.set()
+
+    async def _wait(self, wait_ms: float) -> None:
+        if self._woken is None:
+            self._woken = asyncio.Event()
+        if wait_ms > 0 and not self._woken.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), wait_ms / 1000)
+        else:
+            await asyncio.sleep(0)
+        self._woken.clear()
 
     async def establish(self, *, startup: bool, known: Whereabouts) -> tuple[StompClient, int, Address]:
         """Attempts with back-off between them; `FailoverExhausted` when none is left."""
         errors: list[BaseException] = []
         attempt = 0
+        if self._woken is not None:
+            self._woken.clear()  # a wake counts during an outage only
         for wait_ms in attempt_plan_ms(self.options, startup=startup):
-            await asyncio.sleep(wait_ms / 1000)
+            await self._wait(wait_ms)
             if self._cancelled():
                 raise ClientError("client closed while connecting")
             attempt += 1

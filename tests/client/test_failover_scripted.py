@@ -360,3 +360,29 @@ def test_the_policy_picks_the_first_node_and_only_the_given_random_decides() -> 
                 assert len(set(first)) > 1, policy  # and not stuck on one node
 
     run(scenario())
+
+
+def test_retry_now_ends_the_back_off_wait_and_only_while_reconnecting() -> None:
+    slow = FailoverOptions(initial_reconnect_delay_ms=5_000, max_reconnect_delay_ms=5_000, randomize=False,
+                           connect_timeout_ms=2000)
+
+    async def scenario() -> None:
+        async with FakeBroker() as first, FakeBroker() as second:
+            events: list[FailoverEvent] = []
+            client = await connect_failover([[("127.0.0.1", first.port), ("127.0.0.1", second.port)]], options=slow)
+            client.events.append(events.append)
+            client.retry_now()  # while connected: nothing to cut short, and not kept for later
+            conn = await first.connection()
+            stop_listening(first)
+            conn.close()
+            await until(lambda: any(e.kind == "disconnected" for e in events))
+            await asyncio.sleep(0.5)
+            assert not client.is_connected  # the back-off holds: 5 s before the first attempt
+            loop = asyncio.get_running_loop()
+            woken = loop.time()
+            client.retry_now()
+            await until(lambda: client.is_connected, timeout=2.0)
+            assert loop.time() - woken < 1.0
+            await client.close()
+
+    run(scenario())

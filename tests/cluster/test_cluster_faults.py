@@ -169,6 +169,36 @@ async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters
         await consumer.close()
 
 
+@sync
+async def test_a_bridge_in_a_long_back_off_retries_as_soon_as_its_neighbour_is_back(
+        clusters: list[Cluster], tmp_path: Path) -> None:
+    back_off = 8.0
+    cluster = Cluster(tmp_path, ["g1", "g2"], size=1, retry_interval_ms=int(back_off * 1000),
+                      retry_interval_multiplier=1.0, max_retry_interval_ms=int(back_off * 1000))
+    clusters.append(cluster)
+    cluster.start()
+    cluster.wait_links(timeout=40)
+    g2 = cluster.groups["g2"]
+    g2.close()
+    for node_id in g2.members:
+        g2.wait_exit(node_id)
+    deadline = time.monotonic() + 20
+    link: dict[str, Any] = {}
+    while time.monotonic() < deadline:  # g1's bridge has failed an attempt and waits out its back-off
+        link = ((cluster.cluster_status("g1") or {}).get("links") or [{}])[0]
+        if link.get("state") == "retrying" and (link.get("retry_in_s") or 0) > back_off / 2:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"g1's bridge never waited in its back-off: {link}")
+    g2.start()
+    back = time.monotonic()
+    cluster.wait_links(timeout=20)
+    # Not at the end of the back-off: once g2's own bridge advertised to g1, g1 retried at once.
+    assert time.monotonic() - back < back_off / 2
+    assert (cluster.cluster_status("g1") or {})["links"][0]["retries_now"] >= 1
+
+
 @pytest.mark.parametrize("victim", ["g1", "g2"])  # the passive source's leader, the pulling target's
 @sync
 async def test_a_leader_killed_mid_pull_over_a_one_connection_link_loses_and_doubles_nothing(

@@ -75,6 +75,8 @@ class Bridge(LeaderTask):
         self.last_error: str | None = None
         self._attempt = 0
         self._members_moved = False  # the neighbour's members file lists others than we try
+        self._back = asyncio.Event()  # the neighbour is back: end the wait before starting over
+        self.retries_now = 0  # back-off waits cut short because the neighbour was back
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -89,12 +91,42 @@ class Bridge(LeaderTask):
         """A bridge never dies silently: when its client gives up (`reconnect_attempts`), its
         session ends, so what it had in flight returns to the queue, the link shows `failed`,
         and after `max_retry_interval_ms` it starts over."""
+        watcher = asyncio.get_running_loop().create_task(self._watch_neighbour())
+        try:
+            while True:
+                try:
+                    await self._run()
+                finally:
+                    await self._close()
+                self._back.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._back.wait(), self.settings.retry.max_retry_interval_ms / 1000)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    async def _watch_neighbour(self) -> None:
+        """Retry at once, instead of at the end of the back-off, when the neighbour is back: an
+        advert from it committed here (its leader's bridge reached us), or discovery hearing it
+        again. A link that waited out a long back-off after the neighbour returned left
+        messages in the store-and-forward queue for seconds."""
+        last_position: int | None = None
+        last_presence = self.presence
         while True:
-            try:
-                await self._run()
-            finally:
-                await self._close()
-            await asyncio.sleep(self.settings.retry.max_retry_interval_ms / 1000)
+            await asyncio.sleep(ADVERT_CHECK_SECONDS)
+            routing = self._host.broker.routing
+            advert = None if routing is None else routing.cluster_state.adverts.get(self.neighbour.name)
+            position = None if advert is None else advert.position
+            back = (position is not None and last_position is not None and position != last_position) or (
+                self.presence == "up" and last_presence == "down")
+            last_position, last_presence = position, self.presence
+            if back and self.state in ("retrying", "failed", "connecting"):
+                log.info("bridge.neighbour_back", bridge=self.name)
+                self.retries_now += 1
+                self._back.set()
+                if self._client is not None:
+                    self._client.retry_now()
 
     async def _run(self) -> None:
         settings = self.settings
@@ -267,6 +299,7 @@ class Bridge(LeaderTask):
             "waiting": waiting,
             "in_flight": self.in_flight,
             "adverts_sent": self.adverts_sent,
+            "retries_now": self.retries_now,
             "last_error": self.last_error,
             **({"presence": self.presence} if self.presence is not None else {}),
         }
