@@ -68,12 +68,18 @@ class _LiveProgress:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", default="stomp://127.0.0.1:61613", show_default=True,
+@click.option("--url", "urls", multiple=True, metavar="URL",
               help="Broker, stomp://HOST:PORT; or a group's failover:(stomp://H1:P1,stomp://H2:P2,...) "
-                   "to connect to its leader, like raftmq send.")
-@click.option("--consumer-url", default=None, metavar="URL",
+                   "to connect to its leader, like raftmq send  [default: stomp://127.0.0.1:61613]. "
+                   "Repeat it for several groups of a cluster: producer i (and consumer i) connects "
+                   "to the i-th, round robin.")
+@click.option("--consumer-url", "consumer_urls", multiple=True, metavar="URL",
               help="Consumers connect here instead of --url (e.g. another group of a cluster: "
-                   "failover:(stomp://H1:P1,...)); producers stay on --url.")
+                   "failover:(stomp://H1:P1,...)); producers stay on --url. Repeatable, as --url.")
+@click.option("--slow-consumers", default=0, show_default=True, type=click.IntRange(0, None),
+              help="How many consumers (the first ones) are slow: see --consumer-work-ms.")
+@click.option("--consumer-work-ms", default=1.0, show_default=True, type=click.FloatRange(0, None),
+              help="A slow consumer spends this long on each message, one at a time, before its ACK.")
 @click.option("--login", default=None, help="CONNECT login.")
 @click.option("--passcode", default=None, help="CONNECT passcode.")
 @click.option("--vhost", default=None, help="CONNECT host header (RabbitMQ wants /).")
@@ -107,8 +113,10 @@ class _LiveProgress:
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Also write the result as JSON (- for stdout).")
 @click.option("-q", "--quiet", is_flag=True, help="No live progress.")
 def bench_command(
-    url: str,
-    consumer_url: str | None,
+    urls: tuple[str, ...],
+    consumer_urls: tuple[str, ...],
+    slow_consumers: int,
+    consumer_work_ms: float,
     login: str | None,
     passcode: str | None,
     vhost: str | None,
@@ -139,17 +147,14 @@ def bench_command(
     2 when there were errors (connection failures, ERROR frames) but no loss.
     """
     failover_url: str | None = None
-    if consumer_url is not None:
-        try:
-            parse_failover(consumer_url if is_failover_url(consumer_url) else f"failover:({consumer_url})")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--consumer-url") from exc
-        if not is_failover_url(consumer_url):
-            consumer_url = f"failover:({consumer_url})"
+    consumers_at = [_as_failover(u, "--consumer-url") for u in consumer_urls]
+    url = urls[0] if urls else "stomp://127.0.0.1:61613"
+    more_urls = tuple(_as_failover(u, "--url") for u in urls[1:])
     try:
-        if is_failover_url(url):
-            first = parse_failover(url).groups[0][0]
-            host, port, failover_url = first.host, first.port, url
+        if is_failover_url(url) or more_urls:
+            failover_url = url if is_failover_url(url) else f"failover:({url})"
+            first = parse_failover(failover_url).groups[0][0]
+            host, port = first.host, first.port
         else:
             host, port = parse_url(url)
     except ValueError as exc:
@@ -165,7 +170,11 @@ def bench_command(
         host=host,
         port=port,
         failover_url=failover_url,
-        consumer_url=consumer_url,
+        consumer_url=consumers_at[0] if consumers_at else None,
+        more_urls=more_urls,
+        more_consumer_urls=tuple(consumers_at[1:]),
+        slow_consumers=slow_consumers,
+        consumer_work_ms=consumer_work_ms,
         login=login,
         passcode=passcode,
         vhost=vhost,
@@ -205,3 +214,13 @@ def bench_command(
         sys.exit(EXIT_LOST)
     if result.errors:
         sys.exit(EXIT_ERRORS)
+
+
+def _as_failover(url: str, option: str) -> str:
+    """`url` as a failover URL (one address becomes a group of one); BadParameter if invalid."""
+    text = url if is_failover_url(url) else f"failover:({url})"
+    try:
+        parse_failover(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from exc
+    return text

@@ -62,6 +62,15 @@ class BenchOptions:
     # Consumers connect here instead (a failover URL): producers on one group of a cluster,
     # consumers on another.
     consumer_url: str | None = None
+    # Several groups of a cluster (failover URLs, given after the first): producer i connects to
+    # the i-th URL of (failover_url, *more_urls) round robin, consumer j to the j-th of
+    # (consumer_url, *more_consumer_urls), or of the producers' URLs when no consumer URL is given.
+    more_urls: tuple[str, ...] = ()
+    more_consumer_urls: tuple[str, ...] = ()
+    # The first `slow_consumers` consumers work `consumer_work_ms` on each message, one message
+    # at a time, before acknowledging it (a consumer that cannot keep up).
+    slow_consumers: int = 0
+    consumer_work_ms: float = 0.0
     login: str | None = None
     passcode: str | None = None
     vhost: str | None = None
@@ -86,6 +95,23 @@ class BenchOptions:
     @property
     def url(self) -> str:
         return self.failover_url or f"stomp://{self.host}:{self.port}"
+
+    @property
+    def producer_urls(self) -> tuple[str, ...]:
+        """The failover URLs producers connect to, round robin (empty: host and port)."""
+        return (self.failover_url, *self.more_urls) if self.failover_url is not None else ()
+
+    @property
+    def consumer_urls(self) -> tuple[str, ...]:
+        """The failover URLs consumers connect to, round robin (empty: host and port)."""
+        if self.consumer_url is not None:
+            return (self.consumer_url, *self.more_consumer_urls)
+        return self.producer_urls
+
+    def url_of(self, index: int, *, consumer: bool) -> str | None:
+        """The failover URL of producer (or consumer) `index`; None: host and port."""
+        urls = self.consumer_urls if consumer else self.producer_urls
+        return urls[index % len(urls)] if urls else None
 
     def producers_of(self, process: int) -> list[int]:
         return [p for p in range(self.producers) if p % self.processes == process]

@@ -32,6 +32,7 @@ class BenchResult:
     error_messages: dict[str, int]
     foreign: int
     wall_seconds: float
+    received_by_url: dict[str, int] | None = None  # several consumer URLs: first receptions at each
 
     @property
     def lost(self) -> int:
@@ -70,6 +71,7 @@ class BenchResult:
             "error_messages": self.error_messages,
             "foreign": self.foreign,
             "wall_seconds": round(self.wall_seconds, 3),
+            **({"received_by_url": self.received_by_url} if self.received_by_url is not None else {}),
         }
 
 
@@ -90,7 +92,10 @@ def merge_results(opts: BenchOptions, outputs: list[dict[str, Any]], wall_second
     foreign = errors = 0
     first_receive = last_receive = 0
     error_messages: dict[str, int] = {}
+    by_url: dict[str, int] = {}
     for output in outputs:
+        for url, count in output.get("received_by_url", {}).items():
+            by_url[url] = by_url.get(url, 0) + count
         sent.merge(SendLedger.from_dict(output["sent"]))
         received.merge(ReceiveLedger.from_dict(output["received"]))
         receipt_latency.merge(LatencyHistogram.from_dict(output["receipt_latency"]))
@@ -127,6 +132,8 @@ def merge_results(opts: BenchOptions, outputs: list[dict[str, Any]], wall_second
         error_messages=error_messages,
         foreign=foreign,
         wall_seconds=wall_seconds,
+        received_by_url=({url: by_url.get(url, 0) for url in dict.fromkeys(opts.consumer_urls)}
+                         if opts.more_urls or opts.more_consumer_urls else None),
     )
 
 
@@ -182,6 +189,8 @@ def render_table(result: BenchResult) -> Table:
     table.add_row("errors", _flag(result.errors))
     if result.foreign:
         table.add_row("foreign messages", f"{result.foreign:,}")
+    for url, count in (result.received_by_url or {}).items():
+        table.add_row(f"received at {url}", f"{count:,}")
     return table
 
 

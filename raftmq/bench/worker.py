@@ -45,6 +45,7 @@ class WorkerState:
     last_receive_ns: int = 0
     foreign: int = 0  # messages on the destination that this run did not send
     errors: dict[str, int] = field(default_factory=dict)
+    received_by_url: dict[str, int] = field(default_factory=dict)  # first receptions, by consumer URL
 
     def error(self, exc: BaseException | str) -> None:
         self.tally.errors += 1
@@ -62,12 +63,13 @@ class WorkerState:
             "first_receive_ns": self.first_receive_ns,
             "last_receive_ns": self.last_receive_ns,
             "foreign": self.foreign,
+            "received_by_url": dict(self.received_by_url),
             "errors": dict(self.errors),
             "error_count": self.tally.errors,
         }
 
 
-async def _connect(opts: BenchOptions, consumer: bool = False) -> StompClient:
+async def _connect(opts: BenchOptions, index: int, consumer: bool = False) -> StompClient:
     kwargs: dict[str, Any] = {
         "login": opts.login,
         "passcode": opts.passcode,
@@ -75,7 +77,7 @@ async def _connect(opts: BenchOptions, consumer: bool = False) -> StompClient:
         "heartbeat": (opts.heartbeat_ms, opts.heartbeat_ms),
         "timeout": opts.connect_timeout,
     }
-    url = opts.consumer_url if consumer and opts.consumer_url is not None else opts.failover_url
+    url = opts.url_of(index, consumer=consumer)
     if url is None:
         return await connect(opts.host, opts.port, **kwargs)
     # Once connected, a broken connection is an error the run reports, as with one address:
@@ -126,7 +128,7 @@ class Producer:
     async def run(self, board: Board) -> None:
         state = self.state
         try:
-            client = await _connect(self.opts)
+            client = await _connect(self.opts, self.id)
         except ClientError as exc:
             state.error(exc)
             state.tally.producers_done += 1
@@ -237,19 +239,26 @@ class Consumer:
         self._unacked_count = 0
         prefetch = opts.prefetch or 1000
         self._ack_every = max(1, min(prefetch // 2, CUMULATIVE_ACK_MAX))
+        # A slow consumer works on one message at a time, in arrival order, then acknowledges it.
+        self._work_s = opts.consumer_work_ms / 1000 if consumer_id < opts.slow_consumers else 0.0
+        self._backlog: asyncio.Queue[Frame] | None = None
+        self._worker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         opts = self.opts
         try:
-            self.client = await _connect(opts, consumer=True)
+            self.client = await _connect(opts, self.id, consumer=True)
             subscription = self.client.subscribe(
                 opts.destination,
                 ack=opts.ack,
                 headers=list(opts.extra_headers),
                 prefetch=opts.prefetch,
-                callback=self._on_message,
+                callback=self._on_message if not self._work_s else self._queue_message,
                 receipt=True,
             )
+            if self._work_s:
+                self._backlog = asyncio.Queue()
+                self._worker = asyncio.get_running_loop().create_task(self._work())
             assert subscription.receipt is not None
             async with asyncio.timeout(opts.connect_timeout):
                 await subscription.receipt
@@ -258,7 +267,22 @@ class Consumer:
         finally:
             self.state.tally.consumers_ready += 1
 
+    def _queue_message(self, frame: Frame) -> None:
+        assert self._backlog is not None
+        self._backlog.put_nowait(frame)
+
+    async def _work(self) -> None:
+        assert self._backlog is not None
+        while True:
+            frame = await self._backlog.get()
+            deadline = time.perf_counter() + self._work_s
+            while time.perf_counter() < deadline:  # the work: this consumer's time, not the broker's
+                await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+            self._on_message(frame)
+
     async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()  # what it had not worked on yet is redelivered elsewhere
         client = self.client
         if client is None or client.is_closed:
             error = client.closed.result() if client is not None else None
@@ -303,6 +327,9 @@ class Consumer:
         if not first:
             return
         state.tally.received += 1
+        if self.opts.more_consumer_urls or self.opts.more_urls:
+            key = str(self.opts.url_of(self.id, consumer=True))
+            state.received_by_url[key] = state.received_by_url.get(key, 0) + 1
         if warmup:
             return
         if not state.first_receive_ns:

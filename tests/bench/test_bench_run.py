@@ -154,3 +154,24 @@ def test_a_stalled_broker_ends_the_run_with_an_error(tmp_path: Path) -> None:
     assert any("no receipt within 1 s" in text for text in data["error_messages"])
     assert (data["sent"], data["receipted"], data["lost"], data["missing_unconfirmed"]) == (1, 0, 0, 1)
     assert result.exit_code == 2, result.output
+
+
+def test_several_urls_spread_producers_and_consumers_and_a_slow_consumer_takes_less(
+        broker: tuple[str, int], tmp_path: Path) -> None:
+    # Two spellings of the same broker stand for two groups of a cluster: consumer 0 (slow,
+    # 5 ms per message, prefetch 5) connects to the first, consumer 1 to the second.
+    out = tmp_path / "result.json"
+    first, second = _url(broker), f"{broker[0]}:{broker[1]}"
+    result = CliRunner().invoke(
+        bench_command,
+        ["--url", first, "--url", second, "-p", "2", "-c", "2", "-n", "400", "-s", "64", "--receipt-window", "20",
+         "--prefetch", "5", "--slow-consumers", "1", "--consumer-work-ms", "5", "--json", str(out), "--timeout", "5"],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert (data["received"], data["lost"], data["duplicated"], data["errors"]) == (400, 0, 0, 0)
+    by_url = data["received_by_url"]
+    slow, fast = by_url[f"failover:({first})"], by_url[f"failover:({second})"]
+    assert slow + fast == 400
+    assert 0 < slow < fast  # 5 ms a message holds the slow one back
+    assert "received at" in result.output
