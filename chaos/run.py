@@ -23,7 +23,7 @@ from typing import Any
 
 from chaos.checker import QueueResult
 from chaos.client import QueueWorkload
-from chaos.cross_group import CrossGroupWorkload
+from chaos.cross_group import CrossGroupWorkload, SharedQueueWorkload
 from chaos.deployment import NODE_COMMAND, Deployment
 from chaos.environment import Environment
 from chaos.generator import TARGETS, schedule
@@ -36,7 +36,7 @@ from chaos.transactions import TransactionsWorkload
 from chaos.workload import Env, NeedsCluster, Workload
 
 WORKLOADS: dict[str, type[Workload]] = {
-    w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload)
+    w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload, SharedQueueWorkload)
 }
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
 DRAIN_MAX_S = 60.0

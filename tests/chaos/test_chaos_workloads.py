@@ -17,9 +17,10 @@ from chaos.workload import NeedsCluster
 from raftmq.processes import free_ports
 
 
-def lite_cluster(tmp_path: Path, ports: list[int] | None = None) -> Path:
+def lite_cluster(tmp_path: Path, ports: list[int] | None = None, policy: str | None = None) -> Path:
     """symmetric-lite (three single-node groups, a mesh) on free ports: a run may share the
-    machine with other clusters, the preset's fixed ports may not be free."""
+    machine with other clusters, the preset's fixed ports may not be free. `policy`: the
+    connection's message_load_balancing (default: the key left out, ON_DEMAND)."""
     ports = ports if ports is not None else free_ports(9)
     lines = ["[topology]", 'name = "lite"']
     for i in range(3):
@@ -30,13 +31,15 @@ def lite_cluster(tmp_path: Path, ports: list[int] | None = None) -> Path:
             f'client = "127.0.0.1:{ports[3 * i]}"', f'raft = "127.0.0.1:{ports[3 * i + 1]}"',
             f'admin = "127.0.0.1:{ports[3 * i + 2]}"']) + "\n")
     lines += ["[[cluster_connection]]", 'name = "lite"', 'groups = ["g1", "g2", "g3"]', 'links = "mesh"']
+    if policy is not None:
+        lines.append(f'message_load_balancing = "{policy}"')
     path = tmp_path / "topology.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def test_the_workloads_are_registered_and_cross_group_needs_a_cluster(tmp_path: Path) -> None:
-    assert list(WORKLOADS) == ["queue", "topic", "transactions", "cross-group"]
+    assert list(WORKLOADS) == ["queue", "topic", "transactions", "cross-group", "shared-queue"]
     with pytest.raises(NeedsCluster, match="--preset symmetric, chain or symmetric-lite"):
         check_options(RunOptions(workload="cross-group"))
     with pytest.raises(NeedsCluster):
@@ -88,6 +91,21 @@ def test_a_cross_group_run_with_migrating_consumers_is_valid(tmp_path: Path) -> 
     producers = {op.node for op in ops if op.f == "send" and op.type == "ok"}
     consumers = {op.node for op in ops if op.f == "receive"}
     assert len(producers) == 1 and len(consumers) == 2 and not producers & consumers  # every value crossed a bridge
+
+
+@pytest.mark.integration
+def test_a_shared_queue_run_under_local_first_with_kills_is_valid(tmp_path: Path) -> None:
+    # One queue, a producer and a consumer on every group; consumers migrate, crash, and a
+    # group's node is killed: values stay where they arrived or cross, each exactly once.
+    run_dir, result = run(RunOptions(workload="shared-queue", topology=str(lite_cluster(tmp_path, policy="LOCAL_FIRST")),
+                                     nemeses=("kill",), time_limit_s=14, rate=40, concurrency=3, seed=6,
+                                     out=tmp_path / "runs"))
+    assert result.valid, result.to_dict()
+    assert result.acknowledged > 150 and result.received == result.acknowledged
+    ops = read_history(run_dir / "history.jsonl")
+    assert any(op.f == "migrate" and op.type == "ok" for op in ops)
+    assert any(op.f == "kill" and op.type == "ok" for op in read_history(run_dir / "nemesis.jsonl"))
+    assert 'message_load_balancing = "LOCAL_FIRST"' in (run_dir / "topology" / "topology.toml").read_text()
 
 
 @pytest.mark.integration
