@@ -260,6 +260,9 @@ class ClusterRouting:
             return
         here = (*route, self.own) if (not route or route[-1] != self.own) else route
         passing = to is not None and to != self.own
+        if route and not passing:  # from another group, for this one: stored here
+            arrived = self.cluster_state.arrived
+            arrived[destination] = arrived.get(destination, 0) + 1
         if destination.startswith(QUEUE_PREFIX):
             if passing:
                 assert to is not None
@@ -440,7 +443,9 @@ class ClusterRouting:
             priority, expires, persistent, group = original.priority, original.expires, original.persistent, original.group
         queue = sf_queue(via)
         dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
-        self.cluster_state.forwarded[via] = self.cluster_state.forwarded.get(via, 0) + 1
+        cluster = self.cluster_state
+        cluster.forwarded[via] = cluster.forwarded.get(via, 0) + 1
+        cluster.sent_on[destination] = cluster.sent_on.get(destination, 0) + 1
 
     def takers(self, consumers: Consumers, matching: dict[str, str]) -> int:
         """How many of a group's consumers would take a message with these headers."""

@@ -23,10 +23,14 @@ class ClusterState:
     # (empty: any group it reaches).
     draining: tuple[str, ...] | None = None
     drained: int = 0  # messages moved out by the drain
+    # Per destination: messages this group sent on towards another group (put on a sf queue),
+    # and messages it stored that came from another group. `raftmq status` shows their rates.
+    sent_on: dict[str, int] = field(default_factory=dict)
+    arrived: dict[str, int] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable
-                    or self.draining is not None or self.drained)
+                    or self.draining is not None or self.drained or self.sent_on or self.arrived)
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -38,6 +42,8 @@ class ClusterState:
             "unroutable": self.unroutable,
             "draining": None if self.draining is None else list(self.draining),
             "drained": self.drained,
+            "sent_on": dict(self.sent_on),
+            "arrived": dict(self.arrived),
         }
 
     @classmethod
@@ -51,4 +57,6 @@ class ClusterState:
             int(data["unroutable"]),
             None if data.get("draining") is None else tuple(str(g) for g in data["draining"]),
             int(data.get("drained", 0)),  # snapshots written before scale-down existed have neither
+            {str(k): int(v) for k, v in data.get("sent_on", {}).items()},  # nor these, older still
+            {str(k): int(v) for k, v in data.get("arrived", {}).items()},
         )

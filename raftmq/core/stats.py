@@ -16,7 +16,9 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
     The counters are part of the replicated state (and of snapshots), so every member
     reports the same values once it has applied the same commands: `enqueued` counts
     messages stored (a topic: published), `dequeued` messages consumed for good (acked,
-    or handed to an auto-ack consumer), `dead_lettered` / `expired` messages moved out."""
+    or handed to an auto-ack consumer), `dead_lettered` / `expired` messages moved out; in a
+    cluster of groups, `forwarded` messages sent on towards other groups (not stored here) and
+    `arrived` messages stored here that came from another group (counted in `enqueued`)."""
     destinations: dict[str, dict[str, int]] = {}
     for destination, store in state.queues.items():
         destinations[destination] = {
@@ -46,9 +48,13 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
     scheduled: dict[str, int] = {}
     for job in state.jobs.values():
         scheduled[job.destination] = scheduled.get(job.destination, 0) + 1
+    clustered = config.cluster is not None
     for destination, counters in destinations.items():
         counters["scheduled"] = scheduled.get(destination, 0)
         counters["dropped"] = state.dropped.get(destination, 0)
+        if clustered:  # sent on towards other groups; stored here from other groups
+            counters["forwarded"] = state.cluster.sent_on.get(destination, 0)
+            counters["arrived"] = state.cluster.arrived.get(destination, 0)
     return {
         "sessions": len(state.sessions),
         # Scheduled messages not yet published, by destination (one may not exist yet).

@@ -13,8 +13,11 @@ from raftmq.routing.route import INTERNAL_PREFIXES
 
 
 def cluster_view(groups: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Each destination across the cluster: depth and consumers per group (from each leader).
-    Empty for a single group (its destinations table says it all)."""
+    """Each destination across the cluster: per group (from each leader), depth and consumers,
+    and where its messages go, in msg/s over the rates' window: `local_rate` stored here from
+    this group's own producers, `forward_rate` sent on towards other groups, `arrive_rate`
+    stored here from other groups (None while unknown). Empty for a single group (its
+    destinations table says it all)."""
     if len(groups) < 2:
         return {}
     view: dict[str, dict[str, dict[str, Any]]] = {}
@@ -22,8 +25,11 @@ def cluster_view(groups: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
         for destination, counters in group["destinations"].items():
             if destination.startswith(INTERNAL_PREFIXES) or not isinstance(counters, dict):
                 continue
+            enqueue, arrive = counters.get("enqueue_rate"), counters.get("arrive_rate")
             view.setdefault(destination, {})[group["name"]] = {
                 "depth": counters.get("depth"), "consumers": counters.get("consumers"),
+                "local_rate": None if enqueue is None or arrive is None else round(max(0.0, enqueue - arrive), 2),
+                "forward_rate": counters.get("forward_rate"), "arrive_rate": arrive,
             }
     return view
 
@@ -45,7 +51,8 @@ def links_table(links: list[dict[str, Any]]) -> Table:
 
 def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:
     groups = sorted({group for per_group in view.values() for group in per_group})
-    table = Table(title="destinations across the cluster: depth / consumers per group", title_justify="left")
+    table = Table(title="destinations across the cluster: depth / consumers per group", title_justify="left",
+                  caption_justify="left")
     table.add_column("destination", no_wrap=True)
     for group in groups:
         table.add_column(group, justify="right")
@@ -53,10 +60,24 @@ def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:
         cells = []
         for group in groups:
             counters = view[destination].get(group)
-            cells.append("-" if counters is None else f"{_text(counters['depth'])} / {_text(counters['consumers'])}")
+            if counters is None:
+                cells.append("-")
+                continue
+            cell = f"{_text(counters['depth'])} / {_text(counters['consumers'])}"
+            if counters.get("local_rate") is not None:
+                table.caption = "msg/s stored where they were sent (local), sent on to other groups (out), come from them (in)"
+                cell += (f"\nlocal {_per_second(counters['local_rate'])} · out {_per_second(counters.get('forward_rate'))}"
+                         f" · in {_per_second(counters.get('arrive_rate'))}")
+            cells.append(cell)
         table.add_row(destination, *cells)
     return table
 
 
 def _text(value: Any) -> str:
     return "-" if value is None else str(value)
+
+
+def _per_second(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"

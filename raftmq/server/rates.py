@@ -15,11 +15,15 @@ WINDOW_SECONDS = 10.0
 MIN_SPAN_SECONDS = 0.5  # shorter spans give rates too noisy to show
 SAMPLE_SECONDS = 1.0
 
-Counts = dict[str, tuple[int, int]]  # destination -> (enqueued, dequeued)
+Counts = dict[str, tuple[int, int, int, int]]  # destination -> (enqueued, dequeued, forwarded, arrived)
+# In a cluster of groups a destination also counts what it sent on to other groups and what
+# came from them: their rates are `forward_rate` and `arrive_rate`.
+CLUSTER_COUNTERS = ("forwarded", "arrived")
 
 
 def _counts(destinations: dict[str, dict[str, Any]]) -> Counts:
-    return {name: (counters.get("enqueued", 0), counters.get("dequeued", 0)) for name, counters in destinations.items()}
+    return {name: (counters.get("enqueued", 0), counters.get("dequeued", 0), counters.get("forwarded", 0),
+                   counters.get("arrived", 0)) for name, counters in destinations.items()}
 
 
 class RateSampler:
@@ -60,19 +64,25 @@ class RateSampler:
         per_destination: dict[str, dict[str, float | None]] = {}
         totals["destinations"] = per_destination
         for name, counters in destinations.items():
-            enqueued, dequeued = counters.get("enqueued", 0), counters.get("dequeued", 0)
+            enqueued, dequeued, forwarded, arrived = _counts({name: counters})[name]
+            clustered = "forwarded" in counters
             totals["enqueued"] += enqueued
             totals["dequeued"] += dequeued
             if not usable:
                 per_destination[name] = {"enqueue_rate": None, "dequeue_rate": None}
+                if clustered:
+                    per_destination[name].update(forward_rate=None, arrive_rate=None)
                 continue
             assert base is not None
             # A destination absent from the base sample was created since: it started at 0.
             # Counters only go back when the state is replaced wholesale: no rate then.
-            old_enqueued, old_dequeued = base[1].get(name, (0, 0))
+            old_enqueued, old_dequeued, old_forwarded, old_arrived = base[1].get(name, (0, 0, 0, 0))
             enqueue_rate = max(0, enqueued - old_enqueued) / span
             dequeue_rate = max(0, dequeued - old_dequeued) / span
             per_destination[name] = {"enqueue_rate": round(enqueue_rate, 2), "dequeue_rate": round(dequeue_rate, 2)}
+            if clustered:
+                per_destination[name]["forward_rate"] = round(max(0, forwarded - old_forwarded) / span, 2)
+                per_destination[name]["arrive_rate"] = round(max(0, arrived - old_arrived) / span, 2)
             totals["enqueue_rate"] += enqueue_rate
             totals["dequeue_rate"] += dequeue_rate
         if usable:

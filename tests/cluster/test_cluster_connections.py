@@ -259,3 +259,33 @@ async def test_a_mesh_with_more_hops_than_groups_forwards_each_message_a_bounded
     finally:
         await consumer.disconnect()
         await producer.disconnect()
+
+
+@sync
+async def test_local_first_keeps_messages_local_until_the_local_consumer_is_full_and_counts_what_went_on(
+        make_cluster: Any) -> None:
+    cluster = make_cluster(["g1", "g2"], message_load_balancing="LOCAL_FIRST")
+    far, near, producer = await cluster.client("g2"), await cluster.client("g1"), await cluster.client("g1")
+    try:
+        held: list[Any] = []
+        near.subscribe("/queue/lf", ack="client-individual", prefetch=1, callback=held.append)  # never acks
+        got_task = asyncio.ensure_future(consume(far, "/queue/lf", 99, 30, prefetch=1000))
+        await asyncio.sleep(0.5)  # both SUBSCRIBEs advertised: g2's consumer has room
+        await send_all(producer, "/queue/lf", [f"m{i}".encode() for i in range(100)])
+        got = await got_task
+        assert len(held) == 1 and len({frame.body for frame in got}) == 99
+        assert held[0].body == b"m0"  # the first stayed with the local consumer while it had room
+
+        def counters(group: str) -> dict[str, Any]:
+            for node_id in cluster.groups[group].members:
+                status = cluster.groups[group].status(node_id, timeout=1.0)
+                if status and status.get("role") == "leader":
+                    return dict(status["broker"]["destinations"]["/queue/lf"])
+            return {}
+
+        assert await wait_for(lambda: counters("g1").get("forwarded") == 99, 5)
+        g1, g2 = counters("g1"), counters("g2")
+        assert (g1["enqueued"], g1["arrived"], g2["enqueued"], g2["arrived"], g2["forwarded"]) == (1, 0, 99, 99, 0)
+    finally:
+        for client in (far, near, producer):
+            await client.disconnect()

@@ -12,7 +12,7 @@ from raftmq.core.effects import Deliver
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Binding, decode_advert, encode_advert
 from raftmq.routing.cluster_connection import LOCAL_FIRST
-from raftmq.routing.route import sf_queue
+from raftmq.routing.route import outgoing, sf_queue
 from tests.core.test_cluster_routing import core, depth, learn
 
 Q = "/queue/hot"
@@ -151,3 +151,30 @@ def test_a_waiting_message_means_no_room_even_beside_a_consumer_with_room_for_ot
     assert [b.room for b in g2.routing.advert_for("g1", 1).bindings] == [True]
     g2.apply(Send("p", Q, (("color", "blue"),), b"x", 2))  # nobody here takes it: it waits
     assert [b.room for b in g2.routing.advert_for("g1", 2).bindings] == [False]
+
+
+def test_each_group_counts_what_it_sent_on_and_what_arrived_and_snapshots_keep_it() -> None:
+    g1, g2 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST), core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
+    consumer(g2, "c2", 100)
+    learn(g1, g2, "g2", "g1", 1)
+    consumer(g1, "c1", 2)
+    send(g1, 5)  # 2 stay, 3 go on to g2
+    counters = g1.stats()["destinations"][Q]
+    assert (counters["enqueued"], counters["forwarded"], counters["arrived"]) == (2, 3, 0)
+    (sf,) = [e for e in g1.apply(Subscribe("link", "sf", sf_queue("g2"), 4, ACK_CLIENT_INDIVIDUAL))
+             if isinstance(e, Deliver)][:1]
+    destination, headers = outgoing(sf.message.headers, sf.message.message_id, "g2", True)
+    g2.apply(Connect("link", 1, login="cluster"))
+    g2.apply(Send("link", destination, tuple(headers), b"x", 5))
+    counters = g2.stats()["destinations"][Q]
+    assert (counters["enqueued"], counters["arrived"], counters["forwarded"]) == (1, 1, 0)
+    restored = Broker.restore(g1.snapshot(), g1.config)
+    assert restored.stats()["destinations"][Q]["forwarded"] == 3
+    dump = g1.snapshot()
+    for key in ("sent_on", "arrived"):  # a snapshot from before these counters
+        del dump["federation"][key]
+    assert Broker.restore(dump, g1.config).stats()["destinations"][Q]["forwarded"] == 0
+    alone = Broker(g1.config.__class__(broker_name="solo"))
+    alone.apply(Connect("p", 1))
+    alone.apply(Send("p", Q, (), b"x", 2))
+    assert "forwarded" not in alone.stats()["destinations"][Q]  # not in a cluster: no such counters

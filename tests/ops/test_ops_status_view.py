@@ -168,3 +168,27 @@ def test_rates_show_as_dashes_until_known() -> None:
     text = render_to_string(summarise([(NODES[1], status)]), width=120)
     cells = [line.split("│")[2:-1] for line in text.splitlines() if "/queue/orders" in line][0]
     assert [cell.strip() for cell in cells][3:5] == ["-", "-"] and "msg/s" not in text
+
+
+def test_the_cluster_table_shows_where_each_queue_s_messages_go() -> None:
+    hot = {**QUEUE, "forwarded": 90, "arrived": 15}
+
+    def leader(group: str, rates: dict[str, float]) -> tuple[NodeAddress, dict[str, Any]]:
+        status = node_status("leader", 2, 5, 5)
+        status["broker"]["destinations"] = {"/queue/hot": hot}
+        status["rates"]["destinations"] = {"/queue/hot": rates}
+        return NodeAddress(group, "n1", "127.0.0.1:61001", "127.0.0.1:62001", 101), status
+
+    summary = summarise([
+        leader("g1", {"enqueue_rate": 120.0, "dequeue_rate": 118.0, "forward_rate": 30.0, "arrive_rate": 20.0}),
+        leader("g2", {"enqueue_rate": 25.0, "dequeue_rate": 25.0, "forward_rate": 0.0, "arrive_rate": 25.0}),
+    ])
+    view = summary["cluster"]["/queue/hot"]
+    assert view["g1"] == {"depth": 7, "consumers": 2, "local_rate": 100.0, "forward_rate": 30.0, "arrive_rate": 20.0}
+    assert view["g2"]["local_rate"] == 0.0
+    text = render_to_string(summary, width=160)
+    assert "local 100 · out 30 · in 20" in text and "local 0 · out 0 · in 25" in text
+    unknown = summarise([leader("g1", {"enqueue_rate": None, "dequeue_rate": None}), leader("g2", {})])  # type: ignore[dict-item]
+    assert unknown["cluster"]["/queue/hot"]["g1"]["local_rate"] is None
+    assert "· out" not in render_to_string(unknown, width=160)
+    assert "msg/s stored where they were sent (local)" in text

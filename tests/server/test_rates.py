@@ -110,3 +110,16 @@ def test_a_replayed_batch_is_not_reported_as_a_rate() -> None:
     assert live["enqueue_rate"] is not None and live["enqueue_rate"] > 10  # 40 fresh messages in ~2 s
     replayed = asyncio.run(_node_rates_after(now_ms - 60_000))  # stamped a minute ago: a replay
     assert replayed["enqueue_rate"] is None  # the window restarted at the replay
+
+
+def test_a_clustered_destination_also_has_forward_and_arrive_rates() -> None:
+    sampler = RateSampler(window=10.0, min_span=0.5)
+    clustered = {"enqueued": 0, "dequeued": 0, "forwarded": 0, "arrived": 0}
+    sampler.sample(0.0, {"/queue/hot": clustered, "/queue/alone": {"enqueued": 0, "dequeued": 0}})
+    assert sampler.rates(0.1, {"/queue/hot": clustered})["destinations"]["/queue/hot"] == {
+        "enqueue_rate": None, "dequeue_rate": None, "forward_rate": None, "arrive_rate": None}
+    later = {"/queue/hot": {"enqueued": 40, "dequeued": 20, "forwarded": 60, "arrived": 10},
+             "/queue/alone": {"enqueued": 4, "dequeued": 0}}
+    rates = sampler.rates(2.0, later)["destinations"]
+    assert rates["/queue/hot"] == {"enqueue_rate": 20.0, "dequeue_rate": 10.0, "forward_rate": 30.0, "arrive_rate": 5.0}
+    assert rates["/queue/alone"] == {"enqueue_rate": 2.0, "dequeue_rate": 0.0}

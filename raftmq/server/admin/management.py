@@ -150,7 +150,9 @@ class ManagementApi:
                 continue
             rate = rates.get(name, {})
             rows.append({"destination": name, "kind": name.split("/")[1], **counters,
-                         "rate_in": rate.get("enqueue_rate"), "rate_out": rate.get("dequeue_rate")})
+                         "rate_in": rate.get("enqueue_rate"), "rate_out": rate.get("dequeue_rate"),
+                         # in a cluster of groups: sent on to other groups, come from them (msg/s)
+                         "rate_forward": rate.get("forward_rate"), "rate_arrive": rate.get("arrive_rate")})
         return rows
 
     def consumers(self, principal: Principal) -> list[dict[str, Any]]:

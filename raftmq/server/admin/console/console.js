@@ -320,7 +320,7 @@
     syncRows($("destinations-table"), list, (d) => d.destination, "data-destination",
       (d, key) => {
         const row = newRow(["destination", "kind", "depth", "in-flight", "consumers", "enqueued", "dequeued",
-          "expired", "dead-lettered", "scheduled", "rate-in", "rate-out", "actions"]);
+          "expired", "dead-lettered", "scheduled", "rate-in", "rate-out", "rate-groups", "actions"]);
         const actions = cell(row, "actions");
         actions.appendChild(button("Purge", "purge", { destination: key }, "Purge " + key));
         actions.appendChild(button("Delete", "delete", { destination: key }, "Delete " + key));
@@ -332,6 +332,7 @@
           consumers: fmt(d.consumers), enqueued: fmt(d.enqueued), dequeued: fmt(d.dequeued),
           expired: fmt(d.expired), "dead-lettered": fmt(d.dead_lettered), scheduled: fmt(d.scheduled),
           "rate-in": fmtRate(d.rate_in), "rate-out": fmtRate(d.rate_out),
+          "rate-groups": d.forwarded === undefined ? "" : "out " + fmtRate(d.rate_forward) + " · in " + fmtRate(d.rate_arrive),
         });
         row.dataset.kind = fmt(d.kind);
       });
