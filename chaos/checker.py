@@ -11,7 +11,11 @@ losses, liveness) are shared by the other workloads' checkers (`chaos.topic_chec
 - unexpected: received but never attempted, or whose send certainly failed.
 - recovered: indeterminate, and received after all.
 - duplicated: received more than once. A repeat the broker flagged `redelivered` is a
-  redelivery (at-least-once delivery, allowed); one without the flag is a stored duplicate.
+  redelivery (at-least-once delivery, allowed); a value received twice without the flag is a
+  stored duplicate, in whatever order the history holds its receptions: the history orders
+  receptions as the clients' process saw them, so a consumer closing (a migration) may record
+  the MESSAGE it got just before its DISCONNECT after another consumer recorded the
+  redelivery that the DISCONNECT caused.
 - reordered: per consumer and producer, first deliveries that arrived after a later value of
   the same producer (reported, not a verdict: several consumers and redeliveries reorder).
 - unavailability: the longest stretch without an `ok` send while sends were being attempted;
@@ -122,19 +126,23 @@ def count_deliveries(result: QueueResult, receives: list[Op], per_process: bool 
     is a duplicate only when the same process received it again (a topic: each subscriber
     gets its own copy)."""
     seen: dict[Any, int] = defaultdict(int)
+    unflagged: dict[Any, int] = defaultdict(int)  # receptions without the redelivered flag
     last_seq: dict[tuple[str, str], int] = {}
     for op in receives:
         result.deliveries += 1
         value = op.value
         key: Any = (op.process, value) if per_process else value
-        if seen[key]:
-            if op.redelivered:
-                result.redelivered += 1
-            else:
+        if not op.redelivered:
+            if unflagged[key]:  # a second first delivery: two copies were stored
                 result.stored_duplicates += 1
                 if len(result.duplicated_values) < SAMPLE:
                     result.duplicated_values.append(value)
-        else:
+            elif seen[key]:  # the first delivery, recorded after a redelivery it caused
+                result.redelivered += 1
+            unflagged[key] += 1
+        elif seen[key]:
+            result.redelivered += 1
+        if not seen[key]:
             producer, seq = split_value(value)
             if producer is not None:
                 order = (op.process, producer)

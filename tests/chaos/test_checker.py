@@ -71,6 +71,20 @@ def test_a_redelivery_is_allowed_and_a_second_stored_copy_is_not() -> None:
     assert not result.valid and result.stored_duplicates == 1 and result.duplicated_values == ["p1-1"]
 
 
+def test_a_redelivery_recorded_before_the_delivery_it_follows_is_still_a_redelivery() -> None:
+    # A migrating consumer (c1) got the MESSAGE just before its DISCONNECT; the redelivery
+    # that DISCONNECT caused reached c3, whose reception the history holds first.
+    b = Builder()
+    b.send("p0-314")
+    b.receive("p0-314", consumer="c3", redelivered=True)
+    b.receive("p0-314", consumer="c1")
+    result = check_queue(b.history.ops)
+    assert result.valid and (result.redelivered, result.stored_duplicates) == (1, 0)
+    b.receive("p0-314", consumer="c2")  # a second delivery without the flag: a second stored copy
+    result = check_queue(b.history.ops)
+    assert not result.valid and result.stored_duplicates == 1 and result.duplicated_values == ["p0-314"]
+
+
 def test_reordering_is_counted_not_judged() -> None:
     b = Builder()
     for i in range(3):
