@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from raftmq.routing.route import SF_PREFIX
 
 KEYS = ["run", "group", "node"]
-HISTORY_WORKLOADS = ("queue", "cross-group")  # whose sends and receives name one queue's values
+HISTORY_WORKLOADS = ("queue", "cross-group", "shared-queue")  # whose sends and receives name one queue's values
 
 
 def is_sf(column: str = "store") -> Any:

@@ -90,6 +90,9 @@ def test_consumer_duplicates(spark: Any) -> None:
     ops = history(spark, ("c0", "ok", "receive", "a"), ("c1", "ok", "receive", "a", True), ("c1", "ok", "receive", "b"),
                   ("c0", "ok", "receive", "b"))
     assert items(checks.consumer_duplicates(ops, runs(spark))) == ["b"]  # a's repeat is flagged redelivered
+    # The redelivery recorded before the delivery it followed (a closing consumer's last MESSAGE)
+    late = history(spark, ("c3", "ok", "receive", "d", True), ("c1", "ok", "receive", "d"))
+    assert items(checks.consumer_duplicates(late, runs(spark))) == []
     # a topic's subscribers each get their copy
     assert items(checks.consumer_duplicates(ops, runs(spark, workload="topic"))) == []
 
@@ -156,3 +159,13 @@ def test_files(spark: Any) -> None:
     segments = spark.createDataFrame([("r", "g1", "n1", "0001.seg", 0, 0, None, None, None, None, None, None, None,
                                        None, "corrupt", "bad CRC")], SEGMENT_SCHEMA_DDL)
     assert items(checks.files(rows, segments)) == ["0001.seg", "snapshot"]  # a torn tail is no finding
+
+
+def test_every_chaos_workload_checked_as_a_queue_gets_the_history_checks() -> None:
+    from chaos.client import QueueWorkload
+    from chaos.run import WORKLOADS
+    from spark_audit.derive import HISTORY_WORKLOADS
+
+    queue_like = {name for name, workload in WORKLOADS.items()
+                  if issubclass(workload, QueueWorkload) and workload.check is QueueWorkload.check}
+    assert queue_like == set(HISTORY_WORKLOADS)  # e.g. shared-queue: lost and unexpected apply to it too
