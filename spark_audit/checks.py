@@ -178,8 +178,14 @@ def bridges(ref: DataFrame, runs: DataFrame) -> DataFrame:
 
 def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
     """Per consumer, producer and queue: first deliveries come in the order the queue stored
-    them (message ids grow with arrival in a group's queue)."""
-    first = (_ops(history, runs, "receive", "ok").where(~F.coalesce(F.col("redelivered"), F.lit(False)))
+    them (message ids grow with arrival in a group's queue). A value that was also redelivered
+    is left out: its first delivery may have been in another group than the one that stored it
+    last (a consumer that moved, and the message that returned and followed demand), and a
+    redelivery promises no order."""
+    receives = _ops(history, runs, "receive", "ok")
+    redelivered = receives.where(F.coalesce(F.col("redelivered"), F.lit(False))).select("run", "value").distinct()
+    first = (receives.where(~F.coalesce(F.col("redelivered"), F.lit(False)))
+             .join(redelivered, ["run", "value"], "left_anti")
              .withColumn("nth", F.row_number().over(Window.partitionBy("run", "process", "value").orderBy("index")))
              .where("nth = 1").select("run", "process", "index", "value"))
     producers = (_ops(history, runs, "send", "invoke").groupBy("run", "value")

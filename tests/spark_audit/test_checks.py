@@ -142,6 +142,10 @@ def test_order(spark: Any) -> None:
     assert items(checks.order(fifo, ref, runs(spark))) == []  # b-0 between a-0 and a-1 is another producer
     swapped = history(spark, *sends, ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-0"), ("c", "ok", "receive", "a-2"))
     assert items(checks.order(swapped, ref, runs(spark))) == ["a-0"]
+    # a-1 was delivered (somewhere) and redelivered: its first delivery promises no order
+    moved = history(spark, *sends, ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-0"),
+                    ("d", "ok", "receive", "a-1", True), ("c", "ok", "receive", "a-2"))
+    assert items(checks.order(moved, ref, runs(spark))) == []
 
 
 def test_conservation(spark: Any) -> None:
