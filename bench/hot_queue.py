@@ -1,7 +1,7 @@
 """One hot queue over the groups of a cluster, against one group, in one sitting
 (docs/benchmarks.md, "one hot queue").
 
-    .venv/bin/python -m bench.hot_queue [--duration 30] [--out DIR] [--only NAME]
+    .venv/bin/python -m bench.hot_queue [--duration 30] [--out DIR] [--only NAME] [--policy ON_DEMAND]
 
 Starts `raftmq up` (one group of three) and then `raftmq up --preset symmetric` (three groups of
 three, LOCAL_FIRST), each in a temp dir, and drives one queue with `raftmq bench` (1 KiB
@@ -20,12 +20,17 @@ For each case it reads every node's CPU time from /proc before and after (user +
 threads) and divides by the messages delivered, and it reads how many messages each group's
 bridges forwarded (`raftmq status --json`). Lost and duplicated must be 0: the script exits 1
 otherwise. The JSON of each run and a summary.json go to --out.
+
+`--policy NAME` runs the three groups with another `message_load_balancing` (the preset's
+files copied into the run directory with that one key changed): `ON_DEMAND` gives the figures
+from before LOCAL_FIRST existed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_bench import RAFTMQ, cpu_seconds, nodes, url
+from bench.cluster_bench import RAFTMQ, REPO, cpu_seconds, nodes, url
 
 GENERATOR = ["-s", "1024", "--persistent", "--ack", "client-individual", "--receipt-window", "100"]
 
@@ -76,13 +81,32 @@ def line(r: dict[str, Any]) -> str:
 
 
 def up(work: Path, preset: str | None) -> None:
-    argv = [*RAFTMQ, "up", "--detach"] + (["--preset", preset] if preset else [])
-    subprocess.run(argv, cwd=work, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*RAFTMQ, "up", "--detach", *_selection(work, preset)], cwd=work, check=True, stdout=subprocess.DEVNULL)
 
 
 def down(work: Path, preset: str | None) -> None:
-    argv = [*RAFTMQ, "down"] + (["--preset", preset] if preset else [])
-    subprocess.run(argv, cwd=work, check=False, stdout=subprocess.DEVNULL)
+    subprocess.run([*RAFTMQ, "down", *_selection(work, preset)], cwd=work, check=False, stdout=subprocess.DEVNULL)
+
+
+def _selection(work: Path, preset: str | None) -> list[str]:
+    if preset is None:
+        return []
+    copied = work / f"{preset}.toml"  # written by `with_policy`
+    return ["--config", str(copied)] if copied.exists() else ["--preset", preset]
+
+
+def with_policy(work: Path, policy: str) -> None:
+    """The symmetric preset's files in `work`, with `message_load_balancing = policy`."""
+    for source in sorted((REPO / "configs").glob("symmetric*.toml")):
+        if source.name.startswith("symmetric-lite"):
+            continue
+        text = source.read_text()
+        if source.name == "symmetric.toml":
+            text, count = re.subn(r'^message_load_balancing = ".*"$', f'message_load_balancing = "{policy}"', text,
+                                  flags=re.MULTILINE)
+            if count != 1:
+                raise SystemExit(f"{source}: no message_load_balancing line to change")
+        (work / source.name).write_text(text)
 
 
 def main() -> int:
@@ -91,6 +115,7 @@ def main() -> int:
     parser.add_argument("--slow-messages", type=int, default=20_000, help="messages of the slow-consumer cases")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
+    parser.add_argument("--policy", default=None, help="the three groups' message_load_balancing (default: the preset's)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="raftmq-hot-queue."))
     out.mkdir(parents=True, exist_ok=True)
@@ -112,6 +137,8 @@ def main() -> int:
         finally:
             down(work, None)
     work = Path(tempfile.mkdtemp(prefix="raftmq-hot-symmetric."))
+    if args.policy is not None:
+        with_policy(work, args.policy)
     up(work, "symmetric")
     try:
         g1, g2, g3 = url(work, "g1"), url(work, "g2"), url(work, "g3")
