@@ -4,7 +4,9 @@ by one [[cluster_connection]] (the fault tests use groups of three: test_cluster
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,6 +288,12 @@ async def test_local_first_keeps_messages_local_until_the_local_consumer_is_full
         assert await wait_for(lambda: counters("g1").get("forwarded") == 99, 5)
         g1, g2 = counters("g1"), counters("g2")
         assert (g1["enqueued"], g1["arrived"], g2["enqueued"], g2["arrived"], g2["forwarded"]) == (1, 0, 99, 99, 0)
+        # The console's destinations API carries the same, with the rates its "Groups /s" column shows.
+        group = cluster.groups["g1"]
+        member = group.members[next(n for n in group.members if (group.status(n) or {}).get("role") == "leader")]
+        with urllib.request.urlopen(f"http://{member.host}:{member.admin_port}/api/destinations", timeout=10) as answer:
+            rows = {row["destination"]: row for row in json.loads(answer.read())["destinations"]}
+        assert rows["/queue/lf"]["forwarded"] == 99 and {"rate_forward", "rate_arrive"} <= rows["/queue/lf"].keys()
     finally:
         for client in (far, near, producer):
             await client.disconnect()
