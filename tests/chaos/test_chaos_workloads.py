@@ -98,7 +98,7 @@ def test_a_shared_queue_run_under_local_first_with_kills_is_valid(tmp_path: Path
     # One queue, a producer and a consumer on every group; consumers migrate, crash, and a
     # group's node is killed: values stay where they arrived or cross, each exactly once.
     run_dir, result = run(RunOptions(workload="shared-queue", topology=str(lite_cluster(tmp_path, policy="LOCAL_FIRST")),
-                                     nemeses=("kill",), time_limit_s=14, rate=40, concurrency=3, seed=6,
+                                     nemeses=("kill",), time_limit_s=10, rate=40, concurrency=3, seed=6,
                                      out=tmp_path / "runs"))
     assert result.valid, result.to_dict()
     assert result.acknowledged > 150 and result.received == result.acknowledged
