@@ -132,18 +132,14 @@ class Connector:
         self._emit = emit
         self._cancelled = cancelled
         # Set by `wake`: the wait before the next attempt ends at once (the caller learned that
-        # the other side is back). Made on first use, inside the event loop.
-        self._woken: asyncio.Event | None = None
+        # the other side is back).
+        self._woken = asyncio.Event()
 
     def wake(self) -> None:
         """Cut the current (or next) back-off wait short: attempt now."""
-        if self._woken is None:
-            self._woken = asyncio.Event()
         self._woken.set()
 
     async def _wait(self, wait_ms: float) -> None:
-        if self._woken is None:
-            self._woken = asyncio.Event()
         if wait_ms > 0 and not self._woken.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), wait_ms / 1000)
@@ -155,8 +151,7 @@ class Connector:
         """Attempts with back-off between them; `FailoverExhausted` when none is left."""
         errors: list[BaseException] = []
         attempt = 0
-        if self._woken is not None:
-            self._woken.clear()  # a wake counts during an outage only
+        self._woken.clear()  # a wake counts during an outage only
         for wait_ms in attempt_plan_ms(self.options, startup=startup):
             await self._wait(wait_ms)
             if self._cancelled():

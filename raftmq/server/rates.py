@@ -21,9 +21,13 @@ Counts = dict[str, tuple[int, int, int, int]]  # destination -> (enqueued, deque
 CLUSTER_COUNTERS = ("forwarded", "arrived")
 
 
+def _count(counters: dict[str, Any]) -> tuple[int, int, int, int]:
+    return (counters.get("enqueued", 0), counters.get("dequeued", 0), counters.get("forwarded", 0),
+            counters.get("arrived", 0))
+
+
 def _counts(destinations: dict[str, dict[str, Any]]) -> Counts:
-    return {name: (counters.get("enqueued", 0), counters.get("dequeued", 0), counters.get("forwarded", 0),
-                   counters.get("arrived", 0)) for name, counters in destinations.items()}
+    return {name: _count(counters) for name, counters in destinations.items()}
 
 
 class RateSampler:
@@ -64,7 +68,7 @@ class RateSampler:
         per_destination: dict[str, dict[str, float | None]] = {}
         totals["destinations"] = per_destination
         for name, counters in destinations.items():
-            enqueued, dequeued, forwarded, arrived = _counts({name: counters})[name]
+            enqueued, dequeued, forwarded, arrived = _count(counters)
             clustered = "forwarded" in counters
             totals["enqueued"] += enqueued
             totals["dequeued"] += dequeued
