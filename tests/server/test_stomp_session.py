@@ -9,6 +9,9 @@ from raftmq.config import NodeConfig
 from raftmq.core.commands import Connect, Disconnect, Send
 from raftmq.passwords import hash_password
 from raftmq.protocol.codec import FrameParser
+from raftmq.protocol.limits import Limits
+from raftmq.routing.forward_batch import BATCH_DESTINATION, inner_receipt
+from raftmq.routing.forward_batch import encode as encode_batch
 from raftmq.security import AclEntry, Security, SecurityConfig, UserEntry
 from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 
@@ -169,3 +172,79 @@ def test_an_abnormal_close_proposes_the_disconnect_once() -> None:
     polite.receive(CONNECT, NOW)
     assert [type(c) for c in commands(polite.receive(frame("DISCONNECT", {"receipt": "bye"}), NOW))] == [Disconnect]
     assert polite.closed(NOW) == []  # its own DISCONNECT was already proposed
+
+
+# -- a bridge's forwarded batch (raftmq.routing.forward_batch) ----------------------------------
+
+
+def batch_frame(messages: list[tuple[str, list[tuple[str, str]], bytes]], receipt: str = "b1") -> bytes:
+    body = encode_batch(messages)
+    head = f"destination:{BATCH_DESTINATION}\nreceipt:{receipt}\ncontent-length:{len(body)}\n"
+    return f"SEND\n{head}\n".encode() + body + b"\0"
+
+
+def bridge_session(host: Host | None = None) -> StompSession:
+    session = StompSession(host or Host(), "s1")
+    session.receive(frame("CONNECT", {"accept-version": "1.2", "raftmq-bridge": "g1"}), NOW)
+    session.connect_committed()
+    return session
+
+
+def test_a_batch_on_a_cluster_connection_is_one_proposal_of_sends_with_one_receipt() -> None:
+    session = bridge_session()
+    messages = [("/queue/a", [("_AMQ_DUPL_ID", f"d{i}"), ("k", "v")], f"m{i}".encode()) for i in range(3)]
+    decisions = session.receive(batch_frame(messages, "r/7"), NOW)
+    proposals = [d for d in decisions if isinstance(d, Propose)]
+    assert len(proposals) == 1
+    sends = proposals[0].commands
+    assert [(c.destination, c.headers, c.body) for c in sends if isinstance(c, Send)] == [
+        ("/queue/a", (("_AMQ_DUPL_ID", f"d{i}"), ("k", "v")), f"m{i}".encode()) for i in range(3)]
+    receipts = [session.receipt_for(c.receipt) for c in sends if isinstance(c, Send) and c.receipt is not None]
+    assert receipts == [None, None, "r/7"]  # one RECEIPT, when the last is applied
+    assert session.receipt_for("plain") == "plain"
+
+
+def test_a_batch_from_a_client_that_is_no_bridge_is_a_reserved_destination() -> None:
+    session = StompSession(Host(), "s1")
+    session.receive(CONNECT, NOW)
+    session.connect_committed()
+    refused = refusal(session.receive(batch_frame([("/queue/a", [], b"x"), ("/queue/a", [], b"y")]), NOW))
+    assert refused.message == "reserved destination"
+
+
+def test_a_refused_message_of_a_batch_is_named_by_its_index_and_no_receipt_follows() -> None:
+    session = bridge_session(Host(NodeConfig(limits=Limits(max_header_line_bytes=64))))
+    messages = [("/queue/a", [], b"ok"), ("/queue/a", [("long", "x" * 100)], b"no"), ("/queue/a", [], b"ok")]
+    decisions = session.receive(batch_frame(messages, "r1"), NOW)
+    proposed = commands(decisions)
+    assert len(proposed) == 1 and isinstance(proposed[0], Send) and proposed[0].body == b"ok"
+    headers = error_headers(refusal(decisions))
+    assert headers["receipt-id"] == "r1" and headers["raftmq-batch-index"] == "1"
+    assert session.receipt_for(inner_receipt("r1", 2, 3)) is None  # failed: the ERROR said it all
+
+
+def test_the_core_refusing_a_message_of_a_batch_names_it_in_the_error() -> None:
+    session = bridge_session()
+    decisions = session.receive(batch_frame([("/queue/a", [], b"x"), ("/queue/b", [], b"y")], "r9"), NOW)
+    second = commands(decisions)[1]
+    assert isinstance(second, Send) and second.receipt is not None
+    headers = error_headers(refusal(session.fail("address full", "no room", second.receipt)))
+    assert headers["receipt-id"] == "r9" and headers["raftmq-batch-index"] == "1"
+    assert session.receipt_for(inner_receipt("r9", 1, 2)) is None
+
+
+def test_a_batch_that_is_not_one_is_refused_whole() -> None:
+    session = bridge_session()
+    body = b"\xc1 not msgpack"
+    head = f"destination:{BATCH_DESTINATION}\nreceipt:r2\ncontent-length:{len(body)}\n"
+    headers = error_headers(refusal(session.receive(f"SEND\n{head}\n".encode() + body + b"\0", NOW)))
+    assert headers["receipt-id"] == "r2" and "raftmq-batch-index" not in headers
+
+
+def test_the_acl_authorizes_each_message_of_a_batch() -> None:
+    acl = (AclEntry("queue", "orders.>", write=("anonymous",), admin=("anonymous",)),)
+    session = bridge_session(Host(security=Security(SecurityConfig(acl=acl, anonymous_groups=("anonymous",)))))
+    decisions = session.receive(batch_frame([("/queue/orders.a", [], b"x"), ("/queue/secret", [], b"y")], "r3"), NOW)
+    assert [c.destination for c in commands(decisions) if isinstance(c, Send)] == ["/queue/orders.a"]
+    headers = error_headers(refusal(decisions))
+    assert headers["message"] == "access denied" and headers["raftmq-batch-index"] == "1"

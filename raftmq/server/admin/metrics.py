@@ -132,6 +132,7 @@ class StatusCollector(Collector):
 # (metric suffix, key in a link's status, help) of the cluster bridges (on the group's leader).
 _LINK_COUNTERS = (
     ("forwarded", "forwarded", "Messages the neighbouring group confirmed (committed there, removed here)."),
+    ("batches", "batches", "Batch frames the neighbouring group confirmed (forwarded divided by this: messages per batch)."),
     ("refused", "refused", "Messages the neighbouring group refused (NACKed here; dead-lettered after max deliveries)."),
     ("adverts_sent", "adverts_sent", "Binding adverts the neighbouring group confirmed."),
 )

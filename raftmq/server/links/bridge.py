@@ -8,6 +8,10 @@ One `Bridge` per neighbour runs on the group's leader only (a `LeaderService`). 
   there, reconnecting with the connection's retry settings), to the destination it was sent
   to, with a duplicate-detection id made of its message id and target group
   (raftmq.routing.route.dedup_id) and a receipt;
+- sends what it has ready in batches (raftmq.routing.forward_batch) when duplicate detection is
+  on: one SEND frame of up to `BATCH_MESSAGES` messages, one Raft entry in the neighbour, one
+  RECEIPT, one proposal of the ACKs here. A message over `SINGLE_BYTES`, a batch of one, and the
+  messages of a batch the neighbour refused as a whole go as SENDs of their own;
 - ACKs it in its own group only after that RECEIPT, i.e. after the neighbour's majority
   committed and fsynced it. A crash or leader change anywhere before the ACK means the message
   is delivered to the bridge again and sent again with the same id: the neighbour stores it
@@ -40,6 +44,7 @@ from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
+from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
 from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
 from raftmq.server.links.passive_link import PassiveLink, Puller
@@ -48,7 +53,11 @@ from raftmq.server.seams.leader_task import LeaderTask
 
 log = structlog.get_logger("raftmq.server.bridge")
 
+BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
+BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
+SINGLE_BYTES = 64 * 1024  # a larger body goes in a SEND of its own
 
+Ready = tuple[Deliver, bytes]  # a delivery of the store-and-forward queue, with its body
 
 class Bridge(LeaderTask):
     def __init__(self, host: BridgeHost, own_group: str, neighbour: PeerGroup, settings: ClusterConnection,
@@ -69,6 +78,7 @@ class Bridge(LeaderTask):
         self.state = "stopped"  # stopped, connecting, connected, retrying, failed
         self.retry_at: float | None = None  # monotonic time of the next reconnect attempt
         self.forwarded = 0  # confirmed by the neighbour and acknowledged here
+        self.batches = 0  # batch frames the neighbour confirmed
         self.refused = 0  # refused by the neighbour (NACKed)
         self.in_flight = 0
         self.adverts_sent = 0
@@ -77,6 +87,7 @@ class Bridge(LeaderTask):
         self._members_moved = False  # the neighbour's members file lists others than we try
         self._back = asyncio.Event()  # the neighbour is back: end the wait before starting over
         self.retries_now = 0  # back-off waits cut short because the neighbour was back
+        self._singles: set[str] = set()  # ack ids of deliveries to send alone (their batch was refused whole)
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -188,18 +199,54 @@ class Bridge(LeaderTask):
             if self._puller is not None and self._puller.failed.is_set():
                 self._failed(ClientError("a pulled message could not be stored here"))
                 return
-            deliveries = session.deliveries
+            if not self._send_ready(client, session):
+                return
+
+    def _send_ready(self, client: FailoverClient, session: BridgeSession) -> bool:
+        """Send every delivery waiting, in batches where it may; False once the client gave up
+        (what was not confirmed returns with the session)."""
+        deliveries = session.deliveries
+        batching = self.settings.use_duplicate_detection  # a batch sent again relies on it
+        batch: list[Ready] = []
+        size = 0
+        try:
             while deliveries:
-                effect, body = deliveries.popleft()
-                destination, headers = self._outgoing(effect)
-                self.in_flight += 1
-                try:
-                    future = client.send_nowait(destination, body, headers, receipt=True)
-                except ClientError as exc:  # the client gave up: the deliveries return with the session
-                    self.in_flight -= 1
-                    self._failed(exc)
-                    return
-                future.add_done_callback(functools.partial(self._sent, session, effect.ack_id))
+                ready = deliveries.popleft()
+                ack_id, body = ready[0].ack_id, ready[1]
+                if not batching or len(body) > SINGLE_BYTES or ack_id in self._singles:
+                    self._singles.discard(ack_id or "")
+                    self._send_one(client, session, ready)
+                    continue
+                batch.append(ready)
+                size += len(body)
+                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    self._send_batch(client, session, batch)
+                    batch, size = [], 0
+            if batch:
+                self._send_batch(client, session, batch)
+        except ClientError as exc:  # the client gave up: the deliveries return with the session
+            self._failed(exc)
+            return False
+        return True
+
+    def _send_one(self, client: FailoverClient, session: BridgeSession, ready: Ready) -> None:
+        effect, body = ready
+        destination, headers = self._outgoing(effect)
+        future = client.send_nowait(destination, body, headers, receipt=True)
+        self.in_flight += 1
+        future.add_done_callback(functools.partial(self._sent, session, effect.ack_id))
+
+    def _send_batch(self, client: FailoverClient, session: BridgeSession, batch: list[Ready]) -> None:
+        if len(batch) == 1:
+            return self._send_one(client, session, batch[0])
+        messages = []
+        for effect, body in batch:
+            destination, headers = self._outgoing(effect)
+            messages.append((destination, headers, body))
+        future = client.send_nowait(BATCH_DESTINATION, encode(messages), [(BATCH_COUNT_HEADER, str(len(batch)))],
+                                    receipt=True)
+        self.in_flight += len(batch)
+        future.add_done_callback(functools.partial(self._batch_sent, session, batch))
 
     def _outgoing(self, effect: Deliver) -> tuple[str, list[tuple[str, str]]]:
         message = effect.message
@@ -211,14 +258,46 @@ class Bridge(LeaderTask):
             return
         error = future.exception()
         if isinstance(error, BrokerRefused):
-            self.refused += 1
-            self.last_error = f"refused by {self.neighbour.name}: {error}"
-            log.warning("bridge.refused", bridge=self.name, error=str(error))
-            _settle(session, ack_id, forwarded=False)
+            self._refused(error)
+            _settle(session, [ack_id], forwarded=False)
         elif error is None:
             self.forwarded += 1
-            _settle(session, ack_id, forwarded=True)
+            _settle(session, [ack_id], forwarded=True)
         # Otherwise the outcome is unknown (the client closed): the delivery comes back with the session.
+
+    def _batch_sent(self, session: BridgeSession, batch: list[Ready], future: asyncio.Future[Any]) -> None:
+        self.in_flight -= len(batch)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            self.forwarded += len(batch)
+            self.batches += 1
+            _settle(session, [effect.ack_id for effect, _ in batch if effect.ack_id is not None], forwarded=True)
+            return
+        if not isinstance(error, BrokerRefused):
+            return  # outcome unknown (the client closed): the deliveries come back with the session
+        index = batch_index(error, len(batch))
+        if index is None:
+            # The neighbour refused the batch as a whole (its frame limits are smaller, say):
+            # each message goes again alone, and gets its own outcome.
+            log.warning("bridge.batch_refused", bridge=self.name, messages=len(batch), error=str(error))
+            self._singles.update(effect.ack_id for effect, _ in batch if effect.ack_id is not None)
+            session.put_back(batch)
+            return
+        stored, refused, unknown = batch[:index], batch[index], batch[index + 1:]
+        if stored:
+            self.forwarded += len(stored)
+            _settle(session, [effect.ack_id for effect, _ in stored if effect.ack_id is not None], forwarded=True)
+        self._refused(error)
+        if refused[0].ack_id is not None:
+            _settle(session, [refused[0].ack_id], forwarded=False)
+        session.put_back(unknown)  # perhaps stored already: sent again, stored once
+
+    def _refused(self, error: BrokerRefused) -> None:
+        self.refused += 1
+        self.last_error = f"refused by {self.neighbour.name}: {error}"
+        log.warning("bridge.refused", bridge=self.name, error=str(error))
 
     async def _advertise(self, client: FailoverClient) -> None:
         last: tuple[Any, ...] | None = None
@@ -282,6 +361,7 @@ class Bridge(LeaderTask):
         if session is not None:
             await session.close()
         self.in_flight = 0
+        self._singles.clear()  # ack ids of the closed session
 
     # -- status -------------------------------------------------------------------------------
 
@@ -295,6 +375,7 @@ class Bridge(LeaderTask):
             "state": self.state,
             "retry_in_s": retry_in if self.state == "retrying" else None,
             "forwarded": self.forwarded,
+            "batches": self.batches,
             "refused": self.refused,
             "waiting": waiting,
             "in_flight": self.in_flight,
@@ -305,11 +386,19 @@ class Bridge(LeaderTask):
         }
 
 
-def _settle(session: BridgeSession, ack_id: str, forwarded: bool) -> None:
-    if session.closed.is_set():
-        return  # the next leader's sweep returns it
-    future = session.settle(ack_id, forwarded)
+def _settle(session: BridgeSession, ack_ids: list[str], forwarded: bool) -> None:
+    if session.closed.is_set() or not ack_ids:
+        return  # the next leader's sweep returns them
+    future = session.settle(ack_ids, forwarded)
     future.add_done_callback(_ignore_outcome)
+
+
+def batch_index(error: BrokerRefused, size: int) -> int | None:
+    """The message of a batch its neighbour refused (None: the batch as a whole)."""
+    raw = error.headers.get(BATCH_INDEX_HEADER)
+    if raw is None or not raw.isdigit() or int(raw) >= size:
+        return None
+    return int(raw)
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

@@ -56,11 +56,19 @@ class BridgeSession:
         """Propose a SEND from this session; the future completes once it is applied."""
         return self._host.propose([Send(self._session_id, destination, headers, body, self._host.clock.now_ms())])
 
-    def settle(self, ack_id: str, forwarded: bool) -> asyncio.Future[None]:
-        """ACK a forwarded delivery (the neighbour committed it) or NACK a refused one."""
+    def settle(self, ack_ids: list[str], forwarded: bool) -> asyncio.Future[None]:
+        """ACK forwarded deliveries (the neighbour committed them) or NACK refused ones, in one
+        proposal."""
         now = self._host.clock.now_ms()
-        command = Ack(self._session_id, now, ack_id=ack_id) if forwarded else Nack(self._session_id, now, ack_id=ack_id)
-        return self._host.propose([command])
+        kind = Ack if forwarded else Nack
+        return self._host.propose([kind(self._session_id, now, ack_id=ack_id) for ack_id in ack_ids])
+
+    def put_back(self, deliveries: list[tuple[Deliver, bytes]]) -> None:
+        """Deliveries whose forward has no outcome yet go first in line again (sent again with
+        the same duplicate-detection id); nothing once the session closed (they return with it)."""
+        if self._state != SessionState.CLOSED and deliveries:
+            self.deliveries.extendleft(reversed(deliveries))
+            self.wakeup.set()
 
     async def close(self) -> None:
         """End the session: while this node still leads, its Disconnect returns what is in flight."""

@@ -325,7 +325,9 @@ class Connection(asyncio.Protocol):
 
     def receipt(self, receipt_id: str) -> None:
         if self.stomp.state != SessionState.CLOSED:
-            self.write(receipt_frame(receipt_id, self.stomp.version))
+            named = self.stomp.receipt_for(receipt_id)
+            if named is not None:
+                self.write(receipt_frame(named, self.stomp.version))
 
     # ---- output ----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
+from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.seams.host import SessionHost
@@ -211,11 +212,26 @@ class StompSession:
 
     def fail(self, message: str, detail: str = "", receipt_id: str | None = None,
              extra: dict[str, str] | None = None) -> list[Decision]:
-        """Enter FAILED and hand out the ERROR frame (nothing, if already failed)."""
+        """Enter FAILED and hand out the ERROR frame (nothing, if already failed). A message of a
+        forwarded batch is refused as its batch, with the message's index."""
         if self.state >= SessionState.FAILED:
             return []
         self.state = SessionState.FAILED
+        inner = None if receipt_id is None else parse_inner(receipt_id)
+        if inner is not None:
+            receipt_id = inner[0]
+            extra = {**(extra or {}), BATCH_INDEX_HEADER: str(inner[1])}
         return [Refuse(error_frame(message, detail, self.version, receipt_id, extra), message, detail)]
+
+    def receipt_for(self, receipt_id: str) -> str | None:
+        """The receipt id a committed command's RECEIPT names (None: write none). A forwarded
+        batch (raftmq.routing.forward_batch) gets one RECEIPT, for its last message, and none
+        once the session failed: a message before it was refused and the ERROR says which."""
+        inner = parse_inner(receipt_id)
+        if inner is None:
+            return receipt_id
+        receipt, index, count = inner
+        return receipt if index == count - 1 and self.state < SessionState.FAILED else None
 
     def relayed(self) -> None:
         self.state = SessionState.RELAYED
@@ -317,9 +333,14 @@ class StompSession:
         authorizing = self._authorizing
         for frame in frames:
             try:
+                if frame.command == "SEND" and self.cluster_connection and frame.get("destination") == BATCH_DESTINATION:
+                    self._batch(frame, now_ms, commands, notes)
+                    continue
                 command = translator.translate(frame, now_ms)
                 if authorizing:
                     self._authorize(command, notes)
+            except BatchError as exc:
+                return commands, (exc, exc.receipt if exc.index is not None else frame.get("receipt"))
             except ProtocolError as exc:
                 return commands, (exc, frame.get("receipt"))
             commands.append(command)
@@ -328,6 +349,34 @@ class StompSession:
                 self.disconnect_proposed = True
                 break
         return commands, None
+
+    def _batch(self, frame: Frame, now_ms: int, commands: list[Command], notes: list[Decision]) -> None:
+        """A bridge's batch of forwarded messages: each translated and authorized as a SEND of
+        its own, with an inner receipt (raftmq.routing.forward_batch); appended to `commands`
+        up to the first refused one, which raises `BatchError` naming it."""
+        if frame.get("transaction") is not None:
+            raise BatchError("invalid batch", "a forwarded batch cannot be part of a transaction", None)
+        receipt = frame.get("receipt")
+        items = decode(frame.body)
+        limits = self.host.config.limits
+        translator = self._translator
+        assert translator is not None
+        count = len(items)
+        for index, item in enumerate(items):
+            inner = inner_receipt(receipt, index, count) if receipt is not None else None
+            try:
+                destination, headers, body = message(item, index, limits)
+                wire = [("destination", destination), *headers]
+                if inner is not None:
+                    wire.insert(1, ("receipt", inner))
+                command = translator.translate(Frame("SEND", wire, body), now_ms)
+                if self._authorizing:
+                    self._authorize(command, notes)
+            except ProtocolError as exc:
+                refused = BatchError(exc.message, f"message {index} of the batch: {exc.detail}", index)
+                refused.receipt = inner
+                raise refused from None
+            commands.append(command)
 
     def _authorize(self, command: Command, notes: list[Decision]) -> None:
         """Raise `ProtocolError` (access denied) unless the ACL lets this session's principal
