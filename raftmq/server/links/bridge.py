@@ -95,6 +95,7 @@ class Bridge(LeaderTask):
         await super().stop()
         await self._close()
         self.state = "stopped"
+        log.info("bridge.stopped", bridge=self.name, forwarded=self.forwarded, batches=self.batches, refused=self.refused)
 
     # -- the link -----------------------------------------------------------------------------
 
