@@ -11,6 +11,7 @@ config without reading our code.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import types
 import typing
@@ -58,6 +59,15 @@ class NodeConfig:
     # SENDs are accepted and no standing queue forms. 0: off (producers only wait for BLOCK).
     fair_queue_depth: int = 0
     tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)
+    # STOMP over WebSocket (raftmq.server.websocket): the client port also answers an HTTP
+    # upgrade. Browser pages may connect from these origins: exact ones ("https://app.example"),
+    # "loopback" (pages served from this machine) or "*"; a client sending no Origin (not a
+    # browser) always may.
+    websocket_origins: tuple[str, ...] = ("loopback",)
+    # WebSocket upgrades being read at once on this node; one more is answered 503.
+    websocket_max_handshakes: int = 100
+    # "host:port" of a listener for WebSocket clients only, besides the client port; None: none.
+    websocket: str | None = None
     # What a group's follower does with a client: "relay" its session to the leader (any
     # node serves any client), or "redirect" it (ERROR not the leader + a `leader` header).
     follower_clients: str = "relay"
@@ -122,12 +132,22 @@ FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.stomp.relay: RELA
 
 
 def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
-    """`prefix`.follower_clients is one of FOLLOWER_CLIENT_MODES ([node] or a group's [server])."""
+    """`prefix`.follower_clients is one of FOLLOWER_CLIENT_MODES ([node] or a group's [server]),
+    and the WebSocket keys hold what they can use."""
     if config.follower_clients not in FOLLOWER_CLIENT_MODES:
         raise ConfigError(
             f"{path}: {prefix}.follower_clients must be one of {', '.join(map(repr, FOLLOWER_CLIENT_MODES))}, "
             f"got {config.follower_clients!r}"
         )
+    for origin in config.websocket_origins:
+        if origin not in ("*", "loopback") and not re.fullmatch(r"[a-z][a-z0-9+.-]*://[^/\s]+", origin):
+            raise ConfigError(f"{path}: {prefix}.websocket_origins: {origin!r} is not an origin: write "
+                              "'scheme://host[:port]' (as a browser sends it, no path), 'loopback' or '*'")
+    if config.websocket is not None:
+        try:
+            split_address(config.websocket)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {prefix}.websocket: {exc}") from None
 
 
 def build_dataclass(cls: type, table: dict[str, Any], path: Path, prefix: str, **extra: Any) -> Any:
@@ -157,7 +177,9 @@ def _check_type(value: Any, expected: Any, path: Path, key: str) -> Any:
             return float(value)
         if kind is str and isinstance(value, str):
             return value
-    names = " or ".join(getattr(k, "__name__", str(k)) for k in allowed)
+        if typing.get_origin(kind) is tuple and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+    names = " or ".join("a list of strings" if typing.get_origin(k) is tuple else getattr(k, "__name__", str(k)) for k in allowed)
     raise ConfigError(f"{path}: {key} must be {names}, got {type(value).__name__} {value!r}")
 
 

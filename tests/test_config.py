@@ -23,6 +23,8 @@ def test_shipped_preset_loads_and_matches_defaults() -> None:
 def test_values_reach_nested_sections(tmp_path: Path) -> None:
     config = load_node_config(write(tmp_path, "[node]\nport = 7000\n[core]\nmax_delivery_count = 3\n[limits]\nmax_headers = 9\n"))
     assert (config.port, config.core.max_delivery_count, config.limits.max_headers) == (7000, 3, 9)
+    origins = load_node_config(write(tmp_path, "[node]\nwebsocket_origins = ['https://app.example', 'loopback']\n"))
+    assert origins.websocket_origins == ("https://app.example", "loopback")
 
 
 @pytest.mark.parametrize(
@@ -43,6 +45,10 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
         ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
+        ("[node]\nwebsocket_origins = 'loopback'\n", r"node\.websocket_origins must be a list of strings, got str"),
+        ("[node]\nwebsocket_origins = ['app.example.com']\n", r"node\.websocket_origins: 'app.example.com' is not an origin"),
+        ("[node]\nwebsocket_origins = ['https://app.example/path']\n", r"is not an origin"),
+        ("[node]\nwebsocket = '61614'\n", r"node\.toml: node\.websocket: expected host:port"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:

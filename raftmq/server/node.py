@@ -27,7 +27,7 @@ import structlog
 
 from raftmq import compiled
 from raftmq.clock import Clock, SystemClock
-from raftmq.config import NodeConfig
+from raftmq.config import NodeConfig, split_address
 from raftmq.core.address_settings import BLOCK
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Manage
@@ -90,6 +90,8 @@ class Node:
         self._boot = secrets.token_hex(4)  # session ids stay unique across restarts
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
+        self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
+        self.websocket_handshakes = 0  # WebSocket upgrades being read now
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock
@@ -197,6 +199,15 @@ class Node:
     def internal_error(self) -> None:
         self.internal_errors += 1
 
+    def websocket_handshake_started(self) -> bool:
+        if self.websocket_handshakes >= self._config.websocket_max_handshakes:
+            return False
+        self.websocket_handshakes += 1
+        return True
+
+    def websocket_handshake_ended(self) -> None:
+        self.websocket_handshakes -= 1
+
     def connection_closed(self, connection: ClientConnection) -> None:
         self.sessions.pop(connection.session_id, None)
         connected_at = self._connected_at.pop(connection.session_id, None)
@@ -294,6 +305,13 @@ class Node:
         )
         sockname = self._server.sockets[0].getsockname()
         self._address = (sockname[0], sockname[1])
+        if self._config.websocket is not None:
+            ws_host, ws_port = split_address(self._config.websocket)
+            self._websocket_server = await self._loop.create_server(
+                lambda: self._new_connection(websocket_only=True), ws_host, ws_port, reuse_address=True, backlog=1024,
+                ssl=self._security.server_ssl_context(),
+            )
+            log.info("node.websocket_listening", node=self.name, address=self._config.websocket)
         if self._config.tick_interval_ms > 0:
             self._tick_task = self._loop.create_task(tick_forever(self))
         self._sample_task = self._loop.create_task(self._sample_forever())
@@ -308,8 +326,9 @@ class Node:
         if self._stopping or self._loop is None:
             return
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._websocket_server):
+            if server is not None:
+                server.close()
         if self.flow is not None:
             self.flow.close()
         for task in (self._tick_task, self._sample_task):
@@ -355,9 +374,9 @@ class Node:
             log.info("node.leadership_transferred", node=self.name, leader=self.commit_log.leader_hint)
         return handed
 
-    def _new_connection(self) -> Connection:
+    def _new_connection(self, websocket_only: bool = False) -> Connection:
         session_id = self.new_session_id()
-        connection = Connection(self, session_id)
+        connection = Connection(self, session_id, websocket_only)
         self.sessions[session_id] = connection
         return connection
 

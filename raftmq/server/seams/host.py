@@ -150,6 +150,12 @@ class ConnectionHost(SessionHost, Protocol):
     def internal_error(self) -> None:
         """Count a connection closed because handling its input raised (a bug)."""
 
+    def websocket_handshake_started(self) -> bool:
+        """Count a WebSocket upgrade being read; False (not counted) past the node's limit."""
+
+    def websocket_handshake_ended(self) -> None:
+        """That upgrade was answered (or the connection ended first)."""
+
 
 # -- the node's parts -------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.websocket.session import POLICY, Opened, WebSocketSession
+from raftmq.server.websocket.transport import WebSocketTransport
 
 log = structlog.get_logger("raftmq.server.connection")
 
@@ -50,9 +52,13 @@ HEARTBEAT_RECEIVE_GRACE = 2.0
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, host: ConnectionHost, session_id: str) -> None:
+    def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
+        self.transport_kind = "tcp"  # "tls", "ws" or "wss" (the management API lists it)
+        self._websocket_only = websocket_only  # the dedicated WebSocket listener's: no plain STOMP
+        self._sniffed = False  # the first bytes said STOMP or WebSocket
+        self._websocket: WebSocketTransport | None = None
         self.stomp = StompSession(host, session_id)
         self.peer = "?"
         self._max_pending = max(1, host.config.max_pending_commands)
@@ -101,6 +107,8 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        if transport.get_extra_info("ssl_object") is not None:
+            self.transport_kind = "tls"
         self._last_received = self._last_written = self._loop.time()
         log.debug("client.accepted", session=self.session_id, peer=self.peer)
         config = self.host.config
@@ -120,11 +128,51 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.stomp.state >= SessionState.DISCONNECTING:
             return  # after an ERROR or DISCONNECT nothing more is read
+        if not self._sniffed and data:
+            self._sniffed = True
+            if data[:1] == b"G" and self.stomp.state == SessionState.AWAIT_CONNECT:
+                return self._upgrade(data)  # `GET`: no STOMP frame starts so
+            if self._websocket_only:
+                return self._refuse_http(400, "Bad Request", "this port serves STOMP over WebSocket only")
         self._last_received = self._loop.time()
         try:
             self._execute(self.stomp.receive(data, self._clock.now_ms()))
         except Exception as exc:  # a bug must cost one connection, never the node
             self._internal_error(exc, "a frame")
+
+    # ---- STOMP over WebSocket (raftmq.server.websocket) ---------------------------------------
+
+    def _upgrade(self, data: bytes) -> None:
+        """Carry on over a WebSocket: the handshake, then STOMP inside its messages."""
+        raw = self._transport
+        assert raw is not None
+        host = self.host
+        if not host.websocket_handshake_started():
+            log.warning("client.refused", session=self.session_id, peer=self.peer, reason="too many WebSocket handshakes",
+                        max_handshakes=host.config.websocket_max_handshakes)
+            return self._refuse_http(503, "Service Unavailable", "too many WebSocket handshakes in progress; try again")
+        self.transport_kind = "wss" if self.transport_kind == "tls" else "ws"
+        session = WebSocketSession(host.config.websocket_origins)
+        self._websocket = WebSocketTransport(raw, session, self, self._websocket_opened, host.websocket_handshake_ended)
+        self._transport = self._websocket
+        try:
+            self._websocket.feed(data)
+        except Exception as exc:  # a bug must cost one connection, never the node
+            self._internal_error(exc, "a WebSocket handshake")
+
+    def _websocket_opened(self, opened: Opened) -> None:
+        log.info("client.websocket", session=self.session_id, peer=self.peer, path=opened.path,
+                 subprotocol=opened.subprotocol, origin=opened.origin)
+
+    def _refuse_http(self, status: int, reason: str, why: str) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        body = (why + "\n").encode()
+        transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                        b"connection: close\r\n\r\n%s" % (status, reason.encode(), len(body), body))
+        self.stomp.state = SessionState.FAILED
+        transport.close()
 
     def _internal_error(self, exc: Exception, what: str) -> None:
         self.host.internal_error()
@@ -369,6 +417,8 @@ class Connection(asyncio.Protocol):
             out = []
         if last is not None:
             out.append(last)
+            if self._websocket is not None:
+                self._websocket.close_code, self._websocket.close_reason = POLICY, "STOMP ERROR"
         if out:
             transport.write(b"".join(out))
         transport.close()  # asyncio closes after the buffered data is written

@@ -1,0 +1,235 @@
+"""STOMP over WebSocket, sans-I/O: the WebSocket layer under a client connection's STOMP session.
+
+`WebSocketSession` takes the bytes a client sends and hands out what to do, the way
+`StompSession` does one layer up; wsproto (RFC 6455) does the protocol. It
+
+- answers the HTTP/1.1 upgrade on any path, choosing the first subprotocol the client offers
+  among `SUBPROTOCOLS` (or none, when the client offers none, as RabbitMQ does; a client
+  offering only others is refused with 400), after checking its `Origin` against `origins`
+  (cross-site WebSocket hijacking: a page of another site cannot use a visitor's browser to
+  reach the broker); no extension is accepted, so `permessage-deflate` (a small message that
+  inflates to gigabytes) never is;
+- passes the payload of text and binary messages on as STOMP bytes as it arrives, frame by
+  frame: a STOMP frame may span messages and a message may carry several frames, and nothing
+  is buffered here beyond one read (the STOMP parser enforces the frame and body limits);
+- answers pings, and a close with a close; a client breaking the protocol (an unmasked frame,
+  a bad opcode, invalid UTF-8 in a text message) gets the close code wsproto names (1002,
+  1007) and the connection ends;
+- wraps what the server writes: each `send` is one WebSocket message (several STOMP frames
+  when they were written together), text when it is valid UTF-8 and the client last sent
+  text, else binary (a binary body cannot go in a text message).
+
+Handshake limits: the request line and headers may take `MAX_HANDSHAKE_BYTES`; past it, or on anything that is not a WebSocket upgrade, the answer is an HTTP error
+and the connection closes. The node bounds the handshakes in progress and the time to CONNECT.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData, Request, TextMessage
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+MAX_HANDSHAKE_BYTES = 16 * 1024  # the upgrade request, line and headers
+LOOPBACK_ORIGINS = "loopback"  # the default allow-list entry: pages served from this machine
+ANY_ORIGIN = "*"
+# Close codes (RFC 6455 section 7.4.1).
+NORMAL = 1000
+GOING_AWAY = 1001
+POLICY = 1008  # the STOMP session ended with an ERROR (the frame says why)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Bytes to write to the client (the handshake's answer, a pong, a close)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The upgrade was accepted: STOMP starts now."""
+
+    path: str
+    subprotocol: str | None
+    origin: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stomp:
+    """STOMP bytes the client sent."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """Close the connection once what was replied is written (`code`, `reason`: why)."""
+
+    code: int
+    reason: str
+
+
+Action = Reply | Opened | Stomp | Closed
+
+
+def origin_allowed(origin: str | None, allowed: tuple[str, ...]) -> bool:
+    """Whether a handshake with this `Origin` header is served. No header: not a browser (a
+    browser always sends one), served. `allowed` holds exact origins (`https://app.example`),
+    `*` (any), or `loopback` (an origin whose host is localhost or a loopback address)."""
+    if origin is None:
+        return True
+    origin = origin.strip()
+    for entry in allowed:
+        if entry == ANY_ORIGIN or entry == origin:
+            return True
+        if entry == LOOPBACK_ORIGINS and _is_loopback(origin):
+            return True
+    return False
+
+
+def _is_loopback(origin: str) -> bool:
+    host = urlsplit(origin).hostname
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class WebSocketSession:
+    def __init__(self, origins: tuple[str, ...]) -> None:
+        self._ws = WSConnection(ConnectionType.SERVER)
+        self._origins = origins
+        self.opened = False
+        self.closed = False
+        self._binary = False  # the client's last message was binary
+        self._request = b""  # the upgrade request, until its end is read
+
+    def receive(self, data: bytes) -> list[Action]:
+        """Bytes from the client."""
+        if self.closed or not data:
+            return []
+        if not self.opened:
+            return self._receive_handshake(data)
+        return self._receive(data)
+
+    def _receive_handshake(self, data: bytes) -> list[Action]:
+        """The request is read whole (it has no body) before wsproto sees it, so its size is
+        bounded and bytes a client sent behind it are not lost."""
+        self._request += data
+        end = self._request.find(b"\r\n\r\n")
+        if end < 0 or end + 4 > MAX_HANDSHAKE_BYTES:
+            if end < 0 and len(self._request) <= MAX_HANDSHAKE_BYTES:
+                return []
+            return self._refuse_handshake(431, f"the upgrade request passed {MAX_HANDSHAKE_BYTES} bytes")
+        request, rest = self._request[:end + 4], self._request[end + 4:]
+        self._request = b""
+        actions = self._receive(request)
+        if self.opened and not self.closed and rest:
+            actions += self._receive(rest)
+        return actions
+
+    def _receive(self, data: bytes) -> list[Action]:
+        try:
+            self._ws.receive_data(data)
+            return self._events()
+        except RemoteProtocolError as exc:
+            if self.opened:
+                return self._fail(1002, str(exc))
+            hint = exc.event_hint
+            return self._refuse_handshake(hint.status_code if isinstance(hint, RejectConnection) else 400, str(exc))
+
+    def _events(self) -> list[Action]:
+        actions: list[Action] = []
+        for event in self._ws.events():
+            if isinstance(event, Request):
+                actions += self._handshake(event)
+            elif isinstance(event, BytesMessage):
+                self._binary = True
+                if event.data:
+                    actions.append(Stomp(bytes(event.data)))
+            elif isinstance(event, TextMessage):
+                self._binary = False
+                if event.data:
+                    actions.append(Stomp(event.data.encode("utf-8")))
+            elif isinstance(event, Ping):
+                actions.append(Reply(self._ws.send(event.response())))
+            elif isinstance(event, CloseConnection):
+                state = self._ws.state
+                if state is ConnectionState.REMOTE_CLOSING:  # the client's close: answered
+                    reply = self._ws.send(event.response())
+                elif state is ConnectionState.OPEN:  # the client broke the protocol: our close says how
+                    reply = self._ws.send(CloseConnection(event.code, (event.reason or "")[:120]))
+                else:
+                    reply = b""
+                self.closed = True
+                actions += [Reply(reply), Closed(event.code, event.reason or "closed by the client")]
+            if self.closed:
+                break
+        return actions
+
+    def _handshake(self, request: Request) -> list[Action]:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.extra_headers}
+        origin = headers.get("origin")
+        if not origin_allowed(origin, self._origins):
+            return self._reject(403, f"origin {origin!r} is not allowed to connect (websocket_origins)")
+        offered = list(request.subprotocols)
+        chosen = next((p for p in offered if p in SUBPROTOCOLS), None)
+        if offered and chosen is None:
+            return self._reject(400, f"none of the subprotocols {', '.join(offered)} is STOMP "
+                                f"(offer one of {', '.join(SUBPROTOCOLS)})")
+        self.opened = True
+        return [Reply(self._ws.send(AcceptConnection(subprotocol=chosen))), Opened(request.target, chosen, origin)]
+
+    def _reject(self, status: int, why: str) -> list[Action]:
+        body = (why + "\n").encode("utf-8")
+        head = self._ws.send(RejectConnection(status_code=status, has_body=True,
+                                              headers=[(b"content-type", b"text/plain; charset=utf-8"),
+                                                       (b"content-length", str(len(body)).encode())]))
+        self.closed = True
+        return [Reply(head + self._ws.send(RejectData(body))), Closed(status, why)]
+
+    def _refuse_handshake(self, status: int, why: str) -> list[Action]:
+        """Not a WebSocket upgrade we can read: a plain HTTP error (wsproto's state is spent)."""
+        self.closed = True
+        text = f"not a WebSocket upgrade: {why}\n".encode("utf-8", "replace")
+        reason = {400: b"Bad Request", 426: b"Upgrade Required", 431: b"Request Header Fields Too Large"}.get(status, b"Error")
+        head = (b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n" % (status, reason, len(text)))
+        return [Reply(head + text), Closed(status, why)]
+
+    def _fail(self, code: int, why: str) -> list[Action]:
+        self.closed = True
+        try:
+            data = self._ws.send(CloseConnection(code, why[:120]))
+        except LocalProtocolError:
+            data = b""
+        return [Reply(data), Closed(code, why)]
+
+    def send(self, data: bytes) -> bytes:
+        """One WebSocket message carrying these STOMP bytes (b"" once closed)."""
+        if not self.opened or self.closed:
+            return b""
+        if not self._binary:
+            try:
+                return self._ws.send(TextMessage(data.decode("utf-8")))
+            except UnicodeDecodeError:
+                pass
+        return self._ws.send(BytesMessage(data))
+
+    def close(self, code: int = NORMAL, reason: str = "") -> bytes:
+        """Our close (the STOMP session ended): the close frame to write last."""
+        if not self.opened or self.closed or self._ws.state is not ConnectionState.OPEN:
+            self.closed = True
+            return b""
+        self.closed = True
+        return self._ws.send(CloseConnection(code, reason[:120]))
