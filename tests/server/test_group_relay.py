@@ -125,6 +125,29 @@ def test_consumer_on_a_follower_gets_what_a_producer_on_the_leader_sends(group: 
         consumer.disconnect()
 
 
+def test_a_websocket_client_of_a_follower_is_relayed_to_the_leader(group: Group) -> None:
+    leader = group.leader()
+    follower = follower_of(group, leader)
+    destination = unique()
+    conn = stomp.WSConnection([("127.0.0.1", group.members[follower].client_port)], ws_path="/ws", timeout=WAIT,
+                              reconnect_attempts_max=1)
+    listener = Listener()
+    conn.set_listener("test", listener)
+    conn.connect(wait=True)
+    try:
+        assert listener.connected.wait(WAIT)
+        conn.subscribe(destination, id="s", ack="client-individual")
+        for i in range(20):
+            conn.send(destination, f"w{i}", receipt=f"r{i}")
+        for i in range(20):
+            listener.receipt(f"r{i}")
+        got = [listener.message().body for _ in range(20)]
+        assert got == [f"w{i}" for i in range(20)]
+        assert status(group, follower)["role"] != "leader"  # served through the follower all along
+    finally:
+        conn.disconnect()
+
+
 def test_leader_kill_closes_relayed_connections_and_loses_nothing_receipted(group: Group) -> None:
     leader = group.leader()
     follower = follower_of(group, leader)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websocket
 
 from raftmq.passwords import hash_password
 from tests.helpers.group_harness import Group
@@ -74,10 +75,16 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
         row = wait_for(lambda: (found := destination_row(group, follower, "/queue/orders")) and found["dead_lettered"] == 1 and found)
         assert row["kind"] == "queue" and row["consumers"] == 1
 
+        browser_like = websocket.create_connection(f"ws://{address[0]}:{address[1]}/ws", timeout=10)
+        browser_like.send("CONNECT\naccept-version:1.2\nhost:/\nclient-id:web\n\n\0")
+        assert browser_like.recv().startswith("CONNECTED")
         status, answer = call(group, leader, "GET", "/api/connections")
         assert status == 200
         billing = next(c for c in answer["connections"] if c["client_id"] == "billing")
         assert billing["version"] == "1.2" and billing["subscriptions"] == 1 and billing["since"] > 0
+        web = next(c for c in answer["connections"] if c["client_id"] == "web")
+        assert (billing["transport"], web["transport"]) == ("tcp", "ws")
+        browser_like.close()
         status, answer = call(group, leader, "GET", "/api/consumers")
         [sub] = [c for c in answer["consumers"] if c["destination"] == "/queue/orders"]
         assert sub["sub_id"] == "s1" and sub["ack"] == "client-individual" and sub["prefetch"] == 1 and sub["active"]

@@ -343,14 +343,15 @@
     const list = Array.isArray(answer.connections) ? answer.connections : [];
     syncRows($("connections-table"), list, (c) => c.session, "data-session",
       (c, key) => {
-        const row = newRow(["session", "peer", "login", "client-id", "version", "since", "subscriptions", "actions"]);
+        const row = newRow(["session", "peer", "transport", "login", "client-id", "version", "since", "subscriptions", "actions"]);
         if (c.kind !== "link") {  // a cluster link's session comes back by itself: nothing to close
           cell(row, "actions").appendChild(button("Close", "close", { session: key }, "Close connection " + key));
         }
         return row;
       },
       (row, c) => fill(row, {
-        session: fmt(c.session), peer: fmt(c.peer), login: fmt(c.login), "client-id": fmt(c.client_id),
+        session: fmt(c.session), peer: fmt(c.peer), transport: fmt(c.transport), login: fmt(c.login),
+        "client-id": fmt(c.client_id),
         version: fmt(c.version), since: fmtTime(c.since),
         subscriptions: Array.isArray(c.subscriptions) ? String(c.subscriptions.length) : fmt(c.subscriptions),
       }));
