@@ -15,7 +15,7 @@ FAILOVER_STARTUP_ATTEMPTS = 6
 
 def is_failover_url(url: str) -> bool:
     """`failover:(...)` or a list of addresses: each connection looks for the group's leader."""
-    return url.strip().lower().startswith("failover:") or "," in url
+    return url.strip().lower().startswith(("failover:", "ws://")) or "," in url
 
 
 def parse_failover(url: str) -> FailoverTarget:
@@ -26,7 +26,7 @@ def parse_failover(url: str) -> FailoverTarget:
     options = target.options
     if options.startup_max_reconnect_attempts == -1 and options.max_reconnect_attempts == -1:
         options = options.replace(startup_max_reconnect_attempts=FAILOVER_STARTUP_ATTEMPTS)
-    return FailoverTarget(target.groups, options, target.tls)
+    return FailoverTarget(target.groups, options, target.tls, target.websocket_path)
 
 
 def parse_url(url: str) -> tuple[str, int]:

@@ -83,7 +83,8 @@ async def _connect(opts: BenchOptions, index: int, consumer: bool = False) -> St
     # Once connected, a broken connection is an error the run reports, as with one address:
     # resending what the broker may have stored would blur the loss and duplicate counts.
     target = parse_failover(url)
-    client, _address = await connect_to_leader(target.groups, target.options, **kwargs)
+    client, _address = await connect_to_leader(target.groups, target.options, websocket_path=target.websocket_path,
+                                               **kwargs)
     return client
 
 

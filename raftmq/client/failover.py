@@ -84,6 +84,7 @@ class FailoverClient:
         ssl_context: ssl.SSLContext | None = None,
         ca_file: str | None = None,
         tls: bool = False,
+        websocket_path: str | None = None,
     ) -> None:
         """TLS: `ssl_context`, or `ca_file` (the CA that signed the brokers' certificates), or
         `tls` (a stomp+ssl:// URL; the system's CAs unless one of the other two is given)."""
@@ -100,6 +101,7 @@ class FailoverClient:
             "headers": header_pairs(connect_headers),
             "limits": limits,
             "timeout": self.options.connect_timeout_ms / 1000,
+            "websocket_path": websocket_path,  # ws:// addresses: STOMP inside a WebSocket
         }
         self._connector = Connector(
             self.groups,
@@ -133,6 +135,7 @@ class FailoverClient:
         the rest go to the constructor."""
         target = parse_failover_url(url)
         kwargs.setdefault("tls", target.tls)
+        kwargs.setdefault("websocket_path", target.websocket_path)
         return cls(target.groups, with_overrides(target.options, kwargs), **kwargs)
 
     # -- state ----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from raftmq.errors import InvalidFailoverUrl
 
 DEFAULT_STOMP_PORT = 61613
 ADDRESS_SCHEMES = ("stomp", "tcp")
+WEBSOCKET_SCHEMES = ("ws", "wss")  # STOMP over WebSocket (wss: with TLS); the address has a path
 
 
 class Address(NamedTuple):
@@ -98,7 +99,8 @@ class FailoverTarget:
 
     groups: tuple[tuple[Address, ...], ...]
     options: FailoverOptions
-    tls: bool = False  # a stomp+ssl:// (or ssl://) URL
+    tls: bool = False  # a stomp+ssl:// (or ssl://, wss://) URL
+    websocket_path: str | None = None  # ws:// or wss:// addresses: STOMP over WebSocket to this path
 
 
 def _parse_ms(value: str) -> float:
@@ -172,15 +174,15 @@ def parse_failover_url(url: str) -> FailoverTarget:
             if rest and not rest.startswith("?"):
                 raise InvalidFailoverUrl(f"unexpected {rest!r} after the address list in {url!r}")
             options = _parse_query(rest[1:], url) if rest else FailoverOptions()
-            return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url))
+            return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url), _websocket_path(inner, url))
         if "?" in body:
             raise InvalidFailoverUrl(f"put the addresses in parentheses to give options: failover:(...)?... in {url!r}")
-        return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url))
+        return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url), _websocket_path(body, url))
     if "?" in text:
         raise InvalidFailoverUrl(f"options need the failover:(...)?... form, in {url!r}")
     if "(" in text or ")" in text:
         raise InvalidFailoverUrl(f"parenthesised groups need the failover: prefix, in {url!r}")
-    return FailoverTarget(_parse_groups(text, url), FailoverOptions(), _uses_tls(text, url))
+    return FailoverTarget(_parse_groups(text, url), FailoverOptions(), _uses_tls(text, url), _websocket_path(text, url))
 
 
 def _uses_tls(addresses: str, url: str) -> bool:
@@ -190,10 +192,31 @@ def _uses_tls(addresses: str, url: str) -> bool:
         for item in addresses.split(",")
         if "://" in item
     }
-    tls = {scheme in TLS_SCHEMES for scheme in schemes}
+    tls = {scheme in (*TLS_SCHEMES, "wss") for scheme in schemes}
     if len(tls) > 1:
         raise InvalidFailoverUrl(f"mixes TLS (stomp+ssl://) and plain (stomp://) addresses: {url!r}")
     return tls == {True}
+
+
+def _websocket_path(addresses: str, url: str) -> str | None:
+    """The path of the (already validated) ws:// or wss:// addresses (None: plain STOMP);
+    refuses a mix of WebSocket and plain addresses, or of paths."""
+    kinds: set[str | None] = set()
+    for item in addresses.split(","):
+        item = item.strip("( )")
+        if not item:
+            continue
+        scheme, sep, rest = item.partition("://")
+        if not sep:
+            continue  # an address without a scheme follows the others
+        if scheme.lower() in WEBSOCKET_SCHEMES:
+            slash = rest.find("/")
+            kinds.add(rest[slash:] if slash >= 0 else "/")
+        else:
+            kinds.add(None)
+    if len(kinds) > 1:
+        raise InvalidFailoverUrl(f"every address must be ws:// (or wss://) with the same path, or none: {url!r}")
+    return kinds.pop() if kinds else None
 
 
 def parse_address(text: str) -> Address:
@@ -205,10 +228,13 @@ def parse_address(text: str) -> Address:
     rest = raw
     if "://" in raw:
         scheme, rest = raw.split("://", 1)
-        if scheme.lower() not in (*ADDRESS_SCHEMES, *TLS_SCHEMES):
+        if scheme.lower() not in (*ADDRESS_SCHEMES, *TLS_SCHEMES, *WEBSOCKET_SCHEMES):
             raise InvalidFailoverUrl(
-                f"unsupported scheme {scheme!r} in {raw!r}; use stomp:// or tcp://, or stomp+ssl:// or ssl:// for TLS"
+                f"unsupported scheme {scheme!r} in {raw!r}; use stomp:// or tcp://, stomp+ssl:// or ssl:// for TLS, "
+                "ws:// or wss:// for WebSocket"
             )
+        if scheme.lower() in WEBSOCKET_SCHEMES and "/" in rest:
+            rest = rest[:rest.find("/")]  # the path is the URL's (FailoverTarget.websocket_path)
     if "?" in rest:
         raise InvalidFailoverUrl(f"per-address options are not supported: {raw!r}")
     rest = rest.rstrip("/")

@@ -17,6 +17,7 @@ from raftmq.client.headers import HeadersArg, header_list
 from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.tls import resolve_ssl_context
+from raftmq.client.websocket import WebSocketClientProtocol
 from raftmq.client.transport import StompTransport
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError
@@ -378,8 +379,10 @@ async def connect(
     limits: Limits | None = None,
     ssl_context: ssl.SSLContext | None = None,
     ca_file: str | None = None,
+    websocket_path: str | None = None,
 ) -> StompClient:
-    """Open a TCP connection and complete the STOMP handshake.
+    """Open a TCP connection and complete the STOMP handshake (inside a WebSocket to
+    `websocket_path` when given: raftmq.client.websocket).
 
     `version` is the highest STOMP version offered (lower ones are offered too); `vhost` goes
     in the CONNECT `host` header (RabbitMQ wants `/`). `heartbeat` is (can send every ms,
@@ -393,10 +396,14 @@ async def connect(
     client = StompClient(limits)
     try:
         async with asyncio.timeout(timeout):
+            ws = None if websocket_path is None else WebSocketClientProtocol(client._transport, host, websocket_path)
+            protocol: asyncio.Protocol = client._transport if ws is None else ws
             if context is None:
-                await loop.create_connection(lambda: client._transport, host, port)
+                await loop.create_connection(lambda: protocol, host, port)
             else:
-                await loop.create_connection(lambda: client._transport, host, port, ssl=context, server_hostname=host)
+                await loop.create_connection(lambda: protocol, host, port, ssl=context, server_hostname=host)
+            if ws is not None:
+                await ws.opened
             await client._handshake(
                 host,
                 login=login,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import websocket
 import stomp
 from click.testing import CliRunner
 
@@ -438,6 +439,28 @@ def test_tls_with_stomp_py(tls_node: NodeProcess, certs: tuple[CertFiles, CertFi
         assert listener.message().body == "stomp-py over tls"
     finally:
         conn.disconnect()
+
+
+def test_wss_on_the_tls_client_port_with_a_login_in_connect(tls_node: NodeProcess,
+                                                             certs: tuple[CertFiles, CertFiles]) -> None:
+    host, port = tls_node.address
+    client = websocket.create_connection(f"wss://{host}:{port}/ws", subprotocols=["v12.stomp"], timeout=WAIT,
+                                         sslopt={"ca_certs": str(certs[0].ca), "check_hostname": False})
+    try:
+        client.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:app\npasscode:tls-pw\n\n\0")
+        assert client.recv().startswith("CONNECTED\n")
+        destination = unique()
+        client.send(f"SUBSCRIBE\nid:1\ndestination:{destination}\n\n\0SEND\ndestination:{destination}\n\nover wss\0")
+        assert "over wss" in client.recv()
+    finally:
+        client.close()
+    refused = websocket.create_connection(f"wss://{host}:{port}/ws", timeout=WAIT,
+                                          sslopt={"ca_certs": str(certs[0].ca), "check_hostname": False})
+    try:
+        refused.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:app\npasscode:wrong\n\n\0")
+        assert refused.recv().startswith("ERROR\n")
+    finally:
+        refused.close()
 
 
 def test_plain_tcp_and_untrusted_certificates_are_refused(
