@@ -17,8 +17,8 @@ from raftmq.client.headers import HeadersArg, header_list
 from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.tls import resolve_ssl_context
-from raftmq.client.websocket import WebSocketClientProtocol
 from raftmq.client.transport import StompTransport
+from raftmq.client.websocket import WebSocketClientProtocol
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.codec import encode_frame

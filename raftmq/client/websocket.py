@@ -14,15 +14,7 @@ from typing import Any, cast
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
-from wsproto.events import (
-    AcceptConnection,
-    BytesMessage,
-    CloseConnection,
-    Ping,
-    RejectConnection,
-    Request,
-    TextMessage,
-)
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request, TextMessage
 from wsproto.utilities import RemoteProtocolError
 
 from raftmq.errors import ClientError

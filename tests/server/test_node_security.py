@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import websocket
 import stomp
+import websocket
 from click.testing import CliRunner
 
 from raftmq.cli import main
