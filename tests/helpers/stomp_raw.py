@@ -189,16 +189,22 @@ class Listener(stomp.ConnectionListener):
         assert got == expected
 
 
-def stomp_connection(address: tuple[str, int], version: str = "1.2", **kwargs):  # noqa: ANN201
-    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
-    conn = cls([address], timeout=WAIT, reconnect_attempts_max=1, **kwargs)
+def stomp_connection(address: tuple[str, int], version: str = "1.2", transport: str = "tcp", **kwargs):  # noqa: ANN201
+    """A stomp-py connection and its listener; `transport` "ws": over WebSocket (STOMP 1.2 only)."""
+    if transport == "ws":
+        assert version == "1.2", "stomp-py's WebSocket connection speaks STOMP 1.2"
+        conn = stomp.WSConnection([address], ws_path="/ws", timeout=WAIT, reconnect_attempts_max=1, **kwargs)
+    else:
+        cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+        conn = cls([address], timeout=WAIT, reconnect_attempts_max=1, **kwargs)
     listener = Listener()
     conn.set_listener("test", listener)
     return conn, listener
 
 
-def connect(address: tuple[str, int], version: str = "1.2", headers: dict | None = None, **kwargs):  # noqa: ANN201
-    conn, listener = stomp_connection(address, version, **kwargs)
+def connect(address: tuple[str, int], version: str = "1.2", headers: dict | None = None, transport: str = "tcp",  # noqa: ANN201
+            **kwargs):
+    conn, listener = stomp_connection(address, version, transport, **kwargs)
     conn.connect(wait=True, headers=headers or {})
     assert listener.connected.wait(WAIT)  # stomp-py may return before listeners saw CONNECTED
     return conn, listener

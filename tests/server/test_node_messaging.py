@@ -1,4 +1,5 @@
-"""Messaging through a real node process, driven by the independent client stomp-py."""
+"""Messaging through a real node process, driven by the independent client stomp-py: over plain
+STOMP, and over WebSocket where stomp.py's WebSocket connection can (STOMP 1.2)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ import pytest
 from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, unique
 
 pytestmark = pytest.mark.integration
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes `transport` runs over plain STOMP and over WebSocket (stomp.py's
+    WSConnection, STOMP 1.2), against the same node."""
+    if "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", ["tcp", "ws"])
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
@@ -62,13 +70,13 @@ def test_queue_send_and_receive_with_user_headers(address, version: str) -> None
     conn.disconnect()
 
 
-def test_competing_consumers_share_a_queue_round_robin(address) -> None:
+def test_competing_consumers_share_a_queue_round_robin(address, transport: str) -> None:
     queue = unique()
-    consumers = [connect(address) for _ in range(2)]
+    consumers = [connect(address, transport=transport) for _ in range(2)]
     for index, (conn, listener) in enumerate(consumers):
         conn.subscribe(queue, id="s", ack="auto", receipt=f"sub{index}")
         listener.receipt(f"sub{index}")
-    producer, plistener = connect(address)
+    producer, plistener = connect(address, transport=transport)
     for i in range(10):
         producer.send(queue, f"m{i}")
     producer.send(queue, "last", receipt="done")
@@ -89,13 +97,13 @@ def test_competing_consumers_share_a_queue_round_robin(address) -> None:
     producer.disconnect()
 
 
-def test_topic_subscribers_each_get_a_copy(address) -> None:
+def test_topic_subscribers_each_get_a_copy(address, transport: str) -> None:
     topic = unique("/topic/t")
-    subscribers = [connect(address) for _ in range(3)]
+    subscribers = [connect(address, transport=transport) for _ in range(3)]
     for index, (conn, listener) in enumerate(subscribers):
         conn.subscribe(topic, id=f"t{index}", receipt=f"sub{index}")
         listener.receipt(f"sub{index}")
-    producer, _ = connect(address)
+    producer, _ = connect(address, transport=transport)
     producer.send(topic, "news")
     for index, (conn, listener) in enumerate(subscribers):
         message = listener.message()
@@ -106,9 +114,9 @@ def test_topic_subscribers_each_get_a_copy(address) -> None:
     producer.disconnect()
 
 
-def test_client_individual_ack_and_nack_redelivers(address) -> None:
+def test_client_individual_ack_and_nack_redelivers(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s", ack="client-individual")
     conn.send(queue, "a")
     conn.send(queue, "b")
@@ -129,9 +137,9 @@ def test_client_individual_ack_and_nack_redelivers(address) -> None:
     conn.disconnect()
 
 
-def test_client_ack_is_cumulative(address) -> None:
+def test_client_ack_is_cumulative(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s", ack="client")
     for i in range(3):
         conn.send(queue, f"m{i}")
@@ -139,7 +147,7 @@ def test_client_ack_is_cumulative(address) -> None:
     conn.ack(messages[1].headers["ack"], receipt="r")  # settles m0 and m1
     listener.receipt("r")
     conn.disconnect()
-    conn2, listener2 = connect(address)
+    conn2, listener2 = connect(address, transport=transport)
     conn2.subscribe(queue, id="s", ack="client-individual")
     leftover = listener2.message()
     assert leftover.body == "m2"
@@ -163,15 +171,15 @@ def test_stomp_1_1_acks_by_message_id(address) -> None:
     conn2.disconnect()
 
 
-def test_unacked_messages_of_a_gone_consumer_go_to_another(address) -> None:
+def test_unacked_messages_of_a_gone_consumer_go_to_another(address, transport: str) -> None:
     queue = unique()
-    leaver, leaver_listener = connect(address)
+    leaver, leaver_listener = connect(address, transport=transport)
     leaver.subscribe(queue, id="s", ack="client-individual")
     leaver.send(queue, "precious", receipt="sent")
     leaver_listener.receipt("sent")
     assert leaver_listener.message().body == "precious"
     leaver.disconnect()  # without acking
-    stayer, listener = connect(address)
+    stayer, listener = connect(address, transport=transport)
     stayer.subscribe(queue, id="s", ack="client-individual")
     message = listener.message()
     assert message.body == "precious"
@@ -179,9 +187,9 @@ def test_unacked_messages_of_a_gone_consumer_go_to_another(address) -> None:
     stayer.disconnect()
 
 
-def test_transaction_commit_and_abort(address) -> None:
+def test_transaction_commit_and_abort(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s")
     conn.begin("tx1")
     conn.send(queue, "committed", transaction="tx1")
@@ -197,9 +205,9 @@ def test_transaction_commit_and_abort(address) -> None:
     conn.disconnect()
 
 
-def test_transactional_ack_is_undone_by_abort(address) -> None:
+def test_transactional_ack_is_undone_by_abort(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s", ack="client-individual")
     conn.send(queue, "m")
     message = listener.message()
@@ -208,23 +216,23 @@ def test_transactional_ack_is_undone_by_abort(address) -> None:
     conn.abort("t", receipt="aborted")
     listener.receipt("aborted")
     conn.disconnect()
-    conn2, listener2 = connect(address)
+    conn2, listener2 = connect(address, transport=transport)
     conn2.subscribe(queue, id="s")
     assert listener2.message().body == "m"
     conn2.disconnect()
 
 
-def test_durable_topic_subscription_survives_reconnect_activemq_style(address) -> None:
+def test_durable_topic_subscription_survives_reconnect_activemq_style(address, transport: str) -> None:
     topic = unique("/topic/d")
     headers = {"client-id": unique("client")}
-    conn, listener = connect(address, headers=headers)
+    conn, listener = connect(address, headers=headers, transport=transport)
     conn.subscribe(topic, id="d", ack="client-individual", headers={"activemq.subscriptionName": "audit"}, receipt="sub")
     listener.receipt("sub")
     conn.disconnect()
-    producer, plistener = connect(address)
+    producer, plistener = connect(address, transport=transport)
     producer.send(topic, "while away", headers={"persistent": "true"}, receipt="sent")
     plistener.receipt("sent")
-    conn2, listener2 = connect(address, headers=headers)
+    conn2, listener2 = connect(address, headers=headers, transport=transport)
     conn2.subscribe(topic, id="d", ack="client-individual", headers={"activemq.subscriptionName": "audit"})
     message = listener2.message()
     assert message.body == "while away"
@@ -235,33 +243,33 @@ def test_durable_topic_subscription_survives_reconnect_activemq_style(address) -
     conn2.disconnect()
     producer.send(topic, "nobody listens", receipt="sent2")
     plistener.receipt("sent2")
-    conn3, listener3 = connect(address, headers=headers)
+    conn3, listener3 = connect(address, headers=headers, transport=transport)
     conn3.subscribe(topic, id="d", headers={"activemq.subscriptionName": "audit"})
     listener3.no_message(within=0.3)
     conn3.disconnect()
     producer.disconnect()
 
 
-def test_durable_topic_subscription_rabbitmq_style(address) -> None:
+def test_durable_topic_subscription_rabbitmq_style(address, transport: str) -> None:
     topic = unique("/topic/r")
     headers = {"client-id": unique("rabbit")}
-    conn, listener = connect(address, headers=headers)
+    conn, listener = connect(address, headers=headers, transport=transport)
     conn.subscribe(topic, id="keep", headers={"durable": "true", "auto-delete": "false"}, receipt="sub")
     listener.receipt("sub")
     conn.disconnect()
-    producer, plistener = connect(address)
+    producer, plistener = connect(address, transport=transport)
     producer.send(topic, "kept", receipt="sent")
     plistener.receipt("sent")
-    conn2, listener2 = connect(address, headers=headers)
+    conn2, listener2 = connect(address, headers=headers, transport=transport)
     conn2.subscribe(topic, id="keep", headers={"durable": "true", "auto-delete": "false"})
     assert listener2.message().body == "kept"
     conn2.disconnect()
     producer.disconnect()
 
 
-def test_selector_filters_queue_deliveries(address) -> None:
+def test_selector_filters_queue_deliveries(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="red", headers={"selector": "color = 'red' AND size > 2"})
     for color, size in [("blue", 5), ("red", 1), ("red", 3)]:
         conn.send(queue, f"{color}{size}", headers={"color": color, "size": str(size)})
@@ -270,30 +278,30 @@ def test_selector_filters_queue_deliveries(address) -> None:
     conn.disconnect()
 
 
-def test_priority_orders_waiting_messages(address) -> None:
+def test_priority_orders_waiting_messages(address, transport: str) -> None:
     queue = unique()
-    producer, plistener = connect(address)
+    producer, plistener = connect(address, transport=transport)
     for priority in (1, 9, 4, 7):
         producer.send(queue, f"p{priority}", headers={"priority": str(priority)})
     producer.send(queue, "p0", headers={"priority": "0"}, receipt="all")
     plistener.receipt("all")
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s")
     assert [listener.message().body for _ in range(5)] == ["p9", "p7", "p4", "p1", "p0"]
     conn.disconnect()
     producer.disconnect()
 
 
-def test_expired_messages_are_not_delivered(address) -> None:
+def test_expired_messages_are_not_delivered(address, transport: str) -> None:
     queue = unique()
-    producer, plistener = connect(address)
+    producer, plistener = connect(address, transport=transport)
     now_ms = int(time.time() * 1000)
     producer.send(queue, "stale", headers={"expires": str(now_ms - 1000)})
     producer.send(queue, "short-lived", headers={"expires": str(now_ms + 150)})
     producer.send(queue, "fresh", headers={"expires": str(now_ms + 600_000)}, receipt="sent")
     plistener.receipt("sent")
     time.sleep(0.3)
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s")
     assert listener.message().body == "fresh"
     listener.no_message(within=0.2)
@@ -301,9 +309,9 @@ def test_expired_messages_are_not_delivered(address) -> None:
     producer.disconnect()
 
 
-def test_duplicate_detection_stores_a_message_once(address) -> None:
+def test_duplicate_detection_stores_a_message_once(address, transport: str) -> None:
     queue = unique()
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s")
     for attempt in range(3):
         conn.send(queue, "once", headers={"_AMQ_DUPL_ID": "order-42"}, receipt=f"try{attempt}")
@@ -334,7 +342,7 @@ def test_binary_body_with_nul_bytes_round_trips(address) -> None:
     client.close()
 
 
-def test_client_that_half_closes_still_gets_its_receipts(address) -> None:
+def test_client_that_half_closes_still_gets_its_receipts(address, transport: str) -> None:
     queue = unique()
     client = RawClient(address)
     client.connect()
@@ -342,7 +350,7 @@ def test_client_that_half_closes_still_gets_its_receipts(address) -> None:
     client.sock.shutdown(socket.SHUT_WR)
     frames = client.read_until_closed()
     assert [f.headers.get("receipt-id") for f in frames] == [f"r{i}" for i in range(50)]
-    conn, listener = connect(address)
+    conn, listener = connect(address, transport=transport)
     conn.subscribe(queue, id="s")
     assert [listener.message().body for _ in range(50)] == ["m"] * 50
     conn.disconnect()
