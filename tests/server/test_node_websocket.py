@@ -255,3 +255,49 @@ def test_a_dedicated_websocket_listener_serves_websocket_only(tmp_path: Path) ->
         plain.close()
     finally:
         node.kill()
+
+
+def test_permessage_deflate_is_never_accepted(address: tuple[str, int]) -> None:
+    answer = raw_upgrade_open(address, upgrade_request(extra="Sec-WebSocket-Extensions: permessage-deflate; "
+                                                                      "client_max_window_bits\r\n"))
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 101") and b"sec-websocket-extensions" not in head
+
+
+def raw_upgrade_open(address: tuple[str, int], request: bytes) -> bytes:
+    """The node's answer to an upgrade that it accepts (read up to the end of its headers)."""
+    with socket.create_connection(address, timeout=WAIT) as sock:
+        sock.sendall(request)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def test_handshakes_in_progress_are_bounded_and_the_connect_deadline_covers_the_upgrade(tmp_path: Path) -> None:
+    config = tmp_path / "node.toml"
+    config.write_text("[node]\nwebsocket_max_handshakes = 2\nconnect_timeout_ms = 1500\n")
+    node = NodeProcess(["--config", str(config)])
+    slow = [socket.create_connection(node.address, timeout=WAIT) for _ in range(2)]
+    try:
+        for sock in slow:
+            sock.sendall(upgrade_request()[:40])  # an upgrade that never ends
+        time.sleep(0.3)
+        answer, closed = raw_upgrade(node.address, upgrade_request())
+        assert answer.startswith(b"HTTP/1.1 503") and closed
+        started = time.monotonic()
+        for sock in slow:  # the CONNECT deadline closes them
+            while sock.recv(65536):
+                pass
+        assert time.monotonic() - started < 5
+        client = websocket.create_connection(ws_url(node.address), timeout=WAIT)  # room again
+        client.send(connect_frame())
+        assert frames(client, 1)[0].startswith(b"CONNECTED\n")
+        client.close()
+    finally:
+        for sock in slow:
+            sock.close()
+        node.kill()
