@@ -42,6 +42,7 @@ RANKS = {
     "raftmq.server.stomp": 4,
     "raftmq.server.replica": 4,
     "raftmq.server.links": 4,
+    "raftmq.server.websocket": 4,  # the WebSocket layer under the STOMP session
     "raftmq.server.admin": 4,
     "raftmq.app": 5,
     "raftmq.embedded": 6,

@@ -10,7 +10,7 @@ a close is answered and ends the connection. wsproto does the protocol.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import cast
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
@@ -18,6 +18,7 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping
 from wsproto.utilities import RemoteProtocolError
 
 from raftmq.errors import ClientError
+from raftmq.protocol.wrapped_transport import WrappedTransport
 
 SUBPROTOCOLS = ["v12.stomp", "v11.stomp", "v10.stomp"]
 
@@ -88,28 +89,21 @@ class WebSocketClientProtocol(asyncio.Protocol):
         self._inner.resume_writing()
 
 
-class _Transport(asyncio.Transport):
+class _Transport(WrappedTransport):
     """What the STOMP transport writes to: one binary message per write."""
 
     def __init__(self, raw: asyncio.Transport, ws: WSConnection) -> None:
-        super().__init__()
-        self._raw = raw
+        super().__init__(raw)
         self._ws = ws
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if data and self._ws.state is ConnectionState.OPEN:
             self._raw.write(self._ws.send(BytesMessage(bytes(data))))
 
-    def writelines(self, list_of_data: Any) -> None:
-        self.write(b"".join(list_of_data))
-
     def close(self) -> None:
         if self._ws.state is ConnectionState.OPEN:
             self._raw.write(self._ws.send(CloseConnection(1000)))
         self._raw.close()
-
-    def abort(self) -> None:
-        self._raw.abort()
 
     def is_closing(self) -> bool:
         return self._raw.is_closing()
@@ -122,21 +116,3 @@ class _Transport(asyncio.Transport):
 
     def is_reading(self) -> bool:
         return self._raw.is_reading()
-
-    def get_write_buffer_size(self) -> int:
-        return self._raw.get_write_buffer_size()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._raw.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._raw.get_write_buffer_limits()
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def write_eof(self) -> None:
-        self.close()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._raw.get_extra_info(name, default)

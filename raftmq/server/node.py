@@ -49,6 +49,7 @@ from raftmq.server.stomp.relay import Relays
 from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
+from raftmq.server.websocket.session import HandshakeGate
 
 log = structlog.get_logger("raftmq.server.node")
 
@@ -91,7 +92,7 @@ class Node:
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
-        self.websocket_handshakes = 0  # WebSocket upgrades being read now
+        self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock
@@ -199,15 +200,6 @@ class Node:
     def internal_error(self) -> None:
         self.internal_errors += 1
 
-    def websocket_handshake_started(self) -> bool:
-        if self.websocket_handshakes >= self._config.websocket_max_handshakes:
-            return False
-        self.websocket_handshakes += 1
-        return True
-
-    def websocket_handshake_ended(self) -> None:
-        self.websocket_handshakes -= 1
-
     def connection_closed(self, connection: ClientConnection) -> None:
         self.sessions.pop(connection.session_id, None)
         connected_at = self._connected_at.pop(connection.session_id, None)
@@ -299,19 +291,10 @@ class Node:
         _tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
         await self.commit_log.start(self.replica)
-        self._server = await self._loop.create_server(
-            self._new_connection, self._config.host, self._config.port, reuse_address=True, backlog=1024,
-            ssl=self._security.server_ssl_context(),  # None: plain TCP
-        )
-        sockname = self._server.sockets[0].getsockname()
-        self._address = (sockname[0], sockname[1])
-        if self._config.websocket is not None:
-            ws_host, ws_port = split_address(self._config.websocket)
-            self._websocket_server = await self._loop.create_server(
-                lambda: self._new_connection(websocket_only=True), ws_host, ws_port, reuse_address=True, backlog=1024,
-                ssl=self._security.server_ssl_context(),
-            )
-            log.info("node.websocket_listening", node=self.name, address=self._config.websocket)
+        self._server = await self._listen(self._config.host, self._config.port, websocket_only=False)
+        self._address = tuple(self._server.sockets[0].getsockname()[:2])
+        if self._config.websocket is not None:  # a listener for WebSocket clients only
+            self._websocket_server = await self._listen(*split_address(self._config.websocket), websocket_only=True)
         if self._config.tick_interval_ms > 0:
             self._tick_task = self._loop.create_task(tick_forever(self))
         self._sample_task = self._loop.create_task(self._sample_forever())
@@ -326,9 +309,8 @@ class Node:
         if self._stopping or self._loop is None:
             return
         self._stopping = True
-        for server in (self._server, self._websocket_server):
-            if server is not None:
-                server.close()
+        for server in filter(None, (self._server, self._websocket_server)):
+            server.close()
         if self.flow is not None:
             self.flow.close()
         for task in (self._tick_task, self._sample_task):
@@ -373,6 +355,10 @@ class Node:
         if handed:
             log.info("node.leadership_transferred", node=self.name, leader=self.commit_log.leader_hint)
         return handed
+
+    async def _listen(self, host: str, port: int, websocket_only: bool) -> asyncio.base_events.Server:
+        return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port, reuse_address=True,
+                                             backlog=1024, ssl=self._security.server_ssl_context())  # None: plain TCP
 
     def _new_connection(self, websocket_only: bool = False) -> Connection:
         session_id = self.new_session_id()

@@ -32,6 +32,10 @@ def secure(cluster: Cluster) -> None:
         group.config_path.write_text(text)
 
 
+def failover_url(cluster: Cluster, group: str) -> str:
+    return "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses(group)) + ")"
+
+
 @sync
 async def test_bridges_log_in_as_the_cluster_user_and_only_it_may_advertise(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, ["g1", "g2"], cluster_user="cluster", cluster_password=CLUSTER_PASSCODE)
@@ -39,8 +43,7 @@ async def test_bridges_log_in_as_the_cluster_user_and_only_it_may_advertise(tmp_
     try:
         cluster.start()
         cluster.wait_links()
-        g1 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g1")) + ")"
-        g2 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g2")) + ")"
+        g1, g2 = failover_url(cluster, "g1"), failover_url(cluster, "g2")
         consumer = await connect_failover(g2, login="app", passcode=APP_PASSCODE)
         subscription = consumer.subscribe("/queue/orders.eu", ack="client-individual")
         await asyncio.sleep(1.0)
@@ -71,8 +74,7 @@ async def test_a_forward_the_neighbours_acl_refuses_inside_a_batch_is_dead_lette
     try:
         cluster.start()
         cluster.wait_links()
-        g1 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g1")) + ")"
-        g2 = "failover:(" + ",".join(f"stomp://{h}:{p}" for h, p in cluster.addresses("g2")) + ")"
+        g1, g2 = failover_url(cluster, "g1"), failover_url(cluster, "g2")
         consumer = await connect_failover(g2, login="app", passcode=APP_PASSCODE)
         orders = consumer.subscribe("/queue/orders.eu", ack="client-individual")
         consumer.subscribe("/queue/secret.x", ack="client-individual")

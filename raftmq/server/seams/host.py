@@ -27,6 +27,7 @@ from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
+from raftmq.server.websocket.session import HandshakeGate
 
 
 class ClientConnection(Protocol):
@@ -150,11 +151,9 @@ class ConnectionHost(SessionHost, Protocol):
     def internal_error(self) -> None:
         """Count a connection closed because handling its input raised (a bug)."""
 
-    def websocket_handshake_started(self) -> bool:
-        """Count a WebSocket upgrade being read; False (not counted) past the node's limit."""
-
-    def websocket_handshake_ended(self) -> None:
-        """That upgrade was answered (or the connection ended first)."""
+    @property
+    def websocket_handshakes(self) -> HandshakeGate:
+        """The node's count of WebSocket upgrades being read, and its limit."""
 
 
 # -- the node's parts -------------------------------------------------------------------------

@@ -32,8 +32,8 @@ from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
-from raftmq.server.websocket.session import POLICY, Opened, WebSocketSession
-from raftmq.server.websocket.transport import WebSocketTransport
+from raftmq.server.websocket.session import POLICY, http_error
+from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
@@ -132,8 +132,10 @@ class Connection(asyncio.Protocol):
             self._sniffed = True
             if data[:1] == b"G" and self.stomp.state == SessionState.AWAIT_CONNECT:
                 return self._upgrade(data)  # `GET`: no STOMP frame starts so
-            if self._websocket_only:
-                return self._refuse_http(400, "Bad Request", "this port serves STOMP over WebSocket only")
+            if self._websocket_only and self._transport is not None:
+                self.stomp.state = SessionState.FAILED
+                self._transport.write(http_error(400, "this port serves STOMP over WebSocket only"))
+                return self._transport.close()
         self._last_received = self._loop.time()
         try:
             self._execute(self.stomp.receive(data, self._clock.now_ms()))
@@ -144,35 +146,20 @@ class Connection(asyncio.Protocol):
 
     def _upgrade(self, data: bytes) -> None:
         """Carry on over a WebSocket: the handshake, then STOMP inside its messages."""
-        raw = self._transport
-        assert raw is not None
-        host = self.host
-        if not host.websocket_handshake_started():
-            log.warning("client.refused", session=self.session_id, peer=self.peer, reason="too many WebSocket handshakes",
-                        max_handshakes=host.config.websocket_max_handshakes)
-            return self._refuse_http(503, "Service Unavailable", "too many WebSocket handshakes in progress; try again")
+        assert self._transport is not None
+        self._websocket = upgrade(self._transport, self.host.config.websocket_origins, self.host.websocket_handshakes,
+                                  self, lambda opened: log.info("client.websocket", session=self.session_id, peer=self.peer,
+                                                                path=opened.path, subprotocol=opened.subprotocol,
+                                                                origin=opened.origin))
+        if self._websocket is None:  # too many handshakes: 503 written (and logged), closing
+            self.stomp.state = SessionState.FAILED
+            return
         self.transport_kind = "wss" if self.transport_kind == "tls" else "ws"
-        session = WebSocketSession(host.config.websocket_origins)
-        self._websocket = WebSocketTransport(raw, session, self, self._websocket_opened, host.websocket_handshake_ended)
         self._transport = self._websocket
         try:
             self._websocket.feed(data)
         except Exception as exc:  # a bug must cost one connection, never the node
             self._internal_error(exc, "a WebSocket handshake")
-
-    def _websocket_opened(self, opened: Opened) -> None:
-        log.info("client.websocket", session=self.session_id, peer=self.peer, path=opened.path,
-                 subprotocol=opened.subprotocol, origin=opened.origin)
-
-    def _refuse_http(self, status: int, reason: str, why: str) -> None:
-        transport = self._transport
-        if transport is None:
-            return
-        body = (why + "\n").encode()
-        transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-                        b"connection: close\r\n\r\n%s" % (status, reason.encode(), len(body), body))
-        self.stomp.state = SessionState.FAILED
-        transport.close()
 
     def _internal_error(self, exc: Exception, what: str) -> None:
         self.host.internal_error()

@@ -105,6 +105,36 @@ def _is_loopback(origin: str) -> bool:
         return False
 
 
+_REASONS = {400: "Bad Request", 426: "Upgrade Required", 431: "Request Header Fields Too Large",
+            503: "Service Unavailable"}
+
+
+def http_error(status: int, why: str) -> bytes:
+    """A plain HTTP/1.1 answer that closes the connection, `why` as its text body."""
+    text = (why + "\n").encode("utf-8", "replace")
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(text)}\r\nconnection: close\r\n\r\n")
+    return head.encode("ascii") + text
+
+
+class HandshakeGate:
+    """The node's count of WebSocket upgrades being read (`websocket_max_handshakes`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_progress = 0
+
+    def start(self) -> bool:
+        """Count one more; False (not counted) at the limit."""
+        if self.in_progress >= self.limit:
+            return False
+        self.in_progress += 1
+        return True
+
+    def end(self) -> None:
+        self.in_progress -= 1
+
+
 class WebSocketSession:
     def __init__(self, origins: tuple[str, ...]) -> None:
         self._ws = WSConnection(ConnectionType.SERVER)
@@ -201,11 +231,7 @@ class WebSocketSession:
     def _refuse_handshake(self, status: int, why: str) -> list[Action]:
         """Not a WebSocket upgrade we can read: a plain HTTP error (wsproto's state is spent)."""
         self.closed = True
-        text = f"not a WebSocket upgrade: {why}\n".encode("utf-8", "replace")
-        reason = {400: b"Bad Request", 426: b"Upgrade Required", 431: b"Request Header Fields Too Large"}.get(status, b"Error")
-        head = (b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n" % (status, reason, len(text)))
-        return [Reply(head + text), Closed(status, why)]
+        return [Reply(http_error(status, f"not a WebSocket upgrade: {why}")), Closed(status, why)]
 
     def _fail(self, code: int, why: str) -> list[Action]:
         self.closed = True

@@ -15,16 +15,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
-from raftmq.server.websocket.session import NORMAL, Closed, Opened, Reply, Stomp, WebSocketSession
+import structlog
+
+from raftmq.protocol.wrapped_transport import WrappedTransport
+from raftmq.server.websocket.session import NORMAL, Closed, HandshakeGate, Opened, Reply, Stomp, WebSocketSession, http_error
+
+log = structlog.get_logger("raftmq.server.websocket")
 
 
-class WebSocketTransport(asyncio.Transport):
+def upgrade(raw: asyncio.Transport, origins: tuple[str, ...], gate: HandshakeGate, protocol: asyncio.Protocol,
+            on_opened: Callable[[Opened], None]) -> WebSocketTransport | None:
+    """`raw` carried on as a WebSocket for `protocol`; None (503 written, closing) when the
+    node reads as many upgrades as it may already."""
+    if not gate.start():
+        log.warning("client.refused", peer=raw.get_extra_info("peername"), reason="too many WebSocket handshakes",
+                    max_handshakes=gate.limit)
+        raw.write(http_error(503, "too many WebSocket handshakes in progress; try again"))
+        raw.close()
+        return None
+    return WebSocketTransport(raw, WebSocketSession(origins), protocol, on_opened, gate.end)
+
+
+class WebSocketTransport(WrappedTransport):
     def __init__(self, raw: asyncio.Transport, session: WebSocketSession, protocol: asyncio.Protocol,
                  on_opened: Callable[[Opened], None], on_ended: Callable[[], None]) -> None:
-        super().__init__()
-        self._raw = raw
+        super().__init__(raw)
         self._ws = session
         self._protocol = protocol
         self._on_opened = on_opened
@@ -81,9 +97,6 @@ class WebSocketTransport(asyncio.Transport):
         if data and not self._closing:
             self._raw.write(self._ws.send(bytes(data)))
 
-    def writelines(self, list_of_data: Any) -> None:
-        self.write(b"".join(list_of_data))
-
     def close(self) -> None:
         if not self._closing:
             self._closing = True
@@ -94,7 +107,7 @@ class WebSocketTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._closing = True
-        self._raw.abort()
+        super().abort()
 
     def is_closing(self) -> bool:
         return self._closing or self._raw.is_closing()
@@ -120,23 +133,6 @@ class WebSocketTransport(asyncio.Transport):
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol
 
-    def get_write_buffer_size(self) -> int:
-        return self._raw.get_write_buffer_size()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._raw.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._raw.get_write_buffer_limits()
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def write_eof(self) -> None:
-        self.close()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._raw.get_extra_info(name, default)
 
 
 class _SocketSide(asyncio.Protocol):
