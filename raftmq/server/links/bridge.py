@@ -56,6 +56,7 @@ log = structlog.get_logger("raftmq.server.bridge")
 BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
 BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
 SINGLE_BYTES = 64 * 1024  # a larger body goes in a SEND of its own
+ELECTION_RETRY_SECONDS = 1.0  # while the neighbour elects: at most one attempt this often
 
 Ready = tuple[Deliver, bytes]  # a delivery of the store-and-forward queue, with its body
 
@@ -88,6 +89,7 @@ class Bridge(LeaderTask):
         self._back = asyncio.Event()  # the neighbour is back: end the wait before starting over
         self.retries_now = 0  # back-off waits cut short because the neighbour was back
         self._singles: set[str] = set()  # ack ids of deliveries to send alone (their batch was refused whole)
+        self._electing_at = 0.0  # the last retry cut short because the neighbour was electing
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -131,7 +133,7 @@ class Bridge(LeaderTask):
             advert = None if routing is None else routing.cluster_state.adverts.get(self.neighbour.name)
             position = None if advert is None else advert.position
             back = (position is not None and last_position is not None and position != last_position) or (
-                self.presence == "up" and last_presence == "down")
+                self.presence == "up" and last_presence == "down") or self._electing()
             last_position, last_presence = position, self.presence
             if back and self.state in ("retrying", "failed", "connecting"):
                 log.info("bridge.neighbour_back", bridge=self.name)
@@ -139,6 +141,17 @@ class Bridge(LeaderTask):
                 self._back.set()
                 if self._client is not None:
                     self._client.retry_now()
+
+    def _electing(self) -> bool:
+        """The neighbour answered `not the leader` without naming one: it is up and electing,
+        which takes about a second. A link that opens the only connection (a duplex spoke) hears
+        no advert meanwhile, so without this it would wait out its whole back-off."""
+        now = time.monotonic()
+        if (self.state != "retrying" or "not the leader" not in (self.last_error or "") or self.retry_at is None
+                or self.retry_at - now <= ELECTION_RETRY_SECONDS or now - self._electing_at < ELECTION_RETRY_SECONDS):
+            return False
+        self._electing_at = now
+        return True
 
     async def _run(self) -> None:
         settings = self.settings
