@@ -5,7 +5,7 @@ receipt, whose body packs each message's destination, headers (its duplicate-det
 among them) and body (`encode`). The neighbour's STOMP session takes such a frame only on a
 cluster connection (CONNECT with `BRIDGE_CONNECT_HEADER`); anyone else gets `reserved
 destination`, as for every `$.raftmq.` name. It translates and authorizes each message as it
-would a SEND of its own (`decode` checks the frame limits on each) and proposes them together:
+would a SEND of its own (`message` checks the frame limits on each) and proposes them together:
 one Raft entry in the neighbour for the batch, one RECEIPT back, and one proposal of the ACKs
 in the source group.
 
