@@ -6,7 +6,7 @@
 // one byte at a time in JavaScript, which keeps it from sending or checking 1 s heart-beats
 // for longer than two intervals on a loaded machine (docs/operations.md says so to users).
 globalThis.runScenario = async function runScenario(StompJs, makeSocket, options) {
-  const report = await runConnection(StompJs, makeSocket, options.idleMs ?? 3500, 1000, [1 << 20], true);
+  const report = await runConnection(StompJs, makeSocket, options.idleMs ?? 2500, 1000, [1 << 20], true);
   if (!report.ok) return report;
   const big = await runConnection(StompJs, makeSocket, 0, 10000, [16 << 20], false);
   report.steps.push(...big.steps.filter((s) => s.startsWith('binary')).map((s) => `${s} (10 s heart-beats)`));

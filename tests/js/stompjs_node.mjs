@@ -5,7 +5,7 @@ import WebSocket from 'ws';
 import './scenario.js';
 
 const url = process.argv[2];
-const idleMs = Number(process.argv[3] ?? 3500);
+const idleMs = Number(process.argv[3] ?? 2500);
 const report = await globalThis.runScenario(
   StompJs, () => new WebSocket(url, ['v12.stomp', 'v11.stomp', 'v10.stomp'], { maxPayload: 64 << 20 }), { idleMs });
 console.log(JSON.stringify(report));

@@ -123,11 +123,11 @@ def test_consumer_on_a_follower_gets_what_a_producer_on_the_leader_sends(group: 
         assert listener.message().body == "back"
     finally:
         consumer.disconnect()
+    relayed_websocket(group, follower)
 
 
-def test_a_websocket_client_of_a_follower_is_relayed_to_the_leader(group: Group) -> None:
-    leader = group.leader()
-    follower = follower_of(group, leader)
+def relayed_websocket(group: Group, follower: str) -> None:
+    """A WebSocket client of the follower (stomp.py's WSConnection) is relayed the same way."""
     destination = unique()
     conn = stomp.WSConnection([("127.0.0.1", group.members[follower].client_port)], ws_path="/ws", timeout=WAIT,
                               reconnect_attempts_max=1)
@@ -141,8 +141,7 @@ def test_a_websocket_client_of_a_follower_is_relayed_to_the_leader(group: Group)
             conn.send(destination, f"w{i}", receipt=f"r{i}")
         for i in range(20):
             listener.receipt(f"r{i}")
-        got = [listener.message().body for _ in range(20)]
-        assert got == [f"w{i}" for i in range(20)]
+        assert [listener.message().body for _ in range(20)] == [f"w{i}" for i in range(20)]
         assert status(group, follower)["role"] != "leader"  # served through the follower all along
     finally:
         conn.disconnect()

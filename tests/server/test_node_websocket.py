@@ -69,7 +69,7 @@ def test_stomp_py_over_websocket_sends_receives_and_gets_receipts(address: tuple
         message = listener.message()
         assert message.body == "over a websocket"
         conn.ack(message.headers["ack"])
-        time.sleep(3.0)  # idle, with 1 s heart-beats both ways: still connected
+        time.sleep(2.5)  # idle, with 1 s heart-beats both ways: still connected
         assert not listener.disconnected.is_set() and conn.is_connected()
         conn.send(queue, "after the pause", receipt="r2")
         listener.receipt("r2")
@@ -279,7 +279,7 @@ def raw_upgrade_open(address: tuple[str, int], request: bytes) -> bytes:
 
 def test_handshakes_in_progress_are_bounded_and_the_connect_deadline_covers_the_upgrade(tmp_path: Path) -> None:
     config = tmp_path / "node.toml"
-    config.write_text("[node]\nwebsocket_max_handshakes = 2\nconnect_timeout_ms = 1500\n")
+    config.write_text("[node]\nwebsocket_max_handshakes = 2\nconnect_timeout_ms = 1000\n")
     node = NodeProcess(["--config", str(config)])
     slow = [socket.create_connection(node.address, timeout=WAIT) for _ in range(2)]
     try:

@@ -46,7 +46,7 @@ PAGE = """<!doctype html>
 <script src="stomp.umd.min.js"></script><script src="scenario.js"></script></head>
 <body><script>
 window.report = null;
-runScenario(StompJs, () => new WebSocket(%s, ["v12.stomp", "v11.stomp", "v10.stomp"]), {idleMs: 3500})
+runScenario(StompJs, () => new WebSocket(%s, ["v12.stomp", "v11.stomp", "v10.stomp"]), {idleMs: 2500})
   .then((report) => { window.report = report; });
 </script></body></html>
 """
@@ -74,7 +74,7 @@ def installed() -> Path:
 def test_stompjs_in_node(address: tuple[str, int]) -> None:
     installed()
     url = f"ws://{address[0]}:{address[1]}/ws"
-    done = subprocess.run(["node", "stompjs_node.mjs", url, "3500"], cwd=JS, capture_output=True, text=True,
+    done = subprocess.run(["node", "stompjs_node.mjs", url, "2500"], cwd=JS, capture_output=True, text=True,
                           timeout=120, check=False)
     report = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {"stderr": done.stderr}
     assert report.get("ok") and report["steps"] == STEPS, report
