@@ -13,7 +13,9 @@ What each part needs (Debian package names):
 - and, for the install that compiles raftmq's hot modules (setup.py, raftmq/compiled.py): gcc
   and the running interpreter's headers (python3-dev; without them raftmq installs pure Python);
 - and, for the web console's browser test, chromium and chromium-driver
-  (tests/server/test_console_browser.py, through selenium; it fails, not skips, without them).
+  (tests/server/test_console_browser.py, through selenium; it fails, not skips, without them);
+- and, for the stompjs tests (tests/server/test_stompjs.py: stompjs over WebSocket in Node and
+  in chromium), nodejs and npm (`npm ci` installs the pinned JavaScript packages).
 
 Where a part cannot run, its tests skip and print why (each module's `available()`); nothing
 here fails the command: it exits 0 and says what is missing.
@@ -38,6 +40,8 @@ PACKAGES = {  # Debian package -> a file that shows it is installed
     "openjdk-17-jre-headless": "/usr/bin/java",
     "chromium": "/usr/bin/chromium",
     "chromium-driver": "/usr/bin/chromedriver",
+    "nodejs": "/usr/bin/node",
+    "npm": "/usr/bin/npm",
     "python3-dev": str(Path(sysconfig.get_paths()["include"], "Python.h")),
 }
 
