@@ -104,15 +104,3 @@ class _Transport(WrappedTransport):
         if self._ws.state is ConnectionState.OPEN:
             self._raw.write(self._ws.send(CloseConnection(1000)))
         self._raw.close()
-
-    def is_closing(self) -> bool:
-        return self._raw.is_closing()
-
-    def pause_reading(self) -> None:
-        self._raw.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._raw.resume_reading()
-
-    def is_reading(self) -> bool:
-        return self._raw.is_reading()

@@ -19,6 +19,18 @@ class WrappedTransport(asyncio.Transport):
     def abort(self) -> None:
         self._raw.abort()
 
+    def is_closing(self) -> bool:
+        return self._raw.is_closing()
+
+    def pause_reading(self) -> None:
+        self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._raw.is_reading()
+
     def get_write_buffer_size(self) -> int:
         return self._raw.get_write_buffer_size()
 
