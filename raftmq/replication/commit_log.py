@@ -123,7 +123,8 @@ class CommitLog(ABC):
 
     @property
     def position(self) -> LogPosition:
-        """The batch `apply` is handling now (or handled last)."""
+        """The batch `apply` is handling now (or handled last); while `snapshot` runs, the
+        index and term the state is taken at."""
         return LogPosition(0, 0)
 
     def set_role_listener(self, listener: RoleListener | None) -> None:

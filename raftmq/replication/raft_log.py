@@ -416,12 +416,17 @@ class RaftLog(CommitLog):
         elif new == _RAFT_STATE.LEADER and old != _RAFT_STATE.LEADER:
             self._call_on_loop(self._gained_leadership)
 
-    def _snapshot_in_tick_thread(self) -> bytes:
+    def _snapshot_in_tick_thread(self, index: int, term: int) -> bytes:
         assert self._machine is not None and self._loop is not None
         result: concurrent.futures.Future[bytes] = concurrent.futures.Future()
         snapshot = self._machine.snapshot
 
         def take() -> None:  # queued after every batch handed over so far: state == last applied
+            if index > self._delivered_index:
+                # Entries of pysyncobj's own (a new leader's no-op, a membership change) reach no
+                # state machine; the state is the one at `index` and says so (`position`).
+                self._delivered_index = index
+                self._position = LogPosition(index, term)
             try:
                 result.set_result(snapshot())
             except BaseException as exc:

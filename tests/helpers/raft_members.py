@@ -49,7 +49,7 @@ class Member:
         self.applied.append(entry)
         return index
 
-    def snapshot(self) -> bytes:
+    def snapshot(self, index: int, term: int) -> bytes:
         return bytes(msgpack.packb(self.applied))
 
     def restore(self, state: bytes, index: int) -> None:

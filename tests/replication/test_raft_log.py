@@ -24,7 +24,9 @@ from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeade
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.commit_log import LogPosition
 from raftmq.replication.entry_codec import decode_entry, encode_entry
+from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 
@@ -301,6 +303,55 @@ def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
         assert await eventually(delivered_all, 5), log.raft_status()
 
     run_group(tmp_path, 1, body, compact_after_bytes=20_000)
+
+
+def test_a_snapshot_taken_after_a_new_leaders_no_op_says_it_is_at_the_no_op(tmp_path: Path) -> None:
+    """The no-op a new leader appends reaches no state machine; a snapshot taken right after it
+    holds the state at the no-op's index, and `position` says so while `snapshot` runs (the
+    replica writes that index into the state; a mismatch was once seen by the audit's test)."""
+    seen: dict[int, tuple[int, int]] = {}
+
+    class Positions(StateMachine):
+        def __init__(self, number: int) -> None:
+            super().__init__()
+            self.number = number
+
+        def snapshot(self) -> bytes:
+            log = group.logs[self.number]
+            assert log is not None
+            seen[self.number] = (log.position.index, log.position.term)
+            return super().snapshot()
+
+    async def body(group: InProcessGroup) -> None:
+        for i in range(3):
+            await group.stop(i)
+            await group.start(i, Positions(i))
+        leader = await group.leader()
+        await leader.propose([send("x")])
+        assert await leader.transfer_leadership(timeout=2.0)
+        new_leader = await group.leader()
+        number = group.logs.index(new_leader)
+        status = new_leader.raft_status()
+        assert await eventually(lambda: new_leader.raft_status().last_applied > status.delivered_index, 5), status
+        syncobj = new_leader._syncobj
+        assert syncobj is not None
+        syncobj.forceLogCompaction()
+        path = syncobj.snapshot_path
+        assert await eventually(lambda: number in seen and os.path.exists(path), 5), "no snapshot taken"
+        last, _previous, _cluster, _state = read_snapshot_file(path)  # written whole, then renamed
+        assert seen[number] == (last[1], last[2]), (seen, last)
+        assert new_leader.position == LogPosition(last[1], last[2])
+
+    group = InProcessGroup(tmp_path, 3)
+
+    async def main() -> None:
+        try:
+            await group.start_all()
+            await body(group)
+        finally:
+            await group.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
 
 
 async def leave_one_behind_a_compaction(group: InProcessGroup) -> tuple[RaftLog, int]:

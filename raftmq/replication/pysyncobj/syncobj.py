@@ -44,7 +44,7 @@ log = structlog.get_logger("raftmq.replication.pysyncobj")
 
 
 OnApply = Callable[[int, int, bytes], Any]  # (raft index, term, entry) -> result for callbacks
-Snapshotter = Callable[[], bytes]
+Snapshotter = Callable[[int, int], bytes]  # (raft index, term) the state is taken at -> state
 Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
 
 
@@ -379,7 +379,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         # pysyncobj catches what this raises, keeps the journal and reports a failed snapshot.
         try:
             last, previous, _cluster = raft_data
-            state = self._snapshot() if self._snapshot is not None else b""
+            state = self._snapshot(last[1], last[2]) if self._snapshot is not None else b""
             # pysyncobj passes the configuration of the log's end; the snapshot's is at `last`.
             cluster = self.configuration_at(last[1]) if self.fixes.membership else sorted(str(n) for n in _cluster)
             write_snapshot_file(path, tuple(last), tuple(previous), cluster, state)
