@@ -89,6 +89,17 @@ def _discovery_files(source: Path) -> list[Path]:
     return files
 
 
+def open_admin(text: str) -> str:
+    """A group file whose members' admin ports stay open off loopback (the harness reads
+    /status on the namespaces' private network, without TLS or logins)."""
+    if re.search(r"^\s*allow_open_admin\s*=", text, flags=re.MULTILINE):
+        return text
+    if re.search(r"^\[security\]", text, flags=re.MULTILINE):
+        return re.sub(r"^\[security\][^\n]*\n", lambda match: match.group(0) + "allow_open_admin = true\n", text,
+                      count=1, flags=re.MULTILINE)
+    return text.rstrip("\n") + "\n\n[security]\nallow_open_admin = true  # the chaos harness's private network\n"
+
+
 def place(source: Path, run_dir: Path, addresser: Addresser, password: str | None = None) -> Topology:
     """The topology at `source`, copied into `run_dir/topology/` with its nodes moved. Off
     loopback a group needs a password (its Raft port unpickles what it receives): `password`
@@ -117,6 +128,8 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
             raise ConfigError(f"{path}: no data_dir to move into the run directory")
         if password is not None and config.password is None:
             text = _DATA_DIR.sub(lambda match: f'{match.group(0)}\npassword = "{password}"', text, count=1)
+        if password is not None:
+            text = open_admin(text)
         (target / path.name).write_text(text, encoding="utf-8")
     if source.resolve() != original.groups[0].config_path.resolve() or len(original.groups) > 1:
         (target / source.name).write_text(move_uris(source.read_text(encoding="utf-8"), moved), encoding="utf-8")

@@ -74,6 +74,13 @@ class GroupConfig:
             core = dataclasses.replace(core, broker_name=self.name)
         return dataclasses.replace(self.server, host=host, port=port, name=member.id, core=core)
 
+    def admin_endpoint(self, member: GroupMember) -> str | None:
+        """Where tools ask `member`'s admin port: "host:port", or "https://host:port" when the
+        group has [tls] (its admin ports speak HTTPS only); None: it has none."""
+        if member.admin is None:
+            return None
+        return f"https://{member.admin}" if self.server.security.tls is not None else member.admin
+
     def member_dir(self, node_id: str) -> Path:
         return Path(self.data_dir) / self.member(node_id).id
 

@@ -56,6 +56,10 @@ COMMANDS = {
         "Operate on one group of a cluster: scale-down (`drain`) and membership changes "
         "(`add-node`, `remove-node`, `replace-node`).",
     ),
+    "hand-over": LazyCommand(
+        "raftmq.node_cli:hand_over_command",
+        "Ask this host's member to hand its Raft leadership to another member (before a stop).",
+    ),
     "manage": LazyCommand(
         "raftmq.ops.manage_cli:manage_command",
         "Destinations, connections, consumers and dead letters, through the admin API.",

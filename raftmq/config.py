@@ -71,6 +71,10 @@ class NodeConfig:
     # What a group's follower does with a client: "relay" its session to the leader (any
     # node serves any client), or "redirect" it (ERROR not the leader + a `leader` header).
     follower_clients: str = "relay"
+    # Where the listeners (client, WebSocket-only excepted, Raft and admin of a group member)
+    # bind instead of their configured host, e.g. "0.0.0.0" in a container whose configured
+    # names (what peers and clients use) resolve elsewhere than its own interfaces. None: the host.
+    bind_host: str | None = None
     # "host:port" of a single node's admin HTTP (/status, /metrics, /health); None: none.
     # A group's members set theirs in [[node]] (admin), not here.
     admin: str | None = None

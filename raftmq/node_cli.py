@@ -25,10 +25,15 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 
 @click.command("node")
 @click.option("--listen", "listen", metavar="HOST:PORT", help="Client (STOMP) address; default 127.0.0.1:61613.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Node or group configuration (TOML).")
-@click.option("--node", "node_id", metavar="ID", help="Which [[node]] of a group configuration to run.")
-@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="RAFTMQ_CONFIG", show_envvar=True,
+              help="Node or group configuration (TOML).")
+@click.option("--node", "node_id", metavar="ID", envvar="RAFTMQ_NODE", show_envvar=True,
+              help="Which [[node]] of a group configuration to run.")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE", envvar="RAFTMQ_TOPOLOGY",
+              show_envvar=True, help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
+@click.option("--bind-host", "bind_host", metavar="HOST", envvar="RAFTMQ_BIND_HOST", show_envvar=True,
+              help="Bind every port on HOST (0.0.0.0: all interfaces) while peers and clients keep using the "
+                   "configured names; default: [server] bind_host, or each address's own host.")
 @click.option("--admin", "admin", metavar="HOST:PORT",
               help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
 @click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
@@ -44,7 +49,7 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
 def node_command(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
-         admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
+         bind_host: str | None, admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
     A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
@@ -52,7 +57,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
     nothing. Once it serves clients it prints `raftmq node listening on HOST:PORT (durable: data
     in DIR)` (or `(in memory: ...)`) on stdout; its log goes to stderr (pretty on a terminal,
     key=value lines otherwise)."""
-    from cluster.group_file import GroupConfig, load_config, single_node_group
+    from cluster.exposure import check_exposure
+    from cluster.group_file import GroupConfig, GroupMember, load_config, single_node_group
     from raftmq.app.run import serve
     from raftmq.config import NodeConfig
     from raftmq.errors import ConfigError
@@ -71,6 +77,9 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
 
                 assert config_path is not None
                 config = with_cluster(config, config_path, topology_path)
+            if bind_host:
+                config = dataclasses.replace(config, server=dataclasses.replace(config.server, bind_host=bind_host))
+            check_exposure(config, node_id, config_path or "raftmq node")
         elif topology_path is not None:
             raise ConfigError("--topology needs a group configuration (--config GROUP.toml --node ID)")
     except ConfigError as exc:
@@ -93,13 +102,22 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
     address = _parse_listen(listen)
     if address is not None:
         config = config.with_address(*address)
+    if bind_host:
+        config = dataclasses.replace(config, bind_host=bind_host)
     if admin is not None:
         admin_address = _parse_listen(admin, "--admin")
         assert admin_address is not None  # given, so parsed (or a UsageError)
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
+    source = config_path or "raftmq node --admin"
     if in_memory or config.in_memory:
         if data_dir is not None:
             raise click.UsageError("--data-dir and --in-memory: choose one")
+        if config.admin is not None:
+            member = GroupMember(config.name, f"{config.host}:{config.port}", "127.0.0.1:0", config.admin)
+            try:
+                check_exposure(GroupConfig(config.name, config.data_dir, (member,), server=config), config.name, source)
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from exc
         ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
         serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
         return
@@ -107,8 +125,58 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         group = single_node_group(config, data_dir)
     except ConfigError as exc:
         raise click.ClickException(f"{config_path or 'raftmq node'}: {exc}") from exc
+    try:
+        check_exposure(group, config.name, source)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
     ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
     serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
+
+
+@click.command("hand-over")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True), envvar="RAFTMQ_CONFIG", required=True,
+              show_envvar=True, help="The member's group file.")
+@click.option("--node", "node_id", metavar="ID", envvar="RAFTMQ_NODE", required=True, show_envvar=True, help="The member's id.")
+@click.option("--bind-host", "bind_host", metavar="HOST", envvar="RAFTMQ_BIND_HOST", show_envvar=True,
+              help="Where the member binds (as for `raftmq node`): 0.0.0.0 or :: means its admin port is asked on loopback.")
+@click.option("--timeout", type=click.FloatRange(1, 120), default=15.0, show_default=True, help="Seconds to wait for the answer.")
+def hand_over_command(config_path: str, node_id: str, bind_host: str | None, timeout: float) -> None:
+    """Ask member NODE (on this host) to hand its leadership to another member, if it leads, and
+    wait until it did: what systemd's ExecStop and a Kubernetes preStop run before the node is
+    stopped, so clients see a hand-over rather than an election. Exit 0 when the member does not
+    lead (any more); 1 when it could not hand over (it stops as leader then, and the group elects)."""
+    from cluster.group_file import load_group_config
+    from raftmq.config import split_address
+    from raftmq.errors import ConfigError
+    from raftmq.replication.group_secret import group_secret
+    from raftmq.security import member_client_tls
+    from raftmq.server.admin.http import post_hand_over
+
+    try:
+        group = load_group_config(config_path)
+        member = group.member(node_id)
+    except ConfigError as exc:
+        raise click.ClickException(f"{config_path}: {exc}") from exc
+    if member.admin is None:
+        raise click.ClickException(f"{config_path}: node {node_id} has no admin address: nothing to ask")
+    host, port = split_address(member.admin)
+    bind = bind_host or group.server.bind_host
+    if bind in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if bind == "0.0.0.0" else "::1"
+    tls = group.server.security.tls
+    try:
+        code, answer = post_hand_over(host, port, group_secret(group.password, group.data_dir), timeout,
+                                      None if tls is None else member_client_tls(tls))
+    except OSError as exc:
+        raise click.ClickException(f"node {node_id} ({host}:{port}): {exc}") from exc
+    if code != 200:
+        raise click.ClickException(f"node {node_id} ({host}:{port}): HTTP {code}: {answer.get('error', answer)}")
+    if not answer.get("was_leader"):
+        click.echo(f"node {node_id} does not lead (leader: {answer.get('leader') or 'unknown'}): nothing to hand over")
+    elif answer.get("handed_over"):
+        click.echo(f"node {node_id} handed its leadership over (leader: {answer.get('leader') or 'being elected'})")
+    else:
+        raise click.ClickException(f"node {node_id} could not hand its leadership over within the hand-over time")
 
 
 def _print_ready(how: str, host: str, port: int) -> None:

@@ -20,6 +20,7 @@ create the destination (the core does not know it yet) needs `admin` as well.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -83,6 +84,8 @@ class SecurityConfig:
     users: tuple[UserEntry, ...] = ()
     acl: tuple[AclEntry, ...] = ()
     tls: TlsConfig | None = None
+    # An admin port off loopback without TLS and logins (a test rig's private network only).
+    allow_open_admin: bool = False
 
     @property
     def authorization(self) -> bool:
@@ -243,6 +246,42 @@ class Security:
     def server_ssl_context(self) -> ssl.SSLContext | None:
         tls = self.config.tls
         return None if tls is None else server_ssl_context(tls)
+
+
+def member_client_tls(tls: TlsConfig) -> tuple[ssl.SSLContext, bytes]:
+    """(client context, the group's certificate in DER) for a member talking to another member's
+    TLS port (a relayed client, a body fetch): every member has the group's `cert_file`, so the
+    peer is trusted by comparing its certificate with ours after the handshake (a pin; no CA
+    or host name is involved), and ours is presented."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the pin is checked instead (`pinned`)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    with open(tls.cert_file, encoding="ascii") as pem:
+        own = ssl.PEM_cert_to_DER_cert(_first_pem_certificate(pem.read()))
+    return context, own
+
+
+def pinned(peer_der: bytes | None, own_der: bytes) -> bool:
+    """True when the peer's certificate (DER, from the handshake) is the group's."""
+    return peer_der is not None and hmac.compare_digest(peer_der, own_der)
+
+
+def _first_pem_certificate(text: str) -> str:
+    """The first certificate of a PEM file (the leaf; a chain may follow it)."""
+    end_marker = "-----END CERTIFICATE-----"
+    start = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find(end_marker, start)
+    if start < 0 or end < 0:
+        raise ValueError("no certificate in the [tls] cert_file")
+    return text[start:end + len(end_marker)] + "\n"
+
+
+def admin_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The admin port's: the client port's certificate; a client certificate is never required
+    (probes present none), logins are."""
+    return server_ssl_context(dataclasses.replace(tls, require_client_cert=False))
 
 
 def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext:

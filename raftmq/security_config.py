@@ -4,6 +4,7 @@
     authentication = true          # default: true when there is a [[user]]
     allow_anonymous = false        # CONNECT without login, as a member of anonymous_groups
     anonymous_groups = ["anonymous"]
+    allow_open_admin = false       # an admin port off loopback needs [tls] and logins unless true
 
     [[user]]
     name = "app"
@@ -37,7 +38,7 @@ from raftmq.patterns import check_pattern
 from raftmq.security import ANONYMOUS_GROUP, KINDS, OPERATIONS, AclEntry, SecurityConfig, TlsConfig, UserEntry, server_ssl_context
 
 SECURITY_TABLES = ("security", "user", "acl", "tls")
-_SECURITY_KEYS = ("authentication", "allow_anonymous", "anonymous_groups")
+_SECURITY_KEYS = ("authentication", "allow_anonymous", "anonymous_groups", "allow_open_admin")
 _USER_KEYS = ("name", "password_hash", "groups")
 _ACL_KEYS = ("queue", "topic", *OPERATIONS)
 _TLS_KEYS = ("cert_file", "key_file", "ca_file", "require_client_cert")
@@ -71,7 +72,8 @@ def load_security(raw: dict[str, Any], path: Path) -> SecurityConfig:
     _check_acl(acl, users, anonymous_groups if allow_anonymous or not authentication else (), path)
     tls_table = raw.get("tls")
     tls = None if tls_table is None else _tls(_table(raw, "tls", path), path)
-    return SecurityConfig(authentication, allow_anonymous, anonymous_groups, users, acl, tls)
+    allow_open_admin = _bool(section, "allow_open_admin", path, "security", default=False)
+    return SecurityConfig(authentication, allow_anonymous, anonymous_groups, users, acl, tls, allow_open_admin)
 
 
 # -- tables ---------------------------------------------------------------------------------------

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -24,6 +26,7 @@ from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
+from raftmq.security import admin_ssl_context, member_client_tls
 from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.management import ManagementApi
 from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
@@ -36,11 +39,14 @@ FETCH_BUDGET_SECONDS = 5.0
 # again for the rest): a new member catching up with 1 GiB peaked at 1.16 GiB RSS without it.
 FETCH_ROUND_BYTES = 64 * 2**20
 SOLO_LEADER_WAIT_SECONDS = 10.0
+HAND_OVER_SECONDS = 5.0
 
 
 def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -> RaftSettings:
     """`secret`: the group's (`group_secret`), read from its data directory when not given."""
     return RaftSettings(
+        # Nobody connects to a group of one: its Raft port stays where it is (loopback).
+        bind_host=group.server.bind_host if len(group.members) > 1 else None,
         self_address=group.member(node_id).raft,
         peers=tuple(member.raft for member in group.members),
         data_dir=str(group.member_dir(node_id) / "raft"),
@@ -110,10 +116,27 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)
+        host = group.server.bind_host or host
         api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members])
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
-                            change_members=lambda change: change_membership(raft, change), api=api)
+                            change_members=lambda change: change_membership(raft, change), api=api,
+                            ssl=admin_ssl(group), authenticate=api.authenticated,
+                            hand_over=lambda: hand_over(raft))
     return RunningMember(node, raft, bodies, admin)
+
+
+def admin_ssl(group: GroupConfig) -> ssl.SSLContext | None:
+    """The admin port's TLS: the client port's certificate, when the group has [tls]."""
+    tls = group.server.security.tls
+    return None if tls is None else admin_ssl_context(tls)
+
+
+async def hand_over(raft: RaftLog, timeout: float = HAND_OVER_SECONDS) -> dict[str, Any]:
+    """Hand leadership to another member if this one leads (`POST /leadership`)."""
+    if not raft.is_leader:
+        return {"handed_over": False, "was_leader": False, "leader": raft.leader_hint}
+    done = await raft.transfer_leadership(timeout=timeout)
+    return {"handed_over": done, "was_leader": True, "leader": raft.leader_hint}
 
 
 def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: Sequence[int], secret: str) -> list[IndexRecords]:
@@ -125,7 +148,9 @@ def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: 
     others = [m for m in group.members if m.id != node_id and m.admin is not None]
     others.sort(key=lambda m: m.raft != leader)
     peers = [split_address(m.admin) for m in others if m.admin is not None]
-    return fetch_bodies(peers, list(indexes), secret, budget=FETCH_BUDGET_SECONDS, max_bytes=FETCH_ROUND_BYTES)
+    tls = group.server.security.tls
+    return fetch_bodies(peers, list(indexes), secret, budget=FETCH_BUDGET_SECONDS, max_bytes=FETCH_ROUND_BYTES,
+                        tls=None if tls is None else member_client_tls(tls))
 
 
 async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback | None, reload: Reload | None) -> int:

@@ -103,12 +103,17 @@ async def _start_admin(node: Node) -> Any:
     if node.config.admin is None:
         return None
     from raftmq.config import split_address
+    from raftmq.security import admin_ssl_context
     from raftmq.server.admin.http import AdminServer
     from raftmq.server.admin.management import ManagementApi
 
     host, port = split_address(node.config.admin)
+    host = node.config.bind_host or host
     member: dict[str, str | None] = {"node": node.name, "client": f"{node.config.host}:{node.config.port}", "admin": node.config.admin}
-    admin = AdminServer(node.status, None, None, host, port, api=ManagementApi(node, lambda: [member]))
+    api = ManagementApi(node, lambda: [member])
+    tls = node.config.security.tls
+    admin = AdminServer(node.status, None, None, host, port, api=api, authenticate=api.authenticated,
+                        ssl=None if tls is None else admin_ssl_context(tls))
     try:
         await admin.start()
     except OSError as exc:

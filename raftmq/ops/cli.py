@@ -369,7 +369,8 @@ def _status_nodes(config_path: str | None) -> list[NodeAddress]:
         raise click.ClickException(
             f"no raftmq cluster state at {state_path(topology.state_dir)}; start one with `raftmq up`, or pass --config"
         )
-    return [NodeAddress(group.name, member.id, member.client, member.admin or "") for group, member in topology.members()]
+    return [NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "")
+            for group, member in topology.members()]
 
 
 @click.command("status")

@@ -74,7 +74,7 @@ def drain_group(topology: Topology, name: str, to: tuple[str, ...], *, cancel: b
                 timeout: float = 600.0, report: Callable[[str], None] = print,
                 login: str | None = None, passcode: str | None = None) -> DrainResult:
     spec = _group(topology, name)
-    admins = [m.admin for m in spec.config.members if m.admin]
+    admins = [admin for admin in map(spec.config.admin_endpoint, spec.config.members) if admin]
     if not admins:
         raise DeploymentError(f"group {name!r} has no admin addresses: the drain cannot be followed")
     if login is None:

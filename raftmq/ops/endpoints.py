@@ -68,7 +68,7 @@ def _local_cluster(config_path: str | None) -> Endpoints | None:
         return None
     clients = [[member.client for member in group.config.members] for group in topology.groups]
     admin = tuple(
-        NodeAddress(group.name, member.id, member.client, member.admin)
+        NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "")
         for group, member in topology.members() if member.admin is not None
     )
     return Endpoints(failover_url(clients), admin, f"topology {Path(config_path)}")
@@ -88,7 +88,7 @@ def _load(config_path: str) -> Topology:
 
 def _admin_address(address: str) -> NodeAddress:
     try:
-        split_address(address)
+        split_address(address.removeprefix("https://"))
     except ValueError as exc:
         raise ConfigError(f"--admin: {exc}") from None
     return NodeAddress(EXPLICIT_ADMIN_GROUP, address, "", address)

@@ -251,7 +251,7 @@ def launch(
             process = start_node(argv, log_path)
             children[process.pid] = process
             start_time = process_start_time(process.pid)
-            started.append(NodeProcess(group.name, member.id, member.client, member.raft, member.admin or "",
+            started.append(NodeProcess(group.name, member.id, member.client, member.raft, group.config.admin_endpoint(member) or "",
                                        process.pid, start_time or 0, argv, str(log_path)))
         pid, start_time, own_argv = own_identity()
         state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, own_argv,

@@ -3,20 +3,20 @@
 Reads ask one member of each group (any member answers from its replica); changes go to the
 group's leader (a follower's 409 names it). Addresses come from `--admin`, else the running
 local cluster or `--config`, as for `raftmq queue stat`. With logins configured, pass
-`--login` and the passcode in `RAFTMQ_PASSCODE` (or `--passcode`).
+`--login` and the passcode in `RAFTMQ_PASSCODE` (or `--passcode`). A group with `[tls]` is asked
+over HTTPS (`--admin https://HOST:PORT`), its certificate checked against `RAFTMQ_TLS_CA`.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from raftmq.client.admin import HTTPS, AdminAccess, with_scheme
+from raftmq.errors import ClientError
 from raftmq.ops.status_view import NodeAddress
 
 T = TypeVar("T")
@@ -29,7 +29,8 @@ class ManageClient:
 
     def __init__(self, members: list[str], login: str | None, passcode: str | None) -> None:
         self.members = members
-        self._auth = None if login is None else "Basic " + base64.b64encode(f"{login}:{passcode or ''}".encode()).decode()
+        environment = AdminAccess.from_environment()
+        self._access = AdminAccess(environment.ca_file, login, passcode)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         errors = []
@@ -44,7 +45,7 @@ class ManageClient:
                 errors.append(f"{admin}: {exc}")
                 continue
             if status == 409 and answer.get("leader_admin"):
-                queue.insert(0, answer["leader_admin"])
+                queue.insert(0, with_scheme(answer["leader_admin"], admin.startswith(HTTPS)))
                 continue
             if status >= 400:
                 raise click.ClickException(f"{admin}{path}: HTTP {status}: {answer.get('error', answer)}")
@@ -53,19 +54,16 @@ class ManageClient:
 
     def _request(self, admin: str, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"http://{admin}{path}", data=data, method=method)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if self._auth is not None:
-            request.add_header("Authorization", self._auth)
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            try:
-                return error.code, json.loads(error.read() or b"{}")
-            except ValueError:
-                return error.code, {"error": error.reason}
+            code, answer = self._access.request(admin, path, TIMEOUT_SECONDS, method, data,
+                                                "application/json" if data is not None else None)
+        except ClientError as exc:  # no usable CA file
+            raise click.ClickException(str(exc)) from None
+        try:
+            parsed = json.loads(answer or b"{}")
+        except ValueError:
+            return code, {"error": answer.decode("utf-8", "replace").strip() or f"HTTP {code}"}
+        return code, parsed if isinstance(parsed, dict) else {"error": str(parsed)}
 
 
 def _groups(admin: tuple[str, ...], config_path: str | None) -> dict[str, list[str]]:

@@ -22,6 +22,7 @@ One change at a time: the leader refuses a second one until the first has commit
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, req
 from raftmq.ops.status_view import fetch_status
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
+from raftmq.security import member_client_tls
 from raftmq.server.admin.http import post_membership
 
 POLL_SECONDS = 0.1
@@ -90,6 +92,13 @@ class MembershipChanger:
         self.topology, self.spec, self.report, self.timeout, self.fetch = topology, spec, report, timeout, fetch
         self.secret = group_secret(spec.config.password, spec.config.data_dir)
 
+    def _admin(self, member: GroupMember) -> str:
+        return self.group.admin_endpoint(member) or ""
+
+    def _member_tls(self) -> tuple[ssl.SSLContext, bytes] | None:
+        tls = self.group.server.security.tls
+        return None if tls is None else member_client_tls(tls)
+
     @property
     def group(self) -> GroupConfig:
         return self.spec.config
@@ -108,7 +117,7 @@ class MembershipChanger:
             self.spec = replace(self.spec, config=replace(self.group, members=(*self.group.members, member)))
         self._start(member)
         assert member.admin is not None
-        self._wait(f"{member.id} to answer on {member.admin}", lambda: self.fetch(member.admin or ""))
+        self._wait(f"{member.id} to answer on {member.admin}", lambda: self.fetch(self._admin(member)))
         members = self._commit(Change(ADD, member.raft))
         committed = time.monotonic()
         self.report(f"{self.group.name}: {member.id} is a member ({len(members)} members); catching up")
@@ -190,7 +199,7 @@ class MembershipChanger:
 
     def _leader(self) -> tuple[GroupMember, dict[str, Any]] | None:
         for member in self.group.members:
-            status = self.fetch(member.admin) if member.admin else None
+            status = self.fetch(self._admin(member)) if member.admin else None
             if status is not None and status.get("role") == "leader":
                 return member, status
         return None
@@ -211,7 +220,7 @@ class MembershipChanger:
             assert leader.admin is not None
             host, port = split_address(leader.admin)
             try:
-                code, answer = post_membership(host, port, change, self.secret)
+                code, answer = post_membership(host, port, change, self.secret, tls=self._member_tls())
             except OSError as exc:
                 last = f"{leader.id}: {exc}"
                 return None
@@ -232,7 +241,7 @@ class MembershipChanger:
         found = self._leader()
         if found is None:
             return False
-        return caught_up(self.fetch(member.admin or ""), int(found[1].get("commit_index", 0)))
+        return caught_up(self.fetch(self._admin(member)), int(found[1].get("commit_index", 0)))
 
     def _wait(self, what: str, probe: Callable[[], Any], detail: Callable[[], str] | None = None) -> Any:
         deadline = time.monotonic() + self.timeout

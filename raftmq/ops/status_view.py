@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +18,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from raftmq.client.admin import AdminAccess
+from raftmq.errors import ClientError
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
 from raftmq.routing.route import INTERNAL_PREFIXES
 
@@ -41,12 +41,14 @@ class NodeAddress:
     last_exit: str | None = None  # how the node last ended, e.g. "was killed by SIGKILL at 12:00:01"
 
 
-def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS) -> dict[str, Any] | None:
-    """A node's `/status` as a dict, or None when it does not answer (or answers garbage)."""
+def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS, access: AdminAccess | None = None) -> dict[str, Any] | None:
+    """A node's `/status` as a dict, or None when it does not answer (or answers garbage, or
+    refuses the login). `admin`: "host:port", or "https://host:port"; `access`: the CA and
+    login (default: from the environment, `AdminAccess.from_environment`)."""
     try:
-        with urllib.request.urlopen(f"http://{admin}/status", timeout=timeout) as answer:
-            status = json.loads(answer.read())
-    except (OSError, urllib.error.URLError, ValueError):
+        code, data = (access or AdminAccess.from_environment()).request(admin, "/status", timeout)
+        status = json.loads(data) if code == 200 else None
+    except (OSError, ValueError, ClientError):
         return None
     return status if isinstance(status, dict) else None
 

@@ -125,7 +125,7 @@ class RaftLog(CommitLog):
             restore=self._restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
             on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
-            password=s.password, secret=s.secret, timings=s.timings,
+            password=s.password, secret=s.secret, timings=s.timings, bind_host=s.bind_host,
         )
 
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:

@@ -22,6 +22,9 @@ class RaftSettings:
     # one: raftmq.replication.group_secret). None: the one beside `data_dir`.
     secret: str | None = field(default=None, repr=False)
     timings: RaftTimings = field(default_factory=RaftTimings)
+    # Bind the Raft port (and outgoing connections) on this host instead of `self_address`'s,
+    # which stays the member's name in the group. None: `self_address`'s host.
+    bind_host: str | None = None
     # Past the first, a further entry goes out while others are in flight only if those hold at
     # most this many encoded bytes (light load: a SEND does not wait behind a consumer's ACK
     # entry); under heavier load everything that arrives meanwhile is coalesced instead, since

@@ -291,7 +291,7 @@ class Node:
         _tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
         await self.commit_log.start(self.replica)
-        self._server = await self._listen(self._config.host, self._config.port, websocket_only=False)
+        self._server = await self._listen(self._config.bind_host or self._config.host, self._config.port, websocket_only=False)
         self._address = tuple(self._server.sockets[0].getsockname()[:2])
         if self._config.websocket is not None:  # a listener for WebSocket clients only
             self._websocket_server = await self._listen(*split_address(self._config.websocket), websocket_only=True)

@@ -11,8 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import stomp
 
 from raftmq import processes
 from raftmq.client import StompClient, connect
+from raftmq.client.admin import AdminAccess, with_scheme
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.processes import free_ports
 from raftmq.protocol.frame import REDIRECT_HEADER
@@ -64,6 +63,8 @@ class Group:
         self.name = name
         self.data_dir = tmp_path / ("data" if name == "test" else f"data-{name}")
         self.extra_args: list[str] = []  # appended to every member's command line (a cluster's --topology)
+        # How status() reaches the admin ports: the CA and login a test with [tls] / [[user]]s sets.
+        self.admin_access = AdminAccess()
         ports = free_ports(3 * size)
         hosts = hosts or ["127.0.0.1"] * size  # one loopback address per member lets a test cut one off
         self.members = {
@@ -125,12 +126,14 @@ class Group:
 
     def status(self, node_id: str, verify: bool = False, timeout: float = 2.0) -> dict[str, Any] | None:
         member = self.members[node_id]
-        url = f"http://{member.host}:{member.admin_port}/status" + ("?verify=1" if verify else "")
+        tls = "\n[tls]" in self.config_path.read_text()  # its admin ports speak HTTPS only
+        admin = with_scheme(f"{member.host}:{member.admin_port}", tls)
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return json.load(response)
-        except (OSError, urllib.error.URLError, ValueError):
+            code, data = self.admin_access.request(admin, "/status" + ("?verify=1" if verify else ""), timeout)
+            answer = json.loads(data) if code == 200 else None
+        except (OSError, ValueError):
             return None
+        return answer if isinstance(answer, dict) else None
 
     def leader(self, among: tuple[str, ...] | None = None, timeout: float = 10.0) -> str:
         """The member every live member (of `among`) agrees leads, in one term."""

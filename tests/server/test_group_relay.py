@@ -18,6 +18,7 @@ import pytest
 import stomp
 
 from raftmq.client import connect, connect_failover
+from raftmq.client.admin import AdminAccess
 from tests.helpers.group_harness import Group, connect_leader, drain_queue
 from tests.helpers.stomp_raw import WAIT, Listener, RawClient, frame_bytes, unique
 from tests.helpers.tls_certs import CertFiles, make_certificates
@@ -288,6 +289,7 @@ def test_a_tls_group_relays_over_tls(tmp_path: Path) -> None:
     server, _client = make_certificates(tmp_path / "certs")
     group = Group(tmp_path)
     group.config_path.write_text(group.config_path.read_text() + tls_table(server))
+    group.admin_access = AdminAccess(ca_file=str(server.ca))  # its admin ports speak HTTPS too
     try:
         group.start()
         leader = group.leader()
@@ -323,6 +325,9 @@ def test_a_follower_relays_only_to_a_leader_with_the_groups_certificate(tmp_path
     group.config_path.write_text(plain + tls_table(ours))
     odd = tmp_path / "n1.toml"
     odd.write_text(plain + tls_table(theirs))
+    both = tmp_path / "both-cas.pem"  # the test reads every member's /status over HTTPS
+    both.write_bytes(Path(ours.ca).read_bytes() + Path(theirs.ca).read_bytes())
+    group.admin_access = AdminAccess(ca_file=str(both))
     main = group.config_path
     try:
         group.config_path = odd

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from raftmq.client import connect_failover
+from raftmq.client.admin import AdminAccess
 from raftmq.errors import BrokerRefused
 from raftmq.passwords import hash_password
 from tests.helpers.group_harness import Group
@@ -25,6 +26,7 @@ def test_login_on_a_group_leader_and_no_secret_in_the_logs(tmp_path: Path) -> No
     text += f'[[user]]\nname = "app"\npassword_hash = "{hash_password(PASSCODE)}"\ngroups = ["apps"]\n'
     text += '[[acl]]\nqueue = "app.>"\nread = ["apps"]\nwrite = ["apps"]\nadmin = ["apps"]\n'
     group.config_path.write_text(text)
+    group.admin_access = AdminAccess(login="app", passcode=PASSCODE)  # /status needs a login
     try:
         group.start()
         leader = group.leader()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import websocket
 
+from raftmq.client.admin import AdminAccess
 from raftmq.passwords import hash_password
 from tests.helpers.group_harness import Group
 from tests.helpers.stomp_raw import connect
@@ -142,6 +143,7 @@ def test_logins_and_acls_decide_who_reads_and_who_changes(tmp_path: Path) -> Non
     text += '[[acl]]\ntopic = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
     text += '[[acl]]\nqueue = "app.>"\nread = ["apps", "ops"]\nwrite = ["apps", "ops"]\nadmin = ["ops"]\n'
     group.config_path.write_text(text)
+    group.admin_access = AdminAccess(login="app", passcode=PASS)  # /status needs a login too
     group.start()
     try:
         leader = group.leader()

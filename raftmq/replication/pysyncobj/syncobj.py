@@ -100,11 +100,14 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         timings: RaftTimings = RaftTimings(),
         journal: RaftJournal | None = None,
         secret: str | None = None,
+        bind_host: str | None = None,  # bind here rather than on self_address's host
         fixes: Fixes = ALL_FIXES,  # anything else is for regression tests only
     ) -> None:
         self.fixes = fixes
         apply_module_fixes(fixes)
         check_raft_address(self_address, password, fixes)
+        if bind_host is not None:
+            check_raft_address(f"{bind_host}:{self_address.rpartition(':')[2]}", password, fixes)
         for peer in peers:
             check_raft_address(peer, password, fixes)
         os.makedirs(data_dir, exist_ok=True)
@@ -150,7 +153,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             appendEntriesUseBatch=False,
             sendBufferSize=2**21,
             recvBufferSize=2**21,
-            bindAddress=self_address if self.fixes.bind else None,
+            bindAddress=(self_address if bind_host is None else f"{bind_host}:{self_address.rpartition(':')[2]}") if self.fixes.bind else None,
             journalFile=journal_path,
             fullDumpFile=dump_path,
             serializer=self._write_snapshot if dump_path else None,

@@ -81,7 +81,8 @@ class DurableTransport(TCPTransport):
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
         if self._shouldConnect(node):
-            conn = self._connection(bind_host=self._selfNode.address.rsplit(":", 1)[0].strip("[]"))
+            own = self._syncObj.conf.bindAddress or self._selfNode.address
+            conn = self._connection(bind_host=own.rsplit(":", 1)[0].strip("[]"))
             conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
             conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
             conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))

@@ -6,7 +6,15 @@
 - `GET /metrics`: the same numbers for Prometheus (`raftmq.server.admin.metrics`), read at scrape time.
 - `GET /health`: `{"status": "ok" | "unavailable" | "failed", ...}`, HTTP 200 when ok (the
   node leads, or follows a leader it knows, and has not failed), 503 otherwise: what a load
-  balancer or an orchestrator's probe asks.
+  balancer asks.
+- `GET /ready`: 200 when the node is healthy, a member of its group's configuration and caught
+  up (applied within `READY_MAX_LAG` entries of the commit index it knows), 503 with the reason
+  otherwise: an orchestrator's readiness probe.
+- `GET /live`: 200 while the node serves and has not failed (whatever its group's state: a
+  node catching up, or in a group without quorum, is alive), 503 once it failed: a liveness probe.
+- With `[tls]` the port speaks HTTPS only (the client port's certificate). With logins
+  (`[[user]]`), everything but `/health`, `/ready`, `/live` and the members' signed requests
+  needs one (HTTP Basic, a STOMP login): `/status`, `/metrics`, the API and the console.
 - `POST /bodies`: what members use to fetch message bodies from each other (a member that
   installed a snapshot referencing bodies it never received). The request body is a msgpack
   list of Raft indexes; the answer is msgpack `[considered_through, [[index, [[term, kind,
@@ -20,6 +28,8 @@
   once committed; 409 `{"leader": ...}` from a member that does not lead (a leader asked to
   remove itself hands over first and answers so); 400 for a change that makes no sense; 503
   when the outcome is unknown (read the members before asking again).
+- `POST /leadership`: the member hands leadership to another one if it leads (`raftmq
+  hand-over`, before a stop), signed like `/membership`: 200 `{"handed_over": bool, "leader": ...}`.
 - `/api/...` and `/` (the web console): the management API (raftmq.server.admin.management,
   docs/management.md), with STOMP's logins and ACLs.
 
@@ -34,6 +44,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -44,7 +55,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
-from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry
+from raftmq.security import pinned
+from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry, readiness
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
 
 log = structlog.get_logger("raftmq.server.admin")
@@ -55,6 +67,7 @@ MAX_ANSWER_BYTES = 32 * 2**20
 INDEXES_PER_REQUEST = 4096
 READ_TIMEOUT = 30.0  # a request, read and answered (a management change waits for its commit)
 SIGNATURE_HEADER = "X-Raftmq-Signature"
+HANDSHAKE_TIMEOUT = 10.0  # a TLS handshake on the admin port
 
 
 class ApiHandler(Protocol):
@@ -79,7 +92,13 @@ class AdminServer:
         group: str | None = None,
         change_members: Callable[[Change], Awaitable[tuple[str, ...]]] | None = None,
         api: ApiHandler | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        authenticate: Callable[[dict[str, str]], Awaitable[bool]] | None = None,
+        hand_over: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
+        self._ssl = ssl  # HTTPS only, when given
+        self._authenticate = authenticate  # None: /status and /metrics are open (no logins configured)
+        self._hand_over = hand_over
         self._status = status
         self._api = api  # the management API and the console (raftmq.server.admin.management)
         self._change_members = change_members
@@ -103,7 +122,8 @@ class AdminServer:
         return status
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True, ssl=self._ssl,
+                                                  ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self._ssl else None)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -148,6 +168,12 @@ class AdminServer:
         if not 0 <= length <= MAX_REQUEST_BODY:
             return 413, "text/plain", b"request body too large\n"
         body = await reader.readexactly(length) if length else b""
+        if method == "GET" and path in _PROBES:
+            return _PROBES[path](self)
+        if method == "POST" and path in ("/bodies", "/membership", "/leadership"):
+            return await self._signed(path, body, headers.get(SIGNATURE_HEADER.lower()))
+        if self._authenticate is not None and path in ("/status", "/metrics") and not await self._authenticate(headers):
+            return 401, "text/plain", b"login required\n"
         if method == "GET" and path == "/status":
             status = self.status()
             if self._verify is not None and "verify=1" in query.split("&"):
@@ -155,17 +181,35 @@ class AdminServer:
             return 200, "application/json", json.dumps(status, default=str).encode() + b"\n"
         if method == "GET" and path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, exposition(self._registry)
-        if method == "GET" and path == "/health":
-            return self._health_answer()
-        if method == "POST" and path == "/bodies":
-            return self._bodies_answer(body, headers.get(SIGNATURE_HEADER.lower()))
-        if method == "POST" and path == "/membership":
-            return await self._membership_answer(body, headers.get(SIGNATURE_HEADER.lower()))
         if self._api is not None:
             answer = await self._api.answer(method, path, query, headers, body)
             if answer is not None:
                 return answer
         return 404, "text/plain", b"not found\n"
+
+    async def _signed(self, path: str, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
+        if path == "/bodies":
+            return self._bodies_answer(body, signature)
+        if path == "/membership":
+            return await self._membership_answer(body, signature)
+        return await self._leadership_answer(body, signature)
+
+    async def _leadership_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
+        if self._password is None or signature is None or not hmac.compare_digest(signature, sign(self._password, body)):
+            return 403, "text/plain", b"bad or missing signature\n"
+        if self._hand_over is None:
+            return 404, "text/plain", b"no Raft group here\n"
+        return _json(200, await self._hand_over())
+
+    def _ready_answer(self) -> tuple[int, str, bytes]:
+        status = self.status()
+        verdict, reason = readiness(status)
+        return _json(200 if verdict else 503, {"ready": verdict, "reason": reason, "node": status.get("node"),
+                                               "group": status["group"], "role": status.get("role")})
+
+    def _live_answer(self) -> tuple[int, str, bytes]:
+        failure = self._status().get("failure")
+        return _json(503 if failure else 200, {"live": not failure, "failure": failure})
 
     def _health_answer(self) -> tuple[int, str, bytes]:
         status = self.status()
@@ -223,10 +267,32 @@ def _json(code: int, answer: dict[str, Any]) -> tuple[int, str, bytes]:
     return code, "application/json", json.dumps(answer).encode() + b"\n"
 
 
-def post_membership(host: str, port: int, change: Change, password: str, timeout: float = 15.0) -> tuple[int, dict[str, Any]]:
+# The probes: open without a login (they say nothing but the node's state).
+_PROBES: dict[str, Callable[[AdminServer], tuple[int, str, bytes]]] = {
+    "/health": AdminServer._health_answer,
+    "/ready": AdminServer._ready_answer,
+    "/live": AdminServer._live_answer,
+}
+
+
+MemberTls = tuple[ssl_module.SSLContext, bytes] | None  # raftmq.security.member_client_tls, or plain HTTP
+
+
+def post_membership(host: str, port: int, change: Change, password: str, timeout: float = 15.0,
+                    tls: MemberTls = None) -> tuple[int, dict[str, Any]]:
     """Ask a member's admin port for a membership change: (HTTP status, JSON answer)."""
     body = json.dumps({"op": change.op, "node": change.address}).encode()
-    status, data = _post(host, port, "/membership", body, "application/json", password, timeout)
+    status, data = _post(host, port, "/membership", body, "application/json", password, timeout, tls)
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = {"error": data.decode("utf-8", "replace").strip()}
+    return status, answer if isinstance(answer, dict) else {"error": str(answer)}
+
+
+def post_hand_over(host: str, port: int, password: str, timeout: float = 15.0, tls: MemberTls = None) -> tuple[int, dict[str, Any]]:
+    """Ask a member's admin port to hand its leadership over: (HTTP status, JSON answer)."""
+    status, data = _post(host, port, "/leadership", b"{}", "application/json", password, timeout, tls)
     try:
         answer = json.loads(data)
     except ValueError:
@@ -242,6 +308,7 @@ def fetch_bodies(
     timeout: float = 2.0,
     budget: float = 5.0,
     max_bytes: int | None = None,
+    tls: MemberTls = None,
 ) -> list[IndexRecords]:
     """Records of `indexes` from the first peers that have them (admin addresses, in order).
     Blocking; gives up after `budget` seconds, or once it holds `max_bytes` of payload (the
@@ -256,7 +323,7 @@ def fetch_bodies(
         while remaining and time.monotonic() < deadline and (max_bytes is None or size < max_bytes):
             chunk = remaining[:INDEXES_PER_REQUEST]
             try:
-                considered, rows = _post_bodies(host, port, chunk, password, min(timeout, max(0.1, deadline - time.monotonic())))
+                considered, rows = _post_bodies(host, port, chunk, password, min(timeout, max(0.1, deadline - time.monotonic())), tls)
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 log.warning("admin.fetch_failed", peer=f"{host}:{port}", error=str(exc))
                 break
@@ -271,21 +338,33 @@ def fetch_bodies(
     return fetched
 
 
-def _post_bodies(host: str, port: int, indexes: list[int], password: str | None, timeout: float) -> tuple[int, list[IndexRecords]]:
-    status, data = _post(host, port, "/bodies", msgpack.packb(indexes), "application/x-msgpack", password, timeout)
+def _post_bodies(host: str, port: int, indexes: list[int], password: str | None, timeout: float,
+                 tls: MemberTls) -> tuple[int, list[IndexRecords]]:
+    status, data = _post(host, port, "/bodies", msgpack.packb(indexes), "application/x-msgpack", password, timeout, tls)
     if status != 200:
         raise ValueError(f"HTTP {status}: {data[:200]!r}")
     considered, rows = msgpack.unpackb(data, raw=False)
     return int(considered), [(int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows]
 
 
-def _post(host: str, port: int, path: str, body: bytes, content_type: str, password: str | None, timeout: float) -> tuple[int, bytes]:
-    """One POST to a member's admin port, signed with the group secret when there is one."""
+def _post(host: str, port: int, path: str, body: bytes, content_type: str, password: str | None, timeout: float,
+          tls: MemberTls = None) -> tuple[int, bytes]:
+    """One POST to a member's admin port, signed with the group secret when there is one; over
+    TLS to a port presenting the group's certificate when `tls` is given."""
     headers = {"Content-Type": content_type}
     if password is not None:
         headers[SIGNATURE_HEADER] = sign(password, body)
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    connection: http.client.HTTPConnection
+    if tls is None:
+        connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    else:
+        connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls[0])
     try:
+        if tls is not None:
+            connection.connect()
+            peer = connection.sock.getpeercert(binary_form=True)  # type: ignore[union-attr]
+            if not pinned(peer, tls[1]):
+                raise ssl_module.SSLError(f"{host}:{port} does not present the group's certificate ([tls] cert_file)")
         connection.request("POST", path, body, headers)
         response = connection.getresponse()
         return response.status, response.read()

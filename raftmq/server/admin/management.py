@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import json
+import ssl
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -89,6 +90,11 @@ class ManagementApi:
 
     # -- who asks ------------------------------------------------------------------------------
 
+    async def authenticated(self, headers: Headers) -> bool:
+        """Whether the request carries a valid login (always, without logins configured): what
+        `/status` and `/metrics` ask of a request."""
+        return not self.node.security.config.authentication or await self._principal(headers) is not None
+
     async def _principal(self, headers: Headers) -> Principal | None:
         security = self.node.security
         login = passcode = None
@@ -118,10 +124,11 @@ class ManagementApi:
     async def overview(self, principal: Principal) -> dict[str, Any]:
         status = self.node.status()
         members = self.members()
-        healths = await asyncio.gather(*(_health(m.get("admin")) for m in members))
+        tls = self.node.security.config.tls is not None
+        healths = await asyncio.gather(*(_health(m.get("admin"), tls) for m in members))
         cluster = status.get("cluster") or {}
         peers = self.node.config.cluster_peers
-        peer_healths = await asyncio.gather(*(_health(admin) for peer in peers for admin in peer.admins))
+        peer_healths = await asyncio.gather(*(_health(admin, tls) for peer in peers for admin in peer.admins))
         answers = iter(peer_healths)
         others = {peer.name: [{"admin": admin, **_member_view(next(answers))} for admin in peer.admins] for peer in peers}
         return {
@@ -323,13 +330,19 @@ def _member_view(health: dict[str, Any]) -> dict[str, Any]:
     return {"node": health.get("node"), "role": health.get("role"), "health": health.get("status")}
 
 
-async def _health(admin: str | None) -> dict[str, Any]:
-    """A member's /health answer, or {} when it does not answer in time."""
+async def _health(admin: str | None, tls: bool) -> dict[str, Any]:
+    """A member's /health answer, or {} when it does not answer in time. `tls`: this node's
+    admin port speaks TLS, and so do the cluster's others (no certificate is checked: /health
+    is what any prober may read)."""
     if not admin:
         return {}
     host, _, port = admin.rpartition(":")
+    context = None
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), HEALTH_TIMEOUT)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port), ssl=context), HEALTH_TIMEOUT)
     except (OSError, TimeoutError, ValueError):
         return {"status": "unreachable"}
     try:

@@ -33,6 +33,32 @@ def health(status: dict[str, Any]) -> tuple[str, str | None]:
     return HEALTH_UNAVAILABLE, "no leader known (no quorum, or an election is under way)"
 
 
+# A member this many entries behind the commit index it knows is still catching up.
+READY_MAX_LAG = 100
+
+
+def readiness(status: dict[str, Any]) -> tuple[bool, str | None]:
+    """(ready, reason): healthy, a member of its group's configuration, caught up, and not
+    waiting for message bodies after a snapshot (what an orchestrator waits for before it
+    counts the node in, or takes the next one down)."""
+    verdict, reason = health(status)
+    if verdict != HEALTH_OK:
+        return False, reason
+    raft = status.get("raft")
+    if not isinstance(raft, dict):
+        return True, None  # a node without a Raft group (in memory)
+    members = raft.get("members") or ()
+    if members and raft.get("node") not in members:
+        return False, f"not a member of the group's configuration ({', '.join(sorted(members))})"
+    applied, committed = int(status.get("applied_index") or 0), int(status.get("commit_index") or 0)
+    if committed - applied > READY_MAX_LAG:
+        return False, f"catching up: applied {applied} of {committed}"
+    missing = (status.get("bodies") or {}).get("missing_indexes", 0)
+    if missing:
+        return False, f"fetching {missing} message bodies from the other members"
+    return True, None
+
+
 # (metric suffix, status key, help) of the node's own counters.
 _NODE_COUNTERS = (
     ("apply_failures", "apply_failures", "Committed commands the broker core raised on (a bug: the node then stops)."),

@@ -52,6 +52,7 @@ import structlog
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
+from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import ClientConnection, RelayHost
 from raftmq.server.stomp.frames import error_frame
 
@@ -129,15 +130,7 @@ class Relays:
         if tls is None:
             return None
         if self._tls is None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            # The leader is trusted by the pin checked after the handshake, not by a CA.
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            context.load_cert_chain(tls.cert_file, tls.key_file)
-            with open(tls.cert_file, encoding="ascii") as pem:
-                own = ssl.PEM_cert_to_DER_cert(_first_pem_certificate(pem.read()))
-            self._tls = (context, own)
+            self._tls = member_client_tls(tls)
         return self._tls
 
 
@@ -201,7 +194,7 @@ class Relay:
         if tls is not None:
             ssl_object = upstream.get_extra_info("ssl_object")
             certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-            if certificate != tls[1]:
+            if not pinned(certificate, tls[1]):
                 upstream.abort()
                 raise RelayRefused("its certificate is not this group's ([tls] cert_file)")
         if side.lost:
@@ -377,13 +370,3 @@ def _abort(transport: asyncio.Transport) -> None:
         transport.abort()  # a no-op once the connection is gone
     except Exception:  # some transports refuse once detached from their socket
         pass
-
-
-def _first_pem_certificate(text: str) -> str:
-    """The first certificate of a PEM file (the leaf; a chain may follow it)."""
-    end_marker = "-----END CERTIFICATE-----"
-    start = text.find("-----BEGIN CERTIFICATE-----")
-    end = text.find(end_marker, start)
-    if start < 0 or end < 0:
-        raise ValueError("no certificate in the [tls] cert_file")
-    return text[start:end + len(end_marker)] + "\n"
