@@ -49,6 +49,7 @@ def commit_change(deployment: Deployment, key: str, op: str, timeout: float = CH
     node = deployment.nodes[key]
     change = Change(op, raft_address(deployment, key))
     # The harness runs the nodes with the run directory as their working directory.
+    config.require_password()
     secret = group_secret(config.password, deployment.workdir / config.data_dir)
     deadline = time.monotonic() + timeout
     last = "no leader"

@@ -18,6 +18,7 @@ Artemis's vocabulary in snake_case (docs/cluster.md has every key)::
     confirmation_window = 1000             # forwards in flight per link
     cluster_user = "cluster"
     cluster_password_env = "RAFTMQ_CLUSTER_PASSWORD"   # or cluster_password = "..."
+    tls_ca_file = "ca.pem"        # the groups' client ports use [tls]: bridges verify them with this CA
 
 `parse_cluster_connections` checks every key and names the file and key in its `ConfigError`;
 what it builds (`ClusterConnection`) is in raftmq.routing.cluster_connection.
@@ -42,7 +43,7 @@ _KEYS = (
     "name", "address", "groups", "links", "message_load_balancing", "max_hops", "redistribution_delay_ms",
     "use_duplicate_detection", "retry_interval_ms", "retry_interval_multiplier", "max_retry_interval_ms",
     "reconnect_attempts", "confirmation_window", "cluster_user", "cluster_password", "cluster_password_env",
-    "discovery_group",
+    "discovery_group", "tls_ca_file",
 )
 
 
@@ -106,6 +107,12 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
     if retry.max_retry_interval_ms < retry.retry_interval_ms:
         table.fail("max_retry_interval_ms", f"must be at least retry_interval_ms ({retry.retry_interval_ms})")
     user, password = table.credentials("cluster_user", "cluster_password", "cluster_password_env")
+    ca_file = table.text("tls_ca_file", None)
+    if ca_file is not None:
+        ca_path = table.path.parent / ca_file
+        if not ca_path.is_file():
+            table.fail("tls_ca_file", f"names {ca_file!r}, which is not a file ({ca_path})")
+        ca_file = str(ca_path.resolve())
     return ClusterConnection(
         name=name,
         links=links,
@@ -118,6 +125,7 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
         confirmation_window=table.integer("confirmation_window", 1000, 1),
         cluster_user=user,
         cluster_password=password,
+        tls_ca_file=ca_file,
         discovery=found,
     )
 

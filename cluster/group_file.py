@@ -56,6 +56,14 @@ class GroupConfig:
     journal: JournalSettings = field(default_factory=JournalSettings)
     # Settings every member's STOMP server shares; host, port and name come from its [[node]].
     server: NodeConfig = field(default_factory=NodeConfig)
+    # "$VAR (FILE)" when [group] password_env names a variable that was not set as the file was
+    # read without needing the password (a neighbour's group in a topology): see `require_password`.
+    password_unset: str | None = None
+
+    def require_password(self) -> None:
+        """Raise ConfigError when the group's password_env was not set: its members need it."""
+        if self.password_unset is not None:
+            raise ConfigError(f"{self.password_unset}: group.password_env names a variable that is not set or empty")
 
     def member(self, node_id: str) -> GroupMember:
         for member in self.members:
@@ -114,10 +122,12 @@ def load_config(path: str | Path) -> NodeConfig | GroupConfig:
     return load_group_config(path) if is_group_file(path) else load_node_config(path)
 
 
-def load_group_config(path: str | Path) -> GroupConfig:
+def load_group_config(path: str | Path, *, require_password: bool = True) -> GroupConfig:
     """Read a group file. Tables: [group] (required: name, data_dir), [raft], [journal],
     [server], [limits], [core], one [[node]] per member (id, client, raft, admin), and the
-    security ones every member shares ([security], [[user]], [[acl]], [tls])."""
+    security ones every member shares ([security], [[user]], [[acl]], [tls]).
+    `require_password=False`: a password_env that is not set is no error (what a member of
+    another group reads of this one: its addresses), `GroupConfig.require_password` raises later."""
     path = Path(path)
     raw = read_toml(path)
     unknown = sorted(set(raw) - set(_GROUP_SECTIONS))
@@ -137,7 +147,9 @@ def load_group_config(path: str | Path) -> GroupConfig:
             raise ConfigError(f"{path}: unknown key group.{key} (known: {', '.join(_GROUP_KEYS)})")
     name = _required_str(group, "name", path, "group")
     data_dir = _required_str(group, "data_dir", path, "group")
-    password = _password(group, path)
+    password, unset = _password(group, path)
+    if unset is not None and require_password:
+        raise ConfigError(f"{path}: group.password_env names ${unset}, which is not set or empty")
     members = tuple(_member(table, path, f"node[{i}]") for i, table in enumerate(nodes))
     _check_members(members, path)
     roster = Path(data_dir) / MEMBERS_FILE
@@ -159,7 +171,8 @@ def load_group_config(path: str | Path) -> GroupConfig:
     security = load_security(raw, path)
     server = build_dataclass(NodeConfig, server_table, path, "server", limits=limits, core=core, security=security)
     check_follower_clients(server, path, "server")
-    return GroupConfig(name, data_dir, members, password, raft, journal, server)
+    return GroupConfig(name, data_dir, members, password, raft, journal, server,
+                       password_unset=None if unset is None else f"{path}: ${unset}")
 
 
 # `raftmq group add-node / remove-node / replace-node` keep the group's members here, in its
@@ -187,18 +200,17 @@ def _required_str(table: dict[str, Any], key: str, path: Path, prefix: str) -> s
     return value
 
 
-def _password(group: dict[str, Any], path: Path) -> str | None:
+def _password(group: dict[str, Any], path: Path) -> tuple[str | None, str | None]:
+    """(the password, or None; the variable password_env names when it is not set)."""
     if "password" in group and "password_env" in group:
         raise ConfigError(f"{path}: group.password and group.password_env: set one, not both")
     if "password" in group:
-        return _required_str(group, "password", path, "group")
+        return _required_str(group, "password", path, "group"), None
     if "password_env" in group:
         variable = _required_str(group, "password_env", path, "group")
         value = os.environ.get(variable)
-        if not value:
-            raise ConfigError(f"{path}: group.password_env names ${variable}, which is not set or empty")
-        return value
-    return None
+        return (value, None) if value else (None, variable)
+    return None, None
 
 
 def _member(table: dict[str, Any], path: Path, prefix: str) -> GroupMember:

@@ -182,7 +182,7 @@ def load_topology(path: str | Path) -> Topology:
     path = Path(path)
     raw = read_toml(path)
     if isinstance(raw.get("node"), list):
-        config = load_group_config(path)
+        config = load_group_config(path, require_password=False)
         topology = Topology(config.name, Path(config.data_dir).resolve(), (GroupSpec(config, path.resolve()),), path)
     elif "topology" in raw or "group" in raw:
         topology = _load_topology_file(path, raw)
@@ -219,7 +219,9 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
             raise ConfigError(f"{path}: group[{i}].file must name a group file, got {file!r}")
         group_path = (path.parent / file).resolve()
         try:
-            groups.append(GroupSpec(load_group_config(group_path), group_path))
+            # Each member reads its own group's password (raftmq node --config); here, another
+            # group's may be unknown on this host (`GroupConfig.require_password` says so).
+            groups.append(GroupSpec(load_group_config(group_path, require_password=False), group_path))
         except ConfigError as exc:
             raise ConfigError(f"{path}: group[{i}]: {exc}") from None
     name = table.get("name", path.stem)

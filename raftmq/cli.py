@@ -45,6 +45,10 @@ COMMANDS = {
         "Jepsen-style fault-injection runs against a real cluster (docs/chaos.md).",
         extra="chaos",
     ),
+    "deploy": LazyCommand(
+        "raftmq.ops.deploy_cli:deploy_command",
+        "Files for running a cluster's nodes on hosts of their own (docs/deployment.md).",
+    ),
     "down": LazyCommand(
         "raftmq.ops.cli:down_command",
         "Stop a cluster started by `raftmq up` (found through its state file): its supervisor stops every node it "

@@ -14,6 +14,13 @@ import click
 from raftmq.logs import LEVELS as LOG_LEVELS
 
 
+class ConfigRefused(click.ClickException):
+    """A configuration the node refuses to start with: exit status 78 (EX_CONFIG), which the
+    systemd unit does not restart on (a restart does not heal it)."""
+
+    exit_code = 78
+
+
 def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int] | None:
     if value is None:
         return None
@@ -41,7 +48,7 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--in-memory", "in_memory", is_flag=True,
               help="Keep everything in memory: nothing survives a restart (default: durable, in --data-dir).")
 @click.option(
-    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH",
+    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH", envvar="RAFTMQ_LOG_FILE", show_envvar=True,
     help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
 )
 @click.option(
@@ -83,7 +90,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         elif topology_path is not None:
             raise ConfigError("--topology needs a group configuration (--config GROUP.toml --node ID)")
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise ConfigRefused(str(exc)) from exc
     from raftmq.app.group import serve_group
 
     if isinstance(config, GroupConfig):
@@ -117,18 +124,18 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
             try:
                 check_exposure(GroupConfig(config.name, config.data_dir, (member,), server=config), config.name, source)
             except ConfigError as exc:
-                raise click.ClickException(str(exc)) from exc
+                raise ConfigRefused(str(exc)) from exc
         ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
         serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
         return
     try:
         group = single_node_group(config, data_dir)
     except ConfigError as exc:
-        raise click.ClickException(f"{config_path or 'raftmq node'}: {exc}") from exc
+        raise ConfigRefused(f"{config_path or 'raftmq node'}: {exc}") from exc
     try:
         check_exposure(group, config.name, source)
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise ConfigRefused(str(exc)) from exc
     ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
     serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
 
@@ -141,10 +148,12 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
               help="Where the member binds (as for `raftmq node`): 0.0.0.0 or :: means its admin port is asked on loopback.")
 @click.option("--timeout", type=click.FloatRange(1, 120), default=15.0, show_default=True, help="Seconds to wait for the answer.")
 def hand_over_command(config_path: str, node_id: str, bind_host: str | None, timeout: float) -> None:
-    """Ask member NODE (on this host) to hand its leadership to another member, if it leads, and
-    wait until it did: what systemd's ExecStop and a Kubernetes preStop run before the node is
-    stopped, so clients see a hand-over rather than an election. Exit 0 when the member does not
-    lead (any more); 1 when it could not hand over (it stops as leader then, and the group elects)."""
+    """Ask this host's member to hand its Raft leadership to another member (before a stop).
+
+    If member NODE leads, it hands over and this waits until it did: what systemd's ExecStop and
+    a Kubernetes preStop run before the node is stopped, so clients see a hand-over rather than
+    an election. Exit 0 when the member does not lead (any more); 1 when it could not hand over
+    (it stops as leader then, and the group elects)."""
     from cluster.group_file import load_group_config
     from raftmq.config import split_address
     from raftmq.errors import ConfigError

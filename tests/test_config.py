@@ -129,6 +129,12 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.delenv("RAFTMQ_TEST_PW")
     with pytest.raises(ConfigError, match=r"group\.toml: group\.password_env names \$RAFTMQ_TEST_PW, which is not set"):
         load_group_config(write_group(tmp_path, text))
+    # Another group's member reads this file for its addresses only: no password needed then,
+    # and whoever needs it later is told.
+    neighbour = load_group_config(write_group(tmp_path, text), require_password=False)
+    assert neighbour.password is None and neighbour.members
+    with pytest.raises(ConfigError, match=r"group\.toml: \$RAFTMQ_TEST_PW: group\.password_env names a variable that is not set"):
+        neighbour.require_password()
 
 
 @pytest.mark.parametrize(

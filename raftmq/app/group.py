@@ -96,6 +96,7 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
     verification, ConfigError for an unknown id. `reload` reads the group file again."""
     from raftmq.storage.journal import Journal
 
+    group.require_password()
     member = group.member(node_id)
     journal = Journal(
         group.member_dir(node_id) / "bodies",

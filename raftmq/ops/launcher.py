@@ -232,6 +232,8 @@ def launch(
     the state and our child processes. On any failure the members already started are
     stopped before the error propagates."""
     for group in topology.groups:
+        group.config.require_password()  # every member started here needs its group's
+    for group in topology.groups:
         if group.generated_text is not None:
             group.config_path.parent.mkdir(parents=True, exist_ok=True)
             group.config_path.write_text(group.generated_text, encoding="utf-8")

@@ -90,6 +90,7 @@ class MembershipChanger:
             raise DeploymentError(f"no group {group!r} in {topology.source or 'the built-in topology'} "
                                   f"(groups: {', '.join(g.name for g in topology.groups)})")
         self.topology, self.spec, self.report, self.timeout, self.fetch = topology, spec, report, timeout, fetch
+        spec.config.require_password()
         self.secret = group_secret(spec.config.password, spec.config.data_dir)
 
     def _admin(self, member: GroupMember) -> str:

@@ -51,6 +51,9 @@ class ClusterConnection:
     confirmation_window: int = 1000
     cluster_user: str | None = None
     cluster_password: str | None = field(default=None, repr=False)
+    # Bridges connect to the neighbours' client ports over TLS, their certificates checked
+    # against these CAs (and their host names against the addresses); None: plain TCP.
+    tls_ca_file: str | None = None
     # What ActiveMQ Classic's network connectors add (cluster.network compiles them; a
     # cluster_connection keeps the defaults, which are Artemis's behaviour).
     forwards: tuple[tuple[str, str], ...] | None = None  # (from, to) directions; None: every link both ways

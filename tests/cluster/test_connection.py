@@ -47,6 +47,14 @@ def test_every_key() -> None:
     assert "secret" not in repr(connection)
 
 
+def test_a_tls_ca_file_is_found_beside_the_topology_file(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("a CA")
+    (connection,) = parse_cluster_connections(tmp_path / "cluster.toml", [{"name": "c", "groups": list(GROUPS),
+                                                                          "tls_ca_file": "ca.pem"}], GROUPS)
+    assert connection.tls_ca_file == str((tmp_path / "ca.pem").resolve())
+    assert parse().tls_ca_file is None
+
+
 def test_explicit_links_and_neighbours() -> None:
     connection = parse(links=[["g3", "g1"], ["g1", "g2"]])
     assert connection.links == (("g1", "g2"), ("g1", "g3"))
@@ -77,6 +85,7 @@ def test_a_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     ({"cluster_password": "p"}, "cluster_user"),
     ({"cluster_user": "u", "cluster_password_env": "RAFTMQ_NOT_SET_ANYWHERE"}, "cluster_password_env"),
     ({"cluster_user": "u", "cluster_password": "p", "cluster_password_env": "X"}, "cluster_password_env"),
+    ({"tls_ca_file": "no-such-ca.pem"}, "tls_ca_file"),
 ])
 def test_errors_name_the_file_and_the_key(entry: dict[str, Any], key: str) -> None:
     table = {"name": "c", "groups": list(GROUPS), **entry}

@@ -183,7 +183,7 @@ def test_kustomize_renders_the_whole_cluster() -> None:
 
 
 def self_signed_pair(directory: Path) -> None:
-    """tls.crt and tls.key in `directory`, as the Secret raftmq-tls mounts them."""
+    """tls.crt, tls.key and ca.crt in `directory`, as the Secret raftmq-tls mounts them."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -196,6 +196,7 @@ def self_signed_pair(directory: Path) -> None:
                    .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
     directory.mkdir()
     (directory / "tls.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (directory / "ca.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))  # self-signed: its own CA
     (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
 
@@ -307,7 +308,9 @@ def test_each_statefulset_runs_the_members_of_its_group_file(group: str) -> None
     # Files: the TLS pair where [tls] looks for it, the data where [group] data_dir is.
     (projected,) = [volume["projected"] for volume in pod["spec"]["volumes"] if volume["name"] == "config"]
     tls_items = {item["path"]: item["key"] for source in projected["sources"] if "secret" in source for item in source["secret"]["items"]}
-    assert {f"{config_mount}/{path}" for path in tls_items} == {raw["tls"]["cert_file"], raw["tls"]["key_file"]}
+    (connection,) = topology["cluster_connection"]  # the bridges' CA for the other groups' certificate
+    assert {f"{config_mount}/{path}" for path in tls_items} == {raw["tls"]["cert_file"], raw["tls"]["key_file"],
+                                                                connection["tls_ca_file"]}
     assert set(tls_items.values()) == set(the("Secret", "raftmq-tls", docs)["stringData"])
     assert the("Secret", "raftmq-tls", docs)["type"] == "kubernetes.io/tls"
     data_mount = next(m["mountPath"] for m in container(statefulset)["volumeMounts"] if m["name"] == "data")

@@ -21,6 +21,13 @@ class CertFiles:
     key: Path  # its private key
 
 
+def _alternative_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -31,7 +38,7 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
 
 
 def _issue(subject: str, ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name, server: bool,
-           key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
+           key: ec.EllipticCurvePrivateKey, names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()
@@ -48,15 +55,13 @@ def _issue(subject: str, ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name,
     )
     if server:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName([_alternative_name(name) for name in names]),
             critical=False,
         )
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def make_certificates(directory: Path, ca_name: str = "raftmq test CA") -> tuple[CertFiles, CertFiles]:
-    """(server, client) certificate files under `directory`, both signed by one new CA."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _make_ca(directory: Path, ca_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, Path]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     name = _name(ca_name)
@@ -80,6 +85,13 @@ def make_certificates(directory: Path, ca_name: str = "raftmq test CA") -> tuple
     )
     ca_path = directory / "ca.pem"
     ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return ca_key, name, ca_path
+
+
+def make_certificates(directory: Path, ca_name: str = "raftmq test CA") -> tuple[CertFiles, CertFiles]:
+    """(server, client) certificate files under `directory`, both signed by one new CA."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, name, ca_path = _make_ca(directory, ca_name)
     files = []
     for role in ("server", "client"):
         key = ec.generate_private_key(ec.SECP256R1())
@@ -89,3 +101,19 @@ def make_certificates(directory: Path, ca_name: str = "raftmq test CA") -> tuple
         _write_key(key, key_path)
         files.append(CertFiles(ca_path, cert_path, key_path))
     return files[0], files[1]
+
+
+def make_group_certificates(directory: Path, groups: dict[str, tuple[str, ...]]) -> tuple[Path, dict[str, CertFiles]]:
+    """One CA, and per group a server certificate for all of `groups[group]` (host names or
+    addresses: every member of a group presents the same one): (CA file, {group: files})."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, name, ca_path = _make_ca(directory, "raftmq rehearsal CA")
+    files = {}
+    for group, names in groups.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(f"raftmq group {group}", ca_key, name, True, key, names)
+        cert_path, key_path = directory / f"{group}.pem", directory / f"{group}.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key, key_path)
+        files[group] = CertFiles(ca_path, cert_path, key_path)
+    return ca_path, files

@@ -240,3 +240,36 @@ def test_a_member_whose_term_got_ahead_is_not_left_behind(group: Any) -> None:
     new = next(m for m in members if elected_since(m))
     commit(new, b"after")
     assert wait_until(lambda: all(b"after" in m.applied for m in members), 5.0), "a member was left behind"
+
+
+# -- peers found by DNS name --------------------------------------------------------------------
+
+
+def test_a_peer_that_moved_to_another_address_is_found_within_seconds(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A restarted pod (or host) comes back under its name at another address. pysyncobj caches
+    # a resolved name for 600 s (and a failed lookup for 30 s): a member would keep calling
+    # the old address for ten minutes. Its resolver is the process's one; ours asks again.
+    import socket
+
+    from pysyncobj.dns_resolver import globalDnsResolver
+
+    from raftmq.replication.pysyncobj.syncobj import DNS_CACHE_SECONDS
+
+    group(1)  # a member sets the process's resolver up
+    answers = {"peer.rehearsal.test": "10.0.0.1"}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host in answers:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    now = [1000.0]
+    monkeypatch.setattr("pysyncobj.dns_resolver.monotonicTime", lambda: now[0])
+    resolver = globalDnsResolver()
+    assert resolver.resolve("peer.rehearsal.test") == "10.0.0.1"
+    answers["peer.rehearsal.test"] = "10.0.0.2"  # the peer moved
+    now[0] += DNS_CACHE_SECONDS + 0.1
+    assert resolver.resolve("peer.rehearsal.test") == "10.0.0.2"
+    assert DNS_CACHE_SECONDS <= 10

@@ -43,6 +43,9 @@ from raftmq.replication.pysyncobj.transport import DurableTransport
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
 
+DNS_CACHE_SECONDS = 5.0
+DNS_FAIL_CACHE_SECONDS = 1.0
+
 OnApply = Callable[[int, int, bytes], Any]  # (raft index, term, entry) -> result for callbacks
 Snapshotter = Callable[[int, int], bytes]  # (raft index, term) the state is taken at -> state
 Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
@@ -165,6 +168,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             commandsWaitLeader=False,
             onStateChanged=never_raise(self._state_changed, "onStateChanged", fixes=fixes),
             dynamicMembershipChange=True,  # made safe by DynamicMembership
+            # Peers by DNS name: a restarted pod or host comes back at a new address, and a name
+            # not resolvable yet (pods starting together) is asked again soon; pysyncobj's stock
+            # 600 s / 30 s would keep a member away from a moved peer for up to ten minutes.
+            dnsCacheTime=DNS_CACHE_SECONDS,
+            dnsFailCacheTime=DNS_FAIL_CACHE_SECONDS,
             maxBindRetries=5,
             bindRetryTime=0.2,
         )

@@ -171,6 +171,7 @@ class Bridge(LeaderTask):
             login=settings.cluster_user, passcode=settings.cluster_password,
             heartbeat=(1_000, 1_000),  # a hung neighbour leader is noticed in ~2 s
             connect_headers=[(BRIDGE_CONNECT_HEADER, self.own_group)],
+            ca_file=settings.tls_ca_file, tls=settings.tls_ca_file is not None,
         )
         client.events.append(self._on_event)
         try:
