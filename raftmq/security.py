@@ -72,6 +72,7 @@ class TlsConfig:
     key_file: str
     ca_file: str | None = None  # CAs whose client certificates are accepted
     require_client_cert: bool = False
+    raft: bool = False  # the Raft port speaks TLS too, members presenting this certificate to each other
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,19 @@ def member_client_tls(tls: TlsConfig) -> tuple[ssl.SSLContext, bytes]:
     with open(tls.cert_file, encoding="ascii") as pem:
         own = ssl.PEM_cert_to_DER_cert(_first_pem_certificate(pem.read()))
     return context, own
+
+
+def raft_tls_contexts(tls: TlsConfig) -> tuple[ssl.SSLContext, ssl.SSLContext, bytes]:
+    """(client context, server context, the group's certificate in DER) for the Raft port. The
+    connecting member accepts only a peer presenting the group's certificate (a pin, checked
+    after the handshake: no CA, no host name, no key usage involved); the accepting member asks
+    for no certificate, as the wire's own handshake inside TLS proves the group password both
+    ways."""
+    client, own = member_client_tls(tls)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.minimum_version = ssl.TLSVersion.TLSv1_2
+    server.load_cert_chain(tls.cert_file, tls.key_file)
+    return client, server, own
 
 
 def pinned(peer_der: bytes | None, own_der: bytes) -> bool:

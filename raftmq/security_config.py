@@ -22,6 +22,7 @@
     key_file = "server.key"
     ca_file = "clients-ca.pem"     # optional: verify client certificates
     require_client_cert = false
+    raft = false                   # the Raft port speaks TLS too (members present cert_file to each other)
 
 Every error names the file, the key and what was expected, like the rest of raftmq.config.
 """
@@ -41,7 +42,7 @@ SECURITY_TABLES = ("security", "user", "acl", "tls")
 _SECURITY_KEYS = ("authentication", "allow_anonymous", "anonymous_groups", "allow_open_admin")
 _USER_KEYS = ("name", "password_hash", "groups")
 _ACL_KEYS = ("queue", "topic", *OPERATIONS)
-_TLS_KEYS = ("cert_file", "key_file", "ca_file", "require_client_cert")
+_TLS_KEYS = ("cert_file", "key_file", "ca_file", "require_client_cert", "raft")
 PASSWD_HINT = "create one with `raftmq passwd`"
 
 
@@ -141,7 +142,7 @@ def _tls(table: dict[str, Any], path: Path) -> TlsConfig:
     require = _bool(table, "require_client_cert", path, "tls", default=False)
     if require and ca_file is None:
         raise ConfigError(f"{path}: tls.require_client_cert = true needs tls.ca_file (the CA that signs client certificates)")
-    tls = TlsConfig(cert_file, key_file, ca_file, require)
+    tls = TlsConfig(cert_file, key_file, ca_file, require, _bool(table, "raft", path, "tls", default=False))
     try:
         server_ssl_context(tls)
     except (ssl.SSLError, OSError) as exc:

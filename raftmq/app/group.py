@@ -47,6 +47,7 @@ def raft_settings(group: GroupConfig, node_id: str, secret: str | None = None) -
     return RaftSettings(
         # Nobody connects to a group of one: its Raft port stays where it is (loopback).
         bind_host=group.server.bind_host if len(group.members) > 1 else None,
+        tls=tls if (tls := group.server.security.tls) is not None and tls.raft else None,
         self_address=group.member(node_id).raft,
         peers=tuple(member.raft for member in group.members),
         data_dir=str(group.member_dir(node_id) / "raft"),

@@ -46,6 +46,7 @@ from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingE
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
+from raftmq.security import raft_tls_contexts
 
 log = structlog.get_logger("raftmq.replication.raft_log")
 
@@ -126,6 +127,7 @@ class RaftLog(CommitLog):
             on_state_changed=self._state_changed_in_tick_thread,
             on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
             password=s.password, secret=s.secret, timings=s.timings, bind_host=s.bind_host,
+            tls=None if s.tls is None else raft_tls_contexts(s.tls),
         )
 
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raftmq.config import RaftTimings
+from raftmq.security import TlsConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class RaftSettings:
     # Bind the Raft port (and outgoing connections) on this host instead of `self_address`'s,
     # which stays the member's name in the group. None: `self_address`'s host.
     bind_host: str | None = None
+    # The Raft port speaks TLS under its own wire, with this certificate ([tls] raft = true).
+    tls: TlsConfig | None = None
     # Past the first, a further entry goes out while others are in flight only if those hold at
     # most this many encoded bytes (light load: a SEND does not wait behind a consumer's ACK
     # entry); under heavier load everything that arrives meanwhile is coalesced instead, since

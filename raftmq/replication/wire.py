@@ -24,6 +24,12 @@ back), frames past the frame limit (twice the append-entries batch size) close t
 frames are consumed. Outgoing connections bind to the member's own host, so its Raft traffic
 always carries its own address (firewall rules and partition tests rely on it).
 
+With `[tls] raft = true` all of the above runs inside TLS (`RaftTls`: ssl.SSLObject over memory
+buffers, on the same non-blocking socket), and the TLS handshake (ECDHE: keys a later leak of
+the password cannot recover) comes before HELLO. The connecting side checks that the accepting one presents the group's
+certificate; the accepting side asks for none (HELLO and the proofs, inside TLS, prove the
+password both ways).
+
 The secret is the group's configured password or, when none is configured, a random one that
 the first member to start writes (0600) into the group's data directory
 (raftmq.replication.group_secret).
@@ -36,6 +42,7 @@ import hashlib
 import hmac
 import os
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -68,6 +75,7 @@ MAX_UNAUTHENTICATED = 16  # strangers still in their handshake, per member
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">4xQ")  # 12-byte GCM nonce: four zero bytes and the frame's sequence number
 _HELLO, _PROOF, _OPEN = range(3)
+RaftTls = tuple[ssl.SSLContext, ssl.SSLContext, bytes]  # client context, server context, the group's certificate (DER)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,8 +110,12 @@ class RaftConnection:
 
     def __init__(self, poller: Any, secret: str, *, timeout: float, sock: socket.socket | None = None,
                  bind_host: str | None = None, send_buffer: int = 2**21, recv_buffer: int = 2**21,
-                 frame_max: int = FRAME_MAX, on_refused: Callable[[str, str], None] | None = None) -> None:
+                 frame_max: int = FRAME_MAX, on_refused: Callable[[str, str], None] | None = None,
+                 tls: RaftTls | None = None) -> None:
         self._frame_max = frame_max
+        self._tls = tls
+        self._ssl: ssl.SSLObject | None = None  # this socket's TLS session, while `tls`
+        self._tls_up = False
         self.sendRandKey = self.recvRandKey = self.encryptor = None  # pysyncobj's Fernet: unused
         self._poller = poller
         self._secret = secret.encode()
@@ -221,6 +233,11 @@ class RaftConnection:
         self._handshake_deadline = self._last_read + HANDSHAKE_SECONDS
         self._state = CONNECTION_STATE.CONNECTING
         self._tcp_up = not client
+        self._ssl, self._tls_up = None, False
+        if self._tls is not None:
+            self._bio_in, self._bio_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+            context = self._tls[0] if client else self._tls[1]
+            self._ssl = context.wrap_bio(self._bio_in, self._bio_out, server_side=not client)
         if not client:
             try:
                 host, port = sock.getpeername()[:2]
@@ -261,7 +278,52 @@ class RaftConnection:
             self._refuse(str(exc))
 
     def _tcp_established(self) -> None:
+        if self._ssl is not None:
+            self._tls_handshake()  # HELLO once it is done
+        else:
+            self._send_frame(MAGIC + self._nonce)
+
+    def _tls_handshake(self) -> None:
+        assert self._ssl is not None and self._tls is not None
+        try:
+            self._ssl.do_handshake()
+        except ssl.SSLWantReadError:
+            self._tls_flush()
+            return
+        except ssl.SSLError as exc:
+            raise WireError(f"TLS: {exc.reason or exc}") from None
+        if self._client and not _same(self._ssl.getpeercert(binary_form=True), self._tls[2]):
+            raise WireError("TLS: the peer does not present the group's certificate")
+        self._tls_up = True
         self._send_frame(MAGIC + self._nonce)
+
+    def _tls_flush(self) -> None:
+        pending = self._bio_out.read()
+        if pending:
+            self._out += pending
+            self._flush()
+
+    def _tls_received(self, chunk: bytes) -> bytes:
+        """The plaintext `chunk` of TLS records completes (b"" while a record is unfinished)."""
+        assert self._ssl is not None
+        self._bio_in.write(chunk)
+        if not self._tls_up:
+            self._tls_handshake()
+            if not self._tls_up:
+                return b""
+        plain = bytearray()
+        while True:
+            try:
+                piece = self._ssl.read(READ_BUDGET_BYTES)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLError as exc:
+                raise WireError(f"TLS: {exc.reason or exc}") from None
+            if not piece:
+                break
+            plain += piece
+        self._tls_flush()  # a key update, say
+        return bytes(plain)
 
     def _read(self) -> None:
         budget = READ_BUDGET_BYTES
@@ -276,6 +338,10 @@ class RaftConnection:
             if not chunk:
                 self.disconnect()
                 return
+            if self._ssl is not None:
+                budget -= len(chunk)
+                chunk = self._tls_received(chunk)
+                budget += len(chunk)
             self._in += chunk
             budget -= len(chunk)
             self._last_read = time.monotonic()
@@ -342,6 +408,10 @@ class RaftConnection:
     def _send_frame(self, frame: bytes) -> None:
         if self._sock is None:
             return
+        if self._ssl is not None:
+            self._ssl.write(_LENGTH.pack(len(frame)) + frame)
+            self._tls_flush()
+            return
         self._out += _LENGTH.pack(len(frame))
         self._out += frame
         self._flush()
@@ -364,6 +434,10 @@ class RaftConnection:
         if self._on_refused is not None:
             self._on_refused(self.peer, reason)
         self.disconnect()
+
+
+def _same(peer: bytes | None, own: bytes) -> bool:
+    return peer is not None and hmac.compare_digest(peer, own)
 
 
 class RaftServer:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from raftmq.client import connect_failover
+from raftmq.client.admin import AdminAccess
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.passwords import hash_password
 from raftmq.routing.bindings import Advert, encode_advert
@@ -30,6 +31,7 @@ def secure(cluster: Cluster) -> None:
         text += '[[acl]]\nqueue = "orders.>"\nread = ["apps"]\nwrite = ["apps", "bridges"]\nadmin = ["apps", "bridges"]\n'
         text += '[[acl]]\nqueue = "$.raftmq.>"\nwrite = ["apps", "bridges"]\nadmin = ["bridges"]\n'
         group.config_path.write_text(text)
+        group.admin_access = AdminAccess(login="app", passcode=APP_PASSCODE)  # /status needs a login
 
 
 def failover_url(cluster: Cluster, group: str) -> str:

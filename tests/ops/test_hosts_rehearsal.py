@@ -1,8 +1,8 @@
 """A rehearsal of raftmq on nine hosts, as close to real ones as one machine allows.
 
 Nine network namespaces with addresses of their own and host names (`/etc/netns/NS/hosts`, which
-`ip netns exec` puts in place of /etc/hosts), three groups of three, TLS on the client and
-admin ports, the Raft ports guarded by the group password, cluster connections by host name over
+`ip netns exec` puts in place of /etc/hosts), three groups of three, TLS on the client, admin and
+Raft ports (the Raft wire's password handshake inside TLS), cluster connections by host name over
 TLS. Every host's files are rendered by `raftmq deploy render`, and every node is started the
 way `deploy/systemd/raftmq@.service` starts it: the environment file, then `raftmq node`; a stop
 is `raftmq hand-over`, then SIGTERM. A client in a tenth namespace connects by name, producing to
@@ -61,7 +61,7 @@ def group_file(group: str) -> str:
     )
     return (
         f'[group]\nname = "{group}"\ndata_dir = "data/{group}"\npassword_env = "RAFTMQ_GROUP_PASSWORD"\n\n'
-        f'[tls]\ncert_file = "tls/{group}.pem"\nkey_file = "tls/{group}.key"\n\n{users}'
+        f'[tls]\ncert_file = "tls/{group}.pem"\nkey_file = "tls/{group}.key"\nraft = true\n\n{users}'
         '[[acl]]\nqueue = "rehearsal.>"\nread = ["apps"]\nwrite = ["apps", "bridges"]\nadmin = ["apps", "bridges"]\n\n'
         '[[acl]]\nqueue = "$.raftmq.>"\nwrite = ["apps", "bridges"]\nadmin = ["bridges"]\n\n'
         f"{nodes}"

@@ -46,7 +46,8 @@ def test_a_refused_signature_is_reported_at_once_not_retried(tmp_path: Path, mon
                     'client = "127.0.0.1:61001"\nraft = "127.0.0.1:62001"\nadmin = "127.0.0.1:63001"\n')
     calls: list[Change] = []
 
-    def post(host: str, port: int, change: Change, password: str, timeout: float = 15.0) -> tuple[int, dict[str, str]]:
+    def post(host: str, port: int, change: Change, password: str, timeout: float = 15.0,
+             tls: object = None) -> tuple[int, dict[str, str]]:
         calls.append(change)
         return 403, {"error": "bad or missing signature"}
 

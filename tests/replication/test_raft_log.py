@@ -443,3 +443,33 @@ def test_a_group_with_a_password_replicates(tmp_path: Path) -> None:
         assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
 
     run_group(tmp_path, 3, body, password="s3cret")
+
+
+def test_raft_over_tls_replicates_and_shuts_out_a_member_with_another_certificate(tmp_path: Path) -> None:
+    """[tls] raft = true: the wire runs inside TLS, each member presenting the group's
+    certificate; one presenting another (with the right password) gets nothing."""
+    from raftmq.security import TlsConfig
+    from tests.helpers.tls_certs import make_certificates
+
+    ours, _ = make_certificates(tmp_path / "ours")
+    theirs, _ = make_certificates(tmp_path / "theirs", ca_name="another CA")
+    tls = TlsConfig(str(ours.cert), str(ours.key), raft=True)
+
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("over tls")])
+        assert await eventually(lambda: all(m.ids == ["over tls"] for m in group.machines), 5)
+        syncobj = leader._syncobj
+        assert syncobj is not None
+        connections = list(syncobj._SyncObj__transport._connections.values())
+        assert connections and all(c._tls_up and c.authenticated for c in connections)
+        odd = next(i for i, log in enumerate(group.logs) if log is not leader)
+        await group.stop(odd)
+        group.settings["tls"] = TlsConfig(str(theirs.cert), str(theirs.key), raft=True)
+        await group.start(odd)
+        for k in range(5):
+            await leader.propose([send(f"m{k}")])  # the other two commit
+        await asyncio.sleep(1.0)
+        assert group.machines[odd].ids == ["over tls"], "a member with another certificate was let in"
+
+    run_group(tmp_path, 3, body, tls=tls, password="group-pw")

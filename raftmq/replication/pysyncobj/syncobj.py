@@ -39,6 +39,7 @@ from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
 from raftmq.replication.pysyncobj.transport import DurableTransport
+from raftmq.replication.wire import RaftTls
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
@@ -104,9 +105,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         journal: RaftJournal | None = None,
         secret: str | None = None,
         bind_host: str | None = None,  # bind here rather than on self_address's host
+        tls: RaftTls | None = None,  # TLS under the wire (raftmq.security.raft_tls_contexts)
         fixes: Fixes = ALL_FIXES,  # anything else is for regression tests only
     ) -> None:
         self.fixes = fixes
+        self.raft_tls = tls  # read by the transport's connections
         apply_module_fixes(fixes)
         check_raft_address(self_address, password, fixes)
         if bind_host is not None:

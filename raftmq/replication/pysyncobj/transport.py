@@ -69,7 +69,8 @@ class DurableTransport(TCPTransport):
         conf = self._syncObj.conf
         return RaftConnection(self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
                               bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
-                              frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused)
+                              frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
+                              tls=getattr(self._syncObj, "raft_tls", None))
 
     def _accepted(self, sock: Any) -> RaftConnection:
         return self._connection(sock=sock)
