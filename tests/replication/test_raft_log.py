@@ -24,7 +24,6 @@ from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeade
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.commit_log import LogPosition
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file
 from raftmq.replication.raft_log import RaftLog
@@ -327,20 +326,20 @@ def test_a_snapshot_taken_after_a_new_leaders_no_op_says_it_is_at_the_no_op(tmp_
             await group.stop(i)
             await group.start(i, Positions(i))
         leader = await group.leader()
-        await leader.propose([send("x")])
+        await leader.propose([send("x")])  # committed and applied on the leader once this returns
+        applied_x = leader.raft_status().last_applied  # "x", the last entry a state machine sees
         assert await leader.transfer_leadership(timeout=2.0)
         new_leader = await group.leader()
         number = group.logs.index(new_leader)
-        status = new_leader.raft_status()
-        assert await eventually(lambda: new_leader.raft_status().last_applied > status.delivered_index, 5), status
+        # The new leader's no-op comes right after it: applied, it is the log's last entry.
+        assert await eventually(lambda: new_leader.raft_status().last_applied > applied_x, 5), new_leader.raft_status()
         syncobj = new_leader._syncobj
         assert syncobj is not None
         syncobj.forceLogCompaction()
         path = syncobj.snapshot_path
         assert await eventually(lambda: number in seen and os.path.exists(path), 5), "no snapshot taken"
         last, _previous, _cluster, _state = read_snapshot_file(path)  # written whole, then renamed
-        assert seen[number] == (last[1], last[2]), (seen, last)
-        assert new_leader.position == LogPosition(last[1], last[2])
+        assert last[1] > applied_x and seen[number] == (last[1], last[2]), (seen, last, applied_x)
 
     group = InProcessGroup(tmp_path, 3)
 
@@ -473,3 +472,37 @@ def test_raft_over_tls_replicates_and_shuts_out_a_member_with_another_certificat
         assert group.machines[odd].ids == ["over tls"], "a member with another certificate was let in"
 
     run_group(tmp_path, 3, body, tls=tls, password="group-pw")
+
+
+def test_a_hand_over_under_load_takes_one_election_and_loses_no_proposal(tmp_path: Path) -> None:
+    """Proposals keep arriving while the leader hands over: they wait (nothing is appended, so
+    the successor's log stays the longest and it wins the one election it stands in), then fail
+    over to the new leader's clients as NotLeader (never a commit of unknown outcome)."""
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("first")])
+        term = leader.raft_status().term
+        outcomes: list[str] = []
+        stop = asyncio.Event()
+
+        async def producer() -> None:
+            k = 0
+            while not stop.is_set():
+                k += 1
+                future = leader.propose([send(f"p{k}", os.urandom(3000))])
+                future.add_done_callback(lambda f: outcomes.append(
+                    "ok" if f.exception() is None else type(f.exception()).__name__))
+                await asyncio.sleep(0.001)
+
+        task = asyncio.create_task(producer())
+        await asyncio.sleep(0.3)
+        assert await leader.transfer_leadership(timeout=5.0)
+        stop.set()
+        await task
+        new_leader = await group.leader()
+        assert new_leader is not leader
+        assert new_leader.raft_status().term == term + 1, "more than one election"
+        assert await eventually(lambda: len(outcomes) >= 100, 10)
+        assert set(outcomes) <= {"ok", "NotLeader"}, outcomes  # none with an unknown outcome
+
+    run_group(tmp_path, 3, body)
