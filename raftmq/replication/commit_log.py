@@ -140,6 +140,13 @@ class CommitLog(ABC):
         """Hand leadership to another member before a graceful stop; True once done."""
         return False
 
+    @property
+    def leader_term(self) -> int:
+        """The Raft term this node leads in (0 without terms, or when it does not lead): what
+        its MESSAGE and CONNECTED frames carry (`raftmq-term`), so a client can tell a deposed
+        leader's frames."""
+        return 0
+
     def holds_lease(self) -> bool:
         """May this node write deliveries and receipts to clients at this moment? A replicated
         log says yes only while its leader lease holds (raftmq.replication.leadership); asked

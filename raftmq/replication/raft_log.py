@@ -83,6 +83,7 @@ class RaftLog(CommitLog):
         self._syncobj: HardenedSyncObj | None = None
         self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
         self._handing_over = False  # proposals wait in the queue (transfer_leadership)
+        self._leader_term = 0  # the term of our latest leadership
         self._in_flight = InFlightEntries()
         self._next_token = 0
         self._pump_scheduled = False
@@ -170,6 +171,10 @@ class RaftLog(CommitLog):
     @property
     def is_leader(self) -> bool:
         return self._syncobj is not None and not self._stopped and self._syncobj.is_leader
+
+    @property
+    def leader_term(self) -> int:
+        return self._leader_term if self.is_leader else 0
 
     def holds_lease(self) -> bool:
         syncobj = self._syncobj
@@ -384,6 +389,8 @@ class RaftLog(CommitLog):
             fail_futures(pending.futures, error)
 
     def _gained_leadership(self) -> None:
+        if self._syncobj is not None:
+            self._leader_term = self._syncobj.raftCurrentTerm
         if self._role_listener is not None and not self._stopped:
             self._role_listener(True)
 

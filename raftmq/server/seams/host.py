@@ -143,6 +143,11 @@ class ConnectionHost(SessionHost, Protocol):
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         """Hand commands to the commit log (see raftmq.replication.commit_log)."""
 
+    @property
+    def commit_log(self) -> CommitLog:
+        """Its `leader_term` goes on MESSAGE and CONNECTED frames."""
+        ...
+
     def holds_lease(self) -> bool:
         """May output be written to clients at this instant?"""
 

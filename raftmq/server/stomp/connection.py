@@ -336,7 +336,7 @@ class Connection(asyncio.Protocol):
 
     def connect_committed(self) -> None:
         """Our Connect was applied: answer CONNECTED and start heart-beating."""
-        frame, opened = self.stomp.connect_committed()
+        frame, opened = self.stomp.connect_committed(self.host.commit_log.leader_term)
         if frame is not None:
             self.write(frame)
         if not opened:
@@ -356,7 +356,7 @@ class Connection(asyncio.Protocol):
     def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
         """`body`: the message's bytes when the effect holds a body reference (a group)."""
         if self.stomp.state < SessionState.FAILED:
-            self.write(message_frame(effect, self.stomp.version, body))
+            self.write(message_frame(effect, self.stomp.version, body, self.host.commit_log.leader_term))
 
     def receipt(self, receipt_id: str) -> None:
         if self.stomp.state != SessionState.CLOSED:

@@ -2,7 +2,9 @@
 ERROR and CONNECTED.
 
 A MESSAGE is built once per delivery; its headers are the delivery's (subscription, message-id,
-destination, ack, redelivered, delivery-count) followed by the message's stored user headers.
+destination, ack, redelivered, delivery-count, raftmq-term) followed by the message's stored
+user headers. `raftmq-term` (also on CONNECTED) is the Raft term of the leader that wrote the
+frame: a client that has seen a higher one knows the frame comes from a deposed leader.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from raftmq.protocol.frame import Frame
 
 # Headers the server sets on MESSAGE; a stored user header of the same name is not copied,
 # so a producer cannot make a first delivery look redelivered.
+TERM_HEADER = "raftmq-term"
 SERVER_MESSAGE_HEADERS = frozenset(
-    {"subscription", "message-id", "destination", "ack", "redelivered", "delivery-count", "content-length"}
+    {"subscription", "message-id", "destination", "ack", "redelivered", "delivery-count", "content-length", TERM_HEADER}
 )
 # An encoded frame with an empty body ends in the blank line and the NUL.
 EMPTY_BODY_TAIL = b"content-length:0\n\n\0"
 
 
-def message_frame(deliver: Deliver, version: str, body: bytes | None = None) -> bytes:
+def message_frame(deliver: Deliver, version: str, body: bytes | None = None, term: int = 0) -> bytes:
     """The MESSAGE frame of one delivery; `body`, when given, stands for the message's body
     (a group member's core holds a body reference, resolved by the node).
 
@@ -44,6 +47,9 @@ def message_frame(deliver: Deliver, version: str, body: bytes | None = None) -> 
         count += 1
     lines.append(f"delivery-count:{deliver.delivery_count}\n")
     count += 1
+    if term:
+        lines.append(f"raftmq-term:{term}\n")
+        count += 1
     for name, value in message.headers:
         if name not in SERVER_MESSAGE_HEADERS:
             lines.append(f"{name}:{value}\n")
@@ -62,10 +68,10 @@ def message_frame(deliver: Deliver, version: str, body: bytes | None = None) -> 
             return b"".join((text.encode("utf-8"), body, b"\0"))
         except UnicodeEncodeError:
             pass  # a lone surrogate: let encode_frame refuse it
-    return _message_frame_escaped(deliver, version, body)
+    return _message_frame_escaped(deliver, version, body, term)
 
 
-def _message_frame_escaped(deliver: Deliver, version: str, body: bytes) -> bytes:
+def _message_frame_escaped(deliver: Deliver, version: str, body: bytes, term: int) -> bytes:
     message = deliver.message
     headers = [
         ("subscription", deliver.sub_id),
@@ -77,6 +83,8 @@ def _message_frame_escaped(deliver: Deliver, version: str, body: bytes) -> bytes
     if deliver.redelivered:
         headers.append(("redelivered", "true"))
     headers.append(("delivery-count", str(deliver.delivery_count)))
+    if term:
+        headers.append((TERM_HEADER, str(term)))
     for item in message.headers:
         if item[0] not in SERVER_MESSAGE_HEADERS:
             headers.append(item)
@@ -156,11 +164,13 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:500] or "error"
 
 
-def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, server: str) -> bytes:
+def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, server: str, term: int = 0) -> bytes:
     headers = [
         ("version", version),
         ("heart-beat", f"{heart_beat[0]},{heart_beat[1]}"),
         ("session", session_id),
         ("server", server),
     ]
+    if term:
+        headers.append((TERM_HEADER, str(term)))
     return encode_frame(Frame("CONNECTED", headers), version)

@@ -180,7 +180,7 @@ class StompSession:
             self._frames(held, error, now_ms, decisions)
         return decisions
 
-    def connect_committed(self) -> tuple[bytes | None, bool]:
+    def connect_committed(self, term: int = 0) -> tuple[bytes | None, bool]:
         """Our Connect was applied: the CONNECTED frame to write (None: already written, or
         closed), and whether the session just opened (heart-beat timers start). Also when a
         frame pipelined behind CONNECT already failed or disconnected, so the client learns
@@ -190,7 +190,7 @@ class StompSession:
         self._connected_sent = True
         config = self.host.config
         offer = (config.heartbeat_send_ms, config.heartbeat_receive_ms)
-        frame = connected_frame(self.version, offer, self.session_id, SERVER_HEADER)
+        frame = connected_frame(self.version, offer, self.session_id, SERVER_HEADER, term)
         if self.state != SessionState.CONNECTING:
             return frame, False
         self.state = SessionState.OPEN
