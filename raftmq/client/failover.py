@@ -51,6 +51,7 @@ from raftmq.client.failover_url import Address, FailoverOptions, normalize_group
 from raftmq.client.headers import HeadersArg, header_pairs
 from raftmq.client.stomp_client import StompClient
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
+from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError, TransactionRolledBack
@@ -116,6 +117,7 @@ class FailoverClient:
         self._state = "new"  # new, connecting, connected, reconnecting, closing, closed, failed
         self._client: StompClient | None = None
         self._generation = 0
+        self._terms = TermFloor()  # the highest leader term any of its connections saw (raftmq.client.terms)
         self.address: Address | None = None
         self.group: int | None = None
         self._broken_address: Address | None = None
@@ -206,6 +208,8 @@ class FailoverClient:
             self._on_connected(client, group, address)
 
     def _on_connected(self, client: StompClient, group: int, address: Address) -> None:
+        self._terms.see(client.terms.highest)  # its CONNECTED's
+        client.terms = self._terms  # older connections' frames are judged by what this one saw
         self._generation += 1
         self._client = client
         self.group = group

@@ -16,6 +16,7 @@ from raftmq.client.futures import fail_quietly
 from raftmq.client.headers import HeadersArg, header_list
 from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
+from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.client.transport import StompTransport
 from raftmq.client.websocket import WebSocketClientProtocol
@@ -41,6 +42,7 @@ class StompClient:
         self._closing = False
         self._heartbeat: HeartbeatTimers | None = None
         self.server_headers: dict[str, str] = {}
+        self.terms = TermFloor()  # a failover client shares one among its connections
         self.last_receipt_id: str | None = None
         """The receipt id of the latest frame sent with a receipt: lets a wrapper (the failover
         client) tell which of its frames an ERROR's `receipt-id` refers to."""
@@ -269,6 +271,8 @@ class StompClient:
 
     def _on_frame(self, frame: Frame) -> None:
         command = frame.command
+        if command == "MESSAGE" and not self.terms.admits(frame):
+            return  # a deposed leader's: the new leader delivers it again (raftmq.client.terms)
         if command == "MESSAGE":
             sub_id = frame.get("subscription")
             subscription = self._subscriptions.get(sub_id) if sub_id is not None else None
@@ -286,6 +290,7 @@ class StompClient:
             if fut is not None and not fut.done():
                 fut.set_result(frame)
         elif command == "CONNECTED":
+            self.terms.admits(frame)
             if not self._connected.done():
                 self._connected.set_result(frame)
         elif command == "ERROR":
