@@ -255,7 +255,7 @@ class RaftLog(CommitLog):
             def reply(_result: Any, error: int) -> None:
                 loop.call_soon_threadsafe(_set_once, answer, error)
 
-            syncobj.run_in_tick_thread(lambda: syncobj.transferLeadership(callback=reply))
+            syncobj.run_in_tick_thread(lambda: syncobj.transfer_when_appended(reply))
             try:
                 error = await asyncio.wait_for(answer, max(0.0, until - time.monotonic()))
             except TimeoutError:

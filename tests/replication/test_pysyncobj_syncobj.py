@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from pysyncobj import FAIL_REASON
 from pysyncobj.transport import TCPTransport
 
 from raftmq.config import RaftTimings
@@ -273,3 +274,29 @@ def test_a_peer_that_moved_to_another_address_is_found_within_seconds(group: Any
     now[0] += DNS_CACHE_SECONDS + 0.1
     assert resolver.resolve("peer.rehearsal.test") == "10.0.0.2"
     assert DNS_CACHE_SECONDS <= 10
+
+
+# -- leadership transfer ------------------------------------------------------------------------
+
+
+def test_no_timeout_now_while_a_submitted_entry_waits_to_be_appended(group: Any) -> None:
+    # Our tick tasks run before pysyncobj appends what was submitted: a TimeoutNow sent from one
+    # would leave the successor an entry short of its voters, and its election would fail (2 of
+    # 20 hand-overs under load took a second election). Denied then; granted once appended.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"x")
+    obj = leader.obj
+    assert obj is not None
+    assert wait_until(lambda: all(m.obj is not None and m.obj.raftLastApplied == obj.raftLastApplied for m in members), 5)
+    answers: list[int] = []
+    done = threading.Event()
+
+    def submit_then_transfer() -> None:
+        obj.submit(b"y", lambda result, error: None)
+        obj.transfer_when_appended(lambda _result, error: (answers.append(error), done.set()))
+
+    obj.run_in_tick_thread(submit_then_transfer)
+    assert done.wait(5)
+    assert answers == [FAIL_REASON.REQUEST_DENIED]
+    assert obj.is_leader
