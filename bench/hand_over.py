@@ -1,12 +1,13 @@
 """What clients see of a leadership hand-over under load: the default group of three under
 `raftmq up --detach` in a directory of its own, one producer (receipted SENDs at a steady rate)
-and one consumer (acking each message) on its failover URL, and N hand-overs asked of the
-leader the way `raftmq hand-over` asks (a signed POST /leadership), one every few seconds.
+and one consumer (acking each message) on its failover URL (`--pairs 4`: four of each, 4P×4C),
+and N hand-overs asked of the leader the way `raftmq hand-over` asks (a signed POST
+/leadership), one every few seconds.
 
 Per hand-over: how long from the request until another member answers /status as leader
 (`hand-over ms`: polled every 5 ms, so up to ~5 ms late), the longest stretch without a receipt
-and without a delivered message around it, and the term it took (one more than before: one
-election). At the end: messages lost (receipted, never delivered: must be 0), redeliveries, and
+and without a delivered message around it (the worst client's), and the term it took (one more
+than before: one election). At the end: messages lost (receipted, never delivered: must be 0), redeliveries, and
 the client errors (SENDs whose outcome the client could not know).
 
     .venv/bin/python -m bench.hand_over --count 20 --rate 200 --dir /tmp/hand-over
@@ -50,7 +51,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hand-over-bench")
     parser.add_argument("--count", type=int, default=20, help="hand-overs")
-    parser.add_argument("--rate", type=float, default=200.0, help="SENDs per second")
+    parser.add_argument("--rate", type=float, default=200.0, help="SENDs per second per producer")
+    parser.add_argument("--pairs", type=int, default=1, help="producer/consumer pairs, each on a queue of its own (4: 4P x 4C)")
     parser.add_argument("--every", type=float, default=3.0, help="seconds between hand-overs")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
@@ -67,11 +69,11 @@ def main() -> None:
         data_dir = options.dir / (group.data_dir if group else ".raftmq/g1")
         secret = group_secret(None, data_dir)
         url = "failover:(" + ",".join(f"stomp://{node.client}" for node in state.nodes) + ")?randomize=false"
-        client = Client("g1", url, options.rate)
+        clients = [Client(f"g1p{k}", url, options.rate) for k in range(options.pairs)]
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
-        future = asyncio.run_coroutine_threadsafe(client.run(), loop)
+        futures = [asyncio.run_coroutine_threadsafe(client.run(), loop) for client in clients]
         time.sleep(options.every)
         for _ in range(options.count):
             found = leader_of(admins)
@@ -94,28 +96,34 @@ def main() -> None:
             rounds.append({"code": code, "handed_over": answer.get("handed_over"), "request_ms": round((asked - began) * 1000, 1),
                            "hand_over_ms": round((seen - began) * 1000, 1), "term_before": term,
                            "term_after": None if new is None else new[1],
-                           "receipt_gap_ms": round(longest_gap(list(client.receipted.values()), began - 0.5, seen + 1.0) * 1000, 1),
-                           "delivery_gap_ms": round(longest_gap([t for _, t in client.received], began - 0.5, seen + 1.0) * 1000, 1)})
-        loop.call_soon_threadsafe(client.stop.set)
+                           "receipt_gap_ms": max(round(longest_gap(list(c.receipted.values()), began - 0.5, seen + 1.0) * 1000, 1)
+                                                 for c in clients),
+                           "delivery_gap_ms": max(round(longest_gap([t for _, t in c.received], began - 0.5, seen + 1.0) * 1000, 1)
+                                                  for c in clients)})
+        for client in clients:
+            loop.call_soon_threadsafe(client.stop.set)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and set(client.receipted) - {b for b, _ in client.received}:
+        while time.monotonic() < deadline and any(set(c.receipted) - {b for b, _ in c.received} for c in clients):
             time.sleep(0.2)
-        loop.call_soon_threadsafe(client.finished.set)
-        future.result(timeout=30)
+        for client in clients:
+            loop.call_soon_threadsafe(client.finished.set)
+        for future in futures:
+            future.result(timeout=30)
         loop.call_soon_threadsafe(loop.stop)
     finally:
         raftmq("down", cwd=options.dir)
-    received = [b for b, _ in client.received]
+    received = [b for c in clients for b, _ in c.received]
+    receipted = {b for c in clients for b in c.receipted}
     summary = {
-        "hand_overs": len(rounds), "rate": options.rate,
+        "hand_overs": len(rounds), "rate": options.rate, "pairs": options.pairs,
         "one_election_each": sum(1 for r in rounds if r["term_after"] == r["term_before"] + 1),
         "hand_over_ms_p50": statistics.median(r["hand_over_ms"] for r in rounds),
         "hand_over_ms_max": max(r["hand_over_ms"] for r in rounds),
         "receipt_gap_ms_p50": statistics.median(r["receipt_gap_ms"] for r in rounds),
         "receipt_gap_ms_max": max(r["receipt_gap_ms"] for r in rounds),
         "delivery_gap_ms_max": max(r["delivery_gap_ms"] for r in rounds),
-        "sent": len(client.receipted), "lost": len(set(client.receipted) - set(received)),
-        "redelivered": len(received) - len(set(received)), "client_errors": len(client.errors),
+        "sent": len(receipted), "lost": len(receipted - set(received)),
+        "redelivered": len(received) - len(set(received)), "client_errors": sum(len(c.errors) for c in clients),
         "rounds": rounds,
     }
     if options.json:
