@@ -35,8 +35,11 @@ def cluster_view(groups: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
 
 
 def links_table(links: list[dict[str, Any]]) -> Table:
+    """One row per link. `presence` is what discovery knows of the neighbouring group: `up`
+    while its leader announces it, `down` once it stopped (it disappeared: its link retries
+    until it comes back); `-` for a link the topology names (no discovery)."""
     table = Table(title="links (cluster bridges, run by each group's master)", title_justify="left")
-    for column in ("from", "to", "state", "forwarded", "waiting", "in flight", "last error"):
+    for column in ("from", "to", "presence", "state", "forwarded", "waiting", "in flight", "last error"):
         table.add_column(column, justify="right" if column in ("forwarded", "waiting", "in flight") else "left")
     for link in links:
         state = str(link.get("state"))
@@ -44,8 +47,10 @@ def links_table(links: list[dict[str, Any]]) -> Table:
             state = f"retrying in {link['retry_in_s']} s"
         style = "green" if state == "connected" else "bold red"
         error = "" if link.get("state") == "connected" else _text(link.get("last_error"))
-        table.add_row(_text(link.get("from")), _text(link.get("to")), Text(state, style=style), _text(link.get("forwarded")),
-                      _text(link.get("waiting")), _text(link.get("in_flight")), error)
+        presence = link.get("presence")
+        presence_text = Text(_text(presence), style={"up": "green", "down": "bold red"}.get(str(presence), ""))
+        table.add_row(_text(link.get("from")), _text(link.get("to")), presence_text, Text(state, style=style),
+                      _text(link.get("forwarded")), _text(link.get("waiting")), _text(link.get("in_flight")), error)
     return table
 
 

@@ -192,3 +192,21 @@ def test_the_cluster_table_shows_where_each_queue_s_messages_go() -> None:
     assert unknown["cluster"]["/queue/hot"]["g1"]["local_rate"] is None
     assert "· out" not in render_to_string(unknown, width=160)
     assert "msg/s stored where they were sent (local)" in text
+
+
+def test_the_links_table_shows_each_discovered_groups_presence() -> None:
+    status = node_status("leader", 2, 5, 5)
+    status["cluster"] = {"links": [
+        {"from": "g1", "to": "g2", "state": "connected", "forwarded": 5, "waiting": 0, "in_flight": 0, "presence": "up"},
+        {"from": "g1", "to": "g3", "state": "retrying", "retry_in_s": 1, "forwarded": 0, "waiting": 4, "in_flight": 0,
+         "last_error": "connection refused", "presence": "down"},
+        {"from": "g1", "to": "g4", "state": "connected", "forwarded": 0, "waiting": 0, "in_flight": 0},  # a static link
+    ], "draining": None, "drained": 0}
+    text = render_to_string(summarise([(NodeAddress("g1", "n1", "127.0.0.1:1", "127.0.0.1:2"), status)]), width=160)
+    header = next(line for line in text.splitlines() if line.startswith("┃") and "presence" in line)
+    assert [cell.strip() for cell in header.split("┃")[1:-1]][:4] == ["from", "to", "presence", "state"]
+    rows = {(row[0], row[1]): row for row in ([cell.strip() for cell in line.split("│")[1:-1]]
+                                             for line in text.splitlines() if line.startswith("│ g1"))}
+    assert rows[("g1", "g2")][2:4] == ["up", "connected"]
+    assert rows[("g1", "g3")][2:4] == ["down", "retrying in 1 s"]
+    assert rows[("g1", "g4")][2] == "-"
