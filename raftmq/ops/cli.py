@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from raftmq.ops.status_view import NodeAddress
 
 REFRESH_SECONDS = 1.0
-PIPE_WIDTH = 120
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False),
@@ -392,6 +391,7 @@ def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
 
     from raftmq.errors import RaftmqError
     from raftmq.ops.status_view import collect_status, render_status
+    from raftmq.ops.tables import print_tables
 
     try:
         nodes = _status_nodes(config_path)
@@ -403,10 +403,8 @@ def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
         raise SystemExit(0 if summary["ok"] else 1)
     console = Console()
     if once or not console.is_terminal:
-        if not console.is_terminal:
-            console = Console(width=PIPE_WIDTH)  # a pipe has no width; rich would assume 80
         summary = collect_status(nodes)
-        console.print(render_status(summary))
+        print_tables(render_status(summary), console=console)  # a pipe: as wide as the widest table
         raise SystemExit(0 if summary["ok"] else 1)
     try:
         with Live(render_status(collect_status(nodes)), console=console, auto_refresh=False) as live:

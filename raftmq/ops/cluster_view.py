@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from raftmq.ops.tables import new_table
 from raftmq.routing.route import INTERNAL_PREFIXES
 
 
@@ -38,7 +39,7 @@ def links_table(links: list[dict[str, Any]]) -> Table:
     """One row per link. `presence` is what discovery knows of the neighbouring group: `up`
     while its leader announces it, `down` once it stopped (it disappeared: its link retries
     until it comes back); `-` for a link the topology names (no discovery)."""
-    table = Table(title="links (cluster bridges, run by each group's master)", title_justify="left")
+    table = new_table("links (cluster bridges, run by each group's master)")
     for column in ("from", "to", "presence", "state", "forwarded", "waiting", "in flight", "last error"):
         table.add_column(column, justify="right" if column in ("forwarded", "waiting", "in flight") else "left")
     for link in links:
@@ -56,8 +57,7 @@ def links_table(links: list[dict[str, Any]]) -> Table:
 
 def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:
     groups = sorted({group for per_group in view.values() for group in per_group})
-    table = Table(title="destinations across the cluster: depth / consumers per group", title_justify="left",
-                  caption_justify="left")
+    table = new_table("destinations across the cluster: depth / consumers per group")
     table.add_column("destination", no_wrap=True)
     for group in groups:
         table.add_column(group, justify="right")

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from raftmq.client.admin import HTTPS, AdminAccess, with_scheme
 from raftmq.errors import ClientError
 from raftmq.ops.status_view import NodeAddress
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 T = TypeVar("T")
 TIMEOUT_SECONDS = 20.0
@@ -117,6 +120,20 @@ _LISTS = {
     "consumers": ("consumers", ("destination", "sub_id", "session", "selector", "ack", "prefetch", "in_flight",
                                 "durable_name", "active")),
 }
+_NUMERIC = ("depth", "in_flight", "consumers", "enqueued", "dequeued", "dead_lettered", "scheduled", "subscriptions", "prefetch")
+
+
+def list_table(name: str, rows: list[dict[str, Any]]) -> Table:
+    """A `manage` list as a table in the style of every raftmq table (raftmq.ops.tables): a
+    column per key of `--json`, the group first."""
+    from raftmq.ops.tables import add_columns, new_table
+
+    shown = ("group", *_LISTS[name][1])
+    table = new_table(f"{name} (every group)")
+    add_columns(table, shown, numeric=_NUMERIC)
+    for row in rows:
+        table.add_row(*("-" if row.get(column) is None else str(row.get(column)) for column in shown))
+    return table
 
 
 @click.group("manage")
@@ -125,7 +142,7 @@ def manage_command() -> None:
 
 
 def _list_command(name: str) -> None:
-    key, columns = _LISTS[name]
+    key = _LISTS[name][0]
 
     @manage_command.command(name, help=f"List the {name} of every group.")
     @_options
@@ -139,10 +156,9 @@ def _list_command(name: str) -> None:
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
-        shown = ("group", *columns)
-        click.echo("  ".join(shown))
-        for row in rows:
-            click.echo("  ".join("-" if row.get(column) is None else str(row.get(column)) for column in shown))
+        from raftmq.ops.tables import print_tables
+
+        print_tables(list_table(name, rows))
 
 
 for _name in _LISTS:

@@ -15,7 +15,7 @@ import collections
 import contextvars
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftmq.client.browse import BrowseResult
 from raftmq.client.failover import FailoverClient
@@ -24,6 +24,9 @@ from raftmq.client.failover_url import parse_failover_url
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError
 from raftmq.routing.route import SF_PREFIX
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # A URL that does not say how often to retry gets this many connect attempts (ActiveMQ's
 # back-off from 10 ms: ~0.3 s in all), enough to ride out a leader election.
@@ -206,14 +209,17 @@ def destination_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (row["destination"], row["group"]))
 
 
-def render_stat_table(rows: list[dict[str, Any]], show_group: bool = False) -> str:
-    """An `artemis queue stat`-style table: `|`-separated, padded columns, one row each."""
-    if not rows:
-        return "no destinations yet\n"
+def stat_table(rows: list[dict[str, Any]], show_group: bool = False) -> Table:
+    """The destinations as a table in the style of every raftmq table (raftmq.ops.tables):
+    one row each, a column per key of `--json` (rates in msg/s)."""
+    from raftmq.ops.tables import add_columns, new_table
+
     keys = (("group",) if show_group else ()) + ("destination", "type") + STAT_COLUMNS
-    table = [[key.upper() for key in keys]] + [[_stat_cell(key, row[key]) for key in keys] for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
-    return "".join("|" + "|".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + "|\n" for line in table)
+    table = new_table("destinations (from each group's master)")
+    add_columns(table, keys, numeric=STAT_COLUMNS)
+    for row in rows:
+        table.add_row(*(_stat_cell(key, row[key]) for key in keys))
+    return table
 
 
 def _stat_cell(key: str, value: Any) -> str:

@@ -228,8 +228,9 @@ def stat_command(admin: tuple[str, ...], as_json: bool, config_path: str | None)
     from the leader's admin /status."""
     import json
 
-    from raftmq.ops.messaging import destination_rows, render_stat_table
+    from raftmq.ops.messaging import destination_rows, stat_table
     from raftmq.ops.status_view import collect_status
+    from raftmq.ops.tables import print_tables
 
     endpoints = _endpoints(None, config_path, admin)
     if not endpoints.admin:
@@ -245,8 +246,10 @@ def stat_command(admin: tuple[str, ...], as_json: bool, config_path: str | None)
     rows = destination_rows(summary)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        click.echo("no destinations yet")
     else:
-        click.echo(render_stat_table(rows, show_group=len(summary["groups"]) > 1), nl=False)
+        print_tables(stat_table(rows, show_group=len(summary["groups"]) > 1))
 
 
 @queue_command.command("purge")

@@ -21,6 +21,7 @@ from rich.text import Text
 from raftmq.client.admin import AdminAccess
 from raftmq.errors import ClientError
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
+from raftmq.ops.tables import new_table
 from raftmq.routing.route import INTERNAL_PREFIXES
 
 STATUS_TIMEOUT_SECONDS = 1.0
@@ -171,7 +172,7 @@ def _nodes_table(group: dict[str, Any]) -> Table:
     rates = group.get("rates") or {}
     if rates.get("enqueue_rate") is not None:
         title.append(f", {_rate(rates['enqueue_rate'])} in / {_rate(rates['dequeue_rate'])} out msg/s")
-    table = Table(title=title, title_justify="left")
+    table = new_table(title)
     numeric = ("term", "commit", "applied", "lag", "conns")
     for column in ("node", "role", "health", "term", "commit", "applied", "lag", "conns"):
         table.add_column(column, justify="right" if column in numeric else "left", min_width=6 if column == "role" else None)
@@ -201,13 +202,13 @@ def _nodes_table(group: dict[str, Any]) -> Table:
 
 # (header, counter key) of the destinations table.
 DESTINATION_COLUMNS = (
-    ("depth", "depth"), ("cons", "consumers"), ("in-flight", "in_flight"), ("enq/s", "enqueue_rate"),
-    ("deq/s", "dequeue_rate"), ("enqueued", "enqueued"), ("dequeued", "dequeued"), ("to DLQ", "dead_lettered"),
+    ("depth", "depth"), ("cons", "consumers"), ("in flight", "in_flight"), ("enq/s", "enqueue_rate"),
+    ("deq/s", "dequeue_rate"), ("enqueued", "enqueued"), ("dequeued", "dequeued"), ("dead lettered", "dead_lettered"),
 )
 
 
 def _destinations_table(group: dict[str, Any]) -> Table:
-    table = Table(title=f"group {group['name']}: destinations", title_justify="left")
+    table = new_table(f"group {group['name']}: destinations")
     names = group["destinations"]
     table.add_column("destination", no_wrap=True, min_width=max((len(name) for name in names), default=11))
     for header, _key in DESTINATION_COLUMNS:
