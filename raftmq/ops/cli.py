@@ -381,6 +381,10 @@ def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
     and destinations (depth, consumers, in-flight, enqueue/dequeue msg/s, totals, dead
     letters), read from every node's admin /status. Live until Ctrl-C on a terminal.
 
+    A group that `raftmq group drain` empties reads DRAINING (then DRAINED) in its title and
+    health column (--json: the group's `state` and `drain`): it turns every client away.
+    Links to a group found by discovery show its presence (down: it disappeared).
+
     \b
     Exit status with --once or --json (or when the output is not a terminal):
       0  every node answered and every group has exactly one leader (master)

@@ -23,7 +23,7 @@ from typing import Any
 from cluster.topology import Topology
 from raftmq.client.failover import connect_failover
 from raftmq.errors import BrokerRefused, ClientError, DeploymentError
-from raftmq.ops.status_view import fetch_status
+from raftmq.ops.status_view import fetch_status, held
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER
 
 POLL_SECONDS = 0.5
@@ -60,8 +60,7 @@ async def _tell(addresses: list[str], value: str, login: str | None, passcode: s
 
 def remaining(status: dict[str, Any]) -> int:
     """Messages a group's leader still holds: every destination's ready and in-flight ones."""
-    destinations = status.get("broker", {}).get("destinations", {})
-    return sum(int(d.get("depth", 0)) + int(d.get("in_flight", 0)) for d in destinations.values())
+    return held(status)
 
 
 def _holding(status: dict[str, Any]) -> str:

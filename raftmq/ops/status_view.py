@@ -70,7 +70,8 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
     Lag is the leader's commit index minus the node's applied index: how far that node's
     broker state trails what the group has committed (None when no leader answers).
     `ok` (per group and overall) is what `raftmq status` exits with: every node answered
-    and each group has exactly one leader."""
+    and each group has exactly one leader. `state` is `serving`, or `draining` / `drained`
+    while `raftmq group drain` has it turn every client away (see `drain_summary`)."""
     groups: dict[str, list[tuple[NodeAddress, dict[str, Any] | None]]] = {}
     for node, status in answers:
         groups.setdefault(node.group, []).append((node, status))
@@ -90,6 +91,7 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             for name, counters in _dict(broker.get("destinations")).items()
         }
         nodes_up = sum(1 for row in nodes if row["up"])
+        drain = drain_summary(leader[1] if leader is not None else next((st for _n, st in members if st), None))
         summary.append({
             "name": name,
             "ok": nodes_up == len(nodes) and len(leaders) == 1,
@@ -98,6 +100,8 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             "term": _int(leader[1].get("term")) if leader is not None else None,
             "commit_index": leader_commit,
             "nodes_up": nodes_up,
+            "state": "serving" if drain is None else drain["state"],
+            "drain": drain,
             "sessions": _int(broker.get("sessions")),
             "rates": {key: value for key, value in rates.items() if key != "destinations"},
             "dead_letter": _dict(broker.get("dead_letter")),
@@ -107,6 +111,28 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             "links": list((_dict(leader[1].get("cluster")).get("links") or []) if leader is not None else []),
         })
     return {"ok": all(group["ok"] for group in summary), "groups": summary, "cluster": cluster_view(summary)}
+
+
+def held(status: dict[str, Any]) -> int:
+    """Messages a group's leader still holds: every destination's ready and in-flight ones
+    (its store-and-forward queues' too)."""
+    destinations = _dict(_dict(status.get("broker")).get("destinations"))
+    return sum(int(d.get("depth") or 0) + int(d.get("in_flight") or 0) for d in destinations.values() if isinstance(d, dict))
+
+
+def drain_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
+    """None unless the group drains (`raftmq group drain`, the node's `cluster.draining`;
+    the state is replicated, so any member tells): `to` (the groups it moves to; [] for every
+    group it reaches), `moved` (messages moved so far, `cluster.drained`), `left` (what the
+    leader still holds; None when `status` is not the leader's) and `state`: `drained` once
+    the leader holds nothing (the group can be stopped), else `draining`. Either way the
+    group turns every client away."""
+    cluster = _dict((status or {}).get("cluster"))
+    if cluster.get("draining") is None or status is None:
+        return None
+    left = held(status) if status.get("role") == "leader" else None
+    return {"state": "drained" if left == 0 else "draining", "to": [str(g) for g in cluster["draining"]],
+            "moved": _int(cluster.get("drained")) or 0, "left": left}
 
 
 def _node_row(node: NodeAddress, status: dict[str, Any] | None, leader_commit: int | None) -> dict[str, Any]:
@@ -145,6 +171,8 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     for group in summary.get("groups", []):
         parts.append(_nodes_table(group))
+        if group.get("drain") is not None:
+            parts.append(_drain_line(group))
         if any(not name.startswith(INTERNAL_PREFIXES) for name in group["destinations"]):
             parts.append(_destinations_table(group))
         parts.append(_dead_letter_line(group))
@@ -167,6 +195,9 @@ def _nodes_table(group: dict[str, Any]) -> Table:
         title.append(f"master {leader}, term {group['term']}")
     title.append(f", {group['nodes_up']}/{len(group['nodes'])} nodes up",
                  style="" if group["nodes_up"] == len(group["nodes"]) else "bold red")
+    drain = group.get("drain")
+    if drain is not None:  # `_drain_line` under the table says more
+        title.append(f", {drain['state'].upper()}", style=DRAIN_STYLE)
     if group.get("sessions") is not None:
         title.append(f", {group['sessions']} sessions")
     rates = group.get("rates") or {}
@@ -193,11 +224,27 @@ def _nodes_table(group: dict[str, Any]) -> Table:
         if row.get("restarts"):
             role_text.append(f" (restarted {row['restarts']}x)", style="yellow")
         health = Text(str(row.get("health")), style="green" if row.get("health") == "ok" else "bold red")
+        if drain is not None and row.get("health") == "ok":  # it serves its role, and turns every client away
+            health = Text(drain["state"], style=DRAIN_STYLE)
         table.add_row(
             row["id"], role_text, health, _text(row["term"]), _text(row["commit_index"]), _text(row["applied_index"]),
             _text(row["lag"]), _text(row.get("connections")), row["client"], _text(row["pid"]),
         )
     return table
+
+
+DRAIN_STYLE = "bold yellow"
+
+
+def _drain_line(group: dict[str, Any]) -> Text:
+    drain = group["drain"]
+    to = ", ".join(drain["to"]) or "every group it reaches"
+    left = "" if drain["left"] is None else f", {drain['left']} left"
+    if drain["state"] == "drained":
+        text = f"group {group['name']} is DRAINED to {to}: {drain['moved']} moved, nothing left; it turns every client away (stop it, or `raftmq group drain {group['name']} --cancel`)"
+    else:
+        text = f"group {group['name']} is DRAINING to {to}: {drain['moved']} moved{left}; it turns every client away"
+    return Text(text, style=DRAIN_STYLE)
 
 
 # (header, counter key) of the destinations table.

@@ -23,14 +23,25 @@ HEALTH_FAILED = "failed"  # must stop (journal unwritable, unreadable snapshot)
 
 def health(status: dict[str, Any]) -> tuple[str, str | None]:
     """(verdict, reason): ok when the node serves its role: it leads, or it follows a
-    leader it knows (clients it refuses are told where to go)."""
+    leader it knows (clients it refuses are told where to go). An ok node of a group that
+    `raftmq group drain` empties has a reason: it turns every client away (the verdict, and so
+    /health's and /ready's answers, stay those of a node serving its role)."""
     if status.get("failure"):
         return HEALTH_FAILED, str(status["failure"])
-    if status.get("role") == "leader":
-        return HEALTH_OK, None
-    if status.get("leader"):
-        return HEALTH_OK, None
+    if status.get("role") == "leader" or status.get("leader"):
+        return HEALTH_OK, draining_reason(status)
     return HEALTH_UNAVAILABLE, "no leader known (no quorum, or an election is under way)"
+
+
+def draining_reason(status: dict[str, Any]) -> str | None:
+    """What a draining group's member says in /status's `health_reason` (None when it does
+    not drain): it turns every client away and moves what it holds to other groups."""
+    cluster = status.get("cluster")
+    if not isinstance(cluster, dict) or cluster.get("draining") is None:
+        return None
+    to = ", ".join(str(group) for group in cluster["draining"]) or "every group it reaches"
+    return (f"draining (raftmq group drain): the group turns every client away and moves what it holds to {to}; "
+            f"{cluster.get('drained') or 0} moved so far")
 
 
 # A member this many entries behind the commit index it knows is still catching up.
@@ -136,6 +147,13 @@ class StatusCollector(Collector):
                   (broker.get("dead_letter") or {}).get("depth")),
             gauge("expiry_depth", "Messages waiting in the expiry queue.", (broker.get("expiry") or {}).get("depth")),
         ]
+        cluster = status.get("cluster")
+        if isinstance(cluster, dict):  # a group in a cluster of groups
+            families += [
+                gauge("cluster_draining", "1 while the group drains (raftmq group drain): it turns every client away.",
+                      0 if cluster.get("draining") is None else 1),
+                counter("cluster_drained", "Messages the group moved to other groups while draining.", cluster.get("drained")),
+            ]
         families += [counter(name, documentation, status.get(key)) for name, key, documentation in _NODE_COUNTERS]
         yield from (family for family in families if family is not None)
         rates = (status.get("rates") or {}).get("destinations") or {}
