@@ -23,6 +23,12 @@ config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False),
     help="Topology or group file (TOML); default: one group of three nodes under ./.raftmq/.",
 )
+# The commands that act on a running cluster find it without options (raftmq.ops.selection).
+running_config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False),
+    help="Topology or group file of the cluster; default: the one `raftmq up` runs from ./.raftmq/ "
+         "(whichever preset or file started it).",
+)
 preset_option = click.option(
     "--preset", type=click.Choice(tuple(PRESETS)),
     help="A topology shipped with raftmq (configs/ documents each): default (the same as no option), "
@@ -31,34 +37,26 @@ preset_option = click.option(
 
 
 def _topology(config_path: str | None, preset: str | None = None, restart: str | None = None) -> Topology:
-    from dataclasses import replace
+    from raftmq.ops.selection import explicit_topology
 
-    from cluster.topology import DEFAULT_DATA_DIR, default_topology, load_topology, preset_topology
+    return explicit_topology(config_path, preset, restart)
 
-    if config_path and preset:
-        raise click.UsageError("give --config or --preset, not both")
-    if preset:
-        topology = preset_topology(preset)
-    else:
-        topology = load_topology(config_path) if config_path else default_topology(DEFAULT_DATA_DIR)
-    if restart is not None:
-        topology = replace(topology, restart=replace(topology.restart, mode=restart))
-    return topology
+
+def _running(config_path: str | None, preset: str | None) -> Topology:
+    """The cluster a command acts on: `--config` / `--preset`, else the one running from
+    ./.raftmq/ (whatever preset or file started it), as `raftmq status` finds it."""
+    from raftmq.ops.selection import cluster_topology
+
+    return cluster_topology(config_path, preset)
 
 
 def _selection(config_path: str | None, preset: str | None) -> list[str]:
-    """The options that name this topology, to repeat them in a hint or to the supervisor."""
+    """The options that name this topology, to repeat them to the supervisor."""
     import os
 
     if preset:
         return ["--preset", preset]
     return ["--config", os.path.abspath(config_path)] if config_path else []
-
-
-def _down_hint(config_path: str | None, preset: str | None = None) -> str:
-    if preset:
-        return f"raftmq down --preset {preset}"
-    return "raftmq down" + (f" --config {config_path}" if config_path else "")
 
 
 @click.command("up")
@@ -81,7 +79,8 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
     restart = on-failure, restarted after a back-off, at most max_restarts times per
     restart_window_s. `raftmq status` shows each node's restarts and last exit."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import check_data_dirs, check_ports_free, cluster_lock, launch, remove_state, stop_nodes, wait_until_up
+    from raftmq.ops.launcher import check_data_dirs, check_ports_free, cluster_lock, launch, remove_state, stop_nodes, topology_selection, wait_until_up
+    from raftmq.ops.selection import stop_command
     from raftmq.ops.supervisor import launcher_signals
     from raftmq.ops.up import run_attached, start_detached, supervise_detached
 
@@ -91,11 +90,11 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
         raise click.ClickException(str(exc)) from None
     if supervise:
         raise SystemExit(supervise_detached(topology, timeout))
-    hint = _down_hint(config_path, preset)
+    hint = stop_command(topology_selection(topology))
     with launcher_signals():  # from here on, Ctrl-C / SIGTERM stop what was started
         try:
             with cluster_lock(topology.state_dir):
-                _refuse_running(topology, hint)
+                _refuse_running(topology)
                 remove_state(topology.state_dir)  # stale: every node of it has exited
                 check_ports_free(topology)
                 check_data_dirs(topology)
@@ -117,8 +116,11 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
             run_attached(topology, state, children)
 
 
-def _refuse_running(topology: Topology, hint: str) -> None:
+def _refuse_running(topology: Topology) -> None:
+    """A cluster already runs from this state directory: name the command that stops it
+    (the running one's, whichever topology it was started from)."""
     from raftmq.ops.launcher import launcher_alive, read_state, running_nodes, state_path
+    from raftmq.ops.selection import shown, state_selection, stop_command, up_command
 
     previous = read_state(topology.state_dir)
     if previous is None:
@@ -130,8 +132,10 @@ def _refuse_running(topology: Topology, hint: str) -> None:
         pids = f"its supervisor, pid {previous.launcher_pid}, is restarting its nodes"
     else:
         return
+    selection = state_selection(previous)
     raise click.ClickException(
-        f"a raftmq cluster is already running here ({pids}; state {state_path(topology.state_dir)}); stop it with `{hint}`"
+        f"a raftmq cluster is already running here (`{up_command(selection)}`: {pids}; state "
+        f"{shown(state_path(topology.state_dir))}); stop it with `{stop_command(selection)}`"
     )
 
 
@@ -157,11 +161,9 @@ def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[s
 
 
 def _shown(path: Path) -> str:
-    """A path as a newcomer types it: relative to the working directory when under it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    from raftmq.ops.selection import shown
+
+    return shown(path)
 
 
 def _log_paths(nodes: list[Any]) -> str:
@@ -173,7 +175,7 @@ def _log_paths(nodes: list[Any]) -> str:
 
 
 @click.command("down")
-@config_option
+@running_config_option
 @preset_option
 @click.option("--timeout", type=click.FloatRange(min=0), default=STOP_GRACE_SECONDS, show_default=True,
               help="Seconds each node gets to stop after SIGTERM before SIGKILL.")
@@ -185,7 +187,7 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_nodes
 
     try:
-        topology = _topology(config_path, preset)
+        topology = _topology(config_path, preset)  # its state directory is all it needs
         with cluster_lock(topology.state_dir):
             state = read_state(topology.state_dir)
             if state is None:
@@ -204,7 +206,7 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
 
 
 @click.command("restart")
-@config_option
+@running_config_option
 @preset_option
 @click.option("--rolling", is_flag=True, help="One node at a time, followers first, while the cluster serves.")
 @click.option("--node-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
@@ -222,7 +224,7 @@ def restart_command(config_path: str | None, preset: str | None, rolling: bool, 
     if not rolling:
         raise click.UsageError("only --rolling is supported; for a full stop and start use `raftmq down` then `raftmq up`")
     try:
-        topology = _topology(config_path, preset)
+        topology = _topology(config_path, preset)  # its state directory is all it needs
         result = RollingRestart(topology.state_dir, lambda line: click.echo(line, err=False),
                                 node_timeout=node_timeout).run()
     except RaftmqError as exc:
@@ -240,7 +242,7 @@ def group_command() -> None:
 
 @group_command.command("drain")
 @click.argument("group")
-@config_option
+@running_config_option
 @preset_option
 @click.option("--to", "to", default="", help="Comma-separated groups to move everything to (default: every group it reaches).")
 @click.option("--cancel", is_flag=True, help="Stop draining (the group serves clients again).")
@@ -260,7 +262,7 @@ def drain_command(group: str, config_path: str | None, preset: str | None, to: s
 
     targets = tuple(name.strip() for name in to.split(",") if name.strip())
     try:
-        topology = _topology(config_path, preset)
+        topology = _running(config_path, preset)
         result = drain_group(topology, group, targets, cancel=cancel, wait=not no_wait, timeout=timeout,
                              report=click.echo)
     except RaftmqError as exc:
@@ -289,7 +291,7 @@ def _change(config_path: str | None, preset: str | None, group: str, timeout: fl
     from raftmq.ops.member_changes import MembershipChanger
 
     try:
-        return step(MembershipChanger(_topology(config_path, preset), group, click.echo, timeout=timeout))
+        return step(MembershipChanger(_running(config_path, preset), group, click.echo, timeout=timeout))
     except RaftmqError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -312,7 +314,7 @@ def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
 @click.argument("group")
 @click.argument("node")
 @_member_options
-@config_option
+@running_config_option
 @preset_option
 @_timeout_option
 def add_node_command(group: str, node: str, client: str, raft: str, admin: str, config_path: str | None,
@@ -328,7 +330,7 @@ def add_node_command(group: str, node: str, client: str, raft: str, admin: str, 
 @group_command.command("remove-node")
 @click.argument("group")
 @click.argument("node")
-@config_option
+@running_config_option
 @preset_option
 @_timeout_option
 def remove_node_command(group: str, node: str, config_path: str | None, preset: str | None, timeout: float) -> None:
@@ -343,7 +345,7 @@ def remove_node_command(group: str, node: str, config_path: str | None, preset: 
 @click.argument("old")
 @click.argument("new")
 @_member_options
-@config_option
+@running_config_option
 @preset_option
 @_timeout_option
 def replace_node_command(group: str, old: str, new: str, client: str, raft: str, admin: str, config_path: str | None,

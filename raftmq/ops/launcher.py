@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.topology import Topology
+from cluster.topology import PRESETS, Topology, preset_path
 from raftmq.config import split_address
-from raftmq.errors import DeploymentError
+from raftmq.errors import ConfigError, DeploymentError
 from raftmq.ops.status_view import NodeAddress, collect_status
 from raftmq.processes import is_same_process, own_identity, process_start_time, send_signal, spawn
 
@@ -79,19 +79,25 @@ class DeploymentState:
     detached: bool = False  # the launcher is a supervisor process (`up --detach`)
     ready: bool = False  # every group had a leader (a detached `up` waits for this)
     restart: str = "never"  # the restart policy's mode, for status
+    # The options of `raftmq up` that name the topology (`topology_selection`): how the other
+    # commands find it without options. None: a state file written before it was recorded.
+    selection: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "topology": self.topology, "state_dir": self.state_dir,
                 "launcher_pid": self.launcher_pid, "launcher_start_time": self.launcher_start_time,
                 "launcher_argv": list(self.launcher_argv), "detached": self.detached, "ready": self.ready,
-                "restart": self.restart, "nodes": [asdict(node) for node in self.nodes]}
+                "restart": self.restart, "selection": None if self.selection is None else list(self.selection),
+                "nodes": [asdict(node) for node in self.nodes]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DeploymentState:
         nodes = tuple(NodeProcess(**{**node, "argv": tuple(node["argv"])}) for node in data["nodes"])
+        selection = data.get("selection")
         return cls(data["topology"], data["state_dir"], nodes, data.get("launcher_pid", 0),
                    data.get("launcher_start_time", 0), tuple(data.get("launcher_argv", ())),
-                   bool(data.get("detached", False)), bool(data.get("ready", False)), data.get("restart", "never"))
+                   bool(data.get("detached", False)), bool(data.get("ready", False)), data.get("restart", "never"),
+                   None if selection is None else tuple(str(part) for part in selection))
 
     def with_node(self, node: NodeProcess) -> DeploymentState:
         return dataclasses.replace(self, nodes=(*self.nodes, node))
@@ -101,6 +107,18 @@ class DeploymentState:
 
     def replace_node(self, node: NodeProcess) -> DeploymentState:
         return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n for n in self.nodes))
+
+
+def topology_selection(topology: Topology) -> tuple[str, ...]:
+    """The options of `raftmq up` that name `topology`: () for the built-in default,
+    ("--preset", NAME) for a preset, else ("--config", ABSOLUTE PATH)."""
+    if topology.source is None:
+        return ()
+    source = Path(topology.source).resolve()
+    with contextlib.suppress(ConfigError):  # a preset not on disk (a zip) is not this file
+        if topology.name in PRESETS and source == preset_path(topology.name).resolve():
+            return ("--preset", topology.name)
+    return ("--config", str(source))
 
 
 def state_path(state_dir: Path) -> Path:
@@ -257,7 +275,7 @@ def launch(
                                        process.pid, start_time or 0, argv, str(log_path)))
         pid, start_time, own_argv = own_identity()
         state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, own_argv,
-                             detached, False, topology.restart.mode)
+                                detached, False, topology.restart.mode, topology_selection(topology))
         write_state(state)
     except BaseException:
         stop_nodes(DeploymentState(topology.name, str(topology.state_dir), tuple(started)), children, grace=2.0)
