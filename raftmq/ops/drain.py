@@ -10,6 +10,8 @@ groups as committed moves with duplicate-detection ids, while its bridges forwar
 in its store-and-forward queues. The command waits until the group's leader reports nothing
 left (every destination's depth and in-flight zero), printing progress; then the group can be
 stopped (`raftmq down`, or its nodes) with nothing left behind. `--cancel` stops a drain.
+A group that is not in a cluster of groups has nowhere to drain to: the command says so before
+it sends anything (its members' /status has no `cluster`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,19 @@ async def _tell(addresses: list[str], value: str, login: str | None, passcode: s
         await client.close()
 
 
+def _lone(name: str) -> DeploymentError:
+    return DeploymentError(f"group {name!r} is not in a cluster of groups: a lone group has nowhere to drain to "
+                           "(a drain moves what a group holds to the other groups of its cluster)")
+
+
+def check_clustered(name: str, statuses: list[dict[str, Any] | None]) -> None:
+    """Raise when the members that answered say the group is in no cluster of groups (their
+    /status has no `cluster`); nothing is known when none answered."""
+    answered = [status for status in statuses if status is not None]
+    if answered and not any(isinstance(status.get("cluster"), dict) for status in answered):
+        raise _lone(name)
+
+
 def remaining(status: dict[str, Any]) -> int:
     """Messages a group's leader still holds: every destination's ready and in-flight ones."""
     return held(status)
@@ -78,12 +93,15 @@ def drain_group(topology: Topology, name: str, to: tuple[str, ...], *, cancel: b
         raise DeploymentError(f"group {name!r} has no admin addresses: the drain cannot be followed")
     if login is None:
         login, passcode = _credentials(topology, name)
+    check_clustered(name, [fetch_status(admin) for admin in admins])
     value = "-" if cancel else ",".join(to)
     started = time.monotonic()
     try:
         asyncio.run(_tell([m.client for m in spec.config.members], value, login, passcode))
     except BrokerRefused as exc:
         detail = exc.body.decode(errors="replace").strip()
+        if str(exc).startswith("reserved destination") and detail == CONTROL_DESTINATION:
+            raise _lone(name) from None  # a group without cluster routing (its /status was not read)
         raise DeploymentError(f"group {name!r} refused: {exc}" + (f": {detail}" if detail else "")) from None
     except ClientError as exc:
         raise DeploymentError(f"cannot reach group {name!r}: {exc}") from None
