@@ -184,7 +184,7 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     stops every node it launched, waits for each and exits; `down` waits for it, then stops by
     pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_nodes
+    from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_running_nodes, stopped_line
 
     try:
         topology = _topology(config_path, preset)  # its state directory is all it needs
@@ -197,12 +197,12 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
             # The supervisor stops its nodes together within their grace, plus a margin to exit.
             stop_launcher(state, timeout=STOP_GRACE_SECONDS + 5.0)
             state = read_state(topology.state_dir) or state  # it may have restarted a node just before
-            alive = alive + [node for node in running_nodes(state) if node not in alive]
-            killed = stop_nodes(state, grace=timeout)
+            stopped, killed = stop_running_nodes(state, grace=timeout)
+            stopped = alive + [node for node in stopped if node not in alive]
             remove_state(topology.state_dir)
     except RaftmqError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"stopped {len(alive)} node(s)" + (f"; {len(killed)} needed SIGKILL" if killed else ""))
+    click.echo(stopped_line(len(stopped), len(killed)))
 
 
 @click.command("restart")

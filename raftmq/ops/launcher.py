@@ -356,6 +356,16 @@ def stop_nodes(
 ) -> list[NodeProcess]:
     """SIGTERM every node still ours (a leader hands leadership over itself), wait up to
     `grace` seconds, then SIGKILL what is left. Returns the nodes that needed SIGKILL."""
+    return stop_running_nodes(state, children, grace)[1]
+
+
+def stop_running_nodes(
+    state: DeploymentState,
+    children: dict[int, subprocess.Popen[bytes]] | None = None,
+    grace: float = STOP_GRACE_SECONDS,
+) -> tuple[list[NodeProcess], list[NodeProcess]]:
+    """`stop_nodes`, returning (the nodes that were running and were stopped, those of them
+    that needed SIGKILL): what `stopped_line` reports."""
     children = children or {}
 
     def alive(node: NodeProcess) -> bool:
@@ -364,7 +374,8 @@ def stop_nodes(
             return child.poll() is None  # also reaps our own exited children
         return is_our_node(node)
 
-    remaining = [node for node in state.nodes if alive(node)]
+    running = [node for node in state.nodes if alive(node)]
+    remaining = list(running)
     for node in remaining:
         send_signal(node.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -381,7 +392,14 @@ def stop_nodes(
                 child.wait(timeout=grace)
         else:
             _wait_gone(node, grace)
-    return killed
+    return running, killed
+
+
+def stopped_line(stopped: int, killed: int) -> str:
+    """What `raftmq down` and a launcher that stops its cluster (an attached `raftmq up`, the
+    detached supervisor) say: the nodes that were running and were stopped (one that had
+    already exited, shown `down` by `raftmq status`, is not counted)."""
+    return f"stopped {stopped} node(s)" + (f"; {killed} needed SIGKILL" if killed else "")
 
 
 def _wait_gone(node: NodeProcess, timeout: float) -> None:

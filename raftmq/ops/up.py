@@ -30,6 +30,8 @@ from raftmq.ops.launcher import (
     read_state,
     remove_state,
     stop_nodes,
+    stop_running_nodes,
+    stopped_line,
     wait_until_up,
     write_state,
 )
@@ -87,10 +89,10 @@ def run_attached(topology: Topology, state: DeploymentState, children: dict[int,
     finally:
         if not released:
             with launcher_signals_ignored():
-                killed = stop_nodes(supervisor.state, supervisor.children)
+                stopped, killed = stop_running_nodes(supervisor.state, supervisor.children)
                 remove_state(topology.state_dir)
     if not released:
-        say(f"stopped {len(state.nodes)} node(s)" + (f"; {len(killed)} needed SIGKILL" if killed else ""))
+        say(stopped_line(len(stopped), len(killed)))
 
 
 @contextlib.contextmanager
@@ -202,7 +204,7 @@ def supervise_detached(topology: Topology, timeout: float) -> int:
         except Stop as stop:
             report(f"{stop}: stopping the cluster")
             with launcher_signals_ignored():
-                killed = stop_nodes(supervisor.state, supervisor.children)
+                stopped, killed = stop_running_nodes(supervisor.state, supervisor.children)
                 remove_state(topology.state_dir)
-            report(f"stopped {len(supervisor.state.nodes)} node(s)" + (f"; {len(killed)} needed SIGKILL" if killed else ""))
+            report(stopped_line(len(stopped), len(killed)))
             return 0

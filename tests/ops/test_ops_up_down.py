@@ -204,3 +204,37 @@ def parent_of(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields.get("State", "").startswith("Z") else int(fields["PPid"])
+
+
+def test_attached_up_counts_the_nodes_it_stopped_as_down_does(write_group: WriteGroup, tmp_path: Path) -> None:
+    # Before: an attached `up` said "stopped 3 node(s)" for a group whose n3 had died (the
+    # live view showed it down; `raftmq down` says "stopped 2 node(s)" there).
+    config = write_group("g4")
+    state_dir = tmp_path / "g4"
+    state: DeploymentState | None = None
+    output = tmp_path / "up.out"
+    with open(output, "wb") as out:
+        up = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--config", str(config), "--timeout", "25"],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while "clients: failover:" not in output.read_text() and up.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state = read_state(state_dir)
+        assert state is not None and up.poll() is None, output.read_text()
+        victim = next(node for node in state.nodes if node.id == "n3")
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while f"(pid {victim.pid}) was killed" not in output.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"(pid {victim.pid}) was killed" in output.read_text()  # the supervisor saw it (restart = never)
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=40) == 0, output.read_text()
+        text = output.read_text()
+        assert "stopped 2 node(s)" in text and "stopped 3 node(s)" not in text, text
+        assert not any(is_our_node(node) for node in state.nodes)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=10)
+        cleanup(state)
