@@ -1,7 +1,8 @@
 """The admin port's management API on a real 3-member group, driven over HTTP while stomp.py
 clients produce and consume: destinations with their figures, connections and consumers,
-DLQ retry and move, purge, delete, closing a connection; followers name the leader; logins
-and ACLs as STOMP's (docs/management.md)."""
+DLQ retry and move, purge, delete, closing a connection; a follower passes a change on to the
+leader (over HTTPS with the caller's own login when the group has [tls]); the overview names
+the group, not the node; logins and ACLs as STOMP's (docs/management.md)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,17 @@ from raftmq.client.admin import AdminAccess
 from raftmq.passwords import hash_password
 from tests.helpers.group_harness import Group
 from tests.helpers.stomp_raw import connect
+from tests.helpers.tls_certs import make_certificates
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def call(group: Group, node: str, method: str, path: str, body: dict[str, Any] | None = None,
-         login: tuple[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+         login: tuple[str, str] | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     member = group.members[node]
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://{member.host}:{member.admin_port}{path}", data=data, method=method)
+    request = urllib.request.Request(f"http://{member.host}:{member.admin_port}{path}", data=data, method=method,
+                                     headers=headers or {})
     if login is not None:
         request.add_header("Authorization", "Basic " + base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode())
     try:
@@ -74,7 +77,12 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
         wait_for(lambda: (destination_row(group, leader, "/queue/DLQ") or {}).get("depth") == 1)
         # A follower reads its own replica, which applies what the leader did a moment later.
         row = wait_for(lambda: (found := destination_row(group, follower, "/queue/orders")) and found["dead_lettered"] == 1 and found)
-        assert row["kind"] == "queue" and row["consumers"] == 1
+        assert row["kind"] == "queue" and row["consumers"] == 1 and row["internal"] is False
+        # A lone group (no cluster of groups) is named by its group file, on every member.
+        for node in group.members:
+            status, overview = call(group, node, "GET", "/api/overview")
+            assert status == 200 and (overview["group"], overview["node"]) == ("test", node), overview
+            assert overview["drain"] is None
 
         browser_like = websocket.create_connection(f"ws://{address[0]}:{address[1]}/ws", timeout=10)
         browser_like.send("CONNECT\naccept-version:1.2\nhost:/\nclient-id:web\n\n\0")
@@ -94,10 +102,12 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
         [dead] = answer["messages"]
         assert dead["original_destination"] == "/queue/orders" and dead["body"].startswith("order-")
 
-        # A change on a follower names the leader's admin port.
-        status, answer = call(group, follower, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "all": True})
+        # A change passed on by a member already is not passed on again: it names the leader's admin port.
+        status, answer = call(group, follower, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "all": True},
+                              headers={"X-Raftmq-Forwarded": "1"})
         assert status == 409 and answer["leader_admin"] == f"127.0.0.1:{group.members[leader].admin_port}"
-        status, answer = call(group, leader, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "ids": [dead["message_id"]]})
+        # A change asked of a follower is passed on to the leader, whose answer it gives.
+        status, answer = call(group, follower, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "ids": [dead["message_id"]]})
         assert (status, answer) == (200, {"ok": True, "moved": 1, "skipped": 0})
         wait_for(lambda: destination_row(group, follower, "/queue/DLQ")["depth"] == 0)
 
@@ -159,6 +169,42 @@ def test_logins_and_acls_decide_who_reads_and_who_changes(tmp_path: Path) -> Non
         assert call(group, leader, "GET", "/api/connections", login=app)[0] == 403
         assert call(group, leader, "GET", "/api/connections", login=ops)[0] == 200
         assert call(group, leader, "POST", "/api/destinations/purge", {"destination": "/queue/app.jobs"}, login=ops)[0] == 200
+    finally:
+        group.close()
+
+
+def test_a_follower_passes_a_change_on_to_the_leader_over_https_with_the_callers_login(tmp_path: Path) -> None:
+    server, _client = make_certificates(tmp_path / "certs")
+    group = Group(tmp_path)
+    text = group.config_path.read_text()
+    text += f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\n'
+    for user, role in (("ops", "ops"), ("app", "apps")):
+        text += f'[[user]]\nname = "{user}"\npassword_hash = "{hash_password(PASS)}"\ngroups = ["{role}"]\n'
+    text += '[[acl]]\nqueue = ">"\nread = ["ops", "apps"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
+    group.config_path.write_text(text)
+    group.admin_access = AdminAccess(ca_file=str(server.ca), login="ops", passcode=PASS)
+    group.start()
+    try:
+        leader = group.leader()
+        follower = next(node for node in group.members if node != leader)
+        admin = f"https://127.0.0.1:{group.members[follower].admin_port}"
+
+        def post(access: AdminAccess, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+            code, data = access.request(admin, path, 15, "POST", json.dumps(body).encode(), "application/json")
+            return code, json.loads(data)
+
+        ops, app = group.admin_access, AdminAccess(ca_file=str(server.ca), login="app", passcode=PASS)
+        assert post(ops, "/api/destinations/create", {"destination": "/queue/tls.made"}) == (200, {"ok": True, "created": 1})
+        code, data = AdminAccess(ca_file=str(server.ca), login="ops", passcode=PASS).request(
+            f"https://127.0.0.1:{group.members[leader].admin_port}", "/api/destinations", 5)
+        assert code == 200 and "/queue/tls.made" in [row["destination"] for row in json.loads(data)["destinations"]]
+        code, answer = post(app, "/api/destinations/purge", {"destination": "/queue/tls.made"})
+        assert code == 403 and "may not administer /queue/tls.made" in answer["error"], answer
+        assert post(AdminAccess(ca_file=str(server.ca), login="ops", passcode="wrong"), "/api/destinations/purge",
+                    {"destination": "/queue/tls.made"})[0] == 401
+        assert post(ops, "/api/destinations/purge", {"destination": "/queue/tls.made"}) == (200, {"ok": True, "purged": 0})
+        for member in group.members.values():
+            assert "Traceback" not in member.stderr(), member.stderr()[-3000:]
     finally:
         group.close()
 

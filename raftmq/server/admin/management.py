@@ -1,11 +1,13 @@
 """The admin port's management API (`/api/...`, JSON) and the web console's files (`/`).
 
 docs/management.md is the contract. Reads come from this member's replica; every change is a
-`Manage` command committed through the group's log (`Node.manage`), so a follower answers
-409 naming the leader's admin address. Who may ask is decided here, in the shell, with the
-STOMP logins and ACLs (`raftmq.security`): HTTP Basic with a STOMP login; reads list what
-the user may read; a change needs `admin` on its destination(s); connections (listing and
-closing) need `admin` on every queue and topic.
+`Manage` command committed through the group's log (`Node.manage`) by the leader: a follower
+passes a change on to the leader's admin API (over HTTPS when the group has [tls], with the
+caller's own login) and answers with the leader's answer, or 409 naming the leader's admin
+address when it cannot. Who may ask is decided here, in the shell, with the STOMP logins and
+ACLs (`raftmq.security`): HTTP Basic with a STOMP login; reads list what the user may read; a
+change needs `admin` on its destination(s) and never touches the cluster's internal queues
+(`$.raftmq.`); connections (listing and closing) need `admin` on every queue and topic.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import http.client
 import json
 import ssl
 from collections.abc import Callable
@@ -23,7 +26,8 @@ from raftmq.core.browse import browse_store
 from raftmq.core.commands import Manage
 from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
-from raftmq.security import ADMIN, READ, Principal
+from raftmq.routing.route import INTERNAL_PREFIXES
+from raftmq.security import ADMIN, READ, Principal, member_client_tls, pinned
 from raftmq.server.admin import console
 from raftmq.server.node import Node
 from raftmq.server.stomp.connection import Connection
@@ -36,6 +40,10 @@ BODY_PREVIEW = 256
 HEALTH_TIMEOUT = 0.5
 EVERYTHING = ("/queue/>", "/topic/>")
 JSON = "application/json"
+# On a change a follower passes on to the leader: the leader answers it itself, never passes it
+# on again (a leader that has just lost its leadership answers 409).
+FORWARDED_HEADER = "X-Raftmq-Forwarded"
+FORWARD_TIMEOUT = 20.0  # within the admin port's READ_TIMEOUT: the follower answers before it gives up
 
 
 def _json(code: int, answer: dict[str, Any], extra: str = "") -> Answer:
@@ -44,11 +52,14 @@ def _json(code: int, answer: dict[str, Any], extra: str = "") -> Answer:
 
 class ManagementApi:
     """`members()` lists the group's members as `{"node", "client", "admin"}` (the group file
-    as last read), for the overview and for naming the leader's admin port."""
+    as last read), for the overview and for passing changes on to the leader. `group`: the
+    group's name (its file's [group] name); without it, the one the members' /health gives."""
 
-    def __init__(self, node: Node, members: Callable[[], list[dict[str, str | None]]]) -> None:
+    def __init__(self, node: Node, members: Callable[[], list[dict[str, str | None]]], group: str | None = None) -> None:
         self.node = node
         self.members = members
+        self.group = group
+        self._member_tls: tuple[ssl.SSLContext, bytes] | None = None
 
     async def answer(self, method: str, path: str, query: str, headers: Headers, body: bytes) -> Answer | None:
         """The answer to a request for the API or the console, or None for another path."""
@@ -85,7 +96,9 @@ class ManagementApi:
                 return _json(400, {"error": "the request body must be a JSON object"})
             if not isinstance(request, dict):
                 return _json(400, {"error": "the request body must be a JSON object"})
-            return await self.change(principal, _CHANGES[path], request)
+            passed_on = headers.get(FORWARDED_HEADER.lower()) is not None
+            return await self.change(principal, _CHANGES[path], request,
+                                     forward=None if passed_on else (path, headers.get("authorization")))
         return _json(404, {"error": f"no {method} {path}"})
 
     # -- who asks ------------------------------------------------------------------------------
@@ -131,8 +144,11 @@ class ManagementApi:
         peer_healths = await asyncio.gather(*(_health(admin, tls) for peer in peers for admin in peer.admins))
         answers = iter(peer_healths)
         others = {peer.name: [{"admin": admin, **_member_view(next(answers))} for admin in peer.admins] for peer in peers}
+        # A lone group has no cluster section: its name is the group file's (every member's
+        # admin port labels its /health with it), never this node's.
+        named = next((h["group"] for h in healths if isinstance(h.get("group"), str) and h["group"]), None)
         return {
-            "group": cluster.get("group") or self.node.name,
+            "group": cluster.get("group") or self.group or named or self.node.name,
             "node": status["node"],
             "role": status["role"],
             "leader": status.get("leader") or (self._own_client() if status["role"] == "leader" else None),
@@ -142,6 +158,7 @@ class ManagementApi:
             "links": cluster.get("links", []),
             "peers": others,  # the other groups' members as their admin ports answer /health
             "groups": cluster.get("reachable", {}),
+            "drain": _drain(status),
             "dead_letter_queue": self.node.config.core.dead_letter_queue,
             "expiry_queue": self.node.config.core.expiry_queue,
             "destinations": len(self.destinations(principal)),
@@ -157,6 +174,8 @@ class ManagementApi:
                 continue
             rate = rates.get(name, {})
             rows.append({"destination": name, "kind": name.split("/")[1], **counters,
+                         # the cluster's own (store-and-forward, control): no change may touch it
+                         "internal": name.startswith(INTERNAL_PREFIXES),
                          "rate_in": rate.get("enqueue_rate"), "rate_out": rate.get("dequeue_rate"),
                          # in a cluster of groups: sent on to other groups, come from them (msg/s)
                          "rate_forward": rate.get("forward_rate"), "rate_arrive": rate.get("arrive_rate")})
@@ -235,7 +254,11 @@ class ManagementApi:
 
     # -- changes -------------------------------------------------------------------------------
 
-    async def change(self, principal: Principal, op: str, request: dict[str, Any]) -> Answer:
+    async def change(self, principal: Principal, op: str, request: dict[str, Any],
+                     forward: tuple[str, str | None] | None = None) -> Answer:
+        """Commit one change through the group's log. `forward`: (the request's path, its
+        Authorization header) to pass it on to the leader with when this member does not lead;
+        None: answer 409 naming the leader instead."""
         try:
             command = self._command(op, request)
         except (KeyError, TypeError, ValueError) as exc:
@@ -268,7 +291,11 @@ class ManagementApi:
                 command = Manage(self._request_id(), command.op, self.node.clock.now_ms(), command.destination,
                                  command.target, command.ids, command.selector, command.every, command.closing)
         except NotLeader as exc:
-            return _json(409, {"error": "not the leader", "leader": exc.leader, "leader_admin": self._admin_of(exc.leader)})
+            leader_admin = self._admin_of(exc.leader)
+            conflict = {"error": "not the leader", "leader": exc.leader, "leader_admin": leader_admin}
+            if forward is None or leader_admin is None:
+                return _json(409, conflict)
+            return await self._forward(leader_admin, forward[0], request, forward[1], total, conflict)
         except CommitFailed as exc:
             return _json(503, {"error": str(exc)})
         return _json(200, {"ok": True, **total})
@@ -306,6 +333,30 @@ class ManagementApi:
                     return refusal
         return None
 
+    async def _forward(self, leader_admin: str, path: str, request: dict[str, Any], authorization: str | None,
+                       done: dict[str, int], conflict: dict[str, Any]) -> Answer:
+        """The leader's answer to `request` (its admin API, the caller's login), with what this
+        member did before it lost the leadership (`done`) added; 409 `conflict` when the leader
+        does not answer."""
+        tls = self.node.config.security.tls
+        if tls is not None and self._member_tls is None:
+            self._member_tls = member_client_tls(tls)
+        try:
+            code, content_type, data = await asyncio.to_thread(
+                _post_change, leader_admin, path, json.dumps(request).encode(), authorization,
+                self._member_tls if tls is not None else None)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            return _json(409, {**conflict, "error": f"not the leader, and the leader's admin port did not answer ({exc})"})
+        if code == 200 and done:
+            try:
+                answer = json.loads(data)
+                for key, value in done.items():
+                    answer[key] = int(answer.get(key, 0)) + value
+                return _json(200, answer)
+            except (ValueError, TypeError, AttributeError):
+                pass
+        return code, content_type, data
+
     def _own_client(self) -> str | None:
         return next((m.get("client") for m in self.members() if m.get("node") == self.node.name), None)
 
@@ -324,6 +375,47 @@ _CHANGES = {
     "/api/messages/move": "move",
     "/api/connections/close": "close",
 }
+
+
+def _drain(status: dict[str, Any]) -> dict[str, Any] | None:
+    """None unless the group drains (`raftmq group drain`, `cluster.draining`, replicated):
+    `to` (the groups it moves to; [] for every group it reaches), `moved` (`cluster.drained`),
+    `left` (what it still holds, ready and in flight, internal queues included, in this
+    member's replica) and `state`: "drained" once it holds nothing, else "draining". Either
+    way the group turns every client away."""
+    cluster = status.get("cluster") or {}
+    if cluster.get("draining") is None:
+        return None
+    destinations = status.get("broker", {}).get("destinations", {})
+    left = sum(int(d.get("depth") or 0) + int(d.get("in_flight") or 0) for d in destinations.values())
+    return {"state": "drained" if left == 0 else "draining", "to": [str(g) for g in cluster["draining"]],
+            "moved": int(cluster.get("drained") or 0), "left": left}
+
+
+def _post_change(admin: str, path: str, body: bytes, authorization: str | None,
+                 tls: tuple[ssl.SSLContext, bytes] | None) -> Answer:
+    """One POST of a change to the leader's admin API: (status, content type, body). Over TLS
+    the leader must present the group's certificate (a pin: every member has it)."""
+    host, _, port = admin.rpartition(":")
+    headers = {"Content-Type": JSON, FORWARDED_HEADER: "1"}
+    if authorization:
+        headers["Authorization"] = authorization
+    connection: http.client.HTTPConnection
+    if tls is None:
+        connection = http.client.HTTPConnection(host, int(port), timeout=FORWARD_TIMEOUT)
+    else:
+        connection = http.client.HTTPSConnection(host, int(port), timeout=FORWARD_TIMEOUT, context=tls[0])
+    try:
+        if tls is not None:
+            connection.connect()
+            peer = connection.sock.getpeercert(binary_form=True)  # type: ignore[union-attr]
+            if not pinned(peer, tls[1]):
+                raise ssl.SSLError(f"{admin} does not present the group's certificate ([tls] cert_file)")
+        connection.request("POST", path, body, headers)
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type") or JSON, response.read()
+    finally:
+        connection.close()
 
 
 def _member_view(health: dict[str, Any]) -> dict[str, Any]:
