@@ -182,6 +182,23 @@ def wait_for_poll(driver: Any, timeout: float = WAIT) -> None:
     wait_until(lambda: polls(driver) >= seen + 2, "two more console refreshes", timeout, driver)
 
 
+def accept_dialog(driver: Any, timeout: float = WAIT) -> str:
+    """Accept the confirm() dialog the page opens (waiting for it): its text."""
+    alert = wait_until(lambda: driver.switch_to.alert, "a confirmation dialog", timeout)
+    text = str(alert.text)
+    alert.accept()
+    return text
+
+
+def text_of(driver: Any, css: str) -> str | None:
+    """The textContent of the first element `css` selects (as in the page, whatever its
+    style shows), or None when there is none."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return str(found[0].get_attribute("textContent")) if found else None
+
+
 def javascript_errors(driver: Any) -> list[str]:
     """The browser console's errors other than failed requests (a 4xx/5xx answer the page shows)."""
     entries = driver.get_log("browser")

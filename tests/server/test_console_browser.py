@@ -1,6 +1,9 @@
-"""The web console (raftmq/server/admin/console/) in a real headless Chromium against a real node's
-admin port: it shows a queue's depth from the management API, and its dead-letter panel's
-Retry button sends a dead-lettered message back to the queue it came from (docs/management.md).
+"""The web console (raftmq/server/admin/console/) in a real headless Chromium against real nodes'
+admin ports (docs/management.md): it shows a queue's depth from the management API, and its
+dead-letter panel's Retry button sends a dead-lettered message back to the queue it came from;
+on a follower of a 3-member group (the port a user opens first) it names the group, not the
+node, and its actions are done by the leader; a draining group says so, and the cluster's
+internal queues offer no Purge or Delete.
 
 Needs Debian's chromium and chromium-driver (chaos/system_packages.py installs them) and
 selenium; without them the test fails and says what to install. The page as it was at the
@@ -10,6 +13,7 @@ end is saved to test-artifacts/console.png (CI keeps it as an artifact).
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import urllib.error
 import urllib.request
@@ -20,8 +24,12 @@ from typing import Any
 
 import pytest
 
+from cluster.topology import load_topology
 from raftmq import processes
-from tests.helpers.browser import browser, javascript_errors, save_screenshot, status_line, wait_until
+from raftmq.ops.drain import drain_group
+from tests.helpers.browser import accept_dialog, browser, javascript_errors, save_screenshot, status_line, text_of, wait_until
+from tests.helpers.cluster_harness import Cluster
+from tests.helpers.group_harness import Group
 from tests.helpers.stomp_raw import connect
 
 pytestmark = pytest.mark.integration
@@ -67,15 +75,17 @@ def node(tmp_path: Path) -> Iterator[SoloNode]:
         processes.kill(proc)
 
 
-def api(node: SoloNode, path: str) -> tuple[int, Any]:
+def api(node: SoloNode | int, path: str) -> tuple[int, Any]:
+    """GET `path` of a node's admin port (a SoloNode, or the port)."""
+    port = node if isinstance(node, int) else node.admin
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{node.admin}{path}", timeout=API_TIMEOUT) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=API_TIMEOUT) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode(errors="replace")
 
 
-def depths(node: SoloNode) -> dict[str, int]:
+def depths(node: SoloNode | int) -> dict[str, int]:
     code, answer = api(node, "/api/destinations")
     assert code == 200, (code, answer)
     return {d["destination"]: d["depth"] for d in answer["destinations"]}
@@ -171,3 +181,124 @@ def test_console_shows_depth_and_retries_a_dead_letter(node: SoloNode, tmp_path:
         conn.disconnect()
     stderr = node.stderr.read_text(errors="replace")
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+def actions_of(driver: Any, destination: str) -> list[str] | None:
+    """The action buttons the destinations panel offers on `destination`'s row (None: no row)."""
+    from selenium.webdriver.common.by import By
+
+    rows = driver.find_elements(By.CSS_SELECTOR, f'#destinations-table tr[data-destination="{destination}"]')
+    if not rows:
+        return None
+    return [b.get_attribute("data-action") for b in rows[0].find_elements(By.CSS_SELECTOR, "button[data-action]")]
+
+
+JOBS = "/queue/console.jobs"
+MADE = "/queue/console.made"
+
+
+def test_a_followers_console_names_its_group_and_its_actions_are_done_by_the_leader(tmp_path: Path) -> None:
+    """`raftmq up`'s default cluster: one group g1 of n1..n3. A user opens a follower's console."""
+    from selenium.webdriver.common.by import By
+
+    group = Group(tmp_path, name="g1")
+    group.start()
+    try:
+        leader = group.leader()
+        follower = next(node for node in group.members if node != leader)
+        port = group.members[follower].admin_port
+        conn, listener = connect((group.members[leader].host, group.members[leader].client_port))
+        for i in range(3):
+            conn.send(JOBS, f"job {i}", receipt=f"r{i}")
+            listener.receipt(f"r{i}")
+        conn.disconnect()
+
+        with browser(tmp_path / "browser") as driver:
+            try:
+                driver.get(f"http://127.0.0.1:{port}/")
+                wait_until(lambda: page_depth(driver, JOBS) == "3", f"the follower's console shows {JOBS} at depth 3",
+                           PAGE_WAIT, driver)
+                # The group is g1 in the title, the cluster panel and the overview; the node is the follower.
+                assert driver.title == f"raftmq g1 \u00b7 {follower}", driver.title
+                assert text_of(driver, "#title-group") == "g1"
+                assert text_of(driver, '#overview-summary [data-field="group"]') == "g1"
+                assert text_of(driver, '#overview-summary [data-field="node"]') == follower
+                assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-role") == "follower"
+                assert api(port, "/api/overview")[1]["group"] == "g1"
+
+                # Create, from the follower's page: done by the leader, and the page says so.
+                driver.find_element(By.ID, "create-destination").send_keys(MADE)
+                driver.find_element(By.ID, "create-button").click()
+                wait_until(lambda: f"Create {MADE}: created 1" in status_line(driver),
+                           f"the console reports {MADE} created", PAGE_WAIT, driver)
+                wait_until(lambda: page_depth(driver, MADE) == "0", f"the console lists {MADE}", PAGE_WAIT, driver)
+                assert MADE in depths(group.members[leader].admin_port)
+
+                # Purge (a button and its confirmation) from the follower's page.
+                purge = driver.find_element(By.CSS_SELECTOR,
+                                            f'#destinations-table button[data-action="purge"][data-destination="{JOBS}"]')
+                purge.click()
+                assert JOBS in accept_dialog(driver)
+                wait_until(lambda: f"Purge {JOBS}: purged 3" in status_line(driver),
+                           f"the console reports {JOBS} purged", PAGE_WAIT, driver)
+                wait_until(lambda: page_depth(driver, JOBS) == "0", f"the console shows {JOBS} emptied", PAGE_WAIT, driver)
+                assert depths(group.members[leader].admin_port)[JOBS] == 0
+                assert driver.find_element(By.ID, "status").get_attribute("data-state") in ("ok", "busy")
+                assert javascript_errors(driver) == []
+            finally:
+                save_screenshot(driver, SCREENSHOT.with_name("console-follower.png"))
+        for member in group.members.values():
+            assert "Traceback" not in member.stderr(), member.stderr()[-3000:]
+    finally:
+        group.close()
+
+
+def test_a_draining_group_says_so_and_internal_queues_offer_no_changes(tmp_path: Path) -> None:
+    """Two single-node groups, linked: g1's console while g1 drains to g2 (paused, so what g1
+    holds waits in its store-and-forward queue), then once g2 took everything."""
+    from selenium.webdriver.common.by import By
+
+    cluster = Cluster(tmp_path, ["g1", "g2"])
+    internal = "/queue/$.raftmq.sf.g2"  # g1's store-and-forward queue to g2
+    try:
+        cluster.start()
+        cluster.wait_links()
+        g1 = cluster.groups["g1"].members["n1"]
+        conn, listener = connect((g1.host, g1.client_port))
+        for i in range(5):
+            conn.send("/queue/orders", f"order {i}", receipt=f"r{i}")
+            listener.receipt(f"r{i}")
+        conn.disconnect()
+
+        with browser(tmp_path / "browser") as driver:
+            try:
+                driver.get(f"http://127.0.0.1:{g1.admin_port}/")
+                wait_until(lambda: actions_of(driver, "/queue/orders") == ["purge", "delete"],
+                           "the console offers Purge and Delete on /queue/orders", PAGE_WAIT, driver)
+                assert actions_of(driver, internal) == [], actions_of(driver, internal)
+                body = driver.find_element(By.TAG_NAME, "body")
+                assert body.get_attribute("data-drain") == "serving"
+                assert not driver.find_element(By.ID, "drain-notice").is_displayed()
+
+                cluster.groups["g2"].signal("n1", signal.SIGSTOP)
+                drain_group(load_topology(cluster.topology), "g1", ("g2",), wait=False, report=lambda line: None)
+                wait_until(lambda: body.get_attribute("data-drain") == "draining", "the console shows g1 draining",
+                           PAGE_WAIT, driver)
+                notice = driver.find_element(By.ID, "drain-notice")
+                assert notice.is_displayed() and "g1 is DRAINING to g2" in notice.text, notice.text
+                wait_until(lambda: "5 left" in notice.text, "the drain notice counts what is left", PAGE_WAIT, driver)
+                assert text_of(driver, '#overview-summary [data-field="state"]') == "draining"
+                assert actions_of(driver, internal) == []
+                overview = api(g1.admin_port, "/api/overview")[1]
+                assert overview["drain"] == {"state": "draining", "to": ["g2"], "moved": 5, "left": 5}, overview
+
+                cluster.groups["g2"].signal("n1", signal.SIGCONT)
+                wait_until(lambda: body.get_attribute("data-drain") == "drained", "the console shows g1 drained",
+                           PAGE_WAIT * 2, driver)
+                assert "g1 is DRAINED to g2: 5 moved, nothing left" in notice.text, notice.text
+                assert text_of(driver, '#overview-summary [data-field="state"]') == "drained"
+                assert javascript_errors(driver) == []
+            finally:
+                save_screenshot(driver, SCREENSHOT.with_name("console-draining.png"))
+    finally:
+        cluster.close()  # a paused member too (SIGCONT, then SIGKILL)

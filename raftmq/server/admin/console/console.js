@@ -1,7 +1,8 @@
 // The raftmq web console: reads the admin port's JSON API (docs/management.md) every two
 // seconds and renders it; its buttons post the API's changes. Same origin, so the browser
-// sends the HTTP Basic login it asked for when the page loaded. Data goes into the page only
-// through textContent and attributes, never as HTML.
+// sends the HTTP Basic login it asked for when the page loaded; on a follower's page the
+// member passes a change on to the leader (with that login) and answers with the leader's
+// answer. Data goes into the page only through textContent and attributes, never as HTML.
 "use strict";
 
 (function () {
@@ -247,6 +248,7 @@
     for (const field of ["group", "node", "role", "leader", "term", "destinations", "connections"]) {
       setText(summary.querySelector('[data-field="' + field + '"]'), fmt(overview[field]));
     }
+    renderDrain(overview.drain, overview.group);
     setText($("title-group"), fmt(overview.group));
     setText($("title-node"), overview.node ? " \u00b7 " + overview.node : "");
     document.title = "raftmq " + fmt(overview.group) + (overview.node ? " \u00b7 " + overview.node : "");
@@ -301,7 +303,7 @@
       (row, g) => fill(row, { name: g.name, hops: fmt(g.hops), via: fmt(g.via), members: describe(peers[g.name]) }));
     setNote("groups-note", groupList.length ? "" : "No other groups known.");
 
-    // A follower takes no changes: point at the leader's console.
+    // A follower passes changes on to the leader: say where it is.
     if (overview.role === "leader") {
       state.leaderFromConflict = null;
       hideLeader();
@@ -315,12 +317,42 @@
     }
   }
 
+  // A group that `raftmq group drain` empties turns every client away: say so, in the title
+  // bar and the cluster panel, until it stops draining.
+  function renderDrain(drain, group) {
+    const state = drain && typeof drain === "object" ? (drain.state === "drained" ? "drained" : "draining") : "serving";
+    setText($("overview-summary").querySelector('[data-field="state"]'), state);
+    document.body.dataset.drain = state;
+    const notice = $("drain-notice");
+    if (state === "serving") {
+      notice.hidden = true;
+      setText(notice, "");
+      return;
+    }
+    const to = Array.isArray(drain.to) && drain.to.length ? drain.to.join(", ") : "every group it reaches";
+    const left = typeof drain.left === "number" ? drain.left : null;
+    const text = state === "drained"
+      ? "Group " + fmt(group) + " is DRAINED to " + to + ": " + fmt(drain.moved) + " moved, nothing left; it turns every"
+        + " client away (stop it, or `raftmq group drain " + fmt(group) + " --cancel`)"
+      : "Group " + fmt(group) + " is DRAINING to " + to + ": " + fmt(drain.moved) + " moved"
+        + (left === null ? "" : ", " + left + " left") + "; it turns every client away";
+    setText(notice, text);
+    notice.dataset.state = state;
+    notice.hidden = false;
+  }
+
   function renderDestinations(answer) {
     const list = Array.isArray(answer.destinations) ? answer.destinations : [];
     syncRows($("destinations-table"), list, (d) => d.destination, "data-destination",
       (d, key) => {
         const row = newRow(["destination", "kind", "depth", "in-flight", "consumers", "enqueued", "dequeued",
           "expired", "dead-lettered", "scheduled", "rate-in", "rate-out", "rate-groups", "actions"]);
+        if (d.internal) {
+          // The cluster's own queue (store-and-forward, control): the API takes no change to it.
+          row.dataset.internal = "true";
+          row.title = key + " belongs to the cluster's bridges: it cannot be purged or deleted";
+          return row;
+        }
         const actions = cell(row, "actions");
         actions.appendChild(button("Purge", "purge", { destination: key }, "Purge " + key));
         actions.appendChild(button("Delete", "delete", { destination: key }, "Delete " + key));
@@ -328,7 +360,8 @@
       },
       (row, d) => {
         fill(row, {
-          destination: fmt(d.destination), kind: fmt(d.kind), depth: fmt(d.depth), "in-flight": fmt(d.in_flight),
+          destination: fmt(d.destination), kind: fmt(d.kind) + (d.internal ? " (internal)" : ""), depth: fmt(d.depth),
+          "in-flight": fmt(d.in_flight),
           consumers: fmt(d.consumers), enqueued: fmt(d.enqueued), dequeued: fmt(d.dequeued),
           expired: fmt(d.expired), "dead-lettered": fmt(d.dead_lettered), scheduled: fmt(d.scheduled),
           "rate-in": fmtRate(d.rate_in), "rate-out": fmtRate(d.rate_out),
