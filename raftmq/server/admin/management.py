@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from raftmq.config import split_address
 from raftmq.core.browse import browse_store
 from raftmq.core.commands import Manage
 from raftmq.core.selector import compile_selector
@@ -396,15 +397,15 @@ def _post_change(admin: str, path: str, body: bytes, authorization: str | None,
                  tls: tuple[ssl.SSLContext, bytes] | None) -> Answer:
     """One POST of a change to the leader's admin API: (status, content type, body). Over TLS
     the leader must present the group's certificate (a pin: every member has it)."""
-    host, _, port = admin.rpartition(":")
+    host, port = split_address(admin)  # "[::1]:8161" too
     headers = {"Content-Type": JSON, FORWARDED_HEADER: "1"}
     if authorization:
         headers["Authorization"] = authorization
     connection: http.client.HTTPConnection
     if tls is None:
-        connection = http.client.HTTPConnection(host, int(port), timeout=FORWARD_TIMEOUT)
+        connection = http.client.HTTPConnection(host, port, timeout=FORWARD_TIMEOUT)
     else:
-        connection = http.client.HTTPSConnection(host, int(port), timeout=FORWARD_TIMEOUT, context=tls[0])
+        connection = http.client.HTTPSConnection(host, port, timeout=FORWARD_TIMEOUT, context=tls[0])
     try:
         if tls is not None:
             connection.connect()
@@ -428,13 +429,13 @@ async def _health(admin: str | None, tls: bool) -> dict[str, Any]:
     is what any prober may read)."""
     if not admin:
         return {}
-    host, _, port = admin.rpartition(":")
     context = None
     if tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port), ssl=context), HEALTH_TIMEOUT)
+        host, port = split_address(admin)  # "[::1]:8161" too
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), HEALTH_TIMEOUT)
     except (OSError, TimeoutError, ValueError):
         return {"status": "unreachable"}
     try:
