@@ -119,7 +119,8 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
     if member.admin is not None:
         host, port = split_address(member.admin)
         host = group.server.bind_host or host
-        api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members])
+        api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members],
+                            group=group.name)
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
                             change_members=lambda change: change_membership(raft, change), api=api,
                             ssl=admin_ssl(group), authenticate=api.authenticated,
