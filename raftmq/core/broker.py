@@ -211,7 +211,7 @@ class Broker:
             # a new leader) says nothing about the message, which may already be stored at the
             # neighbour; dead-lettering it after a few of those would store it twice. Only a
             # refusal (a NACK) counts towards the dead-letter queue there.
-            self.dispatch.requeue(store, messages, may_dead_letter=not is_internal(store.destination))
+            self.dispatch.requeue(store, messages, may_dead_letter=not is_internal(store.destination), returned=True)
 
     def refuse_session(self, session_id: str, message: str, detail: str) -> None:
         """End a session with an ERROR to its client (an operator's close, a deleted destination)."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections import deque
 from heapq import heapify, heappop, heappush
 
+from raftmq.core import dead_letter as letters
 from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
+from raftmq.core.dead_letter import ORIGINAL_DESTINATION as ORIGINAL_DESTINATION  # read here by spark_audit.replay
 from raftmq.core.dispatch_paging import Paging
 from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.core.effects import Deliver, Effect
@@ -27,8 +29,6 @@ from raftmq.core.store_observer import ACKED, AUTO_ACKED, DEAD_LETTER, DEAD_LETT
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
 from raftmq.patterns import pattern_matches
-
-ORIGINAL_DESTINATION = "original-destination"
 
 # Stale expiry-index entries tolerated (beyond twice the live ones) before the index is rebuilt.
 EXPIRY_HEAP_SLACK = 1024
@@ -169,30 +169,6 @@ class Dispatcher(Paging, Redelivery):
             # A pass is due anyway; it must see this message in its place among the others.
             self.mark(store)
 
-    def moved(self, message: Message, destination: str) -> Message:
-        """A copy of `message` for the dead-letter or expiry queue: no expiry, a fresh delivery count."""
-        origin = message.destination
-        headers = []
-        for name, value in message.headers:
-            if name == ORIGINAL_DESTINATION:
-                if message.destination in (self.config.dead_letter_queue, self.config.expiry_queue):
-                    origin = value  # keep where it first came from
-            elif name != "expires":
-                headers.append((name, value))
-        headers.append((ORIGINAL_DESTINATION, origin))
-        return Message(
-            message.message_id,
-            destination,
-            tuple(headers),
-            message.body,
-            message.priority,
-            0,
-            message.timestamp,
-            message.group,
-            message.persistent,
-            0,
-        )
-
     def _expire(self, store: Store, message: Message, indexed: bool = True) -> None:
         """`message` (just removed from `store`'s ready messages, or its tail: not `indexed`) has expired."""
         if indexed:
@@ -201,25 +177,30 @@ class Dispatcher(Paging, Redelivery):
             self.observer.left(store, message, EXPIRED, None)
         store.expired += 1
         store.bytes -= body_size(message.body)
-        target = self.config.expiry_queue
-        self.enqueue(self.queue(target), self.moved(message, target), EXPIRY)
+        self._move(message, self.config.expiry_queue, letters.EXPIRED, letters.expired_cause(message), EXPIRY)
 
-    def dead_letter(self, store: Store, message: Message) -> None:
+    def dead_letter(self, store: Store, message: Message, returned: bool = False) -> None:
+        """Move `message` (out of `store`) to the dead-letter queue: NACKed, or `returned`
+        unacknowledged by a consumer that left, at its last allowed delivery."""
         if self.observer is not None:
             self.observer.left(store, message, DEAD_LETTERED, None)
         store.dead_lettered += 1
         store.bytes -= body_size(message.body)
-        target = self.config.dead_letter_queue
-        self.enqueue(self.queue(target), self.moved(message, target), DEAD_LETTER)
+        reason, cause = letters.why(store.destination, message, self.config.max_delivery_count, returned)
+        self._move(message, self.config.dead_letter_queue, reason, cause, DEAD_LETTER)
 
-    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True) -> None:
+    def _move(self, message: Message, target: str, reason: str, cause: str, origin: str) -> None:
+        side_queues = (self.config.dead_letter_queue, self.config.expiry_queue)
+        self.enqueue(self.queue(target), letters.moved(message, target, side_queues, reason, cause), origin)
+
+    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True, returned: bool = False) -> None:
         """Return delivered messages (in delivery order) to the front of `store`, or dead-letter
-        them (unless not `may_dead_letter`)."""
+        them (unless not `may_dead_letter`); `returned`: by a consumer that left (not a NACK)."""
         limit = self.config.max_delivery_count
         back = []
         for message in messages:
             if may_dead_letter and message.delivery_count >= limit:
-                self.dead_letter(store, message)
+                self.dead_letter(store, message, returned)
             else:
                 back.append(message)
         for message in reversed(back):

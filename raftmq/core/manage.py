@@ -14,7 +14,8 @@ walk is over insertion-ordered dicts and deques.
   are dropped;
 - retry / move: ready messages back to their `original-destination` (dead-letter and expiry
   queues set it) or to `target`, published as new SENDs would be (routed over cluster
-  connections too) without a second duplicate check;
+  connections too) without a second duplicate check, without the headers of their death
+  (raftmq.core.dead_letter);
 - close: a client session ends with an ERROR, as a Disconnect would end it.
 """
 
@@ -23,7 +24,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from raftmq.core.commands import Headers, Manage
-from raftmq.core.dispatch import ORIGINAL_DESTINATION, Dispatcher
+from raftmq.core.dead_letter import HEADERS, ORIGINAL_DESTINATION
+from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import Managed
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
 from raftmq.core.selector import compile_selector
@@ -166,7 +168,7 @@ def _move(broker: Broker, command: Manage) -> tuple[tuple[str, int], ...]:
             skipped += 1  # a retry of a message that never had another home: it stays
             continue
         broker.dispatch.take_ready(store, token)
-        headers = tuple((name, value) for name, value in message.headers if name != ORIGINAL_DESTINATION)
+        headers = tuple((name, value) for name, value in message.headers if name not in HEADERS)  # a fresh start
         broker.publish_again(to, headers, message.body, command.now)
         moved += 1
     store.maybe_compact()
