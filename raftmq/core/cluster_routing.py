@@ -38,7 +38,7 @@ from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
-from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
+from raftmq.core.model import PRIORITY_LEVELS, Delivery, Store, selector_headers
 from raftmq.core.queue_patterns import matches as matches_queue
 from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
@@ -59,6 +59,7 @@ from raftmq.routing.route import (
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
     ROUTE_HEADER,
+    SF_PREFIX,
     SUBSCRIPTION_ONLY_HEADER,
     TO_HEADER,
     is_internal,
@@ -80,11 +81,24 @@ class ClusterRouting:
         self._governing: dict[str, ClusterConnection | None] = {}
         self._selectors: dict[str, Selector | None] = {}
         self.scale_down = ScaleDown(self)
+        dispatch.on_acked = self.acked
         self.rebuild()
 
     @property
     def cluster_state(self) -> ClusterState:
         return self.state.cluster
+
+    def acked(self, store: Store, settled: list[Delivery]) -> None:
+        """ACKed deliveries: those of a store-and-forward queue are what its neighbour confirmed."""
+        if not store.destination.startswith(SF_PREFIX):
+            return
+        neighbour = store.destination[len(SF_PREFIX):]
+        adverts = sum(1 for done in settled if any(name == ADVERT_HEADER for name, _value in done.message.headers))
+        cluster = self.cluster_state
+        if adverts:
+            cluster.adverts_confirmed[neighbour] = cluster.adverts_confirmed.get(neighbour, 0) + adverts
+        if len(settled) > adverts:
+            cluster.confirmed[neighbour] = cluster.confirmed.get(neighbour, 0) + len(settled) - adverts
 
     def rebuild(self) -> None:
         """Derive the route index from the adverts (after a change, or a snapshot load)."""

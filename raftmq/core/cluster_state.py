@@ -27,10 +27,16 @@ class ClusterState:
     # and messages it stored that came from another group. `raftmq status` shows their rates.
     sent_on: dict[str, int] = field(default_factory=dict)
     arrived: dict[str, int] = field(default_factory=dict)
+    # Per neighbour: messages of its store-and-forward queue it confirmed (ACKed there, by this
+    # group's bridge after the neighbour's receipt, or by the neighbour pulling them), and of those
+    # the adverts (a link's status shows both: raftmq.server.links).
+    confirmed: dict[str, int] = field(default_factory=dict)
+    adverts_confirmed: dict[str, int] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable
-                    or self.draining is not None or self.drained or self.sent_on or self.arrived)
+                    or self.draining is not None or self.drained or self.sent_on or self.arrived or self.confirmed
+                    or self.adverts_confirmed)
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -44,6 +50,8 @@ class ClusterState:
             "drained": self.drained,
             "sent_on": dict(self.sent_on),
             "arrived": dict(self.arrived),
+            "confirmed": dict(self.confirmed),
+            "adverts_confirmed": dict(self.adverts_confirmed),
         }
 
     @classmethod
@@ -59,4 +67,6 @@ class ClusterState:
             int(data.get("drained", 0)),  # snapshots written before scale-down existed have neither
             {str(k): int(v) for k, v in data.get("sent_on", {}).items()},  # nor these, older still
             {str(k): int(v) for k, v in data.get("arrived", {}).items()},
+            {str(k): int(v) for k, v in data.get("confirmed", {}).items()},  # neither these, until links counted them
+            {str(k): int(v) for k, v in data.get("adverts_confirmed", {}).items()},
         )

@@ -11,6 +11,7 @@ store) for the ready messages that expire, so a Tick costs O(expired · log n), 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 
 from raftmq.core import dead_letter as letters
@@ -54,6 +55,8 @@ class Dispatcher(Paging, Redelivery):
         self.queue_patterns = QueuePatterns(state)  # wildcard queue subscriptions (derived too)
         # Told of every message entering or leaving a store (raftmq.core.store_observer); None: no one.
         self.observer: StoreObserver | None = None
+        # Told of each store's ACKed deliveries (raftmq.core.cluster_routing counts a link's); None: no one.
+        self.on_acked: Callable[[Store, list[Delivery]], None] | None = None
 
     def queue(self, destination: str) -> Store:
         store = self.state.queues.get(destination)
@@ -248,6 +251,8 @@ class Dispatcher(Paging, Redelivery):
                 store.bytes -= body_size(settled[0].message.body)
             else:
                 store.bytes -= sum(body_size(done.message.body) for done in settled)
+            if self.on_acked is not None:
+                self.on_acked(store, settled)
             self.wake(store, sub)
         elif self.config.redelivery_delay_ms:
             self.redeliver_later(store, [done.message for done in settled])

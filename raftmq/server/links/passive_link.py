@@ -13,7 +13,8 @@ at any moment; one redelivered after a failure is stored once (its forward id).
 The other end runs a `PassiveLink` instead of a bridge: it opens nothing, and puts its adverts
 for the opener into that store-and-forward queue (when they change, when the opener's pull
 subscription appears, and every `ADVERT_REFRESH_SECONDS` while it is there). Its status shows
-the link connected while the opener's subscription is there.
+the link connected while the opener's subscription is there and, as what it forwarded, what
+the opener pulled and ACKed (the core counts those ACKs in the committed cluster state).
 """
 
 from __future__ import annotations
@@ -97,8 +98,21 @@ class PassiveLink(LeaderTask):
         self.advertises = advertises  # the neighbour forwards to this group: it needs our bindings
         self.queue = sf_queue(neighbour)
         self._session: BridgeSession | None = None
-        self.adverts_sent = 0
         self.last_error: str | None = None
+        self._since = (0, 0)  # what the neighbour had confirmed when this node began to run the link
+
+    def confirmed(self) -> tuple[int, int]:
+        """(forwards, adverts) the neighbour confirmed, in all: it ACKs what it pulled, and the
+        committed state counts those ACKs (raftmq.core.cluster_state), the same on every member."""
+        routing = self._host.broker.routing
+        if routing is None:
+            return 0, 0
+        cluster = routing.cluster_state
+        return cluster.confirmed.get(self.neighbour, 0), cluster.adverts_confirmed.get(self.neighbour, 0)
+
+    async def start(self) -> None:
+        self._since = self.confirmed()  # a bridge's figures too count from when this node leads
+        await super().start()
 
     async def stop(self) -> None:
         await super().stop()
@@ -144,21 +158,21 @@ class PassiveLink(LeaderTask):
             # Stored as it is in the queue the neighbour pulls (raftmq.core.broker: SF sends).
             await session.send(self.queue, ((ADVERT_HEADER, encode_advert(advert)),), b"")
             last, last_sent = content, now
-            self.adverts_sent += 1
 
     def status(self) -> dict[str, Any]:
         store = self._host.broker.state.queues.get(self.queue)
         waiting = 0 if store is None else store.depth + store.in_flight
+        forwarded, adverts = self.confirmed()
         return {
             "from": self.own_group,
             "to": self.neighbour,
             "state": "connected" if self._pulling() else "waiting",  # for the neighbour to connect
             "opened_by": self.neighbour,
             "retry_in_s": None,
-            "forwarded": 0,
-            "refused": 0,
+            "forwarded": forwarded - self._since[0],  # pulled and ACKed by the neighbour
+            "refused": 0,  # a neighbour that pulls never refuses: what it cannot store it takes again
             "waiting": waiting,
             "in_flight": 0 if store is None else store.in_flight,
-            "adverts_sent": self.adverts_sent,
+            "adverts_sent": adverts - self._since[1],
             "last_error": self.last_error,
         }
