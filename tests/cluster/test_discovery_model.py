@@ -4,6 +4,7 @@ signature, the table of groups heard of, the discovery file, and the topology ta
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,13 @@ import pytest
 from cluster.connection_tables import parse_cluster_connections
 from cluster.discovery_tables import parse_broadcast_groups, parse_discovery_groups
 from raftmq.errors import ConfigError
-from raftmq.routing.discovery import Announcement, DiscoveryTable, decode_announcement, encode_announcement, parse_members
+from raftmq.routing.discovery import Announcement, DiscoveryTable, Freshness, decode_announcement, encode_announcement, parse_members
 
 PATH = Path("/etc/raftmq/topology.toml")
 
 
 def test_an_announcement_round_trips_and_a_forged_one_is_dropped() -> None:
-    heard = Announcement("main", "g2", ("10.0.0.2:61613", "10.0.0.3:61613"))
+    heard = Announcement("main", "g2", ("10.0.0.2:61613", "10.0.0.3:61613"), 1_700_000_000_000, "a1b2", 7)
     assert decode_announcement(encode_announcement(heard, None), None) == heard
     signed = encode_announcement(heard, "secret")
     assert decode_announcement(signed, "secret") == heard
@@ -29,9 +30,39 @@ def test_an_announcement_round_trips_and_a_forged_one_is_dropped() -> None:
     forged["body"] = forged["body"].replace("10.0.0.2", "6.6.6.6")
     with pytest.raises(ValueError, match="not signed"):
         decode_announcement(json.dumps(forged).encode(), "secret")
-    for garbage in (b"", b"{}", b"[1]", b"x" * 9000, json.dumps({"body": "{}", "tag": ""}).encode()):
+    for garbage in (b"", b"{}", b"[1]", b"x" * 9000, json.dumps({"body": "{}", "tag": ""}).encode(),
+                    json.dumps({"body": "[]", "tag": ""}).encode(),
+                    encode_announcement(Announcement("main", "g2", ("h:1",), 5, "s" * 65, 1), None)):
         with pytest.raises(ValueError):
             decode_announcement(garbage, None)
+    # Time and sequence are signed: a replay cannot be freshened.
+    fresher = json.loads(signed)
+    fresher["body"] = fresher["body"].replace("1700000000000", "1800000000000")
+    with pytest.raises(ValueError, match="not signed"):
+        decode_announcement(json.dumps(fresher).encode(), "secret")
+
+
+def test_an_older_raftmqs_announcement_is_taken_unsigned_only() -> None:
+    older = json.dumps({"body": json.dumps({"cluster": "main", "group": "g2", "clients": ["h:1"]}), "tag": ""}).encode()
+    assert decode_announcement(older, None) == Announcement("main", "g2", ("h:1",))
+    assert Freshness(1000).refusal(decode_announcement(older, None), 10**13) is None
+    unstamped = encode_announcement(Announcement("main", "g2", ("h:1",)), "secret")
+    with pytest.raises(ValueError, match="without a time and sequence"):
+        decode_announcement(unstamped, "secret")
+
+
+def test_an_announcement_is_taken_once_in_order_and_while_fresh() -> None:
+    fresh = Freshness(max_age_ms=10_000)
+    first = Announcement("main", "g2", ("h:1",), 100_000, "s1", 1)
+    assert fresh.refusal(first, 100_050) is None
+    assert "replayed" in str(fresh.refusal(first, 100_060))  # the same again
+    assert fresh.refusal(replace(first, seq=3, sent_ms=102_000), 102_010) is None
+    assert "replayed" in str(fresh.refusal(replace(first, seq=2, sent_ms=101_000), 102_020))  # an older one, late
+    assert "stale" in str(fresh.refusal(replace(first, seq=9, sent_ms=100_000), 110_001))  # past the window
+    assert "ahead" in str(fresh.refusal(replace(first, seq=9, sent_ms=120_002), 110_001))  # a clock far ahead
+    assert fresh.refusal(replace(first, sender="s2", seq=1, sent_ms=110_000), 110_001) is None  # a new leader's announcer
+    assert fresh.refusal(replace(first, sender="s3", seq=1, sent_ms=115_000), 115_000) is None
+    assert set(fresh.last) == {"s2", "s3"}  # s1 is forgotten: nothing of it passes the window any more
 
 
 def test_the_table_knows_what_is_new_moved_up_and_down() -> None:

@@ -2,9 +2,10 @@
 
 Two leader services of a group's leader:
 - `Announcer`: every `broadcast_period_ms`, a UDP datagram to each broadcast group's multicast
-  address naming this group and its members' STOMP addresses (signed with the cluster
-  password, when there is one), once per cluster connection with discovery it is part of. A
-  group is announced while it has a leader, since only a leader serves.
+  address naming this group and its members' STOMP addresses, with the time and a sequence
+  number (signed with the cluster password, when there is one), once per cluster connection
+  with discovery it is part of. A group is announced while it has a leader, since only a leader
+  serves. The listeners take each announcement once, while it is fresh (`Freshness`).
 - `DiscoveredLinks`: listens on a discovery group's multicast address (or re-reads its file),
   and opens a bridge (raftmq.server.links.bridge) to every group it hears of, without a restart;
   one whose addresses change gets a new bridge. One not heard of for `refresh_timeout_ms` keeps
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import time
@@ -25,7 +27,16 @@ from typing import Any
 import structlog
 
 from raftmq.routing.cluster_connection import ClusterConnection, PeerGroup
-from raftmq.routing.discovery import Announcement, BroadcastGroup, DiscoveryGroup, DiscoveryTable, decode_announcement, encode_announcement, parse_members
+from raftmq.routing.discovery import (
+    Announcement,
+    BroadcastGroup,
+    DiscoveryGroup,
+    DiscoveryTable,
+    Freshness,
+    decode_announcement,
+    encode_announcement,
+    parse_members,
+)
 from raftmq.server.links.bridge import Bridge
 from raftmq.server.seams.leader_task import LeaderTask
 
@@ -62,21 +73,25 @@ class Announcer(LeaderTask):
     name = "discovery announcer"
 
     def __init__(self, group: str, clients: tuple[str, ...], broadcast: tuple[BroadcastGroup, ...],
-                 connections: tuple[ClusterConnection, ...]) -> None:
+                 connections: tuple[ClusterConnection, ...], wall: Callable[[], float] = time.time) -> None:
         self._group, self._clients = group, clients
         self._broadcast = broadcast
         self._connections = connections
+        self._wall = wall
         self.sent = 0
+        self.seq = 0
 
     async def run(self) -> None:
         sockets = [(group, _sender(group)) for group in self._broadcast]
+        sender = os.urandom(8).hex()  # this announcer's: its sequence numbers start again
         try:
             period = min(group.broadcast_period_ms for group in self._broadcast) / 1000
             while True:
                 for group, sock in sockets:
                     for connection in self._connections:
-                        data = encode_announcement(Announcement(connection.name, self._group, self._clients),
-                                                   connection.cluster_password)
+                        self.seq += 1
+                        heard = Announcement(connection.name, self._group, self._clients, int(self._wall() * 1000), sender, self.seq)
+                        data = encode_announcement(heard, connection.cluster_password)
                         try:
                             sock.sendto(data, (group.group_address, group.group_port))
                             self.sent += 1
@@ -93,13 +108,14 @@ class DiscoveredLinks(LeaderTask):
     """The bridges of one cluster connection with discovery, made as groups are heard of."""
 
     def __init__(self, host: Any, own: str, connection: ClusterConnection, links: list[Any],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         assert connection.discovery is not None
         self.name = f"discovered links of {connection.name}"
         self._host, self._own, self._connection = host, own, connection
         self._links = links  # the node's list of links (its status shows them)
-        self._clock = clock
+        self._clock, self._wall = clock, wall
         self.table = DiscoveryTable(own, connection.discovery.refresh_timeout_ms)
+        self.freshness = Freshness(connection.discovery.refresh_timeout_ms)
         self.bridges: dict[str, Bridge] = {}
         self._socket: socket.socket | None = None
 
@@ -138,8 +154,13 @@ class DiscoveredLinks(LeaderTask):
             except ValueError as exc:
                 log.warning("discovery.ignored", sender=f"{sender[0]}:{sender[1]}", reason=str(exc))
                 continue
-            if heard.cluster == self._connection.name:
-                self.table.hear(heard.group, heard.clients, self._clock())
+            if heard.cluster != self._connection.name:
+                continue
+            refusal = self.freshness.refusal(heard, int(self._wall() * 1000))
+            if refusal is not None:
+                log.warning("discovery.ignored", sender=f"{sender[0]}:{sender[1]}", group=heard.group, reason=refusal)
+                continue
+            self.table.hear(heard.group, heard.clients, self._clock())
 
     def _read_file(self) -> None:
         discovery = self._connection.discovery
