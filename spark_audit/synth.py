@@ -159,7 +159,7 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
 
 
 def _value_of(log: GroupLog, ref: Any) -> str:
-    index, ordinal = ref
+    index, ordinal, _size = ref  # a BodyRef (raftmq.storage.payload.reference_bodies)
     commands = log.entries[index - 1][2]
     assert commands is not None and log.entries[index - 1][0] == index
     sends = [c for c in commands if type(c) is Send]
