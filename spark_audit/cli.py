@@ -37,6 +37,7 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     from rich.console import Console
     from rich.markup import escape
 
+    from spark_audit import story
     from spark_audit.job import run_audit
     from spark_audit.layout import expand, read_run
     from spark_audit.report import to_json, verdict_table, write
@@ -74,6 +75,8 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
             console.print(f"[red]{finding['check']}[/] {text}", highlight=False)
         if len(result.findings) > FINDINGS_SHOWN:
             console.print(f"... and more: the report lists up to {sample} per run and check")
+        console.print(("[green]" if result.clean else "[bold red]") + escape(story.verdict(to_json(result))) + "[/]",
+                      highlight=False)
         console.print(f"report: {html_path}  (counts and findings: {json_path})")
     raise SystemExit(0 if result.clean else 1)
 

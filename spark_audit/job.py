@@ -94,7 +94,7 @@ def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: i
             run.name, run.path, run.workload,
             {check: (None if check in checks.HISTORY_CHECKS and not applies else counts.get((run.name, check), 0))
              for check in checks.CHECKS},
-            read.get(run.name, {}),
+            {"groups": len(run.groups), **read.get(run.name, {})},
         ))
     for frame in cached:
         frame.unpersist()
@@ -117,10 +117,18 @@ def _size_shuffles(spark: Any, runs: list[Run]) -> None:
 
 
 def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
+    """Per run, what the checks read (the report says each check's verdict over these): Raft
+    `entries` and `body_records` of every member, `members`, body `segments`, `torn_tails` and
+    `torn_segments`; at the reference members, `stored` (every arrival in a store), `messages`
+    (first arrivals), `forwarded_in` (those from another group), `consumed` (acknowledged);
+    from the history, `operations`, `acked_sends` and `receives`; leader `terms` logged."""
     read: dict[str, dict[str, int]] = {}
     facts = tables.facts.groupBy("run").agg(
         F.sum((F.col("fact") == "entry").cast("long")).alias("entries"),
+        # Only reference members are replayed (docs/audit.md), so these are each group's own counts.
         F.sum((F.col("fact") == "enter").cast("long")).alias("stored"),
+        F.sum(((F.col("fact") == "enter") & F.col("first")).cast("long")).alias("messages"),
+        F.sum(((F.col("fact") == "enter") & F.col("first") & (F.col("kind") == "forward")).cast("long")).alias("forwarded_in"),
         F.sum(((F.col("fact") == "leave") & F.col("kind").isin("acked", "auto-acked")).cast("long")).alias("consumed"),
         F.countDistinct("group", "node").alias("members"),
         F.sum(((F.col("fact") == "file") & F.col("detail").startswith("torn")).cast("long")).alias("torn_tails"),
@@ -135,6 +143,13 @@ def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
     for row in bodies.collect():
         if row["run"]:
             read.setdefault(row["run"], {}).update({k: int(v or 0) for k, v in row.asDict().items() if k != "run"})
-    for row in tables.history.groupBy("run").count().collect():
-        read.setdefault(row["run"], {})["operations"] = int(row["count"])
+    ops = tables.history.groupBy("run").agg(
+        F.count("*").alias("operations"),
+        F.sum(((F.col("f") == "send") & (F.col("type") == "ok")).cast("long")).alias("acked_sends"),
+        F.sum(((F.col("f") == "receive") & (F.col("type") == "ok")).cast("long")).alias("receives"),
+    )
+    for row in ops.collect():
+        read.setdefault(row["run"], {}).update({k: int(v or 0) for k, v in row.asDict().items() if k != "run"})
+    for row in tables.leaders.groupBy("run").agg(F.countDistinct("group", "term").alias("terms")).collect():
+        read.setdefault(row["run"], {})["terms"] = int(row["terms"])
     return read

@@ -14,7 +14,8 @@ import pytest
 
 from spark_audit.job import run_audit
 from spark_audit.layout import read_run
-from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run
+from spark_audit.synth import SynthRun, make_run
+from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run, drop_receives
 
 # The JVMs these tests start (the local session's driver, a standalone master, worker and executor,
 # a Spark Connect server) live a minute or two on a few thousand rows, so the JIT's optimizing
@@ -43,6 +44,17 @@ def spark(short_lived_jvms: None) -> Iterator[Any]:
     session = spark_session("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def synthetic_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Synthetic runs (spark_audit.synth, in a second, no cluster): two groups of three, 60
+    messages each, clean; and a copy with every receive of one value gone from its history (a
+    lost message). {"clean": SynthRun, "lost": its copy's path, "value": the lost value}."""
+    root = tmp_path_factory.mktemp("synthetic")
+    clean: SynthRun = make_run(root, "synth-clean", groups=2, members=3, messages=60, batch=10)
+    lost = copy_run(clean.path, root, "synth-lost")
+    return {"clean": clean, "lost": lost, "value": drop_receives(lost)}
 
 
 def _chaos_run(out: Path, **options: Any) -> Path:
