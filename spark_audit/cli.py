@@ -12,6 +12,7 @@ import click
 from raftmq.errors import RaftmqError
 
 FINDINGS_SHOWN = 10  # under the table; the report has the rest
+SPARK_LOG = "audit-spark.log"  # beside audit.html: the driver JVM's stdout and stderr
 
 
 @click.command("audit")
@@ -52,16 +53,24 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     except RaftmqError as exc:
         raise click.BadParameter(str(exc), param_hint="RUN_DIR") from None
     target = Path(out) if out else (paths[0] if len(paths) == 1 else _common_parent(paths))
-    with console.status(f"starting Spark ({remote or master or 'local[*]'})") as status:
-        from spark_audit.spark_session import spark_session
+    # The JVM's own output (its warnings, Spark's log lines) goes to a file, not into the status line.
+    spark_log = None if remote else target / SPARK_LOG
+    if spark_log is not None:
+        spark_log.unlink(missing_ok=True)  # a previous audit's: named below only if this one wrote it
+    try:
+        with console.status(f"starting Spark ({remote or master or 'local[*]'})") as status:
+            from spark_audit.spark_session import spark_session
 
-        spark = spark_session(master=master, remote=remote)
-        watcher = _Progress(spark, status, len(runs))
-        watcher.start()
-        try:
-            result = run_audit(spark, runs, sample=sample)
-        finally:
-            watcher.stop()
+            spark = spark_session(master=master, remote=remote, jvm_log=spark_log)
+            watcher = _Progress(spark, status, len(runs))
+            watcher.start()
+            try:
+                result = run_audit(spark, runs, sample=sample)
+            finally:
+                watcher.stop()
+    except Exception:
+        _name_log(console, spark_log)
+        raise
     if remote:
         result.master = f"{remote} (its master: {result.master})"
     json_path, html_path = write(result, target)
@@ -78,7 +87,13 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
         console.print(("[green]" if result.clean else "[bold red]") + escape(story.verdict(to_json(result))) + "[/]",
                       highlight=False)
         console.print(f"report: {html_path}  (counts and findings: {json_path})")
+    _name_log(console, spark_log)
     raise SystemExit(0 if result.clean else 1)
+
+
+def _name_log(console: Any, spark_log: Path | None) -> None:
+    if spark_log is not None and spark_log.exists():
+        console.print(f"Spark's own output (the JVM's warnings and log): {spark_log}", highlight=False)
 
 
 def _common_parent(paths: list[Path]) -> Path:

@@ -26,9 +26,12 @@ QUIET_CONF = {
 
 
 def spark_session(master: str | None = None, remote: str | None = None, app: str = "raftmq-audit",
-                  conf: dict[str, str] | None = None) -> Any:
+                  conf: dict[str, str] | None = None, jvm_log: Path | None = None) -> Any:
     """A session on `master` (default `local[*]`) or, with `remote`, a Spark Connect session.
-    The workers run this interpreter (so they import raftmq and spark_audit as the driver does)."""
+    The workers run this interpreter (so they import raftmq and spark_audit as the driver does).
+    With `jvm_log`, a driver JVM started here writes its stdout and stderr there (the JVM's own
+    warnings, Spark's log lines, the Python workers' stderr), not on the terminal; a session
+    already running is taken as it is."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -40,14 +43,31 @@ def spark_session(master: str | None = None, remote: str | None = None, app: str
     if remote is not None:
         builder = builder.remote(remote)
     else:
-        builder = builder.master(master or "local[*]")
-        for key, value in {**QUIET_CONF, **(conf or {})}.items():
-            builder = builder.config(key, value)
-        builder = builder.config("spark.pyspark.python", sys.executable)
         log4j = Path(__file__).with_name("log4j2.properties")
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        settings = {**QUIET_CONF, **(conf or {}), "spark.master": master or "local[*]", "spark.app.name": app,
+                    "spark.pyspark.python": sys.executable,
+                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
+        if jvm_log is not None:
+            _start_driver(settings, jvm_log)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if remote is None:
         spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def _start_driver(settings: dict[str, str], log: Path) -> None:
+    """Start the driver JVM (unless one runs) with its stdout and stderr in `log`: PySpark's
+    own launcher, given where the JVM's output goes (`launch_gateway`'s `popen_kwargs`)."""
+    from pyspark import SparkConf, SparkContext, java_gateway
+
+    if SparkContext._active_spark_context is not None:
+        return
+    spark_conf = SparkConf().setAll(list(settings.items()))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:  # the JVM holds its own copy of the descriptor
+        launch: Any = java_gateway.launch_gateway  # untyped in pyspark
+        gateway = launch(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+    SparkContext(conf=spark_conf, gateway=gateway)

@@ -4,17 +4,24 @@ verdicts as the in-process job; the files it writes, and its exit status."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from spark_audit.cli import audit_command
+from spark_audit.cli import SPARK_LOG, audit_command
 from spark_audit.standalone import ConnectServer, StandaloneCluster
 from tests.helpers.audit_anomalies import copy_run
 
@@ -62,3 +69,47 @@ def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
     done = subprocess.run([*RAFTMQ, "audit", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert f"{tmp_path}: neither a run directory (no run.json) nor a directory of runs" in done.stderr
+
+
+def on_a_terminal(command: list[str], timeout: float) -> tuple[int, str]:
+    """Run `command` on a pseudo-terminal 200 columns wide, as a person would; (exit status,
+    everything it put on the terminal)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    screen = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every writer of the terminal has exited
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic())), screen.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+
+
+def test_the_jvm_output_goes_to_a_log_not_into_the_status_line(synthetic_runs: dict[str, Any], tmp_path: Path) -> None:
+    """Every JVM these tests start prints `Picked up JAVA_TOOL_OPTIONS` on its stderr (conftest's
+    short_lived_jvms): a line that, on the terminal, would run into the status line."""
+    assert os.environ.get("JAVA_TOOL_OPTIONS")
+    out = tmp_path / "out"
+    status, screen = on_a_terminal([*RAFTMQ, "audit", str(synthetic_runs["clean"].path), "--out", str(out)], timeout=420)
+    assert status == 0, screen[-3000:]
+    assert "starting Spark" in screen  # the status line was drawn (a terminal)
+    assert "Picked up JAVA_TOOL_OPTIONS" not in screen, screen[-3000:]
+    assert "Clean: 1 run," in screen  # the verdict, in a sentence
+    log = out / SPARK_LOG
+    assert f"Spark's own output (the JVM's warnings and log): {log}" in screen
+    jvm = log.read_text()
+    assert "Picked up JAVA_TOOL_OPTIONS" in jvm
+    # Spark's own logging is quiet: errors only (spark_audit/log4j2.properties), not its shell banner.
+    assert "Setting default log level" not in jvm
