@@ -18,6 +18,7 @@ from raftmq.client.failover_outbox import Verdict
 from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
 from raftmq.client.stomp_client import StompClient, connect
+from raftmq.client.transport import NotStompPort
 from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded
 from raftmq.protocol.frame import REDIRECT_HEADER
 
@@ -160,8 +161,8 @@ class Connector:
             try:
                 return await self._attempt(known)
             except ClientError as exc:
-                if is_access_refused(exc):
-                    raise  # every node shares the users: wrong credentials stay wrong
+                if is_access_refused(exc) or isinstance(exc, NotStompPort):
+                    raise  # every node shares the users: wrong credentials stay wrong; so do wrong ports
                 errors.append(exc)
                 self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
         if not errors:
@@ -185,6 +186,7 @@ class Connector:
         count = len(self.groups)
         start = known.group if known.group is not None else self._group_policy.select(count)
         failures: list[str] = []
+        wrong_ports = 0  # addresses that answered as no STOMP port does (an admin or Raft port)
         for group in rotated(range(count), start):
             for address in self.node_order(group, known):
                 try:
@@ -196,8 +198,11 @@ class Connector:
                     if is_access_refused(exc):
                         raise
                     failures.append(f"{address}: {exc}")
+                    wrong_ports += isinstance(exc, NotStompPort)
                     continue
                 return client, group, landed
+        if failures and wrong_ports == len(failures):
+            raise NotStompPort("no STOMP port among the addresses: " + "; ".join(failures))
         raise ClientError("no leader reachable: " + "; ".join(failures))
 
     async def _connect_following_redirects(self, group: int, address: Address) -> tuple[StompClient, Address]:

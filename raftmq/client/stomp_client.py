@@ -18,7 +18,7 @@ from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
-from raftmq.client.transport import StompTransport
+from raftmq.client.transport import PORT_HEADER, NotStompPort, StompTransport
 from raftmq.client.websocket import WebSocketClientProtocol
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError
@@ -298,7 +298,9 @@ class StompClient:
 
     def _on_error(self, frame: Frame) -> None:
         message = frame.get("message") or frame.body.decode("utf-8", "replace").strip() or "ERROR"
-        refused = BrokerRefused(message, frame.header_dict(), frame.body)
+        refused: ClientError = BrokerRefused(message, frame.header_dict(), frame.body)
+        if frame.get(PORT_HEADER) is not None:  # a raftmq member's admin or Raft port (raftmq.client.transport)
+            refused = NotStompPort(f"{message} ({frame.body.decode('utf-8', 'replace').strip()})")
         if not self._connected.done():
             fail_quietly(self._connected, refused)
         fut = self._receipts.pop(frame.get("receipt-id") or "", None)

@@ -2,6 +2,11 @@
 
 Writes are gathered per event-loop turn and handed to the transport as one buffer: a producer
 that queues a thousand SENDs between two awaits costs one syscall, not a thousand.
+
+An address that is no STOMP port fails at once with `NotStompPort` naming what answered: a
+raftmq member's Raft port (its HELLO, or the STOMP ERROR it answers a CONNECT with), its admin
+port (the same ERROR) or any HTTP server; they would otherwise leave the client waiting for a
+CONNECTED until its timeout, or fail with a parse error.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
-from raftmq.errors import ProtocolError
+from raftmq.errors import ClientError, ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
@@ -18,6 +23,30 @@ from raftmq.protocol.limits import Limits
 # Above this many queued bytes we write at once instead of waiting for the end of the turn,
 # so the transport's own buffer (and its pause_writing signal) sees the pressure early.
 FLUSH_THRESHOLD_BYTES = 256 * 1024
+
+# A raftmq Raft port's first frame, its HELLO (raftmq.replication.wire: a length, MAGIC, a
+# nonce), as a member that sends it before hearing the peer's does; tests/replication/test_wire.py
+# keeps the two equal (the wire's module is not imported here: it loads the members' crypto).
+RAFT_HELLO = b"\x00\x00\x00\x18RAFTMQ1\n"
+# The ERROR frame a raftmq port that is not a STOMP one answers a CONNECT with names it: admin, raft.
+PORT_HEADER = "raftmq-port"
+
+
+class NotStompPort(ClientError):
+    """The address answered as no STOMP port does (a raftmq admin or Raft port, an HTTP server):
+    trying it again cannot help."""
+
+
+def not_stomp(data: bytes) -> NotStompPort | None:
+    """What the first bytes a broker sent say, when they cannot begin a STOMP frame."""
+    if data.startswith(RAFT_HELLO) or (RAFT_HELLO.startswith(data) and data):
+        return NotStompPort("this is a raftmq Raft port (where a group's members replicate), not a STOMP port: "
+                            "connect to a member's client port")
+    if data.startswith(b"HTTP/"):
+        line = data.split(b"\r\n", 1)[0].decode("latin-1")
+        return NotStompPort(f"this is an HTTP port (it answered {line!r}; a raftmq admin port?), not a STOMP port: "
+                            "connect to a member's client port")
+    return None
 
 
 class StompTransport(asyncio.Protocol):
@@ -41,6 +70,7 @@ class StompTransport(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_pause_holders: set[object] = set()
         self._lost = False
+        self._first = True  # nothing received yet
         self.last_received = self._loop.time()
         self.last_sent = self._loop.time()
 
@@ -51,6 +81,12 @@ class StompTransport(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_received = self._loop.time()
+        if self._first:
+            self._first = False
+            wrong = not_stomp(data)
+            if wrong is not None:
+                self.abort(wrong)
+                return
         try:
             frames = self._parser.feed(data)
         except ProtocolError as exc:

@@ -8,9 +8,10 @@ thread), and `DurableTransport` (raftmq.replication.pysyncobj.transport) builds 
 
 A connection, both ways:
 
-1. Each side sends HELLO: `MAGIC` + 16 random bytes (its nonce). Before the peer has proved
-   itself a frame may be at most `HANDSHAKE_FRAME_MAX` bytes, and the whole handshake must end
-   within `HANDSHAKE_SECONDS` (checked every tick: a silent stranger is closed too).
+1. Each side sends HELLO: `MAGIC` + 16 random bytes (its nonce); the accepting side once the
+   other's came (a silent stranger hears nothing, a STOMP CONNECT gets a STOMP ERROR). Before
+   the peer has proved itself a frame may be at most `HANDSHAKE_FRAME_MAX` bytes, and the whole
+   handshake must end within `HANDSHAKE_SECONDS` (checked every tick: a silent stranger is closed too).
 2. Both derive `k = HMAC-SHA256(secret, client nonce + server nonce)` and send a proof,
    `HMAC(k, role)`, compared in constant time. Nothing the peer sends is decoded as a Raft
    message before its proof checked out.
@@ -25,14 +26,13 @@ frames are consumed. Outgoing connections bind to the member's own host, so its 
 always carries its own address (firewall rules and partition tests rely on it).
 
 With `[tls] raft = true` all of the above runs inside TLS (`RaftTls`: ssl.SSLObject over memory
-buffers, on the same non-blocking socket), and the TLS handshake (ECDHE: keys a later leak of
-the password cannot recover) comes before HELLO. The connecting side checks that the accepting one presents the group's
-certificate; the accepting side asks for none (HELLO and the proofs, inside TLS, prove the
-password both ways).
+buffers, on the same non-blocking socket), and the TLS handshake (ECDHE: keys a later leak of the
+password cannot recover) comes before HELLO. The connecting side checks that the accepting one
+presents the group's certificate; the accepting side asks for none (HELLO and the proofs, inside
+TLS, prove the password both ways).
 
-The secret is the group's configured password or, when none is configured, a random one that
-the first member to start writes (0600) into the group's data directory
-(raftmq.replication.group_secret).
+The secret is the group's configured password or, when none is configured, a random one that the
+first member to start writes (0600) into the group's data directory (raftmq.replication.group_secret).
 """
 
 from __future__ import annotations
@@ -60,11 +60,13 @@ log = structlog.get_logger("raftmq.replication.wire")
 
 MAGIC = b"RAFTMQ1\n"
 NONCE_BYTES = 16
+STOMP_FIRST = (b"CONN", b"STOM")  # a STOMP client's first bytes (CONNECT, STOMP), read as a frame length
+STOMP_REFUSAL = (b"ERROR\ncontent-type:text/plain\nmessage:this is a raftmq Raft port, not a STOMP port\nraftmq-port:raft\n\n"
+                 b"a group's members replicate here; STOMP clients connect to a member's client port\n\0")
 HANDSHAKE_FRAME_MAX = 64
 HANDSHAKE_SECONDS = 3.0
-# pysyncobj fills an append-entries until it reaches its batch size, so one may hold up to twice
-# that (the last entry is at most one batch); snapshot chunks are 256 KiB. The transport passes
-# `frame_max_for(batch bytes)`; anything bigger is not ours.
+# pysyncobj fills an append-entries until it reaches its batch size, so one may hold up to twice that (the last
+# entry is at most one batch); snapshot chunks are 256 KiB. The transport passes `frame_max_for(batch bytes)`.
 def frame_max_for(batch_bytes: int) -> int:
     return 2 * batch_bytes + 2**20
 
@@ -280,7 +282,7 @@ class RaftConnection:
     def _tcp_established(self) -> None:
         if self._ssl is not None:
             self._tls_handshake()  # HELLO once it is done
-        else:
+        elif self._client:  # the accepting side answers the peer's HELLO
             self._send_frame(MAGIC + self._nonce)
 
     def _tls_handshake(self) -> None:
@@ -295,7 +297,8 @@ class RaftConnection:
         if self._client and not _same(self._ssl.getpeercert(binary_form=True), self._tls[2]):
             raise WireError("TLS: the peer does not present the group's certificate")
         self._tls_up = True
-        self._send_frame(MAGIC + self._nonce)
+        if self._client:
+            self._send_frame(MAGIC + self._nonce)
 
     def _tls_flush(self) -> None:
         pending = self._bio_out.read()
@@ -353,6 +356,9 @@ class RaftConnection:
         limit = self._frame_max if self._phase == _OPEN else HANDSHAKE_FRAME_MAX
         # A callback may close (and the transport reconnect) this connection: stop at once then.
         while len(data) - offset >= _LENGTH.size and self._in is data:
+            if self._phase == _HELLO and not self._client and bytes(data[:4]) in STOMP_FIRST:
+                self._send_raw(STOMP_REFUSAL)
+                raise WireError("a STOMP client (CONNECT), refused with an ERROR frame")
             (length,) = _LENGTH.unpack_from(data, offset)
             if length > limit:
                 raise WireError(f"frame of {length} bytes (limit {limit})")
@@ -387,6 +393,8 @@ class RaftConnection:
             send_key, recv_key = (client_key, server_key) if self._client else (server_key, client_key)
             self._send_key, self._recv_key = AESGCM(send_key), AESGCM(recv_key)
             self._phase = _PROOF
+            if not self._client:
+                self._send_frame(MAGIC + self._nonce)
             self._send_frame(mine)
         else:
             if not hmac.compare_digest(frame, self._peer_proof):
@@ -406,14 +414,17 @@ class RaftConnection:
         return sealed
 
     def _send_frame(self, frame: bytes) -> None:
+        self._send_raw(_LENGTH.pack(len(frame)), frame)
+
+    def _send_raw(self, *parts: bytes) -> None:
         if self._sock is None:
             return
         if self._ssl is not None:
-            self._ssl.write(_LENGTH.pack(len(frame)) + frame)
+            self._ssl.write(b"".join(parts))
             self._tls_flush()
             return
-        self._out += _LENGTH.pack(len(frame))
-        self._out += frame
+        for part in parts:  # no copy of a large frame
+            self._out += part
         self._flush()
 
     def _flush(self) -> None:

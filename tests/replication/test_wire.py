@@ -1,5 +1,6 @@
 """The Raft wire's codec and group secret (raftmq.replication.wire); the handshake and limits
-are tested against real members in tests/server/test_group_raft_port.py."""
+are tested against real members in tests/server/test_group_raft_port.py, the order of the HELLOs
+and a STOMP client at the port in tests/server/test_wrong_port.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raftmq.client.transport import RAFT_HELLO
 from raftmq.errors import ConfigError
 from raftmq.replication.group_secret import SECRET_FILE, group_secret
-from raftmq.replication.wire import decode_message, encode_message
+from raftmq.replication.wire import MAGIC, NONCE_BYTES, decode_message, encode_message
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text() | st.binary(),
@@ -70,3 +72,8 @@ def test_a_secret_others_can_read_is_refused(tmp_path: Path) -> None:
     (tmp_path / SECRET_FILE).chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
         group_secret(None, tmp_path)
+
+
+def test_the_client_knows_the_hello_of_a_raft_port() -> None:
+    # raftmq.client.transport recognises a Raft port by it, without importing this module.
+    assert RAFT_HELLO == len(MAGIC + bytes(NONCE_BYTES)).to_bytes(4, "big") + MAGIC

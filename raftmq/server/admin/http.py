@@ -32,6 +32,9 @@
   hand-over`, before a stop), signed like `/membership`: 200 `{"handed_over": bool, "leader": ...}`.
 - `/api/...` and `/` (the web console): the management API (raftmq.server.admin.management,
   docs/management.md), with STOMP's logins and ACLs.
+- A STOMP client (its first line CONNECT or STOMP) gets a STOMP ERROR saying this is the admin
+  port, and the connection closes: it would otherwise wait for an answer to an HTTP request
+  it never made.
 
 `fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
 restored) and every wait in it is bounded.
@@ -53,6 +56,7 @@ import msgpack
 import structlog
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from raftmq.client.transport import PORT_HEADER
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
 from raftmq.security import pinned
@@ -68,6 +72,7 @@ INDEXES_PER_REQUEST = 4096
 READ_TIMEOUT = 30.0  # a request, read and answered (a management change waits for its commit)
 SIGNATURE_HEADER = "X-Raftmq-Signature"
 HANDSHAKE_TIMEOUT = 10.0  # a TLS handshake on the admin port
+STOMP_COMMANDS = (b"CONNECT", b"STOMP")  # a STOMP client's first line
 
 
 class ApiHandler(Protocol):
@@ -133,27 +138,34 @@ class AdminServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, content_type, body = await asyncio.wait_for(self._answer(reader), READ_TIMEOUT)
+            reply = await asyncio.wait_for(self._reply(reader), READ_TIMEOUT)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            status, content_type, body = 400, "text/plain", b"bad request\n"
+            reply = _http(400, "text/plain", b"bad request\n")
         except Exception:
             log.exception("admin.internal_error")
-            status, content_type, body = 500, "text/plain", b"internal error\n"
-        challenge = 'WWW-Authenticate: Basic realm="raftmq"\r\n' if status == 401 else ""
-        head = (
-            f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n{challenge}"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        )
+            reply = _http(500, "text/plain", b"internal error\n")
         try:
-            writer.write(head.encode() + body)
+            writer.write(reply)
             await writer.drain()
         except ConnectionError:
             pass
         finally:
             writer.close()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-        head = await reader.readuntil(b"\r\n\r\n")
+    async def _reply(self, reader: asyncio.StreamReader) -> bytes:
+        """The answer's bytes: an HTTP response, or a STOMP ERROR to a STOMP client (it would
+        otherwise wait for an HTTP head that never comes)."""
+        first = await reader.readuntil(b"\n")
+        if first.rstrip(b"\r\n") in STOMP_COMMANDS:
+            log.info("admin.stomp_client")
+            return stomp_error(f"{'group ' + self.group if self.group else 'a single node'}: /status, /metrics, /api/ "
+                               "and the console here; STOMP clients connect to a member's client port")
+        return _http(*await self._answer(first, reader))
+
+    async def _answer(self, head: bytes, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+        """The answer to the request whose first line is `head`."""
+        while not head.endswith(b"\r\n\r\n") and len(head) <= MAX_REQUEST_HEAD:
+            head += await reader.readuntil(b"\n")
         if len(head) > MAX_REQUEST_HEAD:
             return 431, "text/plain", b"request head too large\n"
         lines = head.decode("latin-1").split("\r\n")
@@ -265,6 +277,21 @@ class AdminServer:
 
 def _json(code: int, answer: dict[str, Any]) -> tuple[int, str, bytes]:
     return code, "application/json", json.dumps(answer).encode() + b"\n"
+
+
+def _http(status: int, content_type: str, body: bytes) -> bytes:
+    challenge = 'WWW-Authenticate: Basic realm="raftmq"\r\n' if status == 401 else ""
+    head = (f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n{challenge}"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + body
+
+
+def stomp_error(text: str) -> bytes:
+    """The STOMP ERROR frame a STOMP client gets here, `text` its body (raftmq's client reads
+    `raftmq-port` and fails with NotStompPort at once: raftmq.client.transport)."""
+    body = text.encode() + b"\n"
+    head = f"ERROR\ncontent-type:text/plain\ncontent-length:{len(body)}\nmessage:this is a raftmq admin (HTTP) port, not a STOMP port\n"
+    return f"{head}{PORT_HEADER}:admin\n\n".encode() + body + b"\0"
 
 
 # The probes: open without a login (they say nothing but the node's state).
