@@ -120,3 +120,46 @@ def test_a_command_without_its_extra_says_one_line_in_a_process(argv: list[str],
     assert result.returncode == 1
     assert result.stderr == f"Error: raftmq {argv[0]} needs the {extra} extra: pip install -e '.[{extra}]'\n"
     assert result.stdout == ""
+
+
+# What an operator's command loads before it runs (its --help): neither raftmq's STOMP client
+# (the admin API needs none; raftmq.client imports its modules on first use), nor the WebSocket
+# library (loaded for a ws:// connection only), nor the broker core's commands, model and
+# selector compiler (a configuration reads destination names only: raftmq.core.validation).
+# Each of these once took tens of ms of every such command's start.
+NOT_FOR_OPERATORS = ("wsproto", "raftmq.client.failover", "raftmq.client.stomp_client", "raftmq.core.commands",
+                     "raftmq.core.model", "raftmq.core.selector")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["status", "manage", "up", "group"])
+def test_operators_commands_start_without_the_client_or_the_core(command: str) -> None:
+    result = _python(textwrap.dedent(f"""
+        import sys
+        from raftmq.cli import main
+        try:
+            main([{command!r}, "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0, exc.code
+        loaded = sorted(name for name in {NOT_FOR_OPERATORS!r} if name in sys.modules)
+        assert not loaded, loaded
+    """))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.integration
+def test_a_stomp_client_loads_the_websocket_library_only_for_a_websocket() -> None:
+    result = _python("import sys, raftmq.client.failover; assert 'wsproto' not in sys.modules; "
+                     "from raftmq.client import FailoverClient; import raftmq.client.websocket; assert 'wsproto' in sys.modules")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_client_package_names_each_of_its_exports_once() -> None:
+    import raftmq.client as package
+
+    assert sorted(package.__all__) == sorted(package._WHERE)
+    for name in package.__all__:
+        assert name == "POLICY_NAMES" or getattr(package, name).__name__ == name
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        package.nothing

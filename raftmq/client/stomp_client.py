@@ -19,7 +19,6 @@ from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subs
 from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
 from raftmq.client.transport import PORT_HEADER, NotStompPort, StompTransport
-from raftmq.client.websocket import WebSocketClientProtocol
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.codec import encode_frame
@@ -403,7 +402,11 @@ async def connect(
     client = StompClient(limits)
     try:
         async with asyncio.timeout(timeout):
-            ws = None if websocket_path is None else WebSocketClientProtocol(client._transport, host, websocket_path)
+            ws = None
+            if websocket_path is not None:
+                from raftmq.client.websocket import WebSocketClientProtocol  # wsproto, loaded only here
+
+                ws = WebSocketClientProtocol(client._transport, host, websocket_path)
             protocol: asyncio.Protocol = client._transport if ws is None else ws
             if context is None:
                 await loop.create_connection(lambda: protocol, host, port)

@@ -8,11 +8,17 @@ breaks several rules is always refused for the same one on every replica.
 
 from __future__ import annotations
 
-from raftmq.core.commands import ACK_MODES, MAX_BROWSE_LIMIT, Browse, Subscribe
-from raftmq.core.model import Session
-from raftmq.core.selector import Selector, compile_selector
+from typing import TYPE_CHECKING
+
 from raftmq.errors import SelectorError
 from raftmq.patterns import check_pattern
+
+if TYPE_CHECKING:  # the checks import what they need when they first run: a configuration that
+    # reads only the destination names below (raftmq.core.address_settings, `raftmq status`)
+    # does not load the commands, the model and the selector compiler with them
+    from raftmq.core.commands import Browse, Subscribe
+    from raftmq.core.model import Session
+    from raftmq.core.selector import Selector
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
@@ -59,6 +65,8 @@ def check_wildcards(destination: str, subscribing: bool) -> None:
 
 def check_subscribe(session: Session, command: Subscribe, default_prefetch: int) -> tuple[int, Selector | None]:
     """The prefetch and selector of a valid SUBSCRIBE (a prefetch of 0 means the default)."""
+    from raftmq.core.commands import ACK_MODES
+
     _check_sub_id(session, command.sub_id)
     if not is_valid_destination(command.destination):
         raise Refused("invalid destination", command.destination)
@@ -72,6 +80,8 @@ def check_subscribe(session: Session, command: Subscribe, default_prefetch: int)
 
 def check_browse(session: Session, command: Browse) -> Selector | None:
     """The selector of a valid BROWSE (of a queue, with a limit within bounds)."""
+    from raftmq.core.commands import MAX_BROWSE_LIMIT
+
     _check_sub_id(session, command.sub_id)
     destination = command.destination
     if not destination.startswith(QUEUE_PREFIX) or not is_valid_destination(destination):
@@ -93,6 +103,8 @@ def _check_sub_id(session: Session, sub_id: str) -> None:
 def _selector(text: str | None) -> Selector | None:
     if text is None or not text.strip():
         return None
+    from raftmq.core.selector import compile_selector
+
     try:
         return compile_selector(text)
     except SelectorError as error:
