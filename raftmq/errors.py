@@ -26,6 +26,7 @@ module::
     ├── InvariantViolated              the broker core found its own state inconsistent (a bug: stop)
     ├── ClientError                    raised by raftmq.client
     │   ├── BrokerRefused              the broker answered ERROR
+    │   ├── NotStompPort               the address is a raftmq admin or Raft port, or HTTP
     │   ├── RedirectLimitExceeded      too many leader redirects
     │   ├── FailoverExhausted          every reconnect attempt failed
     │   ├── SubscriptionEnded          the subscription ended cleanly
@@ -88,6 +89,11 @@ class ConfigError(RaftmqError):
 
 class ClientError(RaftmqError):
     """Raised by raftmq.client: the broker refused or the connection failed."""
+
+
+class NotStompPort(ClientError):
+    """The address answered as no STOMP port does (a raftmq admin or Raft port, an HTTP server):
+    trying it again cannot help."""
 
 
 class RedirectLimitExceeded(ClientError):

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from raftmq.client.stomp_client import StompClient, connect
     from raftmq.client.subscription import Subscription
     from raftmq.client.tls import client_ssl_context
-    from raftmq.client.transport import NotStompPort
-    from raftmq.errors import FailoverExhausted, InvalidFailoverUrl, RedirectLimitExceeded, SubscriptionEnded, TransactionRolledBack
+    from raftmq.errors import FailoverExhausted, InvalidFailoverUrl, NotStompPort, RedirectLimitExceeded, SubscriptionEnded, TransactionRolledBack
 
 # name -> the module it comes from
 _WHERE = {
@@ -50,7 +49,7 @@ _WHERE = {
     "connect": "raftmq.client.stomp_client",
     "Subscription": "raftmq.client.subscription",
     "client_ssl_context": "raftmq.client.tls",
-    "NotStompPort": "raftmq.client.transport",
+    "NotStompPort": "raftmq.errors",
     "FailoverExhausted": "raftmq.errors",
     "InvalidFailoverUrl": "raftmq.errors",
     "RedirectLimitExceeded": "raftmq.errors",

@@ -18,9 +18,9 @@ from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
-from raftmq.client.transport import PORT_HEADER, NotStompPort, StompTransport
+from raftmq.client.transport import PORT_HEADER, StompTransport
 from raftmq.core.commands import ACK_MODES
-from raftmq.errors import BrokerRefused, ClientError
+from raftmq.errors import BrokerRefused, ClientError, NotStompPort
 from raftmq.protocol.codec import encode_frame
 from raftmq.protocol.frame import SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
-from raftmq.errors import ClientError, ProtocolError
+from raftmq.errors import NotStompPort, ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
@@ -30,11 +30,6 @@ FLUSH_THRESHOLD_BYTES = 256 * 1024
 RAFT_HELLO = b"\x00\x00\x00\x18RAFTMQ1\n"
 # The ERROR frame a raftmq port that is not a STOMP one answers a CONNECT with names it: admin, raft.
 PORT_HEADER = "raftmq-port"
-
-
-class NotStompPort(ClientError):
-    """The address answered as no STOMP port does (a raftmq admin or Raft port, an HTTP server):
-    trying it again cannot help."""
 
 
 def not_stomp(data: bytes) -> NotStompPort | None:

@@ -181,7 +181,10 @@ def messages_command(destination: str, limit: int, admin: tuple[str, ...], confi
         return
     for message in answer["messages"]:
         origin = f" (from {message['original_destination']})" if message["original_destination"] else ""
-        click.echo(f"{message['message_id']}{origin} deliveries={message['delivery_count']} {message['body'][:60]!r}")
+        dead = message.get("dead_letter_deliveries")
+        deliveries = dead if dead is not None else message["delivery_count"]
+        why = f" [{message['dead_letter_reason']}: {message['dead_letter_cause']}]" if message.get("dead_letter_reason") else ""
+        click.echo(f"{message['message_id']}{origin} deliveries={deliveries}{why} {message['body'][:60]!r}")
     if answer["truncated"]:
         click.echo(f"... more than {limit}")
 

@@ -101,6 +101,9 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
         status, answer = call(group, leader, "GET", "/api/messages?destination=/queue/DLQ")
         [dead] = answer["messages"]
         assert dead["original_destination"] == "/queue/orders" and dead["body"].startswith("order-")
+        # Why it died and after how many deliveries (the copy's own count starts again).
+        assert (dead["dead_letter_reason"], dead["dead_letter_deliveries"]) == ("max-deliveries", 2), dead
+        assert "max_delivery_count 2" in dead["dead_letter_cause"]
 
         # A change passed on by a member already is not passed on again: it names the leader's admin port.
         status, answer = call(group, follower, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "all": True},
@@ -233,7 +236,8 @@ def test_raftmq_manage_commands_follow_the_leader_from_a_follower(tmp_path: Path
             return done.stdout
 
         wait_for(lambda: (destination_row(group, follower, "/queue/DLQ") or {}).get("depth") == 1)
-        assert "(from /queue/jobs)" in manage("messages", "/queue/DLQ")
+        listed = manage("messages", "/queue/DLQ")
+        assert "(from /queue/jobs) deliveries=1 [max-deliveries: " in listed, listed
         assert manage("retry", "--all").strip() == "moved 1, skipped 0"
         rows = json.loads(manage("destinations", "--json"))
         jobs = next(row for row in rows if row["destination"] == "/queue/jobs")

@@ -240,6 +240,7 @@ class ManagementApi:
             except Exception as exc:  # a body this member cannot read: say so, list the rest
                 raw = f"<unreadable here: {exc}>".encode()
             headers = [[name, value] for name, value in message.headers]
+            first = {name: value for name, value in reversed(message.headers)}  # first occurrence wins
             rows.append({
                 "message_id": message.message_id,
                 "destination": message.destination,
@@ -248,6 +249,10 @@ class ManagementApi:
                 "body": raw[:BODY_PREVIEW].decode("utf-8", "replace"),
                 "size": len(raw),
                 "delivery_count": message.delivery_count,
+                # A dead letter's: why it died and after how many deliveries (raftmq.core.dead_letter).
+                "dead_letter_reason": first.get("dead_letter_reason"),
+                "dead_letter_deliveries": int(first["dead_letter_deliveries"]) if first.get("dead_letter_deliveries", "").isdigit() else None,
+                "dead_letter_cause": first.get("dead_letter_cause"),
                 "priority": message.priority,
                 "timestamp": message.timestamp,
             })
