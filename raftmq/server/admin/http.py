@@ -381,19 +381,27 @@ def _post(host: str, port: int, path: str, body: bytes, content_type: str, passw
     headers = {"Content-Type": content_type}
     if password is not None:
         headers[SIGNATURE_HEADER] = sign(password, body)
-    connection: http.client.HTTPConnection
-    if tls is None:
-        connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    else:
-        connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls[0])
+    connection = member_connection(host, port, timeout, tls)
     try:
-        if tls is not None:
-            connection.connect()
-            peer = connection.sock.getpeercert(binary_form=True)  # type: ignore[union-attr]
-            if not pinned(peer, tls[1]):
-                raise ssl_module.SSLError(f"{host}:{port} does not present the group's certificate ([tls] cert_file)")
         connection.request("POST", path, body, headers)
         response = connection.getresponse()
         return response.status, response.read()
     finally:
         connection.close()
+
+
+def member_connection(host: str, port: int, timeout: float, tls: MemberTls) -> http.client.HTTPConnection:
+    """An HTTP connection to another member's admin port; with `tls`, connected already and
+    checked to present the group's certificate (a pin: every member has it)."""
+    if tls is None:
+        return http.client.HTTPConnection(host, port, timeout=timeout)
+    connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls[0])
+    try:
+        connection.connect()
+        peer = connection.sock.getpeercert(binary_form=True)
+        if not pinned(peer, tls[1]):
+            raise ssl_module.SSLError(f"{host}:{port} does not present the group's certificate ([tls] cert_file)")
+    except BaseException:
+        connection.close()
+        raise
+    return connection

@@ -28,8 +28,9 @@ from raftmq.core.commands import Manage
 from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
 from raftmq.routing.route import INTERNAL_PREFIXES
-from raftmq.security import ADMIN, READ, Principal, member_client_tls, pinned
+from raftmq.security import ADMIN, READ, Principal, member_client_tls
 from raftmq.server.admin import console
+from raftmq.server.admin.http import member_connection
 from raftmq.server.node import Node
 from raftmq.server.stomp.connection import Connection
 
@@ -406,17 +407,8 @@ def _post_change(admin: str, path: str, body: bytes, authorization: str | None,
     headers = {"Content-Type": JSON, FORWARDED_HEADER: "1"}
     if authorization:
         headers["Authorization"] = authorization
-    connection: http.client.HTTPConnection
-    if tls is None:
-        connection = http.client.HTTPConnection(host, port, timeout=FORWARD_TIMEOUT)
-    else:
-        connection = http.client.HTTPSConnection(host, port, timeout=FORWARD_TIMEOUT, context=tls[0])
+    connection = member_connection(host, port, FORWARD_TIMEOUT, tls)
     try:
-        if tls is not None:
-            connection.connect()
-            peer = connection.sock.getpeercert(binary_form=True)  # type: ignore[union-attr]
-            if not pinned(peer, tls[1]):
-                raise ssl.SSLError(f"{admin} does not present the group's certificate ([tls] cert_file)")
         connection.request("POST", path, body, headers)
         response = connection.getresponse()
         return response.status, response.getheader("Content-Type") or JSON, response.read()
