@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.rolling_restart import Client, longest_gap, raftmq
+from bench.rolling_restart import Client, longest_gap, raftmq, stop_clients
 from cluster.group_file import load_group_config
 from raftmq.config import split_address
 from raftmq.ops.launcher import read_state
@@ -100,16 +100,7 @@ def main() -> None:
                                                  for c in clients),
                            "delivery_gap_ms": max(round(longest_gap([t for _, t in c.received], began - 0.5, seen + 1.0) * 1000, 1)
                                                   for c in clients)})
-        for client in clients:
-            loop.call_soon_threadsafe(client.stop.set)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(set(c.receipted) - {b for b, _ in c.received} for c in clients):
-            time.sleep(0.2)
-        for client in clients:
-            loop.call_soon_threadsafe(client.finished.set)
-        for future in futures:
-            future.result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
+        stop_clients(clients, futures, loop)
     finally:
         raftmq("down", cwd=options.dir)
     received = [b for c in clients for b, _ in c.received]

@@ -80,6 +80,20 @@ class Client:
             await consumer.close()
 
 
+def stop_clients(clients: list[Client], futures: list[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Stop sending, wait (at most 30 s) until every receipted message arrived, then close."""
+    for client in clients:
+        loop.call_soon_threadsafe(client.stop.set)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(set(c.receipted) - {b for b, _ in c.received} for c in clients):
+        time.sleep(0.2)
+    for client in clients:
+        loop.call_soon_threadsafe(client.finished.set)
+    for future in futures:
+        future.result(timeout=30)
+    loop.call_soon_threadsafe(loop.stop)
+
+
 def longest_gap(times: list[float], start: float, end: float) -> float:
     points = sorted([start, *[t for t in times if start <= t <= end], end])
     return max(b - a for a, b in zip(points, points[1:], strict=False))
@@ -113,16 +127,7 @@ def main() -> None:
         restart = raftmq("restart", "--rolling", "--preset", options.preset, cwd=options.dir)
         ended = time.monotonic()
         time.sleep(options.settle)
-        for client in clients:
-            loop.call_soon_threadsafe(client.stop.set)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(set(c.receipted) - {b for b, _ in c.received} for c in clients):
-            time.sleep(0.2)
-        for client in clients:
-            loop.call_soon_threadsafe(client.finished.set)
-        for future in futures:
-            future.result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
+        stop_clients(clients, futures, loop)
     finally:
         raftmq("down", "--preset", options.preset, cwd=options.dir)
     if restart.returncode != 0:
