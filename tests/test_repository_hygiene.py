@@ -107,3 +107,14 @@ def test_no_tracked_file_names_a_machine_path_or_an_issue_number() -> None:
             continue
         found += findings(name, data.decode("utf-8", errors="replace"))
     assert not found, "machine paths or issue numbers (say what they are instead):\n" + "\n".join(found)
+
+
+def test_test_modules_have_names_of_their_own() -> None:
+    # The test folders are no packages: pytest imports each module by its base name, and a
+    # second module of the same name fails the collection ("import file mismatch").
+    seen: dict[str, Path] = {}
+    for path in sorted((REPOSITORY / "tests").rglob("test_*.py")):
+        if "node_modules" in path.parts:
+            continue
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a module name"
+        seen[path.name] = path
