@@ -311,12 +311,12 @@ def test_a_snapshot_taken_after_a_new_leaders_no_op_says_it_is_at_the_no_op(tmp_
     seen: dict[int, tuple[int, int]] = {}
 
     class Positions(StateMachine):
-        def __init__(self, number: int) -> None:
+        def __init__(self, number: int, group: InProcessGroup) -> None:
             super().__init__()
-            self.number = number
+            self.number, self.group = number, group
 
         def snapshot(self) -> bytes:
-            log = group.logs[self.number]
+            log = self.group.logs[self.number]
             assert log is not None
             seen[self.number] = (log.position.index, log.position.term)
             return super().snapshot()
@@ -324,7 +324,7 @@ def test_a_snapshot_taken_after_a_new_leaders_no_op_says_it_is_at_the_no_op(tmp_
     async def body(group: InProcessGroup) -> None:
         for i in range(3):
             await group.stop(i)
-            await group.start(i, Positions(i))
+            await group.start(i, Positions(i, group))
         leader = await group.leader()
         await leader.propose([send("x")])  # committed and applied on the leader once this returns
         applied_x = leader.raft_status().last_applied  # "x", the last entry a state machine sees
@@ -341,16 +341,7 @@ def test_a_snapshot_taken_after_a_new_leaders_no_op_says_it_is_at_the_no_op(tmp_
         last, _previous, _cluster, _state = read_snapshot_file(path)  # written whole, then renamed
         assert last[1] > applied_x and seen[number] == (last[1], last[2]), (seen, last, applied_x)
 
-    group = InProcessGroup(tmp_path, 3)
-
-    async def main() -> None:
-        try:
-            await group.start_all()
-            await body(group)
-        finally:
-            await group.close()
-
-    asyncio.run(asyncio.wait_for(main(), 30))
+    run_group(tmp_path, 3, body)
 
 
 async def leave_one_behind_a_compaction(group: InProcessGroup) -> tuple[RaftLog, int]:
