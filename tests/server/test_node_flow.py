@@ -216,6 +216,61 @@ def test_auto_ack_consumer_that_never_reads_is_closed_past_the_buffer_cap(monkey
     stuck.close()
 
 
+class SwitchedLease(InMemoryLog):
+    """An in-memory log whose leader lease the test turns off and on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lease = True
+
+    def holds_lease(self) -> bool:
+        return self.lease
+
+
+def _read_until_quiet(sock: socket.socket, quiet: float = 0.5, limit: float = 20.0) -> bytes:
+    sock.settimeout(quiet)
+    data = bytearray()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(1 << 20)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def test_output_waits_while_the_socket_holds_earlier_bytes_so_a_lapsed_lease_lets_out_no_backlog(monkeypatch) -> None:
+    # A consumer that stops reading: its socket fills. Had the node gone on handing deliveries
+    # to the transport, they would wait there and leave whenever the client read again, after
+    # the lease lapsed. They wait in the connection instead, and go only under the lease.
+    monkeypatch.setattr(session_module, "SLOW_CONSUMER_BYTES", 1 << 30)
+    lease = SwitchedLease()
+    with in_process_node(commit_log=lease) as runner:
+        topic = unique("/topic/backlog")
+        stuck = socket.create_connection(runner.address)
+        stuck.sendall(frame_bytes("CONNECT", {"accept-version": "1.2"}) + frame_bytes("SUBSCRIBE", {"destination": topic, "id": "s"}))
+        deadline = time.monotonic() + 5
+        while len(runner.node.sessions) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        producer, plistener = connect(runner.address)
+        body = "z" * 64 * 1024
+        for _ in range(600):  # 37.5 MiB: far more than the kernel's buffers (4 and 6 MiB at most)
+            producer.send(topic, body)
+        producer.send(topic, "end", receipt="done")
+        plistener.receipt("done", timeout=20)
+        lease.lease = False
+        while_lapsed = _read_until_quiet(stuck).count(b"MESSAGE\n")
+        lease.lease = True
+        after = _read_until_quiet(stuck).count(b"MESSAGE\n")
+        assert while_lapsed < 250, f"{while_lapsed} of 601 deliveries left while the lease did not hold"
+        assert while_lapsed + after == 601
+        producer.disconnect()
+        stuck.close()
+
+
 @st.composite
 def _frame_soup(draw: st.DrawFn) -> bytes:
     """Frames that are well formed or nearly so, with random commands, headers and bodies."""

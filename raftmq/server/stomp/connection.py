@@ -2,8 +2,9 @@
 
 It feeds the session the bytes it reads and the time, executes the session's decisions
 (propose to the commit log, write an ERROR, check a passcode in a worker thread, relay to the
-leader), and writes what the node hands it when commands commit. Output is queued and written
-once per event-loop turn, and only while the leader lease holds.
+leader), and writes what the node hands it when commands commit. Output is queued, then handed
+to the socket once per loop turn right after a check that the leader lease holds, once the
+socket took all it was handed before (docs/replication.md: what a deposed leader can write).
 
 Flow control:
 - reading pauses while more than `max_pending_commands` of this session's commands are
@@ -11,7 +12,7 @@ Flow control:
 - reading also pauses while the transport's write buffer is above its high-water mark (a
   client that does not read its receipts stops being read);
 - deliveries are bounded by the core's prefetch (unacknowledged deliveries per subscription);
-  for ack mode auto, which the core does not hold back, a connection whose write buffer passes
+  for ack mode auto, which the core does not hold back, a connection whose queued output passes
   `SLOW_CONSUMER_BYTES` is dropped (logged as `slow consumer`; it would never read an ERROR).
   No write ever blocks the loop, so a stuck consumer only fills its own buffer.
 """
@@ -37,12 +38,12 @@ from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
-# A connection whose transport buffers more than this is a consumer that does not keep up with
+# A connection that queues more than this is a consumer that does not keep up with
 # auto-ack deliveries (acked deliveries are bounded by prefetch instead): it is closed.
 SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
-# While the leader lease does not hold, queued output is looked at again this often (the lease
-# is renewed by every heart-beat round, every 20 ms by default, or the node steps down).
-LEASE_RECHECK_SECONDS = 0.005
+# While the lease does not hold, or the socket has not taken what it was handed, queued output is
+# looked at again this often (the lease is renewed by every heart-beat round, 20 ms by default).
+RECHECK_SECONDS = 0.002
 # A closing connection whose client does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
 # Heart-beats are a liveness hint; send one when the line has been quiet this share of the interval.
@@ -67,6 +68,7 @@ class Connection(asyncio.Protocol):
         self.connected_at = self._clock.now_ms()  # for the admin API's connection list
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self._pending = 0  # commands proposed, not yet committed
         self._last_proposal: asyncio.Future[None] | None = None
@@ -368,6 +370,7 @@ class Connection(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         self._out.append(data)
+        self._out_bytes += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -376,28 +379,28 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         transport = self._transport
         if not self._out or transport is None or transport.is_closing():
-            self._out.clear()
+            self._out, self._out_bytes = [], 0
             return
-        if not self.host.holds_lease():
-            # Our leadership may have ended unseen (this process was paused, or cut off): what is
-            # queued waits for the lease to be renewed, or is dropped when the session fails
-            # because the node stepped down (a new leader redelivers it, flagged).
+        if transport.get_write_buffer_size() or not self.host.holds_lease():
+            # Bytes handed over earlier wait for the socket (more handed over now would leave later,
+            # unchecked), or our leadership may have ended unseen (this process was paused, or cut
+            # off): what is queued waits, or is dropped when the session fails because the node
+            # stepped down (a new leader redelivers it, flagged).
+            if self._out_bytes > SLOW_CONSUMER_BYTES:  # it would never read an ERROR behind all that
+                return self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
             self._flush_scheduled = True
-            self._loop.call_later(LEASE_RECHECK_SECONDS, self._flush)
+            self._loop.call_later(RECHECK_SECONDS, self._flush)
             return
-        out, self._out = self._out, []
-        transport.writelines(out)  # one send per flush (recent uvloop writev()s the list)
+        out, self._out, self._out_bytes = self._out, [], 0
+        transport.writelines(out)  # at once: one send per flush (recent uvloop writev()s the list)
         self._last_written = self._loop.time()
-        if self._read_paused_for_writes and transport.get_write_buffer_size() > SLOW_CONSUMER_BYTES:
-            # The client would never read an ERROR queued behind all that: drop the connection.
-            self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
 
     def _close_after_flush(self, last: bytes | None = None) -> None:
         """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        out, self._out = self._out, []
+        out, self._out, self._out_bytes = self._out, [], 0
         if out and not self.host.holds_lease():
             log.info("client.writes_dropped", session=self.session_id, peer=self.peer, frames=len(out),
                      reason="leader lease lapsed")
