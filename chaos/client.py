@@ -158,7 +158,7 @@ async def connect(url: str, stop: asyncio.Event, **options: Any) -> FailoverClie
     `connect_failover` (e.g. `connect_headers`)."""
     while not stop.is_set():
         try:
-            return await connect_failover(url, **CLIENT_OPTIONS, **options)
+            return await connect_failover(url, **{**CLIENT_OPTIONS, **options})
         except ClientError:
             await asyncio.sleep(0.2)
     return None

@@ -120,6 +120,13 @@ class Deployment:
             self.kill(key)
             return False
 
+    def pid(self, key: str) -> int:
+        """The running process of `key` (RuntimeError when it is not running)."""
+        node = self.nodes[key]
+        if not node.alive or node.proc is None:
+            raise RuntimeError(f"{key} is not running")
+        return node.proc.pid
+
     def pause(self, key: str) -> None:
         node = self.nodes[key]
         if node.alive and node.proc is not None and processes.send_signal(node.proc.pid, signal.SIGSTOP):

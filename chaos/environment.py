@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import clock_fault as clock
-from chaos import disk, lazyfs, netns
+from chaos import cpu_fault, disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.placement import host_addresser, loopback_addresser, place, shape
 from cluster.topology import Topology
@@ -42,7 +42,8 @@ def requirements(nemeses: Iterable[str]) -> list[str]:
     problems = []
     checks: tuple[tuple[str, Callable[[], str | None]], ...] = (
         ("partition", netns.available), ("membership-partition", netns.available), ("packet", functools.partial(netns.available, packet_faults=True)),
-        ("power-loss", lazyfs.available), ("clock", clock.available), ("disk-full", disk.available))
+        ("power-loss", lazyfs.available), ("clock", clock.available), ("disk-full", disk.available),
+        ("starve", cpu_fault.usable))
     for nemesis, check in checks:
         reason = check() if nemesis in chosen else None
         if reason is not None:
@@ -110,6 +111,8 @@ class Environment:
 
     def teardown(self) -> None:
         """After the nodes stopped: write caches through, unmount, leave the files in place."""
+        if "starve" in self.nemeses:
+            cpu_fault.clear_stale()  # a starved node that died before its heal left its cgroup
         if self.network is not None:
             self.network.destroy()
             self.network = None

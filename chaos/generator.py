@@ -16,6 +16,9 @@ TARGETS = ("leader", "one", "minority", "majority", "all")
 NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     "kill": TARGETS,
     "pause": TARGETS,
+    # CPU starvation (a cgroup quota) or stop-and-go signals: the process stalls at any point.
+    "starve": ("leader", "one"),
+    "stutter": ("leader", "one"),
     "partition": TARGETS,
     "packet": TARGETS,
     "power-loss": ("leader", "one", "minority", "all"),

@@ -24,6 +24,10 @@ with what it hit and how (or `fail` with why it could not), and the same for its
 - `membership-partition`: the member hit is cut off from its group by a partition, and
   while it is, removed from the group (through the majority side's leader) and killed; at heal
   the partition heals and it rejoins empty.
+- `starve`: the node's process held to a few per cent of the CPU by a cgroup quota, so it stalls
+  past the election timeout at arbitrary points of its work (chaos.cpu_fault); lifted at heal.
+- `stutter`: the node's process stopped and continued in turn (0.2-1.2 s stopped, 20-400 ms
+  running) until healed.
 - `drain`: the group starts draining to the other groups and the members hit are killed in
   the middle of it (chaos.drain_fault); at heal they start again and the drain is cancelled.
 """
@@ -38,6 +42,7 @@ from typing import Any
 
 from chaos import drain_fault
 from chaos.corrupt import damage, refusal_for_damage
+from chaos.cpu_fault import CpuLimit, Stutter, starve_params
 from chaos.deployment import Deployment
 from chaos.environment import Environment
 from chaos.generator import NEMESES, Fault, clock_change, packet_params, partition_grudge, pick_members
@@ -62,6 +67,7 @@ class Nemesis:
         self._hit: list[str] = []
         self._kind = ""
         self._started = time.monotonic()
+        self._cpu: dict[str, CpuLimit | Stutter] = {}  # the starve or stutter of each node hit
 
     def start(self, started: float) -> None:
         self._started = started
@@ -127,6 +133,17 @@ class Nemesis:
         elif kind == "pause":
             for key in hit:
                 deployment.pause(key)
+        elif kind in ("starve", "stutter"):
+            params = starve_params(rng)
+            for key in hit:
+                pid = deployment.pid(key)
+                if kind == "starve":
+                    limit = self._cpu[key] = CpuLimit(pid, key)
+                    limit.apply(**params)
+                else:
+                    stutter = self._cpu[key] = Stutter(pid, random.Random(rng.random()))
+                    stutter.start()
+            return {"cpu": params} if kind == "starve" else {}
         elif kind == "partition":
             members = {g: deployment.members(g) for g in deployment.groups()}
             shape, grudge = partition_grudge(members, group, hit, rng)
@@ -209,6 +226,15 @@ class Nemesis:
         elif kind == "pause":
             for key in hit:
                 deployment.resume(key)
+        elif kind in ("starve", "stutter"):
+            stops = {}
+            for key in hit:
+                held = self._cpu.pop(key, None)
+                if isinstance(held, Stutter):
+                    stops[key] = held.stop()["stops"]
+                elif held is not None:
+                    held.release()
+            return {"stops": stops} if stops else {}
         elif kind == "partition":
             environment.heal_network()
         elif kind == "packet":

@@ -31,12 +31,14 @@ from chaos.history import INVOKE, NEMESIS, OK, History
 from chaos.nemesis import Nemesis
 from chaos.placement import shape, source_of
 from chaos.report import write_report
+from chaos.stale import StaleWorkload
 from chaos.topic import TopicWorkload
 from chaos.transactions import TransactionsWorkload
 from chaos.workload import Env, NeedsCluster, Workload
 
 WORKLOADS: dict[str, type[Workload]] = {
-    w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload, SharedQueueWorkload)
+    w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload, SharedQueueWorkload,
+                        StaleWorkload)
 }
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
 DRAIN_MAX_S = 60.0

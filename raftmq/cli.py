@@ -28,7 +28,7 @@ class LazyCommand:
 
 # What each extra installs that its commands import; missing, the command says which extra to install.
 EXTRAS = {
-    "chaos": ("plotly",),
+    "chaos": ("plotly", "stomp"),
     "spark": ("pyspark", "pyarrow", "pandas", "plotly"),
 }
 

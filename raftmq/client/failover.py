@@ -117,7 +117,7 @@ class FailoverClient:
         self._state = "new"  # new, connecting, connected, reconnecting, closing, closed, failed
         self._client: StompClient | None = None
         self._generation = 0
-        self._terms = TermFloor()  # the highest leader term any of its connections saw (raftmq.client.terms)
+        self.terms = TermFloor()  # the highest leader term any of its connections saw (raftmq.client.terms)
         self.address: Address | None = None
         self.group: int | None = None
         self._broken_address: Address | None = None
@@ -208,8 +208,8 @@ class FailoverClient:
             self._on_connected(client, group, address)
 
     def _on_connected(self, client: StompClient, group: int, address: Address) -> None:
-        self._terms.see(client.terms.highest)  # its CONNECTED's
-        client.terms = self._terms  # older connections' frames are judged by what this one saw
+        self.terms.see(client.terms.highest)  # its CONNECTED's
+        client.terms = self.terms  # older connections' frames are judged by what this one saw
         self._generation += 1
         self._client = client
         self.group = group

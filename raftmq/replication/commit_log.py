@@ -142,9 +142,9 @@ class CommitLog(ABC):
 
     @property
     def leader_term(self) -> int:
-        """The Raft term this node leads in (0 without terms, or when it does not lead): what
-        its MESSAGE and CONNECTED frames carry (`raftmq-term`), so a client can tell a deposed
-        leader's frames."""
+        """The Raft term this node leads in, or last led in (0 without terms, or if it never
+        led): what its MESSAGE and CONNECTED frames carry (`raftmq-term`), so a client can tell
+        a deposed leader's frames, written after it stepped down too."""
         return 0
 
     def holds_lease(self) -> bool:

@@ -174,7 +174,7 @@ class RaftLog(CommitLog):
 
     @property
     def leader_term(self) -> int:
-        return self._leader_term if self.is_leader else 0
+        return self._leader_term  # kept after a step-down: what a deposed leader writes is marked old
 
     def holds_lease(self) -> bool:
         syncobj = self._syncobj

@@ -272,10 +272,15 @@ def test_transfer_leadership_hands_over(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
         await leader.propose([send("x")])
+        term = leader.leader_term
+        assert term > 0
         assert await leader.transfer_leadership(timeout=2.0)
         new_leader = await group.leader()
         assert new_leader is not leader
         await new_leader.propose([send("y")])
+        # A deposed leader's frames still name the term it led in (raftmq-term), never none:
+        # a client that has seen the new leader's higher term drops them.
+        assert not leader.is_leader and leader.leader_term == term < new_leader.leader_term
 
     run_group(tmp_path, 3, body)
 
