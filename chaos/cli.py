@@ -169,8 +169,10 @@ def row_of(run_dir: Path) -> dict[str, Any]:
 
 def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     table = Table(title=title, title_justify="left")
-    columns = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
-               "unavailable_max_s", "valid")
+    columns: tuple[str, ...] = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
+                                "unavailable_max_s", "valid")
+    if any("stale_plain" in row for row in rows):  # stale runs among them: their own verdict's counts
+        columns = (*columns[:-1], "terms", "stale_plain", "stale_own", "valid")
     for column in columns:
         table.add_column(column.replace("_", " "), justify="left" if column == "scenario" else "right")
     for row in rows:

@@ -25,6 +25,7 @@ pause,starve,stutter --target leader`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -42,6 +43,8 @@ from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_url import Address, parse_failover_url
 from raftmq.client.terms import TERM_HEADER
 from raftmq.protocol.frame import Frame
+
+logging.getLogger("stomp.py").setLevel(logging.ERROR)  # not a line per heart-beat timeout in a run's output
 
 DESTINATION = "/queue/stale"
 PREFETCH = 50

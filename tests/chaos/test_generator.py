@@ -53,3 +53,13 @@ def test_packet_and_clock_faults_are_seeded() -> None:
     assert {("delay_ms", "jitter_ms"), ("loss_pct",), ("duplicate_pct",)} <= kinds
     changes = [clock_change(random.Random(seed)) for seed in range(50)]
     assert {c["mode"] for c in changes} == {"skew", "jump"} and all(c["seconds"] != 0 for c in changes)
+
+
+def test_every_nemesis_and_workload_is_in_the_chaos_docs() -> None:
+    from pathlib import Path
+
+    from chaos.run import WORKLOADS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "chaos.md").read_text()
+    missing = [name for name in (*NEMESES, *WORKLOADS) if f"`{name}`" not in text]
+    assert not missing, f"docs/chaos.md says nothing of {missing}"

@@ -1,5 +1,5 @@
 """A raftmq node with a planted bug, for the chaos harness's own test (tests/chaos/test_chaos_runs.py):
-the harness must catch a broker that loses what it acknowledged.
+the harness must catch a broker that loses what it acknowledged, or writes after it was deposed.
 
     python tests/helpers/unsafe_node.py BUG node --config GROUP.toml --node ID
 
@@ -12,6 +12,8 @@ chaos deployment as its node command (`RunOptions.node_command`).
   acknowledged.
 - `no-fsync`: the Raft journal claims durability without fdatasync, so a power loss drops
   acknowledged entries.
+- `no-lease`: the leader writes to its clients without asking whether its lease holds, so a
+  leader stalled past the election timeout writes deliveries after a new leader took over.
 """
 
 from __future__ import annotations
@@ -55,7 +57,17 @@ def plant_no_fsync() -> None:
     raft_journal.fdatasync = no_fdatasync
 
 
-BUGS: dict[str, Callable[[], None]] = {"early-receipts": plant_early_receipts, "no-fsync": plant_no_fsync}
+def plant_no_lease() -> None:
+    from raftmq.replication.raft_log import RaftLog
+
+    def always(self: RaftLog) -> bool:
+        return True
+
+    RaftLog.holds_lease = always  # type: ignore[method-assign]  # what every write to a client asks
+
+
+BUGS: dict[str, Callable[[], None]] = {"early-receipts": plant_early_receipts, "no-fsync": plant_no_fsync,
+                                       "no-lease": plant_no_lease}
 
 
 def command(bug: str) -> tuple[str, ...]:
