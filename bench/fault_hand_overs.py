@@ -43,7 +43,7 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
                 continue
             fields = {k: v.strip("'") for k, v in FIELD.findall(line)}
             at = datetime.fromisoformat(match.group(1).replace("Z", "+00:00")).timestamp()
-            events.append({"at": at, "node": node, **fields})
+            events.append({**fields, "at": at, "node": node})  # the file names the node with its group
     return sorted(events, key=lambda e: e["at"])
 
 
