@@ -96,10 +96,13 @@ def test_the_harness_catches_a_broker_that_does_not_fsync(tmp_path: Path) -> Non
     assert not result.valid and result.lost > 0, result.to_dict()
 
 
+@pytest.mark.slow
 def test_the_harness_catches_a_leader_that_writes_without_its_lease(tmp_path: Path) -> None:
     # Leaders stalled at random points while plain and raftmq consumers read: a leader that
     # writes without asking its lease delivers after it was deposed, and the stale checker sees
     # it. The same run with the lease is valid (tests/chaos/test_stale.py; 24 runs in docs/chaos.md).
+    # Slow (`-m slow`): whether a stall lands where the bug shows depends on timing; on a quiet
+    # machine it did in every run tried (6 of 6), beside the rest of the suite it once did not.
     problems = requirements(["starve"])
     if problems:
         pytest.skip("; ".join(problems))

@@ -131,7 +131,7 @@ def test_stutter_stops_and_continues_a_process_and_leaves_it_running() -> None:
 @pytest.mark.integration
 def test_a_stale_run_under_starvation_and_stutter_is_valid(tmp_path: Path) -> None:
     run_dir, result = run(RunOptions(workload="stale", nemeses=("starve", "stutter"), targets=("leader",),
-                                     time_limit_s=16, rate=200, concurrency=2, seed=4, out=tmp_path / "runs"))
+                                     time_limit_s=11, rate=200, concurrency=2, seed=4, out=tmp_path / "runs"))
     nemesis = [op for op in read_history(run_dir / "history.jsonl") if op.process == NEMESIS and op.type == OK]
     assert {op.f for op in nemesis} >= {"starve", "stutter"}
     assert result.valid, result.to_dict()
