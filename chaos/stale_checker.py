@@ -44,7 +44,7 @@ class StaleResult(QueueResult):
 
     @property
     def valid(self) -> bool:
-        return super().valid and self.stale_plain == 0 and self.stale_own == 0 and self.stale_seen_own == 0
+        return super().valid and self.stale_plain == 0 and self.stale_own == 0  # stale_seen_* are parts of these
 
 
 def check_stale(history: Iterable[Op]) -> StaleResult:
