@@ -153,6 +153,8 @@ class Connector:
         attempt = 0
         self._woken.clear()  # a wake counts during an outage only
         for wait_ms in attempt_plan_ms(self.options, startup=startup):
+            if attempt == 0 and known.leader_hint is not None:
+                wait_ms = 0  # a deposed leader named its successor (a hand-over): no failure to back off from
             await self._wait(wait_ms)
             if self._cancelled():
                 raise ClientError("client closed while connecting")

@@ -398,7 +398,8 @@ def attempt_plan_ms(options: FailoverOptions, *, startup: bool) -> Iterator[floa
     """The wait before each attempt of one outage, ending when the attempts are used up.
 
     The first connect tries at once and waits only between attempts; after a break every
-    attempt, the first included, is preceded by the back-off delay.
+    attempt, the first included, is preceded by the back-off delay (except the first attempt
+    after a deposed leader named its successor: the connector goes there at once).
     """
     delays = reconnect_delays_ms(options)
     waits: Iterator[float] = itertools.chain([0.0], delays) if startup else delays

@@ -7,6 +7,7 @@ client address (the way a Raft follower will), so CONNECT gets the server's real
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ import pytest
 
 from raftmq import processes
 from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverExhausted, FailoverOptions, connect_failover
+from raftmq.client.failover_connector import Connector, Whereabouts
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
@@ -162,5 +164,28 @@ def test_the_client_moves_to_the_next_group_when_a_group_has_no_reachable_leader
             client = await connect_failover(groups, options=FIRST.replace(max_redirects=2))
             assert (client.group, client.address) == (2, leader)
             await client.close()
+
+    run(scenario())
+
+
+def test_a_successor_named_by_the_deposed_leader_is_tried_without_the_back_off() -> None:
+    # A hand-over ends the old leader's connections with `not the leader` naming the new one:
+    # nothing failed, so the first attempt goes at once instead of after initialReconnectDelay.
+    slow = FailoverOptions(randomize=False, initial_reconnect_delay_ms=5000, max_reconnect_delay_ms=5000,
+                           connect_timeout_ms=2000)
+
+    async def scenario() -> None:
+        async with nodes(None) as [leader]:
+            connector = Connector(((leader,),), slow, {"timeout": 2.0}, random.Random(0), lambda event: None, lambda: False)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            client, _, address = await connector.establish(startup=False, known=Whereabouts(0, leader, leader))
+            assert address == leader and loop.time() - started < 1.0
+            await client.disconnect()
+            unnamed = loop.create_task(connector.establish(startup=False, known=Whereabouts(0, leader, None)))
+            await asyncio.sleep(0.5)
+            assert not unnamed.done()  # a plain break waits its back-off first
+            unnamed.cancel()
+            await asyncio.gather(unnamed, return_exceptions=True)
 
     run(scenario())
