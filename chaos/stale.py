@@ -52,9 +52,9 @@ HEARTBEAT_MS = 300
 CONNECT_WAIT_S = 3.0
 
 
-def _term(headers: dict[str, str]) -> int:
-    value = headers.get(TERM_HEADER, "")
-    return int(value) if value.isdigit() else 0
+def _term(value: str | None) -> int:
+    """A frame's `raftmq-term` header as a number (0 when it has none)."""
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -65,7 +65,7 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self.conn: Any = None
 
     def on_connected(self, frame: Any) -> None:
-        self.consumer.history.record(self.consumer.name, OK, "connect", {"term": _term(frame.headers)},
+        self.consumer.history.record(self.consumer.name, OK, "connect", {"term": _term(frame.headers.get(TERM_HEADER))},
                                      node=self.address)
         self.connected.set()
 
@@ -73,7 +73,7 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         consumer = self.consumer
         consumer.last_delivery = time.monotonic()
         value = {"value": frame.body if isinstance(frame.body, str) else frame.body.decode(errors="replace"),
-                 "term": _term(frame.headers), "plain": True}
+                 "term": _term(frame.headers.get(TERM_HEADER)), "plain": True}
         consumer.history.record(consumer.name, OK, "receive", value, node=self.address,
                                 redelivered=frame.headers.get("redelivered") == "true")
         try:
@@ -160,7 +160,7 @@ class OwnConsumer:
 
         def on_message(frame: Frame) -> None:
             self.last_delivery = time.monotonic()
-            value = {"value": frame.body.decode(errors="replace"), "term": _term(dict(frame.headers)), "plain": False}
+            value = {"value": frame.body.decode(errors="replace"), "term": _term(frame.get(TERM_HEADER)), "plain": False}
             self.history.record(self.name, OK, "receive", value, node=node_of(client),
                                 redelivered=frame.get("redelivered") == "true")
             loop.call_later(ACK_DELAY_S, ack_quietly, client, frame)
