@@ -29,7 +29,8 @@ from raftmq.replication.raft_settings import RaftSettings
 from raftmq.security import admin_ssl_context, member_client_tls
 from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.management import ManagementApi
-from raftmq.server.node import Node, unwatch_gc_pauses, watch_gc_pauses
+from raftmq.server.gc_tuning import unwatch_gc_pauses, watch_gc_pauses
+from raftmq.server.node import Node
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
 
 log = structlog.get_logger("raftmq.app.group")
@@ -115,6 +116,7 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
         group.node_config(node_id), raft, bodies=bodies,
         fetch_bodies=lambda indexes: _fetch_from_peers(roster.group, node_id, raft, indexes, secret),
     )
+    node.hand_over_secret = secret  # sessions move with the leadership (raftmq.server.stomp.hand_over)
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)

@@ -17,7 +17,8 @@ import structlog
 from raftmq import compiled
 from raftmq.config import NodeConfig
 from raftmq.logs import configure_logging
-from raftmq.server.node import Node, watch_gc_pauses
+from raftmq.server.gc_tuning import watch_gc_pauses
+from raftmq.server.node import Node
 
 log = structlog.get_logger("raftmq.app.run")
 

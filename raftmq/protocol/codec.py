@@ -78,6 +78,11 @@ class FrameParser:
         """Bytes of an unfinished frame held by the parser."""
         return len(self._buf)
 
+    def unfinished(self) -> bytes:
+        """The bytes of the unfinished frame, as they arrived (a session handed to another
+        node passes them on, and the parser there reads the frame from its start)."""
+        return bytes(self._buf)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         if self._error is not None:
             raise ProtocolError(f"connection already failed: {self._error.message}", self._error.detail)

@@ -147,6 +147,12 @@ class CommitLog(ABC):
         a deposed leader's frames, written after it stepped down too."""
         return 0
 
+    @property
+    def won_by_hand_over(self) -> bool:
+        """Whether this node's current (or last) leadership came from a transfer its predecessor
+        asked for (Raft's TimeoutNow): that predecessor is alive and hands its clients over."""
+        return False
+
     def holds_lease(self) -> bool:
         """May this node write deliveries and receipts to clients at this moment? A replicated
         log says yes only while its leader lease holds (raftmq.replication.leadership); asked

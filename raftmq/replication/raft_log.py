@@ -58,6 +58,7 @@ GIL_SWITCH_INTERVAL = 0.0005
 
 
 HAND_OVER_PAUSE_SECONDS = 0.05  # between transfer rounds, for the proposals that waited
+HAND_OVER_FLUSH_SECONDS = 0.003  # after the last entries settle, before TimeoutNow ends our lease
 
 
 def _first_index(journal: RaftJournal) -> int:
@@ -84,6 +85,7 @@ class RaftLog(CommitLog):
         self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
         self._handing_over = False  # proposals wait in the queue (transfer_leadership)
         self._leader_term = 0  # the term of our latest leadership
+        self._won_by_hand_over = False  # that leadership came from a transfer (TimeoutNow)
         self._in_flight = InFlightEntries()
         self._next_token = 0
         self._pump_scheduled = False
@@ -176,6 +178,10 @@ class RaftLog(CommitLog):
     def leader_term(self) -> int:
         return self._leader_term  # kept after a step-down: what a deposed leader writes is marked old
 
+    @property
+    def won_by_hand_over(self) -> bool:
+        return self._won_by_hand_over
+
     def holds_lease(self) -> bool:
         syncobj = self._syncobj
         return syncobj is not None and not self._stopped and syncobj.lease_holds(time.monotonic())
@@ -249,6 +255,12 @@ class RaftLog(CommitLog):
         return not syncobj.is_leader
 
     async def _transfer_round(self, syncobj: HardenedSyncObj, loop: asyncio.AbstractEventLoop, until: float) -> None:
+        if self._in_flight:
+            # Entries sent before the round settle first, their receipts and deliveries written
+            # under our lease: a client's every command then has a known outcome when its
+            # session is handed to the successor (raftmq.server.succession).
+            await asyncio.wait(self._in_flight.futures(), timeout=max(0.0, until - time.monotonic()))
+            await asyncio.sleep(HAND_OVER_FLUSH_SECONDS)  # the connections' flushes, one loop turn later
         while syncobj.is_leader and time.monotonic() < until:
             answer: asyncio.Future[int] = loop.create_future()
 
@@ -391,6 +403,7 @@ class RaftLog(CommitLog):
     def _gained_leadership(self) -> None:
         if self._syncobj is not None:
             self._leader_term = self._syncobj.raftCurrentTerm
+            self._won_by_hand_over = self._syncobj.won_by_hand_over
         if self._role_listener is not None and not self._stopped:
             self._role_listener(True)
 

@@ -15,11 +15,9 @@ proposes Ticks; a follower relays its clients' connections to the leader
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import os
 import secrets
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +33,7 @@ from raftmq.core.effects import Managed
 from raftmq.errors import CommitFailed, NotLeader
 from raftmq.replication.commit_log import CommitLog, InMemoryLog
 from raftmq.security import Security
+from raftmq.server.gc_tuning import tune_gc
 from raftmq.server.links.bridge import bridges_for
 from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
@@ -56,9 +55,6 @@ log = structlog.get_logger("raftmq.server.node")
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
 MANAGE_TIMEOUT_SECONDS = 10.0
-GC_GEN0_THRESHOLD = 20_000
-GC_PAUSE_LOG_SECONDS = 0.03  # allocations between young collections (Python's default: 700)
-_gc_tuned = False
 
 
 class Node:
@@ -82,6 +78,7 @@ class Node:
         self._security = Security(config.security)  # logins, ACL, TLS; sessions ask it
         self.name = name or config.name
         self.sessions: dict[str, ClientConnection] = {}  # client connections and bridge sessions
+        self.hand_over_secret: str | None = None  # the group's: signs sessions handed to a successor (app.group)
         self.replica = Replica(self, bodies, fetch_bodies)
         self._managing: dict[str, asyncio.Future[Managed]] = {}  # admin requests awaiting their Managed effect
         self.succession = Succession(self)
@@ -271,6 +268,18 @@ class Node:
         """An in-process session (a bridge's) the replica hands effects to like a connection's."""
         self.sessions[session.session_id] = session
 
+    def rename_session(self, old: str, new: str) -> None:
+        """A session handed over (its connection relays, under a local name) or adopted (its
+        connection takes the session's id): raftmq.server.stomp.hand_over."""
+        self.sessions[new] = self.sessions.pop(old)
+        connected_at = self._connected_at.pop(old, None)
+        self._connected_at[new] = self.loop.time() if connected_at is None else connected_at
+
+    @property
+    def awaiting_adoption(self) -> dict[str, Any]:
+        """Sessions of the old leader this one may adopt, standing in for them in the replica."""
+        return self.succession.takeover.awaiting
+
     def new_session_id(self, kind: str = "") -> str:
         """Unique across the group's nodes and restarts (node name, boot token, counter)."""
         return f"{self.name}:{self._boot}:{kind}{next(self._session_numbers)}"
@@ -288,7 +297,7 @@ class Node:
             self.flow = FlowGate(self._loop, self._flow_blocked)
             if self._config.fair_queue_depth:
                 self._fairness = Fairness(self._config.fair_queue_depth, self._loop.time)
-        _tune_gc()
+        tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
         await self.commit_log.start(self.replica)
         self._server = await self._listen(self._config.bind_host or self._config.host, self._config.port, websocket_only=False)
@@ -321,6 +330,7 @@ class Node:
                 except asyncio.CancelledError:
                     pass
         await self.succession.stop()
+        self.succession.stopping = True  # its clients are told it stops, not handed over
         if self.commit_log.is_leader and await self._hand_over():
             await self.succession.close_for_new_leader()
         for connection in list(self.sessions.values()):
@@ -417,6 +427,8 @@ class Node:
             "internal_errors": self.internal_errors,
             "body_failures": replica.body_failures,
             "sessions_swept": self.succession.sessions_swept,
+            "sessions_handed_over": self.succession.handed_over,  # to a successor, at a leadership transfer
+            "sessions_adopted": self.succession.takeover.adopted,  # from the previous leader
             "leader_changes": self.succession.leader_changes,
             "failure": self.failure,
             "broker": broker,
@@ -454,47 +466,3 @@ class Node:
             "drained": state.drained,
             "unroutable": state.unroutable,
         }
-
-
-def _tune_gc() -> None:
-    # Every message allocates a few dozen short-lived container objects (frames, commands,
-    # effects); at the default gen-0 threshold (700) the collector ran thousands of times a
-    # second (~11 % of a 3-node leader's busy CPU, py-spy --native) and its full collections
-    # walk every long-lived object. Freeze what exists at the first start (imports, config)
-    # and collect young objects less often. Once per process: nodes started in-process (tests)
-    # must not freeze each other's garbage.
-    global _gc_tuned
-    if _gc_tuned:
-        return
-    _gc_tuned = True
-    gc.freeze()
-    first, second, third = gc.get_threshold()
-    gc.set_threshold(max(GC_GEN0_THRESHOLD, first), second, third)
-
-
-def watch_gc_pauses() -> None:
-    """Log long collections (`node.gc_pause`); for a node's own process (`raftmq node`), not
-    for a process that merely hosts nodes (tests, the embedded broker)."""
-    if _time_collections not in gc.callbacks:
-        gc.callbacks.append(_time_collections)
-
-
-def unwatch_gc_pauses() -> None:
-    if _time_collections in gc.callbacks:
-        gc.callbacks.remove(_time_collections)
-
-
-_collection_started = 0.0
-
-
-def _time_collections(phase: str, info: dict[str, Any]) -> None:
-    """Log a collection that stopped the process long enough to matter (`node.gc_pause`): past
-    a tenth of the election timeout it starves Raft's heart-beats too."""
-    global _collection_started
-    if phase == "start":
-        _collection_started = time.perf_counter()
-        return
-    paused = time.perf_counter() - _collection_started
-    if paused >= GC_PAUSE_LOG_SECONDS:
-        log.warning("node.gc_pause", generation=info.get("generation"), ms=round(paused * 1000, 1),
-                    collected=info.get("collected"))

@@ -1,8 +1,13 @@
 """What a node does when leadership changes hands, and the services that run only on a leader.
 
-Losing leadership closes every client connection with an ERROR naming the new leader (once it
-is known, bounded wait); gaining it proposes a Disconnect for every session the core still
-knows from earlier leaders, so their unacknowledged deliveries return to their queues.
+Losing leadership hands every client's session to the new leader (once it is known, bounded
+wait; raftmq.server.stomp.adoption) and relays its connection there; a session that cannot be
+handed over (commands of unknown outcome, not open, no group secret, the successor refuses) is
+closed with an ERROR naming the new leader, as is every session of a node that is stopping.
+Gaining leadership proposes a Disconnect for every session the core still knows from earlier
+leaders and nobody adopted, so their unacknowledged deliveries return to their queues: after a
+transfer once the old leader's sessions had `ADOPTION_WINDOW_SECONDS` to arrive
+(raftmq.server.takeover), after an election at once.
 
 `LeaderService`s (a cluster bridge, say) start once this node leads and everything of earlier
 terms is applied, and stop as soon as it no longer leads (before its clients are redirected).
@@ -17,7 +22,8 @@ from typing import Any
 import structlog
 
 from raftmq.core.commands import Disconnect
-from raftmq.server.seams.host import LeaderService, SuccessionHost
+from raftmq.server.seams.host import ClientConnection, LeaderService, SuccessionHost
+from raftmq.server.takeover import ADOPTION_WINDOW_SECONDS, Takeover
 
 log = structlog.get_logger("raftmq.server.succession")
 
@@ -36,6 +42,9 @@ class Succession:
         self._running: list[LeaderService] = []
         self.leader_changes = 0
         self.sessions_swept = 0  # Disconnects proposed for sessions of earlier leaders
+        self.takeover = Takeover()
+        self.stopping = False  # the node stops: its clients are told so, not handed over
+        self.handed_over = 0  # sessions this node handed to a successor
 
     def add_service(self, service: LeaderService) -> None:
         """Run `service` whenever this node leads (started at the next leadership gained, or
@@ -52,6 +61,9 @@ class Succession:
         self.leader_changes += 1
         self._epoch += 1
         self.note_leader(force=True)
+        self.takeover.reset()
+        if leader and self._host.commit_log.won_by_hand_over:
+            self._expect_adoptions()
         if not leader:
             self._spawn(self._stop_services())
         if not leader and self.new_leader() is not None:
@@ -79,7 +91,18 @@ class Succession:
             return  # lost leadership again; the next leader sweeps
         if epoch != self._epoch or not host.commit_log.is_leader:
             return
+        takeover = self.takeover
+        takeover.done.set()
+        if host.commit_log.won_by_hand_over:
+            self._expect_adoptions()  # sessions whose Connect this node applied only now
+            deadline = host.loop.time() + ADOPTION_WINDOW_SECONDS
+            while takeover.awaiting and host.loop.time() < deadline and epoch == self._epoch:
+                await asyncio.sleep(0.01)
+            if epoch != self._epoch or not host.commit_log.is_leader:
+                return
         stale = [session_id for session_id in host.session_ids_in_core() if session_id not in host.sessions]
+        takeover.swept.update(stale)
+        takeover.awaiting.clear()
         if stale:
             now = host.clock.now_ms()
             try:
@@ -90,6 +113,18 @@ class Succession:
             log.info("node.sessions_swept", node=host.name, sessions=len(stale))
         if epoch == self._epoch and host.commit_log.is_leader:
             await self._start_services()
+
+    def _expect_adoptions(self) -> None:
+        host = self._host
+        self.takeover.expect(host.session_ids_in_core(), host.sessions.__contains__, host.commit_log)
+
+    async def claim(self, session_id: str) -> str | None:
+        """May this node adopt `session_id` now (a ticket arrived)? None, or why not."""
+        host = self._host
+        return await self.takeover.claim(
+            session_id, lambda: host.commit_log.is_leader, host.sessions.__contains__,
+            lambda sid: sid in host.session_ids_in_core(),
+        )
 
     async def _start_services(self) -> None:
         for service in self._services:
@@ -148,11 +183,21 @@ class Succession:
         return None if hint == own else hint
 
     def send_clients_to(self, hint: str | None, held_only: bool = False) -> None:
+        """Hand every session to the leader at `hint`, or close it with an ERROR naming it.
+        `held_only`: this node leads again; sessions held meanwhile may have lost commands
+        silently, so they are closed."""
         for session in list(self._host.sessions.values()):
             if held_only and not session.held_for_redirect:
                 continue
-            session.fail(
-                "not the leader",
-                f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
-                extra={"leader": hint} if hint else None,
-            )
+            if hint is not None and not held_only and not self.stopping and session.hand_over(hint):
+                self.handed_over += 1
+                continue
+            self.refuse(session, hint)
+
+    @staticmethod
+    def refuse(session: ClientConnection, hint: str | None) -> None:
+        session.fail(
+            "not the leader",
+            f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
+            extra={"leader": hint} if hint else None,
+        )

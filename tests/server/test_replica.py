@@ -24,6 +24,7 @@ class Host:
     clock: ManualClock = field(default_factory=ManualClock)
     failures: list[str] = field(default_factory=list)
     replays: int = 0
+    awaiting_adoption: dict[str, object] = field(default_factory=dict)
 
     def fail(self, reason: str) -> None:
         self.failures.append(reason)

@@ -30,6 +30,7 @@ class Host:
     destinations: set[str] = field(default_factory=set)
     budget: int = 1 << 30
     reserved: int = 0
+    hand_over_secret: str | None = None
 
     def has_destination(self, destination: str) -> bool:
         return destination in self.destinations

@@ -121,6 +121,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
         self.answering_mark: float | None = None  # `lm` of the append-entries being answered
         self._handover_election = False  # this tick's election was asked for by the leader
+        self._handover_term = -1  # the term of the last election the leader asked us to stand in
+        self.won_by_hand_over = False  # our leadership came from the leader's TimeoutNow (a transfer)
         self._on_state_changed = on_state_changed
         self._on_members_changed = on_members_changed
         self.apply_errors = 0
@@ -303,6 +305,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     def _state_changed(self, old: int, new: int) -> None:
         if new == _RAFT_STATE.LEADER:
             self.leadership.became_leader(time.monotonic())
+            self.won_by_hand_over = self._SyncObj__raftCurrentTerm == self._handover_term
         elif old == _RAFT_STATE.LEADER:
             self.leadership.stepped_down()
         if self._on_state_changed is not None:
@@ -321,6 +324,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             return
         if self._SyncObj__transferInProgress:
             self._handover_election = True  # our request_vote says so: voters waive stickiness
+            self._handover_term = self._SyncObj__raftCurrentTerm + 1  # pysyncobj stands at the next term
             return
         leader = self._SyncObj__raftLeader
         if leader is not None:  # once per loss, not per round

@@ -77,6 +77,8 @@ _NODE_COUNTERS = (
     ("internal_errors", "internal_errors", "Client connections closed because handling their input raised."),
     ("body_failures", "body_failures", "Deliveries refused because the message body was missing or corrupt."),
     ("sessions_swept", "sessions_swept", "Sessions of earlier leaders disconnected by this node as the new leader."),
+    ("sessions_handed_over", "sessions_handed_over", "Client sessions this node handed to its successor at a leadership transfer."),
+    ("sessions_adopted", "sessions_adopted", "Client sessions this node adopted from its predecessor at a leadership transfer."),
     ("relayed_sessions", "relayed_total", "Client sessions this node relayed to its group's leader (as a follower)."),
 )
 # (metric suffix, counter key in a destination's stats, help).

@@ -142,6 +142,9 @@ class BridgeSession:
     def hold_for_redirect(self) -> None:
         self._held = True
 
+    def hand_over(self, leader: str) -> bool:
+        return False  # a bridge belongs to its leader: the successor's own bridge takes over
+
     def shutdown(self) -> None:
         self._closed()
 

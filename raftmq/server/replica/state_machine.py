@@ -82,6 +82,7 @@ class Replica:
             host.replayed()  # old commands: a replay, not traffic to show as a rate
         apply = self.broker.apply
         sessions = host.sessions
+        awaiting = host.awaiting_adoption  # after a transfer: the old leader's sessions, until adopted
         for command in commands:
             try:
                 effects = apply(command)
@@ -91,7 +92,7 @@ class Replica:
                 log.exception("broker.apply_failed", command=type(command).__name__)
                 host.fail(f"the broker core raised on a committed {type(command).__name__}: {type(exc).__name__}: {exc}")
                 raise
-            if not sessions:
+            if not sessions and not awaiting:
                 # No client here (a follower): only an admin request's answer can concern it.
                 for effect in effects:
                     if type(effect) is Managed:
@@ -104,7 +105,8 @@ class Replica:
                 if session is None:
                     if type(effect) is Managed:  # an admin request's answer (no session)
                         host.managed(effect)
-                    continue
+                    if not awaiting or (session := awaiting.get(effect.session)) is None:
+                        continue
                 if bodies is None and type(effect) is Deliver:  # the common cases inline: per message
                     session.deliver(effect)
                 elif type(effect) is Receipt:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
@@ -28,6 +28,9 @@ from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
 from raftmq.server.websocket.session import HandshakeGate
+
+if TYPE_CHECKING:
+    from raftmq.server.succession import Succession
 
 
 class ClientConnection(Protocol):
@@ -66,6 +69,9 @@ class ClientConnection(Protocol):
 
     def hold_for_redirect(self) -> None: ...
 
+    def hand_over(self, leader: str) -> bool:
+        """Move the session to the new leader at `leader` (False: it cannot move; the caller closes it)."""
+
     def shutdown(self) -> None: ...
 
     def abort(self) -> None: ...
@@ -76,6 +82,10 @@ class ClientConnection(Protocol):
 class RelayStarter(Protocol):
     def start(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
+
+    def adopt(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
+              out: list[bytes], refusal: bytes) -> None:
+        """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its ticket)."""
 
 
 class NodeView(Protocol):
@@ -118,6 +128,11 @@ class SessionHost(Protocol):
         """Whether the replicated state already holds this destination (ACL: creating one
         needs more rights than using it)."""
 
+    @property
+    def hand_over_secret(self) -> str | None:
+        """The group's secret, which signs a session handed to a successor (raftmq.server.stomp.adoption);
+        None outside a group: sessions are not handed over."""
+
     def reserve_unfinished(self, grow: int) -> bool:
         """Take `grow` more bytes (or give back, when negative) of the node's budget for
         unfinished frames; False, taking nothing, when it would pass the budget."""
@@ -157,6 +172,15 @@ class ConnectionHost(SessionHost, Protocol):
         """Count a connection closed because handling its input raised (a bug)."""
 
     @property
+    def succession(self) -> Succession:
+        """Leader changes: a session handed over is refused or claimed there."""
+        ...
+
+    def rename_session(self, old: str, new: str) -> None: ...
+
+    def new_session_id(self, kind: str = "") -> str: ...
+
+    @property
     def websocket_handshakes(self) -> HandshakeGate:
         """The node's count of WebSocket upgrades being read, and its limit."""
 
@@ -179,6 +203,11 @@ class ReplicaHost(NodeView, Protocol):
     def replayed(self) -> None: ...
 
     def managed(self, effect: Managed) -> None: ...
+
+    @property
+    def awaiting_adoption(self) -> Mapping[str, Any]:
+        """Sessions of the old leader this new leader may adopt (raftmq.server.takeover)."""
+        ...
 
 
 class LeaderService(Protocol):

@@ -1,16 +1,16 @@
 """One client connection: the asyncio shell around a `StompSession` (raftmq.server.stomp.session).
 
 It feeds the session the bytes it reads and the time, executes the session's decisions
-(propose to the commit log, write an ERROR, check a passcode in a worker thread, relay to the
-leader), and writes what the node hands it when commands commit. Output is queued, then handed
-to the socket once per loop turn right after a check that the leader lease holds, once the
-socket took all it was handed before (docs/replication.md: what a deposed leader can write).
+(propose, write an ERROR, check a passcode in a worker thread, relay to the leader, adopt a
+session handed over), and writes what the node hands it when commands commit. Output is queued,
+then handed to the socket once per loop turn right after a check that the leader lease holds,
+once the socket took all it was handed before (docs/replication.md). When the leadership moves,
+the session moves with it (`hand_over`; raftmq.server.stomp.hand_over).
 
 Flow control:
 - reading pauses while more than `max_pending_commands` of this session's commands are
   proposed but not committed (a producer waits for the log rather than growing our memory);
-- reading also pauses while the transport's write buffer is above its high-water mark (a
-  client that does not read its receipts stops being read);
+- reading also pauses while the transport's write buffer is above its high-water mark;
 - deliveries are bounded by the core's prefetch (unacknowledged deliveries per subscription);
   for ack mode auto, which the core does not hold back, a connection whose queued output passes
   `SLOW_CONSUMER_BYTES` is dropped (logged as `slow consumer`; it would never read an ERROR).
@@ -28,28 +28,25 @@ import structlog
 from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
 from raftmq.errors import NotLeader
-from raftmq.protocol.codec import HEARTBEAT
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
+from raftmq.server.stomp import hand_over as handing
+from raftmq.server.stomp.adoption import MAX_HOPS
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
-from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.stomp.heartbeat import HeartBeats
+from raftmq.server.stomp.session import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 from raftmq.server.websocket.session import POLICY, http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
-# A connection that queues more than this is a consumer that does not keep up with
-# auto-ack deliveries (acked deliveries are bounded by prefetch instead): it is closed.
+# A connection queueing more is an auto-ack consumer that does not keep up (acked ones: prefetch): closed.
 SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
 # While the lease does not hold, or the socket has not taken what it was handed, queued output is
 # looked at again this often (the lease is renewed by every heart-beat round, 20 ms by default).
 RECHECK_SECONDS = 0.002
 # A closing connection whose client does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
-# Heart-beats are a liveness hint; send one when the line has been quiet this share of the interval.
-HEARTBEAT_SEND_SLACK = 0.9
-# Close a client that promised heart-beats and sent nothing for this many agreed intervals.
-HEARTBEAT_RECEIVE_GRACE = 2.0
 
 
 class Connection(asyncio.Protocol):
@@ -75,12 +72,12 @@ class Connection(asyncio.Protocol):
         self._read_paused_for_log = False
         self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
         self._flow_held: list[list[Command]] = []  # proposals held meanwhile, in order
+        self.unproposed: list[Command] = []  # failed with NotLeader while held: a successor proposes them
+        self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
+        self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         self._read_paused_for_writes = False
         self._held_for_redirect = False
-        self._last_received = 0.0
-        self._last_written = 0.0
-        self._send_timer: asyncio.TimerHandle | None = None
-        self._check_timer: asyncio.TimerHandle | None = None
+        self._beats = HeartBeats(self)
         self._connect_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -111,7 +108,7 @@ class Connection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         if transport.get_extra_info("ssl_object") is not None:
             self.transport_kind = "tls"
-        self._last_received = self._last_written = self._loop.time()
+        self._beats.last_received = self._beats.last_written = self._loop.time()
         log.debug("client.accepted", session=self.session_id, peer=self.peer)
         config = self.host.config
         if self.host.connection_count > config.max_connections:
@@ -138,7 +135,7 @@ class Connection(asyncio.Protocol):
                 self.stomp.state = SessionState.FAILED
                 self._transport.write(http_error(400, "this port serves STOMP over WebSocket only"))
                 return self._transport.close()
-        self._last_received = self._loop.time()
+        self._beats.last_received = self._loop.time()
         try:
             self._execute(self.stomp.receive(data, self._clock.now_ms()))
         except Exception as exc:  # a bug must cost one connection, never the node
@@ -172,9 +169,9 @@ class Connection(asyncio.Protocol):
             self._close_after_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._send_timer, self._check_timer, self._connect_timer):
-            if timer is not None:
-                timer.cancel()
+        self._beats.stop()
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
         self._out.clear()
         if self._flow_held and self.host.flow is not None:
             self.host.flow.forget(self)  # never proposed, never receipted: not the broker's
@@ -223,6 +220,13 @@ class Connection(asyncio.Protocol):
                 checked.add_done_callback(self._login_checked)
             elif isinstance(decision, Relay):
                 self._relay(decision.prefix)
+            elif isinstance(decision, Adopt):
+                self._update_reading()  # what follows the ticket waits for the claim
+                handing.spawn(handing.adopt(self, decision.ticket))
+
+    def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
+        self._execute(decisions)
+        self._update_reading()
 
     def _login_checked(self, checked: asyncio.Future[Principal | None]) -> None:
         try:
@@ -279,17 +283,22 @@ class Connection(asyncio.Protocol):
         self._last_proposal = future
         if sends is not None and flow is not None:
             future.add_done_callback(lambda _: flow.applied(sends))
-        future.add_done_callback(partial(self._proposal_done, len(commands)))
+        future.add_done_callback(partial(self._proposal_done, commands))
         if self._pending > self._max_pending and not self._read_paused_for_log:
             self._read_paused_for_log = True
             self._update_reading()
 
-    def _proposal_done(self, count: int, future: asyncio.Future[None]) -> None:
-        self._pending -= count
+    def _proposal_done(self, commands: list[Command], future: asyncio.Future[None]) -> None:
+        self._pending -= len(commands)
         if self.host.flow is not None:
             self.host.flow.poke()  # what this applied may make room for a blocked producer
         exc = None if future.cancelled() else future.exception()
-        if exc is not None and self.stomp.state < SessionState.FAILED and not self._held_for_redirect:
+        if exc is not None and self._held_for_redirect:  # the leadership left: never appended, or unknown
+            if isinstance(exc, NotLeader):
+                self.unproposed.extend(commands)
+            else:
+                self.outcome_unknown = True
+        elif exc is not None and self.stomp.state < SessionState.FAILED:
             if isinstance(exc, NotLeader):
                 self.fail("not the leader", str(exc), extra={"leader": exc.leader} if exc.leader else None)
             else:
@@ -327,6 +336,27 @@ class Connection(asyncio.Protocol):
     def held_for_redirect(self) -> bool:
         return self._held_for_redirect
 
+    # ---- a leadership transfer: the session moves with it (raftmq.server.stomp.hand_over) ---------
+
+    @property
+    def closed(self) -> bool:
+        return self.stomp.state == SessionState.CLOSED or self._transport is None or self._transport.is_closing()
+
+    def hand_over(self, leader: str) -> bool:
+        """Hand this session to the new leader at `leader`; False when it cannot be (the caller closes it)."""
+        if self.stomp.state != SessionState.OPEN or self.host.hand_over_secret is None or self.closed or self.hops >= MAX_HOPS:
+            return False
+        self.hold_for_redirect()
+        handing.spawn(handing.hand_over(self, leader))
+        return True
+
+    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None:
+        """Pipe this connection to the successor after `prefix` (the ticket); what is queued goes out once it adopts."""
+        self._beats.stop()
+        out, self._out, self._out_bytes = self._out, [], 0
+        assert self._transport is not None
+        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, out, refusal)
+
     def hold_for_redirect(self) -> None:
         """This node lost leadership and does not know the new leader yet: read nothing more
         and let commands that fail meanwhile not answer; the node calls `fail` with the
@@ -341,12 +371,12 @@ class Connection(asyncio.Protocol):
         frame, opened = self.stomp.connect_committed(self.host.commit_log.leader_term)
         if frame is not None:
             self.write(frame)
-        if not opened:
-            return
-        if self.stomp.send_interval_ms:
-            self._send_timer = self._loop.call_later(self.stomp.send_interval_ms / 1000, self._heartbeat_send)
-        if self.stomp.receive_interval_ms:
-            self._check_timer = self._loop.call_later(self.stomp.receive_interval_ms / 1000, self._heartbeat_check)
+        if opened:
+            self.opened()
+
+    def opened(self) -> None:
+        """The session is open (CONNECTED, or adopted): heart-beats start."""
+        self._beats.start()
 
     def disconnect_committed(self) -> None:
         """Our Disconnect was applied (and its RECEIPT, if any, queued): flush and close."""
@@ -369,6 +399,8 @@ class Connection(asyncio.Protocol):
     # ---- output ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
+        if self._held_for_redirect:
+            return  # the leadership left: what its successor's entries make is the successor's to write
         self._out.append(data)
         self._out_bytes += len(data)
         if not self._flush_scheduled:
@@ -393,7 +425,7 @@ class Connection(asyncio.Protocol):
             return
         out, self._out, self._out_bytes = self._out, [], 0
         transport.writelines(out)  # at once: one send per flush (recent uvloop writev()s the list)
-        self._last_written = self._loop.time()
+        self._beats.last_written = self._loop.time()
 
     def _close_after_flush(self, last: bytes | None = None) -> None:
         """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
@@ -461,38 +493,6 @@ class Connection(asyncio.Protocol):
         """Drop the connection without flushing (a client that stopped reading)."""
         if self._transport is not None and self.stomp.state != SessionState.CLOSED:
             self._transport.abort()
-
-    # ---- heart-beats -------------------------------------------------------------------------
-
-    def _heartbeat_send(self) -> None:
-        if self.stomp.state >= SessionState.FAILED:
-            return
-        interval = self.stomp.send_interval_ms / 1000
-        transport = self._transport
-        now = self._loop.time()
-        quiet = now - self._last_written
-        if quiet >= interval * HEARTBEAT_SEND_SLACK and not self._out:
-            if transport is not None and not transport.is_closing():
-                transport.write(HEARTBEAT)
-            self._last_written = now
-            quiet = 0.0
-        self._send_timer = self._loop.call_later(max(0.001, interval - quiet), self._heartbeat_send)
-
-    def _heartbeat_check(self) -> None:
-        if self.stomp.state >= SessionState.FAILED:
-            return
-        interval = self.stomp.receive_interval_ms / 1000
-        now = self._loop.time()
-        if self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow:
-            self._last_received = now  # we are the ones not reading: the silence is ours
-        silent = now - self._last_received
-        limit = interval * HEARTBEAT_RECEIVE_GRACE
-        if silent > limit:
-            log.info("client.heartbeat_timeout", session=self.session_id, peer=self.peer, silent_s=round(silent, 3))
-            detail = f"nothing received for {silent:.1f} s (agreed interval {interval:.3f} s)"
-            self.fail("heart-beat timeout", detail)
-            return
-        self._check_timer = self._loop.call_later(max(0.001, limit - silent), self._heartbeat_check)
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

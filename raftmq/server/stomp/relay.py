@@ -20,10 +20,18 @@ follower one buffer's worth of memory, never more.
 
 Ends: when either side closes, the other is closed after what was already read from it is
 written (an ERROR from the leader, e.g. `not the leader` after a failover, reaches the client
-whole). When the follower learns of a new leader, the connections it relays to the old one are
-closed after a short grace (the deposed leader's own ERROR goes first when it can still send
-one); the client reconnects, to any member. A leader that dies (kill -9) resets its end, which
-closes the client's at once.
+whole). When the follower learns of a new leader, a connection it relays to the old one is
+closed once the old leader has sent nothing on it for a short grace: a deposed leader that
+handed the session to its successor (raftmq.server.stomp.hand_over) relays what the successor
+sends (its deliveries, receipts and heart-beats), and that connection carries on; one that
+cannot answers ERROR and closes; a silent one (stopped, cut off, or an idle client without
+heart-beats) is closed, and the client reconnects, to any member. A leader that dies (kill -9)
+resets its end, which closes the client's at once.
+
+A deposed leader relays the sessions it hands over the same way (`Relays.adopt`): the first
+bytes to the successor are the session's ticket, and the successor's answer to it is read here,
+not passed on. Such a relay is not closed when the leader changes again: the successor hands
+the session on in turn.
 
 No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
 trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
@@ -54,6 +62,7 @@ from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
 from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import ClientConnection, RelayHost
+from raftmq.server.stomp.adoption import read_answer
 from raftmq.server.stomp.frames import error_frame
 
 if TYPE_CHECKING:
@@ -81,6 +90,22 @@ WATCH_SECONDS = 0.1
 DEPOSED_GRACE_SECONDS = 0.5
 # A closing side whose peer does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
+# A deposed leader tries this long to reach its successor with a session's ticket.
+ADOPT_CONNECT_SECONDS = 1.0
+
+
+class Adoption:
+    """A relay that hands a session to the successor: its ticket goes first (the relay's
+    prefix), the successor's answer is read here; `out` (what the old leader had queued for the
+    client) goes to the client once the successor adopted, `refusal` (an ERROR) if it did not."""
+
+    def __init__(self, leader: str, session_id: str, out: list[bytes], refusal: bytes) -> None:
+        self.leader = leader
+        self.session_id = session_id
+        self.out = out
+        self.refusal = refusal
+        self.answer = b""  # the successor's bytes until its answer is complete
+        self.answered = False
 
 
 def redirect_wanted(mode: str, connect: Frame) -> bool:
@@ -96,6 +121,7 @@ class Relays:
         self._node = node
         self._active: set[Relay] = set()  # connecting to the leader, relaying, or refusing
         self.total = 0  # sessions relayed to a leader since start
+        self.handed_over = 0  # of which sessions this node handed to its successor
         self._watch: asyncio.TimerHandle | None = None
         self._tls: tuple[ssl.SSLContext, bytes] | None = None
 
@@ -105,7 +131,15 @@ class Relays:
 
     def start(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
-        relay = Relay(self, self._node, session, transport, prefix)
+        self._begin(Relay(self, self._node, session, transport, prefix))
+
+    def adopt(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
+              out: list[bytes], refusal: bytes) -> None:
+        """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its ticket)."""
+        self.handed_over += 1
+        self._begin(Relay(self, self._node, session, transport, prefix, Adoption(leader, session_id, out, refusal)))
+
+    def _begin(self, relay: Relay) -> None:
         self._active.add(relay)
         if self._watch is None:
             self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
@@ -137,7 +171,8 @@ class Relays:
 class Relay:
     """One client connection piped to the leader. `leader`: the client address relayed to."""
 
-    def __init__(self, relays: Relays, node: RelayHost, session: ClientConnection, client: asyncio.Transport, prefix: bytes) -> None:
+    def __init__(self, relays: Relays, node: RelayHost, session: ClientConnection, client: asyncio.Transport, prefix: bytes,
+                 adoption: Adoption | None = None) -> None:
         self._relays = relays
         self._node = node
         self._loop = node.loop
@@ -150,6 +185,8 @@ class Relay:
         self._client_eof = False
         self._ended = False
         self._deposed_at: float | None = None
+        self._upstream_heard = 0.0  # loop time of the last bytes from the leader
+        self._adoption = adoption
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -161,11 +198,12 @@ class Relay:
     # -- finding and opening the leader ------------------------------------------------------
 
     async def _connect(self) -> None:
-        deadline = self._loop.time() + LEADER_WAIT_SECONDS
+        adoption = self._adoption
+        deadline = self._loop.time() + (LEADER_WAIT_SECONDS if adoption is None else ADOPT_CONNECT_SECONDS)
         leader: str | None = None
         failure = ""
         while not self._ended:
-            leader = self._node.commit_log.leader_hint
+            leader = self._node.commit_log.leader_hint if adoption is None else adoption.leader
             if leader is not None:
                 try:
                     upstream = await self._open(leader)
@@ -179,6 +217,17 @@ class Relay:
             await asyncio.sleep(LEADER_POLL_SECONDS)
         if not self._ended:
             self._refuse(leader, failure)
+
+    def _refuse_adoption(self, adoption: Adoption, why: str) -> None:
+        session = self.session
+        log.info("client.hand_over_failed", node=self._node.name, session=adoption.session_id, peer=session.peer,
+                 leader=adoption.leader, detail=why)
+        adoption.answered = True
+        if not self._client.is_closing():
+            self._client.write(adoption.refusal)
+        self._close(self._client)
+        if self._upstream is not None:
+            self._close(self._upstream)
 
     async def _open(self, leader: str) -> asyncio.Transport:
         host, port = split_address(leader)
@@ -217,6 +266,8 @@ class Relay:
         log.info("client.relayed", node=self._node.name, session=session.session_id, peer=session.peer, leader=leader)
 
     def _refuse(self, leader: str | None, failure: str) -> None:
+        if self._adoption is not None:
+            return self._refuse_adoption(self._adoption, f"cannot reach the successor: {failure}")
         session = self.session
         if leader is None:
             detail = f"no leader known after {LEADER_WAIT_SECONDS:g} s (an election, or no quorum)"
@@ -232,13 +283,14 @@ class Relay:
     # -- while relaying ----------------------------------------------------------------------
 
     def check_leader(self, leader: str | None, now: float) -> None:
-        """The node's view of the leader now: a relay to another one is closed after a grace."""
-        if self.leader is None or leader is None or leader == self.leader:
+        """The node's view of the leader now: a relay to another one is closed once that one
+        has sent nothing for a grace (one that hands sessions over keeps talking)."""
+        if self.leader is None or leader is None or leader == self.leader or self._adoption is not None:
             self._deposed_at = None
             return
         if self._deposed_at is None:
             self._deposed_at = now
-        elif now - self._deposed_at >= DEPOSED_GRACE_SECONDS:
+        elif now - max(self._deposed_at, self._upstream_heard) >= DEPOSED_GRACE_SECONDS:
             session = self.session
             log.info("client.relay_closed", node=self._node.name, session=session.session_id, peer=session.peer,
                      leader=self.leader, new_leader=leader)
@@ -274,11 +326,30 @@ class Relay:
         self.session.connection_lost(exc)  # the node forgets the session, like any other
 
     def upstream_data(self, data: bytes) -> None:
-        if not self._client.is_closing():
+        self._upstream_heard = self._loop.time()
+        adoption = self._adoption
+        if adoption is not None and not adoption.answered:
+            adoption.answer += data
+            adopted, start, why = read_answer(adoption.answer, adoption.session_id)
+            if adopted is None:
+                return
+            if not adopted:
+                return self._refuse_adoption(adoption, why)
+            adoption.answered = True
+            data, adoption.answer = adoption.answer[start:], b""
+            out, adoption.out = adoption.out, []
+            log.info("client.handed_over", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
+                     leader=adoption.leader, queued=len(out))
+            if out and not self._client.is_closing():
+                self._client.writelines(out)  # what this node made before the leadership left, first
+        if data and not self._client.is_closing():
             self._client.write(data)
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed
+            adoption = self._adoption
+            if adoption is not None and not adoption.answered:
+                return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
             self._close(self._client)
 
     @staticmethod

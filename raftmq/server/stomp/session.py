@@ -9,11 +9,15 @@ passes the time in and executes what comes out:
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
 - `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
 - `Relay(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
+- `Adopt(ticket)`: another member hands this session over (raftmq.server.stomp.adoption):
+  claim it once this node may, then call `adopted`;
 - `Note(event, fields)`: log it.
 
 Life of a session: AWAIT_CONNECT → (CONNECT proposed) CONNECTING → (Connect committed, CONNECTED
 written) OPEN → DISCONNECTING (DISCONNECT proposed, or the client half-closed) or FAILED (ERROR
-pending) → CLOSED. On a follower, AWAIT_CONNECT → RELAYED.
+pending) → CLOSED. On a follower, AWAIT_CONNECT → RELAYED. A session handed over at a
+leadership transfer: OPEN → RELAYED on the old leader (`ticket`, `handed_over`), AWAIT_CONNECT →
+OPEN on its successor (`Adopt`, `adopted`), with no Connect of its own.
 
 Security (raftmq.security): CONNECT's login is checked before anything is proposed; frames the
 client pipelined behind CONNECT wait until the answer. With an ACL, every SEND / SUBSCRIBE is
@@ -36,10 +40,12 @@ from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
+from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.seams.host import SessionHost
+from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_ticket
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.stomp.translate import FrameTranslator
@@ -86,12 +92,17 @@ class Relay:
 
 
 @value
+class Adopt:
+    ticket: Ticket  # checked: signed by this group, in date
+
+
+@value
 class Note:
     event: str
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Decision = Propose | Refuse | CheckLogin | Relay | Note
+Decision = Propose | Refuse | CheckLogin | Relay | Adopt | Note
 
 
 @dataclass(slots=True)
@@ -132,6 +143,7 @@ class StompSession:
         # the leader (None: not kept: redirect mode, or more than PREFIX_MAX_BYTES).
         self._before_connect: list[bytes] | None = [] if config.follower_clients != REDIRECT else None
         self._before_connect_bytes = 0
+        self._adoption, self._received_any = False, False  # the first bytes were an adoption's (ADOPT_PREFIX)
 
     # ---- events in -------------------------------------------------------------------------
 
@@ -139,8 +151,11 @@ class StompSession:
         """Bytes from the client. Raises only on a bug (the shell closes the connection)."""
         if self.state >= SessionState.DISCONNECTING:
             return []  # after an ERROR or DISCONNECT nothing more is read
-        if self.state == SessionState.AWAIT_CONNECT and self._before_connect is not None:
-            self._keep_for_relay(data)
+        if self.state == SessionState.AWAIT_CONNECT:
+            if not self._received_any:
+                self._received_any, self._adoption = True, data.startswith(ADOPT_PREFIX)
+            if self._before_connect is not None:
+                self._keep_for_relay(data)
         error: ProtocolError | None = None
         try:
             frames = self._parser.feed(data)
@@ -153,7 +168,7 @@ class StompSession:
             return [note, *self.fail("server busy", "too much unfinished input buffered on this node; try again later")]
         if error is None and not frames and self.state == SessionState.AWAIT_CONNECT:
             limit = self.host.config.max_connect_frame_bytes
-            if self._parser.buffered > limit:
+            if self._parser.buffered > limit and not self._adoption:
                 return self.fail("frame too large", f"a CONNECT frame is at most {limit} bytes")
         decisions: list[Decision] = []
         if frames and self.state == SessionState.AWAIT_CONNECT and not self.authenticating:
@@ -233,6 +248,61 @@ class StompSession:
         receipt, index, count = inner
         return receipt if index == count - 1 and self.state < SessionState.FAILED else None
 
+    def adopted(self, ticket: Ticket | None, refusal: str, now_ms: int) -> list[Decision]:
+        """The answer to `Adopt`: this node now serves `ticket`'s session (its core holds its
+        subscriptions, deliveries and transactions), or refuses it (`refusal`). The session
+        takes the ticket's state and id; the commands the old leader could not propose are
+        proposed first, then the frames that followed the ticket."""
+        self.authenticating = False
+        held, error = self._held, self._held_error
+        self._held, self._held_error = [], None
+        if self.state != SessionState.AWAIT_CONNECT:
+            return []  # the old leader went away meanwhile
+        if ticket is None:
+            return self.fail(REFUSED, refusal)
+        self.session_id = ticket.session_id
+        self.version = ticket.version
+        self._parser.version = ticket.version
+        self.send_interval_ms, self.receive_interval_ms = ticket.send_interval_ms, ticket.receive_interval_ms
+        self.cluster_connection = ticket.cluster_connection
+        self._principal = Principal(ticket.principal, frozenset(ticket.groups))
+        translator = self._new_translator(ticket.version, ticket.client_id)
+        translator.transactions = set(ticket.transactions)
+        translator.subscriptions = set(ticket.subscriptions)
+        translator.browsers = set(ticket.browsers)
+        self._translator = translator
+        self.state = SessionState.OPEN
+        self.connect_proposed = self._connected_sent = True
+        decisions: list[Decision] = []
+        commands = decode_batch(ticket.commands) if ticket.commands else []
+        if commands:
+            decisions.append(Propose(commands))
+        self._frames(held, error, now_ms, decisions)
+        return decisions
+
+    def ticket(self, commands: list[Command], peer: str, now_ms: int, hops: int) -> Ticket | None:
+        """This session's state for its successor, with `commands` (read, not proposed); None
+        when it cannot be handed over (not open, or a passcode check under way)."""
+        translator, principal = self._translator, self._principal
+        if self.state != SessionState.OPEN or self.authenticating or translator is None or principal is None:
+            return None
+        return Ticket(
+            self.session_id, self.version, self.send_interval_ms, self.receive_interval_ms, self.cluster_connection,
+            principal.name, tuple(sorted(principal.groups)), translator.client_id, tuple(sorted(translator.transactions)),
+            tuple(sorted(translator.subscriptions)), tuple(sorted(translator.browsers)), peer,
+            encode_batch(commands) if commands else b"", now_ms, hops,
+        )
+
+    def unfinished(self) -> bytes:  # the bytes of a frame the client began and has not finished
+        return self._parser.unfinished()
+
+    def handed_over(self, local_id: str) -> None:
+        """Its successor serves this session now: this connection only relays, under a name of
+        its own (the session's id is the successor's), and closing it proposes nothing."""
+        self.session_id = local_id
+        self.disconnect_proposed = True
+        self.relayed()
+
     def relayed(self) -> None:
         self.state = SessionState.RELAYED
         self._account_buffered(0)  # what the parser held is replayed, not buffered here
@@ -242,6 +312,8 @@ class StompSession:
     def _connect(self, frame: Frame, now_ms: int) -> list[Decision]:
         if frame.command not in ("CONNECT", "STOMP"):
             return self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
+        if frame.get(ADOPT_HEADER) is not None:
+            return self._adopt(frame, now_ms)
         try:
             version = negotiate_version(frame.get("accept-version"))
             client_heart_beat = parse_heart_beat(frame.get("heart-beat"))
@@ -255,6 +327,25 @@ class StompSession:
             self._pending_connect = pending
             return [CheckLogin(login, passcode)]
         return self._accept(pending, None if decided is False else decided, now_ms)
+
+    def _adopt(self, frame: Frame, now_ms: int) -> list[Decision]:
+        """Another member hands a session over: check the ticket, then hold what follows it
+        until the shell has claimed the session (`adopted`)."""
+        try:
+            ticket = read_ticket(frame, self.host.hand_over_secret, now_ms)
+        except ProtocolError as exc:
+            return [Note("client.adoption_refused", {"reason": exc.detail}), *self.fail(exc.message, exc.detail)]
+        if not self.host.is_leader:
+            hint = self.host.leader_hint
+            return self.fail(REFUSED, f"this node does not lead its group; leader: {hint or 'unknown'}")
+        self._before_connect = None
+        self.authenticating = True  # what follows the ticket waits, as behind a passcode check
+        return [Adopt(ticket)]
+
+    def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
+        view = self.host.config.core.cluster
+        pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n)) if view is not None else frozenset()
+        return FrameTranslator(self.session_id, version, client_id, pullable, view.group if view is not None else None)
 
     def _accept(self, pending: _PendingConnect, principal: Principal | None, now_ms: int) -> list[Decision]:
         frame = pending.frame
@@ -282,9 +373,7 @@ class StompSession:
         agreed = agree_heartbeats(ours, HeartBeat(pending.client_send, pending.client_receive))
         self.send_interval_ms, self.receive_interval_ms = agreed.send_ms, agreed.receive_ms
         client_id = frame.get("client-id")
-        view = config.core.cluster
-        pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n)) if view is not None else frozenset()
-        self._translator = FrameTranslator(self.session_id, version, client_id, pullable, view.group if view is not None else None)
+        self._translator = self._new_translator(version, client_id)
         self.state = SessionState.CONNECTING
         self.connect_proposed = True
         login = principal.name if host.security.authenticating else frame.get("login")

@@ -1,0 +1,119 @@
+"""A client's session handed from a deposed leader to its successor, sans-I/O: the ticket and
+the answer, as bytes.
+
+At a leadership transfer the old leader (it stays up) does not end its clients' sessions. For
+each one it opens a connection to the successor's client port and writes `ticket_frame`: a
+CONNECT whose `raftmq.adopt` header names the session and whose body carries what the
+successor's core does not hold: the STOMP state the session negotiated (version, agreed
+heart-beats, the principal CONNECT authenticated, client id, open transaction and
+subscription ids) and the commands the session had read but could not propose before the
+leadership moved. Subscriptions, unacknowledged deliveries and transactions themselves are in
+the replicated core already.
+
+The body is signed with the group's secret (HMAC-SHA256, `raftmq.adopt-mac`) and stamped with
+the time: only a member of the group can hand a session over, and a ticket is good for
+`TICKET_MAX_AGE_MS`. A session handed over again is relayed again (through the node that holds
+the client's socket, then the one it was handed to): up to `MAX_HOPS` relays. The successor answers `adopted_frame` (a CONNECTED the old leader reads
+and does not pass on) or an ERROR; from then on the old leader copies bytes both ways, like a
+follower's relay (raftmq.server.stomp.relay), and the client sees nothing of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import encode_frame
+from raftmq.protocol.frame import Frame
+
+ADOPT_HEADER = "raftmq.adopt"
+MAC_HEADER = "raftmq.adopt-mac"
+ADOPTED_HEADER = "raftmq.adopted"
+# What an adoption's first bytes are (the header comes first): the successor lifts the CONNECT
+# size limit for it, since its body may carry the commands of a busy producer.
+ADOPT_PREFIX = f"CONNECT\n{ADOPT_HEADER}:".encode()
+TICKET_MAX_AGE_MS = 10_000
+# Each hand-over of a session that was handed over before adds a relay to its path: past this
+# many, the session is closed with ERROR `not the leader` instead, and its client reconnects.
+MAX_HOPS = 3
+TICKET_FORMAT = 1
+REFUSED = "adoption refused"
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    session_id: str
+    version: str
+    send_interval_ms: int
+    receive_interval_ms: int
+    cluster_connection: bool
+    principal: str | None  # the name CONNECT authenticated (None: anonymous)
+    groups: tuple[str, ...]  # the principal's groups (the ACL)
+    client_id: str | None
+    transactions: tuple[str, ...]
+    subscriptions: tuple[str, ...]
+    browsers: tuple[str, ...]
+    peer: str  # the client's address, as the old leader saw it (logs, the connection list)
+    commands: bytes  # raftmq.replication.command_codec batch of what was read, not proposed (b"": none)
+    issued_ms: int
+    hops: int  # relays between the client and the successor: 1 for a client of the old leader's own
+
+
+def sign(secret: str, body: bytes) -> str:
+    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def ticket_frame(ticket: Ticket, secret: str) -> bytes:
+    body = bytes(msgpack.packb([TICKET_FORMAT, *(getattr(ticket, name) for name in Ticket.__slots__)]))
+    # The adopt header first: ADOPT_PREFIX. The body has a content-length (it is binary).
+    headers = [(ADOPT_HEADER, ticket.session_id), (MAC_HEADER, sign(secret, body)), ("accept-version", ticket.version)]
+    return encode_frame(Frame("CONNECT", headers, body), "1.2")
+
+
+def read_ticket(frame: Frame, secret: str | None, now_ms: int) -> Ticket:
+    """The ticket in an adoption CONNECT; raises ProtocolError(`adoption refused`) for one this
+    group did not sign, one out of date, or one that does not parse."""
+    if secret is None:
+        raise ProtocolError(REFUSED, "this node takes no sessions over (no group secret)")
+    mac = frame.get(MAC_HEADER) or ""
+    if not hmac.compare_digest(mac, sign(secret, bytes(frame.body))):
+        raise ProtocolError(REFUSED, "the ticket is not signed with this group's secret")
+    try:
+        fields: list[Any] = msgpack.unpackb(frame.body)
+        if fields[0] != TICKET_FORMAT:
+            raise ValueError(f"ticket format {fields[0]}")
+        values = dict(zip(Ticket.__slots__, fields[1:], strict=True))
+        for name in ("groups", "transactions", "subscriptions", "browsers"):
+            values[name] = tuple(values[name])
+        ticket = Ticket(**values)
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        raise ProtocolError(REFUSED, f"unreadable ticket: {exc}") from None
+    if ticket.session_id != frame.get(ADOPT_HEADER):
+        raise ProtocolError(REFUSED, "the ticket names another session")
+    if abs(now_ms - ticket.issued_ms) > TICKET_MAX_AGE_MS:
+        raise ProtocolError(REFUSED, f"the ticket is out of date (issued {now_ms - ticket.issued_ms} ms ago)")
+    return ticket
+
+
+def adopted_frame(session_id: str) -> bytes:
+    return encode_frame(Frame("CONNECTED", [(ADOPTED_HEADER, session_id), ("version", "1.2")]), "1.2")
+
+
+def read_answer(data: bytes, session_id: str) -> tuple[bool | None, int, str]:
+    """The successor's answer at the start of `data`: (None, 0, "") while incomplete; (True, n,
+    "") when adopted, the client's bytes starting at `n`; (False, 0, why) when refused."""
+    end = data.find(b"\0")
+    if end < 0:
+        return None, 0, ""
+    head = data[:end].decode("utf-8", "replace")
+    lines = head.split("\n")
+    if lines[0] == "CONNECTED" and f"{ADOPTED_HEADER}:{session_id}" in lines[1:]:
+        return True, end + 1, ""
+    message = next((line.partition(":")[2] for line in lines[1:] if line.startswith("message:")), "")
+    body = head.partition("\n\n")[2].strip()
+    return False, 0, f"{message}: {body}" if body else (message or lines[0])

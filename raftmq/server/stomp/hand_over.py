@@ -1,0 +1,104 @@
+"""A client's session moving with the leadership: the old leader hands it over, the successor
+adopts it (the ticket and answer: raftmq.server.stomp.adoption; the successor's bookkeeping:
+raftmq.server.takeover).
+
+Old leader, `hand_over` (the connection stopped reading when the leadership left):
+1. wait until every command the session proposed has an outcome. A leadership transfer lets
+   the entries in flight commit and their receipts go out before it hands over, so what is
+   left failed with NotLeader: never appended, safe to propose again. One whose outcome is
+   unknown (the leadership was lost, not handed over) cannot be handed on: ERROR, as before;
+2. write the ticket, with those commands and the bytes of a frame the client had begun, to the
+   successor's client port, and relay the connection there (raftmq.server.stomp.relay). The
+   session goes by a local name here from now on, and closing it proposes nothing.
+3. once the successor answers, what this node had queued for the client before the leadership
+   left goes out, then everything from the successor. A refusal: ERROR `not the leader`.
+
+Successor, `adopt`: claim the session (after its take-over; not swept, not served), take the
+ticket's state and the session's id, answer, start the heart-beats, hand the connection what
+this leadership's entries did for the session meanwhile, then propose the ticket's commands
+and the frames that followed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from raftmq.server.stomp.adoption import Ticket, adopted_frame, ticket_frame
+from raftmq.server.stomp.frames import error_frame
+
+if TYPE_CHECKING:
+    from raftmq.server.stomp.connection import Connection
+
+log = structlog.get_logger("raftmq.server.hand_over")
+
+# How long the old leader waits for the session's proposals to settle before it gives up on
+# handing it over (a transfer settles them before it hands the leadership over).
+SETTLE_SECONDS = 1.0
+SETTLE_POLL_SECONDS = 0.002
+
+_running: set[asyncio.Task[None]] = set()
+
+
+def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(coroutine)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+
+
+async def hand_over(connection: Connection, leader: str) -> None:
+    host = connection.host
+    loop = host.loop
+    deadline = loop.time() + SETTLE_SECONDS
+    while connection._pending and loop.time() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+    stomp = connection.stomp
+    secret = host.hand_over_secret
+    commands = [*connection.unproposed, *(command for held in connection._flow_held for command in held)]
+    ticket = None
+    if not connection._pending and not connection.outcome_unknown and secret is not None and not connection.closed:
+        ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), connection.hops + 1)
+    if ticket is None or secret is None:
+        why = "a command's outcome is unknown" if connection._pending or connection.outcome_unknown else "not handed over"
+        log.info("client.not_handed_over", session=connection.session_id, peer=connection.peer, reason=why)
+        host.succession.refuse(connection, leader)
+        return
+    session_id = ticket.session_id
+    local_id = host.new_session_id("handed-")
+    host.rename_session(session_id, local_id)
+    stomp.handed_over(local_id)
+    connection.session_id = local_id
+    refusal = error_frame(
+        "not the leader", f"this node is no longer the leader of its group; leader: {leader}", stomp.version, None,
+        {"leader": leader},
+    )
+    prefix = ticket_frame(ticket, secret) + stomp.unfinished()
+    log.info("client.handing_over", session=session_id, local=local_id, peer=connection.peer, leader=leader,
+             commands=len(commands))
+    connection.relay_to_successor(leader, session_id, prefix, refusal)
+
+
+async def adopt(connection: Connection, ticket: Ticket) -> None:
+    host = connection.host
+    try:
+        refusal = await host.succession.claim(ticket.session_id)
+    except Exception as exc:  # a bug costs this hand-over, never the node
+        refusal = f"{type(exc).__name__}: {exc}"
+    if connection.closed:
+        return
+    if refusal is not None:
+        log.info("client.adoption_refused", session=ticket.session_id, peer=connection.peer, reason=refusal)
+        connection.run(connection.stomp.adopted(None, refusal, host.clock.now_ms()))
+        return
+    host.rename_session(connection.session_id, ticket.session_id)
+    connection.session_id = ticket.session_id
+    via, connection.peer, connection.hops = connection.peer, ticket.peer, ticket.hops
+    connection.write(adopted_frame(ticket.session_id))
+    decisions = connection.stomp.adopted(ticket, "", host.clock.now_ms())
+    connection.opened()
+    kept = host.succession.takeover.adopt(ticket.session_id, connection)
+    log.info("client.adopted", session=ticket.session_id, peer=connection.peer, via=via, hops=ticket.hops, kept=kept)
+    connection.run(decisions)

@@ -1,0 +1,200 @@
+"""A session handed from a deposed leader to its successor, without sockets: the ticket (signed,
+in date, its state), the two StompSessions at either end, the answer the old leader reads, and
+what the successor keeps for a session until it arrives (raftmq.server.takeover)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from raftmq.config import NodeConfig
+from raftmq.core.commands import Ack, Commit, Send, Subscribe
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import FrameParser
+from raftmq.protocol.frame import Frame
+from raftmq.replication.commit_log import LogPosition
+from raftmq.security import Principal
+from raftmq.server.stomp.adoption import REFUSED, TICKET_MAX_AGE_MS, adopted_frame, read_answer, read_ticket, ticket_frame
+from raftmq.server.stomp.frames import error_frame
+from raftmq.server.stomp.session import Adopt, Propose, Refuse, SessionState, StompSession
+from raftmq.server.takeover import AwaitingAdoption, Takeover
+from tests.server.test_stomp_session import CONNECT, NOW, Host, commands, frame
+
+SECRET = "group-secret"
+
+
+def open_session(session_id: str = "n1:b:1") -> StompSession:
+    old = StompSession(Host(hand_over_secret=SECRET), session_id)
+    old.receive(frame("CONNECT", {"accept-version": "1.1", "heart-beat": "0,0", "client-id": "app-7"}), NOW)
+    old.connect_committed()
+    old.receive(frame("SUBSCRIBE", {"destination": "/queue/a", "id": "s1", "ack": "client-individual"})
+                + frame("BEGIN", {"transaction": "tx1"}), NOW)
+    assert old.state is SessionState.OPEN
+    return old
+
+
+def refusal_of(call: Callable[[], object]) -> str:
+    with pytest.raises(ProtocolError) as refused:
+        call()
+    assert refused.value.message == REFUSED
+    return refused.value.detail or ""
+
+
+def parse(data: bytes) -> Frame:
+    (parsed,) = FrameParser(NodeConfig().limits, "1.2").feed(data)
+    return parsed
+
+
+def test_a_ticket_carries_the_session_state_and_is_refused_unsigned_stale_or_for_another_session() -> None:
+    old = open_session()
+    pending = [Send("n1:b:1", "/queue/b", (), b"late", NOW, "tx1", "r-late")]
+    ticket = old.ticket(pending, "10.0.0.9:5000", NOW, hops=1)
+    assert ticket is not None
+    assert (ticket.version, ticket.client_id, ticket.transactions, ticket.subscriptions) == ("1.1", "app-7", ("tx1",), ("s1",))
+    wire = parse(ticket_frame(ticket, SECRET))
+    assert read_ticket(wire, SECRET, NOW + 5) == ticket
+    assert "not signed" in refusal_of(lambda: read_ticket(wire, "another-secret", NOW))
+    assert "not signed" in refusal_of(lambda: read_ticket(dataclasses.replace(wire, body=wire.body.replace(b"app-7", b"app-8")), SECRET, NOW))
+    assert "out of date" in refusal_of(lambda: read_ticket(wire, SECRET, NOW + TICKET_MAX_AGE_MS + 1))
+    renamed = Frame(wire.command, [(k, "n1:b:2" if k == "raftmq.adopt" else v) for k, v in wire.headers], wire.body)
+    assert "another session" in refusal_of(lambda: read_ticket(renamed, SECRET, NOW))
+    assert "no group secret" in refusal_of(lambda: read_ticket(wire, None, NOW))
+
+
+def test_the_successor_takes_the_session_over_proposes_what_was_left_then_what_followed() -> None:
+    old = open_session()
+    late = Send("n1:b:1", "/queue/b", (), b"late", NOW, "tx1", "r-late")
+    ticket = old.ticket([late], "10.0.0.9:5000", NOW, hops=1)
+    assert ticket is not None
+    # The client had begun a frame; the old leader passes its bytes on after the ticket.
+    begun = frame("ACK", {"message-id": "m7", "subscription": "s1", "transaction": "tx1"})  # as 1.1 has it
+    assert old.receive(begun[:9], NOW) == [] and old.unfinished() == begun[:9]
+    old.handed_over("n1:b:handed-2")
+    assert old.state is SessionState.RELAYED and old.closed(NOW) == []  # closing proposes no Disconnect
+
+    new = StompSession(Host(hand_over_secret=SECRET), "n2:c:5")
+    decisions = new.receive(ticket_frame(ticket, SECRET) + begun[:9], NOW)
+    assert decisions == [Adopt(ticket)] and new.authenticating  # what follows waits for the claim
+    assert new.receive(begun[9:] + frame("COMMIT", {"transaction": "tx1", "receipt": "c"}), NOW) == []
+    decisions = new.adopted(ticket, "", NOW)
+    assert new.session_id == "n1:b:1" and new.state is SessionState.OPEN and new.version == "1.1"
+    assert [type(c) for c in commands(decisions)] == [Send, Ack, Commit]
+    assert commands(decisions)[0] == late
+    assert commands(decisions)[1].session == "n1:b:1" and commands(decisions)[2].transaction == "tx1"
+    assert new.connect_committed() == (None, False)  # the client had its CONNECTED long ago
+    # The subscription id it carried is known: UNSUBSCRIBE s1 is fine, s2 is not.
+    assert [type(d) for d in new.receive(frame("UNSUBSCRIBE", {"id": "s1"}), NOW)] == [Propose]
+    refused = [d for d in new.receive(frame("UNSUBSCRIBE", {"id": "s2"}), NOW) if isinstance(d, Refuse)]
+    assert refused and refused[0].message != REFUSED
+
+
+def test_a_ticket_is_refused_by_a_follower_by_a_node_without_the_secret_and_when_the_claim_fails() -> None:
+    ticket = open_session().ticket([], "p", NOW, hops=1)
+    assert ticket is not None
+    data = ticket_frame(ticket, SECRET)
+    follower = StompSession(Host(hand_over_secret=SECRET, is_leader=False, leader_hint="h:1"), "x")
+    refuse = [d for d in follower.receive(data, NOW) if isinstance(d, Refuse)]
+    assert refuse and refuse[0].message == REFUSED and "h:1" in refuse[0].detail
+    stranger = StompSession(Host(), "y")
+    assert [d.message for d in stranger.receive(data, NOW) if isinstance(d, Refuse)] == [REFUSED]
+    unclaimed = StompSession(Host(hand_over_secret=SECRET), "z")
+    assert unclaimed.receive(data, NOW) == [Adopt(ticket)]
+    refuse = [d for d in unclaimed.adopted(None, "no such session here", NOW) if isinstance(d, Refuse)]
+    assert refuse and "no such session" in refuse[0].detail and unclaimed.state is SessionState.FAILED
+
+
+def test_only_an_adoption_may_pass_the_connect_size_limit() -> None:
+    host = Host(NodeConfig(max_connect_frame_bytes=1024), hand_over_secret=SECRET)
+    big = [Send("n1:b:1", "/queue/b", (), b"x" * 4000, NOW)]
+    ticket = open_session().ticket(big, "p", NOW, hops=1)
+    assert ticket is not None
+    data = ticket_frame(ticket, SECRET)
+    session = StompSession(host, "a")
+    assert session.receive(data[:2048], NOW) == []  # still reading it
+    assert session.receive(data[2048:], NOW) == [Adopt(ticket)]
+    plain = StompSession(host, "b")
+    padded = CONNECT[:-3] + b"x-pad:" + b"p" * 2000 + b"\n\n"  # no NUL yet: a CONNECT past the limit
+    assert [d.message for d in plain.receive(padded, NOW) if isinstance(d, Refuse)] == ["frame too large"]
+
+
+def test_the_old_leader_reads_the_answer_and_passes_on_only_what_follows_it() -> None:
+    adopted = adopted_frame("n1:b:1")
+    assert read_answer(adopted[:-1], "n1:b:1") == (None, 0, "")
+    assert read_answer(adopted + b"\nMESSAGE...", "n1:b:1") == (True, len(adopted), "")
+    assert read_answer(adopted, "n1:b:2")[0] is False  # another session's
+    refused = error_frame(REFUSED, "no such session here", "1.2")
+    ok, _, why = read_answer(refused, "n1:b:1")
+    assert ok is False and why == f"{REFUSED}: no such session here"
+
+
+@dataclass
+class Log:
+    position: LogPosition = field(default_factory=lambda: LogPosition(1, 4))
+    leader_term: int = 5
+
+
+@dataclass
+class Sink:
+    seen: list[object] = field(default_factory=list)
+
+    def receipt(self, receipt_id: str) -> None:
+        self.seen.append(receipt_id)
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None, **options: object) -> None:
+        self.seen.append((message, options))
+
+
+def test_a_session_awaiting_adoption_keeps_what_this_leadership_does_for_it_not_the_old_ones() -> None:
+    log = Log()
+    awaiting = AwaitingAdoption("s", log)  # type: ignore[arg-type]
+    awaiting.receipt("old-term")  # an entry of term 4, the old leader's: its client had it from there
+    log.position = LogPosition(2, 5)
+    awaiting.receipt("ours")
+    awaiting.fail("message body unavailable", "d", None, wait_for_log=False)
+    sink = Sink()
+    assert awaiting.replay(sink) == 2  # type: ignore[arg-type]
+    assert sink.seen == ["ours", ("message body unavailable", {"wait_for_log": False})]
+    assert not awaiting.open_for_output
+
+
+def test_a_claim_waits_for_the_take_over_and_is_refused_for_a_swept_served_or_unknown_session() -> None:
+    async def scenario() -> list[str | None]:
+        takeover = Takeover()
+        core = {"a", "b", "c"}
+        served = {"c"}
+        log = Log()
+        takeover.expect(sorted(core), served.__contains__, log)  # type: ignore[arg-type]
+        assert sorted(takeover.awaiting) == ["a", "b"]
+        takeover.swept.add("b")
+
+        async def claim(session_id: str) -> str | None:
+            return await takeover.claim(session_id, lambda: True, served.__contains__, core.__contains__)
+
+        early = asyncio.create_task(claim("a"))
+        await asyncio.sleep(0.05)
+        assert not early.done()  # the earlier terms are not applied yet
+        takeover.done.set()
+        answers = [await early, await claim("b"), await claim("c"), await claim("zz")]
+        assert takeover.adopt("a", Sink()) == 0 and "a" not in takeover.awaiting  # type: ignore[arg-type]
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert answers[0] is None
+    assert "swept" in (answers[1] or "") and "served here" in (answers[2] or "") and "no such session" in (answers[3] or "")
+
+
+def test_a_principal_survives_the_trip() -> None:
+    old = StompSession(Host(hand_over_secret=SECRET), "s")
+    old.receive(CONNECT, NOW)
+    old.connect_committed()
+    ticket = old.ticket([], "p", NOW, hops=2)
+    assert ticket is not None and ticket.hops == 2
+    new = StompSession(Host(hand_over_secret=SECRET), "t")
+    new.receive(ticket_frame(ticket, SECRET), NOW)
+    new.adopted(ticket, "", NOW)
+    assert new._principal == old._principal == Principal(None, frozenset({"anonymous"}))
+    assert [type(c) for c in commands(new.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "z"}), NOW))] == [Subscribe]

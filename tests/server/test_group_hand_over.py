@@ -1,0 +1,153 @@
+"""A leadership transfer moves each client's session to the successor: plain stomp.py clients of
+the old leader see no ERROR and no redelivery, and their subscription, unacknowledged messages
+and open transaction carry on. Real 3-member groups; the transfer is asked the way `raftmq
+hand-over` asks (a signed POST /leadership)."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import pytest
+import stomp
+
+from raftmq.replication.group_secret import group_secret
+from raftmq.server.admin.http import post_hand_over
+from raftmq.server.stomp.adoption import MAX_HOPS
+from tests.helpers.group_harness import Group
+from tests.helpers.stomp_raw import WAIT, Listener, unique
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def hand_over(group: Group) -> tuple[str, str]:
+    """(old leader, new leader) after one transfer asked of the leader."""
+    old = group.leader()
+    member = group.members[old]
+    code, answer = post_hand_over(member.host, member.admin_port, group_secret(None, group.data_dir), 10.0)
+    assert code == 200 and answer.get("handed_over"), answer
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        new = group.leader()
+        if new != old:
+            return old, new
+        time.sleep(0.05)
+    raise AssertionError(f"{old} still leads")
+
+
+def client(group: Group, node_id: str, heartbeats: tuple[int, int] = (0, 0)) -> tuple[stomp.Connection12, Listener]:
+    """stomp.py on one member only: no failover of its own, so an ERROR or a drop would show."""
+    conn = stomp.Connection12([("127.0.0.1", group.members[node_id].client_port)], timeout=WAIT, reconnect_attempts_max=1,
+                              heartbeats=heartbeats)
+    listener = Listener()
+    conn.set_listener("t", listener)
+    conn.connect(wait=True)
+    assert listener.connected.wait(WAIT)
+    return conn, listener
+
+
+def send_all(conn: stomp.Connection12, listener: Listener, destination: str, bodies: list[str]) -> None:
+    for body in bodies:
+        conn.send(destination, body, headers={"receipt": f"r-{body}"})
+    for body in bodies:
+        listener.receipt(f"r-{body}")
+
+
+def messages(listener: Listener, count: int) -> list[object]:
+    return [listener.message() for _ in range(count)]
+
+
+def assert_no_error(*listeners: Listener) -> None:
+    for listener in listeners:
+        assert listener.errors.empty(), listener.errors.get().headers
+        assert not listener.disconnected.is_set()
+
+
+def test_plain_clients_sessions_ride_hand_overs_with_their_acks_and_transaction(group: Group) -> None:
+    leader = group.leader()
+    destination, other = unique(), unique()
+    producer, sent = client(group, leader)
+    consumer, got = client(group, leader)
+    follower = next(node_id for node_id in group.members if node_id != leader)
+    relayed, via_follower = client(group, follower, heartbeats=(200, 200))  # relayed by a follower
+    try:
+        consumer.subscribe(destination, id="s1", ack="client-individual")
+        relayed.subscribe(other, id="s9", ack="auto")
+        send_all(producer, sent, destination, ["a1", "a2", "a3", "a4"])
+        first = messages(got, 4)
+        consumer.ack(first[0].headers["ack"])
+        consumer.begin("tx1")
+        consumer.send(other, "in-tx", transaction="tx1")
+        consumer.ack(first[1].headers["ack"], transaction="tx1")
+
+        old, new = hand_over(group)
+        assert_no_error(sent, got, via_follower)
+        # The session is the same one: its unacknowledged deliveries and its transaction moved.
+        consumer.ack(first[2].headers["ack"], receipt="ack-after")
+        got.receipt("ack-after")
+        consumer.commit("tx1", receipt="commit-after")
+        got.receipt("commit-after")
+        assert via_follower.message().body == "in-tx"
+        send_all(producer, sent, destination, ["b1", "b2"])
+        second = messages(got, 2)
+        assert [m.body for m in second] == ["b1", "b2"]
+        for message in second:
+            consumer.ack(message.headers["ack"])
+        new_status = group.status(new)
+        assert new_status is not None and new_status["sessions_adopted"] >= 2, new_status
+
+        # Handed over again and again: the session goes on, through one more relay each time,
+        # until MAX_HOPS; then its client gets the ERROR naming the leader.
+        for hop in range(2, MAX_HOPS + 1):
+            hand_over(group)
+            assert_no_error(sent, got)
+            send_all(producer, sent, destination, [f"c{hop}"])
+            assert got.message().body == f"c{hop}"
+        _, last = hand_over(group)
+        error = got.errors.get(timeout=WAIT)
+        assert error.headers["message"] == "not the leader"
+        assert error.headers["leader"] == group.members[last].client
+        # a4 was never acknowledged and the c-messages neither: they come back, flagged; a1-a3
+        # and b1-b2 were acknowledged (before, after and in the transaction): they never do.
+        again, again_got = client(group, last)
+        try:
+            again.subscribe(destination, id="s2", ack="auto")
+            back = sorted(again_got.message().body for _ in range(1 + MAX_HOPS - 1))
+            assert back == sorted(["a4", *(f"c{hop}" for hop in range(2, MAX_HOPS + 1))])
+            assert again_got.no_message(within=1.0)
+        finally:
+            again.disconnect()
+    finally:
+        for conn in (producer, consumer, relayed):
+            try:
+                conn.disconnect()
+            except Exception:
+                pass
+
+
+def test_messages_sent_to_the_successor_reach_the_adopted_consumer_once_and_in_order(group: Group) -> None:
+    leader = group.leader()
+    destination = unique()
+    consumer, got = client(group, leader)
+    try:
+        consumer.subscribe(destination, id="s1", ack="client-individual")
+        old, new = hand_over(group)
+        producer, sent = client(group, new)
+        try:
+            send_all(producer, sent, destination, [f"m{i}" for i in range(20)])
+        finally:
+            producer.disconnect()
+        bodies = []
+        for _ in range(20):
+            message = got.message()
+            bodies.append(message.body)
+            consumer.ack(message.headers["ack"])
+        assert bodies == [f"m{i}" for i in range(20)]
+        assert_no_error(got)
+        try:
+            extra = got.messages.get(timeout=0.5)
+        except queue.Empty:
+            extra = None
+        assert extra is None, extra.headers
+    finally:
+        consumer.disconnect()
