@@ -1,6 +1,7 @@
-"""What clients saw of each hand-over a chaos run's `restart` or `membership` nemesis caused on a
-leader (a graceful stop, or a removal from the group: the leader hands over first), read from the
-run directories afterwards (chaos/run.py writes them):
+"""What clients saw of each hand-over a chaos run's `restart`, `membership` or `transfer` nemesis
+caused on a leader (a graceful stop, a removal from the group: the leader hands over first; or a
+transfer asked of a leader that stays up), read from the run directories afterwards (chaos/run.py
+writes them):
 
 - `elections`: terms from the old leader's to the next (1: one election, as a hand-over should);
 - `leaderless ms`: from the old leader stepping down (its `raft.leader_changed` log line) to a
@@ -8,6 +9,7 @@ run directories afterwards (chaos/run.py writes them):
 - `receipt gap ms`: the longest stretch without a receipted SEND from 1 s before the fault to
   6 s after (all producers together): how long the receipts stopped;
 - `not-the-leader`: ERROR frames the old leader sent its clients (`client.error` lines);
+- `handed over`: sessions the old leader handed to its successor (`client.handed_over` lines);
 - `unknown`: SENDs whose outcome a client could not know in that window.
 
     .venv/bin/python -m bench.fault_hand_overs runs/*-queue-restart-*
@@ -27,7 +29,8 @@ from typing import Any
 
 from chaos.history import INFO, INVOKE, NEMESIS, OK, read_history
 
-FAULTS = ("restart", "membership")
+FAULTS = ("restart", "membership", "transfer")
+EVENTS = ("raft.leader_changed", "client.error", "client.handed_over")
 LINE = re.compile(r"timestamp='([^']+)'.*event='([^']+)'")
 FIELD = re.compile(r"(\w+)=('[^']*'|\S+)")
 
@@ -39,7 +42,7 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
         node = path.name.split(".")[0]  # g1-n2
         for line in path.read_text(errors="replace").splitlines():
             match = LINE.search(line)
-            if match is None or match.group(2) not in ("raft.leader_changed", "client.error"):
+            if match is None or match.group(2) not in EVENTS:
                 continue
             fields = {k: v.strip("'") for k, v in FIELD.findall(line)}
             at = datetime.fromisoformat(match.group(1).replace("Z", "+00:00")).timestamp()
@@ -77,6 +80,8 @@ def hand_overs(run_dir: Path) -> list[dict[str, Any]]:
             "receipt_gap_ms": round(gap * 1000, 1) if gap is not None else None,
             "not_the_leader": sum(1 for e in events if e["event"] == "client.error" and e["node"] == old
                                   and t0 <= e["at"] <= t0 + 6 and "not the leader" in e.get("message", "")),
+            "handed_over": sum(1 for e in events if e["event"] == "client.handed_over" and e["node"] == old
+                               and t0 <= e["at"] <= t0 + 6),
             "unknown": sum(1 for t in unknown if t0 <= t <= t0 + 6),
         })
     return rows
@@ -92,17 +97,18 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(f"{'run':<48} {'fault':<10} {'old':<6} {'new':<6} {'elections':>9} {'leaderless ms':>13} "
-          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'unknown':>7}")
+          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'handed over':>11} {'unknown':>7}")
     for row in rows:
         print(f"{row['run'][:48]:<48} {row['fault']:<10} {row['old']:<6} {row['new'] or '-':<6} "
               f"{row['elections'] if row['elections'] is not None else '-':>9} {row['leaderless_ms'] or 0:>13} "
-              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['unknown']:>7}")
+              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['handed_over']:>11} {row['unknown']:>7}")
     gaps = [row["receipt_gap_ms"] for row in rows if row["receipt_gap_ms"] is not None]
     if rows:
         print(f"\n{len(rows)} hand-overs; one election in {sum(1 for r in rows if r['elections'] == 1)}; "
               f"leaderless max {max((r['leaderless_ms'] or 0) for r in rows)} ms; receipt gap median "
               f"{statistics.median(gaps) if gaps else '-'} ms, max {max(gaps) if gaps else '-'} ms; "
-              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}; unknown SENDs {sum(r['unknown'] for r in rows)}")
+              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}; sessions handed over "
+              f"{sum(r['handed_over'] for r in rows)}; unknown SENDs {sum(r['unknown'] for r in rows)}")
 
 
 if __name__ == "__main__":

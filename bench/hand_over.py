@@ -8,7 +8,9 @@ Per hand-over: how long from the request until another member answers /status as
 (`hand-over ms`: polled every 5 ms, so up to ~5 ms late), the longest stretch without a receipt
 and without a delivered message around it (the worst client's), and the term it took (one more
 than before: one election). At the end: messages lost (receipted, never delivered: must be 0), redeliveries, and
-the client errors (SENDs whose outcome the client could not know).
+the client errors (SENDs whose outcome the client could not know); and, from the nodes' logs, the
+`ERROR not the leader` frames the nodes wrote to clients and the sessions handed to a successor
+and adopted by it (docs/replication.md, "The session moves with the leadership").
 
     .venv/bin/python -m bench.hand_over --count 20 --rate 200 --dir /tmp/hand-over
 
@@ -37,6 +39,24 @@ from raftmq.replication.group_secret import group_secret
 from raftmq.server.admin.http import post_hand_over
 
 POLL_SECONDS = 0.005
+# What the nodes log of a hand-over's clients (structlog key=value lines in <dir>/.raftmq/g1/*/node.log).
+SERVER_EVENTS = {
+    "errors_not_the_leader": ("client.error", "message='not the leader'"),
+    "sessions_handed_over": ("client.handed_over", ""),
+    "sessions_adopted": ("client.adopted", ""),
+    "hand_overs_failed": ("client.hand_over_failed", ""),
+    "not_handed_over": ("client.not_handed_over", ""),
+}
+
+
+def server_events(directory: Path) -> dict[str, int]:
+    counts = dict.fromkeys(SERVER_EVENTS, 0)
+    for path in sorted(directory.glob(".raftmq/*/*/node.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            for name, (event, also) in SERVER_EVENTS.items():
+                if f"event='{event}'" in line and also in line:
+                    counts[name] += 1
+    return counts
 
 
 def leader_of(admins: list[str]) -> tuple[str, int] | None:
@@ -114,7 +134,8 @@ def main() -> None:
         "receipt_gap_ms_max": max(r["receipt_gap_ms"] for r in rounds),
         "delivery_gap_ms_max": max(r["delivery_gap_ms"] for r in rounds),
         "sent": len(receipted), "lost": len(receipted - set(received)),
-        "redelivered": len(received) - len(set(received)), "client_errors": sum(len(c.errors) for c in clients),
+        "redelivered": len(received) - len(set(received)), "flagged_redelivered": sum(len(c.redelivered) for c in clients),
+        "client_errors": sum(len(c.errors) for c in clients), **server_events(options.dir),
         "rounds": rounds,
     }
     if options.json:

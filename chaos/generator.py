@@ -29,6 +29,8 @@ NEMESIS_TARGETS: dict[str, tuple[str, ...]] = {
     # A graceful restart (SIGTERM: a leader hands over), one member: a rolling restart's step.
     "restart": ("leader", "one"),
     "membership": ("leader", "one"),
+    # The leader hands its leadership over and stays up (`raftmq hand-over`): sessions move.
+    "transfer": ("leader",),
     # The same, while the member hit is cut off by a partition (NATS lost acknowledged writes
     # to membership changes during partitions): it leaves while cut off, rejoins after the heal.
     "membership-partition": ("leader", "one"),

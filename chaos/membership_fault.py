@@ -1,10 +1,13 @@
 """The `membership` nemesis's two moves, on a real group through its leader's admin port
-(`POST /membership`, raftmq.ops.member_changes does the same for operators):
+(`POST /membership`, raftmq.ops.member_changes does the same for operators), and the
+`transfer` nemesis's one (`POST /leadership`, as `raftmq hand-over` asks):
 
 - `leave`: the member hit is removed from its group (a committed configuration change; a leader
   hit hands leadership over first), then killed;
 - `rejoin` (the heal): its files are set aside (kept for the audit), it starts empty and is
   added back, catching up from a snapshot and its peers' bodies.
+- `transfer`: the member hit (it leads) hands its leadership to a caught-up follower and stays
+  up, its clients' sessions moving with the leadership; nothing to heal.
 
 Every wait is bounded; a change that does not commit in time raises, and the nemesis records
 the fault as failed (the run goes on)."""
@@ -20,7 +23,7 @@ from cluster.group_file import GroupConfig
 from raftmq.config import split_address
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
-from raftmq.server.admin.http import post_membership
+from raftmq.server.admin.http import post_hand_over, post_membership
 
 CHANGE_TIMEOUT_SECONDS = 20.0
 POLL_SECONDS = 0.1
@@ -69,6 +72,18 @@ def commit_change(deployment: Deployment, key: str, op: str, timeout: float = CH
                 last = f"{leader}: {exc}"
         time.sleep(POLL_SECONDS)
     raise RuntimeError(f"{op} {key} not committed within {timeout:g} s (last: {last})")
+
+
+def transfer(deployment: Deployment, key: str) -> dict[str, Any]:
+    """Ask `key` to hand its leadership over; raises when it could not (it did not lead, say)."""
+    config = _group(deployment, key)
+    config.require_password()
+    secret = group_secret(config.password, deployment.workdir / config.data_dir)
+    host, port = split_address(deployment.nodes[key].admin)
+    code, answer = post_hand_over(host, port, secret, timeout=CHANGE_TIMEOUT_SECONDS)
+    if code != 200 or not answer.get("handed_over"):
+        raise RuntimeError(f"{key}: HTTP {code} {answer}")
+    return {"from": key, "leader": answer.get("leader")}
 
 
 def leave(deployment: Deployment, key: str) -> dict[str, Any]:

@@ -18,6 +18,8 @@ with what it hit and how (or `fail` with why it could not), and the same for its
 - `disk-full`: the node's data directory's filesystem filled up; freed at heal.
 - `restart`: SIGTERM, the way `raftmq restart --rolling` stops a node (a leader hands
   leadership to a caught-up follower first); started again at heal.
+- `transfer`: the leader hands its leadership to a caught-up follower and stays up (a signed
+  POST /leadership, as `raftmq hand-over` asks); its clients' sessions move with it. No heal.
 - `membership`: the member is removed from its group (a committed configuration change; a
   leader hands over first) and killed; at heal its files are set aside and it rejoins empty
   (chaos.membership_fault), catching up from its peers.
@@ -47,7 +49,7 @@ from chaos.deployment import Deployment
 from chaos.environment import Environment
 from chaos.generator import NEMESES, Fault, clock_change, packet_params, partition_grudge, pick_members
 from chaos.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
-from chaos.membership_fault import leave, rejoin
+from chaos.membership_fault import leave, rejoin, transfer
 
 __all__ = ["NEMESES", "Nemesis"]
 
@@ -180,6 +182,8 @@ class Nemesis:
             return {"graceful": {key: deployment.terminate(key) for key in hit}}
         elif kind == "membership":
             return {"changes": [leave(deployment, key) for key in hit]}
+        elif kind == "transfer":
+            return {"transfers": [transfer(deployment, key) for key in hit]}
         elif kind == "membership-partition":
             members = {g: deployment.members(g) for g in deployment.groups()}
             shape, grudge = partition_grudge(members, group, hit, rng)

@@ -23,6 +23,7 @@ from raftmq.config import split_address
 from raftmq.errors import ConfigError, JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
 from raftmq.replication.group_secret import group_secret
+from raftmq.replication.membership import REMOVE, Change
 from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
@@ -93,6 +94,14 @@ class RunningMember:
     admin: AdminServer | None
 
 
+async def _change_members(node: Node, raft: RaftLog, change: Change) -> tuple[str, ...]:
+    if change.op == REMOVE and change.address == raft.settings.self_address:
+        # Leaving the group (it is stopped next): its clients are told where the leader is, as
+        # at a stop, rather than handed over through a node about to go.
+        node.succession.leaving = True
+    return await change_membership(raft, change)
+
+
 def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> RunningMember:
     """Build (not start) a member. Raises JournalCorrupt when its body journal fails
     verification, ConfigError for an unknown id. `reload` reads the group file again."""
@@ -124,7 +133,7 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
         api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members],
                             group=group.name)
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
-                            change_members=lambda change: change_membership(raft, change), api=api,
+                            change_members=lambda change: _change_members(node, raft, change), api=api,
                             ssl=admin_ssl(group), authenticate=api.authenticated,
                             hand_over=lambda: hand_over(raft))
     return RunningMember(node, raft, bodies, admin)

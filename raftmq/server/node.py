@@ -333,6 +333,7 @@ class Node:
         self.succession.stopping = True  # its clients are told it stops, not handed over
         if self.commit_log.is_leader and await self._hand_over():
             await self.succession.close_for_new_leader()
+        self._relays.farewell()  # sessions it handed over end with it: their clients hear where the leader is
         for connection in list(self.sessions.values()):
             connection.shutdown()
         deadline = self.loop.time() + STOP_DRAIN_SECONDS

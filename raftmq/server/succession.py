@@ -3,7 +3,8 @@
 Losing leadership hands every client's session to the new leader (once it is known, bounded
 wait; raftmq.server.stomp.adoption) and relays its connection there; a session that cannot be
 handed over (commands of unknown outcome, not open, no group secret, the successor refuses) is
-closed with an ERROR naming the new leader, as is every session of a node that is stopping.
+closed with an ERROR naming the new leader, as is every session of a node that is stopping or
+leaving its group (their connections end with the node).
 Gaining leadership proposes a Disconnect for every session the core still knows from earlier
 leaders and nobody adopted, so their unacknowledged deliveries return to their queues: after a
 transfer once the old leader's sessions had `ADOPTION_WINDOW_SECONDS` to arrive
@@ -43,7 +44,8 @@ class Succession:
         self.leader_changes = 0
         self.sessions_swept = 0  # Disconnects proposed for sessions of earlier leaders
         self.takeover = Takeover()
-        self.stopping = False  # the node stops: its clients are told so, not handed over
+        self.stopping = False  # the node stops: its clients are told where the leader is, not handed over
+        self.leaving = False  # so too while it leaves the group (its removal), until it leads again
         self.handed_over = 0  # sessions this node handed to a successor
 
     def add_service(self, service: LeaderService) -> None:
@@ -62,6 +64,8 @@ class Succession:
         self._epoch += 1
         self.note_leader(force=True)
         self.takeover.reset()
+        if leader:
+            self.leaving = False
         if leader and self._host.commit_log.won_by_hand_over:
             self._expect_adoptions()
         if not leader:
@@ -189,7 +193,7 @@ class Succession:
         for session in list(self._host.sessions.values()):
             if held_only and not session.held_for_redirect:
                 continue
-            if hint is not None and not held_only and not self.stopping and session.hand_over(hint):
+            if hint is not None and not held_only and not (self.stopping or self.leaving) and session.hand_over(hint):
                 self.handed_over += 1
                 continue
             self.refuse(session, hint)

@@ -253,3 +253,19 @@ def test_a_member_cut_off_by_a_partition_leaves_and_rejoins_and_nothing_is_lost(
         healed = heal(nemesis)
         assert history.ops[-1].type == "ok", healed
         assert asyncio.run(receive_all(url, 70)) == {f"p{i}" for i in range(50)} | {f"q{i}" for i in range(20)}
+
+
+def test_a_transfer_moves_the_leadership_and_the_old_leader_stays_up(tmp_path: Path) -> None:
+    with rig(tmp_path, ("transfer",)) as (deployment, nemesis, _environment, history):
+        url = deployment.url("g1")
+        asyncio.run(send(url, [f"t{i}" for i in range(20)]))
+        leader = deployment.leader("g1")
+        nemesis.inject(Fault(0, "transfer", "leader", 0, 0, 1))
+        done = history.ops[-1]
+        assert done.type == "ok", done
+        (moved,) = done.value["transfers"]
+        assert moved["from"] == leader and deployment.nodes[leader].alive
+        successor = deployment.leader("g1", timeout=10)
+        assert successor is not None and successor != leader
+        heal(nemesis)  # nothing to undo
+        assert asyncio.run(receive_all(url, 20)) == {f"t{i}" for i in range(20)}

@@ -108,12 +108,12 @@ def test_acks_of_a_busy_group_owner_do_not_rescan_the_backlog() -> None:
         h.send("p", "/queue/a", i, {"JMSXGroupID": "g"})
     h.connect("idle")
     h.subscribe("idle", "s", "/queue/a")  # always has room, may take none of them
-    started = time.perf_counter()
+    started = time.process_time()  # CPU of this process: other workers of the suite do not count
     received = [delivery.message.body]
     for _ in range(2_999):
         (delivery,) = delivers(h.ack("owner", delivery.ack_id))
         received.append(delivery.message.body)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert received == list(range(3_000))
     # Each ACK wakes only the owner, whose pass stops once it is full again (about 0.02 s in
     # all). A pass that looked past the whole waiting group on every ACK takes 0.8 s here.

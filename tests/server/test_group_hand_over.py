@@ -6,13 +6,15 @@ hand-over` asks (a signed POST /leadership)."""
 from __future__ import annotations
 
 import queue
+import signal
 import time
 
 import pytest
 import stomp
 
 from raftmq.replication.group_secret import group_secret
-from raftmq.server.admin.http import post_hand_over
+from raftmq.replication.membership import REMOVE, Change
+from raftmq.server.admin.http import post_hand_over, post_membership
 from raftmq.server.stomp.adoption import MAX_HOPS
 from tests.helpers.group_harness import Group
 from tests.helpers.stomp_raw import WAIT, Listener, unique
@@ -151,3 +153,59 @@ def test_messages_sent_to_the_successor_reach_the_adopted_consumer_once_and_in_o
         assert extra is None, extra.headers
     finally:
         consumer.disconnect()
+
+
+def test_a_leader_removed_from_its_group_tells_its_clients_where_the_leader_is(group: Group) -> None:
+    """A member leaving its group is stopped next: its clients' connections end with it, so they
+    are told where the leader went (as at a stop) instead of being relayed through it."""
+    leader = group.leader()
+    member = group.members[leader]
+    consumer, got = client(group, leader)
+    try:
+        consumer.subscribe(unique(), id="s1", ack="auto")
+        code, answer = post_membership(member.host, member.admin_port, Change(REMOVE, f"{member.host}:{member.raft_port}"),
+                                       group_secret(None, group.data_dir), 10.0)
+        assert code in (200, 409, 421), answer  # the leader hands over first and names the new one
+        error = got.errors.get(timeout=WAIT)
+        assert error.headers["message"] == "not the leader"
+        new = group.leader(among=tuple(i for i in group.members if i != leader))
+        assert error.headers["leader"] == group.members[new].client
+        status = group.status(leader)
+        assert status is not None and status["sessions_handed_over"] == 0
+    finally:
+        try:
+            consumer.disconnect()
+        except Exception:
+            pass
+
+
+def test_a_node_stopped_after_handing_its_sessions_over_tells_their_clients_where_the_leader_is(group: Group) -> None:
+    """`raftmq hand-over` before a stop (systemd's ExecStop, a preStop hook): the sessions moved
+    to the successor through this node, and stopping it ends them; the client hears where the
+    leader is, after the last frame the successor sent, and its unacknowledged messages return."""
+    leader = group.leader()
+    destination = unique()
+    producer, sent = client(group, leader)
+    consumer, got = client(group, leader)
+    try:
+        consumer.subscribe(destination, id="s1", ack="client-individual")
+        old, new = hand_over(group)
+        send_all(producer, sent, destination, ["kept"])
+        assert got.message().body == "kept"  # delivered by the successor, through the old leader
+        group.signal(old, signal.SIGTERM)
+        assert group.wait_exit(old) == 0
+        error = got.errors.get(timeout=WAIT)
+        assert error.headers["message"] == "not the leader" and error.headers["leader"] == group.members[new].client
+        again, again_got = client(group, new)
+        try:
+            again.subscribe(destination, id="s2", ack="auto")
+            message = again_got.message()
+            assert message.body == "kept" and message.headers.get("redelivered") == "true"
+        finally:
+            again.disconnect()
+    finally:
+        for conn in (producer, consumer):
+            try:
+                conn.disconnect()
+            except Exception:
+                pass

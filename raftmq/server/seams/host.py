@@ -84,7 +84,7 @@ class RelayStarter(Protocol):
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
     def adopt(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              out: list[bytes], refusal: bytes) -> None:
+              refusal: bytes) -> None:
         """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its ticket)."""
 
 

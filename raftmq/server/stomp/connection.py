@@ -75,8 +75,8 @@ class Connection(asyncio.Protocol):
         self.unproposed: list[Command] = []  # failed with NotLeader while held: a successor proposes them
         self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
-        self._read_paused_for_writes = False
-        self._held_for_redirect = False
+        self._read_paused_for_writes = self._held_for_redirect = False
+        self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
         self._beats = HeartBeats(self)
         self._connect_timer: asyncio.TimerHandle | None = None
 
@@ -351,11 +351,11 @@ class Connection(asyncio.Protocol):
         return True
 
     def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None:
-        """Pipe this connection to the successor after `prefix` (the ticket); what is queued goes out once it adopts."""
+        """Pipe this connection to the successor after `prefix` (the ticket): the successor serves the session now."""
         self._beats.stop()
-        out, self._out, self._out_bytes = self._out, [], 0
-        assert self._transport is not None
-        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, out, refusal)
+        self._handed_over = True
+        assert self._transport is not None and not self._out
+        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal)
 
     def hold_for_redirect(self) -> None:
         """This node lost leadership and does not know the new leader yet: read nothing more
@@ -481,10 +481,10 @@ class Connection(asyncio.Protocol):
             return
         self._close_after_flush(frame)
 
-    def shutdown(self) -> None:
-        """The node is stopping: tell the client and close."""
+    def shutdown(self) -> None:  # the node is stopping: tell the client and close
         if self.stomp.state >= SessionState.FAILED:
-            self._close_after_flush()
+            if not self._handed_over:  # else its relay says goodbye (Relays.farewell)
+                self._close_after_flush()
             return
         self.stomp.state = SessionState.FAILED
         self._send_error(error_frame("broker shutting down", "the node is stopping", self.stomp.version))

@@ -10,8 +10,13 @@ Old leader, `hand_over` (the connection stopped reading when the leadership left
 2. write the ticket, with those commands and the bytes of a frame the client had begun, to the
    successor's client port, and relay the connection there (raftmq.server.stomp.relay). The
    session goes by a local name here from now on, and closing it proposes nothing.
-3. once the successor answers, what this node had queued for the client before the leadership
-   left goes out, then everything from the successor. A refusal: ERROR `not the leader`.
+   A session with output this node queued and could not send before its lease ended (a client
+   slow to read) is not handed over either: those frames of the old term would reach the client
+   after other clients had frames of the new one (stale, by docs/replication.md); it gets the
+   ERROR, its Disconnect returns those deliveries to their queues, and the successor redelivers
+   them;
+3. once the successor answers, everything from the successor goes to the client. A refusal:
+   ERROR `not the leader`.
 
 Successor, `adopt`: claim the session (after its take-over; not swept, not served), take the
 ticket's state and the session's id, answer, start the heart-beats, hand the connection what
@@ -59,10 +64,12 @@ async def hand_over(connection: Connection, leader: str) -> None:
     secret = host.hand_over_secret
     commands = [*connection.unproposed, *(command for held in connection._flow_held for command in held)]
     ticket = None
-    if not connection._pending and not connection.outcome_unknown and secret is not None and not connection.closed:
+    unsent = bool(connection._out)  # written under the old term: after the successor's frames reach others, stale
+    if not connection._pending and not connection.outcome_unknown and not unsent and secret is not None and not connection.closed:
         ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), connection.hops + 1)
     if ticket is None or secret is None:
-        why = "a command's outcome is unknown" if connection._pending or connection.outcome_unknown else "not handed over"
+        why = ("a command's outcome is unknown" if connection._pending or connection.outcome_unknown
+               else "output of the old term not yet sent" if unsent else "not handed over")
         log.info("client.not_handed_over", session=connection.session_id, peer=connection.peer, reason=why)
         host.succession.refuse(connection, leader)
         return

@@ -96,16 +96,16 @@ ADOPT_CONNECT_SECONDS = 1.0
 
 class Adoption:
     """A relay that hands a session to the successor: its ticket goes first (the relay's
-    prefix), the successor's answer is read here; `out` (what the old leader had queued for the
-    client) goes to the client once the successor adopted, `refusal` (an ERROR) if it did not."""
+    prefix), the successor's answer is read here; `refusal` (an ERROR) goes to the client if it
+    does not adopt the session."""
 
-    def __init__(self, leader: str, session_id: str, out: list[bytes], refusal: bytes) -> None:
+    def __init__(self, leader: str, session_id: str, refusal: bytes) -> None:
         self.leader = leader
         self.session_id = session_id
-        self.out = out
         self.refusal = refusal
         self.answer = b""  # the successor's bytes until its answer is complete
         self.answered = False
+        self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
 
 
 def redirect_wanted(mode: str, connect: Frame) -> bool:
@@ -134,10 +134,10 @@ class Relays:
         self._begin(Relay(self, self._node, session, transport, prefix))
 
     def adopt(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              out: list[bytes], refusal: bytes) -> None:
+              refusal: bytes) -> None:
         """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its ticket)."""
         self.handed_over += 1
-        self._begin(Relay(self, self._node, session, transport, prefix, Adoption(leader, session_id, out, refusal)))
+        self._begin(Relay(self, self._node, session, transport, prefix, Adoption(leader, session_id, refusal)))
 
     def _begin(self, relay: Relay) -> None:
         self._active.add(relay)
@@ -147,6 +147,12 @@ class Relays:
 
     def ended(self, relay: Relay) -> None:
         self._active.discard(relay)
+
+    def farewell(self) -> None:
+        """The node stops: each session it handed over ends, its client told where the leader
+        is (the refusal ERROR) once the successor's last frame passed (`Relay.farewell`)."""
+        for relay in list(self._active):
+            relay.farewell()
 
     def _check_leader(self) -> None:
         self._watch = None
@@ -337,19 +343,34 @@ class Relay:
                 return self._refuse_adoption(adoption, why)
             adoption.answered = True
             data, adoption.answer = adoption.answer[start:], b""
-            out, adoption.out = adoption.out, []
             log.info("client.handed_over", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
-                     leader=adoption.leader, queued=len(out))
-            if out and not self._client.is_closing():
-                self._client.writelines(out)  # what this node made before the leadership left, first
+                     leader=adoption.leader)
         if data and not self._client.is_closing():
             self._client.write(data)
+
+    def farewell(self) -> None:
+        """End a session this node handed over, at a frame boundary: stop sending to the
+        successor (it closes its side once what it had is written: the session ends there),
+        then the client gets the refusal ERROR naming the leader, and the connection closes."""
+        adoption, upstream = self._adoption, self._upstream
+        if adoption is None:
+            return  # a follower's relay: closed with the node's other connections
+        if not adoption.answered or upstream is None or upstream.is_closing():
+            return self._close(self._client)
+        adoption.farewell = True
+        self._client.pause_reading()
+        if upstream.can_write_eof():
+            upstream.write_eof()
+        else:
+            self._close(upstream)
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed
             adoption = self._adoption
             if adoption is not None and not adoption.answered:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
+            if adoption is not None and adoption.farewell and not self._client.is_closing():
+                self._client.write(adoption.refusal)
             self._close(self._client)
 
     @staticmethod
