@@ -73,6 +73,9 @@ async def hand_over(connection: Connection, leader: str) -> None:
         log.info("client.not_handed_over", session=connection.session_id, peer=connection.peer, reason=why)
         host.succession.refuse(connection, leader)
         return
+    if connection._flow_held and host.flow is not None:
+        host.flow.forget(connection)  # what BLOCK held goes in the ticket: the successor proposes it
+        connection._flow_held.clear()
     session_id = ticket.session_id
     local_id = host.new_session_id("handed-")
     host.rename_session(session_id, local_id)
