@@ -43,6 +43,7 @@ from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Rol
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, fail_futures
+from raftmq.replication.leadership_transfer import transfer_round
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
@@ -58,7 +59,6 @@ GIL_SWITCH_INTERVAL = 0.0005
 
 
 HAND_OVER_PAUSE_SECONDS = 0.05  # between transfer rounds, for the proposals that waited
-HAND_OVER_FLUSH_SECONDS = 0.003  # after the last entries settle, before TimeoutNow ends our lease
 
 
 def _first_index(journal: RaftJournal) -> int:
@@ -246,38 +246,13 @@ class RaftLog(CommitLog):
         while syncobj.is_leader and time.monotonic() < deadline:
             self._handing_over = True
             try:
-                await self._transfer_round(syncobj, loop, min(deadline, time.monotonic() + round_seconds))
+                await transfer_round(syncobj, loop, min(deadline, time.monotonic() + round_seconds), self._in_flight)
             finally:
                 self._handing_over = False
                 self._schedule_pump()  # resume (or, no longer leading, fail the queue: NotLeader)
             if syncobj.is_leader and time.monotonic() < deadline:
                 await asyncio.sleep(HAND_OVER_PAUSE_SECONDS)  # let what waited go before another round
         return not syncobj.is_leader
-
-    async def _transfer_round(self, syncobj: HardenedSyncObj, loop: asyncio.AbstractEventLoop, until: float) -> None:
-        if self._in_flight:
-            # Entries sent before the round settle first, their receipts and deliveries written
-            # under our lease: a client's every command then has a known outcome when its
-            # session is handed to the successor (raftmq.server.succession).
-            await asyncio.wait(self._in_flight.futures(), timeout=max(0.0, until - time.monotonic()))
-            await asyncio.sleep(HAND_OVER_FLUSH_SECONDS)  # the connections' flushes, one loop turn later
-        while syncobj.is_leader and time.monotonic() < until:
-            answer: asyncio.Future[int] = loop.create_future()
-
-            def reply(_result: Any, error: int) -> None:
-                loop.call_soon_threadsafe(_set_once, answer, error)
-
-            syncobj.run_in_tick_thread(lambda: syncobj.transfer_when_appended(reply))
-            try:
-                error = await asyncio.wait_for(answer, max(0.0, until - time.monotonic()))
-            except TimeoutError:
-                return
-            if error != SUCCESS:  # no follower caught up yet: it will be after the next append-entries
-                await asyncio.sleep(0.002)
-                continue
-            while syncobj.is_leader and time.monotonic() < until:  # told to stand: wait for its win
-                await asyncio.sleep(0.002)
-            return
 
     def status(self) -> LogStatus:
         raft = self.raft_status()
@@ -505,7 +480,3 @@ class RaftLog(CommitLog):
         self._delivered_index = index
         self._position = LogPosition(index, self._position.term)
 
-
-def _set_once(future: asyncio.Future[int], value: int) -> None:
-    if not future.done():
-        future.set_result(value)

@@ -130,6 +130,9 @@ class Succession:
             lambda sid: sid in host.session_ids_in_core(),
         )
 
+    def adopt(self, session_id: str, connection: ClientConnection) -> int:
+        return self.takeover.adopt(session_id, connection)
+
     async def _start_services(self) -> None:
         for service in self._services:
             if service in self._running:

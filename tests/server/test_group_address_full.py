@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import stomp
 
+from raftmq.replication.group_secret import group_secret
+from raftmq.server.admin.http import post_hand_over
 from tests.helpers.group_harness import Group
 from tests.helpers.waiting import wait_until
 
@@ -135,3 +137,37 @@ def test_block_holds_one_producer_until_a_consumer_makes_room(group: Group) -> N
     finally:
         for connection in (blocked, other, consumer):
             connection.disconnect()
+
+
+def test_a_producer_held_by_block_keeps_its_held_sends_through_a_hand_over(group: Group) -> None:
+    """The SENDs BLOCK holds travel with the session to the successor, which proposes them once
+    there is room; the old leader's gate lets go of the connection (it would poll it forever)."""
+    old = group.leader()
+    blocked, blocked_listener = connect(group.members[old].client)
+    try:
+        for n in range(LIMIT + 3):
+            blocked.send("/queue/block.h", f"h{n}", receipt=f"h{n}")
+        assert wait_for(lambda: len(blocked_listener.receipts) == LIMIT), blocked_listener.receipts
+        assert wait_for(lambda: group.status(old)["flow"]["blocked_connections"] == 1)
+
+        member = group.members[old]
+        code, answer = post_hand_over(member.host, member.admin_port, group_secret(None, group.data_dir), 10.0)
+        assert code == 200 and answer.get("handed_over"), answer
+        assert wait_for(lambda: group.leader() != old)
+        new = group.leader()
+        assert wait_for(lambda: group.status(old)["flow"]["blocked_connections"] == 0)
+        assert wait_for(lambda: group.status(new)["flow"]["blocked_connections"] == 1)
+        assert len(blocked_listener.receipts) == LIMIT
+
+        consumer, consumer_listener = connect(group.members[new].client)
+        try:
+            consumer.subscribe("/queue/block.h", id="s", ack="auto")
+            assert wait_for(lambda: len(blocked_listener.receipts) == LIMIT + 3), blocked_listener.receipts
+            assert wait_for(lambda: len(consumer_listener.messages) == LIMIT + 3)
+            time.sleep(0.3)
+            assert consumer_listener.messages == [f"h{n}" for n in range(LIMIT + 3)]
+            assert not blocked_listener.errors and blocked.is_connected()
+        finally:
+            consumer.disconnect()
+    finally:
+        blocked.disconnect()

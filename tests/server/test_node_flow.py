@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import raftmq.server.stomp.connection as session_module
+import raftmq.server.stomp.output as output_module
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
@@ -195,7 +195,7 @@ def test_stuck_consumer_does_not_stall_other_destinations_or_its_queue(inproc) -
 
 
 def test_auto_ack_consumer_that_never_reads_is_closed_past_the_buffer_cap(monkeypatch, inproc) -> None:
-    monkeypatch.setattr(session_module, "SLOW_CONSUMER_BYTES", 512 * 1024)
+    monkeypatch.setattr(output_module, "SLOW_CONSUMER_BYTES", 512 * 1024)
     topic = unique("/topic/flood")
     stuck = socket.create_connection(inproc.address)
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -246,7 +246,7 @@ def test_output_waits_while_the_socket_holds_earlier_bytes_so_a_lapsed_lease_let
     # A consumer that stops reading: its socket fills. Had the node gone on handing deliveries
     # to the transport, they would wait there and leave whenever the client read again, after
     # the lease lapsed. They wait in the connection instead, and go only under the lease.
-    monkeypatch.setattr(session_module, "SLOW_CONSUMER_BYTES", 1 << 30)
+    monkeypatch.setattr(output_module, "SLOW_CONSUMER_BYTES", 1 << 30)
     lease = SwitchedLease()
     with in_process_node(commit_log=lease) as runner:
         topic = unique("/topic/backlog")

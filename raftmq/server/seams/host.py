@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
@@ -28,9 +28,6 @@ from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
 from raftmq.server.websocket.session import HandshakeGate
-
-if TYPE_CHECKING:
-    from raftmq.server.succession import Succession
 
 
 class ClientConnection(Protocol):
@@ -172,7 +169,7 @@ class ConnectionHost(SessionHost, Protocol):
         """Count a connection closed because handling its input raised (a bug)."""
 
     @property
-    def succession(self) -> Succession:
+    def succession(self) -> HandOvers:
         """Leader changes: a session handed over is refused or claimed there."""
         ...
 
@@ -229,6 +226,19 @@ class SuccessionHost(NodeView, Protocol):
     def session_ids_in_core(self) -> list[str]: ...
 
     def own_client_address(self) -> str | None: ...
+
+
+class HandOvers(Protocol):
+    """Leader changes as a session handed over meets them (raftmq.server.succession)."""
+
+    def refuse(self, session: ClientConnection, hint: str | None) -> None:
+        """It could not be handed over: ERROR `not the leader`, naming `hint`."""
+
+    async def claim(self, session_id: str) -> str | None:
+        """May this node adopt `session_id` now (a ticket arrived)? None, or why not."""
+
+    def adopt(self, session_id: str, connection: ClientConnection) -> int:
+        """`connection` serves the session now; returns how many kept effects it was handed."""
 
 
 class NotesLeader(Protocol):

@@ -3,8 +3,7 @@
 It feeds the session the bytes it reads and the time, executes the session's decisions
 (propose, write an ERROR, check a passcode in a worker thread, relay to the leader, adopt a
 session handed over), and writes what the node hands it when commands commit. Output is queued,
-then handed to the socket once per loop turn right after a check that the leader lease holds,
-once the socket took all it was handed before (docs/replication.md). When the leadership moves,
+then handed to the socket under the leader lease (raftmq.server.stomp.output). When the leadership moves,
 the session moves with it (`hand_over`; raftmq.server.stomp.hand_over).
 
 Flow control:
@@ -34,22 +33,14 @@ from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.adoption import MAX_HOPS
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
+from raftmq.server.stomp.output import Output
 from raftmq.server.stomp.session import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
-from raftmq.server.websocket.session import POLICY, http_error
+from raftmq.server.websocket.session import http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
-# A connection queueing more is an auto-ack consumer that does not keep up (acked ones: prefetch): closed.
-SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
-# While the lease does not hold, or the socket has not taken what it was handed, queued output is
-# looked at again this often (the lease is renewed by every heart-beat round, 20 ms by default).
-RECHECK_SECONDS = 0.002
-# A closing connection whose client does not read what is left is dropped after this long.
-CLOSE_GRACE_SECONDS = 5.0
-
-
-class Connection(asyncio.Protocol):
+class Connection(Output, asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
@@ -77,7 +68,7 @@ class Connection(asyncio.Protocol):
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         self._read_paused_for_writes = self._held_for_redirect = False
         self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
-        self._beats = HeartBeats(self)
+        self._beats = HeartBeats(self, self._loop)
         self._connect_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -173,9 +164,7 @@ class Connection(asyncio.Protocol):
         if self._connect_timer is not None:
             self._connect_timer.cancel()
         self._out.clear()
-        if self._flow_held and self.host.flow is not None:
-            self.host.flow.forget(self)  # never proposed, never receipted: not the broker's
-            self._flow_held.clear()
+        self.forget_flow_held()  # never proposed, never receipted: not the broker's
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
         for decision in decisions:
@@ -322,15 +311,16 @@ class Connection(asyncio.Protocol):
         state = self.stomp.state
         if transport is None or transport.is_closing() or state == SessionState.RELAYED:
             return  # a relayed connection's reading is the relay's
-        paused = (
-            self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow or self._held_for_redirect
-            or self.stomp.authenticating or state >= SessionState.FAILED
-        )
-        if paused:
+        if self.reading_paused or self._held_for_redirect or self.stomp.authenticating or state >= SessionState.FAILED:
             if transport.is_reading():
                 transport.pause_reading()
         elif not transport.is_reading():
             transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        """By this node: the log, the socket or BLOCK holds it back (its silence is ours)."""
+        return self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow
 
     @property
     def held_for_redirect(self) -> bool:
@@ -341,6 +331,19 @@ class Connection(asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self.stomp.state == SessionState.CLOSED or self._transport is None or self._transport.is_closing()
+
+    @property
+    def settling(self) -> bool:  # commands proposed without an outcome yet
+        return self._pending > 0
+
+    @property
+    def flow_held(self) -> list[Command]:  # what BLOCK holds, never proposed
+        return [command for commands in self._flow_held for command in commands]
+
+    def forget_flow_held(self) -> None:
+        if self._flow_held and self.host.flow is not None:
+            self.host.flow.forget(self)
+        self._flow_held.clear()
 
     def hand_over(self, leader: str) -> bool:
         """Hand this session to the new leader at `leader`; False when it cannot be (the caller closes it)."""
@@ -396,56 +399,6 @@ class Connection(asyncio.Protocol):
             if named is not None:
                 self.write(receipt_frame(named, self.stomp.version))
 
-    # ---- output ----------------------------------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        if self._held_for_redirect:
-            return  # the leadership left: what its successor's entries make is the successor's to write
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        transport = self._transport
-        if not self._out or transport is None or transport.is_closing():
-            self._out, self._out_bytes = [], 0
-            return
-        if transport.get_write_buffer_size() or not self.host.holds_lease():
-            # Bytes handed over earlier wait for the socket (more handed over now would leave later,
-            # unchecked), or our leadership may have ended unseen (this process was paused, or cut
-            # off): what is queued waits, or is dropped when the session fails because the node
-            # stepped down (a new leader redelivers it, flagged).
-            if self._out_bytes > SLOW_CONSUMER_BYTES:  # it would never read an ERROR behind all that
-                return self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
-            self._flush_scheduled = True
-            self._loop.call_later(RECHECK_SECONDS, self._flush)
-            return
-        out, self._out, self._out_bytes = self._out, [], 0
-        transport.writelines(out)  # at once: one send per flush (recent uvloop writev()s the list)
-        self._beats.last_written = self._loop.time()
-
-    def _close_after_flush(self, last: bytes | None = None) -> None:
-        """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        out, self._out, self._out_bytes = self._out, [], 0
-        if out and not self.host.holds_lease():
-            log.info("client.writes_dropped", session=self.session_id, peer=self.peer, frames=len(out),
-                     reason="leader lease lapsed")
-            out = []
-        if last is not None:
-            out.append(last)
-            if self._websocket is not None:
-                self._websocket.close_code, self._websocket.close_reason = POLICY, "STOMP ERROR"
-        if out:
-            transport.write(b"".join(out))
-        transport.close()  # asyncio closes after the buffered data is written
-        self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
-
     def fail(
         self,
         message: str,
@@ -488,11 +441,6 @@ class Connection(asyncio.Protocol):
             return
         self.stomp.state = SessionState.FAILED
         self._send_error(error_frame("broker shutting down", "the node is stopping", self.stomp.version))
-
-    def abort(self) -> None:
-        """Drop the connection without flushing (a client that stopped reading)."""
-        if self._transport is not None and self.stomp.state != SessionState.CLOSED:
-            self._transport.abort()
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

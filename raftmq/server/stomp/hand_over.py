@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
+from raftmq.core.commands import Command
+from raftmq.server.seams.host import ClientConnection, ConnectionHost
 from raftmq.server.stomp.adoption import Ticket, adopted_frame, ticket_frame
 from raftmq.server.stomp.frames import error_frame
-
-if TYPE_CHECKING:
-    from raftmq.server.stomp.connection import Connection
+from raftmq.server.stomp.session import Decision, StompSession
 
 log = structlog.get_logger("raftmq.server.hand_over")
 
@@ -48,34 +48,60 @@ SETTLE_POLL_SECONDS = 0.002
 _running: set[asyncio.Task[None]] = set()
 
 
+class Handing(ClientConnection, Protocol):
+    """What a hand-over sees of the connection (raftmq.server.stomp.connection)."""
+
+    host: ConnectionHost
+    stomp: StompSession
+    session_id: str
+    peer: str
+    hops: int
+    unproposed: list[Command]  # failed with NotLeader once the leadership left
+    outcome_unknown: bool
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def settling(self) -> bool:
+        """Commands proposed without an outcome yet."""
+    @property
+    def unsent(self) -> bool:
+        """Output queued, not yet handed to the socket."""
+    @property
+    def flow_held(self) -> list[Command]:
+        """What BLOCK holds, never proposed."""
+    def forget_flow_held(self) -> None: ...
+    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None: ...
+    def opened(self) -> None: ...
+    def run(self, decisions: list[Decision]) -> None: ...
+
+
 def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
     task = asyncio.get_running_loop().create_task(coroutine)
     _running.add(task)
     task.add_done_callback(_running.discard)
 
 
-async def hand_over(connection: Connection, leader: str) -> None:
+async def hand_over(connection: Handing, leader: str) -> None:
     host = connection.host
     loop = host.loop
     deadline = loop.time() + SETTLE_SECONDS
-    while connection._pending and loop.time() < deadline:
+    while connection.settling and loop.time() < deadline:
         await asyncio.sleep(SETTLE_POLL_SECONDS)
     stomp = connection.stomp
     secret = host.hand_over_secret
-    commands = [*connection.unproposed, *(command for held in connection._flow_held for command in held)]
+    commands = [*connection.unproposed, *connection.flow_held]
     ticket = None
-    unsent = bool(connection._out)  # written under the old term: after the successor's frames reach others, stale
-    if not connection._pending and not connection.outcome_unknown and not unsent and secret is not None and not connection.closed:
+    unsent = connection.unsent  # written under the old term: after the successor's frames reach others, stale
+    if not connection.settling and not connection.outcome_unknown and not unsent and secret is not None and not connection.closed:
         ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), connection.hops + 1)
     if ticket is None or secret is None:
-        why = ("a command's outcome is unknown" if connection._pending or connection.outcome_unknown
+        why = ("a command's outcome is unknown" if connection.settling or connection.outcome_unknown
                else "output of the old term not yet sent" if unsent else "not handed over")
         log.info("client.not_handed_over", session=connection.session_id, peer=connection.peer, reason=why)
         host.succession.refuse(connection, leader)
         return
-    if connection._flow_held and host.flow is not None:
-        host.flow.forget(connection)  # what BLOCK held goes in the ticket: the successor proposes it
-        connection._flow_held.clear()
+    connection.forget_flow_held()  # what BLOCK held goes in the ticket: the successor proposes it
     session_id = ticket.session_id
     local_id = host.new_session_id("handed-")
     host.rename_session(session_id, local_id)
@@ -91,7 +117,7 @@ async def hand_over(connection: Connection, leader: str) -> None:
     connection.relay_to_successor(leader, session_id, prefix, refusal)
 
 
-async def adopt(connection: Connection, ticket: Ticket) -> None:
+async def adopt(connection: Handing, ticket: Ticket) -> None:
     host = connection.host
     try:
         refusal = await host.succession.claim(ticket.session_id)
@@ -109,6 +135,6 @@ async def adopt(connection: Connection, ticket: Ticket) -> None:
     connection.write(adopted_frame(ticket.session_id))
     decisions = connection.stomp.adopted(ticket, "", host.clock.now_ms())
     connection.opened()
-    kept = host.succession.takeover.adopt(ticket.session_id, connection)
+    kept = host.succession.adopt(ticket.session_id, connection)
     log.info("client.adopted", session=ticket.session_id, peer=connection.peer, via=via, hops=ticket.hops, kept=kept)
     connection.run(decisions)

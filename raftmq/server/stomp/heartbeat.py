@@ -5,15 +5,11 @@ that promised heart-beats and went silent."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
-from raftmq.protocol.codec import HEARTBEAT
-from raftmq.server.stomp.session import SessionState
-
-if TYPE_CHECKING:
-    from raftmq.server.stomp.connection import Connection
+from raftmq.server.stomp.session import SessionState, StompSession
 
 log = structlog.get_logger("raftmq.server.connection")
 
@@ -23,10 +19,27 @@ HEARTBEAT_SEND_SLACK = 0.9
 HEARTBEAT_RECEIVE_GRACE = 2.0
 
 
+class Beating(Protocol):
+    """What heart-beats see of their connection (raftmq.server.stomp.connection)."""
+
+    stomp: StompSession
+    session_id: str
+    peer: str
+
+    @property
+    def reading_paused(self) -> bool:
+        """This node is the one not reading: the client's silence is ours."""
+
+    def beat(self) -> bool:
+        """Write a heart-beat's EOL; False when queued output will carry the line instead."""
+
+    def fail(self, message: str, detail: str = "") -> None: ...
+
+
 class HeartBeats:
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Beating, loop: asyncio.AbstractEventLoop) -> None:
         self._connection = connection
-        self._loop = connection.host.loop
+        self._loop = loop
         self.last_received = 0.0  # loop time
         self.last_written = 0.0
         self._send_timer: asyncio.TimerHandle | None = None
@@ -49,12 +62,9 @@ class HeartBeats:
         if connection.stomp.state >= SessionState.FAILED:
             return
         interval = connection.stomp.send_interval_ms / 1000
-        transport = connection._transport
         now = self._loop.time()
         quiet = now - self.last_written
-        if quiet >= interval * HEARTBEAT_SEND_SLACK and not connection._out:
-            if transport is not None and not transport.is_closing():
-                transport.write(HEARTBEAT)
+        if quiet >= interval * HEARTBEAT_SEND_SLACK and connection.beat():
             self.last_written = now
             quiet = 0.0
         self._send_timer = self._loop.call_later(max(0.001, interval - quiet), self._send)
@@ -65,7 +75,7 @@ class HeartBeats:
             return
         interval = connection.stomp.receive_interval_ms / 1000
         now = self._loop.time()
-        if connection._read_paused_for_log or connection._read_paused_for_writes or connection._read_paused_for_flow:
+        if connection.reading_paused:
             self.last_received = now  # we are the ones not reading: the silence is ours
         silent = now - self.last_received
         limit = interval * HEARTBEAT_RECEIVE_GRACE

@@ -1,0 +1,113 @@
+"""What a client connection writes (the `Output` half of raftmq.server.stomp.connection's
+`Connection`): queued, then handed to the socket once per loop turn right after a check that
+the leader lease holds, and only once the socket took all it was handed before
+(docs/replication.md, "What a client can see of a deposed leader"). A check and the
+`writelines` that follows it are adjacent, with no loop turn between."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from raftmq.protocol.codec import HEARTBEAT
+from raftmq.server.seams.host import ConnectionHost
+from raftmq.server.stomp.heartbeat import HeartBeats
+from raftmq.server.stomp.session import SessionState, StompSession
+from raftmq.server.websocket.session import POLICY
+from raftmq.server.websocket.transport import WebSocketTransport
+
+log = structlog.get_logger("raftmq.server.connection")
+
+# A connection queueing more is an auto-ack consumer that does not keep up (acked ones: prefetch): closed.
+SLOW_CONSUMER_BYTES = 64 * 1024 * 1024
+# While the lease does not hold, or the socket has not taken what it was handed, queued output is
+# looked at again this often (the lease is renewed by every heart-beat round, 20 ms by default).
+RECHECK_SECONDS = 0.002
+# A closing connection whose client does not read what is left is dropped after this long.
+CLOSE_GRACE_SECONDS = 5.0
+
+
+class Output:
+    """Mixed into `Connection`, whose `__init__` sets these."""
+
+    host: ConnectionHost
+    stomp: StompSession
+    session_id: str
+    peer: str
+    _loop: asyncio.AbstractEventLoop
+    _transport: asyncio.Transport | None
+    _websocket: WebSocketTransport | None
+    _beats: HeartBeats
+    _held_for_redirect: bool
+    _out: list[bytes]
+    _out_bytes: int
+    _flush_scheduled: bool
+
+    if TYPE_CHECKING:
+        def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
+                 abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
+
+    @property
+    def unsent(self) -> bool:  # output queued, not yet handed to the socket
+        return bool(self._out)
+
+    def beat(self) -> bool:
+        """A heart-beat's EOL; False when queued output will carry the line instead."""
+        if self._transport is not None and not self._transport.is_closing() and not self._out:
+            self._transport.write(HEARTBEAT)
+        return not self._out
+
+    def write(self, data: bytes) -> None:
+        if self._held_for_redirect:
+            return  # the leadership left: what its successor's entries make is the successor's to write
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self._transport
+        if not self._out or transport is None or transport.is_closing():
+            self._out, self._out_bytes = [], 0
+            return
+        if transport.get_write_buffer_size() or not self.host.holds_lease():
+            # Bytes handed over earlier wait for the socket (more handed over now would leave later,
+            # unchecked), or our leadership may have ended unseen (this process was paused, or cut
+            # off): what is queued waits, or is dropped when the session fails because the node
+            # stepped down (a new leader redelivers it, flagged).
+            if self._out_bytes > SLOW_CONSUMER_BYTES:  # it would never read an ERROR behind all that
+                return self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
+            self._flush_scheduled = True
+            self._loop.call_later(RECHECK_SECONDS, self._flush)
+            return
+        out, self._out, self._out_bytes = self._out, [], 0
+        transport.writelines(out)  # at once: one send per flush (recent uvloop writev()s the list)
+        self._beats.last_written = self._loop.time()
+
+    def _close_after_flush(self, last: bytes | None = None) -> None:
+        """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        out, self._out, self._out_bytes = self._out, [], 0
+        if out and not self.host.holds_lease():
+            log.info("client.writes_dropped", session=self.session_id, peer=self.peer, frames=len(out),
+                     reason="leader lease lapsed")
+            out = []
+        if last is not None:
+            out.append(last)
+            if self._websocket is not None:
+                self._websocket.close_code, self._websocket.close_reason = POLICY, "STOMP ERROR"
+        if out:
+            transport.write(b"".join(out))
+        transport.close()  # asyncio closes after the buffered data is written
+        self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
+
+    def abort(self) -> None:
+        """Drop the connection without flushing (a client that stopped reading)."""
+        if self._transport is not None and self.stomp.state != SessionState.CLOSED:
+            self._transport.abort()
