@@ -2,7 +2,8 @@
 a 3-member group with one destination per policy, stomp.py as the producers and consumers.
 FAIL answers ERROR with the SEND's receipt-id; DROP receipts and drops; BLOCK withholds the
 receipt and reads nothing more from that producer until a consumer makes room, while another
-producer's SENDs to another destination go on."""
+producer's SENDs to another destination go on, and what it holds moves with the producer's session
+when the leadership is handed over."""
 
 from __future__ import annotations
 
@@ -140,8 +141,8 @@ def test_block_holds_one_producer_until_a_consumer_makes_room(group: Group) -> N
 
 
 def test_a_producer_held_by_block_keeps_its_held_sends_through_a_hand_over(group: Group) -> None:
-    """The SENDs BLOCK holds travel with the session to the successor, which proposes them once
-    there is room; the old leader's gate lets go of the connection (it would poll it forever)."""
+    """The SENDs BLOCK holds travel with the session to the successor (in its ticket), which
+    proposes them once there is room: receipted once, delivered once, in order."""
     old = group.leader()
     blocked, blocked_listener = connect(group.members[old].client)
     try:
