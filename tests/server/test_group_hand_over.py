@@ -196,6 +196,9 @@ def test_a_node_stopped_after_handing_its_sessions_over_tells_their_clients_wher
         assert group.wait_exit(old) == 0
         error = got.errors.get(timeout=WAIT)
         assert error.headers["message"] == "not the leader" and error.headers["leader"] == group.members[new].client
+        member = group.members[old]
+        logged = member.stdout_path.read_text(errors="replace") + member.stderr()
+        assert "event='client.error'" in logged and "the node is stopping" in logged  # counted as an ERROR
         again, again_got = client(group, new)
         try:
             again.subscribe(destination, id="s2", ack="auto")

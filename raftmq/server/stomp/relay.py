@@ -370,6 +370,8 @@ class Relay:
             if adoption is not None and not adoption.answered:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
             if adoption is not None and adoption.farewell and not self._client.is_closing():
+                log.info("client.error", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
+                         message="not the leader", detail="the node is stopping", leader=adoption.leader)
                 self._client.write(adoption.refusal)
             self._close(self._client)
 
