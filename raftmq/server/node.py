@@ -43,6 +43,7 @@ from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import BodyFetcher, Replica
 from raftmq.server.seams.flow import Fairness, FlowGate
 from raftmq.server.seams.host import ClientConnection, LeaderService
+from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.connection import Connection
 from raftmq.server.stomp.relay import Relays
 from raftmq.server.stomp.session import SessionState
@@ -54,6 +55,10 @@ log = structlog.get_logger("raftmq.server.node")
 
 # How long a stopping node waits for the Disconnects of its closed sessions to commit.
 STOP_DRAIN_SECONDS = 2.0
+# How long a stopping leader that handed its sessions over waits for the other members' relays of
+# them to move to the successor (raftmq.server.stomp.relay) before it ends the rest.
+MOVE_AWAY_SECONDS = 0.3
+HAND_OVER_SETTLE_SECONDS = 2.0  # its sessions' hand-overs (each waits up to 1 s for its commands)
 MANAGE_TIMEOUT_SECONDS = 10.0
 
 
@@ -330,10 +335,12 @@ class Node:
                 except asyncio.CancelledError:
                     pass
         await self.succession.stop()
-        self.succession.stopping = True  # its clients are told it stops, not handed over
         if self.commit_log.is_leader and await self._hand_over():
-            await self.succession.close_for_new_leader()
-        self._relays.farewell()  # sessions it handed over end with it: their clients hear where the leader is
+            await self.succession.close_for_new_leader()  # its sessions are handed over, relayed from here
+            await handing.settled(HAND_OVER_SETTLE_SECONDS)
+            await self._relays.moved_away(MOVE_AWAY_SECONDS)  # the other members' relays move to the successor
+        self.succession.stopping = True  # from now on its clients are told it stops, not handed over
+        self._relays.farewell()  # the sessions still relayed from here end: their clients hear where the leader is
         for connection in list(self.sessions.values()):
             connection.shutdown()
         deadline = self.loop.time() + STOP_DRAIN_SECONDS
@@ -370,6 +377,14 @@ class Node:
     async def _listen(self, host: str, port: int, websocket_only: bool) -> asyncio.base_events.Server:
         return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port, reuse_address=True,
                                              backlog=1024, ssl=self._security.server_ssl_context())  # None: plain TCP
+
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes) -> None:
+        """A relay of this node moved its session here (this node leads now): serve it on the
+        relay's client transport (raftmq.server.stomp.relay, "moving closer")."""
+        connection = self._new_connection()
+        transport.set_protocol(connection)
+        connection.connection_made(transport)
+        connection.resume_here(session_id, held)
 
     def _new_connection(self, websocket_only: bool = False) -> Connection:
         session_id = self.new_session_id()
@@ -428,8 +443,10 @@ class Node:
             "internal_errors": self.internal_errors,
             "body_failures": replica.body_failures,
             "sessions_swept": self.succession.sessions_swept,
-            "sessions_handed_over": self.succession.handed_over,  # to a successor, at a leadership transfer
+            "sessions_handed_over": self._relays.handed_over,  # to a successor, at a leadership transfer
             "sessions_adopted": self.succession.takeover.adopted,  # from the previous leader
+            "relays_moved": self._relays.moved,  # to a new leader, the session resumed there
+            "sessions_resumed": self.succession.takeover.resumed,  # parked here, resumed by a relay that moved
             "leader_changes": self.succession.leader_changes,
             "failure": self.failure,
             "broker": broker,

@@ -24,6 +24,7 @@ import structlog
 
 from raftmq.core.commands import Disconnect
 from raftmq.server.seams.host import ClientConnection, LeaderService, SuccessionHost
+from raftmq.server.stomp.adoption import Ticket
 from raftmq.server.takeover import ADOPTION_WINDOW_SECONDS, Takeover
 
 log = structlog.get_logger("raftmq.server.succession")
@@ -46,7 +47,6 @@ class Succession:
         self.takeover = Takeover()
         self.stopping = False  # the node stops: its clients are told where the leader is, not handed over
         self.leaving = False  # so too while it leaves the group (its removal), until it leads again
-        self.handed_over = 0  # sessions this node handed to a successor
 
     def add_service(self, service: LeaderService) -> None:
         """Run `service` whenever this node leads (started at the next leadership gained, or
@@ -104,9 +104,10 @@ class Succession:
                 await asyncio.sleep(0.01)
             if epoch != self._epoch or not host.commit_log.is_leader:
                 return
-        stale = [session_id for session_id in host.session_ids_in_core() if session_id not in host.sessions]
+        stale = [session_id for session_id in host.session_ids_in_core()
+                 if session_id not in host.sessions and session_id not in takeover.parked]
         takeover.swept.update(stale)
-        takeover.awaiting.clear()
+        takeover.end_window()
         if stale:
             now = host.clock.now_ms()
             try:
@@ -132,6 +133,24 @@ class Succession:
 
     def adopt(self, session_id: str, connection: ClientConnection) -> int:
         return self.takeover.adopt(session_id, connection)
+
+    def park(self, ticket: Ticket, unfinished: bytes) -> None:
+        host = self._host
+        self.takeover.park(ticket, unfinished, host.commit_log, host.loop, self._parked_too_long)
+
+    async def claim_parked(self, session_id: str) -> tuple[Ticket, bytes] | str:
+        if not self._host.commit_log.is_leader:
+            return "this node does not lead its group any more"
+        parked = await self.takeover.claim_parked(session_id, self._host.sessions.__contains__, self._host.loop)
+        return parked if isinstance(parked, str) else (parked.ticket, parked.unfinished)
+
+    def _parked_too_long(self, session_id: str) -> None:
+        host = self._host
+        if self.takeover.unpark(session_id) and host.commit_log.is_leader:
+            log.info("client.park_expired", node=host.name, session=session_id)
+            self.takeover.swept.add(session_id)
+            self.sessions_swept += 1
+            host.commit_log.propose([Disconnect(session_id, host.clock.now_ms())]).add_done_callback(_ignore)
 
     async def _start_services(self) -> None:
         for service in self._services:
@@ -197,8 +216,7 @@ class Succession:
             if held_only and not session.held_for_redirect:
                 continue
             if hint is not None and not held_only and not (self.stopping or self.leaving) and session.hand_over(hint):
-                self.handed_over += 1
-                continue
+                continue  # (a session already being handed over is left to it)
             self.refuse(session, hint)
 
     @staticmethod
@@ -208,3 +226,8 @@ class Succession:
             f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
             extra={"leader": hint} if hint else None,
         )
+
+
+def _ignore(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # lost leadership meanwhile: the next leader sweeps it

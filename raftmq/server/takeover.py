@@ -12,21 +12,31 @@ those entries before it handed over, and its clients got what they made from it.
 After any other election there is no window: the sweep runs as soon as the earlier terms are
 applied, and a ticket for a swept session is refused (its client gets the old leader's
 `ERROR not the leader`, as without adoption).
+
+A leader also parks sessions it serves: a relay that holds the client's socket half-closes its
+connection to move closer (raftmq.server.stomp.adoption, "resume"). The parked session keeps
+its ticket and an `AwaitingAdoption`, until the relay resumes it or `PARK_SECONDS` pass; then
+it is disconnected, as the sweep would.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from raftmq.core.effects import Deliver
 from raftmq.replication.commit_log import CommitLog
 from raftmq.server.seams.host import ClientConnection
+from raftmq.server.stomp.adoption import Ticket
 
 ADOPTION_WINDOW_SECONDS = 1.0
 # A ticket that reaches the successor before it has applied the earlier terms waits this long.
 CLAIM_WAIT_SECONDS = 1.0
+# A parked session waits this long for its relay to resume it, then is disconnected.
+PARK_SECONDS = 1.0
+PARK_POLL_SECONDS = 0.005
 
 
 class AwaitingAdoption:
@@ -69,19 +79,63 @@ class AwaitingAdoption:
         return len(kept)
 
 
+@dataclass
+class Parked:
+    ticket: Ticket
+    unfinished: bytes  # a frame the client had begun: fed to the session before what follows
+    timer: asyncio.TimerHandle
+
+
 class Takeover:
-    """A new leader's record of the earlier leaders' sessions: awaiting adoption, swept."""
+    """A new leader's record of the earlier leaders' sessions: awaiting adoption, swept; and
+    the sessions it parked."""
 
     def __init__(self) -> None:
         self.awaiting: dict[str, AwaitingAdoption] = {}
         self.swept: set[str] = set()  # Disconnect proposed: no longer adoptable
         self.done = asyncio.Event()  # earlier terms applied: claims may be answered
         self.adopted = 0
+        self.parked: dict[str, Parked] = {}
+        self.resumed = 0
 
     def reset(self) -> None:
         self.awaiting.clear()
         self.swept.clear()
         self.done.clear()
+        for parked in self.parked.values():
+            parked.timer.cancel()
+        self.parked.clear()  # the next leader sweeps them
+
+    def end_window(self) -> None:
+        """The adoption window closed: stop keeping for the sessions that did not come (parked ones stay)."""
+        for session_id in [sid for sid in self.awaiting if sid not in self.parked]:
+            del self.awaiting[session_id]
+
+    def park(self, ticket: Ticket, unfinished: bytes, commit_log: CommitLog, loop: asyncio.AbstractEventLoop,
+             expire: Callable[[str], None]) -> None:
+        session_id = ticket.session_id
+        self.awaiting[session_id] = AwaitingAdoption(session_id, commit_log)
+        self.parked[session_id] = Parked(ticket, unfinished, loop.call_later(PARK_SECONDS, expire, session_id))
+
+    def unpark(self, session_id: str) -> bool:
+        """Its time is up: forget it (the caller disconnects it); False if it was resumed meanwhile."""
+        parked = self.parked.pop(session_id, None)
+        self.awaiting.pop(session_id, None)
+        return parked is not None
+
+    async def claim_parked(self, session_id: str, served: Callable[[str], bool],
+                           loop: asyncio.AbstractEventLoop) -> Parked | str:
+        """The parked session, or why not. A session still served here is waited for a while:
+        the relay's half-close may still be on its way."""
+        deadline = loop.time() + CLAIM_WAIT_SECONDS
+        while session_id not in self.parked and served(session_id) and loop.time() < deadline:
+            await asyncio.sleep(PARK_POLL_SECONDS)
+        parked = self.parked.pop(session_id, None)
+        if parked is None:
+            return "no such session parked here"
+        parked.timer.cancel()
+        self.resumed += 1
+        return parked
 
     def expect(self, session_ids: list[str], served: Callable[[str], bool], commit_log: CommitLog) -> None:
         for session_id in session_ids:

@@ -18,10 +18,10 @@ from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.replication.commit_log import LogPosition
 from raftmq.security import Principal
-from raftmq.server.stomp.adoption import REFUSED, TICKET_MAX_AGE_MS, adopted_frame, read_answer, read_ticket, ticket_frame
+from raftmq.server.stomp.adoption import REFUSED, TICKET_MAX_AGE_MS, adopted_frame, read_answer, read_resume, read_ticket, resume_frame, ticket_frame
 from raftmq.server.stomp.frames import error_frame
 from raftmq.server.stomp.session import Adopt, Propose, Refuse, SessionState, StompSession
-from raftmq.server.takeover import AwaitingAdoption, Takeover
+from raftmq.server.takeover import PARK_SECONDS, AwaitingAdoption, Parked, Takeover
 from tests.server.test_stomp_session import CONNECT, NOW, Host, commands, frame
 
 SECRET = "group-secret"
@@ -78,7 +78,7 @@ def test_the_successor_takes_the_session_over_proposes_what_was_left_then_what_f
 
     new = StompSession(Host(hand_over_secret=SECRET), "n2:c:5")
     decisions = new.receive(ticket_frame(ticket, SECRET) + begun[:9], NOW)
-    assert decisions == [Adopt(ticket)] and new.authenticating  # what follows waits for the claim
+    assert decisions == [Adopt(ticket, ticket.session_id)] and new.authenticating  # what follows waits for the claim
     assert new.receive(begun[9:] + frame("COMMIT", {"transaction": "tx1", "receipt": "c"}), NOW) == []
     decisions = new.adopted(ticket, "", NOW)
     assert new.session_id == "n1:b:1" and new.state is SessionState.OPEN and new.version == "1.1"
@@ -102,7 +102,7 @@ def test_a_ticket_is_refused_by_a_follower_by_a_node_without_the_secret_and_when
     stranger = StompSession(Host(), "y")
     assert [d.message for d in stranger.receive(data, NOW) if isinstance(d, Refuse)] == [REFUSED]
     unclaimed = StompSession(Host(hand_over_secret=SECRET), "z")
-    assert unclaimed.receive(data, NOW) == [Adopt(ticket)]
+    assert unclaimed.receive(data, NOW) == [Adopt(ticket, ticket.session_id)]
     refuse = [d for d in unclaimed.adopted(None, "no such session here", NOW) if isinstance(d, Refuse)]
     assert refuse and "no such session" in refuse[0].detail and unclaimed.state is SessionState.FAILED
 
@@ -115,7 +115,7 @@ def test_only_an_adoption_may_pass_the_connect_size_limit() -> None:
     data = ticket_frame(ticket, SECRET)
     session = StompSession(host, "a")
     assert session.receive(data[:2048], NOW) == []  # still reading it
-    assert session.receive(data[2048:], NOW) == [Adopt(ticket)]
+    assert session.receive(data[2048:], NOW) == [Adopt(ticket, ticket.session_id)]
     plain = StompSession(host, "b")
     padded = CONNECT[:-3] + b"x-pad:" + b"p" * 2000 + b"\n\n"  # no NUL yet: a CONNECT past the limit
     assert [d.message for d in plain.receive(padded, NOW) if isinstance(d, Refuse)] == ["frame too large"]
@@ -198,3 +198,45 @@ def test_a_principal_survives_the_trip() -> None:
     new.adopted(ticket, "", NOW)
     assert new._principal == old._principal == Principal(None, frozenset({"anonymous"}))
     assert [type(c) for c in commands(new.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "z"}), NOW))] == [Subscribe]
+
+
+def test_a_resume_request_names_a_parked_session_signed_and_in_date() -> None:
+    data = resume_frame("n1:b:1", SECRET, NOW)
+    session = StompSession(Host(hand_over_secret=SECRET), "r")
+    assert session.receive(data, NOW + 5) == [Adopt(None, "n1:b:1")] and session.authenticating
+    assert read_resume(parse(data), SECRET, NOW) == "n1:b:1"
+    assert "not signed" in refusal_of(lambda: read_resume(parse(data), "another-secret", NOW))
+    assert "out of date" in refusal_of(lambda: read_resume(parse(data), SECRET, NOW + TICKET_MAX_AGE_MS + 1))
+    forged = data.replace(b"n1:b:1", b"n1:b:2")  # the name is signed too
+    assert "not signed" in refusal_of(lambda: read_resume(parse(forged), SECRET, NOW))
+    stranger = StompSession(Host(), "s")
+    assert [d.message for d in stranger.receive(data, NOW) if isinstance(d, Refuse)] == [REFUSED]
+
+
+def test_a_parked_session_is_claimed_once_waited_for_while_still_served_and_expires() -> None:
+    ticket = open_session().ticket([], "10.0.0.9:5000", NOW, hops=1)
+    assert ticket is not None
+    served = {ticket.session_id}
+    expired: list[str] = []
+
+    async def scenario() -> list[object]:
+        loop = asyncio.get_running_loop()
+        takeover = Takeover()
+        log = Log()
+        claim = asyncio.create_task(takeover.claim_parked(ticket.session_id, served.__contains__, loop))
+        await asyncio.sleep(0.02)
+        assert not claim.done()  # still served here: the relay's half-close is on its way
+        served.clear()
+        takeover.park(ticket, b"SEND\n", log, loop, expired.append)  # type: ignore[arg-type]
+        assert ticket.session_id in takeover.awaiting  # what this leadership does for it is kept
+        parked = await claim
+        again = await takeover.claim_parked(ticket.session_id, served.__contains__, loop)
+        takeover.park(ticket, b"", log, loop, expired.append)  # type: ignore[arg-type]
+        await asyncio.sleep(PARK_SECONDS + 0.1)
+        gone = takeover.unpark(ticket.session_id)
+        return [parked, again, gone, takeover.resumed]
+
+    parked, again, gone, resumed = asyncio.run(scenario())
+    assert isinstance(parked, Parked) and parked.ticket == ticket and parked.unfinished == b"SEND\n"
+    assert again == "no such session parked here" and resumed == 1
+    assert expired == [ticket.session_id] and gone is True  # the caller disconnects it

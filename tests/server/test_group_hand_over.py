@@ -98,24 +98,29 @@ def test_plain_clients_sessions_ride_hand_overs_with_their_acks_and_transaction(
         new_status = group.status(new)
         assert new_status is not None and new_status["sessions_adopted"] >= 2, new_status
 
-        # Handed over again and again: the session goes on, through one more relay each time,
-        # until MAX_HOPS; then its client gets the ERROR naming the leader.
-        for hop in range(2, MAX_HOPS + 1):
+        # Handed over again and again: the relay that holds each client's socket moves to the
+        # new leader (the session parked there and resumed), so no path grows past one relay and
+        # MAX_HOPS is never reached.
+        for hop in range(2, 2 * MAX_HOPS + 2):
             hand_over(group)
-            assert_no_error(sent, got)
+            assert_no_error(sent, got, via_follower)
             send_all(producer, sent, destination, [f"c{hop}"])
             assert got.message().body == f"c{hop}"
-        _, last = hand_over(group)
-        error = got.errors.get(timeout=WAIT)
-        assert error.headers["message"] == "not the leader"
-        assert error.headers["leader"] == group.members[last].client
-        # a4 was never acknowledged and the c-messages neither: they come back, flagged; a1-a3
-        # and b1-b2 were acknowledged (before, after and in the transaction): they never do.
-        again, again_got = client(group, last)
+        relayed.send(other, "still-relayed", receipt="relayed-after")
+        via_follower.receipt("relayed-after")
+        assert via_follower.message().body == "still-relayed"
+        statuses = [group.status(node_id) for node_id in group.members]
+        assert sum(status["relays_moved"] for status in statuses if status) >= 2 * MAX_HOPS, statuses
+        assert sum(status["sessions_resumed"] for status in statuses if status) >= 2 * MAX_HOPS, statuses
+        # a4 and the c-messages were never acknowledged: once the consumer leaves they come
+        # back, flagged; a1-a3 and b1-b2 were acknowledged (before, after and in the
+        # transaction): they never do.
+        consumer.disconnect()
+        again, again_got = client(group, group.leader())
         try:
             again.subscribe(destination, id="s2", ack="auto")
-            back = sorted(again_got.message().body for _ in range(1 + MAX_HOPS - 1))
-            assert back == sorted(["a4", *(f"c{hop}" for hop in range(2, MAX_HOPS + 1))])
+            back = sorted(again_got.message().body for _ in range(1 + 2 * MAX_HOPS))
+            assert back == sorted(["a4", *(f"c{hop}" for hop in range(2, 2 * MAX_HOPS + 2))])
             assert again_got.no_message(within=1.0)
         finally:
             again.disconnect()
@@ -208,6 +213,42 @@ def test_a_node_stopped_after_handing_its_sessions_over_tells_their_clients_wher
             again.disconnect()
     finally:
         for conn in (producer, consumer):
+            try:
+                conn.disconnect()
+            except Exception:
+                pass
+
+
+def test_a_stopping_leader_hands_its_sessions_over_and_the_clients_of_other_members_keep_theirs(group: Group) -> None:
+    """SIGTERM on the leader, as a rolling restart sends it: it hands its sessions over before
+    it goes, and the other members' relays of them move to the successor, so their plain
+    clients see nothing; its own clients get the ERROR naming the successor."""
+    leader = group.leader()
+    follower = next(node_id for node_id in group.members if node_id != leader)
+    destination = unique()
+    producer, sent = client(group, follower)
+    consumer, got = client(group, follower, heartbeats=(200, 200))
+    direct, direct_got = client(group, leader)
+    try:
+        consumer.subscribe(destination, id="s1", ack="client-individual")
+        send_all(producer, sent, destination, ["r1", "r2"])
+        first = messages(got, 2)
+        consumer.ack(first[0].headers["ack"])
+        group.signal(leader, signal.SIGTERM)
+        assert group.wait_exit(leader) == 0
+        new = group.leader(among=tuple(node_id for node_id in group.members if node_id != leader))
+        error = direct_got.errors.get(timeout=WAIT)
+        assert error.headers["message"] == "not the leader" and error.headers["leader"] == group.members[new].client
+        assert_no_error(sent, got)
+        consumer.ack(first[1].headers["ack"], receipt="ack-after")  # the same session: its deliveries
+        got.receipt("ack-after")
+        send_all(producer, sent, destination, ["r3"])
+        assert got.message().body == "r3"
+        assert got.no_message(within=1.5)  # r1 and r2 were acknowledged: nothing comes back
+        status = group.status(follower)
+        assert status is not None and status["relays_moved"] >= 2, status
+    finally:
+        for conn in (producer, consumer, direct):
             try:
                 conn.disconnect()
             except Exception:

@@ -81,8 +81,9 @@ class RelayStarter(Protocol):
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
     def adopt(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              refusal: bytes) -> None:
-        """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its ticket)."""
+              refusal: bytes, hops: int) -> None:
+        """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its
+        ticket); `hops`: relays between the client and this node."""
 
 
 class NodeView(Protocol):
@@ -240,6 +241,12 @@ class HandOvers(Protocol):
     def adopt(self, session_id: str, connection: ClientConnection) -> int:
         """`connection` serves the session now; returns how many kept effects it was handed."""
 
+    def park(self, ticket: Any, unfinished: bytes) -> None:
+        """Keep `ticket`'s session (raftmq.server.stomp.adoption.Ticket) for its relay to resume."""
+
+    async def claim_parked(self, session_id: str) -> tuple[Any, bytes] | str:
+        """(ticket, the bytes of a frame begun) of a session parked here, or why not."""
+
 
 class NotesLeader(Protocol):
     def note_leader(self) -> None: ...
@@ -278,6 +285,18 @@ class RelayHost(Protocol):
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def hand_over_secret(self) -> str | None:
+        """The group's secret: signs a moving relay's resume request (None: relays do not move)."""
+
+    def own_client_address(self) -> str | None: ...
+
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes) -> None:
+        """Serve the session a relay of this node parked, on the relay's client transport."""
 
 
 class BridgeSessionHost(Protocol):

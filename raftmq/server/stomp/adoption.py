@@ -16,6 +16,13 @@ the time: only a member of the group can hand a session over, and a ticket is go
 the client's socket, then the one it was handed to): up to `MAX_HOPS` relays. The successor answers `adopted_frame` (a CONNECTED the old leader reads
 and does not pass on) or an ERROR; from then on the old leader copies bytes both ways, like a
 follower's relay (raftmq.server.stomp.relay), and the client sees nothing of it.
+
+A relay can also shorten the path: the node that holds the client's socket (a follower, or a
+deposed leader) half-closes its connection towards a leader that is no longer the group's; the
+node serving the session reads that end, parks the session (it keeps its ticket and what its
+entries do for it: raftmq.server.takeover) and closes; the relay then writes `resume_frame` to
+the leader: a CONNECT whose `raftmq.resume` header names the session, signed and stamped like a
+ticket, and the session carries on there, one relay from its client.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from raftmq.protocol.frame import Frame
 ADOPT_HEADER = "raftmq.adopt"
 MAC_HEADER = "raftmq.adopt-mac"
 ADOPTED_HEADER = "raftmq.adopted"
+RESUME_HEADER = "raftmq.resume"
+RESUME_MAC_HEADER = "raftmq.resume-mac"
+RESUMED_AT_HEADER = "raftmq.resume-at"
 # What an adoption's first bytes are (the header comes first): the successor lifts the CONNECT
 # size limit for it, since its body may carry the commands of a busy producer.
 ADOPT_PREFIX = f"CONNECT\n{ADOPT_HEADER}:".encode()
@@ -98,6 +108,35 @@ def read_ticket(frame: Frame, secret: str | None, now_ms: int) -> Ticket:
     if abs(now_ms - ticket.issued_ms) > TICKET_MAX_AGE_MS:
         raise ProtocolError(REFUSED, f"the ticket is out of date (issued {now_ms - ticket.issued_ms} ms ago)")
     return ticket
+
+
+def resume_frame(session_id: str, secret: str, now_ms: int) -> bytes:
+    """Ask the leader for a session parked there, as a member of the group."""
+    stamp = f"{session_id}\n{now_ms}".encode()
+    headers = [(RESUME_HEADER, session_id), (RESUMED_AT_HEADER, str(now_ms)), (RESUME_MAC_HEADER, sign(secret, stamp))]
+    return encode_frame(Frame("CONNECT", headers), "1.2")
+
+
+def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
+    """The session a resume CONNECT asks for; raises ProtocolError(`adoption refused`) for one
+    this group did not sign or one out of date."""
+    if secret is None:
+        raise ProtocolError(REFUSED, "this node takes no sessions over (no group secret)")
+    session_id, at = frame.get(RESUME_HEADER) or "", frame.get(RESUMED_AT_HEADER) or ""
+    mac = frame.get(RESUME_MAC_HEADER) or ""
+    if not hmac.compare_digest(mac, sign(secret, f"{session_id}\n{at}".encode())):
+        raise ProtocolError(REFUSED, "the resume request is not signed with this group's secret")
+    if not at.isdigit() or abs(now_ms - int(at)) > TICKET_MAX_AGE_MS:
+        raise ProtocolError(REFUSED, "the resume request is out of date")
+    return session_id
+
+
+def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> tuple[Ticket | None, str]:
+    """(ticket, session id) of an adoption CONNECT; (None, session id) of a resume request."""
+    if frame.get(RESUME_HEADER) is not None:
+        return None, read_resume(frame, secret, now_ms)
+    ticket = read_ticket(frame, secret, now_ms)
+    return ticket, ticket.session_id
 
 
 def adopted_frame(session_id: str) -> bytes:

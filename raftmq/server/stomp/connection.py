@@ -68,6 +68,7 @@ class Connection(Output, asyncio.Protocol):
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         self._read_paused_for_writes = self._held_for_redirect = False
         self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
+        self._handing = False  # `hand_over` under way (the node may ask twice: at the role change, and as it stops)
         self._beats = HeartBeats(self, self._loop)
         self._connect_timer: asyncio.TimerHandle | None = None
 
@@ -172,17 +173,26 @@ class Connection(Output, asyncio.Protocol):
                 self.host.propose(decision.commands).add_done_callback(_ignore_outcome)
 
     def eof_received(self) -> bool | None:
-        """The client closed its sending side. Keep ours open until what it sent has committed
-        (so its receipts still go out), then close."""
+        """The client closed its sending side (`input_ended`). The relay of a session adopted
+        here half-closes to move closer to the client: the session is parked for it to resume
+        (raftmq.server.stomp.hand_over)."""
         if self.stomp.state >= SessionState.FAILED:
             return True  # the pending ERROR closes the connection
+        if self.hops and self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None:
+            handing.spawn(handing.park(self))
+        else:
+            self.input_ended()
+        return True
+
+    def input_ended(self) -> None:
+        """Keep our side open until what the client sent has committed (its receipts still go
+        out), then close."""
         self.stomp.half_closed()
         pending = self._last_proposal
         if pending is not None and not pending.done():
             pending.add_done_callback(lambda _: self._close_after_flush())
         else:
             self._close_after_flush()  # output may still be queued for this loop turn
-        return True
 
     def pause_writing(self) -> None:
         self._read_paused_for_writes = True
@@ -211,7 +221,7 @@ class Connection(Output, asyncio.Protocol):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
                 self._update_reading()  # what follows the ticket waits for the claim
-                handing.spawn(handing.adopt(self, decision.ticket))
+                handing.spawn(handing.adopt(self, decision.ticket, decision.session_id))
 
     def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
         self._execute(decisions)
@@ -347,8 +357,11 @@ class Connection(Output, asyncio.Protocol):
 
     def hand_over(self, leader: str) -> bool:
         """Hand this session to the new leader at `leader`; False when it cannot be (the caller closes it)."""
+        if self._handing:
+            return True  # under way already
         if self.stomp.state != SessionState.OPEN or self.host.hand_over_secret is None or self.closed or self.hops >= MAX_HOPS:
             return False
+        self._handing = True
         self.hold_for_redirect()
         handing.spawn(handing.hand_over(self, leader))
         return True
@@ -358,7 +371,13 @@ class Connection(Output, asyncio.Protocol):
         self._beats.stop()
         self._handed_over = True
         assert self._transport is not None and not self._out
-        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal)
+        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal, self.hops)
+
+    def resume_here(self, session_id: str, held: bytes) -> None:
+        """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""
+        self.stomp.authenticating = True  # what the client sends waits for the claim
+        self._update_reading()
+        handing.spawn(handing.adopt(self, None, session_id, then=held))
 
     def hold_for_redirect(self) -> None:
         """This node lost leadership and does not know the new leader yet: read nothing more

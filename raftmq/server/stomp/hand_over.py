@@ -71,9 +71,18 @@ class Handing(ClientConnection, Protocol):
     def flow_held(self) -> list[Command]:
         """What BLOCK holds, never proposed."""
     def forget_flow_held(self) -> None: ...
+    def input_ended(self) -> None:
+        """The client's side is closed: close ours once what is pending is out."""
+    def data_received(self, data: bytes) -> None: ...
     def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None: ...
     def opened(self) -> None: ...
     def run(self, decisions: list[Decision]) -> None: ...
+
+
+async def settled(timeout: float) -> None:
+    """Until the hand-overs, adoptions and parkings under way are done (a stopping node), at most `timeout`."""
+    if _running:
+        await asyncio.wait(list(_running), timeout=timeout)
 
 
 def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -117,24 +126,72 @@ async def hand_over(connection: Handing, leader: str) -> None:
     connection.relay_to_successor(leader, session_id, prefix, refusal)
 
 
-async def adopt(connection: Handing, ticket: Ticket) -> None:
+async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, then: bytes | None = None) -> None:
+    """Serve the session handed over with `ticket`, or (None) the one parked here that a relay
+    resumes; `then`: the relay is this node's own and gave the client's socket back (no answer
+    is written; these bytes of the client's follow)."""
     host = connection.host
+    unfinished, resuming = b"", ticket is None
     try:
-        refusal = await host.succession.claim(ticket.session_id)
+        if ticket is None:
+            parked = await host.succession.claim_parked(session_id)
+            refusal = parked if isinstance(parked, str) else None
+            if not isinstance(parked, str):
+                ticket, unfinished = parked
+        else:
+            refusal = await host.succession.claim(session_id)
     except Exception as exc:  # a bug costs this hand-over, never the node
         refusal = f"{type(exc).__name__}: {exc}"
     if connection.closed:
         return
-    if refusal is not None:
-        log.info("client.adoption_refused", session=ticket.session_id, peer=connection.peer, reason=refusal)
-        connection.run(connection.stomp.adopted(None, refusal, host.clock.now_ms()))
+    if refusal is not None or ticket is None:
+        log.info("client.adoption_refused", session=session_id, peer=connection.peer, reason=refusal)
+        if then is not None:  # the client's own socket: it reconnects, here
+            connection.stomp.authenticating = False
+            connection.fail("not the leader", f"the session could not be moved here: {refusal}",
+                            extra={"leader": host.leader_hint or ""})
+        else:
+            connection.run(connection.stomp.adopted(None, refusal or "", host.clock.now_ms()))
         return
-    host.rename_session(connection.session_id, ticket.session_id)
-    connection.session_id = ticket.session_id
+    host.rename_session(connection.session_id, session_id)
+    connection.session_id = session_id
     via, connection.peer, connection.hops = connection.peer, ticket.peer, ticket.hops
-    connection.write(adopted_frame(ticket.session_id))
+    if then is None:
+        connection.write(adopted_frame(session_id))
+    else:
+        connection.hops = 0  # the client's own socket
     decisions = connection.stomp.adopted(ticket, "", host.clock.now_ms())
     connection.opened()
-    kept = host.succession.adopt(ticket.session_id, connection)
-    log.info("client.adopted", session=ticket.session_id, peer=connection.peer, via=via, hops=ticket.hops, kept=kept)
+    kept = host.succession.adopt(session_id, connection)
+    log.info("client.resumed" if resuming else "client.adopted", session=session_id, peer=connection.peer, via=via,
+             hops=ticket.hops, kept=kept)
     connection.run(decisions)
+    if unfinished or then:
+        connection.data_received(unfinished + (then or b""))  # the frame the client had begun, then the rest
+
+
+async def park(connection: Handing) -> None:
+    """The relay that holds the client's socket half-closed this adopted session's connection
+    to move closer (raftmq.server.stomp.adoption): once its commands have outcomes and its
+    output is out, keep the session for the relay to resume and close. A session that cannot
+    be parked ends as after any half-close."""
+    host = connection.host
+    loop = host.loop
+    deadline = loop.time() + SETTLE_SECONDS
+    while (connection.settling or connection.unsent) and loop.time() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+    ticket = None
+    if not connection.settling and not connection.unsent and not connection.closed and host.is_leader:
+        ticket = connection.stomp.ticket(connection.unproposed, connection.peer, host.clock.now_ms(), 1)
+    if ticket is None:
+        log.info("client.not_parked", session=connection.session_id, peer=connection.peer)
+        connection.input_ended()
+        return
+    local_id = host.new_session_id("parked-")
+    host.rename_session(ticket.session_id, local_id)
+    unfinished = connection.stomp.unfinished()
+    connection.stomp.handed_over(local_id)
+    connection.session_id = local_id
+    host.succession.park(ticket, unfinished)
+    log.info("client.parked", session=ticket.session_id, peer=connection.peer)
+    connection.input_ended()

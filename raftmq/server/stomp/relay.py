@@ -62,8 +62,9 @@ from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
 from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import ClientConnection, RelayHost
-from raftmq.server.stomp.adoption import read_answer
+from raftmq.server.stomp.adoption import read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
+from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, set_reading
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
@@ -87,25 +88,13 @@ UPSTREAM_CONNECT_SECONDS = 1.0
 # How often the follower compares the leader it relays to with the one it knows now, and how
 # long a relay to a deposed leader stays open after the change was seen.
 WATCH_SECONDS = 0.1
+# How often it looks whether the leader changed (a change is acted on at once: relays move).
+LEADER_CHANGE_POLL_SECONDS = 0.01
 DEPOSED_GRACE_SECONDS = 0.5
 # A closing side whose peer does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
 # A deposed leader tries this long to reach its successor with a session's ticket.
 ADOPT_CONNECT_SECONDS = 1.0
-
-
-class Adoption:
-    """A relay that hands a session to the successor: its ticket goes first (the relay's
-    prefix), the successor's answer is read here; `refusal` (an ERROR) goes to the client if it
-    does not adopt the session."""
-
-    def __init__(self, leader: str, session_id: str, refusal: bytes) -> None:
-        self.leader = leader
-        self.session_id = session_id
-        self.refusal = refusal
-        self.answer = b""  # the successor's bytes until its answer is complete
-        self.answered = False
-        self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
 
 
 def redirect_wanted(mode: str, connect: Frame) -> bool:
@@ -122,7 +111,9 @@ class Relays:
         self._active: set[Relay] = set()  # connecting to the leader, relaying, or refusing
         self.total = 0  # sessions relayed to a leader since start
         self.handed_over = 0  # of which sessions this node handed to its successor
+        self.moved = 0  # relays that moved to a new leader (the session resumed there)
         self._watch: asyncio.TimerHandle | None = None
+        self._watched: tuple[str | None, float] = (None, 0.0)  # (the leader, loop time) of the last look at every relay
         self._tls: tuple[ssl.SSLContext, bytes] | None = None
 
     def __len__(self) -> int:
@@ -134,19 +125,31 @@ class Relays:
         self._begin(Relay(self, self._node, session, transport, prefix))
 
     def adopt(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              refusal: bytes) -> None:
-        """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its ticket)."""
+              refusal: bytes, hops: int) -> None:
+        """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its
+        ticket); `hops`: relays between the client and this node (0: the client's own socket)."""
         self.handed_over += 1
-        self._begin(Relay(self, self._node, session, transport, prefix, Adoption(leader, session_id, refusal)))
+        adoption = Adoption(leader, session_id, refusal)
+        adoption.outermost = hops == 0
+        self._begin(Relay(self, self._node, session, transport, prefix, adoption))
 
     def _begin(self, relay: Relay) -> None:
         self._active.add(relay)
         if self._watch is None:
-            self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
+            self._watch = self._node.loop.call_later(LEADER_CHANGE_POLL_SECONDS, self._check_leader)
         relay.start()
 
     def ended(self, relay: Relay) -> None:
         self._active.discard(relay)
+
+    async def moved_away(self, grace: float) -> None:
+        """The node stops after handing its sessions over: give the relays of other members
+        (followers, deposed leaders) up to `grace` to move to the successor; what is left after
+        it is this node's own clients'."""
+        loop = self._node.loop
+        deadline = loop.time() + grace
+        while any(relay.handed_over for relay in self._active) and loop.time() < deadline:
+            await asyncio.sleep(LEADER_CHANGE_POLL_SECONDS)
 
     def farewell(self) -> None:
         """The node stops: each session it handed over ends, its client told where the leader
@@ -160,9 +163,11 @@ class Relays:
             return
         leader = self._node.commit_log.leader_hint
         now = self._node.loop.time()
-        for relay in list(self._active):
-            relay.check_leader(leader, now)
-        self._watch = self._node.loop.call_later(WATCH_SECONDS, self._check_leader)
+        if leader != self._watched[0] or now - self._watched[1] >= WATCH_SECONDS:
+            self._watched = (leader, now)
+            for relay in list(self._active):
+                relay.check_leader(leader, now)
+        self._watch = self._node.loop.call_later(LEADER_CHANGE_POLL_SECONDS, self._check_leader)
 
     def upstream_tls(self) -> tuple[ssl.SSLContext, bytes] | None:
         """(client context, the group's certificate in DER) when the client port uses TLS."""
@@ -194,11 +199,17 @@ class Relay:
         self._upstream_heard = 0.0  # loop time of the last bytes from the leader
         self._adoption = adoption
         self._task: asyncio.Task[None] | None = None
+        # The session's id at the leader (an adoption's, or read from the leader's CONNECTED):
+        # what a relay that moves closer resumes ("" : unknown, it does not move).
+        self.session_id: str | None = None if adoption is None else adoption.session_id
+        self._head = b""  # the start of the leader's CONNECTED, until it names the session
+        self._moving: str | None = None  # half-closed towards a deposed leader; resuming at this one
+        self._held = b""  # what the client sent meanwhile
 
     def start(self) -> None:
         # Nothing more is read from the client until the leader's connection can take it.
         self._client.pause_reading()
-        self._client.set_protocol(_ClientSide(self))
+        self._client.set_protocol(ClientSide(self))
         self._task = self._loop.create_task(self._connect())
 
     # -- finding and opening the leader ------------------------------------------------------
@@ -240,10 +251,10 @@ class Relay:
         tls = self._relays.upstream_tls()
         async with asyncio.timeout(UPSTREAM_CONNECT_SECONDS):
             if tls is None:
-                transport, side = await self._loop.create_connection(lambda: _UpstreamSide(self), host, port)
+                transport, side = await self._loop.create_connection(lambda: UpstreamSide(self), host, port)
             else:
                 transport, side = await self._loop.create_connection(
-                    lambda: _UpstreamSide(self), host, port, ssl=tls[0], server_hostname=host
+                    lambda: UpstreamSide(self), host, port, ssl=tls[0], server_hostname=host
                 )
         upstream = transport
         if tls is not None:
@@ -264,7 +275,8 @@ class Relay:
         self._upstream = upstream
         self._relays.total += 1
         prefix, self._prefix = self._prefix, b""
-        self.set_reading(self._client, True)
+        adoption = self._adoption
+        set_reading(self._client, adoption is None or not adoption.resuming)  # resumed: once answered
         upstream.write(prefix)  # may pause the client again at once (pause_writing)
         if self._client_eof:
             self._forward_eof()
@@ -289,14 +301,20 @@ class Relay:
     # -- while relaying ----------------------------------------------------------------------
 
     def check_leader(self, leader: str | None, now: float) -> None:
-        """The node's view of the leader now: a relay to another one is closed once that one
-        has sent nothing for a grace (one that hands sessions over keeps talking)."""
-        if self.leader is None or leader is None or leader == self.leader or self._adoption is not None:
+        """The node's view of the leader now: a relay to another one moves to the new leader
+        (`_move`) when it can, else is closed once that one has sent nothing for a grace (one that
+        hands sessions over keeps talking); so is a move the deposed leader does not answer (a
+        paused or cut-off one)."""
+        if self._moving is None and (self.leader is None or leader is None or leader == self.leader):
             self._deposed_at = None
             return
         if self._deposed_at is None:
             self._deposed_at = now
-        elif now - max(self._deposed_at, self._upstream_heard) >= DEPOSED_GRACE_SECONDS:
+        if self._moving is None and leader is not None and self._may_move():
+            return self._move(leader)
+        if self._moving is None and self._adoption is not None:
+            return
+        if now - max(self._deposed_at, self._upstream_heard) >= DEPOSED_GRACE_SECONDS:
             session = self.session
             log.info("client.relay_closed", node=self._node.name, session=session.session_id, peer=session.peer,
                      leader=self.leader, new_leader=leader)
@@ -304,11 +322,50 @@ class Relay:
 
     def client_data(self, data: bytes) -> None:
         upstream = self._upstream
-        if upstream is None:
-            if not self._ended and not self._client.is_closing():
-                self._prefix += data  # reading is paused until then; a read under way lands here
+        if upstream is None or self._moving is not None:
+            if not self._ended and not self._client.is_closing():  # reading is paused until then; a read under way lands here
+                if self._moving is None:
+                    self._prefix += data
+                else:
+                    self._held += data
         elif not upstream.is_closing():
             upstream.write(data)
+
+    # -- moving closer: after a hand-over the session is served one relay away, not two -------
+
+    def _may_move(self) -> bool:
+        upstream, adoption = self._upstream, self._adoption
+        return (upstream is not None and not upstream.is_closing() and upstream.can_write_eof() and not self._client_eof
+                and bool(self.session_id) and self._node.hand_over_secret is not None
+                and (adoption is None or (adoption.answered and adoption.outermost and not adoption.farewell)))
+
+    def _move(self, leader: str) -> None:
+        """Half-close towards the deposed leader: the node serving the session parks it once it
+        has read everything the client sent, and closes once everything for the client is out
+        (raftmq.server.stomp.hand_over); then `upstream_lost` resumes the session at `leader`."""
+        assert self._upstream is not None
+        self._moving = leader
+        log.info("client.relay_moving", node=self._node.name, session=self.session_id, peer=self.session.peer,
+                 leader=self.leader, new_leader=leader)
+        self._client.pause_reading()
+        self._upstream.write_eof()
+
+    def _resume(self, leader: str) -> None:
+        session_id, secret = self.session_id, self._node.hand_over_secret
+        assert session_id and secret is not None
+        if leader == self._node.own_client_address():  # this node leads now: it serves the session itself
+            held, self._held, self._moving = self._held, b"", None
+            self._end()
+            self._relays.moved += 1
+            log.info("client.relay_moved", node=self._node.name, session=session_id, peer=self.session.peer, leader=leader)
+            self.session.connection_lost(None)  # the relayed connection ends here; its client's does not
+            return self._node.resume_here(self._client, session_id, held)
+        refusal = error_frame("not the leader", f"the session could not be moved to the leader {leader}",
+                              self.session.version, None, {"leader": leader})
+        self._adoption = Adoption(leader, session_id, refusal)
+        self._adoption.resuming = True
+        self._upstream, self._prefix = None, resume_frame(session_id, secret, self._node.clock.now_ms())
+        self._task = self._loop.create_task(self._connect())
 
     def client_eof(self) -> None:
         self._client_eof = True
@@ -334,6 +391,8 @@ class Relay:
     def upstream_data(self, data: bytes) -> None:
         self._upstream_heard = self._loop.time()
         adoption = self._adoption
+        if self.session_id is None:
+            self._learn_session(data)
         if adoption is not None and not adoption.answered:
             adoption.answer += data
             adopted, start, why = read_answer(adoption.answer, adoption.session_id)
@@ -343,10 +402,33 @@ class Relay:
                 return self._refuse_adoption(adoption, why)
             adoption.answered = True
             data, adoption.answer = adoption.answer[start:], b""
-            log.info("client.handed_over", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
-                     leader=adoption.leader)
+            if adoption.resuming:
+                self._moved()
+            else:
+                log.info("client.handed_over", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
+                         leader=adoption.leader)
         if data and not self._client.is_closing():
             self._client.write(data)
+
+    def _moved(self) -> None:
+        log.info("client.relay_moved", node=self._node.name, session=self.session_id, peer=self.session.peer,
+                 leader=self.leader)
+        self._relays.moved += 1
+        self._moving, held, self._held, self._deposed_at = None, self._held, b"", None
+        if held and self._upstream is not None:
+            self._upstream.write(held)
+        set_reading(self._client, True)
+
+    def _learn_session(self, data: bytes) -> None:
+        """The session's id from the leader's CONNECTED (its first frame): what a move resumes."""
+        head = self._head + data
+        end = head.find(b"\n\n")
+        if end < 0 and len(head) < 4096:
+            self._head = head
+            return
+        lines = head[:end].split(b"\n") if end >= 0 else []
+        named = [line[8:] for line in lines[1:] if line.startswith(b"session:")] if lines[:1] == [b"CONNECTED"] else []
+        self.session_id, self._head = named[0].decode("utf-8", "replace") if named else "", b""
 
     def farewell(self) -> None:
         """End a session this node handed over, at a frame boundary: stop sending to the
@@ -366,6 +448,8 @@ class Relay:
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed
+            if self._moving is not None and not self._ended and not self._client.is_closing():
+                return self._resume(self._moving)  # everything for the client is out: resume it
             adoption = self._adoption
             if adoption is not None and not adoption.answered:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
@@ -375,14 +459,9 @@ class Relay:
                 self._client.write(adoption.refusal)
             self._close(self._client)
 
-    @staticmethod
-    def set_reading(transport: asyncio.Transport | None, reading: bool) -> None:
-        if transport is None or transport.is_closing():
-            return
-        if reading:
-            transport.resume_reading()
-        else:
-            transport.pause_reading()
+    @property
+    def handed_over(self) -> bool:  # relays a session this node handed to a successor
+        return self._adoption is not None and not self._adoption.resuming
 
     @property
     def client(self) -> asyncio.Transport:
@@ -406,61 +485,4 @@ class Relay:
         # A TLS transport reads the peer's close_notify as it closes: a paused one would hang.
         transport.resume_reading()
         transport.close()  # after its buffer is written...
-        self._loop.call_later(CLOSE_GRACE_SECONDS, _abort, transport)  # ...if the peer reads it
-
-
-class _ClientSide(asyncio.Protocol):
-    """The protocol of the client's transport once it is relayed."""
-
-    def __init__(self, relay: Relay) -> None:
-        self._relay = relay
-
-    def data_received(self, data: bytes) -> None:
-        self._relay.client_data(data)
-
-    def eof_received(self) -> bool:
-        self._relay.client_eof()
-        # Keep writing to the client what the leader still sends (TLS cannot half-close: there
-        # the transport closes whatever this returns, and the relay's other side follows).
-        return not self._relay.client_tls
-
-    def pause_writing(self) -> None:
-        Relay.set_reading(self._relay.upstream, False)
-
-    def resume_writing(self) -> None:
-        Relay.set_reading(self._relay.upstream, True)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._relay.client_lost(exc)
-
-
-class _UpstreamSide(asyncio.Protocol):
-    """The protocol of the follower's connection to the leader."""
-
-    def __init__(self, relay: Relay) -> None:
-        self._relay = relay
-        self._transport: asyncio.BaseTransport | None = None
-        self.lost = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self._relay.upstream_data(data)
-
-    def pause_writing(self) -> None:
-        Relay.set_reading(self._relay.client, False)
-
-    def resume_writing(self) -> None:
-        Relay.set_reading(self._relay.client, True)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self._relay.upstream_lost(self._transport)
-
-
-def _abort(transport: asyncio.Transport) -> None:
-    try:
-        transport.abort()  # a no-op once the connection is gone
-    except Exception:  # some transports refuse once detached from their socket
-        pass
+        self._loop.call_later(CLOSE_GRACE_SECONDS, abort, transport)  # ...if the peer reads it

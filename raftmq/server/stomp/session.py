@@ -9,8 +9,8 @@ passes the time in and executes what comes out:
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
 - `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
 - `Relay(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
-- `Adopt(ticket)`: another member hands this session over (raftmq.server.stomp.adoption):
-  claim it once this node may, then call `adopted`;
+- `Adopt(ticket, session_id)`: a member hands this session over, or resumes it here (no ticket;
+  raftmq.server.stomp.adoption): claim it once this node may, then call `adopted`;
 - `Note(event, fields)`: log it.
 
 Life of a session: AWAIT_CONNECT → (CONNECT proposed) CONNECTING → (Connect committed, CONNECTED
@@ -45,7 +45,7 @@ from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, 
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.seams.host import SessionHost
-from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_ticket
+from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, RESUME_HEADER, Ticket, read_adoption
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.stomp.translate import FrameTranslator
@@ -93,7 +93,8 @@ class Relay:
 
 @value
 class Adopt:
-    ticket: Ticket  # checked: signed by this group, in date
+    ticket: Ticket | None  # checked: signed by this group, in date (None: resume the session parked here)
+    session_id: str
 
 
 @value
@@ -297,8 +298,7 @@ class StompSession:
         return self._parser.unfinished()
 
     def handed_over(self, local_id: str) -> None:
-        """Its successor serves this session now: this connection only relays, under a name of
-        its own (the session's id is the successor's), and closing it proposes nothing."""
+        """Another node serves this session now (or parked it): this connection, `local_id`, proposes nothing."""
         self.session_id = local_id
         self.disconnect_proposed = True
         self.relayed()
@@ -312,7 +312,7 @@ class StompSession:
     def _connect(self, frame: Frame, now_ms: int) -> list[Decision]:
         if frame.command not in ("CONNECT", "STOMP"):
             return self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
-        if frame.get(ADOPT_HEADER) is not None:
+        if frame.get(ADOPT_HEADER) is not None or frame.get(RESUME_HEADER) is not None:
             return self._adopt(frame, now_ms)
         try:
             version = negotiate_version(frame.get("accept-version"))
@@ -329,10 +329,10 @@ class StompSession:
         return self._accept(pending, None if decided is False else decided, now_ms)
 
     def _adopt(self, frame: Frame, now_ms: int) -> list[Decision]:
-        """Another member hands a session over: check the ticket, then hold what follows it
-        until the shell has claimed the session (`adopted`)."""
+        """Another member hands a session over, or resumes one parked here: check it, then hold
+        what follows until the shell has claimed the session (`adopted`)."""
         try:
-            ticket = read_ticket(frame, self.host.hand_over_secret, now_ms)
+            ticket, session_id = read_adoption(frame, self.host.hand_over_secret, now_ms)
         except ProtocolError as exc:
             return [Note("client.adoption_refused", {"reason": exc.detail}), *self.fail(exc.message, exc.detail)]
         if not self.host.is_leader:
@@ -340,7 +340,7 @@ class StompSession:
             return self.fail(REFUSED, f"this node does not lead its group; leader: {hint or 'unknown'}")
         self._before_connect = None
         self.authenticating = True  # what follows the ticket waits, as behind a passcode check
-        return [Adopt(ticket)]
+        return [Adopt(ticket, session_id)]
 
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster

@@ -1,0 +1,107 @@
+"""The parts of a relayed connection (raftmq.server.stomp.relay): the protocol of the client's
+transport once it is relayed and of the connection to the leader, which hand what they see to
+their `Relay`; and `Adoption`, what a relay that carries a session to another node's adoption
+(a hand-over, or a move) knows of it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+class Adoption:
+    """A relay that hands a session to the successor: its ticket goes first (the relay's
+    prefix), the successor's answer is read here; `refusal` (an ERROR) goes to the client if it
+    does not adopt the session."""
+
+    def __init__(self, leader: str, session_id: str, refusal: bytes) -> None:
+        self.leader = leader
+        self.session_id = session_id
+        self.refusal = refusal
+        self.answer = b""  # the successor's bytes until its answer is complete
+        self.answered = False
+        self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
+        self.resuming = False  # a relay moving closer resumes the session parked there (no ticket)
+        self.outermost = True  # this node holds the client's own socket: only such a relay moves
+
+
+class Piped(Protocol):
+    """What the two ends see of their relay (raftmq.server.stomp.relay.Relay)."""
+
+    @property
+    def client(self) -> asyncio.Transport: ...
+    @property
+    def upstream(self) -> asyncio.Transport | None: ...
+    @property
+    def client_tls(self) -> bool: ...
+    def client_data(self, data: bytes) -> None: ...
+    def client_eof(self) -> None: ...
+    def client_lost(self, exc: Exception | None) -> None: ...
+    def upstream_data(self, data: bytes) -> None: ...
+    def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None: ...
+
+
+def set_reading(transport: asyncio.Transport | None, reading: bool) -> None:
+    if transport is None or transport.is_closing():
+        return
+    if reading:
+        transport.resume_reading()
+    else:
+        transport.pause_reading()
+
+
+class ClientSide(asyncio.Protocol):
+    """The protocol of the client's transport once it is relayed."""
+
+    def __init__(self, relay: Piped) -> None:
+        self._relay = relay
+
+    def data_received(self, data: bytes) -> None:
+        self._relay.client_data(data)
+
+    def eof_received(self) -> bool:
+        self._relay.client_eof()
+        # Keep writing to the client what the leader still sends (TLS cannot half-close: there
+        # the transport closes whatever this returns, and the relay's other side follows).
+        return not self._relay.client_tls
+
+    def pause_writing(self) -> None:
+        set_reading(self._relay.upstream, False)
+
+    def resume_writing(self) -> None:
+        set_reading(self._relay.upstream, True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._relay.client_lost(exc)
+
+
+class UpstreamSide(asyncio.Protocol):
+    """The protocol of the follower's connection to the leader."""
+
+    def __init__(self, relay: Piped) -> None:
+        self._relay = relay
+        self._transport: asyncio.BaseTransport | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._relay.upstream_data(data)
+
+    def pause_writing(self) -> None:
+        set_reading(self._relay.client, False)
+
+    def resume_writing(self) -> None:
+        set_reading(self._relay.client, True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._relay.upstream_lost(self._transport)
+
+
+def abort(transport: asyncio.Transport) -> None:
+    try:
+        transport.abort()  # a no-op once the connection is gone
+    except Exception:  # some transports refuse once detached from their socket
+        pass
