@@ -95,11 +95,12 @@ class RunningMember:
 
 
 async def _change_members(node: Node, raft: RaftLog, change: Change) -> tuple[str, ...]:
-    if change.op == REMOVE and change.address == raft.settings.self_address:
-        # Leaving the group (it is stopped next): its clients are told where the leader is, as
-        # at a stop, rather than handed over through a node about to go.
-        node.succession.leaving = True
-    return await change_membership(raft, change)
+    leaving = change.op == REMOVE and change.address == raft.settings.self_address
+    try:
+        return await change_membership(raft, change)  # a leader leaving hands its leadership over first
+    finally:
+        if leaving and not raft.is_leader:
+            await node.send_clients_off()  # it is stopped next
 
 
 def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> RunningMember:

@@ -336,10 +336,8 @@ class Node:
                     pass
         await self.succession.stop()
         if self.commit_log.is_leader and await self._hand_over():
-            await self.succession.close_for_new_leader()  # its sessions are handed over, relayed from here
-            await handing.settled(HAND_OVER_SETTLE_SECONDS)
-            await self._relays.moved_away(MOVE_AWAY_SECONDS)  # the other members' relays move to the successor
-        self.succession.stopping = True  # from now on its clients are told it stops, not handed over
+            await self.send_clients_off()
+        self.succession.stopping = True  # its clients are told it stops, not handed over
         self._relays.farewell()  # the sessions still relayed from here end: their clients hear where the leader is
         for connection in list(self.sessions.values()):
             connection.shutdown()
@@ -385,6 +383,17 @@ class Node:
         transport.set_protocol(connection)
         connection.connection_made(transport)
         connection.resume_here(session_id, held)
+
+    async def send_clients_off(self) -> None:
+        """This node handed its leadership over and goes next (a stop, a removal from its group):
+        once its sessions are handed over, the other members' relays of them move to the
+        successor (up to `MOVE_AWAY_SECONDS`); the sessions still relayed from here are its own
+        clients', whose connections end with it: they are told where the leader is."""
+        await self.succession.close_for_new_leader()
+        await handing.settled(HAND_OVER_SETTLE_SECONDS)
+        await self._relays.moved_away(MOVE_AWAY_SECONDS)
+        self.succession.stopping = True  # from now on its clients are told it goes, not handed over
+        self._relays.farewell()
 
     def _new_connection(self, websocket_only: bool = False) -> Connection:
         session_id = self.new_session_id()

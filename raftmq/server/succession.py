@@ -3,8 +3,9 @@
 Losing leadership hands every client's session to the new leader (once it is known, bounded
 wait; raftmq.server.stomp.adoption) and relays its connection there; a session that cannot be
 handed over (commands of unknown outcome, not open, no group secret, the successor refuses) is
-closed with an ERROR naming the new leader, as is every session of a node that is stopping or
-leaving its group (their connections end with the node).
+closed with an ERROR naming the new leader, as is every session of a node that is stopping (its
+connections end with it; a leader that stops gracefully hands its sessions over before it stops,
+raftmq.server.node).
 Gaining leadership proposes a Disconnect for every session the core still knows from earlier
 leaders and nobody adopted, so their unacknowledged deliveries return to their queues: after a
 transfer once the old leader's sessions had `ADOPTION_WINDOW_SECONDS` to arrive
@@ -46,7 +47,6 @@ class Succession:
         self.sessions_swept = 0  # Disconnects proposed for sessions of earlier leaders
         self.takeover = Takeover()
         self.stopping = False  # the node stops: its clients are told where the leader is, not handed over
-        self.leaving = False  # so too while it leaves the group (its removal), until it leads again
 
     def add_service(self, service: LeaderService) -> None:
         """Run `service` whenever this node leads (started at the next leadership gained, or
@@ -64,8 +64,6 @@ class Succession:
         self._epoch += 1
         self.note_leader(force=True)
         self.takeover.reset()
-        if leader:
-            self.leaving = False
         if leader and self._host.commit_log.won_by_hand_over:
             self._expect_adoptions()
         if not leader:
@@ -215,7 +213,7 @@ class Succession:
         for session in list(self._host.sessions.values()):
             if held_only and not session.held_for_redirect:
                 continue
-            if hint is not None and not held_only and not (self.stopping or self.leaving) and session.hand_over(hint):
+            if hint is not None and not held_only and not self.stopping and session.hand_over(hint):
                 continue  # (a session already being handed over is left to it)
             self.refuse(session, hint)
 

@@ -22,6 +22,11 @@ Successor, `adopt`: claim the session (after its take-over; not swept, not serve
 ticket's state and the session's id, answer, start the heart-beats, hand the connection what
 this leadership's entries did for the session meanwhile, then propose the ticket's commands
 and the frames that followed it.
+
+Moving closer (raftmq.server.stomp.relay): the relay that holds the client's socket half-closes
+towards the node serving an adopted session; `park` waits for the session's commands and
+output as `hand_over` does, keeps its ticket (raftmq.server.takeover) and closes; `adopt` with no
+ticket serves it again for the relay's resume request, or on the relay's own node.
 """
 
 from __future__ import annotations

@@ -20,18 +20,22 @@ follower one buffer's worth of memory, never more.
 
 Ends: when either side closes, the other is closed after what was already read from it is
 written (an ERROR from the leader, e.g. `not the leader` after a failover, reaches the client
-whole). When the follower learns of a new leader, a connection it relays to the old one is
-closed once the old leader has sent nothing on it for a short grace: a deposed leader that
-handed the session to its successor (raftmq.server.stomp.hand_over) relays what the successor
-sends (its deliveries, receipts and heart-beats), and that connection carries on; one that
-cannot answers ERROR and closes; a silent one (stopped, cut off, or an idle client without
-heart-beats) is closed, and the client reconnects, to any member. A leader that dies (kill -9)
-resets its end, which closes the client's at once.
+whole). When the follower learns of a new leader, it moves the relay there (`Relay._move`): it
+stops reading the client and half-closes towards the old leader; a deposed leader that handed
+the session to its successor (raftmq.server.stomp.hand_over) passes that on, the successor parks
+the session and closes, and once everything sent before that close has reached the client, the
+follower resumes the session at the new leader (a signed `raftmq.resume` request,
+raftmq.server.stomp.adoption), or serves it itself when it leads now. A deposed leader that
+cannot hand the session over answers ERROR and closes; one that does not answer within a short
+grace (paused, cut off) has the relay closed, and the client reconnects, to any member. A leader
+that dies (kill -9) resets its end, which closes the client's at once. Over TLS no side can
+half-close: such a relay stays while the old leader keeps sending on it (it relays what the
+successor sends) and is closed after the grace of silence.
 
 A deposed leader relays the sessions it hands over the same way (`Relays.adopt`): the first
 bytes to the successor are the session's ticket, and the successor's answer to it is read here,
-not passed on. Such a relay is not closed when the leader changes again: the successor hands
-the session on in turn.
+not passed on. When the leader changes again such a relay moves too, if this node holds the
+client's own socket; one further along a path never does.
 
 No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
 trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
@@ -455,7 +459,8 @@ class Relay:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
             if adoption is not None and adoption.farewell and not self._client.is_closing():
                 log.info("client.error", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
-                         message="not the leader", detail="the node is stopping", leader=adoption.leader)
+                         message="not the leader", detail="the node goes (stopped, or removed from its group)",
+                         leader=adoption.leader)
                 self._client.write(adoption.refusal)
             self._close(self._client)
 
