@@ -9,8 +9,9 @@ Per hand-over: how long from the request until another member answers /status as
 and without a delivered message around it (the worst client's), and the term it took (one more
 than before: one election). At the end: messages lost (receipted, never delivered: must be 0), redeliveries, and
 the client errors (SENDs whose outcome the client could not know); and, from the nodes' logs, the
-`ERROR not the leader` frames the nodes wrote to clients and the sessions handed to a successor
-and adopted by it (docs/replication.md, "The session moves with the leadership").
+`ERROR not the leader` frames the nodes wrote to clients, the sessions handed to a successor and
+adopted by it, and the relays that then moved to the new leader, their sessions resumed there
+(docs/replication.md, "The session moves with the leadership").
 
     .venv/bin/python -m bench.hand_over --count 20 --rate 200 --dir /tmp/hand-over
 
@@ -46,6 +47,8 @@ SERVER_EVENTS = {
     "sessions_adopted": ("client.adopted", ""),
     "hand_overs_failed": ("client.hand_over_failed", ""),
     "not_handed_over": ("client.not_handed_over", ""),
+    "relays_moved": ("client.relay_moved", ""),
+    "sessions_resumed": ("client.resumed", ""),
 }
 
 
@@ -74,6 +77,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="SENDs per second per producer")
     parser.add_argument("--pairs", type=int, default=1, help="producer/consumer pairs, each on a queue of its own (4: 4P x 4C)")
     parser.add_argument("--every", type=float, default=3.0, help="seconds between hand-overs")
+    parser.add_argument("--relayed", action="store_true",
+                        help="clients ask for no redirect: they stay on the first member (n1), relayed when it does not lead")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     options.dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +94,7 @@ def main() -> None:
         data_dir = options.dir / (group.data_dir if group else ".raftmq/g1")
         secret = group_secret(None, data_dir)
         url = "failover:(" + ",".join(f"stomp://{node.client}" for node in state.nodes) + ")?randomize=false"
-        clients = [Client(f"g1p{k}", url, options.rate) for k in range(options.pairs)]
+        clients = [Client(f"g1p{k}", url, options.rate, options.relayed) for k in range(options.pairs)]
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
@@ -126,7 +131,7 @@ def main() -> None:
     received = [b for c in clients for b, _ in c.received]
     receipted = {b for c in clients for b in c.receipted}
     summary = {
-        "hand_overs": len(rounds), "rate": options.rate, "pairs": options.pairs,
+        "hand_overs": len(rounds), "rate": options.rate, "pairs": options.pairs, "relayed": options.relayed,
         "one_election_each": sum(1 for r in rounds if r["term_after"] == r["term_before"] + 1),
         "hand_over_ms_p50": statistics.median(r["hand_over_ms"] for r in rounds),
         "hand_over_ms_max": max(r["hand_over_ms"] for r in rounds),

@@ -28,7 +28,7 @@ from typing import Any
 
 from raftmq.client.failover import connect_failover
 from raftmq.ops.launcher import read_state
-from raftmq.protocol.frame import Frame
+from raftmq.protocol.frame import REDIRECT_HEADER, Frame
 
 RAFTMQ = str(Path(sys.executable).parent / "raftmq")
 
@@ -40,8 +40,10 @@ def raftmq(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 class Client:
     """One producer and one consumer of a group, each recording when its operations completed."""
 
-    def __init__(self, group: str, url: str, rate: float) -> None:
+    def __init__(self, group: str, url: str, rate: float, relayed: bool = False) -> None:
         self.group, self.url, self.rate = group, url, rate
+        # Relayed: no leader redirects asked for; the first member that answers serves (relays) the client.
+        self.connect_headers = [(REDIRECT_HEADER, "false")] if relayed else None
         self.receipted: dict[bytes, float] = {}
         self.received: list[tuple[bytes, float]] = []
         self.redelivered: set[bytes] = set()  # came flagged `redelivered` (an ACK lost in a failover)
@@ -50,8 +52,8 @@ class Client:
         self.finished = asyncio.Event()
 
     async def run(self) -> None:
-        consumer = await connect_failover(self.url)
-        producer = await connect_failover(self.url)
+        consumer = await connect_failover(self.url, connect_headers=self.connect_headers)
+        producer = await connect_failover(self.url, connect_headers=self.connect_headers)
         destination = f"/queue/rolling.{self.group}"
 
         def on_message(frame: Frame) -> None:
