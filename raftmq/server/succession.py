@@ -64,6 +64,8 @@ class Succession:
         self._epoch += 1
         self.note_leader(force=True)
         self.takeover.reset()
+        if leader:
+            self.stopping = False  # a member removed, then added back, leads again (a stop sets it again)
         if leader and self._host.commit_log.won_by_hand_over:
             self._expect_adoptions()
         if not leader:

@@ -13,7 +13,8 @@ the replicated core already.
 The body is signed with the group's secret (HMAC-SHA256, `raftmq.adopt-mac`) and stamped with
 the time: only a member of the group can hand a session over, and a ticket is good for
 `TICKET_MAX_AGE_MS`. A session handed over again is relayed again (through the node that holds
-the client's socket, then the one it was handed to): up to `MAX_HOPS` relays. The successor answers `adopted_frame` (a CONNECTED the old leader reads
+the client's socket, then the one it was handed to) until that node's relay moves (below): up to
+`MAX_HOPS` relays. The successor answers `adopted_frame` (a CONNECTED the old leader reads
 and does not pass on) or an ERROR; from then on the old leader copies bytes both ways, like a
 follower's relay (raftmq.server.stomp.relay), and the client sees nothing of it.
 
@@ -48,8 +49,9 @@ RESUMED_AT_HEADER = "raftmq.resume-at"
 # size limit for it, since its body may carry the commands of a busy producer.
 ADOPT_PREFIX = f"CONNECT\n{ADOPT_HEADER}:".encode()
 TICKET_MAX_AGE_MS = 10_000
-# Each hand-over of a session that was handed over before adds a relay to its path: past this
-# many, the session is closed with ERROR `not the leader` instead, and its client reconnects.
+# Each hand-over of a session that was handed over before adds a relay to its path, until the
+# relay holding the client's socket moves to the new leader (over TLS it cannot): past this many,
+# the session is closed with ERROR `not the leader` instead, and its client reconnects.
 MAX_HOPS = 3
 TICKET_FORMAT = 1
 REFUSED = "adoption refused"
