@@ -19,7 +19,8 @@ from raftmq.replication.membership import REMOVE, Change
 from raftmq.server.admin.http import post_hand_over, post_membership
 from raftmq.server.stomp.adoption import MAX_HOPS
 from tests.helpers.group_harness import Group
-from tests.helpers.stomp_raw import WAIT, Listener, unique
+from tests.helpers.stomp_raw import WAIT, Listener, RawClient, frame_bytes, unique
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -269,3 +270,33 @@ def test_a_stopping_leader_hands_its_sessions_over_and_the_clients_of_other_memb
                 conn.disconnect()
             except Exception:
                 pass
+
+
+def test_a_frame_begun_before_a_hand_over_and_a_move_is_finished_after_them(group: Group) -> None:
+    """The client had sent half a SEND when the leadership moved twice (a hand-over, then its
+    relay moving to the next leader): the bytes begun travel in the ticket and with the parked
+    session, and the rest of the frame completes it there."""
+    leader = group.leader()
+    destination = unique()
+    raw = RawClient(("127.0.0.1", group.members[leader].client_port))
+    consumer, got = client(group, leader)
+    try:
+        assert raw.connect().command == "CONNECTED"
+        consumer.subscribe(destination, id="s1", ack="auto")
+        frame = frame_bytes("SEND", {"destination": destination, "receipt": "whole"}, b"begun, then finished")
+        raw.send(frame[:30])
+        _, new = hand_over(group)  # the begun frame goes with the ticket
+        assert wait_until(lambda: (group.status(new) or {}).get("sessions_adopted", 0) >= 2, WAIT)
+        hand_over(group)  # the relay holding the socket moves: the begun frame is parked with the session
+        assert wait_until(lambda: (group.status(leader) or {}).get("relays_moved", 0) >= 2, WAIT)
+        raw.send(frame[30:])
+        receipt = raw.read_frame()
+        assert receipt.command == "RECEIPT" and receipt.headers["receipt-id"] == "whole", receipt
+        assert got.message().body == "begun, then finished"
+        assert_no_error(got)
+    finally:
+        raw.close()
+        try:
+            consumer.disconnect()
+        except Exception:
+            pass
