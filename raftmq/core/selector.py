@@ -127,7 +127,7 @@ def _tokenize(text: str) -> list[_Token]:
                     pos = close + 1
                     break
             tokens.append(_Token("string", text[start:pos], "".join(parts), start))
-        elif (char.isdigit() and char.isascii()) or (char == "." and text[pos + 1 : pos + 2].isdigit()):
+        elif (char.isdigit() and char.isascii()) or (char == "." and "0" <= text[pos + 1 : pos + 2] <= "9"):
             match = _NUMBER_RE.match(text, pos)
             assert match is not None  # the first character is a digit or '.digit'
             literal = match.group(0)
