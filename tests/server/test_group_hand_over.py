@@ -51,6 +51,14 @@ def client(group: Group, node_id: str, heartbeats: tuple[int, int] = (0, 0)) -> 
     return conn, listener
 
 
+def disconnect_all(*connections: stomp.Connection12) -> None:
+    for connection in connections:
+        try:
+            connection.disconnect()
+        except Exception:
+            pass  # already gone: what the test checks ended it
+
+
 def send_all(conn: stomp.Connection12, listener: Listener, destination: str, bodies: list[str]) -> None:
     for body in bodies:
         conn.send(destination, body, headers={"receipt": f"r-{body}"})
@@ -128,11 +136,7 @@ def test_plain_clients_sessions_ride_hand_overs_with_their_acks_and_transaction(
         finally:
             again.disconnect()
     finally:
-        for conn in (producer, consumer, relayed):
-            try:
-                conn.disconnect()
-            except Exception:
-                pass
+        disconnect_all(producer, consumer, relayed)
 
 
 def test_messages_sent_to_the_successor_reach_the_adopted_consumer_once_and_in_order(group: Group) -> None:
@@ -194,11 +198,7 @@ def test_a_leader_removed_from_its_group_hands_its_sessions_over_and_tells_its_o
         status = group.status(leader)
         assert status is not None and status["sessions_handed_over"] >= 2, status
     finally:
-        for conn in (consumer, relayed):
-            try:
-                conn.disconnect()
-            except Exception:
-                pass
+        disconnect_all(consumer, relayed)
 
 
 def test_a_node_stopped_after_handing_its_sessions_over_tells_their_clients_where_the_leader_is(group: Group) -> None:
@@ -229,11 +229,7 @@ def test_a_node_stopped_after_handing_its_sessions_over_tells_their_clients_wher
         finally:
             again.disconnect()
     finally:
-        for conn in (producer, consumer):
-            try:
-                conn.disconnect()
-            except Exception:
-                pass
+        disconnect_all(producer, consumer)
 
 
 def test_a_stopping_leader_hands_its_sessions_over_and_the_clients_of_other_members_keep_theirs(group: Group) -> None:
@@ -265,11 +261,7 @@ def test_a_stopping_leader_hands_its_sessions_over_and_the_clients_of_other_memb
         status = group.status(follower)
         assert status is not None and status["relays_moved"] >= 2, status
     finally:
-        for conn in (producer, consumer, direct):
-            try:
-                conn.disconnect()
-            except Exception:
-                pass
+        disconnect_all(producer, consumer, direct)
 
 
 def test_a_frame_begun_before_a_hand_over_and_a_move_is_finished_after_them(group: Group) -> None:
@@ -296,7 +288,4 @@ def test_a_frame_begun_before_a_hand_over_and_a_move_is_finished_after_them(grou
         assert_no_error(got)
     finally:
         raw.close()
-        try:
-            consumer.disconnect()
-        except Exception:
-            pass
+        disconnect_all(consumer)

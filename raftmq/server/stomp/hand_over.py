@@ -96,12 +96,18 @@ def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
     task.add_done_callback(_running.discard)
 
 
+async def _settle(connection: Handing, output: bool) -> None:
+    """Wait (at most SETTLE_SECONDS) until the session's commands have outcomes and, with
+    `output`, what it queued went to the socket."""
+    loop = connection.host.loop
+    deadline = loop.time() + SETTLE_SECONDS
+    while (connection.settling or (output and connection.unsent)) and loop.time() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+
+
 async def hand_over(connection: Handing, leader: str) -> None:
     host = connection.host
-    loop = host.loop
-    deadline = loop.time() + SETTLE_SECONDS
-    while connection.settling and loop.time() < deadline:
-        await asyncio.sleep(SETTLE_POLL_SECONDS)
+    await _settle(connection, output=False)
     stomp = connection.stomp
     secret = host.hand_over_secret
     commands = [*connection.unproposed, *connection.flow_held]
@@ -140,9 +146,10 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
     try:
         if ticket is None:
             parked = await host.succession.claim_parked(session_id)
-            refusal = parked if isinstance(parked, str) else None
-            if not isinstance(parked, str):
-                ticket, unfinished = parked
+            if isinstance(parked, str):
+                refusal = parked
+            else:
+                (ticket, unfinished), refusal = parked, None
         else:
             refusal = await host.succession.claim(session_id)
     except Exception as exc:  # a bug costs this hand-over, never the node
@@ -181,10 +188,7 @@ async def park(connection: Handing) -> None:
     output is out, keep the session for the relay to resume and close. A session that cannot
     be parked ends as after any half-close."""
     host = connection.host
-    loop = host.loop
-    deadline = loop.time() + SETTLE_SECONDS
-    while (connection.settling or connection.unsent) and loop.time() < deadline:
-        await asyncio.sleep(SETTLE_POLL_SECONDS)
+    await _settle(connection, output=True)
     ticket = None
     if not connection.settling and not connection.unsent and not connection.closed and host.is_leader:
         ticket = connection.stomp.ticket(connection.unproposed, connection.peer, host.clock.now_ms(), 1)

@@ -152,7 +152,7 @@ class Relays:
         it is this node's own clients'."""
         loop = self._node.loop
         deadline = loop.time() + grace
-        while any(relay.handed_over for relay in self._active) and loop.time() < deadline:
+        while any(relay.carries_hand_over for relay in self._active) and loop.time() < deadline:
             await asyncio.sleep(LEADER_CHANGE_POLL_SECONDS)
 
     def farewell(self) -> None:
@@ -465,7 +465,7 @@ class Relay:
             self._close(self._client)
 
     @property
-    def handed_over(self) -> bool:  # relays a session this node handed to a successor
+    def carries_hand_over(self) -> bool:  # relays a session this node handed to a successor, not moved since
         return self._adoption is not None and not self._adoption.resuming
 
     @property
