@@ -10,7 +10,9 @@ It wraps one `StompClient` at a time. A follower refuses CONNECT with `not the l
 the connection breaks it reconnects with ActiveMQ's back-off (see `failover_url`): the group it
 was on first, its other nodes before the one that broke, then the other groups in turn.
 
-What survives a reconnect:
+A raftmq node that goes (stopped, or removed from its group) asks the client to resume its
+session at the leader: the connection moves there without a break (raftmq.client.resume; the
+`resumed` event), and nothing below applies. What survives a reconnect:
 - SENDs. Each carries an `_AMQ_DUPL_ID` (ours unless the caller set one). A SEND whose RECEIPT
   had not arrived when the connection broke is written again on the next connection with the
   same id, in the original order and before any newer SEND, so the broker's duplicate
@@ -43,7 +45,7 @@ from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
 from raftmq.client.failover_bound import ConnectionBound
-from raftmq.client.failover_connector import Connector, EventListener, FailoverEvent, Whereabouts, hinted_leader, notify, verdict_of
+from raftmq.client.failover_connector import Connector, EventListener, FailoverEvent, Whereabouts, hinted_leader, leader_address, notify, verdict_of
 from raftmq.client.failover_outbox import Outbox, PendingSend, new_dupl_id
 from raftmq.client.failover_sends import SendFuture, Sends
 from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription, FailoverSubscriptions
@@ -212,6 +214,7 @@ class FailoverClient:
         client.terms = self.terms  # older connections' frames are judged by what this one saw
         self._generation += 1
         self._client = client
+        client.on_resumed = lambda leader: self._on_resumed(client, leader)
         self.group = group
         self.address = address
         self._broken_address = None
@@ -222,6 +225,12 @@ class FailoverClient:
         resent = self._outbox.resent_ids()
         self._sends.write_all(self._client)
         self._emit(FailoverEvent("connected", address=address, group=group, resent=resent))
+
+    def _on_resumed(self, client: StompClient, leader: str) -> None:
+        if client is not self._client:
+            return
+        left, self.address = self.address, leader_address(leader) or self.address
+        self._emit(FailoverEvent("resumed", address=left, group=self.group, target=self.address))
 
     def _on_break(self, client: StompClient) -> None:
         cause = client.closed.result()

@@ -62,8 +62,9 @@ class FailoverEvent:
     `disconnected` (address, error), `refused` (error: an ERROR that failed a SEND, then not
     retried, or ended a subscription; dupl_id: that SEND's `_AMQ_DUPL_ID`),
     `redirected` (address that refused or was deposed,
-    target: the leader it named), `attempt_failed` (attempt number, error), `failed` (error:
-    the client gave up), `closed`.
+    target: the leader it named), `resumed` (address: the node that went, target: the leader
+    where the session carried on, on a new socket, without a break: raftmq.client.resume),
+    `attempt_failed` (attempt number, error), `failed` (error: the client gave up), `closed`.
     """
 
     kind: str
@@ -102,6 +103,11 @@ def hinted_leader(refusal: BrokerRefused) -> Address | None:
     hint = refusal.headers.get("leader")
     if refusal.headers.get("message") != NOT_LEADER or not hint:
         return None
+    return leader_address(hint)
+
+
+def leader_address(hint: str) -> Address | None:
+    """The address a `leader` header names, if usable."""
     try:
         return parse_address(hint)
     except InvalidFailoverUrl:

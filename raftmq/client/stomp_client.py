@@ -2,7 +2,10 @@
 
 The client is a thin layer over `StompTransport`: it matches RECEIPTs to futures, routes
 MESSAGEs to subscriptions and keeps heart-beats. It holds no reconnect logic; a failover client
-can wrap it, watching `closed` and re-issuing subscriptions.
+can wrap it, watching `closed` and re-issuing subscriptions. One thing it does carry over to a
+new socket: a raftmq session whose node goes, when the ERROR that ends the connection asks it to
+resume the session at the leader (raftmq.client.resume); `closed` then does not resolve, and the
+session goes on, its subscriptions and pending receipts included.
 """
 
 from __future__ import annotations
@@ -10,28 +13,40 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+from collections.abc import Callable
 
 from raftmq.client.browse import BrowseResult, browse
 from raftmq.client.futures import fail_quietly
-from raftmq.client.headers import HeadersArg, header_list
+from raftmq.client.headers import HeadersArg, ack_headers, header_list
 from raftmq.client.heartbeat import HeartbeatTimers, agree_with_broker
+from raftmq.client.resume import RESUME_SECONDS, ReplayBuffer, ResumePlan, resume_connect, resume_plan
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE, MessageCallback, Subscription
 from raftmq.client.terms import TermFloor
 from raftmq.client.tls import resolve_ssl_context
-from raftmq.client.transport import PORT_HEADER, StompTransport
+from raftmq.client.transport import PORT_HEADER, StompTransport, dial
 from raftmq.core.commands import ACK_MODES
 from raftmq.errors import BrokerRefused, ClientError, NotStompPort
 from raftmq.protocol.codec import encode_frame
-from raftmq.protocol.frame import SUPPORTED_VERSIONS, Frame
+from raftmq.protocol.frame import ADOPTED_HEADER, SUPPORTED_VERSIONS, Frame
 from raftmq.protocol.limits import Limits
 
 
 class StompClient:
     """A connected STOMP session. Build one with `connect()`."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, resume: bool = True) -> None:
         self._loop = asyncio.get_running_loop()
+        self._limits = limits
         self._transport = StompTransport(self._on_frame, self._on_lost, limits)
+        self._replay: ReplayBuffer | None = ReplayBuffer() if resume else None
+        self._transport.replay = self._replay
+        self._receipt_ends: dict[str, int] = {}  # where each frame with a receipt ends in the stream
+        self._dial: tuple[ssl.SSLContext | None, str | None] | None = None  # (TLS, WebSocket path): `connect`'s
+        self._resuming: asyncio.Future[Frame] | None = None  # the resumed session's CONNECTED
+        self.resumptions = 0
+        """Sessions carried on over a new socket (raftmq.client.resume)."""
+        self.on_resumed: Callable[[str], None] | None = None
+        """Called with the leader's address when the session carried on there."""
         self._connected: asyncio.Future[Frame] = self._loop.create_future()
         self._receipts: dict[str, asyncio.Future[Frame]] = {}
         self._receipt_ids = itertools.count(1)
@@ -40,6 +55,7 @@ class StompClient:
         self._version = "1.2"
         self._closing = False
         self._heartbeat: HeartbeatTimers | None = None
+        self._agreed_heartbeat = agree_with_broker((0, 0), None)
         self.server_headers: dict[str, str] = {}
         self.terms = TermFloor()  # a failover client shares one among its connections
         self.last_receipt_id: str | None = None
@@ -170,14 +186,14 @@ class StompClient:
         self, frame: Frame, *, receipt: bool = False, transaction: str | None = None
     ) -> asyncio.Future[Frame] | None:
         """ACK a received MESSAGE (cumulative in `client` mode, as STOMP defines)."""
-        return self._send_frame(Frame("ACK", self._ack_headers(frame, transaction)), receipt)
+        return self._send_frame(Frame("ACK", ack_headers(self._version, frame, transaction)), receipt)
 
     def nack_nowait(
         self, frame: Frame, *, receipt: bool = False, transaction: str | None = None
     ) -> asyncio.Future[Frame] | None:
         if self._version == "1.0":
             raise ClientError("NACK does not exist in STOMP 1.0")
-        return self._send_frame(Frame("NACK", self._ack_headers(frame, transaction)), receipt)
+        return self._send_frame(Frame("NACK", ack_headers(self._version, frame, transaction)), receipt)
 
     async def ack(self, frame: Frame, *, receipt: bool = False, transaction: str | None = None) -> None:
         fut = self.ack_nowait(frame, receipt=receipt, transaction=transaction)
@@ -188,24 +204,6 @@ class StompClient:
         fut = self.nack_nowait(frame, receipt=receipt, transaction=transaction)
         if fut is not None:
             await fut
-
-    def _ack_headers(self, frame: Frame, transaction: str | None) -> list[tuple[str, str]]:
-        if self._version == "1.2":
-            ack_id = frame.get("ack")
-            if ack_id is None:
-                raise ClientError("MESSAGE has no ack header (subscribed with ack:auto?)")
-            headers = [("id", ack_id)]
-        else:
-            message_id = frame.get("message-id")
-            if message_id is None:
-                raise ClientError("MESSAGE has no message-id header")
-            headers = [("message-id", message_id)]
-            subscription = frame.get("subscription")
-            if self._version == "1.1" and subscription is not None:
-                headers.append(("subscription", subscription))
-        if transaction is not None:
-            headers.append(("transaction", transaction))
-        return headers
 
     # -- transactions ---------------------------------------------------------------------------
     async def begin(self, txid: str, *, receipt: bool = False) -> None:
@@ -266,6 +264,8 @@ class StompClient:
             fut = self._loop.create_future()
             self._receipts[receipt_id] = fut
         self._transport.write(encode_frame(frame, self._version))
+        if receipt and self._replay is not None:
+            self._receipt_ends[receipt_id] = self._replay.end
         return fut
 
     def _on_frame(self, frame: Frame) -> None:
@@ -285,10 +285,18 @@ class StompClient:
                         {"message": "subscription callback raised", "exception": exc, "frame": frame}
                     )
         elif command == "RECEIPT":
-            fut = self._receipts.pop(frame.get("receipt-id") or "", None)
+            receipt_id = frame.get("receipt-id") or ""
+            fut = self._receipts.pop(receipt_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(frame)
+            end = self._receipt_ends.pop(receipt_id, None)
+            if end is not None and self._replay is not None:
+                self._replay.confirm(end)  # the broker read everything up to that frame
         elif command == "CONNECTED":
+            if self._resuming is not None and frame.get(ADOPTED_HEADER) is not None:
+                if not self._resuming.done():
+                    self._resuming.set_result(frame)
+                return
             self.terms.admits(frame)
             if not self._connected.done():
                 self._connected.set_result(frame)
@@ -298,6 +306,12 @@ class StompClient:
     def _on_error(self, frame: Frame) -> None:
         message = frame.get("message") or frame.body.decode("utf-8", "replace").strip() or "ERROR"
         refused: ClientError = BrokerRefused(message, frame.header_dict(), frame.body)
+        if self._resuming is not None:  # the leader would not resume the session
+            fail_quietly(self._resuming, refused)
+            return
+        plan = resume_plan(frame) if self._may_resume() else None
+        if plan is not None:
+            return self._begin_resume(plan, refused)
         if frame.get(PORT_HEADER) is not None:  # a raftmq member's admin or Raft port (raftmq.client.transport)
             refused = NotStompPort(f"{message} ({frame.body.decode('utf-8', 'replace').strip()})")
         if not self._connected.done():
@@ -309,6 +323,9 @@ class StompClient:
         self._transport.abort(refused)
 
     def _on_lost(self, exc: BaseException | None) -> None:
+        if self._resuming is not None:  # the connection to the leader broke before it resumed the session
+            fail_quietly(self._resuming, ClientError(f"connection lost while resuming: {exc}"))
+            return
         if self._closing:
             self._finish(None)
             return
@@ -326,6 +343,7 @@ class StompClient:
             self._heartbeat.cancel()
         error = cause or ClientError("connection closed")
         fail_quietly(self._connected, error)
+        self._receipt_ends.clear()
         receipts, self._receipts = self._receipts, {}
         for fut in receipts.values():
             fail_quietly(fut, error)
@@ -365,10 +383,64 @@ class StompClient:
         self._version = negotiated
         self._transport.version = negotiated
         self.server_headers = connected.header_dict()
-        agreed = agree_with_broker(heartbeat, connected.get("heart-beat"))
+        self._agreed_heartbeat = agree_with_broker(heartbeat, connected.get("heart-beat"))
+        self._start_heartbeat()
+
+    def _start_heartbeat(self) -> None:
+        agreed = self._agreed_heartbeat
         if agreed.send_ms or agreed.receive_ms:
             self._heartbeat = HeartbeatTimers(self._transport, agreed)
             self._heartbeat.start()
+
+    # -- resuming the session on a new socket (raftmq.client.resume) -----------------------------
+
+    def _may_resume(self) -> bool:
+        connected = self._connected
+        return (self._replay is not None and self._dial is not None and not self._closing and connected.done()
+                and not connected.cancelled() and connected.exception() is None)
+
+    def _begin_resume(self, plan: ResumePlan, refused: ClientError) -> None:
+        """Leave this connection for one to the leader, keeping everything written meanwhile."""
+        old = self._transport
+        old.silence()
+        old.abort()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        new = StompTransport(self._on_frame, self._on_lost, self._limits)
+        new.version = self._version
+        new.replay = self._replay
+        new.hold_output()
+        self._transport = new
+        self._resuming = self._loop.create_future()
+        self._loop.create_task(self._resume(plan, refused, old.read_holders))
+
+    async def _resume(self, plan: ResumePlan, refused: ClientError, read_holders: set[object]) -> None:
+        new, replay, resuming = self._transport, self._replay, self._resuming
+        assert self._dial is not None and replay is not None and resuming is not None
+        kept: bytes | None = None
+        try:
+            host, _, port = plan.leader.rpartition(":")
+            async with asyncio.timeout(RESUME_SECONDS):
+                await dial(new, host.strip("[]"), int(port), *self._dial)
+                new.write_unkept(resume_connect(plan))
+                await resuming
+            kept = replay.since(plan.offset)
+        except (ClientError, OSError, TimeoutError, ValueError):
+            pass  # not resumed
+        self._resuming = None
+        if kept is None or new.is_lost:  # not resumed: the connection ends as the ERROR said
+            new.silence()
+            new.abort()
+            self._finish(refused)
+            return
+        new.release_output(kept)
+        for holder in read_holders:
+            new.hold_reading(holder)
+        self._start_heartbeat()
+        self.resumptions += 1
+        if self.on_resumed is not None:
+            self.on_resumed(plan.leader)
 
 
 async def connect(
@@ -386,6 +458,7 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     ca_file: str | None = None,
     websocket_path: str | None = None,
+    resume: bool = True,
 ) -> StompClient:
     """Open a TCP connection and complete the STOMP handshake (inside a WebSocket to
     `websocket_path` when given: raftmq.client.websocket).
@@ -395,25 +468,15 @@ async def connect(
     want to receive every ms). TLS: pass `ssl_context`, or `ca_file` (the PEM of the CA that
     signed the broker's certificate; its host name is checked against `host`). Raises
     `BrokerRefused` when the broker answers ERROR (`access refused`: bad login or passcode),
-    `ClientError` on connection failure (TLS errors included) or timeout.
+    `ClientError` on connection failure (TLS errors included) or timeout. `resume`: carry the
+    session on at the leader when a raftmq node that goes asks to (raftmq.client.resume).
     """
-    loop = asyncio.get_running_loop()
     context = resolve_ssl_context(ssl_context, ca_file)
-    client = StompClient(limits)
+    client = StompClient(limits, resume)
+    client._dial = (context, websocket_path)
     try:
         async with asyncio.timeout(timeout):
-            ws = None
-            if websocket_path is not None:
-                from raftmq.client.websocket import WebSocketClientProtocol  # wsproto, loaded only here
-
-                ws = WebSocketClientProtocol(client._transport, host, websocket_path)
-            protocol: asyncio.Protocol = client._transport if ws is None else ws
-            if context is None:
-                await loop.create_connection(lambda: protocol, host, port)
-            else:
-                await loop.create_connection(lambda: protocol, host, port, ssl=context, server_hostname=host)
-            if ws is not None:
-                await ws.opened
+            await dial(client._transport, host, port, context, websocket_path)
             await client._handshake(
                 host,
                 login=login,

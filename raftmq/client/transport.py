@@ -12,13 +12,17 @@ CONNECTED until its timeout, or fail with a parse error.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from raftmq.errors import NotStompPort, ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.limits import Limits
+
+if TYPE_CHECKING:
+    from raftmq.client.resume import ReplayBuffer
 
 # Above this many queued bytes we write at once instead of waiting for the end of the turn,
 # so the transport's own buffer (and its pause_writing signal) sees the pressure early.
@@ -66,6 +70,8 @@ class StompTransport(asyncio.Protocol):
         self._read_pause_holders: set[object] = set()
         self._lost = False
         self._first = True  # nothing received yet
+        self.replay: ReplayBuffer | None = None  # what the client writes is kept there (raftmq.client.resume)
+        self._output_held = False  # resuming: writes are kept in `replay` only, and sent once resumed
         self.last_received = self._loop.time()
         self.last_sent = self._loop.time()
 
@@ -127,6 +133,10 @@ class StompTransport(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self._lost:
             return
+        if self.replay is not None:
+            self.replay.record(data)
+            if self._output_held:
+                return
         self._pending.append(data)
         self._pending_bytes += len(data)
         if self._pending_bytes >= FLUSH_THRESHOLD_BYTES:
@@ -134,6 +144,32 @@ class StompTransport(asyncio.Protocol):
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
+
+    def write_unkept(self, data: bytes) -> None:
+        """Write what is not part of the client's stream (a resume request), or was kept already."""
+        replay, self.replay = self.replay, None
+        try:
+            self.write(data)
+        finally:
+            self.replay = replay
+
+    def hold_output(self) -> None:
+        """Until `release_output`, what the client writes is kept, not sent (it is resuming)."""
+        self._output_held = True
+
+    def release_output(self, kept: bytes) -> None:
+        """Send `kept` (what the client wrote from where the broker stopped reading), then write on."""
+        self._output_held = False
+        self.write_unkept(kept)
+
+    def silence(self) -> None:
+        """Hand the client nothing more from this connection (one it left for another)."""
+        self._on_frame = _ignore
+        self._on_lost = _ignore
+
+    @property
+    def read_holders(self) -> set[object]:
+        return set(self._read_pause_holders)
 
     def flush(self) -> None:
         self._flush_scheduled = False
@@ -204,3 +240,26 @@ class StompTransport(asyncio.Protocol):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+async def dial(protocol: StompTransport, host: str, port: int, context: ssl.SSLContext | None,
+               websocket_path: str | None) -> None:
+    """Open the connection `protocol` speaks on: TCP, TLS with `context`, and STOMP inside a
+    WebSocket to `websocket_path` when given (raftmq.client.websocket)."""
+    loop = asyncio.get_running_loop()
+    ws = None
+    if websocket_path is not None:
+        from raftmq.client.websocket import WebSocketClientProtocol  # wsproto, loaded only here
+
+        ws = WebSocketClientProtocol(protocol, host, websocket_path)
+    opened: asyncio.Protocol = protocol if ws is None else ws
+    if context is None:
+        await loop.create_connection(lambda: opened, host, port)
+    else:
+        await loop.create_connection(lambda: opened, host, port, ssl=context, server_hostname=host)
+    if ws is not None:
+        await ws.opened

@@ -18,6 +18,13 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 # raftmq's CONNECT header for a client that follows `not the leader` redirects (ours): with
 # "true", a follower answers with the redirect instead of relaying the session to the leader.
 REDIRECT_HEADER = "raftmq.redirect"
+# A session resumed at its group's leader (raftmq.server.stomp.adoption, raftmq.client.resume):
+# the request (signed by a member), where the client's stream goes on, and the answer's CONNECTED.
+RESUME_HEADER = "raftmq.resume"
+RESUMED_AT_HEADER = "raftmq.resume-at"
+RESUME_MAC_HEADER = "raftmq.resume-mac"
+RESUME_OFFSET_HEADER = "raftmq.resume-offset"
+ADOPTED_HEADER = "raftmq.adopted"
 
 
 # Compiled (raftmq.compiled), so the clients' own frames (a failover Delivery) are Python subclasses.

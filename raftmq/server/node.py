@@ -376,12 +376,14 @@ class Node:
         return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port, reuse_address=True,
                                              backlog=1024, ssl=self._security.server_ssl_context())  # None: plain TCP
 
-    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes) -> None:
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
         """A relay of this node moved its session here (this node leads now): serve it on the
-        relay's client transport (raftmq.server.stomp.relay, "moving closer")."""
+        relay's client transport (raftmq.server.stomp.relay, "moving closer"); `stream_bytes`:
+        what the client sent before `held`."""
         connection = self._new_connection()
         transport.set_protocol(connection)
         connection.connection_made(transport)
+        connection.stream_bytes = stream_bytes
         connection.resume_here(session_id, held)
 
     async def send_clients_off(self) -> None:

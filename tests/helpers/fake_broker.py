@@ -20,6 +20,7 @@ class FakeConnection:
         self.parser = FrameParser()
         self.frames: list[Frame] = []
         self.chunks = 0  # reads that returned data
+        self.bytes_read = 0
         self._beating: asyncio.Task | None = None
 
     def send(self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b"") -> None:
@@ -45,6 +46,7 @@ class FakeConnection:
                 if not data:
                     break
                 self.chunks += 1
+                self.bytes_read += len(data)
                 for frame in self.parser.feed(data):
                     self.frames.append(frame)
                     self.broker.handler(self, frame)

@@ -165,9 +165,10 @@ class Group:
         return [(m.host, m.client_port) for m in self.members.values()]
 
 
-async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0) -> StompClient:
+async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0, resume: bool = True) -> StompClient:
     """Connect to whichever member leads: follow a refusal's `leader` header, else try the next.
-    Followers are asked for the redirect (they would relay the session to the leader)."""
+    Followers are asked for the redirect (they would relay the session to the leader). `resume`:
+    the client carries its session on when its node goes (raftmq.client.resume)."""
     deadline = time.monotonic() + timeout
     candidates = list(addresses)
     turn = 0
@@ -176,14 +177,14 @@ async def connect_leader(addresses: list[tuple[str, int]], timeout: float = 15.0
         host, port = candidates[turn % len(candidates)]
         turn += 1
         try:
-            return await connect(host, port, timeout=2.0, headers=REDIRECT)
+            return await connect(host, port, timeout=2.0, headers=REDIRECT, resume=resume)
         except BrokerRefused as exc:
             last = exc
             leader = exc.headers.get("leader")
             if leader:
                 lhost, _, lport = leader.rpartition(":")
                 try:
-                    return await connect(lhost, int(lport), timeout=2.0, headers=REDIRECT)
+                    return await connect(lhost, int(lport), timeout=2.0, headers=REDIRECT, resume=resume)
                 except ClientError as again:
                     last = again
         except ClientError as exc:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from raftmq.client.resume import resume_connect, resume_plan
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Ack, Commit, Send, Subscribe
 from raftmq.errors import ProtocolError
@@ -18,7 +19,18 @@ from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import Frame
 from raftmq.replication.commit_log import LogPosition
 from raftmq.security import Principal
-from raftmq.server.stomp.adoption import REFUSED, TICKET_MAX_AGE_MS, adopted_frame, read_answer, read_resume, read_ticket, resume_frame, ticket_frame
+from raftmq.server.stomp.adoption import (
+    REFUSED,
+    TICKET_MAX_AGE_MS,
+    adopted_frame,
+    farewell_frame,
+    read_adoption,
+    read_answer,
+    read_resume,
+    read_ticket,
+    resume_frame,
+    ticket_frame,
+)
 from raftmq.server.stomp.frames import error_frame
 from raftmq.server.stomp.session import Adopt, Propose, Refuse, SessionState, StompSession
 from raftmq.server.takeover import PARK_SECONDS, AwaitingAdoption, Parked, Takeover
@@ -212,6 +224,25 @@ def test_a_resume_request_names_a_parked_session_signed_and_in_date() -> None:
     stranger = StompSession(Host(), "s")
     assert [d.message for d in stranger.receive(data, NOW) if isinstance(d, Refuse)] == [REFUSED]
 
+
+
+def test_a_going_nodes_error_lets_its_client_resume_from_the_offset_it_names() -> None:
+    """The farewell ERROR (still `not the leader` naming the leader, for any client) carries a
+    resume request; raftmq's client sends it back with the offset: a resume on the client's own
+    socket. A relay's request has no offset; a bad offset is refused."""
+    error = parse(farewell_frame("n1:b:1", "10.0.0.2:61613", 4242, "1.1", SECRET, NOW))
+    assert (error.command, error.get("message"), error.get("leader")) == ("ERROR", "not the leader", "10.0.0.2:61613")
+    plan = resume_plan(error)
+    assert plan is not None and (plan.leader, plan.offset) == ("10.0.0.2:61613", 4242)
+    session = StompSession(Host(hand_over_secret=SECRET), "r")
+    assert session.receive(resume_connect(plan), NOW + 5) == [Adopt(None, "n1:b:1", 4242)]
+    relays = StompSession(Host(hand_over_secret=SECRET), "r2")
+    assert relays.receive(resume_frame("n1:b:1", SECRET, NOW), NOW) == [Adopt(None, "n1:b:1", None)]
+    lying = resume_connect(plan).replace(b"raftmq.resume-offset:4242", b"raftmq.resume-offset:-1")
+    assert "count of bytes" in refusal_of(lambda: read_adoption(parse(lying), SECRET, NOW))
+    forged = resume_connect(plan).replace(b"n1:b:1", b"n1:b:2")
+    assert "not signed" in refusal_of(lambda: read_resume(parse(forged), SECRET, NOW))
+    assert resume_plan(parse(error_frame("not the leader", "x", "1.2", None, {"leader": "h:1"}))) is None
 
 def test_a_parked_session_is_claimed_once_waited_for_while_still_served_and_expires() -> None:
     ticket = open_session().ticket([], "10.0.0.9:5000", NOW, hops=1)

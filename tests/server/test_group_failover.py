@@ -68,16 +68,18 @@ def test_leader_kill_loses_no_receipted_message(group: Group) -> None:
     assert status["role"] == "follower" and status["broker"]["destinations"][destination]["depth"] == 0
 
 
-def test_graceful_stop_hands_over_and_redirects_clients(group: Group) -> None:
+def test_graceful_stop_hands_over_and_redirects_clients_that_do_not_resume(group: Group) -> None:
+    """A client that does not resume its session (any plain STOMP client; ours with
+    `resume=False`) hears where the leader is, and its unacknowledged messages come back."""
     destination = "/queue/handover"
     leader = group.leader()
     addresses = group.client_addresses()
 
     async def scenario() -> tuple[BaseException | None, set[str]]:
-        client = await connect_leader(addresses)
+        client = await connect_leader(addresses, resume=False)
         for i in range(50):
             await client.send(destination, body_for(f"h-{i}"), [("_AMQ_DUPL_ID", f"h-{i}")], receipt=True)
-        consumer = await connect_leader(addresses)
+        consumer = await connect_leader(addresses, resume=False)
         subscription = consumer.subscribe(destination, ack="client-individual", prefetch=10)
         first = [await asyncio.wait_for(subscription.get(), 5) for _ in range(10)]  # unacked, in flight
         started = time.monotonic()

@@ -76,11 +76,17 @@ class ClientConnection(Protocol):
     def connection_lost(self, exc: Exception | None) -> None: ...
 
 
+class RelayedConnection(ClientConnection, Protocol):
+    """A client connection a relay takes over."""
+
+    stream_bytes: int  # bytes of the client's stream read on its socket (raftmq.server.stomp.adoption)
+
+
 class RelayStarter(Protocol):
-    def start(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
+    def start(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
-    def adopt(self, connection: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
+    def adopt(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
               refusal: bytes, hops: int) -> None:
         """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its
         ticket); `hops`: relays between the client and this node."""
@@ -295,7 +301,7 @@ class RelayHost(Protocol):
 
     def own_client_address(self) -> str | None: ...
 
-    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes) -> None:
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
         """Serve the session a relay of this node parked, on the relay's client transport."""
 
 

@@ -24,6 +24,14 @@ node serving the session reads that end, parks the session (it keeps its ticket 
 entries do for it: raftmq.server.takeover) and closes; the relay then writes `resume_frame` to
 the leader: a CONNECT whose `raftmq.resume` header names the session, signed and stamped like a
 ticket, and the session carries on there, one relay from its client.
+
+A node that goes (stopped, or removed from its group) parks the sessions whose client holds a
+socket to it the same way, and tells the client: the ERROR `not the leader` it ends the
+connection with carries the resume request's headers (`resume_headers`) and
+`raftmq.resume-offset`, how many bytes of the client's stream the session read. A client that
+kept what it sent (raftmq's own: raftmq.client.resume) sends that CONNECT to the leader with the
+offset, and its bytes from that offset once the answer came: the session carries on, on the
+client's own socket.
 """
 
 from __future__ import annotations
@@ -37,14 +45,11 @@ import msgpack
 
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import encode_frame
-from raftmq.protocol.frame import Frame
+from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
+from raftmq.server.stomp.frames import error_frame
 
 ADOPT_HEADER = "raftmq.adopt"
 MAC_HEADER = "raftmq.adopt-mac"
-ADOPTED_HEADER = "raftmq.adopted"
-RESUME_HEADER = "raftmq.resume"
-RESUME_MAC_HEADER = "raftmq.resume-mac"
-RESUMED_AT_HEADER = "raftmq.resume-at"
 # What an adoption's first bytes are (the header comes first): the successor lifts the CONNECT
 # size limit for it, since its body may carry the commands of a busy producer.
 ADOPT_PREFIX = f"CONNECT\n{ADOPT_HEADER}:".encode()
@@ -112,11 +117,23 @@ def read_ticket(frame: Frame, secret: str | None, now_ms: int) -> Ticket:
     return ticket
 
 
+def resume_headers(session_id: str, secret: str, now_ms: int) -> list[tuple[str, str]]:
+    """A resume request for the session parked at the leader, signed by a member of the group."""
+    stamp = f"{session_id}\n{now_ms}".encode()
+    return [(RESUME_HEADER, session_id), (RESUMED_AT_HEADER, str(now_ms)), (RESUME_MAC_HEADER, sign(secret, stamp))]
+
+
+def farewell_frame(session_id: str, leader: str, offset: int, version: str, secret: str, now_ms: int) -> bytes:
+    """A going node's ERROR `not the leader` to the client of a session parked at `leader`,
+    with what the client needs to resume it: the request, and how much of its stream was read."""
+    extra = {"leader": leader, RESUME_OFFSET_HEADER: str(offset), **dict(resume_headers(session_id, secret, now_ms))}
+    detail = f"this node goes (stopped, or removed from its group); leader: {leader}, where the session waits to be resumed"
+    return error_frame("not the leader", detail, version, None, extra)
+
+
 def resume_frame(session_id: str, secret: str, now_ms: int) -> bytes:
     """Ask the leader for a session parked there, as a member of the group."""
-    stamp = f"{session_id}\n{now_ms}".encode()
-    headers = [(RESUME_HEADER, session_id), (RESUMED_AT_HEADER, str(now_ms)), (RESUME_MAC_HEADER, sign(secret, stamp))]
-    return encode_frame(Frame("CONNECT", headers), "1.2")
+    return encode_frame(Frame("CONNECT", resume_headers(session_id, secret, now_ms)), "1.2")
 
 
 def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
@@ -133,12 +150,17 @@ def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
     return session_id
 
 
-def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> tuple[Ticket | None, str]:
-    """(ticket, session id) of an adoption CONNECT; (None, session id) of a resume request."""
+def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> tuple[Ticket | None, str, int | None]:
+    """(ticket, session id, None) of an adoption CONNECT; (None, session id, None) of a relay's
+    resume request, (None, session id, offset) of a client's own."""
     if frame.get(RESUME_HEADER) is not None:
-        return None, read_resume(frame, secret, now_ms)
+        session_id = read_resume(frame, secret, now_ms)
+        offset = frame.get(RESUME_OFFSET_HEADER)
+        if offset is not None and not offset.isdigit():
+            raise ProtocolError(REFUSED, f"{RESUME_OFFSET_HEADER} must be a count of bytes, got {offset!r}")
+        return None, session_id, None if offset is None else int(offset)
     ticket = read_ticket(frame, secret, now_ms)
-    return ticket, ticket.session_id
+    return ticket, ticket.session_id, None
 
 
 def adopted_frame(session_id: str) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
+from operator import itemgetter
 from typing import cast
 
 import structlog
@@ -63,9 +64,15 @@ class Connection(Output, asyncio.Protocol):
         self._read_paused_for_log = False
         self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
         self._flow_held: list[list[Command]] = []  # proposals held meanwhile, in order
-        self.unproposed: list[Command] = []  # failed with NotLeader while held: a successor proposes them
+        # Failed with NotLeader while held, by the order they were proposed in (a later proposal
+        # can fail first: refused at once while an earlier one waited): a successor proposes them.
+        self._unproposed: list[tuple[int, list[Command]]] = []
+        self._proposals = 0
         self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
+        # Bytes of the client's stream read on its socket, here or by its relay (a resumed
+        # session's count goes on from the offset it resumed at): what a resuming client replays from.
+        self.stream_bytes = 0
         self._read_paused_for_writes = self._held_for_redirect = False
         self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
         self._handing = False  # `hand_over` under way (the node may ask twice: at the role change, and as it stops)
@@ -128,6 +135,7 @@ class Connection(Output, asyncio.Protocol):
                 self._transport.write(http_error(400, "this port serves STOMP over WebSocket only"))
                 return self._transport.close()
         self._beats.last_received = self._loop.time()
+        self.stream_bytes += len(data)
         try:
             self._execute(self.stomp.receive(data, self._clock.now_ms()))
         except Exception as exc:  # a bug must cost one connection, never the node
@@ -221,7 +229,7 @@ class Connection(Output, asyncio.Protocol):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
                 self._update_reading()  # what follows the ticket waits for the claim
-                handing.spawn(handing.adopt(self, decision.ticket, decision.session_id))
+                handing.spawn(handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset))
 
     def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
         self._execute(decisions)
@@ -282,19 +290,20 @@ class Connection(Output, asyncio.Protocol):
         self._last_proposal = future
         if sends is not None and flow is not None:
             future.add_done_callback(lambda _: flow.applied(sends))
-        future.add_done_callback(partial(self._proposal_done, commands))
+        future.add_done_callback(partial(self._proposal_done, self._proposals, commands))
+        self._proposals += 1
         if self._pending > self._max_pending and not self._read_paused_for_log:
             self._read_paused_for_log = True
             self._update_reading()
 
-    def _proposal_done(self, commands: list[Command], future: asyncio.Future[None]) -> None:
+    def _proposal_done(self, number: int, commands: list[Command], future: asyncio.Future[None]) -> None:
         self._pending -= len(commands)
         if self.host.flow is not None:
             self.host.flow.poke()  # what this applied may make room for a blocked producer
         exc = None if future.cancelled() else future.exception()
         if exc is not None and self._held_for_redirect:  # the leadership left: never appended, or unknown
             if isinstance(exc, NotLeader):
-                self.unproposed.extend(commands)
+                self._unproposed.append((number, commands))
             else:
                 self.outcome_unknown = True
         elif exc is not None and self.stomp.state < SessionState.FAILED:
@@ -345,6 +354,10 @@ class Connection(Output, asyncio.Protocol):
     @property
     def settling(self) -> bool:  # commands proposed without an outcome yet
         return self._pending > 0
+
+    @property
+    def unproposed(self) -> list[Command]:  # failed with NotLeader while held, in the order proposed
+        return [command for _, commands in sorted(self._unproposed, key=itemgetter(0)) for command in commands]
 
     @property
     def flow_held(self) -> list[Command]:  # what BLOCK holds, never proposed

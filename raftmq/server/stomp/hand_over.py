@@ -61,8 +61,12 @@ class Handing(ClientConnection, Protocol):
     session_id: str
     peer: str
     hops: int
-    unproposed: list[Command]  # failed with NotLeader once the leadership left
+    stream_bytes: int
     outcome_unknown: bool
+
+    @property
+    def unproposed(self) -> list[Command]:
+        """Failed with NotLeader once the leadership left, in the order proposed."""
 
     @property
     def closed(self) -> bool: ...
@@ -137,10 +141,12 @@ async def hand_over(connection: Handing, leader: str) -> None:
     connection.relay_to_successor(leader, session_id, prefix, refusal)
 
 
-async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, then: bytes | None = None) -> None:
+async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, then: bytes | None = None,
+                offset: int | None = None) -> None:
     """Serve the session handed over with `ticket`, or (None) the one parked here that a relay
     resumes; `then`: the relay is this node's own and gave the client's socket back (no answer
-    is written; these bytes of the client's follow)."""
+    is written; these bytes of the client's follow); `offset`: the client itself resumes it on
+    a socket of its own, its stream going on from there (raftmq.client.resume)."""
     host = connection.host
     unfinished, resuming = b"", ticket is None
     try:
@@ -167,7 +173,11 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
         return
     host.rename_session(connection.session_id, session_id)
     connection.session_id = session_id
-    via, connection.peer, connection.hops = connection.peer, ticket.peer, ticket.hops
+    via = connection.peer
+    if offset is None:
+        connection.peer, connection.hops = ticket.peer, ticket.hops
+    else:  # the client's own socket, its stream going on from `offset`
+        connection.hops, connection.stream_bytes = 0, offset
     if then is None:
         connection.write(adopted_frame(session_id))
     else:
@@ -176,10 +186,11 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
     connection.opened()
     kept = host.succession.adopt(session_id, connection)
     log.info("client.resumed" if resuming else "client.adopted", session=session_id, peer=connection.peer, via=via,
-             hops=ticket.hops, kept=kept)
+             hops=connection.hops, kept=kept, by="client" if offset is not None else "relay" if resuming else "member")
     connection.run(decisions)
     if unfinished or then:
         connection.data_received(unfinished + (then or b""))  # the frame the client had begun, then the rest
+        connection.stream_bytes -= len(unfinished)  # counted when the client sent them
 
 
 async def park(connection: Handing) -> None:

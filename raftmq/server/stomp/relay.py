@@ -19,33 +19,31 @@ mark (asyncio's pause_writing / resume_writing), so a slow reader on either end 
 follower one buffer's worth of memory, never more.
 
 Ends: when either side closes, the other is closed after what was already read from it is
-written (an ERROR from the leader, e.g. `not the leader` after a failover, reaches the client
-whole). When the follower learns of a new leader, it moves the relay there (`Relay._move`): it
-stops reading the client and half-closes towards the old leader; a deposed leader that handed
-the session to its successor (raftmq.server.stomp.hand_over) passes that on, the successor parks
-the session and closes, and once everything sent before that close has reached the client, the
-follower resumes the session at the new leader (a signed `raftmq.resume` request,
-raftmq.server.stomp.adoption), or serves it itself when it leads now. A deposed leader that
-cannot hand the session over answers ERROR and closes; one that does not answer within a short
-grace (paused, cut off) has the relay closed, and the client reconnects, to any member. A leader
-that dies (kill -9) resets its end, which closes the client's at once. Over TLS no side can
-half-close: such a relay stays while the old leader keeps sending on it (it relays what the
-successor sends) and is closed after the grace of silence.
+written (an ERROR from the leader reaches the client whole). When the follower learns of a new
+leader, it moves the relay there (`Relay._move`): it stops reading the client and half-closes
+towards the old leader; a deposed leader that handed the session to its successor
+(raftmq.server.stomp.hand_over) passes that on, the successor parks the session and closes, and
+once everything sent before that close reached the client, the follower resumes the session at
+the new leader (a signed `raftmq.resume` request, raftmq.server.stomp.adoption), or serves it
+itself when it leads now. A deposed leader that cannot hand the session over answers ERROR; one
+that does not answer within a short grace (paused, cut off) has the relay closed, and the client
+reconnects. A leader that dies (kill -9) resets its end, which closes the client's at once. Over
+TLS no side can half-close: such a relay is closed after the grace of silence.
 
 A deposed leader relays the sessions it hands over the same way (`Relays.adopt`): the first
-bytes to the successor are the session's ticket, and the successor's answer to it is read here,
-not passed on. When the leader changes again such a relay moves too, if this node holds the
-client's own socket; one further along a path never does.
+bytes to the successor are its ticket, whose answer is read here, not passed on. When the leader
+changes again such a relay moves too, if this node holds the client's own socket. When this node
+goes (`farewell`), the successor parks each such session and the client's ERROR carries the
+request to resume it there (`farewell_frame`): raftmq's client does, on a socket of its own.
 
 No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
 trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
 
 TLS: when the group's client port uses TLS ([tls]), the follower speaks TLS to the leader too.
-Every member of a group presents the same certificate (the group file has one [tls] table), so
-the follower trusts exactly that certificate: the leader's must be byte-for-byte the follower's
-own `cert_file` (certificate pinning; no CA or host name is involved, and no other server can
-pass for the leader). The follower presents that certificate as its client certificate, for a
-leader that requires one (`require_client_cert`: the certificate must then be signed by
+Every member presents the group's one certificate, so the follower trusts exactly that one: the
+leader's must be byte-for-byte the follower's own `cert_file` (pinning; no CA or host name is
+involved, and no other server can pass for the leader). The follower presents it as its client
+certificate, for a leader that requires one (`require_client_cert`: it must then be signed by
 `ca_file`, or clients must use redirect mode).
 
 A relayed connection is a client connection of the follower (its session stays in the node's
@@ -65,10 +63,10 @@ from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.protocol.frame import REDIRECT_HEADER
 from raftmq.security import member_client_tls, pinned
-from raftmq.server.seams.host import ClientConnection, RelayHost
-from raftmq.server.stomp.adoption import read_answer, resume_frame
+from raftmq.server.seams.host import RelayedConnection, RelayHost
+from raftmq.server.stomp.adoption import farewell_frame, read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
-from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, set_reading
+from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, named_session, set_reading
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
@@ -124,11 +122,11 @@ class Relays:
         """Sessions relayed to a leader now."""
         return sum(1 for relay in self._active if relay.leader is not None)
 
-    def start(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes) -> None:
+    def start(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
         self._begin(Relay(self, self._node, session, transport, prefix))
 
-    def adopt(self, session: ClientConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
+    def adopt(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
               refusal: bytes, hops: int) -> None:
         """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its
         ticket); `hops`: relays between the client and this node (0: the client's own socket)."""
@@ -156,8 +154,7 @@ class Relays:
             await asyncio.sleep(LEADER_CHANGE_POLL_SECONDS)
 
     def farewell(self) -> None:
-        """The node stops: each session it handed over ends, its client told where the leader
-        is (the refusal ERROR) once the successor's last frame passed (`Relay.farewell`)."""
+        """The node stops: each session it handed over leaves with its client (`Relay.farewell`)."""
         for relay in list(self._active):
             relay.farewell()
 
@@ -186,7 +183,7 @@ class Relays:
 class Relay:
     """One client connection piped to the leader. `leader`: the client address relayed to."""
 
-    def __init__(self, relays: Relays, node: RelayHost, session: ClientConnection, client: asyncio.Transport, prefix: bytes,
+    def __init__(self, relays: Relays, node: RelayHost, session: RelayedConnection, client: asyncio.Transport, prefix: bytes,
                  adoption: Adoption | None = None) -> None:
         self._relays = relays
         self._node = node
@@ -325,6 +322,7 @@ class Relay:
             self._close(self._client)
 
     def client_data(self, data: bytes) -> None:
+        self.session.stream_bytes += len(data)
         upstream = self._upstream
         if upstream is None or self._moving is not None:
             if not self._ended and not self._client.is_closing():  # reading is paused until then; a read under way lands here
@@ -363,7 +361,7 @@ class Relay:
             self._relays.moved += 1
             log.info("client.relay_moved", node=self._node.name, session=session_id, peer=self.session.peer, leader=leader)
             self.session.connection_lost(None)  # the relayed connection ends here; its client's does not
-            return self._node.resume_here(self._client, session_id, held)
+            return self._node.resume_here(self._client, session_id, held, self.session.stream_bytes - len(held))
         refusal = error_frame("not the leader", f"the session could not be moved to the leader {leader}",
                               self.session.version, None, {"leader": leader})
         self._adoption = Adoption(leader, session_id, refusal)
@@ -426,18 +424,14 @@ class Relay:
     def _learn_session(self, data: bytes) -> None:
         """The session's id from the leader's CONNECTED (its first frame): what a move resumes."""
         head = self._head + data
-        end = head.find(b"\n\n")
-        if end < 0 and len(head) < 4096:
-            self._head = head
-            return
-        lines = head[:end].split(b"\n") if end >= 0 else []
-        named = [line[8:] for line in lines[1:] if line.startswith(b"session:")] if lines[:1] == [b"CONNECTED"] else []
-        self.session_id, self._head = named[0].decode("utf-8", "replace") if named else "", b""
+        self.session_id = named_session(head)
+        self._head = head if self.session_id is None else b""
 
     def farewell(self) -> None:
-        """End a session this node handed over, at a frame boundary: stop sending to the
-        successor (it closes its side once what it had is written: the session ends there),
-        then the client gets the refusal ERROR naming the leader, and the connection closes."""
+        """End the connection of a session this node handed over, at a frame boundary: stop
+        sending to the successor (it parks the session once what it had is written, and closes),
+        then the client gets the ERROR naming the leader (`farewell_frame`: with the request to
+        resume it there, when it is its own socket), and the connection closes."""
         adoption, upstream = self._adoption, self._upstream
         if adoption is None:
             return  # a follower's relay: closed with the node's other connections
@@ -446,6 +440,7 @@ class Relay:
         adoption.farewell = True
         self._client.pause_reading()
         if upstream.can_write_eof():
+            adoption.parks = True
             upstream.write_eof()
         else:
             self._close(upstream)
@@ -458,11 +453,23 @@ class Relay:
             if adoption is not None and not adoption.answered:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
             if adoption is not None and adoption.farewell and not self._client.is_closing():
+                offset = self._resume_offset(adoption)
                 log.info("client.error", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
                          message="not the leader", detail="the node goes (stopped, or removed from its group)",
-                         leader=adoption.leader)
-                self._client.write(adoption.refusal)
+                         leader=adoption.leader, resume_offset=offset)
+                if offset is None:
+                    self._client.write(adoption.refusal)
+                else:  # what a client that kept its stream needs to resume the session, parked as this side closed
+                    self._client.write(farewell_frame(adoption.session_id, adoption.leader, offset, self.session.version,
+                                                      self._node.hand_over_secret or "", self._node.clock.now_ms()))
             self._close(self._client)
+
+    def _resume_offset(self, adoption: Adoption) -> int | None:
+        """How much of the client's stream the session read, when the client may resume it
+        (this node holds its own socket): everything it sent, but what a move held back."""
+        if not (adoption.outermost and adoption.parks) or self._node.hand_over_secret is None:
+            return None
+        return self.session.stream_bytes - len(self._held)
 
     @property
     def carries_hand_over(self) -> bool:  # relays a session this node handed to a successor, not moved since

@@ -21,6 +21,7 @@ class Adoption:
         self.answer = b""  # the successor's bytes until its answer is complete
         self.answered = False
         self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
+        self.parks = False  # ... half-closed: the successor parks the session (over TLS it cannot: it ends)
         self.resuming = False  # a relay moving closer resumes the session parked there (no ticket)
         self.outermost = True  # this node holds the client's own socket: only such a relay moves
 
@@ -98,6 +99,17 @@ class UpstreamSide(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._relay.upstream_lost(self._transport)
+
+
+def named_session(head: bytes) -> str | None:
+    """The session id the leader's first bytes, its CONNECTED, name ("": none, not a CONNECTED);
+    None while they may yet."""
+    end = head.find(b"\n\n")
+    if end < 0 and len(head) < 4096:
+        return None
+    lines = head[:end].split(b"\n") if end >= 0 else []
+    named = [line[8:] for line in lines[1:] if line.startswith(b"session:")] if lines[:1] == [b"CONNECTED"] else []
+    return named[0].decode("utf-8", "replace") if named else ""
 
 
 def abort(transport: asyncio.Transport) -> None:

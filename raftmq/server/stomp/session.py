@@ -9,21 +9,20 @@ passes the time in and executes what comes out:
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
 - `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
 - `Relay(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
-- `Adopt(ticket, session_id)`: a member hands this session over, or resumes it here (no ticket;
-  raftmq.server.stomp.adoption): claim it once this node may, then call `adopted`;
+- `Adopt(ticket, session_id, offset)`: a member hands this session over, or it is resumed here (no
+  ticket; raftmq.server.stomp.adoption): claim it once this node may, then call `adopted`;
 - `Note(event, fields)`: log it.
 
 Life of a session: AWAIT_CONNECT → (CONNECT proposed) CONNECTING → (Connect committed, CONNECTED
 written) OPEN → DISCONNECTING (DISCONNECT proposed, or the client half-closed) or FAILED (ERROR
-pending) → CLOSED. On a follower, AWAIT_CONNECT → RELAYED. A session handed over at a
-leadership transfer: OPEN → RELAYED on the old leader (`ticket`, `handed_over`), AWAIT_CONNECT →
-OPEN on its successor (`Adopt`, `adopted`), with no Connect of its own.
+pending) → CLOSED. On a follower, AWAIT_CONNECT → RELAYED. Handed over: OPEN → RELAYED on the
+old leader (`ticket`, `handed_over`), AWAIT_CONNECT → OPEN on its successor (`Adopt`, `adopted`).
 
-Security (raftmq.security): CONNECT's login is checked before anything is proposed; frames the
-client pipelined behind CONNECT wait until the answer. With an ACL, every SEND / SUBSCRIBE is
-authorized as it is translated; a refusal is `access denied` like any other bad frame: nothing
-from it on reaches the log. Every frame of one `receive` becomes one proposal, so a session's
-commands reach the core in the order they arrived.
+Security (raftmq.security): CONNECT's login is checked before anything is proposed; frames
+pipelined behind CONNECT wait for the answer. With an ACL, every SEND / SUBSCRIBE is authorized
+as it is translated; a refusal is `access denied` like any other bad frame: nothing from it on
+reaches the log. Every frame of one `receive` becomes one proposal, so a session's commands
+reach the core in the order they arrived.
 """
 
 from __future__ import annotations
@@ -38,14 +37,14 @@ from raftmq.core.temporary import owner_token
 from raftmq.core.validation import is_wildcard
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
-from raftmq.protocol.frame import Frame
+from raftmq.protocol.frame import RESUME_HEADER, Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.seams.host import SessionHost
-from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, RESUME_HEADER, Ticket, read_adoption
+from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.stomp.translate import FrameTranslator
@@ -95,6 +94,7 @@ class Relay:
 class Adopt:
     ticket: Ticket | None  # checked: signed by this group, in date (None: resume the session parked here)
     session_id: str
+    offset: int | None = None  # a client resumes it on its own socket: where its stream goes on
 
 
 @value
@@ -332,7 +332,7 @@ class StompSession:
         """Another member hands a session over, or resumes one parked here: check it, then hold
         what follows until the shell has claimed the session (`adopted`)."""
         try:
-            ticket, session_id = read_adoption(frame, self.host.hand_over_secret, now_ms)
+            ticket, session_id, offset = read_adoption(frame, self.host.hand_over_secret, now_ms)
         except ProtocolError as exc:
             return [Note("client.adoption_refused", {"reason": exc.detail}), *self.fail(exc.message, exc.detail)]
         if not self.host.is_leader:
@@ -340,7 +340,7 @@ class StompSession:
             return self.fail(REFUSED, f"this node does not lead its group; leader: {hint or 'unknown'}")
         self._before_connect = None
         self.authenticating = True  # what follows the ticket waits, as behind a passcode check
-        return [Adopt(ticket, session_id)]
+        return [Adopt(ticket, session_id, offset)]
 
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster
