@@ -9,6 +9,9 @@ writes them):
 - `receipt gap ms`: the longest stretch without a receipted SEND from 1 s before the fault to
   6 s after (all producers together): how long the receipts stopped;
 - `not-the-leader`: ERROR frames the old leader sent its clients (`client.error` lines);
+- `resumed`: of those, sessions the client resumed at the leader on a new socket, as the ERROR
+  asked (`client.resumed` lines with `by='client'`): that client's application saw nothing;
+- `ended`: the others, sessions that ended: their clients reconnected and subscribed again;
 - `handed over`: sessions the old leader handed to its successor (`client.handed_over` lines);
 - `unknown`: SENDs whose outcome a client could not know in that window.
 
@@ -30,7 +33,7 @@ from typing import Any
 from chaos.history import INFO, INVOKE, NEMESIS, OK, read_history
 
 FAULTS = ("restart", "membership", "transfer")
-EVENTS = ("raft.leader_changed", "client.error", "client.handed_over")
+EVENTS = ("raft.leader_changed", "client.error", "client.handed_over", "client.resumed")
 LINE = re.compile(r"timestamp='([^']+)'.*event='([^']+)'")
 FIELD = re.compile(r"(\w+)=('[^']*'|\S+)")
 
@@ -80,10 +83,13 @@ def hand_overs(run_dir: Path) -> list[dict[str, Any]]:
             "receipt_gap_ms": round(gap * 1000, 1) if gap is not None else None,
             "not_the_leader": sum(1 for e in events if e["event"] == "client.error" and e["node"] == old
                                   and t0 <= e["at"] <= t0 + 6 and "not the leader" in e.get("message", "")),
+            "resumed": sum(1 for e in events if e["event"] == "client.resumed" and e.get("by") == "client"
+                           and t0 <= e["at"] <= t0 + 6),
             "handed_over": sum(1 for e in events if e["event"] == "client.handed_over" and e["node"] == old
                                and t0 <= e["at"] <= t0 + 6),
             "unknown": sum(1 for t in unknown if t0 <= t <= t0 + 6),
         })
+        rows[-1]["ended"] = max(0, rows[-1]["not_the_leader"] - rows[-1]["resumed"])
     return rows
 
 
@@ -97,17 +103,19 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(f"{'run':<48} {'fault':<10} {'old':<6} {'new':<6} {'elections':>9} {'leaderless ms':>13} "
-          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'handed over':>11} {'unknown':>7}")
+          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'resumed':>7} {'ended':>5} {'handed over':>11} {'unknown':>7}")
     for row in rows:
         print(f"{row['run'][:48]:<48} {row['fault']:<10} {row['old']:<6} {row['new'] or '-':<6} "
               f"{row['elections'] if row['elections'] is not None else '-':>9} {row['leaderless_ms'] or 0:>13} "
-              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['handed_over']:>11} {row['unknown']:>7}")
+              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['resumed']:>7} {row['ended']:>5} "
+              f"{row['handed_over']:>11} {row['unknown']:>7}")
     gaps = [row["receipt_gap_ms"] for row in rows if row["receipt_gap_ms"] is not None]
     if rows:
         print(f"\n{len(rows)} hand-overs; one election in {sum(1 for r in rows if r['elections'] == 1)}; "
               f"leaderless max {max((r['leaderless_ms'] or 0) for r in rows)} ms; receipt gap median "
               f"{statistics.median(gaps) if gaps else '-'} ms, max {max(gaps) if gaps else '-'} ms; "
-              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}; sessions handed over "
+              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}, of which resumed by their client "
+              f"{sum(r['resumed'] for r in rows)}, sessions ended {sum(r['ended'] for r in rows)}; sessions handed over "
               f"{sum(r['handed_over'] for r in rows)}; unknown SENDs {sum(r['unknown'] for r in rows)}")
 
 

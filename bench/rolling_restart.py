@@ -5,7 +5,10 @@ the restart. For each client the longest stretch without a completed operation (
 producer, a message for a consumer) is its unavailability; the table gives p50 and max per
 client, the restart's own time, what was lost, and duplicates: redeliveries flagged
 `redelivered` (an ACK cut off by a failover: at-least-once) apart from unflagged ones (a
-message stored twice); lost and unflagged duplicates must be 0.
+message stored twice); lost and unflagged duplicates must be 0. `resumed` counts the times a
+client's session carried on at the new leader when its node went (raftmq.client.resume: the
+application saw nothing), `broken` the times a client's connection broke and it reconnected
+(its subscription made anew).
 
     .venv/bin/python -m bench.rolling_restart --preset symmetric --dir /tmp/rolling --rate 200
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import statistics
 import subprocess
@@ -48,12 +52,15 @@ class Client:
         self.received: list[tuple[bytes, float]] = []
         self.redelivered: set[bytes] = set()  # came flagged `redelivered` (an ACK lost in a failover)
         self.errors: list[str] = []
+        self.events: collections.Counter[str] = collections.Counter()  # failover events of both clients, by kind
         self.stop = asyncio.Event()
         self.finished = asyncio.Event()
 
     async def run(self) -> None:
         consumer = await connect_failover(self.url, connect_headers=self.connect_headers)
         producer = await connect_failover(self.url, connect_headers=self.connect_headers)
+        for client in (consumer, producer):
+            client.events.append(lambda event: self.events.update([event.kind]))
         destination = f"/queue/rolling.{self.group}"
 
         def on_message(frame: Frame) -> None:
@@ -151,6 +158,7 @@ def main() -> None:
             "sent": len(client.receipted), "lost": len(lost), "redelivered": len(received) - len(set(received)),
             "unflagged_duplicates": unflagged,
             "errors": len(client.errors),
+            "resumed": client.events["resumed"], "broken": client.events["disconnected"],
         })
     gaps = [row[key] for row in rows for key in ("producer_gap_s", "consumer_gap_s")]
     summary = {"preset": options.preset, "restart_s": round(ended - began, 1), "rate_per_producer": options.rate,
@@ -161,10 +169,11 @@ def main() -> None:
         return
     print(f"rolling restart of --preset {options.preset}: {summary['restart_s']} s ({summary['restart_output']})")
     print(f"{'group':6} {'producer gap s':>15} {'consumer gap s':>15} {'sent':>7} {'lost':>5} {'redelivered':>11} "
-          f"{'unflagged dup':>13} {'errors':>6}")
+          f"{'unflagged dup':>13} {'errors':>6} {'resumed':>7} {'broken':>6}")
     for row in rows:
         print(f"{row['group']:6} {row['producer_gap_s']:>15} {row['consumer_gap_s']:>15} {row['sent']:>7} "
-              f"{row['lost']:>5} {row['redelivered']:>11} {row['unflagged_duplicates']:>13} {row['errors']:>6}")
+              f"{row['lost']:>5} {row['redelivered']:>11} {row['unflagged_duplicates']:>13} {row['errors']:>6} "
+              f"{row['resumed']:>7} {row['broken']:>6}")
     print(f"unavailability per client: p50 {summary['unavailability_p50_s']} s, max {summary['unavailability_max_s']} s")
 
 

@@ -45,6 +45,8 @@ class StompClient:
         self._resuming: asyncio.Future[Frame] | None = None  # the resumed session's CONNECTED
         self.resumptions = 0
         """Sessions carried on over a new socket (raftmq.client.resume)."""
+        self.replayed_bytes = 0
+        """Of what it wrote, bytes written again after a resume (the node that went had not read them)."""
         self.on_resumed: Callable[[str], None] | None = None
         """Called with the leader's address when the session carried on there."""
         self._connected: asyncio.Future[Frame] = self._loop.create_future()
@@ -435,6 +437,7 @@ class StompClient:
             self._finish(refused)
             return
         new.release_output(kept)
+        self.replayed_bytes += len(kept)
         for holder in read_holders:
             new.hold_reading(holder)
         self._start_heartbeat()

@@ -457,7 +457,7 @@ class Node:
             "sessions_handed_over": self._relays.handed_over,  # to a successor, at a leadership transfer
             "sessions_adopted": self.succession.takeover.adopted,  # from the previous leader
             "relays_moved": self._relays.moved,  # to a new leader, the session resumed there
-            "sessions_resumed": self.succession.takeover.resumed,  # parked here, resumed by a relay that moved
+            "sessions_resumed": self.succession.takeover.resumed,  # parked here, resumed by a relay that moved or by its client
             "leader_changes": self.succession.leader_changes,
             "failure": self.failure,
             "broker": broker,

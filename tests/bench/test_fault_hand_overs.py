@@ -30,11 +30,17 @@ def test_a_restart_of_the_leader_is_read_from_the_logs_and_the_history(tmp_path:
     (logs / "g1-n1.1.log").write_text("\n".join([
         _line(t0 - 5, "raft.leader_changed", node="n1", role="leader", term=3),
         _line(t0 + 0.010, "raft.leader_changed", node="n1", role="follower", term=4),
-        _line(t0 + 0.012, "client.error", session="s", message="not the leader", detail="d"),
+        _line(t0 + 0.012, "client.error", session="s", message="not the leader", detail="d", resume_offset=120),
+        _line(t0 + 0.012, "client.error", session="u", message="not the leader", detail="d", resume_offset=None),
         _line(t0 + 0.013, "client.handed_over", node="n1", session="t", leader="127.0.0.1:2"),
     ]) + "\n")
-    (logs / "g1-n2.1.log").write_text(_line(t0 + 0.040, "raft.leader_changed", node="n2", role="leader", term=4) + "\n")
+    (logs / "g1-n2.1.log").write_text("\n".join([
+        _line(t0 + 0.040, "raft.leader_changed", node="n2", role="leader", term=4),
+        _line(t0 + 0.050, "client.resumed", session="s", hops=0, by="client"),
+        _line(t0 + 0.051, "client.resumed", session="v", hops=1, by="relay"),  # a relay that moved: no ERROR
+    ]) + "\n")
     [row] = hand_overs(tmp_path)
     assert row["old"] == "g1-n1" and row["new"] == "g1-n2" and row["elections"] == 1
-    assert row["leaderless_ms"] == 30.0 and row["not_the_leader"] == 1 and row["handed_over"] == 1 and row["unknown"] == 0
+    assert row["leaderless_ms"] == 30.0 and row["not_the_leader"] == 2 and row["handed_over"] == 1 and row["unknown"] == 0
+    assert row["resumed"] == 1 and row["ended"] == 1
     assert row["receipt_gap_ms"] is not None and row["receipt_gap_ms"] >= 0

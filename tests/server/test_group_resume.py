@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from raftmq.client import FailoverClient
+from raftmq.client import FailoverClient, connect
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.resume import ReplayBuffer
 from raftmq.client.stomp_client import StompClient
@@ -77,22 +77,21 @@ def test_what_the_old_leader_never_read_is_sent_again_from_the_offset_once(group
     The ERROR's offset says where to resend from: every message arrives exactly once."""
     leader = group.leader()
     destination = unique()
-    count = 3000
 
-    async def scenario() -> tuple[list[bytes], int]:
+    async def scenario() -> tuple[list[bytes], int, int]:
         producer = await connect_leader(group.client_addresses())
         receipts: list[asyncio.Future[Frame]] = []
         stopping = asyncio.create_task(asyncio.to_thread(stop_leader, group, leader))
-        for i in range(count):
-            receipt = producer.send_nowait(destination, b"p-%d" % i, receipt=True)
+        while not stopping.done() and len(receipts) < 50_000:  # until the node is gone
+            receipt = producer.send_nowait(destination, b"p-%d" % len(receipts), receipt=True)
             assert receipt is not None
             receipts.append(receipt)
-            if i % 50 == 0:
-                await asyncio.sleep(0.002)
+            if len(receipts) % 20 == 0:
+                await asyncio.sleep(0.001)
         await stopping
         answers = await asyncio.wait_for(asyncio.gather(*receipts), 30)
         assert all(frame.command == "RECEIPT" for frame in answers)
-        resumed = producer.resumptions
+        resumed, replayed, count = producer.resumptions, producer.replayed_bytes, len(receipts)
         await producer.disconnect()
         consumer = await connect_leader(group.client_addresses())
         subscription = consumer.subscribe(destination, ack="auto")
@@ -100,10 +99,11 @@ def test_what_the_old_leader_never_read_is_sent_again_from_the_offset_once(group
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(subscription.get(), 1.0)
         await consumer.disconnect()
-        return bodies, resumed
+        return bodies, resumed, replayed
 
-    bodies, resumed = asyncio.run(scenario())
-    assert resumed == 1
+    bodies, resumed, replayed = asyncio.run(scenario())
+    count = len(bodies)
+    assert resumed == 1 and replayed > 0  # some SENDs were on the wire, unread, when the node went
     numbers = [int(body[2:]) for body in bodies]
     assert sorted(numbers) == list(range(count)), "lost or twice"
     runs, start = [], 0
@@ -161,3 +161,24 @@ def test_a_failover_client_rides_a_rolling_stop_of_each_leader_without_a_break(g
     kinds = [event.kind for event in events]
     assert kinds.count("resumed") == 2 and "disconnected" not in kinds, kinds
 
+
+
+def test_a_client_over_websocket_resumes_its_session_over_websocket(group: Group) -> None:
+    leader = group.leader()
+    destination = unique()
+    host, port = group.client_addresses()[list(group.members).index(leader)]
+
+    async def scenario() -> int:
+        consumer = await connect(host, port, websocket_path="/stomp")
+        subscription = consumer.subscribe(destination, id="s1", ack="client-individual")
+        await consumer.send(destination, b"before", receipt=True)
+        before = await asyncio.wait_for(subscription.get(), 5)
+        await asyncio.to_thread(stop_leader, group, leader)
+        await consumer.ack(before, receipt=True)
+        await consumer.send(destination, b"after", receipt=True)
+        after = await asyncio.wait_for(subscription.get(), 5)
+        assert after.body == b"after" and after.get("redelivered") is None
+        await consumer.disconnect()
+        return consumer.resumptions
+
+    assert asyncio.run(scenario()) == 1

@@ -80,7 +80,7 @@ _NODE_COUNTERS = (
     ("sessions_handed_over", "sessions_handed_over", "Client sessions this node handed to its successor at a leadership transfer."),
     ("sessions_adopted", "sessions_adopted", "Client sessions this node adopted from its predecessor at a leadership transfer."),
     ("relays_moved", "relays_moved", "Relayed client connections this node moved to a new leader, the session resumed there."),
-    ("sessions_resumed", "sessions_resumed", "Client sessions parked here and resumed by a relay that moved closer to its client."),
+    ("sessions_resumed", "sessions_resumed", "Client sessions parked here and resumed by a relay that moved closer to its client, or by the client itself."),
     ("relayed_sessions", "relayed_total", "Client sessions this node relayed to its group's leader (as a follower)."),
 )
 # (metric suffix, counter key in a destination's stats, help).
