@@ -10,7 +10,8 @@ writes them):
   6 s after (all producers together): how long the receipts stopped;
 - `not-the-leader`: ERROR frames the old leader sent its clients (`client.error` lines);
 - `resumed`: of those, sessions the client resumed at the leader on a new socket, as the ERROR
-  asked (`client.resumed` lines with `by='client'`): that client's application saw nothing;
+  asked (a `client.resumed` line with `by='client'` for the same session within 2 s): that
+  client's application saw nothing;
 - `ended`: the others, sessions that ended: their clients reconnected and subscribed again;
 - `handed over`: sessions the old leader handed to its successor (`client.handed_over` lines);
 - `unknown`: SENDs whose outcome a client could not know in that window.
@@ -75,21 +76,24 @@ def hand_overs(run_dir: Path) -> list[dict[str, Any]]:
         new = next((e for e in events if e["event"] == "raft.leader_changed" and e.get("role") == "leader"
                     and e["at"] > t0 and int(e["term"]) > term), None)
         window = [t for t in receipts if t0 - 1 <= t <= t0 + 6]
+        errors = [e for e in events if e["event"] == "client.error" and e["node"] == old and t0 <= e["at"] <= t0 + 6
+                  and "not the leader" in e.get("message", "")]
+        resumed = sum(1 for error in errors if any(
+            e["event"] == "client.resumed" and e.get("by") == "client" and e.get("session") == error.get("session")
+            and error["at"] <= e["at"] <= error["at"] + 2 for e in events))
         gap = max((b - a for a, b in zip(window, window[1:], strict=False)), default=None)
         rows.append({
             "run": run_dir.name, "fault": fault.f, "old": old, "new": new["node"] if new else None,
             "elections": int(new["term"]) - term if new else None,
             "leaderless_ms": round(max(0.0, new["at"] - down) * 1000, 1) if new and down else None,
             "receipt_gap_ms": round(gap * 1000, 1) if gap is not None else None,
-            "not_the_leader": sum(1 for e in events if e["event"] == "client.error" and e["node"] == old
-                                  and t0 <= e["at"] <= t0 + 6 and "not the leader" in e.get("message", "")),
-            "resumed": sum(1 for e in events if e["event"] == "client.resumed" and e.get("by") == "client"
-                           and t0 <= e["at"] <= t0 + 6),
+            "not_the_leader": len(errors),
+            "resumed": resumed,
             "handed_over": sum(1 for e in events if e["event"] == "client.handed_over" and e["node"] == old
                                and t0 <= e["at"] <= t0 + 6),
             "unknown": sum(1 for t in unknown if t0 <= t <= t0 + 6),
         })
-        rows[-1]["ended"] = max(0, rows[-1]["not_the_leader"] - rows[-1]["resumed"])
+        rows[-1]["ended"] = len(errors) - resumed
     return rows
 
 

@@ -43,10 +43,9 @@ class StompClient:
         self._receipt_ends: dict[str, int] = {}  # where each frame with a receipt ends in the stream
         self._dial: tuple[ssl.SSLContext | None, str | None] | None = None  # (TLS, WebSocket path): `connect`'s
         self._resuming: asyncio.Future[Frame] | None = None  # the resumed session's CONNECTED
-        self.resumptions = 0
-        """Sessions carried on over a new socket (raftmq.client.resume)."""
-        self.replayed_bytes = 0
-        """Of what it wrote, bytes written again after a resume (the node that went had not read them)."""
+        self._resume_task: asyncio.Task[None] | None = None
+        self.resumptions = 0  # sessions carried on over a new socket (raftmq.client.resume)
+        self.replayed_bytes = 0  # of what it wrote, bytes written again after a resume (never read before)
         self.on_resumed: Callable[[str], None] | None = None
         """Called with the leader's address when the session carried on there."""
         self._connected: asyncio.Future[Frame] = self._loop.create_future()
@@ -415,7 +414,7 @@ class StompClient:
         new.hold_output()
         self._transport = new
         self._resuming = self._loop.create_future()
-        self._loop.create_task(self._resume(plan, refused, old.read_holders))
+        self._resume_task = self._loop.create_task(self._resume(plan, refused, old.read_holders))
 
     async def _resume(self, plan: ResumePlan, refused: ClientError, read_holders: set[object]) -> None:
         new, replay, resuming = self._transport, self._replay, self._resuming
