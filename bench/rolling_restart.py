@@ -44,10 +44,13 @@ def raftmq(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 class Client:
     """One producer and one consumer of a group, each recording when its operations completed."""
 
-    def __init__(self, group: str, url: str, rate: float, relayed: bool = False) -> None:
+    def __init__(self, group: str, url: str, rate: float, relayed: bool = False, *,
+                 connect: dict[str, Any] | None = None, queue_headers: list[tuple[str, str]] | None = None) -> None:
         self.group, self.url, self.rate = group, url, rate
         # Relayed: no leader redirects asked for; the first member that answers serves (relays) the client.
         self.connect_headers = [(REDIRECT_HEADER, "false")] if relayed else None
+        self.connect = connect or {}  # another broker's login and virtual host (bench.peer_rolling_restart)
+        self.queue_headers = queue_headers  # on every SEND and SUBSCRIBE (RabbitMQ: x-queue-type)
         self.receipted: dict[bytes, float] = {}
         self.received: list[tuple[bytes, float]] = []
         self.redelivered: set[bytes] = set()  # came flagged `redelivered` (an ACK lost in a failover)
@@ -57,8 +60,8 @@ class Client:
         self.finished = asyncio.Event()
 
     async def run(self) -> None:
-        consumer = await connect_failover(self.url, connect_headers=self.connect_headers)
-        producer = await connect_failover(self.url, connect_headers=self.connect_headers)
+        consumer = await connect_failover(self.url, connect_headers=self.connect_headers, **self.connect)
+        producer = await connect_failover(self.url, connect_headers=self.connect_headers, **self.connect)
         for client in (consumer, producer):
             client.events.append(lambda event: self.events.update([event.kind]))
         destination = f"/queue/rolling.{self.group}"
@@ -69,7 +72,8 @@ class Client:
                 self.redelivered.add(frame.body)
             consumer.ack_nowait(frame)
 
-        consumer.subscribe(destination, ack="client-individual", prefetch=100, callback=on_message)
+        consumer.subscribe(destination, ack="client-individual", prefetch=100, callback=on_message,
+                           headers=self.queue_headers)
         index = 0
         next_at = time.monotonic()
         try:
@@ -77,7 +81,7 @@ class Client:
                 body = f"{self.group}-{index:07d}".encode()
                 index += 1
                 try:
-                    await producer.send(destination, body, receipt=True)
+                    await producer.send(destination, body, self.queue_headers, receipt=True)
                     self.receipted[body] = time.monotonic()
                 except Exception as exc:
                     self.errors.append(repr(exc))
@@ -141,6 +145,18 @@ def main() -> None:
         raftmq("down", "--preset", options.preset, cwd=options.dir)
     if restart.returncode != 0:
         raise SystemExit(f"raftmq restart --rolling failed: {restart.stdout}{restart.stderr}")
+    summary = summarize(clients, began, ended, {"preset": options.preset, "rate_per_producer": options.rate,
+                                                "restart_output": restart.stdout.splitlines()[-1]})
+    if options.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print(f"rolling restart of --preset {options.preset}: {summary['restart_s']} s ({summary['restart_output']})")
+    print_rows(summary)
+
+
+def summarize(clients: list[Client], began: float, ended: float, about: dict[str, Any]) -> dict[str, Any]:
+    """Per client: its longest gaps during the restart, what it lost, what came twice, and how
+    often its connections broke or its session was resumed."""
     rows: list[dict[str, Any]] = []
     for client in clients:
         received = [b for b, _ in client.received]
@@ -161,16 +177,14 @@ def main() -> None:
             "resumed": client.events["resumed"], "broken": client.events["disconnected"],
         })
     gaps = [row[key] for row in rows for key in ("producer_gap_s", "consumer_gap_s")]
-    summary = {"preset": options.preset, "restart_s": round(ended - began, 1), "rate_per_producer": options.rate,
-               "unavailability_p50_s": round(statistics.median(gaps), 3), "unavailability_max_s": round(max(gaps), 3),
-               "clients": rows, "restart_output": restart.stdout.splitlines()[-1]}
-    if options.json:
-        print(json.dumps(summary, indent=2))
-        return
-    print(f"rolling restart of --preset {options.preset}: {summary['restart_s']} s ({summary['restart_output']})")
+    return {**about, "restart_s": round(ended - began, 1), "unavailability_p50_s": round(statistics.median(gaps), 3),
+            "unavailability_max_s": round(max(gaps), 3), "clients": rows}
+
+
+def print_rows(summary: dict[str, Any]) -> None:
     print(f"{'group':6} {'producer gap s':>15} {'consumer gap s':>15} {'sent':>7} {'lost':>5} {'redelivered':>11} "
           f"{'unflagged dup':>13} {'errors':>6} {'resumed':>7} {'broken':>6}")
-    for row in rows:
+    for row in summary["clients"]:
         print(f"{row['group']:6} {row['producer_gap_s']:>15} {row['consumer_gap_s']:>15} {row['sent']:>7} "
               f"{row['lost']:>5} {row['redelivered']:>11} {row['unflagged_duplicates']:>13} {row['errors']:>6} "
               f"{row['resumed']:>7} {row['broken']:>6}")
