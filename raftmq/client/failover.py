@@ -88,9 +88,12 @@ class FailoverClient:
         ca_file: str | None = None,
         tls: bool = False,
         websocket_path: str | None = None,
+        resume: bool = True,
     ) -> None:
         """TLS: `ssl_context`, or `ca_file` (the CA that signed the brokers' certificates), or
-        `tls` (a stomp+ssl:// URL; the system's CAs unless one of the other two is given)."""
+        `tls` (a stomp+ssl:// URL; the system's CAs unless one of the other two is given).
+        `resume`: carry a session on when its node goes and asks to (raftmq.client.resume);
+        without, that connection breaks and the client reconnects."""
         self._loop = asyncio.get_running_loop()
         self.groups = normalize_groups(groups)
         self.options = options or FailoverOptions()
@@ -105,6 +108,7 @@ class FailoverClient:
             "limits": limits,
             "timeout": self.options.connect_timeout_ms / 1000,
             "websocket_path": websocket_path,  # ws:// addresses: STOMP inside a WebSocket
+            "resume": resume,
         }
         self._connector = Connector(
             self.groups,

@@ -6,18 +6,26 @@ ends with the node's ERROR when the leader will not have it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftmq.client import connect
+from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverOptions, connect
 from raftmq.client.resume import ReplayBuffer, resume_plan
 from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
 from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
+
+FAST = FailoverOptions(initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False, connect_timeout_ms=2000)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -140,3 +148,31 @@ def test_a_leader_that_cannot_be_reached_ends_the_connection_within_the_resume_t
             assert isinstance(cause, BrokerRefused) and cause.headers["message"] == "not the leader"
 
     run(scenario())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_failover_client_resumes_unless_told_not_to(resume: bool) -> None:
+    """With resumption the failover client's connection moves without a break (`resumed`);
+    without it, the connection breaks and the client reconnects where the ERROR points."""
+
+    async def scenario() -> list[str]:
+        async with FakeBroker() as going, FakeBroker(adopting) as leader:
+            events: list[FailoverEvent] = []
+            client = FailoverClient([[Address("127.0.0.1", going.port)]], FAST, resume=resume)
+            client.events.append(events.append)
+            await client.start()
+            await client.send("/queue/a", b"x")
+            node = await going.connection()
+            farewell(node, leader.port, node.bytes_read)
+            await until(lambda: any(event.kind in ("resumed", "connected") for event in events[1:]))
+            await client.send("/queue/a", b"y")
+            assert client.address == Address("127.0.0.1", leader.port)
+            await client.close()
+            return [event.kind for event in events]
+
+    kinds = run(scenario())
+    if resume:
+        assert "resumed" in kinds and "disconnected" not in kinds, kinds
+    else:
+        assert "resumed" not in kinds and "disconnected" in kinds and kinds.count("connected") == 2, kinds
