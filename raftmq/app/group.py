@@ -96,11 +96,15 @@ class RunningMember:
 
 async def _change_members(node: Node, raft: RaftLog, change: Change) -> tuple[str, ...]:
     leaving = change.op == REMOVE and change.address == raft.settings.self_address
+    if leaving:
+        node.succession.going = True
     try:
         return await change_membership(raft, change)  # a leader leaving hands its leadership over first
     finally:
         if leaving and not raft.is_leader:
             await node.send_clients_off()  # it is stopped next
+        elif leaving:
+            node.succession.going = False  # it stays: its sessions are handed over as at any transfer
 
 
 def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) -> RunningMember:

@@ -18,6 +18,8 @@ SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 # raftmq's CONNECT header for a client that follows `not the leader` redirects (ours): with
 # "true", a follower answers with the redirect instead of relaying the session to the leader.
 REDIRECT_HEADER = "raftmq.redirect"
+# What a follower adds to the CONNECT it relays: the leader then knows the client's socket is elsewhere.
+RELAYED_HEADER = "raftmq.relayed"
 # A session resumed at its group's leader (raftmq.server.stomp.adoption, raftmq.client.resume):
 # the request (signed by a member), where the client's stream goes on, and the answer's CONNECTED.
 RESUME_HEADER = "raftmq.resume"

@@ -335,6 +335,7 @@ class Node:
                 except asyncio.CancelledError:
                     pass
         await self.succession.stop()
+        self.succession.going = True
         if self.commit_log.is_leader and await self._hand_over():
             await self.send_clients_off()
         self.succession.stopping = True  # its clients are told it stops, not handed over

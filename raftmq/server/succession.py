@@ -47,6 +47,9 @@ class Succession:
         self.sessions_swept = 0  # Disconnects proposed for sessions of earlier leaders
         self.takeover = Takeover()
         self.stopping = False  # the node stops: its clients are told where the leader is, not handed over
+        # The node goes once it handed its leadership over (a stop, a removal): the sessions it
+        # hands over are parked at the successor for their clients to resume (hand_over).
+        self.going = False
 
     def add_service(self, service: LeaderService) -> None:
         """Run `service` whenever this node leads (started at the next leadership gained, or
@@ -65,7 +68,7 @@ class Succession:
         self.note_leader(force=True)
         self.takeover.reset()
         if leader:
-            self.stopping = False  # a member removed, then added back, leads again (a stop sets it again)
+            self.stopping = self.going = False  # a member removed, then added back, leads again
         if leader and self._host.commit_log.won_by_hand_over:
             self._expect_adoptions()
         if not leader:

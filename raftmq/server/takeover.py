@@ -114,7 +114,7 @@ class Takeover:
     def park(self, ticket: Ticket, unfinished: bytes, commit_log: CommitLog, loop: asyncio.AbstractEventLoop,
              expire: Callable[[str], None]) -> None:
         session_id = ticket.session_id
-        self.awaiting[session_id] = AwaitingAdoption(session_id, commit_log)
+        self.awaiting.setdefault(session_id, AwaitingAdoption(session_id, commit_log))  # parked on arrival: kept so far
         self.parked[session_id] = Parked(ticket, unfinished, loop.call_later(PARK_SECONDS, expire, session_id))
 
     def unpark(self, session_id: str) -> bool:

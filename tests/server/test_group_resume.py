@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import pytest
 
 from raftmq.client import FailoverClient, connect
+from raftmq.client.admin import AdminAccess
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.resume import ReplayBuffer
 from raftmq.client.stomp_client import StompClient
@@ -19,6 +21,7 @@ from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import Frame
 from tests.helpers.group_harness import Group, connect_leader
 from tests.helpers.stomp_raw import unique
+from tests.helpers.tls_certs import make_certificates
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -182,3 +185,36 @@ def test_a_client_over_websocket_resumes_its_session_over_websocket(group: Group
         return consumer.resumptions
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_over_tls_the_session_is_parked_as_the_ticket_arrives_and_resumed_over_tls(tmp_path: Path) -> None:
+    """A TLS connection cannot half-close, so a going leader cannot park a session it relays:
+    it parks its own clients' sessions at the successor as their tickets arrive instead, and
+    the client resumes over TLS."""
+    server, _client = make_certificates(tmp_path / "certs")
+    group = Group(tmp_path)
+    group.config_path.write_text(group.config_path.read_text()
+                                 + f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\n')
+    group.admin_access = AdminAccess(ca_file=str(server.ca))
+    try:
+        group.start()
+        leader = group.leader()
+        host, port = group.client_addresses()[list(group.members).index(leader)]
+        destination = unique()
+
+        async def scenario() -> int:
+            client = await connect(host, port, ca_file=str(server.ca))
+            subscription = client.subscribe(destination, id="s1", ack="client-individual")
+            await client.send(destination, b"before", receipt=True)
+            before = await asyncio.wait_for(subscription.get(), 5)
+            await asyncio.to_thread(stop_leader, group, leader)
+            await client.ack(before, receipt=True)
+            await client.send(destination, b"after", receipt=True)
+            after = await asyncio.wait_for(subscription.get(), 5)
+            assert after.body == b"after" and after.get("redelivered") is None
+            await client.disconnect()
+            return client.resumptions
+
+        assert asyncio.run(scenario()) == 1
+    finally:
+        group.close()

@@ -87,9 +87,10 @@ class RelayStarter(Protocol):
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
     def adopt(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              refusal: bytes, hops: int) -> None:
+              refusal: bytes, hops: int, parked_at: int | None = None) -> None:
         """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its
-        ticket); `hops`: relays between the client and this node."""
+        ticket); `hops`: relays between the client and this node; `parked_at`: the successor
+        parks the session, and the client is told to resume it there from that offset."""
 
 
 class NodeView(Protocol):
@@ -237,6 +238,8 @@ class SuccessionHost(NodeView, Protocol):
 
 class HandOvers(Protocol):
     """Leader changes as a session handed over meets them (raftmq.server.succession)."""
+
+    going: bool  # the node goes once it handed its leadership over: its sessions are parked for their clients
 
     def refuse(self, session: ClientConnection, hint: str | None) -> None:
         """It could not be handed over: ERROR `not the leader`, naming `hint`."""

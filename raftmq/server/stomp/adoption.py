@@ -25,8 +25,9 @@ entries do for it: raftmq.server.takeover) and closes; the relay then writes `re
 the leader: a CONNECT whose `raftmq.resume` header names the session, signed and stamped like a
 ticket, and the session carries on there, one relay from its client.
 
-A node that goes (stopped, or removed from its group) parks the sessions whose client holds a
-socket to it the same way, and tells the client: the ERROR `not the leader` it ends the
+A node that goes (stopped, or removed from its group) has the sessions whose client holds a
+socket to it parked at the successor (their tickets, with no hops, are parked as they arrive;
+one relayed from an earlier hand-over is parked by a half-close, as above), and tells the client: the ERROR `not the leader` it ends the
 connection with carries the resume request's headers (`resume_headers`) and
 `raftmq.resume-offset`, how many bytes of the client's stream the session read. A client that
 kept what it sent (raftmq's own: raftmq.client.resume) sends that CONNECT to the leader with the
@@ -78,7 +79,9 @@ class Ticket:
     peer: str  # the client's address, as the old leader saw it (logs, the connection list)
     commands: bytes  # raftmq.replication.command_codec batch of what was read, not proposed (b"": none)
     issued_ms: int
-    hops: int  # relays between the client and the successor: 1 for a client of the old leader's own
+    # Relays between the client and the successor: 1 for a client of the old leader's own; 0 when
+    # the old leader goes: the successor parks the session as it arrives, the client resumes it.
+    hops: int
 
 
 def sign(secret: str, body: bytes) -> str:

@@ -379,12 +379,14 @@ class Connection(Output, asyncio.Protocol):
         handing.spawn(handing.hand_over(self, leader))
         return True
 
-    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None:
-        """Pipe this connection to the successor after `prefix` (the ticket): the successor serves the session now."""
+    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes,
+                           parked_at: int | None = None) -> None:
+        """Pipe this connection to the successor after `prefix` (the ticket): the successor serves
+        the session now; `parked_at`: it parks it, and the client resumes it from that offset."""
         self._beats.stop()
         self._handed_over = True
         assert self._transport is not None and not self._out
-        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal, self.hops)
+        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
 
     def resume_here(self, session_id: str, held: bytes) -> None:
         """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""

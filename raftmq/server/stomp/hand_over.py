@@ -83,7 +83,8 @@ class Handing(ClientConnection, Protocol):
     def input_ended(self) -> None:
         """The client's side is closed: close ours once what is pending is out."""
     def data_received(self, data: bytes) -> None: ...
-    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes) -> None: ...
+    def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes,
+                           parked_at: int | None = None) -> None: ...
     def opened(self) -> None: ...
     def run(self, decisions: list[Decision]) -> None: ...
 
@@ -117,8 +118,11 @@ async def hand_over(connection: Handing, leader: str) -> None:
     commands = [*connection.unproposed, *connection.flow_held]
     ticket = None
     unsent = connection.unsent  # written under the old term: after the successor's frames reach others, stale
+    # This node goes next, and holds the client's own socket: the successor parks the session and
+    # the client resumes it there itself (a ticket with no hops); no relay from here is needed.
+    parking = host.succession.going and connection.hops == 0 and not stomp.via_relay
     if not connection.settling and not connection.outcome_unknown and not unsent and secret is not None and not connection.closed:
-        ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), connection.hops + 1)
+        ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), 0 if parking else connection.hops + 1)
     if ticket is None or secret is None:
         why = ("a command's outcome is unknown" if connection.settling or connection.outcome_unknown
                else "output of the old term not yet sent" if unsent else "not handed over")
@@ -135,10 +139,14 @@ async def hand_over(connection: Handing, leader: str) -> None:
         "not the leader", f"this node is no longer the leader of its group; leader: {leader}", stomp.version, None,
         {"leader": leader},
     )
-    prefix = ticket_frame(ticket, secret) + stomp.unfinished()
+    unfinished = stomp.unfinished()
     log.info("client.handing_over", session=session_id, local=local_id, peer=connection.peer, leader=leader,
-             commands=len(commands))
-    connection.relay_to_successor(leader, session_id, prefix, refusal)
+             commands=len(commands), parking=parking)
+    if parking:  # the client sends the frame it had begun again, from the offset its ERROR names
+        connection.relay_to_successor(leader, session_id, ticket_frame(ticket, secret), refusal,
+                                      connection.stream_bytes - len(unfinished))
+    else:
+        connection.relay_to_successor(leader, session_id, ticket_frame(ticket, secret) + unfinished, refusal)
 
 
 async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, then: bytes | None = None,
@@ -170,6 +178,12 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
                             extra={"leader": host.leader_hint or ""})
         else:
             connection.run(connection.stomp.adopted(None, refusal or "", host.clock.now_ms()))
+        return
+    if ticket.hops == 0 and not resuming:  # its node goes: the client resumes the session itself
+        host.succession.park(ticket, b"")
+        connection.write(adopted_frame(session_id))
+        log.info("client.parked", session=session_id, peer=ticket.peer, via=connection.peer)
+        connection.input_ended()
         return
     host.rename_session(connection.session_id, session_id)
     connection.session_id = session_id

@@ -2,8 +2,8 @@
 
 Only the leader runs sessions (its core is the one that decides). A follower reads and checks
 CONNECT as the leader would (first frame, version, heart-beat, login); where it would answer
-`ERROR not the leader`, it instead opens a connection to the leader's client address, writes
-the bytes the client sent so far (CONNECT included) and from then on copies bytes both ways.
+`ERROR not the leader`, it opens a connection to the leader's client address, writes the bytes
+the client sent so far (CONNECT included, marked `raftmq.relayed`), then copies bytes both ways.
 The session, its receipts and its deliveries are the leader's own, unchanged: the follower
 never parses what it copies. It is what RabbitMQ does for a queue whose leader is elsewhere,
 and what lets ordinary STOMP clients (stomp.py given three hosts) use any member.
@@ -39,16 +39,8 @@ request to resume it there (`farewell_frame`): raftmq's client does, on a socket
 No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
 trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
 
-TLS: when the group's client port uses TLS ([tls]), the follower speaks TLS to the leader too.
-Every member presents the group's one certificate, so the follower trusts exactly that one: the
-leader's must be byte-for-byte the follower's own `cert_file` (pinning; no CA or host name is
-involved, and no other server can pass for the leader). The follower presents it as its client
-certificate, for a leader that requires one (`require_client_cert`: it must then be signed by
-`ca_file`, or clients must use redirect mode).
-
-A relayed connection is a client connection of the follower (its session stays in the node's
-sessions until the client's side closes), so connection limits count it; the leader counts the
-relay's own connection as one of its clients.
+TLS ([tls]: the follower speaks TLS to the leader and pins the group's one certificate) and what
+a relayed connection counts as: docs/operations.md, "Any node serves any client".
 """
 
 from __future__ import annotations
@@ -66,7 +58,7 @@ from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import RelayedConnection, RelayHost
 from raftmq.server.stomp.adoption import farewell_frame, read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
-from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, named_session, set_reading
+from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, mark_relayed, named_session, set_reading
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
@@ -124,15 +116,16 @@ class Relays:
 
     def start(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the session's) and relay it to the leader."""
-        self._begin(Relay(self, self._node, session, transport, prefix))
+        self._begin(Relay(self, self._node, session, transport, mark_relayed(prefix)))
 
     def adopt(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              refusal: bytes, hops: int) -> None:
+              refusal: bytes, hops: int, parked_at: int | None = None) -> None:
         """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its
-        ticket); `hops`: relays between the client and this node (0: the client's own socket)."""
+        ticket); `hops`: relays between the client and this node (0: the client's own socket);
+        `parked_at`: the successor parks it instead, and the client resumes it from that offset."""
         self.handed_over += 1
         adoption = Adoption(leader, session_id, refusal)
-        adoption.outermost = hops == 0
+        adoption.outermost, adoption.parked_at = hops == 0, parked_at
         self._begin(Relay(self, self._node, session, transport, prefix, adoption))
 
     def _begin(self, relay: Relay) -> None:
@@ -277,7 +270,7 @@ class Relay:
         self._relays.total += 1
         prefix, self._prefix = self._prefix, b""
         adoption = self._adoption
-        set_reading(self._client, adoption is None or not adoption.resuming)  # resumed: once answered
+        set_reading(self._client, adoption is None or not (adoption.resuming or adoption.parked_at is not None))
         upstream.write(prefix)  # may pause the client again at once (pause_writing)
         if self._client_eof:
             self._forward_eof()
@@ -404,6 +397,8 @@ class Relay:
                 return self._refuse_adoption(adoption, why)
             adoption.answered = True
             data, adoption.answer = adoption.answer[start:], b""
+            if adoption.parked_at is not None:
+                return self._send_off(adoption, adoption.parked_at)
             if adoption.resuming:
                 self._moved()
             else:
@@ -453,20 +448,25 @@ class Relay:
             if adoption is not None and not adoption.answered:
                 return self._refuse_adoption(adoption, "the successor closed the connection before it answered")
             if adoption is not None and adoption.farewell and not self._client.is_closing():
-                offset = self._resume_offset(adoption)
-                log.info("client.error", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
-                         message="not the leader", detail="the node goes (stopped, or removed from its group)",
-                         leader=adoption.leader, resume_offset=offset)
-                if offset is None:
-                    self._client.write(adoption.refusal)
-                else:  # what a client that kept its stream needs to resume the session, parked as this side closed
-                    self._client.write(farewell_frame(adoption.session_id, adoption.leader, offset, self.session.version,
-                                                      self._node.hand_over_secret or "", self._node.clock.now_ms()))
+                return self._send_off(adoption, self._resume_offset(adoption))
             self._close(self._client)
 
+    def _send_off(self, adoption: Adoption, offset: int | None) -> None:
+        """This node goes: the client hears where the leader is and, with `offset`, where its
+        session waits for it to resume (parked as the relay's side closed, or as it arrived)."""
+        log.info("client.error", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
+                 message="not the leader", detail="the node goes (stopped, or removed from its group)",
+                 leader=adoption.leader, resume_offset=offset)
+        if not self._client.is_closing():
+            self._client.write(adoption.refusal if offset is None else farewell_frame(
+                adoption.session_id, adoption.leader, offset, self.session.version, self._node.hand_over_secret or "",
+                self._node.clock.now_ms()))
+        self._close(self._client)
+        if self._upstream is not None:
+            self._close(self._upstream)
+
     def _resume_offset(self, adoption: Adoption) -> int | None:
-        """How much of the client's stream the session read, when the client may resume it
-        (this node holds its own socket): everything it sent, but what a move held back."""
+        """How much of the client's stream the session read, when the client may resume it (its own socket)."""
         if not (adoption.outermost and adoption.parks) or self._node.hand_over_secret is None:
             return None
         return self.session.stream_bytes - len(self._held)

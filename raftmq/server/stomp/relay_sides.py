@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from raftmq.protocol.frame import RELAYED_HEADER
+
 
 class Adoption:
     """A relay that hands a session to the successor: its ticket goes first (the relay's
@@ -22,6 +24,7 @@ class Adoption:
         self.answered = False
         self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
         self.parks = False  # ... half-closed: the successor parks the session (over TLS it cannot: it ends)
+        self.parked_at: int | None = None  # the successor parks it on arrival; the client resumes it from here
         self.resuming = False  # a relay moving closer resumes the session parked there (no ticket)
         self.outermost = True  # this node holds the client's own socket: only such a relay moves
 
@@ -99,6 +102,16 @@ class UpstreamSide(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._relay.upstream_lost(self._transport)
+
+
+def mark_relayed(prefix: bytes) -> bytes:
+    """The client's first bytes with `RELAYED_HEADER` added to its CONNECT (never escaped: a
+    header line goes right after the command's), so the leader knows the session is relayed."""
+    start = len(prefix) - len(prefix.lstrip(b"\r\n"))  # EOLs (heart-beats) before the frame
+    end = prefix.find(b"\n", start)
+    if end < 0:
+        return prefix
+    return prefix[:end + 1] + RELAYED_HEADER.encode() + b":true\n" + prefix[end + 1:]
 
 
 def named_session(head: bytes) -> str | None:

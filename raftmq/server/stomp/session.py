@@ -37,7 +37,7 @@ from raftmq.core.temporary import owner_token
 from raftmq.core.validation import is_wildcard
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
-from raftmq.protocol.frame import RESUME_HEADER, Frame
+from raftmq.protocol.frame import RELAYED_HEADER, RESUME_HEADER, Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
@@ -123,14 +123,13 @@ class StompSession:
         # not been told a version yet, and every version reads an unescaped colon in a value.
         self.version = "1.0"
         self.cluster_connection = False  # CONNECT said it is a bridge (raftmq.routing.route.BRIDGE_CONNECT_HEADER)
+        self.via_relay = False  # a follower relays it: the client's socket is that member's (RELAYED_HEADER)
         config = host.config
         # CONNECT, STOMP and CONNECTED are never escaped, so any version parses CONNECT.
         self._parser = FrameParser(config.limits, "1.2")
         self._translator: FrameTranslator | None = None
-        self.send_interval_ms = 0  # agreed heart-beats we send (0: none)
-        self.receive_interval_ms = 0  # agreed heart-beats we expect (0: none)
-        self.connect_proposed = False
-        self.disconnect_proposed = False
+        self.send_interval_ms = self.receive_interval_ms = 0  # agreed heart-beats we send, expect (0: none)
+        self.connect_proposed = self.disconnect_proposed = False
         self._connected_sent = False
         self.authenticating = False  # a passcode check is under way: hold what the client sends
         self._pending_connect: _PendingConnect | None = None
@@ -314,6 +313,7 @@ class StompSession:
             return self.fail("expected CONNECT", f"the first frame must be CONNECT or STOMP, got {frame.command}")
         if frame.get(ADOPT_HEADER) is not None or frame.get(RESUME_HEADER) is not None:
             return self._adopt(frame, now_ms)
+        self.via_relay = frame.get(RELAYED_HEADER) is not None
         try:
             version = negotiate_version(frame.get("accept-version"))
             client_heart_beat = parse_heart_beat(frame.get("heart-beat"))
