@@ -397,13 +397,13 @@ class Relay:
                 return self._refuse_adoption(adoption, why)
             adoption.answered = True
             data, adoption.answer = adoption.answer[start:], b""
-            if adoption.parked_at is not None:
-                return self._send_off(adoption, adoption.parked_at)
             if adoption.resuming:
                 self._moved()
             else:
                 log.info("client.handed_over", node=self._node.name, session=adoption.session_id, peer=self.session.peer,
-                         leader=adoption.leader)
+                         leader=adoption.leader, parked=adoption.parked_at is not None)
+            if adoption.parked_at is not None:
+                return self._send_off(adoption, adoption.parked_at)
         if data and not self._client.is_closing():
             self._client.write(data)
 
