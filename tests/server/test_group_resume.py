@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,26 +166,31 @@ def test_a_failover_client_rides_a_rolling_stop_of_each_leader_without_a_break(g
     assert kinds.count("resumed") == 2 and "disconnected" not in kinds, kinds
 
 
-
-def test_a_client_over_websocket_resumes_its_session_over_websocket(group: Group) -> None:
+def ride_a_leader_stop(group: Group, **connect_options: Any) -> int:
+    """raftmq's client on the leader (with `connect_options`): a delivery before the stop is
+    acknowledged after it, a message sent after it arrives, nothing comes twice. Its resumptions."""
     leader = group.leader()
     destination = unique()
     host, port = group.client_addresses()[list(group.members).index(leader)]
 
     async def scenario() -> int:
-        consumer = await connect(host, port, websocket_path="/stomp")
-        subscription = consumer.subscribe(destination, id="s1", ack="client-individual")
-        await consumer.send(destination, b"before", receipt=True)
+        client = await connect(host, port, **connect_options)
+        subscription = client.subscribe(destination, id="s1", ack="client-individual")
+        await client.send(destination, b"before", receipt=True)
         before = await asyncio.wait_for(subscription.get(), 5)
         await asyncio.to_thread(stop_leader, group, leader)
-        await consumer.ack(before, receipt=True)
-        await consumer.send(destination, b"after", receipt=True)
+        await client.ack(before, receipt=True)
+        await client.send(destination, b"after", receipt=True)
         after = await asyncio.wait_for(subscription.get(), 5)
         assert after.body == b"after" and after.get("redelivered") is None
-        await consumer.disconnect()
-        return consumer.resumptions
+        await client.disconnect()
+        return client.resumptions
 
-    assert asyncio.run(scenario()) == 1
+    return asyncio.run(scenario())
+
+
+def test_a_client_over_websocket_resumes_its_session_over_websocket(group: Group) -> None:
+    assert ride_a_leader_stop(group, websocket_path="/stomp") == 1
 
 
 def test_over_tls_the_session_is_parked_as_the_ticket_arrives_and_resumed_over_tls(tmp_path: Path) -> None:
@@ -198,23 +204,6 @@ def test_over_tls_the_session_is_parked_as_the_ticket_arrives_and_resumed_over_t
     group.admin_access = AdminAccess(ca_file=str(server.ca))
     try:
         group.start()
-        leader = group.leader()
-        host, port = group.client_addresses()[list(group.members).index(leader)]
-        destination = unique()
-
-        async def scenario() -> int:
-            client = await connect(host, port, ca_file=str(server.ca))
-            subscription = client.subscribe(destination, id="s1", ack="client-individual")
-            await client.send(destination, b"before", receipt=True)
-            before = await asyncio.wait_for(subscription.get(), 5)
-            await asyncio.to_thread(stop_leader, group, leader)
-            await client.ack(before, receipt=True)
-            await client.send(destination, b"after", receipt=True)
-            after = await asyncio.wait_for(subscription.get(), 5)
-            assert after.body == b"after" and after.get("redelivered") is None
-            await client.disconnect()
-            return client.resumptions
-
-        assert asyncio.run(scenario()) == 1
+        assert ride_a_leader_stop(group, ca_file=str(server.ca)) == 1
     finally:
         group.close()

@@ -58,7 +58,7 @@ from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import RelayedConnection, RelayHost
 from raftmq.server.stomp.adoption import farewell_frame, read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
-from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, mark_relayed, named_session, set_reading
+from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, linger, mark_relayed, named_session, set_reading
 
 if TYPE_CHECKING:
     from raftmq.protocol.frame import Frame
@@ -461,7 +461,7 @@ class Relay:
             self._client.write(adoption.refusal if offset is None else farewell_frame(
                 adoption.session_id, adoption.leader, offset, self.session.version, self._node.hand_over_secret or "",
                 self._node.clock.now_ms()))
-        self._close(self._client)
+        linger(self._client, self.client_lost, self._close)
         if self._upstream is not None:
             self._close(self._upstream)
 

@@ -6,6 +6,7 @@ their `Relay`; and `Adoption`, what a relay that carries a session to another no
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from raftmq.protocol.frame import RELAYED_HEADER
@@ -123,6 +124,40 @@ def named_session(head: bytes) -> str | None:
     lines = head[:end].split(b"\n") if end >= 0 else []
     named = [line[8:] for line in lines[1:] if line.startswith(b"session:")] if lines[:1] == [b"CONNECTED"] else []
     return named[0].decode("utf-8", "replace") if named else ""
+
+
+LINGER_SECONDS = 1.0
+
+
+class Lingering(asyncio.Protocol):
+    """A client's connection once its last frame is written: what the client still sends is read
+    and dropped until it closes."""
+
+    def __init__(self, on_lost: Callable[[Exception | None], None]) -> None:
+        self._on_lost = on_lost
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the client closed too: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(exc)
+
+
+def linger(client: asyncio.Transport, on_lost: Callable[[Exception | None], None],
+           close: Callable[[asyncio.Transport], None]) -> None:
+    """End the client's connection after what was written to it (an ERROR) without losing it: a
+    socket closed with input unread is reset, and a reset drops what the kernel had not sent yet
+    (a client slow to read). So half-close, read what still comes, and close once the client
+    closes, or after `LINGER_SECONDS`. Over TLS (no half-close): `close`."""
+    if client.is_closing() or not client.can_write_eof():
+        return close(client)
+    client.set_protocol(Lingering(on_lost))
+    client.write_eof()
+    client.resume_reading()
+    asyncio.get_running_loop().call_later(LINGER_SECONDS, close, client)
 
 
 def abort(transport: asyncio.Transport) -> None:
