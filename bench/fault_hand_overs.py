@@ -8,11 +8,12 @@ writes them):
   member logging that it leads in a newer term (0 when the new one led first);
 - `receipt gap ms`: the longest stretch without a receipted SEND from 1 s before the fault to
   6 s after (all producers together): how long the receipts stopped;
-- `not-the-leader`: ERROR frames the old leader sent its clients (`client.error` lines);
-- `resumed`: of those, sessions the client resumed at the leader on a new socket, as the ERROR
-  asked (a `client.resumed` line with `by='client'` for the same session within 2 s): that
+- `not-the-leader`: ERROR frames the old node sent its clients (`client.error` lines), of which
+  `farewells` as it went (the others: it refused new connections once restarted as a follower);
+- `resumed`: of the farewells, sessions the client resumed at the leader on a new socket, as the
+  ERROR asked (a `client.resumed` line with `by='client'` for the same session within 2 s): that
   client's application saw nothing;
-- `ended`: the others, sessions that ended: their clients reconnected and subscribed again;
+- `ended`: the other farewells, sessions that ended: their clients reconnected;
 - `handed over`: sessions the old leader handed to its successor (`client.handed_over` lines);
 - `unknown`: SENDs whose outcome a client could not know in that window.
 
@@ -78,7 +79,8 @@ def hand_overs(run_dir: Path) -> list[dict[str, Any]]:
         window = [t for t in receipts if t0 - 1 <= t <= t0 + 6]
         errors = [e for e in events if e["event"] == "client.error" and e["node"] == old and t0 <= e["at"] <= t0 + 6
                   and "not the leader" in e.get("message", "")]
-        resumed = sum(1 for error in errors if any(
+        farewells = [e for e in errors if "the node goes" in e.get("detail", "")]
+        resumed = sum(1 for error in farewells if any(
             e["event"] == "client.resumed" and e.get("by") == "client" and e.get("session") == error.get("session")
             and error["at"] <= e["at"] <= error["at"] + 2 for e in events))
         gap = max((b - a for a, b in zip(window, window[1:], strict=False)), default=None)
@@ -88,12 +90,13 @@ def hand_overs(run_dir: Path) -> list[dict[str, Any]]:
             "leaderless_ms": round(max(0.0, new["at"] - down) * 1000, 1) if new and down else None,
             "receipt_gap_ms": round(gap * 1000, 1) if gap is not None else None,
             "not_the_leader": len(errors),
+            "farewells": len(farewells),
             "resumed": resumed,
             "handed_over": sum(1 for e in events if e["event"] == "client.handed_over" and e["node"] == old
                                and t0 <= e["at"] <= t0 + 6),
             "unknown": sum(1 for t in unknown if t0 <= t <= t0 + 6),
         })
-        rows[-1]["ended"] = len(errors) - resumed
+        rows[-1]["ended"] = len(farewells) - resumed
     return rows
 
 
@@ -107,19 +110,21 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(f"{'run':<48} {'fault':<10} {'old':<6} {'new':<6} {'elections':>9} {'leaderless ms':>13} "
-          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'resumed':>7} {'ended':>5} {'handed over':>11} {'unknown':>7}")
+          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'farewells':>9} {'resumed':>7} {'ended':>5} {'handed over':>11} "
+          f"{'unknown':>7}")
     for row in rows:
         print(f"{row['run'][:48]:<48} {row['fault']:<10} {row['old']:<6} {row['new'] or '-':<6} "
               f"{row['elections'] if row['elections'] is not None else '-':>9} {row['leaderless_ms'] or 0:>13} "
-              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['resumed']:>7} {row['ended']:>5} "
+              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['farewells']:>9} {row['resumed']:>7} {row['ended']:>5} "
               f"{row['handed_over']:>11} {row['unknown']:>7}")
     gaps = [row["receipt_gap_ms"] for row in rows if row["receipt_gap_ms"] is not None]
     if rows:
         print(f"\n{len(rows)} hand-overs; one election in {sum(1 for r in rows if r['elections'] == 1)}; "
               f"leaderless max {max((r['leaderless_ms'] or 0) for r in rows)} ms; receipt gap median "
               f"{statistics.median(gaps) if gaps else '-'} ms, max {max(gaps) if gaps else '-'} ms; "
-              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}, of which resumed by their client "
-              f"{sum(r['resumed'] for r in rows)}, sessions ended {sum(r['ended'] for r in rows)}; sessions handed over "
+              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}, farewells {sum(r['farewells'] for r in rows)} "
+              f"of which resumed by their client {sum(r['resumed'] for r in rows)}, sessions ended "
+              f"{sum(r['ended'] for r in rows)}; sessions handed over "
               f"{sum(r['handed_over'] for r in rows)}; unknown SENDs {sum(r['unknown'] for r in rows)}")
 
 
