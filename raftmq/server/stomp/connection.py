@@ -41,6 +41,9 @@ from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
+# How long a half-close from a follower's relay waits for this node to learn it lost its leadership.
+MOVE_NOTICE_SECONDS = 0.2
+
 class Connection(Output, asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
@@ -73,6 +76,7 @@ class Connection(Output, asyncio.Protocol):
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
         self.stream_bytes = 0
+        self.eof_pending = False  # a follower's relay half-closed: its move, or its client's half-close
         self._read_paused_for_writes = self._held_for_redirect = False
         self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
         self._handing = False  # `hand_over` under way (the node may ask twice: at the role change, and as it stops)
@@ -188,9 +192,20 @@ class Connection(Output, asyncio.Protocol):
             return True  # the pending ERROR closes the connection
         if self.hops and self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None:
             handing.spawn(handing.park(self))
+        elif self.stomp.via_relay and self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None:
+            # A follower's relay half-closes to move to a new leader this node may not know of yet
+            # (a client's own half-close looks the same): wait a moment for the leadership to go.
+            self.eof_pending = True
+            self.hold_for_redirect()
+            self._loop.call_later(MOVE_NOTICE_SECONDS, self._eof_unclaimed)
         else:
             self.input_ended()
         return True
+
+    def _eof_unclaimed(self) -> None:
+        if not self._handed_over and not self._handing and self.stomp.state == SessionState.OPEN:
+            self._held_for_redirect = False  # still leading: the client's own half-close
+            self.input_ended()
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go

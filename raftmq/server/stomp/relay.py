@@ -187,7 +187,7 @@ class Relay:
         self._prefix = prefix
         self._upstream: asyncio.Transport | None = None
         self.leader: str | None = None
-        self._client_eof = False
+        self._client_eof = session.eof_pending  # a follower's relay moving, before this node knew
         self._ended = False
         self._deposed_at: float | None = None
         self._upstream_heard = 0.0  # loop time of the last bytes from the leader
