@@ -64,6 +64,14 @@ class NodeConfig:
     # "loopback" (pages served from this machine) or "*"; a client sending no Origin (not a
     # browser) always may.
     websocket_origins: tuple[str, ...] = ("loopback",)
+    # The admin port (raftmq.web_guard): pages of these origins besides the console's own may
+    # send it changes and read its answers (CORS), in websocket_origins' forms; a reverse
+    # proxy's origin ("https://admin.example") goes here. Empty: the console's own origin only.
+    admin_origins: tuple[str, ...] = ()
+    # Names the admin port and the WebSocket handshake answer to besides this node's configured
+    # hosts, loopback names and the address a request came in on ("broker.example", a reverse
+    # proxy's Host): a request for any other name is refused (DNS rebinding).
+    host_names: tuple[str, ...] = ()
     # WebSocket upgrades being read at once on this node; one more is answered 503.
     websocket_max_handshakes: int = 100
     # "host:port" of a listener for WebSocket clients only, besides the client port; None: none.
@@ -137,16 +145,21 @@ FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.stomp.relay: RELA
 
 def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
     """`prefix`.follower_clients is one of FOLLOWER_CLIENT_MODES ([node] or a group's [server]),
-    and the WebSocket keys hold what they can use."""
+    and the WebSocket and web-guard keys (origins, host names) hold what they can use."""
     if config.follower_clients not in FOLLOWER_CLIENT_MODES:
         raise ConfigError(
             f"{path}: {prefix}.follower_clients must be one of {', '.join(map(repr, FOLLOWER_CLIENT_MODES))}, "
             f"got {config.follower_clients!r}"
         )
-    for origin in config.websocket_origins:
-        if origin not in ("*", "loopback") and not re.fullmatch(r"[a-z][a-z0-9+.-]*://[^/\s]+", origin):
-            raise ConfigError(f"{path}: {prefix}.websocket_origins: {origin!r} is not an origin: write "
-                              "'scheme://host[:port]' (as a browser sends it, no path), 'loopback' or '*'")
+    for key in ("websocket_origins", "admin_origins"):
+        for origin in getattr(config, key):
+            if origin not in ("*", "loopback") and not re.fullmatch(r"[a-z][a-z0-9+.-]*://[^/\s]+", origin):
+                raise ConfigError(f"{path}: {prefix}.{key}: {origin!r} is not an origin: write "
+                                  "'scheme://host[:port]' (as a browser sends it, no path), 'loopback' or '*'")
+    for name in config.host_names:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+|\[?[0-9A-Fa-f:.]+\]?", name):
+            raise ConfigError(f"{path}: {prefix}.host_names: {name!r} is not a host name: write a name or an "
+                              "address as a browser's Host header carries it, without scheme or port ('broker.example')")
     if config.websocket is not None:
         try:
             split_address(config.websocket)

@@ -50,6 +50,7 @@ from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
 from raftmq.server.websocket.session import HandshakeGate
+from raftmq.web_guard import HostNames
 
 log = structlog.get_logger("raftmq.server.node")
 
@@ -95,6 +96,7 @@ class Node:
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
+        self.websocket_hosts = HostNames.of(config.host, config.bind_host, *config.host_names, (config.websocket or "").rpartition(":")[0])
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock

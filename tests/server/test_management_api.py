@@ -30,8 +30,9 @@ def call(group: Group, node: str, method: str, path: str, body: dict[str, Any] |
          login: tuple[str, str] | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     member = group.members[node]
     data = json.dumps(body).encode() if body is not None else None
+    sent = {"Content-Type": "application/json"} if data is not None else {}
     request = urllib.request.Request(f"http://{member.host}:{member.admin_port}{path}", data=data, method=method,
-                                     headers=headers or {})
+                                     headers={**sent, **(headers or {})})
     if login is not None:
         request.add_header("Authorization", "Basic " + base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode())
     try:

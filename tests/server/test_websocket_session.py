@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, RejectConnection, Request, TextMessage
 
-from raftmq.server.websocket.session import Closed, Opened, Reply, Stomp, WebSocketSession, origin_allowed
+from raftmq.server.websocket.session import Closed, Opened, Reply, Stomp, WebSocketSession
+from raftmq.web_guard import origin_allowed
 
 
 def upgrade(session: WebSocketSession, subprotocols: list[str] | None = None,

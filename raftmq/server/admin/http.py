@@ -35,6 +35,11 @@
 - A STOMP client (its first line CONNECT or STOMP) gets a STOMP ERROR saying this is the admin
   port, and the connection closes: it would otherwise wait for an answer to an HTTP request
   it never made.
+- Every request passes `raftmq.web_guard.check_request` first: a `Host` the port is not known
+  by gets 421 (DNS rebinding), a foreign `Origin` or a cross-site fetch 403, a change that is
+  not `Content-Type: application/json` 415, each logged (`admin.refused`); `OPTIONS` grants
+  CORS only to an origin in `admin_origins`. Every answer forbids framing (clickjacking) and
+  sniffing; the API's are never cached.
 
 `fetch_bodies` is the client side of `/bodies`; it blocks (it runs while a snapshot is
 restored) and every wait in it is bounded.
@@ -50,6 +55,7 @@ import json
 import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgpack
@@ -57,11 +63,13 @@ import structlog
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.client.transport import PORT_HEADER
+from raftmq.config import NodeConfig, split_address
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
 from raftmq.security import pinned
 from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry, readiness
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.web_guard import PREFLIGHT_GRANT, SAFE_METHODS, HostNames, check_request, cors_headers
 
 log = structlog.get_logger("raftmq.server.admin")
 
@@ -73,6 +81,12 @@ READ_TIMEOUT = 30.0  # a request, read and answered (a management change waits f
 SIGNATURE_HEADER = "X-Raftmq-Signature"
 HANDSHAKE_TIMEOUT = 10.0  # a TLS handshake on the admin port
 STOMP_COMMANDS = (b"CONNECT", b"STOMP")  # a STOMP client's first line
+# A POST that reads (a member's body fetch, msgpack and signed): every other one changes something.
+READING_POSTS = frozenset({"/bodies"})
+# On every answer: no page may frame the console (clickjacking) or sniff a type into HTML.
+ALWAYS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
+          "X-Content-Type-Options": "nosniff"}
+Answer = tuple[int, str, bytes]
 
 
 class ApiHandler(Protocol):
@@ -100,7 +114,13 @@ class AdminServer:
         ssl: ssl_module.SSLContext | None = None,
         authenticate: Callable[[dict[str, str]], Awaitable[bool]] | None = None,
         hand_over: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        hosts: HostNames | None = None,
+        origins: tuple[str, ...] = (),
     ) -> None:
+        # Who may ask (raftmq.web_guard): the names this port is known by (its address and
+        # loopback's always), and the origins of pages besides the console's own (admin_origins).
+        self._hosts = hosts if hosts is not None else HostNames.of(host)
+        self._origins = origins
         self._ssl = ssl  # HTTPS only, when given
         self._authenticate = authenticate  # None: /status and /metrics are open (no logins configured)
         self._hand_over = hand_over
@@ -137,8 +157,10 @@ class AdminServer:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sockname = writer.get_extra_info("sockname")
+        local = str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
         try:
-            reply = await asyncio.wait_for(self._reply(reader), READ_TIMEOUT)
+            reply = await asyncio.wait_for(self._reply(reader, local, writer.get_extra_info("peername")), READ_TIMEOUT)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
             reply = _http(400, "text/plain", b"bad request\n")
         except Exception:
@@ -152,7 +174,7 @@ class AdminServer:
         finally:
             writer.close()
 
-    async def _reply(self, reader: asyncio.StreamReader) -> bytes:
+    async def _reply(self, reader: asyncio.StreamReader, local: str | None = None, peer: Any = None) -> bytes:
         """The answer's bytes: an HTTP response, or a STOMP ERROR to a STOMP client (it would
         otherwise wait for an HTTP head that never comes)."""
         first = await reader.readuntil(b"\n")
@@ -160,26 +182,32 @@ class AdminServer:
             log.info("admin.stomp_client")
             return stomp_error(f"{'group ' + self.group if self.group else 'a single node'}: /status, /metrics, /api/ "
                                "and the console here; STOMP clients connect to a member's client port")
-        return _http(*await self._answer(first, reader))
+        request = await _read_request(first, reader)
+        if not isinstance(request, _Request):
+            return _http(*request)
+        scheme = "https" if self._ssl is not None else "http"
+        headers = request.headers
+        changes = request.method not in SAFE_METHODS and request.path not in READING_POSTS
+        refusal = check_request(request.method, headers, scheme=scheme, hosts=self._hosts, origins=self._origins,
+                                local_address=local, changes=changes)
+        if refusal is not None:
+            log.warning("admin.refused", status=refusal.status, reason=refusal.reason, method=request.method[:16],
+                        path=request.path[:200], host=headers.get("host"), origin=headers.get("origin"),
+                        fetch_site=headers.get("sec-fetch-site"), peer=peer)
+            if request.path.startswith("/api/"):  # the API answers JSON, its refusals too
+                return _http(*_json(refusal.status, {"error": refusal.reason}))
+            return _http(refusal.status, "text/plain", refusal.reason.encode("utf-8", "replace") + b"\n")
+        extra = cors_headers(headers, scheme, self._origins)
+        if request.method == "OPTIONS":  # a preflight: granted only to a listed origin (above)
+            return _http(204, "text/plain", b"", {**extra, **PREFLIGHT_GRANT} if extra else {"Allow": "GET, POST, OPTIONS"})
+        code, content_type, body = await self._answer(request)
+        if request.path.startswith("/api/"):
+            extra["Cache-Control"] = "no-store"
+        return _http(code, content_type, body, extra)
 
-    async def _answer(self, head: bytes, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-        """The answer to the request whose first line is `head`."""
-        while not head.endswith(b"\r\n\r\n") and len(head) <= MAX_REQUEST_HEAD:
-            head += await reader.readuntil(b"\n")
-        if len(head) > MAX_REQUEST_HEAD:
-            return 431, "text/plain", b"request head too large\n"
-        lines = head.decode("latin-1").split("\r\n")
-        method, _, rest = lines[0].partition(" ")
-        path, _, query = rest.partition(" ")[0].partition("?")
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
-        if not 0 <= length <= MAX_REQUEST_BODY:
-            return 413, "text/plain", b"request body too large\n"
-        body = await reader.readexactly(length) if length else b""
+    async def _answer(self, request: _Request) -> Answer:
+        """The answer to a request the guard let through."""
+        method, path, query, headers, body = request.method, request.path, request.query, request.headers, request.body
         if method == "GET" and path in _PROBES:
             return _PROBES[path](self)
         if method == "POST" and path in ("/bodies", "/membership", "/leadership"):
@@ -275,15 +303,69 @@ class AdminServer:
         return 200, "application/x-msgpack", msgpack.packb([considered, rows], use_bin_type=True)
 
 
-def _json(code: int, answer: dict[str, Any]) -> tuple[int, str, bytes]:
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # lower-case names; a repeated header: its last value
+    body: bytes
+
+
+async def _read_request(head: bytes, reader: asyncio.StreamReader) -> _Request | Answer:
+    """The request whose first line is `head`, read whole; or the 4xx answer to one that
+    cannot be (too large, not HTTP)."""
+    while not head.endswith(b"\r\n\r\n") and len(head) <= MAX_REQUEST_HEAD:
+        head += await reader.readuntil(b"\n")
+    if len(head) > MAX_REQUEST_HEAD:
+        return 431, "text/plain", b"request head too large\n"
+    lines = head.decode("latin-1").split("\r\n")
+    method, _, rest = lines[0].partition(" ")
+    target, _, version = rest.partition(" ")
+    if not method.isalpha() or not target.startswith(("/", "*")) or not version.startswith("HTTP/1."):
+        return 400, "text/plain", b"not an HTTP/1.x request line\n"
+    path, _, query = target.partition("?")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit():
+        return 400, "text/plain", b"Content-Length is not a number\n"
+    length = int(length_text)
+    if length > MAX_REQUEST_BODY:
+        return 413, "text/plain", b"request body too large\n"
+    body = await reader.readexactly(length) if length else b""
+    return _Request(method, path, query, headers, body)
+
+
+def known_names(config: NodeConfig, *addresses: str | None) -> HostNames:
+    """The names a node's admin port answers to (raftmq.web_guard.HostNames): the hosts of
+    `addresses` ("host:port", as configured) and of its client, WebSocket and bind addresses,
+    and its `host_names`."""
+    names: list[str | None] = [config.host, config.bind_host, *config.host_names]
+    for address in (*addresses, config.websocket):
+        if address:
+            try:
+                names.append(split_address(address.removeprefix("https://").removeprefix("http://"))[0])
+            except ValueError:
+                pass
+    return HostNames.of(*names)
+
+
+def _json(code: int, answer: dict[str, Any]) -> Answer:
     return code, "application/json", json.dumps(answer).encode() + b"\n"
 
 
-def _http(status: int, content_type: str, body: bytes) -> bytes:
-    challenge = 'WWW-Authenticate: Basic realm="raftmq"\r\n' if status == 401 else ""
-    head = (f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n{challenge}"
+def _http(status: int, content_type: str, body: bytes, extra: dict[str, str] | None = None) -> bytes:
+    fields = {**ALWAYS, **(extra or {})}
+    if status == 401:
+        fields["WWW-Authenticate"] = 'Basic realm="raftmq"'
+    lines = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    head = (f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\n{lines}"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    return head.encode() + body
+    return head.encode("latin-1", "replace") + body
 
 
 def stomp_error(text: str) -> bytes:

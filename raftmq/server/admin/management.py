@@ -8,6 +8,9 @@ address when it cannot. Who may ask is decided here, in the shell, with the STOM
 ACLs (`raftmq.security`): HTTP Basic with a STOMP login; reads list what the user may read; a
 change needs `admin` on its destination(s) and never touches the cluster's internal queues
 (`$.raftmq.`); connections (listing and closing) need `admin` on every queue and topic.
+A browser's change (one carrying `Origin` or fetch metadata: the console's) must also carry the
+anti-forgery token the console's page gets from `GET /api/session` (raftmq.web_guard.TokenMint);
+the admin port has refused what a page of another site may not send before it gets here.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from raftmq.server.admin import console
 from raftmq.server.admin.http import member_connection
 from raftmq.server.node import Node
 from raftmq.server.stomp.connection import Connection
+from raftmq.web_guard import TOKEN_HEADER, TokenMint, is_browser
 
 Answer = tuple[int, str, bytes]
 Headers = dict[str, str]
@@ -62,6 +66,7 @@ class ManagementApi:
         self.members = members
         self.group = group
         self._member_tls: tuple[ssl.SSLContext, bytes] | None = None
+        self.tokens = TokenMint()  # the console's anti-forgery tokens
 
     async def answer(self, method: str, path: str, query: str, headers: Headers, body: bytes) -> Answer | None:
         """The answer to a request for the API or the console, or None for another path."""
@@ -80,6 +85,9 @@ class ManagementApi:
             return 401, "application/json", b'{"error": "login required"}\n'
         params = {key: values[-1] for key, values in parse_qs(query).items()}
         route = (method, path)
+        if route == ("GET", "/api/session"):  # the console's page asks first: its token for its writes
+            return _json(200, {"login": principal.name, "token": self.tokens.issue(principal.name),
+                               "token_header": TOKEN_HEADER})
         if route == ("GET", "/api/overview"):
             return _json(200, await self.overview(principal))
         if route == ("GET", "/api/destinations"):
@@ -92,6 +100,10 @@ class ManagementApi:
             return self.messages(principal, params.get("destination", ""), params.get("limit", "100"),
                                  params.get("selector"))
         if method == "POST" and path in _CHANGES:
+            if is_browser(headers) and not self.tokens.valid(headers.get(TOKEN_HEADER.lower()), principal.name):
+                return _json(403, {"error": f"a change from a browser carries the console's {TOKEN_HEADER} "
+                                            "(GET /api/session); this one's is missing, expired or not this login's",
+                                   "token": "invalid"})
             try:
                 request = json.loads(body or b"{}")
             except ValueError:
@@ -436,7 +448,8 @@ async def _health(admin: str | None, tls: bool) -> dict[str, Any]:
     except (OSError, TimeoutError, ValueError):
         return {"status": "unreachable"}
     try:
-        writer.write(b"GET /health HTTP/1.1\r\nHost: raftmq\r\nConnection: close\r\n\r\n")
+        # Host: the name it is configured by (its admin port answers only the names it is known by)
+        writer.write(f"GET /health HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n".encode("latin-1", "replace"))
         data = await asyncio.wait_for(reader.read(65536), HEALTH_TIMEOUT)
         answer = json.loads(data.partition(b"\r\n\r\n")[2] or b"{}")
         return answer if isinstance(answer, dict) else {}

@@ -28,6 +28,7 @@ from raftmq.replication.commit_log import CommitLog
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
 from raftmq.server.websocket.session import HandshakeGate
+from raftmq.web_guard import HostNames
 
 
 class ClientConnection(Protocol):
@@ -189,6 +190,10 @@ class ConnectionHost(SessionHost, Protocol):
     @property
     def websocket_handshakes(self) -> HandshakeGate:
         """The node's count of WebSocket upgrades being read, and its limit."""
+
+    @property
+    def websocket_hosts(self) -> HostNames:
+        """The names a WebSocket upgrade may ask for in its Host (raftmq.web_guard)."""
 
 
 # -- the node's parts -------------------------------------------------------------------------

@@ -153,7 +153,8 @@ class Connection(Output, asyncio.Protocol):
         self._websocket = upgrade(self._transport, self.host.config.websocket_origins, self.host.websocket_handshakes,
                                   self, lambda opened: log.info("client.websocket", session=self.session_id, peer=self.peer,
                                                                 path=opened.path, subprotocol=opened.subprotocol,
-                                                                origin=opened.origin))
+                                                                origin=opened.origin),
+                                  self.host.websocket_hosts)
         if self._websocket is None:  # too many handshakes: 503 written (and logged), closing
             self.stomp.state = SessionState.FAILED
             return

@@ -7,7 +7,8 @@
   among `SUBPROTOCOLS` (or none, when the client offers none, as RabbitMQ does; a client
   offering only others is refused with 400), after checking its `Origin` against `origins`
   (cross-site WebSocket hijacking: a page of another site cannot use a visitor's browser to
-  reach the broker); no extension is accepted, so `permessage-deflate` (a small message that
+  reach the broker) and its `Host` against `hosts` (403 for a name the port is not known by: a
+  rebound DNS name; raftmq.web_guard); no extension is accepted, so `permessage-deflate` (a small message that
   inflates to gigabytes) never is;
 - passes the payload of text and binary messages on as STOMP bytes as it arrives, frame by
   frame: a STOMP frame may span messages and a message may carry several frames, and nothing
@@ -25,19 +26,17 @@ and the connection closes. The node bounds the handshakes in progress and the ti
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData, Request, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from raftmq.web_guard import HostNames, origin_allowed
+
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 MAX_HANDSHAKE_BYTES = 16 * 1024  # the upgrade request, line and headers
-LOOPBACK_ORIGINS = "loopback"  # the default allow-list entry: pages served from this machine
-ANY_ORIGIN = "*"
 # Close codes (RFC 6455 section 7.4.1).
 NORMAL = 1000
 GOING_AWAY = 1001
@@ -78,33 +77,6 @@ class Closed:
 Action = Reply | Opened | Stomp | Closed
 
 
-def origin_allowed(origin: str | None, allowed: tuple[str, ...]) -> bool:
-    """Whether a handshake with this `Origin` header is served. No header: not a browser (a
-    browser always sends one), served. `allowed` holds exact origins (`https://app.example`),
-    `*` (any), or `loopback` (an origin whose host is localhost or a loopback address)."""
-    if origin is None:
-        return True
-    origin = origin.strip()
-    for entry in allowed:
-        if entry == ANY_ORIGIN or entry == origin:
-            return True
-        if entry == LOOPBACK_ORIGINS and _is_loopback(origin):
-            return True
-    return False
-
-
-def _is_loopback(origin: str) -> bool:
-    host = urlsplit(origin).hostname
-    if host is None:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 _REASONS = {400: "Bad Request", 426: "Upgrade Required", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
 
@@ -136,9 +108,11 @@ class HandshakeGate:
 
 
 class WebSocketSession:
-    def __init__(self, origins: tuple[str, ...]) -> None:
+    def __init__(self, origins: tuple[str, ...], hosts: HostNames | None = None, local_address: str | None = None) -> None:
         self._ws = WSConnection(ConnectionType.SERVER)
         self._origins = origins
+        self._hosts = hosts  # None: any Host (a test's session)
+        self._local_address = local_address  # the address the connection came in on
         self.opened = False
         self.closed = False
         self._binary = False  # the client's last message was binary
@@ -209,6 +183,8 @@ class WebSocketSession:
 
     def _handshake(self, request: Request) -> list[Action]:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.extra_headers}
+        if self._hosts is not None and not self._hosts.allows(request.host, self._local_address):
+            return self._reject(403, f"this port is not known by the name {request.host!r} (host_names)")
         origin = headers.get("origin")
         if not origin_allowed(origin, self._origins):
             return self._reject(403, f"origin {origin!r} is not allowed to connect (websocket_origins)")

@@ -20,21 +20,24 @@ import structlog
 
 from raftmq.protocol.wrapped_transport import WrappedTransport
 from raftmq.server.websocket.session import NORMAL, Closed, HandshakeGate, Opened, Reply, Stomp, WebSocketSession, http_error
+from raftmq.web_guard import HostNames
 
 log = structlog.get_logger("raftmq.server.websocket")
 
 
 def upgrade(raw: asyncio.Transport, origins: tuple[str, ...], gate: HandshakeGate, protocol: asyncio.Protocol,
-            on_opened: Callable[[Opened], None]) -> WebSocketTransport | None:
+            on_opened: Callable[[Opened], None], hosts: HostNames | None = None) -> WebSocketTransport | None:
     """`raw` carried on as a WebSocket for `protocol`; None (503 written, closing) when the
-    node reads as many upgrades as it may already."""
+    node reads as many upgrades as it may already. `hosts`: the names the port answers to."""
     if not gate.start():
         log.warning("client.refused", peer=raw.get_extra_info("peername"), reason="too many WebSocket handshakes",
                     max_handshakes=gate.limit)
         raw.write(http_error(503, "too many WebSocket handshakes in progress; try again"))
         raw.close()
         return None
-    return WebSocketTransport(raw, WebSocketSession(origins), protocol, on_opened, gate.end)
+    sockname = raw.get_extra_info("sockname")
+    local = str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
+    return WebSocketTransport(raw, WebSocketSession(origins, hosts, local), protocol, on_opened, gate.end)
 
 
 class WebSocketTransport(WrappedTransport):
@@ -73,6 +76,9 @@ class WebSocketTransport(WrappedTransport):
                 self._handshake_ended()
                 self._on_opened(action)
             elif isinstance(action, Closed):
+                if self._handshaking:
+                    log.info("client.websocket_refused", peer=self._raw.get_extra_info("peername"), code=action.code,
+                             reason=action.reason)
                 self._handshake_ended()
                 self._closing = True
                 self._raw.close()

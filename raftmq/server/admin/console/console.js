@@ -2,7 +2,9 @@
 // seconds and renders it; its buttons post the API's changes. Same origin, so the browser
 // sends the HTTP Basic login it asked for when the page loaded; on a follower's page the
 // member passes a change on to the leader (with that login) and answers with the leader's
-// answer. Data goes into the page only through textContent and attributes, never as HTML.
+// answer. Each change carries the page's anti-forgery token (X-Raftmq-Token, from
+// GET api/session; asked again once when the node answers that it no longer holds). Data goes
+// into the page only through textContent and attributes, never as HTML.
 "use strict";
 
 (function () {
@@ -21,6 +23,7 @@
     action: null, // {kind, text, at}: the last action's outcome
     readErrors: [],
     leaderFromConflict: null, // leader_admin of the last 409
+    token: null, // {header, value}: this page's anti-forgery token (api/session)
   };
 
   // --- the API --------------------------------------------------------------------------
@@ -44,7 +47,27 @@
     return new URL(path, base).href;
   }
 
+  // The token a change carries: asked for once, and again when `renew` (the node restarted,
+  // or the token expired: it answers 403 with token "invalid").
+  async function antiForgery(renew) {
+    if (state.token === null || renew) {
+      const answer = await request("GET", "api/session");
+      state.token = { header: answer.token_header, value: answer.token };
+    }
+    return state.token;
+  }
+
   async function api(method, path, body) {
+    if (method === "GET") return request(method, path, body);
+    try {
+      return await request(method, path, body, await antiForgery(false));
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 403 && error.data && error.data.token === "invalid")) throw error;
+      return request(method, path, body, await antiForgery(true));
+    }
+  }
+
+  async function request(method, path, body, token) {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
     const init = {
@@ -54,6 +77,7 @@
       cache: "no-store",
       signal: controller.signal,
     };
+    if (token) init.headers[token.header] = token.value;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
