@@ -128,10 +128,14 @@ def host_of(header: str) -> str | None:
 
 
 def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address `name` is, if it is one (an IPv4 address mapped into IPv6 as itself: what a
+    dual-stack listener sees)."""
     try:
-        return ipaddress.ip_address(name.strip("[]").partition("%")[0])
+        address = ipaddress.ip_address(name.strip("[]").partition("%")[0])
     except ValueError:
         return None
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
 
 
 @dataclass(frozen=True, slots=True)

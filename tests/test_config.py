@@ -25,6 +25,8 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
     assert (config.port, config.core.max_delivery_count, config.limits.max_headers) == (7000, 3, 9)
     origins = load_node_config(write(tmp_path, "[node]\nwebsocket_origins = ['https://app.example', 'loopback']\n"))
     assert origins.websocket_origins == ("https://app.example", "loopback")
+    guard = load_node_config(write(tmp_path, "[node]\nadmin_origins = ['https://admin.example']\nhost_names = ['broker.example', '[::1]']\n"))
+    assert (guard.admin_origins, guard.host_names) == (("https://admin.example",), ("broker.example", "[::1]"))
 
 
 @pytest.mark.parametrize(
@@ -49,6 +51,10 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[node]\nwebsocket_origins = ['app.example.com']\n", r"node\.websocket_origins: 'app.example.com' is not an origin"),
         ("[node]\nwebsocket_origins = ['https://app.example/path']\n", r"is not an origin"),
         ("[node]\nwebsocket = '61614'\n", r"node\.toml: node\.websocket: expected host:port"),
+        ("[node]\nadmin_origins = ['admin.example']\n", r"node\.toml: node\.admin_origins: 'admin.example' is not an origin"),
+        ("[node]\nadmin_origins = 'https://admin.example'\n", r"node\.admin_origins must be a list of strings"),
+        ("[node]\nhost_names = ['https://broker.example']\n", r"node\.toml: node\.host_names: 'https://broker.example' is not a host name"),
+        ("[node]\nhost_names = ['broker.example:8161']\n", r"node\.host_names: 'broker.example:8161' is not a host name"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:

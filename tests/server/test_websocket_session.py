@@ -10,7 +10,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, RejectConnection, Request, TextMessage
 
 from raftmq.server.websocket.session import Closed, Opened, Reply, Stomp, WebSocketSession
-from raftmq.web_guard import origin_allowed
+from raftmq.web_guard import HostNames, origin_allowed
 
 
 def upgrade(session: WebSocketSession, subprotocols: list[str] | None = None,
@@ -102,3 +102,23 @@ def test_any_bytes_give_actions_never_an_exception(data: bytes, after_upgrade: b
     for chunk in (data[: len(data) // 2], data[len(data) // 2 :]):
         for action in session.receive(chunk):
             assert isinstance(action, Reply | Opened | Stomp | Closed)
+
+
+@pytest.mark.parametrize(("host", "local", "status"), [
+    ("evil.example", "127.0.0.1", 403),  # a rebound name: refused before the Origin is even read
+    ("evil.example:61613", "127.0.0.1", 403),
+    ("broker.example", "127.0.0.1", None),  # configured (host_names)
+    ("localhost:61613", "127.0.0.1", None),
+    ("10.0.0.5:61613", "10.0.0.5", None),  # the address the connection came in on
+    ("10.0.0.6", "10.0.0.5", 403),
+])
+def test_the_handshake_answers_only_the_names_the_port_is_known_by(host: str, local: str, status: int | None) -> None:
+    session = WebSocketSession(("*",), HostNames.of("broker.example"), local)
+    client = WSConnection(ConnectionType.CLIENT)
+    actions = session.receive(client.send(Request(host=host, target="/ws")))
+    answer = events(client, actions)
+    if status is None:
+        assert session.opened and any(isinstance(e, AcceptConnection) for e in answer)
+    else:
+        assert [e.status_code for e in answer if isinstance(e, RejectConnection)] == [status]
+        assert session.closed and not session.opened
