@@ -177,10 +177,11 @@ def test_a_listed_origin_is_granted_and_scripts_probes_and_members_keep_working(
     assert code == 200 and {m["health"] for m in json.loads(data)["members"]} == {"ok"}, data
 
 
-def handshake(port: int, host: str) -> bytes:
+def handshake(port: int, host: str, origin: str | None) -> bytes:
     """The first line of the client port's answer to a WebSocket upgrade asking for `host`."""
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
-        sock.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        sent_origin = f"Origin: {origin}\r\n" if origin else ""
+        sock.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\n{sent_origin}Upgrade: websocket\r\nConnection: Upgrade\r\n"
                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
                      "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n".encode())
         data = b""
@@ -193,10 +194,13 @@ def handshake(port: int, host: str) -> bytes:
         return data.partition(b"\r\n")[0]
 
 
-def test_the_websocket_handshake_answers_only_known_names(group: Group) -> None:
+def test_a_browsers_websocket_handshake_is_answered_only_for_known_names(group: Group) -> None:
     leader = group.leader()
     port = group.members[leader].client_port
-    assert handshake(port, "evil.example").startswith(b"HTTP/1.1 403"), "a rebound name is refused"
+    # A rebound page: its origin is its own name (a loopback address as far as DNS goes).
+    assert handshake(port, f"evil.example:{port}", f"http://evil.example:{port}").startswith(b"HTTP/1.1 403")
     for host in (f"127.0.0.1:{port}", "localhost", "broker.example"):
-        assert handshake(port, host).startswith(b"HTTP/1.1 101"), host
+        assert handshake(port, host, "http://localhost:3000").startswith(b"HTTP/1.1 101"), host
+    # A client that is not a browser, reaching the port by a name of its own (a Service's).
+    assert handshake(port, "g1-client.raftmq.svc", None).startswith(b"HTTP/1.1 101")
     assert "client.websocket_refused" in group.members[leader].stderr()

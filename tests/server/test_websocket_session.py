@@ -104,18 +104,21 @@ def test_any_bytes_give_actions_never_an_exception(data: bytes, after_upgrade: b
             assert isinstance(action, Reply | Opened | Stomp | Closed)
 
 
-@pytest.mark.parametrize(("host", "local", "status"), [
-    ("evil.example", "127.0.0.1", 403),  # a rebound name: refused before the Origin is even read
-    ("evil.example:61613", "127.0.0.1", 403),
-    ("broker.example", "127.0.0.1", None),  # configured (host_names)
-    ("localhost:61613", "127.0.0.1", None),
-    ("10.0.0.5:61613", "10.0.0.5", None),  # the address the connection came in on
-    ("10.0.0.6", "10.0.0.5", 403),
+@pytest.mark.parametrize(("host", "local", "origin", "status"), [
+    ("evil.example", "127.0.0.1", "http://evil.example", 403),  # a rebound name (allowed origins: "*")
+    ("evil.example:61613", "127.0.0.1", "http://evil.example:61613", 403),
+    ("broker.example", "127.0.0.1", "https://app.example", None),  # configured (host_names)
+    ("localhost:61613", "127.0.0.1", "http://localhost:3000", None),
+    ("10.0.0.5:61613", "10.0.0.5", "https://app.example", None),  # the address the connection came in on
+    ("10.0.0.6", "10.0.0.5", "https://app.example", 403),
+    ("g1-client.svc", "10.0.0.5", None, None),  # not a browser: a Service's name, no page behind it
 ])
-def test_the_handshake_answers_only_the_names_the_port_is_known_by(host: str, local: str, status: int | None) -> None:
+def test_a_browsers_handshake_is_answered_only_for_the_names_the_port_is_known_by(
+        host: str, local: str, origin: str | None, status: int | None) -> None:
     session = WebSocketSession(("*",), HostNames.of("broker.example"), local)
     client = WSConnection(ConnectionType.CLIENT)
-    actions = session.receive(client.send(Request(host=host, target="/ws")))
+    headers = [(b"Origin", origin.encode())] if origin else []
+    actions = session.receive(client.send(Request(host=host, target="/ws", extra_headers=headers)))
     answer = events(client, actions)
     if status is None:
         assert session.opened and any(isinstance(e, AcceptConnection) for e in answer)

@@ -7,8 +7,8 @@
   among `SUBPROTOCOLS` (or none, when the client offers none, as RabbitMQ does; a client
   offering only others is refused with 400), after checking its `Origin` against `origins`
   (cross-site WebSocket hijacking: a page of another site cannot use a visitor's browser to
-  reach the broker) and its `Host` against `hosts` (403 for a name the port is not known by: a
-  rebound DNS name; raftmq.web_guard); no extension is accepted, so `permessage-deflate` (a small message that
+  reach the broker) and, for a browser's (one with `Origin`), its `Host` against `hosts` (403
+  for a name the port is not known by: a rebound DNS name; raftmq.web_guard); no extension is accepted, so `permessage-deflate` (a small message that
   inflates to gigabytes) never is;
 - passes the payload of text and binary messages on as STOMP bytes as it arrives, frame by
   frame: a STOMP frame may span messages and a message may carry several frames, and nothing
@@ -183,9 +183,12 @@ class WebSocketSession:
 
     def _handshake(self, request: Request) -> list[Action]:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.extra_headers}
-        if self._hosts is not None and not self._hosts.allows(request.host, self._local_address):
-            return self._reject(403, f"this port is not known by the name {request.host!r} (host_names)")
         origin = headers.get("origin")
+        # A browser's upgrade (it carries Origin) for a name the port is not known by: a page
+        # whose DNS name was made to point here. Other clients reach brokers by names of their
+        # own (a Kubernetes Service's), and no page can send their requests.
+        if self._hosts is not None and origin is not None and not self._hosts.allows(request.host, self._local_address):
+            return self._reject(403, f"this port is not known by the name {request.host!r} (host_names)")
         if not origin_allowed(origin, self._origins):
             return self._reject(403, f"origin {origin!r} is not allowed to connect (websocket_origins)")
         offered = list(request.subprotocols)
