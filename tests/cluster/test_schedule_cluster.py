@@ -70,7 +70,8 @@ def test_a_dead_letter_retried_through_the_api_returns_to_its_queue_and_crosses_
     try:
         time.sleep(1.5)  # g3's binding reaches g1
         request = urllib.request.Request(f"http://{member.host}:{member.admin_port}/api/messages/retry",
-                                         data=json.dumps({"from": "/queue/DLQ", "all": True}).encode(), method="POST")
+                                         data=json.dumps({"from": "/queue/DLQ", "all": True}).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=15) as answer:
             assert json.loads(answer.read())["moved"] == 1
         deadline = time.monotonic() + 15
