@@ -261,7 +261,7 @@ class TokenMint:
         return f"{session}.{expiry}.{self._mac(session, expiry, login or '')}"
 
     def valid(self, token: str | None, login: str | None) -> bool:
-        if not token:
+        if not token or not token.isascii():  # a header's latin-1 bytes: never one we issued
             return False
         session, _, rest = token.strip().partition(".")
         expiry_text, _, mac = rest.partition(".")
@@ -270,4 +270,4 @@ class TokenMint:
         expiry = int(expiry_text)
         if expiry < self._now():
             return False
-        return hmac.compare_digest(mac, self._mac(session, expiry, login or ""))
+        return hmac.compare_digest(mac.encode(), self._mac(session, expiry, login or "").encode())

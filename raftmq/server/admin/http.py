@@ -48,6 +48,7 @@ restored) and every wait in it is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -77,10 +78,13 @@ MAX_REQUEST_HEAD = 16 * 1024
 MAX_REQUEST_BODY = 4 * 2**20
 MAX_ANSWER_BYTES = 32 * 2**20
 INDEXES_PER_REQUEST = 4096
+DISCARD_TIMEOUT = 2.0  # a refused request's body, read to be dropped (closing on it unread resets the answer)
 READ_TIMEOUT = 30.0  # a request, read and answered (a management change waits for its commit)
 SIGNATURE_HEADER = "X-Raftmq-Signature"
 HANDSHAKE_TIMEOUT = 10.0  # a TLS handshake on the admin port
 STOMP_COMMANDS = (b"CONNECT", b"STOMP")  # a STOMP client's first line
+# Headers a request carries once (RFC 9110): a second one is a bad request, not a choice.
+SINGLE_HEADERS = frozenset({"host", "content-length", "origin", "content-type", "authorization"})
 # A POST that reads (a member's body fetch, msgpack and signed): every other one changes something.
 READING_POSTS = frozenset({"/bodies"})
 # On every answer: no page may frame the console (clickjacking) or sniff a type into HTML.
@@ -182,7 +186,7 @@ class AdminServer:
             log.info("admin.stomp_client")
             return stomp_error(f"{'group ' + self.group if self.group else 'a single node'}: /status, /metrics, /api/ "
                                "and the console here; STOMP clients connect to a member's client port")
-        request = await _read_request(first, reader)
+        request = await _read_head(first, reader)
         if not isinstance(request, _Request):
             return _http(*request)
         scheme = "https" if self._ssl is not None else "http"
@@ -190,13 +194,16 @@ class AdminServer:
         changes = request.method not in SAFE_METHODS and request.path not in READING_POSTS
         refusal = check_request(request.method, headers, scheme=scheme, hosts=self._hosts, origins=self._origins,
                                 local_address=local, changes=changes)
-        if refusal is not None:
+        if refusal is not None:  # decided on the head: the body is read only to be dropped
+            with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                await asyncio.wait_for(reader.readexactly(request.length), DISCARD_TIMEOUT)
             log.warning("admin.refused", status=refusal.status, reason=refusal.reason, method=request.method[:16],
                         path=request.path[:200], host=headers.get("host"), origin=headers.get("origin"),
                         fetch_site=headers.get("sec-fetch-site"), peer=peer)
             if request.path.startswith("/api/"):  # the API answers JSON, its refusals too
                 return _http(*_json(refusal.status, {"error": refusal.reason}))
             return _http(refusal.status, "text/plain", refusal.reason.encode("utf-8", "replace") + b"\n")
+        request.body = await reader.readexactly(request.length) if request.length else b""
         extra = cors_headers(headers, scheme, self._origins)
         if request.method == "OPTIONS":  # a preflight: granted only to a listed origin (above)
             return _http(204, "text/plain", b"", {**extra, **PREFLIGHT_GRANT} if extra else {"Allow": "GET, POST, OPTIONS"})
@@ -276,7 +283,7 @@ class AdminServer:
         try:
             request = json.loads(body)
             change = Change(request["op"], request["node"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return 400, "text/plain", b'expected JSON {"op": "add" | "rem", "node": "host:port"}\n'
         if decode_change(change.encode()) is None:
             return 400, "text/plain", b"op must be add or rem, node a Raft address host:port\n"
@@ -303,41 +310,44 @@ class AdminServer:
         return 200, "application/x-msgpack", msgpack.packb([considered, rows], use_bin_type=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Request:
     method: str
     path: str
     query: str
-    headers: dict[str, str]  # lower-case names; a repeated header: its last value
-    body: bytes
+    headers: dict[str, str]  # lower-case names
+    length: int  # of the body, which is read once the head is let through
+    body: bytes = b""
 
 
-async def _read_request(head: bytes, reader: asyncio.StreamReader) -> _Request | Answer:
-    """The request whose first line is `head`, read whole; or the 4xx answer to one that
+async def _read_head(head: bytes, reader: asyncio.StreamReader) -> _Request | Answer:
+    """The request whose first line is `head`, its head read; or the 4xx answer to one that
     cannot be (too large, not HTTP)."""
-    while not head.endswith(b"\r\n\r\n") and len(head) <= MAX_REQUEST_HEAD:
-        head += await reader.readuntil(b"\n")
+    while not head.endswith((b"\r\n\r\n", b"\n\n", b"\n\r\n")) and len(head) <= MAX_REQUEST_HEAD:
+        head += await reader.readuntil(b"\n")  # a bare LF ends a line too (RFC 9112, 2.2)
     if len(head) > MAX_REQUEST_HEAD:
         return 431, "text/plain", b"request head too large\n"
-    lines = head.decode("latin-1").split("\r\n")
+    lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     method, _, rest = lines[0].partition(" ")
     target, _, version = rest.partition(" ")
-    if not method.isalpha() or not target.startswith(("/", "*")) or not version.startswith("HTTP/1."):
+    if not (method.isascii() and method.isalpha()) or not target.startswith(("/", "*")) or not version.startswith("HTTP/1."):
         return 400, "text/plain", b"not an HTTP/1.x request line\n"
     path, _, query = target.partition("?")
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if sep:
-            headers[name.strip().lower()] = value.strip()
+            name = name.strip().lower()
+            if name in SINGLE_HEADERS and name in headers:  # which one counts is a guess: none does
+                return 400, "text/plain", f"{name} sent twice\n".encode()
+            headers[name] = value.strip()
     length_text = headers.get("content-length", "0")
-    if not length_text.isdigit():
+    if not (length_text.isascii() and length_text.isdigit()):
         return 400, "text/plain", b"Content-Length is not a number\n"
     length = int(length_text)
     if length > MAX_REQUEST_BODY:
         return 413, "text/plain", b"request body too large\n"
-    body = await reader.readexactly(length) if length else b""
-    return _Request(method, path, query, headers, body)
+    return _Request(method, path, query, headers, length)
 
 
 def known_names(config: NodeConfig, *addresses: str | None) -> HostNames:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import http.client
 import json
 import ssl
@@ -106,7 +105,7 @@ class ManagementApi:
                                    "token": "invalid"})
             try:
                 request = json.loads(body or b"{}")
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 return _json(400, {"error": "the request body must be a JSON object"})
             if not isinstance(request, dict):
                 return _json(400, {"error": "the request body must be a JSON object"})
@@ -129,7 +128,7 @@ class ManagementApi:
         if authorization[:6].lower() == "basic ":
             try:
                 login, _, passcode = base64.b64decode(authorization[6:].strip(), validate=True).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8 (UnicodeDecodeError)
                 return None
         quick = security.quick_login(login, passcode)
         if quick is not True:
