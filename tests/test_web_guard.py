@@ -155,7 +155,8 @@ def test_a_token_is_worth_something_only_for_its_login_its_mint_and_its_lifetime
     session, expiry, mac = token.split(".")
     assert not mint.valid(f"{session}.{int(expiry) + 10**6}.{mac}", "ops")  # a longer life forged
     assert not mint.valid(f"x{session}.{expiry}.{mac}", "ops")
-    for junk in (None, "", "a", "a.b.c", "..", f"{session}.{expiry}", f"{session}.-1.{mac}"):
+    for junk in (None, "", "a", "a.b.c", "..", f"{session}.{expiry}", f"{session}.-1.{mac}",
+                 f"{session}.{expiry}.\xe9", f"{session}.\xb2.{mac}", f"\xe9.{expiry}.{mac}"):  # (latin-1 header bytes)
         assert not mint.valid(junk, "ops")
     clock.now += 12 * 3600 + 1
     assert not mint.valid(token, "ops")  # expired
