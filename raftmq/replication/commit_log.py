@@ -153,6 +153,13 @@ class CommitLog(ABC):
         asked for (Raft's TimeoutNow): that predecessor is alive and hands its clients over."""
         return False
 
+    @property
+    def handing_over(self) -> bool:
+        """Whether this node, leading, is handing its leadership to another member right now
+        (`transfer_leadership` under way): a successor may lead already without this node
+        knowing it yet."""
+        return False
+
     def holds_lease(self) -> bool:
         """May this node write deliveries and receipts to clients at this moment? A replicated
         log says yes only while its leader lease holds (raftmq.replication.leadership); asked

@@ -182,6 +182,10 @@ class RaftLog(CommitLog):
     def won_by_hand_over(self) -> bool:
         return self._won_by_hand_over
 
+    @property
+    def handing_over(self) -> bool:
+        return self._handing_over
+
     def holds_lease(self) -> bool:
         syncobj = self._syncobj
         return syncobj is not None and not self._stopped and syncobj.lease_holds(time.monotonic())

@@ -126,9 +126,11 @@ class Takeover:
     async def claim_parked(self, session_id: str, served: Callable[[str], bool],
                            loop: asyncio.AbstractEventLoop) -> Parked | str:
         """The parked session, or why not. A session still served here is waited for a while:
-        the relay's half-close may still be on its way."""
+        the relay's half-close may still be on its way; so is one this leader awaits from its
+        predecessor (a transfer): its ticket may still be on its way, and be parked here."""
         deadline = loop.time() + CLAIM_WAIT_SECONDS
-        while session_id not in self.parked and served(session_id) and loop.time() < deadline:
+        while (session_id not in self.parked and (served(session_id) or session_id in self.awaiting)
+               and loop.time() < deadline):
             await asyncio.sleep(PARK_POLL_SECONDS)
         parked = self.parked.pop(session_id, None)
         if parked is None:

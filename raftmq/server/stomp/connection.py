@@ -191,11 +191,13 @@ class Connection(Output, asyncio.Protocol):
         (raftmq.server.stomp.hand_over)."""
         if self.stomp.state >= SessionState.FAILED:
             return True  # the pending ERROR closes the connection
-        if self.hops and self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None:
+        movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
+        if self.hops and movable and not self.host.commit_log.handing_over:
             handing.spawn(handing.park(self))
-        elif self.stomp.via_relay and self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None:
+        elif (self.stomp.via_relay or self.hops) and movable:
             # A follower's relay half-closes to move to a new leader this node may not know of yet
-            # (a client's own half-close looks the same): wait a moment for the leadership to go.
+            # (a client's own half-close looks the same; or this node hands its leadership over,
+            # and the relay moves to the successor): wait a moment for the leadership to go.
             self.eof_pending = True
             self.hold_for_redirect()
             self._loop.call_later(MOVE_NOTICE_SECONDS, self._eof_unclaimed)
@@ -205,8 +207,8 @@ class Connection(Output, asyncio.Protocol):
 
     def _eof_unclaimed(self) -> None:
         if not self._handed_over and not self._handing and self.stomp.state == SessionState.OPEN:
-            self._held_for_redirect = False  # still leading: the client's own half-close
-            self.input_ended()
+            self._held_for_redirect = False  # still leading: the client's own half-close, or its relay moving closer
+            handing.spawn(handing.park(self)) if self.hops and self.host.hand_over_secret is not None else self.input_ended()
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go
