@@ -86,7 +86,8 @@ def one_round(encoded: list[bytes], messages: int) -> float:
         journal = Journal(directory)
         position = SimpleNamespace(index=0, term=1)
         commit_log: Any = SimpleNamespace(position=position, is_leader=False)
-        host: Any = _Follower(config=NodeConfig(), commit_log=commit_log, sessions={}, clock=SystemClock(), name="n2")
+        host: Any = _Follower(config=NodeConfig(), commit_log=commit_log, sessions={}, clock=SystemClock(), name="n2",
+                              awaiting_adoption={})
         replica = Replica(host, BodyStore(journal), None)
         gc.collect()
         started = time.process_time()

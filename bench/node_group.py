@@ -95,6 +95,8 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"  # websocket_origins, host_names, ...
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
