@@ -173,9 +173,11 @@ class Journal:
 
     # -- writing (apply thread) ------------------------------------------------------------
 
-    def append_batch(self, records: Iterable[Record | tuple[int, int, int, bytes]], *, cache: bool = True) -> list[BodyRef]:
+    def append_batch(self, records: Iterable[Record | tuple[int, int, int, bytes]], *, cache: bool = True,
+                     refs: bool = True) -> list[BodyRef]:
         """Write one batch; durable only after the next `sync()`. Raft indexes must not go back.
-        `cache=False`: do not keep its records for reads (a writer that will hardly read them)."""
+        `cache=False`: do not keep its records for reads (a writer that will hardly read them).
+        Returns where each record went; `refs=False`: [] (a writer that finds records by index)."""
         self._check_writable()
         checked = [rec.check_record(record) for record in records]
         if not checked:
@@ -183,8 +185,7 @@ class Journal:
         last_index = self.last_index
         if last_index is not None and checked[0].raft_index < last_index:
             raise ValueError(f"raft index {checked[0].raft_index} is below the journal's last index {last_index}")
-        data = rec.encode_batch(checked)
-        header = rec.parse_header(data)
+        data, header = rec.encode_batch_with_header(checked)
         writer = self._writer_for(header.first_index, len(data))
         if writer is None:
             segment = self._start_segment(header.first_index, data)
@@ -201,6 +202,8 @@ class Journal:
             if cache:
                 self._cache.put((segment.segment_id, offset), tuple(checked))
         self._unsynced = True
+        if not refs:
+            return []
         return [BodyRef(segment.segment_id, offset, slot) for slot in range(len(checked))]
 
     def _check_writable(self) -> None:

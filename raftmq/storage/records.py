@@ -100,6 +100,12 @@ def encode_records(records: Sequence[Record]) -> bytes:
 
 def encode_batch(records: Sequence[Record]) -> bytes:
     """Header + lz4 frame for `records` (already checked, raft indexes non-decreasing)."""
+    return encode_batch_with_header(records)[0]
+
+
+def encode_batch_with_header(records: Sequence[Record]) -> tuple[bytes, BatchHeader]:
+    """`encode_batch`'s bytes and the header they start with, as `parse_header` would read it
+    (the writer needs both: no second reading of what was just written)."""
     if not records:
         raise ValueError("a batch holds at least one record")
     first_index, last_index = records[0].raft_index, records[-1].raft_index
@@ -113,10 +119,10 @@ def encode_batch(records: Sequence[Record]) -> bytes:
     frame = lz4.frame.compress(raw)
     if len(frame) > MAX_U32:
         raise ValueError("batch over 4 GiB compressed")
-    fields = _HEADER_FIELDS.pack(
-        MAGIC, FORMAT_VERSION, 0, len(records), len(frame), len(raw), crc32c(frame), first_index, last_index
-    )
-    return bytes(fields + _HEADER_CRC.pack(crc32c(fields)) + frame)
+    data_crc = crc32c(frame)
+    fields = _HEADER_FIELDS.pack(MAGIC, FORMAT_VERSION, 0, len(records), len(frame), len(raw), data_crc, first_index, last_index)
+    header = BatchHeader(FORMAT_VERSION, 0, len(records), len(frame), len(raw), data_crc, first_index, last_index)
+    return b"".join((fields, _HEADER_CRC.pack(crc32c(fields)), frame)), header
 
 
 def parse_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> BatchHeader:

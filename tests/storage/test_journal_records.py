@@ -137,3 +137,10 @@ def test_incomplete_header_and_data() -> None:
         rec.parse_header(data[:43])
     with pytest.raises(JournalCorrupt, match="incomplete batch data"):
         rec.decode_batch(data[:-1])
+
+
+@given(record_lists)
+def test_the_writers_header_is_the_one_its_bytes_start_with(records: list[Record]) -> None:
+    data, header = rec.encode_batch_with_header(records)
+    assert header == rec.parse_header(data)  # what the journal files under, with no second reading
+    assert data == rec.encode_batch(records)

@@ -33,6 +33,7 @@ from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload, reference_bodies
+from raftmq.storage.records import Record
 
 log = structlog.get_logger("raftmq.server.bodies")
 
@@ -48,7 +49,7 @@ class _OpenEntry:
 
     __slots__ = ("cache", "fresh", "index", "ordinal", "pages", "records", "term")
 
-    def __init__(self, index: int, term: int, ordinal: int, records: list[tuple[int, int, int, bytes]], fresh: bool,
+    def __init__(self, index: int, term: int, ordinal: int, records: list[Record], fresh: bool,
                  cache: bool) -> None:
         self.index = index
         self.term = term
@@ -86,7 +87,8 @@ class BodyStore:
         last = self.journal.last_index
         fresh = last is None or index > last
         positions = [i for i, command in enumerate(commands) if type(command) is Send]
-        records = [(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions] if fresh else []  # type: ignore[arg-type]
+        # Records as the journal stores them: it writes them as they are, converting none.
+        records = [Record(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions] if fresh else []  # type: ignore[arg-type]
         if positions and not fresh:
             self.entries_skipped += 1
         self._entry = _OpenEntry(index, term, len(positions), records, fresh, cache)
@@ -103,7 +105,7 @@ class BodyStore:
         """Write the open entry's records (its bodies, then its pages) as one batch."""
         entry, self._entry = self._entry, None
         if entry is not None and entry.records:
-            self.journal.append_batch(entry.records, cache=entry.cache)
+            self.journal.append_batch(entry.records, cache=entry.cache, refs=False)  # read back by raft index
             self.records_written += len(entry.records)
 
     # -- pages (raftmq.core.paging.PageStore) ------------------------------------------------
@@ -119,7 +121,7 @@ class BodyStore:
         ref = (entry.index, entry.ordinal)
         entry.ordinal += 1
         if entry.fresh:
-            entry.records.append((entry.index, entry.term, KIND_PAGE, blob))
+            entry.records.append(Record(entry.index, entry.term, KIND_PAGE, bytes(blob)))
             entry.pages[ref] = blob
         elif not self._holds_page(ref):
             # A replay over a batch written without this page (by a version before paging):
@@ -277,7 +279,7 @@ class BodyStore:
             last = self.journal.last_index
             if index not in self.missing or (last is not None and index <= last):
                 continue
-            self.journal.append_batch([(index, term, kind, payload) for term, kind, payload in records])
+            self.journal.append_batch([(index, term, kind, payload) for term, kind, payload in records], refs=False)
             self.missing.discard(index)
             added += 1
         self.journal.sync()
