@@ -33,6 +33,7 @@ import hmac
 import ipaddress
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -127,6 +128,19 @@ def host_of(header: str) -> str | None:
     return name.rstrip(".")
 
 
+def _configured_name(value: str) -> str | None:
+    """The host of a configured name, address or "host:port" ("https://" and the like dropped)."""
+    value = value.strip().lower().split("://", 1)[-1].rstrip(".")
+    if _address(value) is not None:  # an address alone, "::1" and "[::1]" too
+        return value.strip("[]")
+    return host_of(value)
+
+
+def local_address(sockname: object) -> str | None:
+    """The address a connection came in on, from its socket's name (a transport's "sockname")."""
+    return str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
+
+
 def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """The address `name` is, if it is one (an IPv4 address mapped into IPv6 as itself: what a
     dual-stack listener sees)."""
@@ -147,15 +161,18 @@ class HostNames:
 
     @classmethod
     def of(cls, *names: str | None) -> HostNames:
-        """From configured host names or addresses (None and wildcards skipped)."""
-        kept = set()
-        for name in names:
-            if not name:
-                continue
-            name = name.strip().lower().rstrip(".").strip("[]")
+        """From configured names, addresses or "host:port" addresses (a scheme before them,
+        None and wildcards skipped)."""
+        kept: set[str] = set()
+        for value in names:
+            name = _configured_name(value) if value else None
             if name and name not in ("0.0.0.0", "::"):
                 kept.add(name)
         return cls(frozenset(kept))
+
+    def with_names(self, *names: str | None) -> HostNames:
+        """These names and `names` (in `of`'s forms)."""
+        return HostNames(self.names | HostNames.of(*names).names)
 
     def allows(self, header: str | None, local_address: str | None = None) -> bool:
         """Whether a request with this `Host` header is for this port. No header (HTTP/1.0, a
@@ -244,12 +261,12 @@ class TokenMint:
     page of another origin can neither read one nor make one, and one user's token is worth
     nothing with another's login. A restart makes new keys: the console asks again."""
 
-    def __init__(self, key: bytes | None = None, clock: object = time.time) -> None:
+    def __init__(self, key: bytes | None = None, clock: Callable[[], float] = time.time) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
         self._clock = clock
 
     def _now(self) -> int:
-        return int(self._clock())  # type: ignore[operator]
+        return int(self._clock())
 
     def _mac(self, session: str, expiry: int, login: str) -> str:
         message = f"{session}.{expiry}.{login}".encode()

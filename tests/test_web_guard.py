@@ -106,6 +106,13 @@ def test_wildcards_and_empty_names_are_not_names() -> None:
     assert HostNames.of("0.0.0.0", "::", None, "", "[::1]", "Name.").names == frozenset({"::1", "name"})
 
 
+def test_configured_addresses_give_their_hosts() -> None:
+    names = HostNames.of("broker.example:8161", "[fd00::5]:61613", "https://Admin.Example:8161", "0.0.0.0:8161", "::1")
+    assert names.names == frozenset({"broker.example", "fd00::5", "admin.example", "::1"})
+    assert names.with_names("g1-0.g1.svc:8161", None).names == names.names | {"g1-0.g1.svc"}
+    assert names.allows("[fd00::5]:61613") and names.allows("admin.example") and not names.allows("g1-0.g1.svc")
+
+
 @given(st.text(max_size=40))
 def test_any_host_header_is_judged_never_raises(header: str) -> None:
     HOSTS.allows(header, "127.0.0.1")

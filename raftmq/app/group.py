@@ -28,7 +28,7 @@ from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 from raftmq.security import admin_ssl_context, member_client_tls
-from raftmq.server.admin.http import AdminServer, fetch_bodies, known_names
+from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.management import ManagementApi
 from raftmq.server.gc_tuning import unwatch_gc_pauses, watch_gc_pauses
 from raftmq.server.node import Node
@@ -141,7 +141,7 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
                             change_members=lambda change: _change_members(node, raft, change), api=api,
                             ssl=admin_ssl(group), authenticate=api.authenticated,
                             hand_over=lambda: hand_over(raft),
-                            hosts=known_names(node.config, member.admin, member.client, member.raft),
+                            hosts=node.known_names.with_names(member.admin, member.client, member.raft),
                             origins=node.config.admin_origins)
     return RunningMember(node, raft, bodies, admin)
 

@@ -105,7 +105,7 @@ async def _start_admin(node: Node) -> Any:
         return None
     from raftmq.config import split_address
     from raftmq.security import admin_ssl_context
-    from raftmq.server.admin.http import AdminServer, known_names
+    from raftmq.server.admin.http import AdminServer
     from raftmq.server.admin.management import ManagementApi
 
     host, port = split_address(node.config.admin)
@@ -115,7 +115,7 @@ async def _start_admin(node: Node) -> Any:
     tls = node.config.security.tls
     admin = AdminServer(node.status, None, None, host, port, api=api, authenticate=api.authenticated,
                         ssl=None if tls is None else admin_ssl_context(tls),
-                        hosts=known_names(node.config, node.config.admin), origins=node.config.admin_origins)
+                        hosts=node.known_names.with_names(node.config.admin), origins=node.config.admin_origins)
     try:
         await admin.start()
     except OSError as exc:

@@ -96,7 +96,7 @@ class Node:
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
-        self.websocket_hosts = HostNames.of(config.host, config.bind_host, *config.host_names, (config.websocket or "").rpartition(":")[0])
+        self.known_names = HostNames.of(config.host, config.bind_host, config.websocket, *config.host_names)  # raftmq.web_guard
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock

@@ -64,13 +64,12 @@ import structlog
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from raftmq.client.transport import PORT_HEADER
-from raftmq.config import NodeConfig, split_address
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
 from raftmq.security import pinned
 from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry, readiness
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
-from raftmq.web_guard import PREFLIGHT_GRANT, SAFE_METHODS, HostNames, check_request, cors_headers
+from raftmq.web_guard import PREFLIGHT_GRANT, SAFE_METHODS, HostNames, check_request, cors_headers, local_address
 
 log = structlog.get_logger("raftmq.server.admin")
 
@@ -161,8 +160,7 @@ class AdminServer:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sockname = writer.get_extra_info("sockname")
-        local = str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
+        local = local_address(writer.get_extra_info("sockname"))
         try:
             reply = await asyncio.wait_for(self._reply(reader, local, writer.get_extra_info("peername")), READ_TIMEOUT)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
@@ -348,20 +346,6 @@ async def _read_head(head: bytes, reader: asyncio.StreamReader) -> _Request | An
     if length > MAX_REQUEST_BODY:
         return 413, "text/plain", b"request body too large\n"
     return _Request(method, path, query, headers, length)
-
-
-def known_names(config: NodeConfig, *addresses: str | None) -> HostNames:
-    """The names a node's admin port answers to (raftmq.web_guard.HostNames): the hosts of
-    `addresses` ("host:port", as configured) and of its client, WebSocket and bind addresses,
-    and its `host_names`."""
-    names: list[str | None] = [config.host, config.bind_host, *config.host_names]
-    for address in (*addresses, config.websocket):
-        if address:
-            try:
-                names.append(split_address(address.removeprefix("https://").removeprefix("http://"))[0])
-            except ValueError:
-                pass
-    return HostNames.of(*names)
 
 
 def _json(code: int, answer: dict[str, Any]) -> Answer:

@@ -192,8 +192,9 @@ class ConnectionHost(SessionHost, Protocol):
         """The node's count of WebSocket upgrades being read, and its limit."""
 
     @property
-    def websocket_hosts(self) -> HostNames:
-        """The names a WebSocket upgrade may ask for in its Host (raftmq.web_guard)."""
+    def known_names(self) -> HostNames:
+        """The names this node is known by (its configured hosts, `host_names`): what a browser's
+        request may name in its Host (raftmq.web_guard)."""
 
 
 # -- the node's parts -------------------------------------------------------------------------

@@ -154,7 +154,7 @@ class Connection(Output, asyncio.Protocol):
                                   self, lambda opened: log.info("client.websocket", session=self.session_id, peer=self.peer,
                                                                 path=opened.path, subprotocol=opened.subprotocol,
                                                                 origin=opened.origin),
-                                  self.host.websocket_hosts)
+                                  self.host.known_names)
         if self._websocket is None:  # too many handshakes: 503 written (and logged), closing
             self.stomp.state = SessionState.FAILED
             return
@@ -186,18 +186,16 @@ class Connection(Output, asyncio.Protocol):
                 self.host.propose(decision.commands).add_done_callback(_ignore_outcome)
 
     def eof_received(self) -> bool | None:
-        """The client closed its sending side (`input_ended`). The relay of a session adopted
-        here half-closes to move closer to the client: the session is parked for it to resume
-        (raftmq.server.stomp.hand_over)."""
+        """The client closed its sending side (`input_ended`). The relay of a session adopted here half-closes
+        to move closer to the client: the session is parked for it to resume (raftmq.server.stomp.hand_over)."""
         if self.stomp.state >= SessionState.FAILED:
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
         if self.hops and movable and not self.host.commit_log.handing_over:
             handing.spawn(handing.park(self))
         elif (self.stomp.via_relay or self.hops) and movable:
-            # A follower's relay half-closes to move to a new leader this node may not know of yet
-            # (a client's own half-close looks the same; or this node hands its leadership over,
-            # and the relay moves to the successor): wait a moment for the leadership to go.
+            # A follower's relay half-closes to move to a new leader this node may not know of yet (a client's own
+            # half-close looks the same), or to this node's successor: wait a moment for the leadership to go.
             self.eof_pending = True
             self.hold_for_redirect()
             self._loop.call_later(MOVE_NOTICE_SECONDS, self._eof_unclaimed)
@@ -208,7 +206,9 @@ class Connection(Output, asyncio.Protocol):
     def _eof_unclaimed(self) -> None:
         if not self._handed_over and not self._handing and self.stomp.state == SessionState.OPEN:
             self._held_for_redirect = False  # still leading: the client's own half-close, or its relay moving closer
-            handing.spawn(handing.park(self)) if self.hops and self.host.hand_over_secret is not None else self.input_ended()
+            if not self.hops:  # (scheduled only for a movable session: the group has a hand-over secret)
+                return self.input_ended()
+            handing.spawn(handing.park(self))
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go

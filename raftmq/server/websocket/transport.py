@@ -20,7 +20,7 @@ import structlog
 
 from raftmq.protocol.wrapped_transport import WrappedTransport
 from raftmq.server.websocket.session import NORMAL, Closed, HandshakeGate, Opened, Reply, Stomp, WebSocketSession, http_error
-from raftmq.web_guard import HostNames
+from raftmq.web_guard import HostNames, local_address
 
 log = structlog.get_logger("raftmq.server.websocket")
 
@@ -35,9 +35,8 @@ def upgrade(raw: asyncio.Transport, origins: tuple[str, ...], gate: HandshakeGat
         raw.write(http_error(503, "too many WebSocket handshakes in progress; try again"))
         raw.close()
         return None
-    sockname = raw.get_extra_info("sockname")
-    local = str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
-    return WebSocketTransport(raw, WebSocketSession(origins, hosts, local), protocol, on_opened, gate.end)
+    session = WebSocketSession(origins, hosts, local_address(raw.get_extra_info("sockname")))
+    return WebSocketTransport(raw, session, protocol, on_opened, gate.end)
 
 
 class WebSocketTransport(WrappedTransport):
