@@ -31,7 +31,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.bench_cases import CASES, bench_command, declare_queue, new_destination, run_bench
+from bench.bench_cases import CASES, Case, bench_command, declare_queue, new_destination, run_bench
 from bench.node_group import NodeGroup, install_signal_handlers
 
 console = Console(width=None if sys.stdout.isatty() else 120)
@@ -70,7 +70,12 @@ def _children_cpu() -> float:
 @click.option("--processes", default=1, show_default=True, help="`raftmq bench --processes`")
 @click.option("--threads", is_flag=True, help="also each node's threads: the event loop (main) and "
               "pysyncobj's tick thread (the only other one that works under load)")
-def main(messages: int, duration: float | None, processes: int, threads: bool) -> None:
+@click.option("--load", "load_tool", type=click.Choice(["raftmq", "stomp"]), default="raftmq", show_default=True,
+              help="the load: `raftmq bench`, or the independent stomp.py tool bench/stomp_load.py "
+              "(needs --duration; the same 4P×4C, 100 receipts in flight, 1 KiB persistent, ack each)")
+def main(messages: int, duration: float | None, processes: int, threads: bool, load_tool: str) -> None:
+    if load_tool == "stomp" and not duration:
+        raise click.UsageError("--load stomp needs --duration")
     install_signal_handlers()
     case = CASES[0]
     with NodeGroup.create(size=3) as group:
@@ -79,7 +84,11 @@ def main(messages: int, duration: float | None, processes: int, threads: bool) -
         url = group.members[leader].client_url
         destination = new_destination(case)
         declare_queue(url, destination, ())
-        command = bench_command(url, case, destination, messages, 0, processes, (), Path("result.json"), duration)
+        if load_tool == "stomp":
+            assert duration is not None
+            command = _stomp_load_command(url, case, destination, duration)
+        else:
+            command = bench_command(url, case, destination, messages, 0, processes, (), Path("result.json"), duration)
         pids = {node_id: member.pid for node_id, member in group.members.items()}
         before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
         threads_before = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
@@ -92,12 +101,13 @@ def main(messages: int, duration: float | None, processes: int, threads: bool) -
         bench_cpu = _children_cpu() - bench_before
     rows = [(f"node {node_id}" + (" (leader)" if node_id == leader else ""), after[node_id] - before[node_id])
             for node_id in before]
-    rows.append(("raftmq bench (client)", bench_cpu))
+    rows.append(("raftmq bench (client)" if load_tool == "raftmq" else "bench.stomp_load (stomp.py client)", bench_cpu))
     total = sum(cpu for _, cpu in rows)
     cores = os.cpu_count() or 1
     delivered = int(result["received"])
     load = f"{duration:g} s of sending" if duration else f"{messages:,} msgs"
-    table = Table(title=f"CPU per message, {load}, 4P×4C window 100, {cores} cores; {delivered:,} delivered")
+    tool = "" if load_tool == "raftmq" else ", stomp.py load"
+    table = Table(title=f"CPU per message, {load}{tool}, 4P×4C window 100, {cores} cores; {delivered:,} delivered")
     table.add_column("process")
     table.add_column("CPU s", justify="right")
     if not duration:
@@ -117,6 +127,12 @@ def main(messages: int, duration: float | None, processes: int, threads: bool) -
                   f"lost {result['lost']}, duplicated {result['duplicated']}")
     console.print(f"CPU ceiling on {cores} cores: {cores / (total / max(delivered, 1)):,.0f} msg/s "
                   f"(nodes alone: {cores / ((total - bench_cpu) / max(delivered, 1)):,.0f} msg/s)")
+
+
+def _stomp_load_command(url: str, case: Case, destination: str, duration: float) -> list[str]:
+    return [sys.executable, "-m", "bench.stomp_load", "--url", url, "--destination", destination,
+            "-p", str(case.producers), "-c", str(case.consumers), "--window", str(case.receipt_window), "-s", "1024",
+            "--duration", str(duration), "--json", "result.json"]
 
 
 if __name__ == "__main__":

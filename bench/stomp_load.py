@@ -29,16 +29,20 @@ import stomp
 
 
 class Producer(stomp.ConnectionListener):
-    def __init__(self, connect: Any, destination: str, window: int, size: int, headers: dict[str, str]) -> None:
+    def __init__(self, connect: Any, destination: str, window: int, size: int, headers: dict[str, str],
+                 name: str) -> None:
+        self.name = name  # with the send count, each message's `load-id`: duplicates are counted by it
         self.connection = connect(self)
         self.destination, self.window, self.headers = destination, window, headers
         self.body = "x" * size
         self.outstanding = threading.Semaphore(window)
         self.sent = self.receipted = 0
+        self.receipted_ids: list[str] = []  # the `load-id`s of the receipted SENDs
         self.errors: list[str] = []
 
     def on_receipt(self, frame: stomp.utils.Frame) -> None:
         self.receipted += 1
+        self.receipted_ids.append(f"{self.name}-{frame.headers['receipt-id'][1:]}")
         self.outstanding.release()
 
     def on_error(self, frame: stomp.utils.Frame) -> None:
@@ -50,15 +54,19 @@ class Producer(stomp.ConnectionListener):
                 continue
             self.sent += 1
             self.connection.send(self.destination, self.body, receipt=f"r{self.sent}",
-                                 headers={**self.headers, "persistent": "true", "sent-ns": str(time.time_ns())})
+                                 headers={**self.headers, "persistent": "true", "sent-ns": str(time.time_ns()),
+                                          "load-id": f"{self.name}-{self.sent}"})
         deadline = time.monotonic() + 30
         while self.receipted < self.sent and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
 class Consumer(stomp.ConnectionListener):
-    def __init__(self, connect: Any, destination: str, headers: dict[str, str], index: int, work: float) -> None:
+    def __init__(self, connect: Any, destination: str, headers: dict[str, str], index: int, work: float,
+                 seen: set[str], seen_lock: threading.Lock) -> None:
         self.work = work  # seconds of "processing" per message
+        self.seen, self.seen_lock = seen, seen_lock  # `load-id`s received by any consumer
+        self.duplicated = 0
         self.latencies: list[float] = []
         self.received = 0
         self.measuring = True
@@ -69,6 +77,12 @@ class Consumer(stomp.ConnectionListener):
     def on_message(self, frame: stomp.utils.Frame) -> None:
         self.received += 1
         self.last = time.monotonic()
+        load_id = frame.headers.get("load-id")
+        with self.seen_lock:
+            if load_id in self.seen:
+                self.duplicated += 1
+            elif load_id is not None:
+                self.seen.add(load_id)
         sent = frame.headers.get("sent-ns")
         if sent is not None and self.measuring:
             self.latencies.append((time.time_ns() - int(sent)) / 1e6)
@@ -113,8 +127,12 @@ def main() -> None:
         connection.connect(options.login, options.passcode, wait=True)
         return connection
 
-    consumers = [Consumer(connect, destination, headers, i, options.consumer_work_ms / 1000) for i in range(options.consumers)]
-    producers = [Producer(connect, destination, options.window, options.size, headers) for _ in range(options.producers)]
+    seen: set[str] = set()
+    seen_lock = threading.Lock()
+    consumers = [Consumer(connect, destination, headers, i, options.consumer_work_ms / 1000, seen, seen_lock)
+                 for i in range(options.consumers)]
+    producers = [Producer(connect, destination, options.window, options.size, headers, f"p{i}")
+                 for i in range(options.producers)]
     began = time.monotonic()
     until = began + options.duration
     threads = [threading.Thread(target=p.run, args=(until,)) for p in producers]
@@ -139,6 +157,10 @@ def main() -> None:
         "e2e_p50_ms": percentile(latencies, 0.50), "e2e_p99_ms": percentile(latencies, 0.99),
         "e2e_mean_ms": round(statistics.fmean(latencies), 2) if latencies else None,
         "waiting_at_end": sent - consumed_in_run, "never_consumed": sent - sum(c.received for c in consumers),
+        # distinct messages received, the drain's included (first receptions, as `raftmq bench`
+        # counts); `duplicated`: receptions of one already received; `lost`: receipted, never received
+        "received": len(seen), "duplicated": sum(c.duplicated for c in consumers),
+        "lost": sum(1 for p in producers for load_id in p.receipted_ids if load_id not in seen),
         "errors": [e for p in producers for e in p.errors],
     }
     for endpoint in (*producers, *consumers):
