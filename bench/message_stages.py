@@ -17,7 +17,7 @@ client-individual subscription) are both on the leader. Stages, each the named f
 - leader, SEND: `FrameParser.feed` (the session's parser) → the rest of `StompSession.receive`
   (decide, `FrameTranslator._send`) → `command_codec.encode_batch` → `entry_codec.encode_entry`
   → [Raft: not measured] → `Replica.apply` of the proposal's commands, as the leader applies
-  its own entry (`BodyStore.begin` with `reference_bodies`, `Broker.apply`, the effects handed
+  its own entry (`BodyStore.begin`, `Broker.begin_entry` and `.apply`, the effects handed
   to the sessions with `BodyStore.body`, `BodyStore.end` writing the journal batch) →
   `message_frame` and `receipt_for` + `receipt_frame`, as `Connection.deliver` / `.receipt` call them;
 - leader, ACK: the same up to `Replica.apply` (nothing to format);
@@ -411,7 +411,6 @@ class Prepared:
     send_batches: list[bytes] = field(default_factory=list)
     send_entries: list[bytes] = field(default_factory=list)
     send_index: list[int] = field(default_factory=list)
-    send_refs: list[Any] = field(default_factory=list)  # the Sends as the core applies them (BodyRef)
     deliveries: list[tuple[Any, bytes]] = field(default_factory=list)
     receipts: list[str] = field(default_factory=list)
     ack_bytes: list[bytes] = field(default_factory=list)
@@ -422,7 +421,6 @@ class Prepared:
     follower_setup: list[list[Any]] = field(default_factory=list)
     follower_sends: list[list[Any]] = field(default_factory=list)
     follower_acks: list[list[Any]] = field(default_factory=list)
-    follower_refs: list[Any] = field(default_factory=list)
     review_sends: list[bytes] = field(default_factory=list)
 
 
@@ -430,7 +428,6 @@ def prepare(count: int) -> Prepared:
     from raftmq.replication.command_codec import encode_batch
     from raftmq.replication.entry_codec import decode_entry, encode_entry
     from raftmq.server.stomp.session import Propose
-    from raftmq.storage.payload import reference_bodies
 
     prepared = Prepared(count, prefetch=count + 1000)
     sessions = _Sessions(prepared.prefetch)
@@ -449,7 +446,6 @@ def prepare(count: int) -> Prepared:
         prepared.send_batches.append(batch)
         prepared.send_entries.append(encode_entry([batch]))
         prepared.send_index.append(first + seq)
-        prepared.send_refs.extend(reference_bodies(first + seq, commands))
     with ExitStack() as stack:
         replica, host, sinks = _replica(stack, True, prepared.setup)
         for index, commands in zip(prepared.send_index, prepared.send_commands, strict=True):
@@ -474,8 +470,6 @@ def prepare(count: int) -> Prepared:
     prepared.follower_setup = [decode_entry(entry) for entry in prepared.setup_entries]
     prepared.follower_sends = [decode_entry(entry) for entry in prepared.send_entries]
     prepared.follower_acks = [decode_entry(entry) for entry in prepared.ack_entries]
-    for index, commands in zip(prepared.send_index, prepared.follower_sends, strict=True):
-        prepared.follower_refs.extend(reference_bodies(index, commands))
     prepared.review_sends = [review_send(seq) for seq in range(count)]
     return prepared
 
@@ -600,8 +594,9 @@ def _begin(leader: bool, acks: bool, with_end: bool) -> Factory:
 
 
 def _core(leader: bool, acks: bool) -> Factory:
-    """`Broker.apply` alone, of the commands as the replica hands them to it (body references):
-    the leader's own commands, or the follower's decoded ones."""
+    """`Broker.begin_entry` and `Broker.apply` alone, of each entry's commands as the replica
+    hands them over: the leader's own commands, or the follower's decoded ones (quiet: it serves
+    no session)."""
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
         from raftmq.config import NodeConfig
         from raftmq.core.broker import Broker
@@ -610,17 +605,20 @@ def _core(leader: bool, acks: bool) -> Factory:
         for commands in p.setup:
             for command in commands:
                 broker.apply(command)
-        sends = p.send_refs if leader else p.follower_refs
+        apply, begin_entry, quiet = broker.apply, broker.begin_entry, not leader
         if acks:
-            for command in sends:
-                broker.apply(command)
-        apply = broker.apply
+            for index, commands in zip(*_entries(p, leader, False), strict=True):
+                begin_entry(index, quiet=quiet)
+                for command in commands:
+                    apply(command)
 
         def loop(items: list[Any]) -> None:
-            for command in items:
-                apply(command)
-        acked = p.ack_commands if leader else p.follower_acks
-        return loop, [c for commands in acked for c in commands] if acks else list(sends)
+            for index, commands in items:
+                begin_entry(index, quiet=quiet)
+                for command in commands:
+                    apply(command)
+        indexes, entries = _entries(p, leader, acks)
+        return loop, list(zip(indexes, entries, strict=True))
     return factory
 
 
@@ -954,7 +952,7 @@ ROWS: list[Row] = [
     Row("leader SEND", "encode entry", "replication/entry_codec.py:encode_entry", "5", ("send.encode_entry",), reviewed=5),
     Row("leader SEND", "Raft", "replication/pysyncobj/* (submit, journal, wire)", "pysyncobj's"),
     Row("leader SEND", "hand-off", "replication/handoff.py:OrderedHandoff.send x2, raft_log.py:_deliver", "5", reviewed=5),
-    Row("leader SEND", "body refs", "replica/bodies.py:BodyStore.begin, storage/payload.py:reference_bodies/encode_payload",
+    Row("leader SEND", "body refs", "replica/bodies.py:BodyStore.begin, storage/payload.py:encode_payload",
         "10 (7 + 3)", ("send.begin",), reviewed=10),
     Row("leader SEND", "core", "core/broker.py:Broker.apply (dispatch.py, message_headers.py)", "13",
         ("send.core",), reviewed=13),
@@ -989,9 +987,9 @@ ROWS: list[Row] = [
         "(decode_entry minus decode_batch)", "", ("fsend.decode_entry",), ("fsend.decode_batch",)),
     Row("follower SEND", "decode batch", "replication/command_codec.py:decode_batch/_decode_row",
         f"{7 + 3 * USER_HEADERS} (7+3U, U={USER_HEADERS})", ("fsend.decode_batch",), reviewed=7 + 3 * USER_HEADERS),
-    Row("follower SEND", "body refs", "bodies.py:BodyStore.begin, payload.py:reference_bodies/encode_payload", "",
+    Row("follower SEND", "body refs", "bodies.py:BodyStore.begin, payload.py:encode_payload", "",
         ("fsend.begin",)),
-    Row("follower SEND", "core", "core/broker.py:Broker.apply (Deliver, Receipt built, dropped)", "~20 (refs + core)",
+    Row("follower SEND", "core", "core/broker.py:Broker.begin_entry/apply (quiet: no Deliver, no Receipt)", "~20 (refs + core)",
         ("fsend.core",), reviewed=20),
     Row("follower SEND", "effects out", "replica/state_machine.py:Replica.apply, no sessions (apply minus refs, "
         "journal, core)", "", ("fsend.apply",), ("fsend.begin_end", "fsend.core")),

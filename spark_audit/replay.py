@@ -8,7 +8,7 @@ dead-lettered, expired or forwarded, and what still waited at the end. The check
 with what clients saw (the chaos history) and with the other members.
 
 The replay hands the core each entry's SENDs with the body references a member's core holds
-(raftmq.storage.payload.reference_bodies: their sizes decide byte limits), and the core tells
+(raftmq.core.broker.Broker.begin_entry: their sizes decide byte limits), and the core tells
 it of every message entering or leaving a store (raftmq.core.store_observer). Entries past the group's commit index are listed but not applied (they may never
 have been committed). A file that fails its checks is a `file` row naming the damage; its
 bytes are never read as data, and a member whose snapshot or journal is damaged is not
@@ -37,7 +37,6 @@ from raftmq.replication.entry_codec import decode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import COMMAND_NO_OP, COMMAND_REGULAR, JOURNAL_MAGIC, RECORD, decode_meta, entry_of, scan_journal
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
 from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
-from raftmq.storage.payload import reference_bodies
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages
 
@@ -228,14 +227,15 @@ class _Replay:
             self.fact("file", kind="journal", detail=f"corrupt: entry {index} unreadable: {exc}", committed=False)
             return False
         ordinal = 0
-        for sent, command in zip(commands, reference_bodies(index, commands), strict=True):
-            if type(sent) is Send:
-                body = sent.body if isinstance(sent.body, bytes) else b""
+        self.broker.begin_entry(index)  # the core holds body references, as a member's does
+        for command in commands:
+            if type(command) is Send:
+                body = command.body if isinstance(command.body, bytes) else b""
                 self.bodies[(index, ordinal)] = (text_value(body), digest(body))
                 ordinal += 1
-                route = [value for name, value in sent.headers if name in (ROUTE_HEADER, TO_HEADER)]
+                route = [value for name, value in command.headers if name in (ROUTE_HEADER, TO_HEADER)]
                 self.origin = "forward" if route else "client"
-                self.route = next((value for name, value in sent.headers if name == ROUTE_HEADER), "")
+                self.route = next((value for name, value in command.headers if name == ROUTE_HEADER), "")
             elif type(command) is Commit:
                 self.origin, self.route = "client", ""
             elif type(command) is Tick:

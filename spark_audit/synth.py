@@ -24,7 +24,6 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
-from raftmq.storage.payload import reference_bodies
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries
 
 QUEUE = "/queue/synth"
@@ -47,7 +46,8 @@ class GroupLog:
         index = self.last_index + 1
         self.entries.append((index, self.term, list(commands)))
         effects: list[Effect] = []
-        for command in reference_bodies(index, commands):  # the core holds body references, as in a group
+        self.broker.begin_entry(index)  # the core holds body references, as in a group
+        for command in commands:
             effects += self.broker.apply(command)
         return effects
 
@@ -159,7 +159,7 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
 
 
 def _value_of(log: GroupLog, ref: Any) -> str:
-    index, ordinal, _size = ref  # a BodyRef (raftmq.storage.payload.reference_bodies)
+    index, ordinal, _size = ref  # a BodyRef (raftmq.core.broker.Broker.begin_entry)
     commands = log.entries[index - 1][2]
     assert commands is not None and log.entries[index - 1][0] == index
     sends = [c for c in commands if type(c) is Send]

@@ -18,7 +18,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from raftmq.core import commands
+from raftmq.core import commands, unsubscribe
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
 from raftmq.core.cluster_rights import cluster_login, may_pull
@@ -29,7 +29,6 @@ from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import BrowseEnd, Deliver, Effect, Receipt, Reject
 from raftmq.core.manage import apply_manage
-from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Store, Subscription
 from raftmq.core.paging import MemoryPages, PageStore
 from raftmq.core.queue_patterns import is_queue_pattern
@@ -55,6 +54,8 @@ class Broker:
         self.config = config
         self.state = BrokerState(DedupCache(config.dedup_cache_size), pages=pages if pages is not None else MemoryPages())
         self.dispatch = Dispatcher(self.state, config)
+        self._entry_index = -1  # the Raft entry applying (begin_entry); -1: bodies are held as they are
+        self._ordinal = 0  # of the next Send in that entry
         self.limits = AddressLimits(config.addresses, config.global_max_size_messages, config.global_max_size_bytes)
         # In a cluster of groups, SENDs go through the cluster routing (raftmq.core.cluster_routing).
         self.routing = ClusterRouting(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
@@ -86,6 +87,16 @@ class Broker:
         dispatch.now = command.now
         self._handlers[type(command)](command)
         return effects
+
+    def begin_entry(self, index: int, *, quiet: bool = False) -> None:
+        """The commands applied next are the Raft entry at `index`, on a group member whose bodies
+        live in its body journal: the core holds each Send's body as the reference (index,
+        ordinal, size), the ordinal counting the entry's Sends in order (rejected ones too),
+        minted here as it applies them, so every member and the audit's replay hold the same
+        references. `quiet`: no session of this member's can be named by the effects (a
+        follower): no Deliver is built for a delivery and no Receipt. The state is the same."""
+        self._entry_index, self._ordinal = index, 0
+        self.dispatch.quiet = quiet
 
     def check_invariants(self) -> None:
         """Raise `InvariantViolated` unless the state is consistent (tests and the simulator)."""
@@ -150,7 +161,7 @@ class Broker:
         """Finish an accepted command: run pending dispatch passes, then its receipt."""
         if self.dispatch.dirty:
             self.dispatch.run()
-        if receipt is not None:
+        if receipt is not None and not self.dispatch.quiet:
             self.dispatch.effects.append(Receipt(session_id, receipt))
 
     def _session(self, command: Any) -> Session | None:
@@ -174,44 +185,12 @@ class Broker:
         session = self.state.sessions.pop(session_id, None)
         if session is not None:
             session.transactions.clear()
-            self._end_subscriptions(
-                session, list(session.subs.values()), list(session.deliveries.values()), drop_durable=False
-            )
+            unsubscribe.end_subscriptions(self.state, self.dispatch, session, list(session.subs.values()),
+                              list(session.deliveries.values()), drop_durable=False)
             if session.temps:
                 forget(self.state, session, self.dispatch)
             if self.dispatch.dirty:
                 self.dispatch.run()
-
-    def _end_subscriptions(
-        self, session: Session, subs: list[Subscription], deliveries: list[Delivery], drop_durable: bool
-    ) -> None:
-        """Stop `subs` consuming; return `deliveries` (theirs, in delivery order) to their stores."""
-        returning = self.dispatch.take_back(session, deliveries)
-        for sub in subs:
-            del session.subs[sub.sub_id]
-            store = sub.store
-            if sub.children is not None:  # a wildcard queue subscription: each child leaves its queue
-                self.dispatch.queue_patterns.end(sub)
-                for child in sub.children.values():
-                    child.store.remove_consumer(child)
-                    child.session = None
-                    self.dispatch.mark(child.store)
-            elif store.shared:
-                store.remove_consumer(sub)
-                if not store.stable:
-                    self.dispatch.mark(store)
-            elif sub.durable_name is not None and not drop_durable:
-                store.consumers.clear()
-                store.woken.clear()
-                sub.session = None
-            else:
-                self._drop_topic_subscription(sub, returning.pop(store, []))
-        for store, messages in returning.items():
-            # A store-and-forward queue's consumer is a bridge: its session ending (a reconnect,
-            # a new leader) says nothing about the message, which may already be stored at the
-            # neighbour; dead-lettering it after a few of those would store it twice. Only a
-            # refusal (a NACK) counts towards the dead-letter queue there.
-            self.dispatch.requeue(store, messages, may_dead_letter=not is_internal(store.destination), returned=True)
 
     def refuse_session(self, session_id: str, message: str, detail: str) -> None:
         """End a session with an ERROR to its client (an operator's close, a deleted destination)."""
@@ -219,18 +198,7 @@ class Broker:
 
     def drop_topic_subscription(self, sub: Subscription) -> None:
         """Drop an inactive (durable) topic subscription and what it collected."""
-        self._drop_topic_subscription(sub, [])
-
-    def _drop_topic_subscription(self, sub: Subscription, taken_back: list[Message]) -> None:
-        store = sub.store
-        topic = self.state.topics[sub.destination]
-        del topic.subs[sub]
-        if sub.durable_name is not None and self.state.durables.get(sub.durable_name) is sub:
-            del self.state.durables[sub.durable_name]
-        topic.retire(store, self.dispatch.discard(store, taken_back))
-        store.consumers.clear()
-        store.woken.clear()
-        sub.session = None
+        unsubscribe.drop_topic_subscription(self.state, self.dispatch, sub, [])
 
     # -- subscriptions -------------------------------------------------------------------------
 
@@ -294,7 +262,7 @@ class Broker:
                     sub.set_mode(command.ack, prefetch)
                     return sub
                 # JMS: a durable subscription re-made with another topic or selector starts afresh.
-                self._drop_topic_subscription(sub, [])
+                unsubscribe.drop_topic_subscription(self.state, self.dispatch, sub, [])
         topic = self.dispatch.topic(command.destination)
         store = Store(command.destination, shared=False)
         sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)
@@ -311,12 +279,16 @@ class Broker:
         if sub is None:
             return self._reject(session.session_id, "no such subscription", command.sub_id, command.receipt)
         deliveries = sorted((d for child in sub.consumers() for d in child.in_flight.values()), key=lambda d: d.seq)
-        self._end_subscriptions(session, [sub], deliveries, command.drop_durable)
+        unsubscribe.end_subscriptions(self.state, self.dispatch, session, [sub], deliveries, command.drop_durable)
         self._done(session.session_id, command.receipt)
 
     # -- sending -------------------------------------------------------------------------------
 
     def _send(self, command: Send) -> None:
+        body = command.body
+        if self._entry_index >= 0:  # a BodyRef (begin_entry)
+            body = (self._entry_index, self._ordinal, len(body) if isinstance(body, (bytes, bytearray)) else 0)
+            self._ordinal += 1
         session = self.state.sessions.get(command.session)
         if session is None:
             return self._reject(command.session, "not connected", "unknown or closed session", command.receipt)
@@ -352,15 +324,15 @@ class Broker:
         if destination.startswith(SF_PREFIX) and command.transaction is None:
             # Only the node's own sessions get here (the STOMP layer refuses $.raftmq. SENDs):
             # a passive link's advert for the neighbour that pulls it, stored as it is.
-            self.dispatch.publish(destination, command.headers, command.body, command.now, deduplicated=True)
+            self.dispatch.publish(destination, command.headers, body, command.now, deduplicated=True)
             return self._done(command.session, command.receipt)
         if command.transaction is not None:
             ops = session.transactions.get(command.transaction)
             if ops is None:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
-            ops.append(("send", destination, command.headers, command.body, command.now))
+            ops.append(("send", destination, command.headers, body, command.now))
         else:
-            self._publish(destination, command.headers, command.body, command.now, scheduled, temporary)
+            self._publish(destination, command.headers, body, command.now, scheduled, temporary)
         self._done(command.session, command.receipt)
 
     def _publish(self, destination: str, headers: Headers, body: object, now: int, scheduled: bool | None = None,

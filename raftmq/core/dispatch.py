@@ -47,6 +47,7 @@ class Dispatcher(Paging, Redelivery):
         self.now = 0  # the current command's time
         self.dirty: list[Store] = []  # stores awaiting a dispatch pass in this apply
         self.effects: list[Effect] = []
+        self.quiet = False  # no Deliver for a delivery (Broker.begin_entry); the state is the same
         # Topics whose names are patterns (`/topic/prices.>`): a message published to a topic
         # also goes to the subscriptions of every pattern its name matches. Derived from
         # `state.topics` (`index_patterns` after a restore), never stored.
@@ -352,7 +353,8 @@ class Dispatcher(Paging, Redelivery):
                 self.observer.left(store, message, AUTO_ACKED, session.session_id)
             store.dequeued += 1
             store.bytes -= body_size(message.body)
-            self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))
+            if not self.quiet:
+                self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
@@ -360,9 +362,8 @@ class Dispatcher(Paging, Redelivery):
         sub.in_flight[ack_id] = delivery
         session.add_delivery(delivery)
         store.in_flight += 1
-        self.effects.append(
-            Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id, count > 1, count)
-        )
+        if not self.quiet:
+            self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id, count > 1, count))
 
     def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
         """Dispatch on a stable store: only the message just appended (at its lane's tail) can move."""

@@ -1,7 +1,8 @@
 """Effects: the only output of the broker core. The node's asyncio shell executes them.
 
 Every replica computes the same effects; only the node that owns `session` acts on them, the
-others drop them.
+others drop them. A member that serves no session (a follower) applies quietly
+(`Broker.begin_entry`): its core builds no `Deliver` for a delivery and no `Receipt`.
 """
 
 from __future__ import annotations

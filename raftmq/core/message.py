@@ -12,8 +12,8 @@ DEFAULT_PRIORITY = 4
 
 # A group member's reference to a stored body: (Raft index of the entry that carried the Send,
 # ordinal of the Send among that entry's Sends, body size in bytes). The core counts a
-# destination's bytes by the size (`body_size`); raftmq.storage.payload.reference_bodies makes
-# them, for the members and for the audit's replay alike. A plain tuple at run time (a
+# destination's bytes by the size (`body_size`); the core mints them itself (Broker.begin_entry),
+# on the members and in the audit's replay alike. A plain tuple at run time (a
 # NamedTuple's constructor would cost the follower's apply path per SEND); a snapshot holds it
 # as a msgpack array, so a restored state holds a list, or 2 items when written before
 # references carried sizes.

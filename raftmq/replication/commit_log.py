@@ -20,9 +20,10 @@ group member executes and holds it to these steps, by name:
 
 1. durable -- the batch is in the Raft journal and fdatasync'd on a majority of the group
    before the log hands it over (RaftLog; InMemoryLog commits at once, in memory);
-2. references -- `BodyStore.begin` swaps each SEND's body for a body reference
-   (raft index, ordinal, size), keeping the bytes in memory for this batch: nothing is written
-   yet (a member without a body journal keeps the bodies in the core and skips steps 2 and 5);
+2. references -- `BodyStore.begin` keeps each SEND's bytes in memory as a record of this
+   batch, and `Broker.begin_entry` has the core hold each body as a body reference (raft
+   index, ordinal, size), minted as it applies the SEND: nothing is written yet (a member
+   without a body journal keeps the bodies in the core and skips steps 2 and 5);
 3. core -- `Broker.apply`, one command at a time, each returning its effects;
 4. effects -- each command's effects are executed on this node's sessions right after it, in
    the order the core returned them, except that a SEND's RECEIPT moves ahead of deliveries to

@@ -9,8 +9,7 @@ from raftmq.core.commands import Command
 from raftmq.server.replica.bodies import BodyStore
 
 
-def store_entry(store: BodyStore, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
-    """`commands` with their bodies referenced, and the entry's batch written."""
-    swapped = store.begin(index, term, commands, cache=cache)
+def store_entry(store: BodyStore, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> None:
+    """The entry's batch written (its bodies' records), as a member's apply writes it."""
+    store.begin(index, term, commands, cache=cache)
     store.end()
-    return swapped

@@ -48,22 +48,20 @@ def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Pa
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
         commands = [Connect("s", 0), send(b"one"), Ack("s", 0, ack_id="1"), send(b"two", transaction="t")]
-        swapped = store_entry(store, 7, 3, commands)
-        assert [c.body for c in swapped if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
-        assert swapped[0] is commands[0] and swapped[2] is commands[2]
+        store_entry(store, 7, 3, commands)
         records = [record for _ref, record in journal.records()]
         assert [(r.raft_index, r.raft_term, r.kind) for r in records] == [(7, 3, KIND_MESSAGE)] * 2
         assert [decode_body(r.payload) for r in records] == [b"one", b"two"]
     # After a restart the Raft journal replays index 7: same references, nothing written twice.
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal)
-        again = store_entry(store, 7, 3, commands)
-        assert [c.body for c in again if isinstance(c, Send)] == [(7, 0, 3), (7, 1, 3)]
+        store_entry(store, 7, 3, commands)
         assert store.entries_skipped == 1 and len(list(journal.records())) == 2
         assert store.body((7, 1)) == b"two" and store.body([7, 0]) == b"one"  # a list after msgpack
         with pytest.raises(BodyUnavailable):
             store.body((8, 0))
-        assert store_entry(store, 8, 3, [Connect("x", 0)]) == [Connect("x", 0)]  # no Send: nothing to write
+        store_entry(store, 8, 3, [Connect("x", 0)])  # no Send: nothing to write
+        assert len(list(journal.records())) == 2 and store.entries_skipped == 1
 
 
 def test_a_followers_entry_is_kept_in_neither_cache(tmp_path: Path) -> None:

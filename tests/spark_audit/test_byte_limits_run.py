@@ -44,7 +44,9 @@ def applied_by_the_member(member: Path, core: CoreConfig, bound: int, scratch: P
             entry = entry_of(record.command)
             if record.index > bound or entry is None:
                 continue
-            commands = bodies.begin(record.index, record.term, decode_entry(entry))
+            commands = decode_entry(entry)
+            bodies.begin(record.index, record.term, commands)
+            broker.begin_entry(record.index)
             for command in commands:
                 broker.apply(command)
             bodies.end()

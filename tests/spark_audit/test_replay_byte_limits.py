@@ -1,7 +1,7 @@
 """The audit replays exactly what a member applied, with `[[core.address]]` byte limits set:
 a member's core counts a destination's bytes by the size its body references carry, and
 decides FAIL and DROP on them, so the replay must hand the core the same references
-(raftmq.storage.payload.reference_bodies) for its state to be the member's."""
+(raftmq.core.broker.Broker.begin_entry) for its state to be the member's."""
 
 from __future__ import annotations
 
@@ -60,7 +60,9 @@ class Member:
         self.effects: list[Effect] = []
 
     def apply(self, index: int, commands: Sequence[Command]) -> None:
-        for command in store_entry(self.bodies, index, 1, commands):
+        store_entry(self.bodies, index, 1, commands)
+        self.broker.begin_entry(index)  # the core holds the references a member's holds
+        for command in commands:
             self.effects += self.broker.apply(command)
 
 

@@ -1,9 +1,10 @@
 """Message bodies of a group member: kept in the body journal, referred to by the core.
 
-In a group, `Replica.apply` hands every committed Raft entry to `BodyStore.begin`, which gives
-the core a body reference `(raft_index, ordinal, size)` instead of each Send's bytes: the
-position of the record among the records of that Raft index, which is the same on every
-replica, so snapshots (which hold references, not bodies) mean the same thing on every member.
+In a group, `Replica.apply` hands every committed Raft entry to `BodyStore.begin`, which keeps
+each Send's bytes as a record to write, while the core holds a body reference `(raft_index,
+ordinal, size)` instead of the bytes (it mints them itself: `Broker.begin_entry`): the position
+of the record among the records of that Raft index, which is the same on every replica, so
+snapshots (which hold references, not bodies) mean the same thing on every member.
 After the core has applied the entry, `BodyStore.end` writes one journal batch for it (one
 record per Send, in order, then the pages its commands sealed). Where these two steps sit in
 the order of a committed batch is the commit log's contract
@@ -32,7 +33,7 @@ from raftmq.core.paging import MemoryPages
 from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
-from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload, reference_bodies
+from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload
 from raftmq.storage.records import Record
 
 log = structlog.get_logger("raftmq.server.bodies")
@@ -77,29 +78,26 @@ class BodyStore:
 
     # -- apply path (event loop) -----------------------------------------------------------
 
-    def begin(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> Sequence[Command]:
-        """`commands` with each Send's body replaced by its reference (`reference_bodies`). Until
-        `end`, the entry is open: pages the core seals while applying it are numbered after the
-        bodies (`put`), and `end` writes them all as the index's one journal batch, unless this
-        Raft index is already in the journal (a replay: nothing is written twice).
+    def begin(self, index: int, term: int, commands: Sequence[Command], *, cache: bool = True) -> None:
+        """Open the entry at `index`: each Send's bytes become one of its records, kept in memory
+        (the core holds each body as the reference (index, ordinal, size) it mints itself:
+        `Broker.begin_entry`). Until `end`, pages the core seals while applying it are numbered
+        after the bodies (`put`), and `end` writes them all as the index's one journal batch,
+        unless this Raft index is already in the journal (a replay: nothing is written twice).
         `cache`: keep the bodies for deliveries, and the journal its batch (the leader; a
         follower delivers nothing, and reads a batch back only after taking over, from disk)."""
         last = self.journal.last_index
         fresh = last is None or index > last
-        positions = [i for i, command in enumerate(commands) if type(command) is Send]
+        sends: list[Send] = [command for command in commands if isinstance(command, Send)]
         # Records as the journal stores them: it writes them as they are, converting none.
-        records = [Record(index, term, KIND_MESSAGE, encode_payload(commands[i])) for i in positions] if fresh else []  # type: ignore[arg-type]
-        if positions and not fresh:
+        records = [Record(index, term, KIND_MESSAGE, encode_payload(send)) for send in sends] if fresh else []
+        if sends and not fresh:
             self.entries_skipped += 1
-        self._entry = _OpenEntry(index, term, len(positions), records, fresh, cache)
-        if not positions:
-            return commands
+        self._entry = _OpenEntry(index, term, len(sends), records, fresh, cache)
         if cache:  # the leader delivers most bodies right away
-            for ordinal, i in enumerate(positions):
-                send = commands[i]
-                if type(send) is Send and isinstance(send.body, bytes):
+            for ordinal, send in enumerate(sends):
+                if isinstance(send.body, bytes):
                     self._cache_put((index, ordinal), send.body)
-        return reference_bodies(index, commands)
 
     def end(self) -> None:
         """Write the open entry's records (its bodies, then its pages) as one batch."""

@@ -2,10 +2,12 @@
 the commit log as its `StateMachine` (raftmq.replication.commit_log).
 
 `apply` runs the steps of the commit log's contract for one committed batch, in the order
-written in raftmq.replication.commit_log: body references (`BodyStore.begin`), then per command
-the core and its effects on the sessions this node serves (effects for sessions that are
-elsewhere or gone are dropped: the Disconnect a closing session proposes returns its
-deliveries to their queues), then the batch's bodies to the body journal (`BodyStore.end`).
+written in raftmq.replication.commit_log: body references (`BodyStore.begin`,
+`Broker.begin_entry`), then per command the core and its effects on the sessions this node
+serves (effects for sessions that are elsewhere or gone are dropped: the Disconnect a closing
+session proposes returns its deliveries to their queues; a member that serves none has its
+core build no deliveries or receipts at all), then the batch's bodies to the body journal
+(`BodyStore.end`).
 `snapshot` / `restore` are the Raft snapshot: the core's state with body references, and,
 after a restore, the bodies this member lacks fetched from its peers.
 
@@ -68,10 +70,16 @@ class Replica:
             # acknowledged away that no consumer ever received). The node is stopping.
             return
         bodies = self.bodies
+        sessions = host.sessions
+        awaiting = host.awaiting_adoption  # after a transfer: the old leader's sessions, until adopted
+        # No client here (a follower): the core builds no Deliver or Receipt, and only an admin
+        # request's answer can concern this member. Nothing in this loop adds a session.
+        quiet = not sessions and not awaiting
         if bodies is not None:
             position = host.commit_log.position
             try:
-                commands = bodies.begin(position.index, position.term, commands, cache=host.commit_log.is_leader)
+                bodies.begin(position.index, position.term, commands, cache=host.commit_log.is_leader)
+                self.broker.begin_entry(position.index, quiet=quiet)
             except Exception as exc:
                 # Applying without the bodies would leave this member unable to serve what it
                 # acknowledged: stop (fail-stop); on restart the Raft journal replays the entry.
@@ -81,8 +89,6 @@ class Replica:
         if commands and host.clock.now_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
             host.replayed()  # old commands: a replay, not traffic to show as a rate
         apply = self.broker.apply
-        sessions = host.sessions
-        awaiting = host.awaiting_adoption  # after a transfer: the old leader's sessions, until adopted
         for command in commands:
             try:
                 effects = apply(command)
@@ -92,8 +98,7 @@ class Replica:
                 log.exception("broker.apply_failed", command=type(command).__name__)
                 host.fail(f"the broker core raised on a committed {type(command).__name__}: {type(exc).__name__}: {exc}")
                 raise
-            if not sessions and not awaiting:
-                # No client here (a follower): only an admin request's answer can concern it.
+            if quiet:
                 for effect in effects:
                     if type(effect) is Managed:
                         host.managed(effect)
