@@ -51,6 +51,8 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.storage.records",
     "raftmq.storage.payload",
     "raftmq.server.replica.bodies",
+    "raftmq.core.commands",
+    "raftmq.core.effects",
 )
 
 _PACKAGE = Path(__file__).parent

@@ -29,8 +29,7 @@ DeliveryCallback = Callable[["Delivery"], None]
 class Delivery(Frame):
     """A MESSAGE frame plus the number of the connection that delivered it.
 
-    A plain subclass, not a dataclass: Frame may be compiled (raftmq.compiled), and a Python
-    dataclass cannot see a compiled dataclass's fields."""
+    A plain subclass, as Frame is a plain class (compiled when raftmq.compiled says so)."""
 
     __slots__ = ("connection",)
 

@@ -7,11 +7,15 @@ others drop them. A member that serves no session (a follower) applies quietly
 
 from __future__ import annotations
 
+from typing import ClassVar, Final
+
 from raftmq.core.message import Message
-from raftmq.values import value
+from raftmq.values import shown, value
+
+# Deliver and Receipt, made for every message on the leader, are written out rather than `@value`,
+# as raftmq.core.commands explains for Send: compiled, they are native classes.
 
 
-@value
 class Deliver:
     """Send `message` to subscription `sub_id` of `session` as a MESSAGE frame.
 
@@ -19,21 +23,54 @@ class Deliver:
     `redelivered` and `delivery_count` tell the consumer it may have seen this message before.
     `message` is the core's stored record, not a copy: its `delivery_count` goes on counting
     with later deliveries, so read this effect's `delivery_count`, which stays as it was.
+    `destination` is the subscription's destination (for a topic copy: the topic; for a
+    pattern's: the topic published to).
     """
 
-    session: str
-    sub_id: str
-    destination: str  # the subscription's destination (for a topic copy: the topic; for a pattern's: the topic published to)
-    message: Message
-    ack_id: str | None
-    redelivered: bool
-    delivery_count: int
+    __match_args__: ClassVar[tuple[str, ...]] = (
+        "session", "sub_id", "destination", "message", "ack_id", "redelivered", "delivery_count")
+    __slots__ = __match_args__
+
+    def __init__(self, session: str, sub_id: str, destination: str, message: Message, ack_id: str | None,
+                 redelivered: bool, delivery_count: int) -> None:
+        self.session: Final = session
+        self.sub_id: Final = sub_id
+        self.destination: Final = destination
+        self.message: Final = message
+        self.ack_id: Final = ack_id
+        self.redelivered: Final = redelivered
+        self.delivery_count: Final = delivery_count
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.session, self.sub_id, self.destination, self.message, self.ack_id, self.redelivered,
+                self.delivery_count)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if type(other) is Deliver else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return shown(self, self.__match_args__)
 
 
-@value
 class Receipt:
-    session: str
-    receipt_id: str
+    __match_args__: ClassVar[tuple[str, ...]] = ("session", "receipt_id")
+    __slots__ = __match_args__
+
+    def __init__(self, session: str, receipt_id: str) -> None:
+        self.session: Final = session
+        self.receipt_id: Final = receipt_id
+
+    def __eq__(self, other: object) -> bool:
+        return (self.session, self.receipt_id) == (other.session, other.receipt_id) if type(other) is Receipt else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.session, self.receipt_id))
+
+    def __repr__(self) -> str:
+        return shown(self, self.__match_args__)
 
 
 @value

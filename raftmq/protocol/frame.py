@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from mypy_extensions import mypyc_attr
 
 # Client frames (STOMP 1.2 §"Client Frames"); STOMP is the 1.1+ alias of CONNECT.
@@ -31,17 +29,33 @@ ADOPTED_HEADER = "raftmq.adopted"
 
 # Compiled (raftmq.compiled), so the clients' own frames (a failover Delivery) are Python subclasses.
 @mypyc_attr(allow_interpreted_subclasses=True)
-@dataclass(slots=True)
 class Frame:
     """One STOMP frame.
 
     `headers` keeps every header in wire order, repeats included, as decoded (unescaped)
     strings; STOMP says the first occurrence of a repeated header wins, which `get` honours.
-    """
+
+    A plain class with its own `__init__`, `__eq__` and `__repr__` rather than a dataclass:
+    compiled, a dataclass's generated `__init__` still runs as Python code, once per frame
+    read (0.19 against 0.05 µs)."""
 
     command: str
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def __init__(self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b"") -> None:
+        self.command = command
+        self.headers = [] if headers is None else headers
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Frame)
+        return self.command == other.command and self.headers == other.headers and self.body == other.body
+
+    def __repr__(self) -> str:
+        return f"Frame(command={self.command!r}, headers={self.headers!r}, body={self.body!r})"
 
     def get(self, name: str, default: str | None = None) -> str | None:
         for key, value in self.headers:

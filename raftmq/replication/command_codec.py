@@ -8,7 +8,6 @@ means a new version here, which `tests/replication/test_command_codec.py` enforc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -57,7 +56,8 @@ _CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
 
 def encode_batch(commands: Sequence[c.Command]) -> bytes:
     rows: list[tuple[Any, ...]] = []
-    for command in commands:
+    given: Sequence[object] = commands  # compiled, a Command-typed loop would refuse a stranger with a TypeError
+    for command in given:
         try:
             code, fields = _CODE_OF[type(command)]
         except KeyError:
@@ -85,8 +85,9 @@ def decode_batch(data: bytes) -> list[c.Command]:
     return [_decode_row(row) for row in rows]
 
 
-# Classes whose dataclass fields are exactly their wire fields, in order: built positionally.
-_POSITIONAL = frozenset(cls for cls, names in SCHEMA.values() if tuple(f.name for f in dataclasses.fields(cls)) == names)
+# Classes whose fields (`__match_args__`, a dataclass's or written out) are exactly their wire
+# fields, in order: built positionally.
+_POSITIONAL = frozenset(cls for cls, names in SCHEMA.values() if getattr(cls, "__match_args__", None) == names)
 # type code -> (class, row length); per message this is most of decoding, so it is one lookup.
 _ROWS: dict[int, tuple[type, int]] = {code: (cls, len(names) + 1) for code, (cls, names) in SCHEMA.items()}
 
