@@ -18,7 +18,6 @@ chaos deployment as its node command (`RunOptions.node_command`).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +39,8 @@ def plant_early_receipts() -> None:
         for command in commands:
             if isinstance(command, Send) and command.receipt is not None:
                 self.receipt(command.receipt)
-                command = dataclasses.replace(command, receipt=None)
+                command = Send(command.session, command.destination, command.headers, command.body, command.now,
+                               command.transaction, None)
             early.append(command)
         self.host.loop.call_later(EARLY_RECEIPT_DELAY_SECONDS, propose, self, early)
 

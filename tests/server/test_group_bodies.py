@@ -74,6 +74,27 @@ def test_a_followers_entry_is_kept_in_neither_cache(tmp_path: Path) -> None:
         assert store.body((7, 0)) == b"follower's"  # from disk, when a follower takes over
 
 
+def test_the_leaders_bodies_are_kept_by_entry_within_the_cache_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Journal(tmp_path / "b") as journal:
+        store = BodyStore(journal, cache_bytes=400)
+        for index in range(1, 5):  # 100 bytes an entry
+            store_entry(store, index, 1, [send(bytes([index]) * 50), send(bytes([index]) * 50)])
+        assert store.stats()["cached_bodies"] == 8
+        store_entry(store, 5, 1, [send(b"5" * 100)])
+        assert store.stats()["cached_bodies"] == 7  # the oldest entry went, whole
+        store_entry(store, 6, 1, [send(b"6" * 101)])  # over a quarter of the budget: not kept
+        assert store.stats()["cached_bodies"] == 7
+        reads: list[object] = []
+        read = journal.read
+        monkeypatch.setattr(journal, "read", lambda ref: reads.append(ref) or read(ref))
+        assert store.body((5, 0)) == b"5" * 100 and store.body([2, 1]) == bytes([2]) * 50 and not reads
+        assert store.body((1, 1)) == bytes([1]) * 50 and store.body((6, 0)) == b"6" * 101 and len(reads) == 2
+        assert store.body((1, 1)) == bytes([1]) * 50 and len(reads) == 2  # read back once, then kept
+        assert store.stats()["cached_bodies"] == 6  # the oldest entry (2) gave room for it
+        assert store.body((5, 0)) == b"5" * 100 and store.body((3, 0)) == bytes([3]) * 50 and len(reads) == 2
+        assert store.body((2, 0)) == bytes([2]) * 50 and len(reads) == 3
+
+
 def broker_with_bodies_everywhere() -> tuple[Broker, set[tuple[int, int]]]:
     """Bodies in a queue, in flight, in an inactive durable subscription and in a transaction."""
     broker = Broker()

@@ -65,6 +65,11 @@ class BodyStore:
     def __init__(self, journal: Journal, cache_bytes: int = 16 * 2**20) -> None:
         self.journal = journal
         self.cache_bytes = cache_bytes
+        # Bodies kept for deliveries, within `cache_bytes` together (`_evict`): the leader's latest
+        # entries, whole, by raft index (one insertion per entry; the oldest entry goes first), and
+        # bodies read back from the journal, one by one (least recently used first).
+        self._recent: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._recent_used = 0
         self._cache: OrderedDict[BodyKey, bytes] = OrderedDict()
         self._cache_used = 0
         # (snapshot index, lowest raft index it references or index + 1), newest last
@@ -94,10 +99,8 @@ class BodyStore:
         if sends and not fresh:
             self.entries_skipped += 1
         self._entry = _OpenEntry(index, term, len(sends), records, fresh, cache)
-        if cache:  # the leader delivers most bodies right away
-            for ordinal, send in enumerate(sends):
-                if isinstance(send.body, bytes):
-                    self._cache_put((index, ordinal), send.body)
+        if cache and sends:  # the leader delivers most bodies right away
+            self._remember(index, sends)
 
     def end(self) -> None:
         """Write the open entry's records (its bodies, then its pages) as one batch."""
@@ -166,6 +169,11 @@ class BodyStore:
     def body(self, ref: Any, *, cached: bool = True) -> bytes:
         """The bytes behind a reference; raises BodyUnavailable, never returns wrong bytes.
         `cached=False` reads (and checks) the journal even when the body is in the LRU."""
+        if cached:
+            recent = self._recent.get(ref[0])
+            ordinal: int = ref[1]
+            if recent is not None and ordinal < len(recent):
+                return recent[ordinal]
         key = (int(ref[0]), int(ref[1]))
         hit = self._cache.get(key) if cached else None
         if hit is not None:
@@ -183,6 +191,22 @@ class BodyStore:
         self._cache_put(key, body)
         return body
 
+    def _remember(self, index: int, sends: list[Send]) -> None:
+        """Keep an entry's bodies (the leader's), unless one is no bytes or the entry is too big."""
+        bodies: list[bytes] = []
+        size = 0
+        for send in sends:
+            body = send.body
+            if not isinstance(body, bytes):
+                return
+            bodies.append(body)
+            size += len(body)
+        if size > self.cache_bytes // 4:
+            return  # one big entry must not flush everything else
+        self._recent[index] = bodies
+        self._recent_used += size
+        self._evict()
+
     def _cache_put(self, key: BodyKey, body: bytes) -> None:
         if len(body) > self.cache_bytes // 4:
             return  # one big body must not flush everything else
@@ -191,9 +215,17 @@ class BodyStore:
             self._cache_used -= len(previous)
         self._cache[key] = body
         self._cache_used += len(body)
-        while self._cache_used > self.cache_bytes:
+        self._evict()
+
+    def _evict(self) -> None:
+        """Within `cache_bytes`: bodies read back keep up to a quarter of it, the leader's latest
+        entries the rest."""
+        while self._cache_used > self.cache_bytes // 4:
             _, dropped = self._cache.popitem(last=False)
             self._cache_used -= len(dropped)
+        while self._recent_used + self._cache_used > self.cache_bytes and self._recent:
+            _, entry = self._recent.popitem(last=False)
+            self._recent_used -= sum(len(body) for body in entry)
 
     def sync(self) -> None:
         self.journal.sync()
@@ -294,7 +326,7 @@ class BodyStore:
             "entries_skipped": self.entries_skipped,
             "segments_deleted": self.segments_deleted,
             "missing_indexes": len(self.missing),
-            "cached_bodies": len(self._cache),
+            "cached_bodies": len(self._cache) + sum(len(bodies) for bodies in self._recent.values()),
         }
 
     def close(self) -> None:
