@@ -33,10 +33,13 @@ def test_slotted() -> None:
 def test_the_type_checker_refuses_an_assignment(tmp_path: Path) -> None:
     snippet = tmp_path / "assigns.py"
     snippet.write_text(textwrap.dedent("""
-        from raftmq.core.commands import Send
+        from raftmq.core.commands import Send, Subscribe
         send = Send("s1", "/queue/a", (), b"", 5)
         send.destination = "/queue/b"
+        subscribe = Subscribe("s1", "1", "/queue/a", 5)
+        subscribe.destination = "/queue/b"
     """))
     out, _, status = mypy_api.run([str(snippet), "--strict", "--no-incremental", "--follow-imports=silent",
                                    "--cache-dir=/dev/null"])
-    assert status == 1 and 'Property "destination" defined in "Send" is read-only' in out, out
+    assert status == 1 and 'Cannot assign to final attribute "destination"' in out, out  # a record written out
+    assert 'Property "destination" defined in "Subscribe" is read-only' in out, out  # a @value record

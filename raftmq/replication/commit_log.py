@@ -34,11 +34,12 @@ group member executes and holds it to these steps, by name:
    holds the bodies, and a replay writes what the body journal lost);
 6. socket -- on a later event-loop turn each connection writes what it queued, once per turn,
    and only while `holds_lease()` says the leadership is current (else it waits);
-7. settled -- the future `propose` returned completes (success, or `NotLeader` /
-   `CommitFailed` when the outcome is unknown). It follows step 5; against step 6 its order
-   is not fixed (RaftLog settles through the tick thread's hand-off, InMemoryLog at once).
+7. settled -- the proposal settles: the future `propose` returned completes, or the proposer
+   of `propose_for` is told (success, or `NotLeader` / `CommitFailed` when the outcome is
+   unknown). It follows step 5; against step 6 its order is not fixed (RaftLog settles
+   through the tick thread's hand-off, InMemoryLog at once).
 
-So a session sees a command's effects queued before its future settles, and a RECEIPT never
+So a session sees a command's effects queued before its proposal settles, and a RECEIPT never
 reaches a socket before its command is durable on a majority, applied by the core, and its
 batch's bodies are in this member's body journal.
 
@@ -54,10 +55,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import structlog
+
 from raftmq.core.commands import Command
 from raftmq.errors import CommitFailed
 
+log = structlog.get_logger("raftmq.replication.commit_log")
+
 RoleListener = Callable[[bool], None]  # called with True on becoming leader, False on losing it
+
+
+class Proposer(Protocol):
+    """Who proposes many batches and hears their outcomes in one place (`propose_for`): a client
+    connection, which numbers its proposals."""
+
+    def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
+        """Proposal `number` (its `commands`) was applied (`error` None), or failed with
+        `NotLeader` / `CommitFailed`. Called on the event loop."""
+
+
+def tell(waiter: tuple[Proposer, int, Sequence[Command]], error: Exception | None) -> None:
+    """A `propose_for` proposal's outcome to its proposer, now."""
+    proposer, number, commands = waiter
+    try:
+        proposer.settled(number, commands, error)
+    except Exception:  # one proposer's bug must not keep the others from hearing (as a future's callback would not)
+        log.exception("commit_log.proposer_failed", proposer=type(proposer).__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +127,17 @@ class CommitLog(ABC):
         """Submit commands (kept in order). The future completes after `apply` has run for
         them, or fails with `NotLeader` / `CommitFailed` when their outcome is unknown. An
         empty proposal completes after everything proposed before it."""
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        """`propose`, batch-shaped: the outcome goes to `proposer.settled(number, commands,
+        error)`, exactly once, with no future per proposal. A proposer's proposals settle in the
+        order proposed when they all succeed; `RaftLog` and `InMemoryLog` call it directly as
+        an entry settles, this default through `propose`'s future."""
+        def done(future: asyncio.Future[None]) -> None:
+            error = CommitFailed("proposal cancelled") if future.cancelled() else future.exception()
+            proposer.settled(number, commands, error if error is None or isinstance(error, Exception) else CommitFailed(repr(error)))
+
+        self.propose(commands).add_done_callback(done)
 
     @abstractmethod
     async def stop(self) -> None:
@@ -179,6 +213,7 @@ class InMemoryLog(CommitLog):
         self._machine: StateMachine | None = None
         self._pending: list[Command] = []
         self._waiters: list[asyncio.Future[None]] = []
+        self._proposers: list[tuple[Proposer, int, Sequence[Command]]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
@@ -203,16 +238,29 @@ class InMemoryLog(CommitLog):
             return future
         self._pending.extend(commands)
         self._waiters.append(future)
+        self._schedule()
+        return future
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        assert self._loop is not None, "propose before start"
+        if self._stopped:
+            self._loop.call_soon(tell, (proposer, number, commands), CommitFailed("log stopped"))
+            return
+        self._pending.extend(commands)
+        self._proposers.append((proposer, number, commands))
+        self._schedule()
+
+    def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
+            assert self._loop is not None
             self._loop.call_soon(self._flush)
-        return future
 
     def _flush(self) -> None:
         self._scheduled = False
-        pending, waiters = self._pending, self._waiters
-        self._pending, self._waiters = [], []
-        if self._stopped or not pending and not waiters:
+        pending, waiters, proposers = self._pending, self._waiters, self._proposers
+        self._pending, self._waiters, self._proposers = [], [], []
+        if self._stopped or not pending and not waiters and not proposers:
             return
         assert self._machine is not None
         self._batches += 1
@@ -220,10 +268,15 @@ class InMemoryLog(CommitLog):
         for future in waiters:
             if not future.done():
                 future.set_result(None)
+        for proposer in proposers:
+            tell(proposer, None)
 
     async def stop(self) -> None:
         self._stopped = True
         for future in self._waiters:
             if not future.done():
                 future.set_exception(CommitFailed("log stopped"))
+        proposers, self._proposers = self._proposers, []
+        for proposer in proposers:
+            tell(proposer, CommitFailed("log stopped"))
         self._pending, self._waiters = [], []

@@ -1,6 +1,7 @@
 """The entries a leader's `RaftLog` submitted and has not settled yet (loop thread only).
 
-Each `PendingEntry` holds the proposals' futures and the commands the entry was built from.
+Each `PendingEntry` holds who waits for its proposals (`Waiter`s) and the commands the entry was
+built from.
 `InFlightEntries` finds one by the token its commit callback carries (to settle it) and by its
 bytes (so the leader applies the commands it already has instead of decoding its own entry:
 equal bytes decode to equal commands, so a shared key is harmless and FIFO keeps the pairing).
@@ -12,29 +13,47 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from raftmq.core.commands import Command
+from raftmq.replication.commit_log import Proposer, tell
 
 # pysyncobj's FAIL_REASON codes, as the CommitFailed message words them.
 FAIL_REASONS = {1: "queue full", 2: "no leader", 3: "discarded by a new leader", 4: "not leader", 5: "leader changed",
                 6: "request denied", 7: "outcome unknown"}
 
 
-def fail_futures(futures: Iterable[asyncio.Future[None]], error: Callable[[], Exception]) -> None:
-    # Each future gets its own exception: one instance raised in many tasks piles up tracebacks.
-    for future in futures:
-        if not future.done():
-            future.set_exception(error())
+# Who waits for a proposal: its future (`CommitLog.propose`), or its proposer with the number
+# and the commands it gave (`propose_for`: one tuple, where a future costs a future, its callback,
+# a context and a handle).
+Waiter = asyncio.Future[None] | tuple[Proposer, int, Sequence[Command]]
+
+
+def settle_waiters(waiters: Iterable[Waiter]) -> None:
+    """Success for each: its future's result, or its proposer told, now."""
+    for waiter in waiters:
+        if isinstance(waiter, tuple):
+            tell(waiter, None)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+
+def fail_waiters(waiters: Iterable[Waiter], error: Callable[[], Exception]) -> None:
+    # Each gets its own exception: one instance raised in many tasks piles up tracebacks.
+    for waiter in waiters:
+        if isinstance(waiter, tuple):
+            tell(waiter, error())
+        elif not waiter.done():
+            waiter.set_exception(error())
 
 
 class PendingEntry:
-    __slots__ = ("batches", "commands", "futures", "timer", "entry", "size")
+    __slots__ = ("batches", "commands", "waiters", "timer", "entry", "size")
 
-    def __init__(self, batches: list[bytes], commands: list[Command], futures: list[asyncio.Future[None]]) -> None:
+    def __init__(self, batches: list[bytes], commands: list[Command], waiters: list[Waiter]) -> None:
         self.batches = batches
         self.commands = commands  # what the entry decodes to: the leader applies these as they are
-        self.futures = futures
+        self.waiters = waiters
         self.timer: asyncio.TimerHandle | None = None
         self.entry = b""
         self.size = sum(len(batch) for batch in batches)
@@ -45,6 +64,7 @@ class InFlightEntries:
         self._by_token: dict[int, PendingEntry] = {}
         self._by_entry: dict[bytes, collections.deque[PendingEntry]] = {}
         self.bytes = 0  # encoded commands in the entries held
+        self._drained: list[asyncio.Future[None]] = []  # `drained()` futures, done when none is held
 
     def __len__(self) -> int:
         return len(self._by_token)
@@ -52,8 +72,21 @@ class InFlightEntries:
     def __bool__(self) -> bool:
         return bool(self._by_token)
 
-    def futures(self) -> list[asyncio.Future[None]]:
-        return [future for pending in self._by_token.values() for future in pending.futures]
+    def drained(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Done once no entry is held (at once if none is now)."""
+        future: asyncio.Future[None] = loop.create_future()
+        if self._by_token:
+            self._drained.append(future)
+        else:
+            future.set_result(None)
+        return future
+
+    def _maybe_drained(self) -> None:
+        if not self._by_token and self._drained:
+            waiting, self._drained = self._drained, []
+            for future in waiting:
+                if not future.done():
+                    future.set_result(None)
 
     def add(self, token: int, pending: PendingEntry) -> None:
         """`pending` was submitted as `pending.entry` with commit callback token `token`."""
@@ -75,6 +108,7 @@ class InFlightEntries:
                 pass
             if not waiting:
                 del self._by_entry[pending.entry]
+        self._maybe_drained()
         return pending
 
     def take_applied(self, entry: bytes) -> PendingEntry | None:
@@ -94,4 +128,5 @@ class InFlightEntries:
         self._by_token.clear()
         self._by_entry.clear()
         self.bytes = 0
+        self._maybe_drained()
         return held

@@ -22,7 +22,7 @@ async def transfer_round(syncobj: HardenedSyncObj, loop: asyncio.AbstractEventLo
         # Entries sent before the round settle first, their receipts and deliveries written
         # under our lease: a client's every command then has a known outcome when its
         # session is handed to the successor (raftmq.server.succession).
-        await asyncio.wait(in_flight.futures(), timeout=max(0.0, until - time.monotonic()))
+        await asyncio.wait([in_flight.drained(loop)], timeout=max(0.0, until - time.monotonic()))
         await asyncio.sleep(HAND_OVER_FLUSH_SECONDS)  # the connections' flushes, one loop turn later
     while syncobj.is_leader and time.monotonic() < until:
         answer: asyncio.Future[int] = loop.create_future()

@@ -39,10 +39,10 @@ from pysyncobj import _RAFT_STATE
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import encode_batch
-from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, RoleListener, StateMachine
+from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
-from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, fail_futures
+from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
 from raftmq.replication.leadership_transfer import transfer_round
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
@@ -82,7 +82,7 @@ class RaftLog(CommitLog):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._machine: StateMachine | None = None
         self._syncobj: HardenedSyncObj | None = None
-        self._queue: collections.deque[tuple[bytes, Sequence[Command], asyncio.Future[None]]] = collections.deque()
+        self._queue: collections.deque[tuple[bytes, Sequence[Command], Waiter]] = collections.deque()
         self._handing_over = False  # proposals wait in the queue (transfer_leadership)
         self._leader_term = 0  # the term of our latest leadership
         self._won_by_hand_over = False  # that leadership came from a transfer (TimeoutNow)
@@ -140,20 +140,30 @@ class RaftLog(CommitLog):
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         assert self._loop is not None, "propose before start"
         future: asyncio.Future[None] = self._loop.create_future()
-        if self._stopped:
-            future.set_exception(CommitFailed("log stopped"))
-            return future
-        if not self.is_leader:
-            future.set_exception(NotLeader(self.leader_hint))
-            return future
-        try:
-            batch = encode_batch(commands)
-        except CommandCodecError as exc:
-            future.set_exception(exc)
-            return future
-        self._queue.append((batch, commands, future))
-        self._schedule_pump()
+        self._enqueue(commands, future)
         return future
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        self._enqueue(commands, (proposer, number, commands))
+
+    def _enqueue(self, commands: Sequence[Command], waiter: Waiter) -> None:
+        error: Exception | None = None
+        if self._stopped:
+            error = CommitFailed("log stopped")
+        elif not self.is_leader:
+            error = NotLeader(self.leader_hint)
+        else:
+            try:
+                self._queue.append((encode_batch(commands), commands, waiter))
+            except CommandCodecError as exc:
+                error = exc
+        if error is None:
+            self._schedule_pump()
+        elif isinstance(waiter, tuple):  # on a later loop turn, as a future's callback would hear it
+            assert self._loop is not None
+            self._loop.call_soon(fail_waiters, (waiter,), lambda: error)
+        else:
+            waiter.set_exception(error)
 
     async def stop(self) -> None:
         if self._stopped:
@@ -164,7 +174,8 @@ class RaftLog(CommitLog):
         if syncobj is None:
             return
         if self._in_flight:  # let entries already sent settle rather than report them unknown
-            await asyncio.wait(self._in_flight.futures(), timeout=0.5)
+            assert self._loop is not None
+            await asyncio.wait([self._in_flight.drained(self._loop)], timeout=0.5)
         if syncobj.is_leader:
             await self.transfer_leadership(timeout=0.5)
         self._fail_in_flight(lambda: CommitFailed("log stopped before the outcome was known"))
@@ -303,18 +314,18 @@ class RaftLog(CommitLog):
         while self._queue and self._may_submit():
             batches: list[bytes] = []
             commands: list[Command] = []
-            futures: list[asyncio.Future[None]] = []
+            waiters: list[Waiter] = []
             size = 0
             while self._queue and (not batches or size + len(self._queue[0][0]) <= s.timings.max_entry_bytes):
-                batch, batch_commands, future = self._queue.popleft()
-                if future.done():  # cancelled by its caller: never submitted
+                batch, batch_commands, waiter = self._queue.popleft()
+                if not isinstance(waiter, tuple) and waiter.done():  # cancelled by its caller: never submitted
                     continue
                 batches.append(batch)
                 commands.extend(batch_commands)
-                futures.append(future)
+                waiters.append(waiter)
                 size += len(batch)
             if batches:
-                self._submit(PendingEntry(batches, commands, futures))
+                self._submit(PendingEntry(batches, commands, waiters))
 
     def _may_submit(self) -> bool:
         if self._handing_over:
@@ -332,7 +343,7 @@ class RaftLog(CommitLog):
             self._syncobj.submit(entry, lambda result, error: self._settle_from_tick_thread(token, result, error))
         except ValueError as exc:
             message = str(exc)  # the name `exc` ends with this block; the error factory may run later
-            fail_futures(pending.futures, lambda: CommitFailed(message))
+            fail_waiters(pending.waiters, lambda: CommitFailed(message))
             return
         pending.entry = entry
         self._in_flight.add(token, pending)
@@ -348,9 +359,7 @@ class RaftLog(CommitLog):
         if pending.timer is not None:
             pending.timer.cancel()
         if error == SUCCESS and result is not None and result not in self._failed_deliveries:
-            for future in pending.futures:
-                if not future.done():
-                    future.set_result(None)
+            settle_waiters(pending.waiters)
         else:
             self._failed_deliveries.discard(result)
             if error == SUCCESS:
@@ -359,25 +368,25 @@ class RaftLog(CommitLog):
                 message = "committed, but this node could not apply it; outcome unknown to the client"
             else:
                 message = f"not committed: {FAIL_REASONS.get(error, f'error {error}')}"
-            fail_futures(pending.futures, lambda: CommitFailed(message))
+            fail_waiters(pending.waiters, lambda: CommitFailed(message))
         self._schedule_pump()
 
     def _expire(self, token: int) -> None:
         pending = self._in_flight.pop(token)
         if pending is not None:
             timeout = self.settings.timings.commit_timeout_ms / 1000
-            fail_futures(pending.futures, lambda: CommitFailed(f"not committed within {timeout:g}s; outcome unknown"))
+            fail_waiters(pending.waiters, lambda: CommitFailed(f"not committed within {timeout:g}s; outcome unknown"))
             self._schedule_pump()
 
     def _fail_queued(self, error: Callable[[], Exception]) -> None:
         queue, self._queue = self._queue, collections.deque()
-        fail_futures((future for _batch, _commands, future in queue), error)
+        fail_waiters((waiter for _batch, _commands, waiter in queue), error)
 
     def _fail_in_flight(self, error: Callable[[], Exception]) -> None:
         for pending in self._in_flight.clear():
             if pending.timer is not None:
                 pending.timer.cancel()
-            fail_futures(pending.futures, error)
+            fail_waiters(pending.waiters, error)
 
     def _gained_leadership(self) -> None:
         if self._syncobj is not None:

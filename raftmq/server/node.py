@@ -31,7 +31,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect, Manage
 from raftmq.core.effects import Managed
 from raftmq.errors import CommitFailed, NotLeader
-from raftmq.replication.commit_log import CommitLog, InMemoryLog
+from raftmq.replication.commit_log import CommitLog, InMemoryLog, Proposer
 from raftmq.security import Security
 from raftmq.server.gc_tuning import tune_gc
 from raftmq.server.links.bridge import bridges_for
@@ -66,16 +66,8 @@ MANAGE_TIMEOUT_SECONDS = 10.0
 class Node:
     """One broker node; in-process usable: `await node.start()`, `node.address`, `await node.stop()`."""
 
-    def __init__(
-        self,
-        config: NodeConfig,
-        commit_log: CommitLog | None = None,
-        *,
-        name: str | None = None,
-        bodies: BodyStore | None = None,
-        fetch_bodies: BodyFetcher | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, config: NodeConfig, commit_log: CommitLog | None = None, *, name: str | None = None,
+                 bodies: BodyStore | None = None, fetch_bodies: BodyFetcher | None = None, clock: Clock | None = None) -> None:
         self._config = config
         # Where the `now` of commands and rate samples comes from (a ManualClock in tests);
         # the loop's own timers (heart-beats, timeouts) stay on the loop's clock.
@@ -184,8 +176,8 @@ class Node:
         full = broker.limits.full(broker.state, destination, proposed, proposed_bytes)
         if full is not None and full.address_full_policy == BLOCK:
             return True
-        store = broker.state.queues.get(destination) if self._fairness is not None else None
-        return store is not None and self._fairness is not None and self._fairness.holds(store, proposed)
+        fairness = self._fairness
+        return fairness is not None and (store := broker.state.queues.get(destination)) is not None and fairness.holds(store, proposed)
 
     def reserve_unfinished(self, grow: int) -> bool:
         if grow > 0 and self.unfinished_frame_bytes + grow > self._config.max_unfinished_frame_bytes:
@@ -197,6 +189,9 @@ class Node:
 
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         return self.commit_log.propose(commands)
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        self.commit_log.propose_for(commands, proposer, number)
 
     def holds_lease(self) -> bool:
         return self.commit_log.holds_lease()
@@ -226,10 +221,8 @@ class Node:
             # Not the client's own Disconnect: a new leader swept the sessions of this one
             # before it could tell its clients where to go. Tell them now.
             hint = self.succession.new_leader()
-            connection.fail(
-                "not the leader", f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
-                extra={"leader": hint} if hint else None, wait_for_log=False,
-            )
+            connection.fail("not the leader", f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
+                            extra={"leader": hint} if hint else None, wait_for_log=False)
         else:
             connection.disconnect_committed()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from raftmq.replication.in_flight import InFlightEntries, PendingEntry, fail_futures
+from raftmq.core.commands import Command, Tick
+from raftmq.replication.in_flight import InFlightEntries, PendingEntry, fail_waiters, settle_waiters
 
 
 def _pending(entry: bytes, *batches: bytes) -> PendingEntry:
@@ -43,14 +45,59 @@ def test_an_entry_settled_before_it_is_applied_here_is_no_longer_ours() -> None:
     assert table.take_applied(b"e") is None
 
 
-def test_each_future_gets_its_own_exception_and_done_ones_are_left_alone() -> None:
+class Proposer:
+    def __init__(self, fails: bool = False) -> None:
+        self.heard: list[tuple[int, Sequence[Command], Exception | None]] = []
+        self.fails = fails
+
+    def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
+        self.heard.append((number, commands, error))
+        if self.fails:
+            raise ValueError("a proposer's bug")
+
+
+def test_each_waiter_gets_its_own_exception_and_done_futures_are_left_alone() -> None:
     loop = asyncio.new_event_loop()
     try:
         done, a, b = loop.create_future(), loop.create_future(), loop.create_future()
         done.set_result(None)
-        fail_futures([done, a, b], lambda: RuntimeError("x"))
+        proposer = Proposer()
+        fail_waiters([done, a, (proposer, 7, [Tick(1)]), b, (proposer, 8, [])], lambda: RuntimeError("x"))
         assert done.result() is None
         assert a.exception() is not b.exception()
         assert isinstance(a.exception(), RuntimeError)
+        [(first, commands, error), (second, _, other)] = proposer.heard
+        assert (first, commands, second) == (7, [Tick(1)], 8)
+        assert isinstance(error, RuntimeError) and error is not other
+    finally:
+        loop.close()
+
+
+def test_a_proposer_that_raises_does_not_keep_the_others_from_hearing() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        broken, fine, future = Proposer(fails=True), Proposer(), loop.create_future()
+        settle_waiters([(broken, 1, []), (fine, 2, []), future])
+        assert broken.heard == [(1, [], None)] and fine.heard == [(2, [], None)] and future.result() is None
+    finally:
+        loop.close()
+
+
+def test_drained_is_done_once_nothing_is_held() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        table = InFlightEntries()
+        assert table.drained(loop).done()  # nothing held
+        table.add(1, _pending(b"a", b"x"))
+        table.add(2, _pending(b"b", b"y"))
+        drained = table.drained(loop)
+        table.pop(1)
+        assert not drained.done()
+        table.pop(2)
+        assert drained.done()
+        table.add(3, _pending(b"c", b"z"))
+        cleared = table.drained(loop)
+        table.clear()
+        assert cleared.done()
     finally:
         loop.close()

@@ -11,7 +11,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeade
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.commit_log import InMemoryLog
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file
 from raftmq.replication.raft_log import RaftLog
@@ -266,6 +267,66 @@ def test_appends_queued_behind_the_in_flight_entry_fail_when_leadership_is_lost(
         assert all(isinstance(f.exception(), (CommitFailed, NotLeader)) for f in done)
 
     run_group(tmp_path, 3, body)
+
+
+class Numbered:
+    """A proposer (raftmq.replication.commit_log.Proposer): what the log told it, in order."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[int, list[str], Exception | None]] = []
+
+    def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
+        self.heard.append((number, [dict(getattr(c, "headers", ()))["id"] for c in commands], error))
+
+
+def test_numbered_proposals_settle_in_order_with_no_future_and_fail_when_leadership_is_lost(tmp_path: Path) -> None:
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        proposer = Numbered()
+        for k in range(200):
+            leader.propose_for([send(f"n{k}")], proposer, k)
+        assert await eventually(lambda: len(proposer.heard) == 200, 10)
+        assert proposer.heard == [(k, [f"n{k}"], None) for k in range(200)]  # in order, each once
+        follower = next(log for log in group.logs if log is not None and log is not leader)
+        refused = Numbered()
+        follower.propose_for([send("elsewhere")], refused, 0)
+        assert not refused.heard  # told on a later loop turn, as a future's callback would be
+        assert await eventually(lambda: len(refused.heard) == 1, 2)
+        assert isinstance(refused.heard[0][2], NotLeader) and refused.heard[0][2].leader is not None
+        for i, log in enumerate(group.logs):
+            if log is not leader:
+                await group.stop(i)
+        lost = Numbered()
+        for k in range(30):
+            leader.propose_for([send(f"q{k}", b"x" * 20_000)], lost, k)
+        assert await eventually(lambda: len(lost.heard) == 30, 10), f"{len(lost.heard)} of 30 told"
+        assert sorted(number for number, _, _ in lost.heard) == list(range(30))
+        assert all(isinstance(error, (CommitFailed, NotLeader)) for _, _, error in lost.heard)
+
+    run_group(tmp_path, 3, body)
+
+
+def test_the_in_memory_log_tells_numbered_proposals_after_applying_them_and_fails_them_on_stop() -> None:
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        log = InMemoryLog()
+        machine = StateMachine()
+        await log.start(machine)
+        proposer, late = Numbered(), Numbered()
+        log.propose_for([send("a"), send("b")], proposer, 0)
+        log.propose_for([send("c")], proposer, 1)
+        assert not proposer.heard  # committed at the end of the loop turn, as one batch
+        await asyncio.sleep(0)
+        applied = list(machine.ids)
+        log.propose_for([send("d")], late, 0)
+        await log.stop()
+        log.propose_for([send("e")], late, 1)
+        await asyncio.sleep(0)
+        return applied, proposer.heard, late.heard
+
+    applied, heard, late = asyncio.run(scenario())
+    assert applied == ["a", "b", "c"]
+    assert heard == [(0, ["a", "b"], None), (1, ["c"], None)]
+    assert [number for number, _, _ in late] == [0, 1] and all(isinstance(e, CommitFailed) for _, _, e in late)
 
 
 def test_transfer_leadership_hands_over(tmp_path: Path) -> None:

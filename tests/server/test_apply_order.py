@@ -113,8 +113,8 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
             queued: list[int] = []
             wrap(connection, "_flush", before=lambda: queued.append(len(connection._out)),
                  after=lambda: trace.record("socket") if queued.pop() and not connection._out else None)
-            # The producer's proposal future's done-callback: its SEND settled.
-            wrap(connection, "_proposal_done", before=lambda *a: trace.record("settled"))
+            # The commit log tells the producer's connection its proposal settled.
+            wrap(connection, "settled", before=lambda *a: trace.record("settled"))
             trace.recording = True
 
         async def on_loop() -> None:

@@ -6,10 +6,12 @@ that order; a reordering would store a producer's messages out of order."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
+from raftmq.replication.commit_log import Proposer
 from raftmq.server.stomp.connection import Connection
 from tests.server.test_stomp_session import NOW, Host
 
@@ -24,13 +26,10 @@ class ProposingHost(Host):
     loop: asyncio.AbstractEventLoop | None = None
     clock: Clock = field(default_factory=Clock)
     flow: None = None
-    proposals: list[asyncio.Future[None]] = field(default_factory=list)
+    proposals: list[tuple[Sequence[Command], Proposer, int]] = field(default_factory=list)
 
-    def propose(self, commands: list[Command]) -> asyncio.Future[None]:
-        assert self.loop is not None
-        future: asyncio.Future[None] = self.loop.create_future()
-        self.proposals.append(future)
-        return future
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        self.proposals.append((commands, proposer, number))
 
 
 def send(body: bytes) -> Send:
@@ -46,10 +45,10 @@ def test_commands_refused_after_the_leadership_left_are_handed_on_in_the_order_p
         connection._propose_now([send(b"4")])
         connection.hold_for_redirect()
         earlier, later, last = host.proposals
-        later.set_exception(NotLeader(None))  # refused at once: a transfer under way
-        last.set_exception(NotLeader(None))
-        earlier.set_exception(NotLeader(None))  # the leadership moved before it was appended
-        await asyncio.sleep(0)
+        for commands, proposer, number in (later, last):  # refused at once: a transfer under way
+            proposer.settled(number, commands, NotLeader(None))
+        commands, proposer, number = earlier
+        proposer.settled(number, commands, NotLeader(None))  # the leadership moved before it was appended
         return [command.body for command in connection.unproposed if isinstance(command, Send)]
 
     assert asyncio.run(scenario()) == [b"1", b"2", b"3", b"4"]

@@ -10,7 +10,7 @@ import pytest
 from raftmq.clock import ManualClock
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Connect, Send, Tick
-from raftmq.replication.commit_log import InMemoryLog
+from raftmq.replication.commit_log import InMemoryLog, Proposer
 from raftmq.server.node import Node
 
 pytestmark = pytest.mark.integration
@@ -24,6 +24,10 @@ class Recording(InMemoryLog):
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         self.proposed.extend(commands)
         return super().propose(commands)
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        self.proposed.extend(commands)
+        super().propose_for(commands, proposer, number)
 
 
 def test_commands_carry_the_nodes_clock_not_the_machines() -> None:

@@ -17,7 +17,7 @@ import raftmq.server.stomp.output as output_module
 from raftmq.config import NodeConfig
 from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
-from raftmq.replication.commit_log import CommitLog, InMemoryLog, LogStatus, StateMachine
+from raftmq.replication.commit_log import CommitLog, InMemoryLog, LogStatus, Proposer, StateMachine
 from tests.helpers.stomp_raw import RawClient, connect, frame_bytes, in_process_node, unique
 
 pytestmark = pytest.mark.integration
@@ -341,6 +341,10 @@ class SpyLog(InMemoryLog):
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         self.sends.extend(c for c in commands if isinstance(c, Send))
         return super().propose(commands)
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        self.sends.extend(c for c in commands if isinstance(c, Send))
+        super().propose_for(commands, proposer, number)
 
 
 def test_sends_are_translated_with_user_headers_only() -> None:

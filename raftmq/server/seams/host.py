@@ -24,7 +24,7 @@ from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command, Connect
 from raftmq.core.effects import Deliver, Managed
-from raftmq.replication.commit_log import CommitLog
+from raftmq.replication.commit_log import CommitLog, Proposer
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
 from raftmq.server.websocket.session import HandshakeGate
@@ -164,6 +164,9 @@ class ConnectionHost(SessionHost, Protocol):
 
     def propose(self, commands: Sequence[Command]) -> asyncio.Future[None]:
         """Hand commands to the commit log (see raftmq.replication.commit_log)."""
+
+    def propose_for(self, commands: Sequence[Command], proposer: Proposer, number: int) -> None:
+        """The same, the outcome told to `proposer` (raftmq.replication.commit_log.Proposer)."""
 
     @property
     def commit_log(self) -> CommitLog:

@@ -19,15 +19,11 @@ Flow control:
 from __future__ import annotations
 
 import asyncio
-from functools import partial
-from operator import itemgetter
 from typing import cast
 
 import structlog
 
-from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
-from raftmq.errors import NotLeader
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
@@ -35,6 +31,7 @@ from raftmq.server.stomp.adoption import MAX_HOPS
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
+from raftmq.server.stomp.proposing import Proposing
 from raftmq.server.stomp.session import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
 from raftmq.server.websocket.session import http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
@@ -44,7 +41,7 @@ log = structlog.get_logger("raftmq.server.connection")
 # How long a half-close from a follower's relay waits for this node to learn it lost its leadership.
 MOVE_NOTICE_SECONDS = 0.2
 
-class Connection(Output, asyncio.Protocol):
+class Connection(Output, Proposing, asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
@@ -54,7 +51,6 @@ class Connection(Output, asyncio.Protocol):
         self._websocket: WebSocketTransport | None = None
         self.stomp = StompSession(host, session_id)
         self.peer = "?"
-        self._max_pending = max(1, host.config.max_pending_commands)
         self._loop = host.loop
         self._clock = host.clock  # the `now` of the commands this connection makes
         self.connected_at = self._clock.now_ms()  # for the admin API's connection list
@@ -62,16 +58,9 @@ class Connection(Output, asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
-        self._pending = 0  # commands proposed, not yet committed
-        self._last_proposal: asyncio.Future[None] | None = None
+        self._init_proposing(host.config.max_pending_commands)
         self._read_paused_for_log = False
         self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
-        self._flow_held: list[list[Command]] = []  # proposals held meanwhile, in order
-        # Failed with NotLeader while held, by the order they were proposed in (a later proposal
-        # can fail first: refused at once while an earlier one waited): a successor proposes them.
-        self._unproposed: list[tuple[int, list[Command]]] = []
-        self._proposals = 0
-        self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
@@ -214,11 +203,7 @@ class Connection(Output, asyncio.Protocol):
         """Keep our side open until what the client sent has committed (its receipts still go
         out), then close."""
         self.stomp.half_closed()
-        pending = self._last_proposal
-        if pending is not None and not pending.done():
-            pending.add_done_callback(lambda _: self._close_after_flush())
-        else:
-            self._close_after_flush()  # output may still be queued for this loop turn
+        self.when_settled(self._close_after_flush)  # output may still be queued for this loop turn
 
     def pause_writing(self) -> None:
         self._read_paused_for_writes = True
@@ -261,79 +246,6 @@ class Connection(Output, asyncio.Protocol):
             self._internal_error(exc, "CONNECT")
         self._update_reading()
 
-    def _propose(self, decision: Propose) -> None:
-        commands = decision.commands
-        flow = self.host.flow
-        if flow is None:
-            return self._propose_now(commands)
-        if not self._flow_held:
-            at = flow.blocked_at(commands)
-            if at is None:
-                return self._propose_now(commands)
-            if at:
-                self._propose_now(commands[:at])
-            commands = commands[at:]
-        # BLOCK (raftmq.server.seams.flow): hold the first SEND that does not fit and everything after
-        # it, and read nothing more until there is room.
-        self._flow_held.append(commands)
-        if not self._read_paused_for_flow:
-            self._read_paused_for_flow = True
-            self._update_reading()
-            flow.wait(self)
-
-    def flow_release(self) -> bool:
-        """Propose what BLOCK held while its destinations have room; True once nothing is held."""
-        flow = self.host.flow
-        held = self._flow_held
-        while held:
-            if self.stomp.state >= SessionState.FAILED:
-                return True  # what it held goes with it (never proposed, never receipted)
-            at = flow.blocked_at(held[0]) if flow is not None else None
-            if at is not None:
-                if at:
-                    self._propose_now(held[0][:at])
-                    held[0] = held[0][at:]
-                return False
-            self._propose_now(held.pop(0))
-        self._read_paused_for_flow = False
-        self._update_reading()
-        return True
-
-    def _propose_now(self, commands: list[Command]) -> None:
-        """The one place a connection proposes: its receipts go out once the commands commit."""
-        flow = self.host.flow
-        sends = flow.proposing(commands) if flow is not None else None
-        future = self.host.propose(commands)
-        self._pending += len(commands)
-        self._last_proposal = future
-        if sends is not None and flow is not None:
-            future.add_done_callback(lambda _: flow.applied(sends))
-        future.add_done_callback(partial(self._proposal_done, self._proposals, commands))
-        self._proposals += 1
-        if self._pending > self._max_pending and not self._read_paused_for_log:
-            self._read_paused_for_log = True
-            self._update_reading()
-
-    def _proposal_done(self, number: int, commands: list[Command], future: asyncio.Future[None]) -> None:
-        self._pending -= len(commands)
-        if self.host.flow is not None:
-            self.host.flow.poke()  # what this applied may make room for a blocked producer
-        exc = None if future.cancelled() else future.exception()
-        if exc is not None and self._held_for_redirect:  # the leadership left: never appended, or unknown
-            if isinstance(exc, NotLeader):
-                self._unproposed.append((number, commands))
-            else:
-                self.outcome_unknown = True
-        elif exc is not None and self.stomp.state < SessionState.FAILED:
-            if isinstance(exc, NotLeader):
-                self.fail("not the leader", str(exc), extra={"leader": exc.leader} if exc.leader else None)
-            else:
-                self.fail("command not committed", f"{type(exc).__name__}: {exc}")
-            return
-        if self._read_paused_for_log and self._pending <= self._max_pending // 2:
-            self._read_paused_for_log = False
-            self._update_reading()
-
     def _relay(self, prefix: bytes) -> None:
         """A follower's client: hand the connection to a relay to the leader. The connection
         stays in the node's connections until it closes."""
@@ -368,23 +280,6 @@ class Connection(Output, asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self.stomp.state == SessionState.CLOSED or self._transport is None or self._transport.is_closing()
-
-    @property
-    def settling(self) -> bool:  # commands proposed without an outcome yet
-        return self._pending > 0
-
-    @property
-    def unproposed(self) -> list[Command]:  # failed with NotLeader while held, in the order proposed
-        return [command for _, commands in sorted(self._unproposed, key=itemgetter(0)) for command in commands]
-
-    @property
-    def flow_held(self) -> list[Command]:  # what BLOCK holds, never proposed
-        return [command for commands in self._flow_held for command in commands]
-
-    def forget_flow_held(self) -> None:
-        if self._flow_held and self.host.flow is not None:
-            self.host.flow.forget(self)
-        self._flow_held.clear()
 
     def hand_over(self, leader: str) -> bool:
         """Hand this session to the new leader at `leader`; False when it cannot be (the caller closes it)."""
@@ -473,11 +368,10 @@ class Connection(Output, asyncio.Protocol):
     def _refuse(self, refuse: Refuse, *, wait_for_log: bool = True, abort: bool = False) -> None:
         self._update_reading()
         log.info("client.error", session=self.session_id, peer=self.peer, message=refuse.message, detail=refuse.detail)
-        pending = self._last_proposal
         if abort:
             self.abort()
-        elif wait_for_log and pending is not None and not pending.done():
-            pending.add_done_callback(lambda _: self._send_error(refuse.frame))
+        elif wait_for_log:
+            self.when_settled(lambda: self._send_error(refuse.frame))
         else:
             self._send_error(refuse.frame)
 

@@ -1,0 +1,161 @@
+"""What a client connection proposes, and what it does with the outcomes (the `Proposing` half of
+raftmq.server.stomp.connection's `Connection`).
+
+A connection numbers its proposals and hands each to the commit log with `propose_for`: the log
+tells it `settled(number, commands, error)` as the entry settles, batch-shaped, with no future
+and no callback per proposal (raftmq.replication.commit_log). Reading pauses while more than
+`max_pending_commands` of its commands wait for the log. BLOCK (raftmq.server.seams.flow) holds
+the first SEND that does not fit and everything after it, unproposed, until there is room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from raftmq.core.commands import Command
+from raftmq.errors import NotLeader
+from raftmq.server.seams.host import ConnectionHost
+from raftmq.server.stomp.session import Propose, SessionState, StompSession
+
+
+class Proposing:
+    """Mixed into `Connection`, whose `__init__` calls `_init_proposing`."""
+
+    host: ConnectionHost
+    stomp: StompSession
+    _held_for_redirect: bool
+    _read_paused_for_log: bool
+    _read_paused_for_flow: bool
+
+    if TYPE_CHECKING:
+        def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
+                 abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
+
+        def _update_reading(self) -> None: ...
+
+    def _init_proposing(self, max_pending: int) -> None:
+        self._max_pending = max(1, max_pending)
+        self._pending = 0  # commands proposed, not yet settled
+        self._proposals = 0  # proposals made: the next one's number
+        self._unsettled = 0  # proposals not settled yet
+        self._after_settled: list[Callable[[], None]] = []  # run once every proposal so far settled
+        self._flow_sends: dict[int, list[tuple[str, int]]] = {}  # BLOCK's count of a proposal's SENDs, by number
+        self._flow_held: list[list[Command]] = []  # proposals BLOCK holds, in order
+        # Failed with NotLeader while held, by the order they were proposed in (a later proposal
+        # can fail first: refused at once while an earlier one waited): a successor proposes them.
+        self._unproposed: list[tuple[int, list[Command]]] = []
+        self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
+
+    def _propose(self, decision: Propose) -> None:
+        commands = decision.commands
+        flow = self.host.flow
+        if flow is None:
+            return self._propose_now(commands)
+        if not self._flow_held:
+            at = flow.blocked_at(commands)
+            if at is None:
+                return self._propose_now(commands)
+            if at:
+                self._propose_now(commands[:at])
+            commands = commands[at:]
+        # Hold the first SEND that does not fit and everything after it, and read nothing more
+        # until there is room.
+        self._flow_held.append(commands)
+        if not self._read_paused_for_flow:
+            self._read_paused_for_flow = True
+            self._update_reading()
+            flow.wait(self)
+
+    def flow_release(self) -> bool:
+        """Propose what BLOCK held while its destinations have room; True once nothing is held."""
+        flow = self.host.flow
+        held = self._flow_held
+        while held:
+            if self.stomp.state >= SessionState.FAILED:
+                return True  # what it held goes with it (never proposed, never receipted)
+            at = flow.blocked_at(held[0]) if flow is not None else None
+            if at is not None:
+                if at:
+                    self._propose_now(held[0][:at])
+                    held[0] = held[0][at:]
+                return False
+            self._propose_now(held.pop(0))
+        self._read_paused_for_flow = False
+        self._update_reading()
+        return True
+
+    def _propose_now(self, commands: list[Command]) -> None:
+        """The one place a connection proposes: its receipts go out once the commands commit."""
+        number = self._proposals
+        self._proposals += 1
+        flow = self.host.flow
+        if flow is not None:
+            sends = flow.proposing(commands)
+            if sends is not None:
+                self._flow_sends[number] = sends
+        self._pending += len(commands)
+        self._unsettled += 1
+        self.host.propose_for(commands, self, number)
+        if self._pending > self._max_pending and not self._read_paused_for_log:
+            self._read_paused_for_log = True
+            self._update_reading()
+
+    def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
+        """The commit log's word on proposal `number` (raftmq.replication.commit_log.Proposer)."""
+        self._pending -= len(commands)
+        self._unsettled -= 1
+        flow = self.host.flow
+        if flow is not None:
+            sends = self._flow_sends.pop(number, None)
+            if sends is not None:
+                flow.applied(sends)
+            flow.poke()  # what this applied may make room for a blocked producer
+        try:
+            self._outcome(number, commands, error)
+        finally:
+            if not self._unsettled and self._after_settled:
+                after, self._after_settled = self._after_settled, []
+                for then in after:
+                    then()
+
+    def _outcome(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
+        if error is not None and self._held_for_redirect:  # the leadership left: never appended, or unknown
+            if isinstance(error, NotLeader):
+                self._unproposed.append((number, list(commands)))
+            else:
+                self.outcome_unknown = True
+        elif error is not None and self.stomp.state < SessionState.FAILED:
+            if isinstance(error, NotLeader):
+                self.fail("not the leader", str(error), extra={"leader": error.leader} if error.leader else None)
+            else:
+                self.fail("command not committed", f"{type(error).__name__}: {error}")
+            return
+        if self._read_paused_for_log and self._pending <= self._max_pending // 2:
+            self._read_paused_for_log = False
+            self._update_reading()
+
+    def when_settled(self, then: Callable[[], None]) -> None:
+        """Run `then` once every proposal made so far has settled (at once if none waits)."""
+        if self._unsettled:
+            self._after_settled.append(then)
+        else:
+            then()
+
+    @property
+    def settling(self) -> bool:  # commands proposed without an outcome yet
+        return self._pending > 0
+
+    @property
+    def unproposed(self) -> list[Command]:  # failed with NotLeader while held, in the order proposed
+        return [command for _, commands in sorted(self._unproposed, key=itemgetter(0)) for command in commands]
+
+    @property
+    def flow_held(self) -> list[Command]:  # what BLOCK holds, never proposed
+        return [command for commands in self._flow_held for command in commands]
+
+    def forget_flow_held(self) -> None:
+        if self._flow_held and self.host.flow is not None:
+            self.host.flow.forget(self)
+        self._flow_held.clear()
