@@ -28,7 +28,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import Replica
@@ -46,7 +46,7 @@ def entries(count: int, now: int) -> list[bytes]:
     setup += [Subscribe(f"c{i}", "s", "/queue/bench", now, ack="client-individual", prefetch=100) for i in range(CONSUMERS)]
     for command in setup:
         leader.apply(command)
-    out = [encode_entry([encode_batch(setup)])]
+    out = [encode_entry([encode_rows(setup)])]
     bodies = [os.urandom(1024) for _ in range(PRODUCERS)]  # as `raftmq bench`: one random body per producer
     acks: list[Ack] = []
     seq = 0
@@ -66,7 +66,7 @@ def entries(count: int, now: int) -> list[bytes]:
                 for effect in leader.apply(command):
                     if isinstance(effect, Deliver) and effect.ack_id is not None:
                         acks.append(Ack(effect.session, now, ack_id=effect.ack_id))
-        out.append(encode_entry([encode_batch(commands) for commands in by_session.values()]))
+        out.append(encode_entry([encode_rows(commands) for commands in by_session.values()]))
         now += 1
     return out
 

@@ -15,7 +15,7 @@ consumer's STOMP 1.2 ACK (`id` only) of that MESSAGE. The producer and the consu
 client-individual subscription) are both on the leader. Stages, each the named function:
 
 - leader, SEND: `FrameParser.feed` (the session's parser) → the rest of `StompSession.receive`
-  (decide, `FrameTranslator._send`) → `command_codec.encode_batch` → `entry_codec.encode_entry`
+  (decide, `FrameTranslator._send`) → `command_codec.encode_rows` → `entry_codec.encode_entry`
   → [Raft: not measured] → `Replica.apply` of the proposal's commands, as the leader applies
   its own entry (`BodyStore.begin`, `Broker.begin_entry` and `.apply`, the effects handed
   to the sessions with `BodyStore.body`, `BodyStore.end` writing the journal batch) →
@@ -425,14 +425,14 @@ class Prepared:
 
 
 def prepare(count: int) -> Prepared:
-    from raftmq.replication.command_codec import encode_batch
+    from raftmq.replication.command_codec import encode_rows
     from raftmq.replication.entry_codec import decode_entry, encode_entry
     from raftmq.server.stomp.session import Propose
 
     prepared = Prepared(count, prefetch=count + 1000)
     sessions = _Sessions(prepared.prefetch)
     prepared.setup = sessions.setup
-    prepared.setup_entries = [encode_entry([encode_batch(commands)]) for commands in sessions.setup]
+    prepared.setup_entries = [encode_entry([encode_rows(commands)]) for commands in sessions.setup]
     first = len(sessions.setup) + 1
     body = os.urandom(BODY_BYTES)  # as `raftmq bench`: one random body per producer
     for seq in range(count):
@@ -440,7 +440,7 @@ def prepare(count: int) -> Prepared:
         decisions = sessions.producer.receive(data, NOW_MS)
         (propose,) = [d for d in decisions if isinstance(d, Propose)]
         commands = list(propose.commands)
-        batch = encode_batch(commands)
+        batch = encode_rows(commands)
         prepared.send_bytes.append(data)
         prepared.send_commands.append(commands)
         prepared.send_batches.append(batch)
@@ -461,7 +461,7 @@ def prepare(count: int) -> Prepared:
         data = _frame_bytes("ACK", [("id", deliver.ack_id)])
         (propose,) = [d for d in sessions.consumer.receive(data, NOW_MS) if isinstance(d, Propose)]
         commands = list(propose.commands)
-        batch = encode_batch(commands)
+        batch = encode_rows(commands)
         prepared.ack_bytes.append(data)
         prepared.ack_commands.append(commands)
         prepared.ack_batches.append(batch)
@@ -509,11 +509,11 @@ def _receive(consumer: bool) -> Factory:
 
 def _encode_batch(inputs: Callable[[Prepared], list[list[Any]]]) -> Factory:
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
-        from raftmq.replication.command_codec import encode_batch
+        from raftmq.replication.command_codec import encode_rows
 
         def loop(items: list[Any]) -> None:
             for commands in items:
-                encode_batch(commands)
+                encode_rows(commands)
         return loop, inputs(p)
     return factory
 
@@ -946,7 +946,7 @@ ROWS: list[Row] = [
         "stomp/translate.py:FrameTranslator._send (receive minus parse)", "9", ("send.receive",), ("send.parse",), reviewed=9),
     Row("leader SEND", "propose", "stomp/connection.py:_propose_now, replication/raft_log.py:RaftLog.propose",
         "5 (partial, int, callback, Future, queue tuple)", reviewed=5),
-    Row("leader SEND", "encode batch", "replication/command_codec.py:encode_batch", "5",
+    Row("leader SEND", "encode batch", "replication/command_codec.py:encode_rows", "5",
         ("send.encode_batch",), reviewed=5),
     Row("leader SEND", "entry bookkeeping", "raft_log.py:_pump/_submit, in_flight.py:InFlightEntries.add", "8", reviewed=8),
     Row("leader SEND", "encode entry", "replication/entry_codec.py:encode_entry", "5", ("send.encode_entry",), reviewed=5),
@@ -972,7 +972,7 @@ ROWS: list[Row] = [
     Row("leader ACK", "decide + translate", "stomp/session.py:StompSession.receive, translate.py:FrameTranslator._ack "
         "(receive minus parse)", "8 (4 + 3 + Ack)", ("ack.receive",), ("ack.parse",), reviewed=8),
     Row("leader ACK", "propose", "stomp/connection.py:_propose_now, raft_log.py:RaftLog.propose", "5", reviewed=5),
-    Row("leader ACK", "encode batch", "replication/command_codec.py:encode_batch", "5", ("ack.encode_batch",), reviewed=5),
+    Row("leader ACK", "encode batch", "replication/command_codec.py:encode_rows", "5", ("ack.encode_batch",), reviewed=5),
     Row("leader ACK", "entry bookkeeping + Raft + hand-off", "raft_log.py, in_flight.py, pysyncobj, handoff.py",
         "its entry"),
     Row("leader ACK", "encode entry", "replication/entry_codec.py:encode_entry", "its entry", ("ack.encode_entry",)),

@@ -12,7 +12,7 @@ import pickle
 from collections.abc import Callable, Sequence
 
 from raftmq.core.commands import Command, Send
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
     COMMAND_NO_OP,
@@ -35,7 +35,7 @@ Entry = tuple[int, int, bytes]  # (index, term, command as stored)
 
 def command_of(commands: Sequence[Command]) -> bytes:
     """A Raft journal command carrying `commands` as one raftmq entry, as pysyncobj stores it."""
-    entry = encode_entry([encode_batch(commands)])
+    entry = encode_entry([encode_rows(commands)])
     return bytes([COMMAND_REGULAR]) + pickle.dumps((FUNCTION_ID, (entry,)), protocol=5)
 
 

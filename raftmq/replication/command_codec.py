@@ -55,6 +55,17 @@ _CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
 
 
 def encode_batch(commands: Sequence[c.Command]) -> bytes:
+    """A batch: `[FORMAT_VERSION, [row, ...]]`."""
+    return _pack((FORMAT_VERSION, _rows(commands)))
+
+
+def encode_rows(commands: Sequence[c.Command]) -> bytes:
+    """The commands' rows as one msgpack array, `[row, ...]`, without the batch's version: a Raft
+    entry (raftmq.replication.entry_codec) joins the rows of its proposals under one version."""
+    return _pack(_rows(commands))
+
+
+def _rows(commands: Sequence[c.Command]) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     given: Sequence[object] = commands  # compiled, a Command-typed loop would refuse a stranger with a TypeError
     for command in given:
@@ -63,8 +74,12 @@ def encode_batch(commands: Sequence[c.Command]) -> bytes:
         except KeyError:
             raise CommandCodecError(f"not a command: {type(command).__name__}") from None
         rows.append((code, *fields(command)))
+    return rows
+
+
+def _pack(value: Any) -> bytes:
     try:
-        return bytes(thread_packer().pack((FORMAT_VERSION, rows)))
+        return bytes(thread_packer().pack(value))
     except (TypeError, ValueError) as exc:
         raise CommandCodecError(f"cannot encode batch: {exc}") from exc
 

@@ -1,6 +1,7 @@
-"""The Raft entry format, pure: one entry is a format byte and an lz4 block (size-prefixed) of a
-msgpack list of encoded command batches (raftmq.replication.command_codec). No asyncio, no
-pysyncobj: the audit decodes journals with it.
+"""The Raft entry format, pure: a format byte, then an lz4 block (size-prefixed). Format 2 (what
+this build writes) holds one command batch (raftmq.replication.command_codec): every proposal's
+rows under one version, one msgpack level; format 1 (earlier builds) a msgpack list of batches,
+one per proposal. Both decode. No asyncio, no pysyncobj: the audit decodes journals with it.
 """
 
 from __future__ import annotations
@@ -14,26 +15,56 @@ import msgpack
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError
 from raftmq.packing import thread_packer
-from raftmq.replication.command_codec import decode_batch
+from raftmq.replication.command_codec import FORMAT_VERSION, decode_batch
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2  # written; ENTRY_FORMAT_LISTS (1) still read
+ENTRY_FORMAT_LISTS = 1
 MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
 
 
-def encode_entry(batches: Sequence[bytes]) -> bytes:
-    """One Raft entry: format byte + lz4 block (size-prefixed) of a msgpack list of encoded batches."""
-    return bytes([ENTRY_FORMAT]) + bytes(lz4.block.compress(thread_packer().pack(list(batches)), store_size=True))
+def encode_entry(proposals: Sequence[bytes]) -> bytes:
+    """One Raft entry of format 2 from its proposals' rows (`command_codec.encode_rows`, each a
+    msgpack array): their rows joined into one batch, `[FORMAT_VERSION, [row, ...]]`."""
+    parts: list[bytes | memoryview] = [b""]
+    total = 0
+    for rows in proposals:
+        count, skip = _array_header(rows)
+        total += count
+        parts.append(memoryview(rows)[skip:])
+    packer = thread_packer()
+    parts[0] = packer.pack_array_header(2) + packer.pack(FORMAT_VERSION) + packer.pack_array_header(total)
+    return bytes([ENTRY_FORMAT]) + bytes(lz4.block.compress(b"".join(parts), store_size=True))
+
+
+def encode_entry_lists(batches: Sequence[bytes]) -> bytes:
+    """An entry of format 1, as earlier builds wrote it: a msgpack list of batches (`encode_batch`)."""
+    return bytes([ENTRY_FORMAT_LISTS]) + bytes(lz4.block.compress(thread_packer().pack(list(batches)), store_size=True))
+
+
+def _array_header(data: bytes) -> tuple[int, int]:
+    """(items, header bytes) of the msgpack array `data` starts with."""
+    first = data[0] if data else 0
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F, 1
+    if first == 0xDC:
+        return int.from_bytes(data[1:3], "big"), 3
+    if first == 0xDD:
+        return int.from_bytes(data[1:5], "big"), 5
+    raise CommandCodecError("a proposal's rows are not a msgpack array")
 
 
 def decode_entry(entry: bytes) -> list[Command]:
-    if not entry or entry[0] != ENTRY_FORMAT:
+    if not entry or entry[0] not in (ENTRY_FORMAT, ENTRY_FORMAT_LISTS):
         raise CommandCodecError(f"unknown Raft entry format {entry[:1]!r}")
     if len(entry) < 5:
         raise CommandCodecError("truncated Raft entry")
     (size,) = struct.unpack_from("<I", entry, 1)
     if size > MAX_ENTRY_UNCOMPRESSED:
         raise CommandCodecError(f"Raft entry claims {size} bytes uncompressed")
-    batches = msgpack.unpackb(lz4.block.decompress(entry[1:]), raw=False)
+    data = lz4.block.decompress(memoryview(entry)[1:])
+    if entry[0] == ENTRY_FORMAT:
+        return decode_batch(data)
+    batches = msgpack.unpackb(data, raw=False)
     if not isinstance(batches, list):
         raise CommandCodecError("Raft entry is not a list of batches")
     commands: list[Command] = []

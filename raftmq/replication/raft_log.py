@@ -38,7 +38,7 @@ from pysyncobj import _RAFT_STATE
 
 from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.handoff import OrderedHandoff
@@ -154,7 +154,7 @@ class RaftLog(CommitLog):
             error = NotLeader(self.leader_hint)
         else:
             try:
-                self._queue.append((encode_batch(commands), commands, waiter))
+                self._queue.append((encode_rows(commands), commands, waiter))
             except CommandCodecError as exc:
                 error = exc
         if error is None:

@@ -21,7 +21,7 @@ from crc32c import crc32c
 
 from raftmq.core.commands import Command, Send
 from raftmq.errors import RaftJournalError
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
     COMMAND_NO_OP,
@@ -63,7 +63,7 @@ def test_pure_decoders_import_neither_pysyncobj_nor_asyncio() -> None:
 
 def test_entries_round_trip() -> None:
     sends = [Send("s1", "/queue/a", (("k", "v"),), b"x" * 1000, 1), Send("s1", "/queue/b", (), b"", 2)]
-    assert decode_entry(encode_entry([encode_batch(sends[:1]), encode_batch(sends[1:])])) == sends
+    assert decode_entry(encode_entry([encode_rows(sends[:1]), encode_rows(sends[1:])])) == sends
 
 
 def test_payload_round_trip() -> None:
@@ -74,7 +74,7 @@ def test_payload_round_trip() -> None:
 
 @pytest.mark.parametrize("protocol", [2, 5])  # stock pysyncobj pickles with 2, the `pickle` fix with 5
 def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: int) -> None:
-    entry = encode_entry([encode_batch([Send("s", "/queue/q", (), b"m", 1)])])
+    entry = encode_entry([encode_rows([Send("s", "/queue/q", (), b"m", 1)])])
     assert entry_of(b"\x00" + pickle.dumps((0, (entry,)), protocol)) == entry
     assert entry_of(bytes([COMMAND_NO_OP])) is None
 
@@ -88,7 +88,7 @@ def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: 
 
 
 def make_entries(count: int, first: int = 1) -> list[Entry]:
-    return [(encode_entry([encode_batch([Send("s", "/queue/q", (), f"m{i}".encode(), i)])]), i, 1 + i // 3)
+    return [(encode_entry([encode_rows([Send("s", "/queue/q", (), f"m{i}".encode(), i)])]), i, 1 + i // 3)
             for i in range(first, first + count)]
 
 
@@ -212,7 +212,7 @@ def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(grou
         return [command for entry in carried if entry is not None for command in decode_entry(entry)]
 
     for send in sends[:6]:
-        commit(member, encode_entry([encode_batch([send])]))
+        commit(member, encode_entry([encode_rows([send])]))
     assert member.obj is not None
     journal_path = member.obj.durable_journal.path
     member.obj.durable_journal.sync()
@@ -223,7 +223,7 @@ def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(grou
     member.obj.forceLogCompaction()
     assert wait_until(lambda: os.path.exists(member.obj.snapshot_path) and len(member.obj.durable_journal) <= 3, 5)  # type: ignore[union-attr]
     for send in sends[6:]:
-        commit(member, encode_entry([encode_batch([send])]))
+        commit(member, encode_entry([encode_rows([send])]))
     term = member.obj.raftCurrentTerm
     snapshot_path = member.obj.snapshot_path
     member.stop()

@@ -16,7 +16,7 @@ import raftmq.replication.pysyncobj as package
 from raftmq.core.commands import Send
 from raftmq.errors import ConfigError
 from raftmq.replication import wire
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import encode_entry
 from raftmq.replication.pysyncobj.patches import ALL_FIXES, FIX_NAMES, PINNED_VERSION, Fixes, apply_module_fixes, check_raft_address
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
@@ -102,7 +102,7 @@ def test_a_1kib_command_is_not_inflated_on_the_wire(group: Any, monkeypatch: pyt
 
         monkeypatch.setattr(pso_tcp, "zlib", RecordingZlib)
     command = Send("s1", "/queue/a", (("receipt", "r1"),), os.urandom(1024), 1_700_000_000_000)
-    entry = encode_entry([encode_batch([command])])
+    entry = encode_entry([encode_rows([command])])
     commit(leader, entry)
     on_wire = max(wire_sizes)
     print(f"1 KiB-body command: entry {len(entry)} B, largest message on the wire {on_wire} B")

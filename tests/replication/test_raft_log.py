@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import lz4.block
 import msgpack
 import pytest
 
@@ -23,9 +24,9 @@ from raftmq.core.commands import Command, Send
 from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
 from raftmq.processes import free_port
 from raftmq.replication import raft_log
-from raftmq.replication.command_codec import encode_batch
+from raftmq.replication.command_codec import decode_batch, encode_batch, encode_rows
 from raftmq.replication.commit_log import InMemoryLog
-from raftmq.replication.entry_codec import decode_entry, encode_entry
+from raftmq.replication.entry_codec import decode_entry, encode_entry, encode_entry_lists
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
@@ -123,12 +124,24 @@ def run_group(tmp_path: Path, size: int, body: Callable[[InProcessGroup], Awaita
 
 def test_entry_round_trip_and_refusals() -> None:
     commands: list[Command] = [send("a"), send("b", b"\x00" * 5000)]
-    entry = encode_entry([encode_batch(commands[:1]), encode_batch(commands[1:])])
+    entry = encode_entry([encode_rows(commands[:1]), encode_rows(commands[1:])])
     assert decode_entry(entry) == commands
     assert len(entry) < 600  # lz4 on the repeated body
-    for garbage in (b"", b"\x07abc", b"\x01\x00", b"\x01\xff\xff\xff\x7fjunk"):
+    for garbage in (b"", b"\x07abc", b"\x01\x00", b"\x01\xff\xff\xff\x7fjunk", b"\x02\xff\xff\xff\x7fjunk"):
         with pytest.raises(CommandCodecError):
             decode_entry(garbage)
+
+
+def test_an_entry_joins_its_proposals_rows_into_one_batch_and_earlier_entries_still_decode() -> None:
+    proposals = [[send(f"p{k}-{i}") for i in range(k)] for k in (1, 15, 16, 300)]  # array headers of 1 and 3 bytes
+    commands = [command for proposal in proposals for command in proposal]
+    entry = encode_entry([encode_rows(proposal) for proposal in proposals])
+    assert entry[0] == 2 and decode_entry(entry) == commands
+    assert decode_batch(lz4.block.decompress(entry[1:])) == commands  # one level: a batch, not a list of them
+    earlier = encode_entry_lists([encode_batch(proposal) for proposal in proposals])  # format 1, as before
+    assert earlier[0] == 1 and decode_entry(earlier) == commands
+    with pytest.raises(CommandCodecError, match="not a msgpack array"):
+        encode_entry([encode_batch(commands[:1])[:0]])
 
 
 # -- group commit, ordering, futures ---------------------------------------------------------------
