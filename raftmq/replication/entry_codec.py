@@ -41,6 +41,13 @@ def encode_entry_lists(batches: Sequence[bytes]) -> bytes:
     return bytes([ENTRY_FORMAT_LISTS]) + bytes(lz4.block.compress(thread_packer().pack(list(batches)), store_size=True))
 
 
+def batch_of_rows(rows: bytes) -> bytes:
+    """A proposal's rows (`encode_rows`) as a batch of its own, `[FORMAT_VERSION, [row, ...]]`:
+    what an entry of format 1 holds, one per proposal."""
+    packer = thread_packer()
+    return bytes(packer.pack_array_header(2) + packer.pack(FORMAT_VERSION)) + rows
+
+
 def _array_header(data: bytes) -> tuple[int, int]:
     """(items, header bytes) of the msgpack array `data` starts with."""
     first = data[0] if data else 0

@@ -9,9 +9,9 @@ The leader applies its own entries from the commands it built them from (no seco
 
 Threads: pysyncobj's tick thread applies committed entries on every member and hands them to
 the event loop with `call_soon_threadsafe`, so `apply` runs on the loop, in log order. The
-leader's proposal futures complete after `apply` ran for their entry; they fail with
-`NotLeader` (never submitted) or `CommitFailed` (leadership lost, timeout, apply error) and
-never report success for an entry whose outcome is unknown.
+leader's proposals settle (futures complete, proposers are told: `propose_for`) after `apply`
+ran for their entry; they fail with `NotLeader` (never submitted) or `CommitFailed` (leadership
+lost, timeout, apply error) and never report success for an entry whose outcome is unknown.
 
 `position` is the (index, term) of the entry `apply` is handling; the role listener
 (`set_role_listener`) hears of every leadership change on the loop, a lost leadership before
@@ -40,7 +40,7 @@ from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
-from raftmq.replication.entry_codec import decode_entry, encode_entry
+from raftmq.replication.entry_codec import ENTRY_FORMAT, batch_of_rows, decode_entry, encode_entry, encode_entry_lists
 from raftmq.replication.handoff import OrderedHandoff
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
 from raftmq.replication.leadership_transfer import transfer_round
@@ -336,7 +336,8 @@ class RaftLog(CommitLog):
 
     def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None
-        entry = encode_entry(pending.batches)
+        entry = encode_entry(pending.batches) if self.settings.timings.entry_format == ENTRY_FORMAT else \
+            encode_entry_lists([batch_of_rows(rows) for rows in pending.batches])
         token = self._next_token
         self._next_token += 1
         try:

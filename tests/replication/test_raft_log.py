@@ -27,6 +27,7 @@ from raftmq.replication import raft_log
 from raftmq.replication.command_codec import decode_batch, encode_batch, encode_rows
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.replication.entry_codec import decode_entry, encode_entry, encode_entry_lists
+from raftmq.replication.pysyncobj.raft_journal_format import entry_of
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
@@ -142,6 +143,21 @@ def test_an_entry_joins_its_proposals_rows_into_one_batch_and_earlier_entries_st
     assert earlier[0] == 1 and decode_entry(earlier) == commands
     with pytest.raises(CommandCodecError, match="not a msgpack array"):
         encode_entry([encode_batch(commands[:1])[:0]])
+
+
+@pytest.mark.parametrize("entry_format", [1, 2])
+def test_members_write_the_configured_entry_format_and_apply_either(tmp_path: Path, entry_format: int) -> None:
+    # Format 1 is what a release before format 2 reads: a rolling upgrade from one writes it.
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await asyncio.gather(*(leader.propose([send(f"f{k}")]) for k in range(20)))
+        entries = [entry_of(command) for command, _index, _term in leader.member.durable_journal]
+        formats = {entry[0] for entry in entries if entry is not None}
+        assert formats == {entry_format}, formats
+        expected = [f"f{k}" for k in range(20)]
+        assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
+
+    run_group(tmp_path, 3, body, entry_format=entry_format)
 
 
 # -- group commit, ordering, futures ---------------------------------------------------------------
