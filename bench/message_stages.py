@@ -543,6 +543,13 @@ def _decode(entries: Callable[[Prepared], list[bytes]], batch_only: bool) -> Fac
     return factory
 
 
+def _as_batch(rows: bytes) -> bytes:
+    """A proposal's rows as the batch a follower's `decode_entry` hands `decode_batch` (format 2)."""
+    from raftmq.replication.entry_codec import batch_of_rows
+
+    return batch_of_rows(rows)
+
+
 def _sends_applied(p: Prepared, leader: bool, replica: Any, host: _ReplicaHost) -> None:
     sends = p.send_commands if leader else p.follower_sends
     for index, commands in zip(p.send_index, sends, strict=True):
@@ -692,13 +699,13 @@ REGIONS: dict[str, Factory] = {
     "ack.core": _core(True, True),
     "ack.apply": _apply(True, True),
     "fsend.decode_entry": _decode(lambda p: p.send_entries, batch_only=False),
-    "fsend.decode_batch": _decode(lambda p: p.send_batches, batch_only=True),
+    "fsend.decode_batch": _decode(lambda p: [_as_batch(rows) for rows in p.send_batches], batch_only=True),
     "fsend.begin": _begin(False, False, with_end=False),
     "fsend.begin_end": _begin(False, False, with_end=True),
     "fsend.core": _core(False, False),
     "fsend.apply": _apply(False, False),
     "fack.decode_entry": _decode(lambda p: p.ack_entries, batch_only=False),
-    "fack.decode_batch": _decode(lambda p: p.ack_batches, batch_only=True),
+    "fack.decode_batch": _decode(lambda p: [_as_batch(rows) for rows in p.ack_batches], batch_only=True),
     "fack.begin": _begin(False, True, with_end=False),
     "fack.begin_end": _begin(False, True, with_end=True),
     "fack.core": _core(False, True),

@@ -20,20 +20,25 @@ from raftmq.replication.command_codec import FORMAT_VERSION, decode_batch
 ENTRY_FORMAT = 2  # written; ENTRY_FORMAT_LISTS (1) still read
 ENTRY_FORMAT_LISTS = 1
 MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
+_FORMAT_BYTE = bytes([ENTRY_FORMAT])
+_BATCH_HEAD = b"\x92" + bytes(msgpack.packb(FORMAT_VERSION))  # a batch's array of two, and its version
 
 
 def encode_entry(proposals: Sequence[bytes]) -> bytes:
     """One Raft entry of format 2 from its proposals' rows (`command_codec.encode_rows`, each a
     msgpack array): their rows joined into one batch, `[FORMAT_VERSION, [row, ...]]`."""
-    parts: list[bytes | memoryview] = [b""]
-    total = 0
-    for rows in proposals:
-        count, skip = _array_header(rows)
-        total += count
-        parts.append(memoryview(rows)[skip:])
-    packer = thread_packer()
-    parts[0] = packer.pack_array_header(2) + packer.pack(FORMAT_VERSION) + packer.pack_array_header(total)
-    return bytes([ENTRY_FORMAT]) + bytes(lz4.block.compress(b"".join(parts), store_size=True))
+    if len(proposals) == 1:  # its rows' array is the batch's
+        payload = _BATCH_HEAD + proposals[0]
+    else:
+        parts: list[bytes | memoryview] = [_BATCH_HEAD, b""]
+        total = 0
+        for rows in proposals:
+            count, skip = _array_header(rows)
+            total += count
+            parts.append(memoryview(rows)[skip:])
+        parts[1] = thread_packer().pack_array_header(total)
+        payload = b"".join(parts)
+    return _FORMAT_BYTE + lz4.block.compress(payload, store_size=True)  # type: ignore[no-any-return]
 
 
 def encode_entry_lists(batches: Sequence[bytes]) -> bytes:
