@@ -22,12 +22,13 @@ ENTRY_FORMAT_LISTS = 1
 MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corrupt size field)
 _FORMAT_BYTE = bytes([ENTRY_FORMAT])
 _BATCH_HEAD = b"\x92" + bytes(msgpack.packb(FORMAT_VERSION))  # a batch's array of two, and its version
+_ARRAY_STARTS = frozenset(bytes([first]) for first in (*range(0x90, 0xA0), 0xDC, 0xDD))  # msgpack arrays' first bytes
 
 
 def encode_entry(proposals: Sequence[bytes]) -> bytes:
     """One Raft entry of format 2 from its proposals' rows (`command_codec.encode_rows`, each a
     msgpack array): their rows joined into one batch, `[FORMAT_VERSION, [row, ...]]`."""
-    if len(proposals) == 1:  # its rows' array is the batch's
+    if len(proposals) == 1 and proposals[0][:1] in _ARRAY_STARTS:  # its rows' array is the batch's
         payload = _BATCH_HEAD + proposals[0]
     else:
         parts: list[bytes | memoryview] = [_BATCH_HEAD, b""]
