@@ -53,6 +53,7 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.server.replica.bodies",
     "raftmq.core.commands",
     "raftmq.core.effects",
+    "raftmq.hot_values",
 )
 
 _PACKAGE = Path(__file__).parent

@@ -12,7 +12,7 @@ the type checker (PEP 681 `frozen_default`), so assigning to a field is still re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar, dataclass_transform
+from typing import TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
@@ -20,9 +20,3 @@ T = TypeVar("T")
 @dataclass_transform(frozen_default=True, eq_default=True)
 def value(cls: type[T]) -> type[T]:
     return dataclass(slots=True, unsafe_hash=True)(cls)
-
-
-def shown(record: Any, names: tuple[str, ...]) -> str:
-    """A record's repr as a dataclass writes it: `Name(field=value, ...)`, for the records on the
-    hottest path that are written out as plain classes (raftmq.core.commands explains why)."""
-    return f"{type(record).__name__}({', '.join(f'{name}={getattr(record, name)!r}' for name in names)})"

@@ -22,6 +22,7 @@ RANKS = {
     "raftmq.processes": 0,
     "raftmq.packing": 0,
     "raftmq.values": 0,
+    "raftmq.hot_values": 0,
     "raftmq.compiled": 0,  # which build of the hot modules runs; the package's __init__ asks it first
     "raftmq.patterns": 0,  # destination-name patterns: the ACL, address settings and routing read them
     "raftmq.web_guard": 0,  # what a web page may make a node do (Host, Origin, tokens): pure, the admin port and WebSocket ask it

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
-from raftmq.values import shown, value
+from raftmq.hot_values import HotValue
+from raftmq.values import value
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -70,10 +71,11 @@ class Unsubscribe:
 # `@value`: compiled (raftmq.compiled), a native class's own `__init__` is C, where a dataclass's
 # generated one runs as Python (0.13 against 0.03 µs per record), and the core reads their fields
 # as struct members. Their fields are `Final` (mypy refuses an assignment, and the compiled build
-# at run time); `__match_args__` names them in order, as a dataclass's does.
+# at run time); `__match_args__` names them in order, as a dataclass's does, and `HotValue` gives
+# them a value's equality, hash and repr by those fields.
 
 
-class Send:
+class Send(HotValue):
     __match_args__: ClassVar[tuple[str, ...]] = ("session", "destination", "headers", "body", "now", "transaction", "receipt")
     __slots__ = __match_args__
 
@@ -87,20 +89,8 @@ class Send:
         self.transaction: Final = transaction
         self.receipt: Final = receipt
 
-    def _key(self) -> tuple[object, ...]:
-        return (self.session, self.destination, self.headers, self.body, self.now, self.transaction, self.receipt)
 
-    def __eq__(self, other: object) -> bool:
-        return self._key() == other._key() if type(other) is Send else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return shown(self, self.__match_args__)
-
-
-class _Settle:
+class _Settle(HotValue):
     """Ack and Nack: a delivery settled, named by `ack_id` (STOMP 1.2: the MESSAGE frame's `ack`
     header) or by `message_id` (1.0/1.1, with `subscription` in 1.1); exactly one is set."""
 
@@ -116,18 +106,6 @@ class _Settle:
         self.subscription: Final = subscription
         self.transaction: Final = transaction
         self.receipt: Final = receipt
-
-    def _key(self) -> tuple[object, ...]:
-        return (self.session, self.now, self.ack_id, self.message_id, self.subscription, self.transaction, self.receipt)
-
-    def __eq__(self, other: object) -> bool:
-        return self._key() == other._key() if type(other) is type(self) and isinstance(other, _Settle) else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return shown(self, self.__match_args__)
 
 
 class Ack(_Settle):

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import ClassVar, Final
 
 from raftmq.core.message import Message
-from raftmq.values import shown, value
+from raftmq.hot_values import HotValue
+from raftmq.values import value
 
 # Deliver and Receipt, made for every message on the leader, are written out rather than `@value`,
 # as raftmq.core.commands explains for Send: compiled, they are native classes.
 
 
-class Deliver:
+class Deliver(HotValue):
     """Send `message` to subscription `sub_id` of `session` as a MESSAGE frame.
 
     `ack_id` goes in the STOMP 1.2 `ack` header (None for ack mode auto, which needs no ack).
@@ -41,36 +42,14 @@ class Deliver:
         self.redelivered: Final = redelivered
         self.delivery_count: Final = delivery_count
 
-    def _key(self) -> tuple[object, ...]:
-        return (self.session, self.sub_id, self.destination, self.message, self.ack_id, self.redelivered,
-                self.delivery_count)
 
-    def __eq__(self, other: object) -> bool:
-        return self._key() == other._key() if type(other) is Deliver else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return shown(self, self.__match_args__)
-
-
-class Receipt:
+class Receipt(HotValue):
     __match_args__: ClassVar[tuple[str, ...]] = ("session", "receipt_id")
     __slots__ = __match_args__
 
     def __init__(self, session: str, receipt_id: str) -> None:
         self.session: Final = session
         self.receipt_id: Final = receipt_id
-
-    def __eq__(self, other: object) -> bool:
-        return (self.session, self.receipt_id) == (other.session, other.receipt_id) if type(other) is Receipt else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.session, self.receipt_id))
-
-    def __repr__(self) -> str:
-        return shown(self, self.__match_args__)
 
 
 @value
