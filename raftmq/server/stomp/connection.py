@@ -58,6 +58,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
+        self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
         self._init_proposing(host.config.max_pending_commands)
         self._read_paused_for_log = False
         self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
@@ -338,7 +339,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
         """`body`: the message's bytes when the effect holds a body reference (a group)."""
         if self.stomp.state < SessionState.FAILED:
-            self.write(message_frame(effect, self.stomp.version, body, self.host.commit_log.leader_term))
+            self.write(message_frame(effect, self.stomp.version, body, self.host.commit_log.leader_term, self._heads))
 
     def receipt(self, receipt_id: str) -> None:
         if self.stomp.state != SessionState.CLOSED:

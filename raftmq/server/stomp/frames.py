@@ -1,9 +1,9 @@
 """Server frames, built as bytes ready for the socket: MESSAGE from a Deliver effect, RECEIPT,
 ERROR and CONNECTED.
 
-A MESSAGE is built once per delivery; its headers are the delivery's (subscription, message-id,
-destination, ack, redelivered, delivery-count, raftmq-term) followed by the message's stored
-user headers. `raftmq-term` (also on CONNECTED) is the Raft term of the leader that wrote the
+A MESSAGE is built once per delivery; its headers are the delivery's (subscription, destination,
+message-id, ack, redelivered, delivery-count, raftmq-term) followed by the message's stored
+user headers; the first two lines are built once per subscription (`message_head`). `raftmq-term` (also on CONNECTED) is the Raft term of the leader that wrote the
 frame: a client that has seen a higher one knows the frame comes from a deposed leader.
 """
 
@@ -24,59 +24,85 @@ SERVER_MESSAGE_HEADERS = frozenset(
 EMPTY_BODY_TAIL = b"content-length:0\n\n\0"
 
 
-def message_frame(deliver: Deliver, version: str, body: bytes | None = None, term: int = 0) -> bytes:
+def message_frame(deliver: Deliver, version: str, body: bytes | None = None, term: int = 0,
+                  heads: dict[str, tuple[str, bytes]] | None = None) -> bytes:
     """The MESSAGE frame of one delivery; `body`, when given, stands for the message's body
-    (a group member's core holds a body reference, resolved by the node).
+    (a group member's core holds a body reference, resolved by the node). `heads`: the
+    connection's frame heads by subscription id (`message_head`), kept between deliveries.
 
     This is the hottest output path, so the common case (no header needs escaping, which the
-    counts of ':' and EOL prove) is written as one string here; anything else goes through
-    `encode_frame`, which escapes or refuses."""
+    counts of ':' and EOL prove) is written as one string after the subscription's head;
+    anything else goes through `encode_frame`, which escapes or refuses."""
     message = deliver.message
     if body is None:
         body = message.body
-    lines = [
-        f"MESSAGE\nsubscription:{deliver.sub_id}\nmessage-id:{message.message_id}\n"
-        f"destination:{deliver.destination}\n"
-    ]
-    count = 3
-    if deliver.ack_id is not None and version == "1.2":
-        lines.append(f"ack:{deliver.ack_id}\n")
-        count += 1
-    if deliver.redelivered:
-        lines.append("redelivered:true\n")
-        count += 1
-    lines.append(f"delivery-count:{deliver.delivery_count}\n")
-    count += 1
-    if term:
-        lines.append(f"raftmq-term:{term}\n")
-        count += 1
-    for name, value in message.headers:
-        if name not in SERVER_MESSAGE_HEADERS:
-            lines.append(f"{name}:{value}\n")
+    head = message_head(deliver.sub_id, deliver.destination, heads)
+    if head is not None:
+        lines = [f"message-id:{message.message_id}\n"]
+        count = 1
+        if deliver.ack_id is not None and version == "1.2":
+            lines.append(f"ack:{deliver.ack_id}\n")
             count += 1
-    lines.append(f"content-length:{len(body)}\n\n")
-    text = "".join(lines)
-    if (
-        text.count(":") == count + 1
-        and text.count("\n") == count + 3
-        and "\\" not in text
-        and "\r" not in text
-        and "\0" not in text
-        and "\n:" not in text
-    ):
-        try:
-            return b"".join((text.encode("utf-8"), body, b"\0"))
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: let encode_frame refuse it
+        if deliver.redelivered:
+            lines.append("redelivered:true\n")
+            count += 1
+        lines.append(f"delivery-count:{deliver.delivery_count}\n")
+        count += 1
+        if term:
+            lines.append(f"raftmq-term:{term}\n")
+            count += 1
+        for name, value in message.headers:
+            if name not in SERVER_MESSAGE_HEADERS:
+                lines.append(f"{name}:{value}\n")
+                count += 1
+        lines.append(f"content-length:{len(body)}\n\n")
+        text = "".join(lines)
+        if (
+            text.count(":") == count + 1
+            and text.count("\n") == count + 2
+            and "\\" not in text
+            and "\r" not in text
+            and "\0" not in text
+            and "\n:" not in text
+        ):
+            try:
+                return b"".join((head, text.encode("utf-8"), body, b"\0"))
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: let encode_frame refuse it
     return _message_frame_escaped(deliver, version, body, term)
+
+
+MAX_HEADS = 1024  # subscriptions' heads a connection keeps (more: forgotten, and built again)
+
+
+def message_head(sub_id: str, destination: str, heads: dict[str, tuple[str, bytes]] | None) -> bytes | None:
+    """`MESSAGE`, `subscription` and `destination` of a delivery, encoded: the same for every
+    delivery to a subscription (a topic pattern's changes with the topic published to), so built
+    once and kept in `heads`. None when one of them needs escaping (`encode_frame` then)."""
+    if heads is not None:
+        known = heads.get(sub_id)
+        if known is not None and known[0] == destination:
+            return known[1]
+    text = f"MESSAGE\nsubscription:{sub_id}\ndestination:{destination}\n"
+    if text.count(":") != 2 or text.count("\n") != 3 or "\\" in text or "\r" in text or "\0" in text:
+        return None
+    try:
+        head = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if heads is not None:
+        if len(heads) >= MAX_HEADS:
+            heads.clear()
+        heads[sub_id] = (destination, head)
+    return head
 
 
 def _message_frame_escaped(deliver: Deliver, version: str, body: bytes, term: int) -> bytes:
     message = deliver.message
     headers = [
         ("subscription", deliver.sub_id),
-        ("message-id", message.message_id),
         ("destination", deliver.destination),
+        ("message-id", message.message_id),
     ]
     if deliver.ack_id is not None and version == "1.2":
         headers.append(("ack", deliver.ack_id))
