@@ -1,9 +1,10 @@
 """Where the CPU goes: CPU seconds per message of each process in a 3-node group run.
 
-    .venv/bin/python -m bench.cpu_budget [--messages 20000 | --duration 30] [--processes 1] [--threads]
+    .venv/bin/python -m bench.cpu_budget [--messages 20000 | --duration 30] [--processes 1] [--threads] [--load stomp]
 
 Starts a 3-node group (as bench/side_by_side.py does), runs the 4P×4C / 100-receipts-in-flight
-case once with `raftmq bench`, and reads user+system CPU time from /proc for every node and for
+case once with `raftmq bench` (or, `--load stomp`, with the independent stomp.py load of
+bench/stomp_load.py), and reads user+system CPU time from /proc for every node and for
 the bench (the bench's own children included, via RUSAGE_CHILDREN) before and after.
 
 Two ways of counting, side by side:
