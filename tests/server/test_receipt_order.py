@@ -19,6 +19,7 @@ def test_the_receipt_goes_first_unless_its_session_also_gets_a_delivery() -> Non
     effects = broker.apply(Send("producer", "/queue/q", (), b"m", 2, receipt="r1"))
     assert [type(e) for e in effects] == [Deliver, Receipt]  # the core's order
     reordered = _receipt_first(effects)
+    assert reordered is effects  # in place: no list made per SEND
     assert [(type(e), e.session) for e in reordered] == [(Receipt, "producer"), (Deliver, "consumer")]
 
     # The producer's own delivery and its receipt keep their order: one session, one stream.

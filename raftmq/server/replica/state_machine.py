@@ -104,7 +104,7 @@ class Replica:
                         host.managed(effect)
                 continue
             if len(effects) > 1 and type(effects[-1]) is Receipt:
-                effects = receipt_first(effects)
+                receipt_first(effects)
             for effect in effects:
                 session = sessions.get(effect.session)
                 if session is None:
@@ -112,8 +112,11 @@ class Replica:
                         host.managed(effect)
                     if not awaiting or (session := awaiting.get(effect.session)) is None:
                         continue
-                if bodies is None and type(effect) is Deliver:  # the common cases inline: per message
-                    session.deliver(effect)
+                if type(effect) is Deliver:  # the common cases inline: per message
+                    if bodies is None:
+                        session.deliver(effect)
+                    elif (body := self._body_of(effect, session)) is not None:
+                        session.deliver(effect, body)
                 elif type(effect) is Receipt:
                     session.receipt(effect.receipt_id)
                 else:
@@ -141,16 +144,8 @@ class Replica:
             raise
 
     def _execute(self, effect: Effect, session: ClientConnection) -> None:
-        if isinstance(effect, Deliver):
-            if self.bodies is None:
-                session.deliver(effect)
-            else:
-                body = self._body_of(effect, session)
-                if body is not None:
-                    session.deliver(effect, body)
-        elif isinstance(effect, Receipt):
-            session.receipt(effect.receipt_id)
-        elif isinstance(effect, Reject):
+        """The effects that are not per message (`apply` hands out deliveries and receipts)."""
+        if isinstance(effect, Reject):
             session.fail(effect.message, effect.detail, effect.receipt_id, wait_for_log=False)
         elif isinstance(effect, BrowseEnd):
             if session.open_for_output:  # after a missing body's ERROR nothing more goes out
@@ -268,12 +263,13 @@ class Replica:
 
 def receipt_first(effects: list[Any]) -> list[Any]:
     """A SEND's receipt ahead of the deliveries it caused, when they go to other sessions
-    (each session keeps its own order). Frames leave in the order sessions were first written
-    to, so the producer hears first and its next SEND tends to reach the leader before the
-    consumer's ACK: it then goes out as an entry at once instead of queueing behind the ACK's
-    entry on every follower (1P×1C receipt p50 about 0.1 ms lower)."""
-    receipt = effects[-1]
-    for effect in effects[:-1]:
-        if effect.session == receipt.session:
+    (each session keeps its own order), in place. Frames leave in the order sessions were first
+    written to, so the producer hears first and its next SEND tends to reach the leader before
+    the consumer's ACK: it then goes out as an entry at once instead of queueing behind the
+    ACK's entry on every follower (1P×1C receipt p50 about 0.1 ms lower)."""
+    session = effects[-1].session
+    for i in range(len(effects) - 1):
+        if effects[i].session == session:
             return effects
-    return [receipt, *effects[:-1]]
+    effects.insert(0, effects.pop())
+    return effects
