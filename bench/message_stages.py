@@ -633,10 +633,11 @@ def _message_frames(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
     from raftmq.server.stomp.frames import message_frame
 
     term = 1
+    heads: dict[str, tuple[str, bytes]] = {}  # the connection's, kept between deliveries
 
     def loop(items: list[Any]) -> None:  # as Connection.deliver
         for effect, body in items:
-            message_frame(effect, "1.2", body, term)
+            message_frame(effect, "1.2", body, term, heads)
     return loop, p.deliveries
 
 
