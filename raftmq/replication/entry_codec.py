@@ -50,8 +50,7 @@ def encode_entry_lists(batches: Sequence[bytes]) -> bytes:
 def batch_of_rows(rows: bytes) -> bytes:
     """A proposal's rows (`encode_rows`) as a batch of its own, `[FORMAT_VERSION, [row, ...]]`:
     what an entry of format 1 holds, one per proposal."""
-    packer = thread_packer()
-    return bytes(packer.pack_array_header(2) + packer.pack(FORMAT_VERSION)) + rows
+    return _BATCH_HEAD + rows
 
 
 def _array_header(data: bytes) -> tuple[int, int]:

@@ -48,15 +48,15 @@ def fail_waiters(waiters: Iterable[Waiter], error: Callable[[], Exception]) -> N
 
 
 class PendingEntry:
-    __slots__ = ("batches", "commands", "waiters", "timer", "entry", "size")
+    __slots__ = ("rows", "commands", "waiters", "timer", "entry", "size")
 
-    def __init__(self, batches: list[bytes], commands: list[Command], waiters: list[Waiter]) -> None:
-        self.batches = batches
+    def __init__(self, rows: list[bytes], commands: list[Command], waiters: list[Waiter]) -> None:
+        self.rows = rows  # each proposal's encoded rows (command_codec.encode_rows), in order
         self.commands = commands  # what the entry decodes to: the leader applies these as they are
         self.waiters = waiters
         self.timer: asyncio.TimerHandle | None = None
         self.entry = b""
-        self.size = sum(len(batch) for batch in batches)
+        self.size = sum(len(proposal) for proposal in rows)
 
 
 class InFlightEntries:

@@ -312,20 +312,20 @@ class RaftLog(CommitLog):
             return
         s = self.settings
         while self._queue and self._may_submit():
-            batches: list[bytes] = []
+            rows: list[bytes] = []
             commands: list[Command] = []
             waiters: list[Waiter] = []
             size = 0
-            while self._queue and (not batches or size + len(self._queue[0][0]) <= s.timings.max_entry_bytes):
-                batch, batch_commands, waiter = self._queue.popleft()
+            while self._queue and (not rows or size + len(self._queue[0][0]) <= s.timings.max_entry_bytes):
+                proposal, proposal_commands, waiter = self._queue.popleft()
                 if not isinstance(waiter, tuple) and waiter.done():  # cancelled by its caller: never submitted
                     continue
-                batches.append(batch)
-                commands.extend(batch_commands)
+                rows.append(proposal)
+                commands.extend(proposal_commands)
                 waiters.append(waiter)
-                size += len(batch)
-            if batches:
-                self._submit(PendingEntry(batches, commands, waiters))
+                size += len(proposal)
+            if rows:
+                self._submit(PendingEntry(rows, commands, waiters))
 
     def _may_submit(self) -> bool:
         if self._handing_over:
@@ -336,8 +336,8 @@ class RaftLog(CommitLog):
 
     def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None
-        entry = encode_entry(pending.batches) if self.settings.timings.entry_format == ENTRY_FORMAT else \
-            encode_entry_lists([batch_of_rows(rows) for rows in pending.batches])
+        entry = encode_entry(pending.rows) if self.settings.timings.entry_format == ENTRY_FORMAT else \
+            encode_entry_lists([batch_of_rows(rows) for rows in pending.rows])
         token = self._next_token
         self._next_token += 1
         try:

@@ -9,8 +9,8 @@ from raftmq.core.commands import Command, Tick
 from raftmq.replication.in_flight import InFlightEntries, PendingEntry, fail_waiters, settle_waiters
 
 
-def _pending(entry: bytes, *batches: bytes) -> PendingEntry:
-    pending = PendingEntry(list(batches), [], [])
+def _pending(entry: bytes, *rows: bytes) -> PendingEntry:
+    pending = PendingEntry(list(rows), [], [])
     pending.entry = entry
     return pending
 
