@@ -60,8 +60,6 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._flush_scheduled = False
         self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
         self._init_proposing(host.config.max_pending_commands)
-        self._read_paused_for_log = False
-        self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.

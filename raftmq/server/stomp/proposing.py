@@ -26,8 +26,6 @@ class Proposing:
     host: ConnectionHost
     stomp: StompSession
     _held_for_redirect: bool
-    _read_paused_for_log: bool
-    _read_paused_for_flow: bool
 
     if TYPE_CHECKING:
         def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
@@ -37,6 +35,8 @@ class Proposing:
 
     def _init_proposing(self, max_pending: int) -> None:
         self._max_pending = max(1, max_pending)
+        self._read_paused_for_log = False  # more than `max_pending` commands wait for the log
+        self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
         self._pending = 0  # commands proposed, not yet settled
         self._proposals = 0  # proposals made: the next one's number
         self._unsettled = 0  # proposals not settled yet
