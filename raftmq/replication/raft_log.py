@@ -93,6 +93,10 @@ class RaftLog(CommitLog):
         self._delivered_index = 0
         self._position = LogPosition(0, 0)
         self._role_listener: RoleListener | None = None
+        # The loop's word on our role: the tick thread flips pysyncobj's first and tells the loop
+        # later. Between the two, proposals wait for `_lost_leadership`, which fails them after
+        # the role listener heard (a refusal heard first would end a session it could have parked).
+        self._leading_on_loop = False
         self._failed_deliveries: set[int] = set()
         # Set while a restore finishes (StateMachine.restore returned a future): what the tick
         # thread hands over meanwhile waits here, in order.
@@ -150,7 +154,7 @@ class RaftLog(CommitLog):
         error: Exception | None = None
         if self._stopped:
             error = CommitFailed("log stopped")
-        elif not self.is_leader:
+        elif not self.is_leader and not self._leading_on_loop:
             error = NotLeader(self.leader_hint)
         else:
             try:
@@ -307,6 +311,8 @@ class RaftLog(CommitLog):
         if not self._queue:
             return
         if not self.is_leader:
+            if self._leading_on_loop and not self._stopped:
+                return  # the loss is on its way: `_lost_leadership` fails the queue after the listener
             hint = self.leader_hint
             self._fail_queued(lambda: NotLeader(hint))
             return
@@ -390,6 +396,7 @@ class RaftLog(CommitLog):
             fail_waiters(pending.waiters, error)
 
     def _gained_leadership(self) -> None:
+        self._leading_on_loop = True
         if self._syncobj is not None:
             self._leader_term = self._syncobj.raftCurrentTerm
             self._won_by_hand_over = self._syncobj.won_by_hand_over
@@ -397,6 +404,7 @@ class RaftLog(CommitLog):
             self._role_listener(True)
 
     def _lost_leadership(self) -> None:
+        self._leading_on_loop = False
         # The listener first: it tells clients where the leader went before their appends fail.
         if self._role_listener is not None:
             try:

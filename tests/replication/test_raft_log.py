@@ -358,6 +358,38 @@ def test_the_in_memory_log_tells_numbered_proposals_after_applying_them_and_fail
     assert [number for number, _, _ in late] == [0, 1] and all(isinstance(e, CommitFailed) for _, _, e in late)
 
 
+def test_a_proposal_made_as_leadership_goes_is_refused_only_after_the_role_listener_heard(tmp_path: Path) -> None:
+    """pysyncobj's tick thread flips the role before the loop hears of it. A proposal made in
+    between must not be refused first: the role listener parks the sessions (so their client can
+    resume them elsewhere), and a refusal heard before it would end a session instead."""
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("x")])
+        loop = asyncio.get_running_loop()
+        heard: list[str] = []
+        leader.set_role_listener(lambda leading: heard.append(f"leading={leading}"))
+        post = leader._call_on_loop
+
+        def late(fn: Callable[..., None], *args: Any) -> None:  # the tick thread's news, delayed
+            if getattr(fn, "__name__", "") == "_lost_leadership":
+                loop.call_soon_threadsafe(loop.call_later, 0.5, fn, *args)
+            else:
+                post(fn, *args)
+
+        leader._call_on_loop = late  # type: ignore[method-assign]
+        transfer = asyncio.create_task(leader.transfer_leadership(timeout=2.0))
+        assert await eventually(lambda: not leader.is_leader, 5)
+        assert heard == []  # the flip is not yet known on the loop
+        proposer = Numbered()
+        proposer.settled = lambda number, commands, error: heard.append(type(error).__name__)  # type: ignore[method-assign]
+        leader.propose_for([send("as-it-goes")], proposer, 0)
+        assert await transfer
+        assert await eventually(lambda: len(heard) == 2, 3), heard
+        assert heard == ["leading=False", "NotLeader"]
+
+    run_group(tmp_path, 3, body)
+
+
 def test_transfer_leadership_hands_over(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
