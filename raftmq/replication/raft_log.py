@@ -57,7 +57,6 @@ log = structlog.get_logger("raftmq.replication.raft_log")
 # trip. 0.5 ms keeps a replication round trip at ~1-3 ms under load.
 GIL_SWITCH_INTERVAL = 0.0005
 
-
 HAND_OVER_PAUSE_SECONDS = 0.05  # between transfer rounds, for the proposals that waited
 
 
@@ -71,12 +70,7 @@ def _first_index(journal: RaftJournal) -> int:
 
 
 class RaftLog(CommitLog):
-    def __init__(
-        self,
-        settings: RaftSettings,
-        *,
-        client_addresses: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, settings: RaftSettings, *, client_addresses: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self._client_addresses = dict(client_addresses or {})
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,9 +87,8 @@ class RaftLog(CommitLog):
         self._delivered_index = 0
         self._position = LogPosition(0, 0)
         self._role_listener: RoleListener | None = None
-        # The loop's word on our role: the tick thread flips pysyncobj's first and tells the loop
-        # later. Between the two, proposals wait for `_lost_leadership`, which fails them after
-        # the role listener heard (a refusal heard first would end a session it could have parked).
+        # The loop's word on our role (the tick thread flips pysyncobj's first): until the loop
+        # hears, proposals wait for `_lost_leadership`, which fails them after the role listener.
         self._leading_on_loop = False
         self._failed_deliveries: set[int] = set()
         # Set while a restore finishes (StateMachine.restore returned a future): what the tick
@@ -312,7 +305,7 @@ class RaftLog(CommitLog):
             return
         if not self.is_leader:
             if self._leading_on_loop and not self._stopped:
-                return  # the loss is on its way: `_lost_leadership` fails the queue after the listener
+                return  # the loss is on its way (`_lost_leadership`)
             hint = self.leader_hint
             self._fail_queued(lambda: NotLeader(hint))
             return
