@@ -1,5 +1,5 @@
 """Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj (raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix turned off
-(`fallback`, `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`): `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run in this
+(`fallback`, `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`, `wake_once`): `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run in this
 process (tests/helpers/raft_members.py).
 """
 
@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+import pysyncobj.pipe_notifier as pso_pipe_notifier
 import pytest
 from pysyncobj import FAIL_REASON
 from pysyncobj.transport import TCPTransport
@@ -69,6 +70,44 @@ def test_a_leader_without_quorum_steps_down_within_an_election_timeout(group: An
     started = time.monotonic()
     assert wait_until(lambda: leader.obj is not None and not leader.obj.is_leader, 2.0)
     assert time.monotonic() - started < 1.5
+
+
+# -- wake_once ---------------------------------------------------------------------------------
+
+
+def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stock pysyncobj writes a byte to its pipe (a system call) for every submitted entry; the
+    # loop thread submits many while the tick thread is awake anyway. Every entry still commits,
+    # in order, with no entry left waiting for a tick period.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"warm-up", timeout=5.0)
+    writes: list[int] = []
+    real_os = pso_pipe_notifier.os
+
+    class CountingOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_os, name)
+
+        def write(self, fd: int, data: bytes) -> int:
+            writes.append(fd)
+            return real_os.write(fd, data)
+
+    monkeypatch.setattr(pso_pipe_notifier, "os", CountingOs())
+    outcomes: list[int] = []
+    done = threading.Event()
+
+    def heard(result: Any, error: int) -> None:
+        outcomes.append(error)
+        if len(outcomes) == 200:
+            done.set()
+
+    for i in range(200):
+        leader.submit(b"entry %d" % i, heard)
+    assert done.wait(10.0), f"{len(outcomes)} of 200 entries heard"
+    assert outcomes == [SUCCESS] * 200
+    assert leader.applied[-200:] == [b"entry %d" % i for i in range(200)]
+    assert len(writes) <= 50, f"{len(writes)} wake-ups written for 200 entries"
 
 
 # -- solo_commit, piggyback_commit, short_candidate_round -------------------------------------

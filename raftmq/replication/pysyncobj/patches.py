@@ -23,6 +23,7 @@ import pysyncobj.syncobj as pso_syncobj
 import pysyncobj.tcp_connection as pso_tcp
 import structlog
 from pysyncobj.journal import Journal
+from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.version import VERSION
 
 from raftmq.errors import ConfigError
@@ -59,6 +60,7 @@ class Fixes:
     wire: bool = True
     durable_term: bool = True
     membership: bool = True
+    wake_once: bool = True
 
     def without(self, *names: str) -> Fixes:
         unknown = sorted(set(names) - set(FIX_NAMES))
@@ -190,3 +192,35 @@ def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseExcep
             return None
 
     return guarded
+
+
+# ---------------------------------------------------------------------------------------------
+# Waking the tick thread
+
+
+class WakeOnce(PipeNotifier):
+    """pysyncobj's pipe notifier (the loop thread wakes the tick thread's poll when it submits an
+    entry) writing at most one byte per wake: stock writes one per submitted entry, a system call
+    each, while the tick thread is mostly awake already. `pending` is set before the byte is
+    written and cleared before the pipe is drained, and the tick that follows the drain reads
+    the command queue: an entry whose notify found `pending` set is read by that tick."""
+
+    def __init__(self, poller: Any) -> None:
+        self.pending = False
+        super().__init__(poller)
+
+    def notify(self) -> None:
+        if not self.pending:
+            self.pending = True
+            super().notify()
+
+    def _PipeNotifier__onNewNotification(self, descr: int, event_mask: int) -> None:
+        self.pending = False
+        PipeNotifier._PipeNotifier__onNewNotification(self, descr, event_mask)
+
+
+def close_notifier(notifier: PipeNotifier, poller: Any) -> None:
+    """Unsubscribe a pipe notifier from its poller and close its pipe (stock never does)."""
+    for fd in (notifier._PipeNotifier__pipeR, notifier._PipeNotifier__pipeW):
+        poller.unsubscribe(fd)
+        os.close(fd)

@@ -31,8 +31,10 @@ from raftmq.replication.pysyncobj.patches import (
     STOCK_APPEND_ENTRIES_BATCH_BYTES,
     STOCK_LEADER_FALLBACK_TIMEOUT,
     Fixes,
+    WakeOnce,
     apply_module_fixes,
     check_raft_address,
+    close_notifier,
     never_raise,
 )
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
@@ -186,6 +188,10 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self._commit_notice_delay = conf.autoTickPeriod
         self._alone = not peers
         super().__init__(self_address, peers, conf=conf, transportClass=DurableTransport)
+        stock = getattr(self, "_SyncObj__pipeNotifier", None)  # absent where pysyncobj has no pipes
+        if self.fixes.wake_once and stock is not None:
+            self._SyncObj__pipeNotifier = WakeOnce(self._poller)
+            close_notifier(stock, self._poller)
         if self._alone and self.fixes.solo_commit:
             # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
             self._SyncObj__raftElectionDeadline = 0.0
@@ -252,6 +258,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     def _checkCommandsToApply(self) -> None:
         last = self._last_index()
         super()._checkCommandsToApply()
+        if isinstance(getattr(self, "_SyncObj__pipeNotifier", None), WakeOnce) and len(self._SyncObj__commandsQueue._FastQueue__queue):
+            self._SyncObj__pipeNotifier.notify()  # left for the next tick (a time budget): no byte may be pending
         if self.fixes.fsync:
             # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
             self.durable_journal.sync()
