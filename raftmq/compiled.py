@@ -54,6 +54,9 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.core.commands",
     "raftmq.core.effects",
     "raftmq.hot_values",
+    "raftmq.core.message",
+    "raftmq.core.message_headers",
+    "raftmq.core.schedule",
 )
 
 _PACKAGE = Path(__file__).parent

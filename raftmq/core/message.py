@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Final
+
+from raftmq.hot_values import HotValue
 
 # Headers that belong to the transport or to one hop, never stored with a message.
 TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription", "ack"})
@@ -20,8 +21,7 @@ DEFAULT_PRIORITY = 4
 BodyRef = tuple[int, int, int]
 
 
-@dataclass(slots=True)
-class Message:
+class Message(HotValue):
     """A stored message.
 
     `body` is opaque to the core: plain `bytes` with the in-memory log, a reference into a
@@ -29,18 +29,33 @@ class Message:
     `headers` are the user headers as sent (first occurrence wins), transport headers removed.
     Every field but `delivery_count` keeps its value once the message is stored; copies for
     a topic's subscriptions or the dead-letter and expiry queues are new `Message`s.
+
+    Written out (raftmq.hot_values) and compiled: a dataclass's generated `__init__` runs as
+    Python even in a compiled module, once per message stored on every member.
     """
 
-    message_id: str
-    destination: str
-    headers: tuple[tuple[str, str], ...]
-    body: Any
-    priority: int = DEFAULT_PRIORITY
-    expires: int = 0  # ms since the epoch; 0 = never
-    timestamp: int = 0  # ms since the epoch, from the Send command
-    group: str | None = None  # JMSXGroupID
-    persistent: bool = False
-    delivery_count: int = 0  # how many times it was handed to a consumer
+    __match_args__: ClassVar[tuple[str, ...]] = (
+        "message_id", "destination", "headers", "body", "priority", "expires", "timestamp", "group", "persistent",
+        "delivery_count",
+    )
+    __slots__ = __match_args__
+
+    def __init__(self, message_id: str, destination: str, headers: tuple[tuple[str, str], ...], body: Any,
+                 priority: int = DEFAULT_PRIORITY, expires: int = 0, timestamp: int = 0, group: str | None = None,
+                 persistent: bool = False, delivery_count: int = 0) -> None:
+        self.message_id: Final = message_id
+        self.destination: Final = destination
+        self.headers: Final = headers
+        self.body: Final = body
+        self.priority: Final = priority
+        self.expires: Final = expires  # ms since the epoch; 0 = never
+        self.timestamp: Final = timestamp  # ms since the epoch, from the Send command
+        self.group: Final = group  # JMSXGroupID
+        self.persistent: Final = persistent
+        self.delivery_count = delivery_count  # how many times it was handed to a consumer
+
+    def __hash__(self) -> int:  # delivery_count changes: equal by value, never a key (as the dataclass was)
+        raise TypeError("unhashable type: 'Message'")
 
 
 def dump_message(message: Message) -> list[Any]:

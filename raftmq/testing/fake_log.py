@@ -28,7 +28,8 @@ import msgpack
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Command
 from raftmq.core.config import CoreConfig
-from raftmq.core.effects import Deliver, Effect, Receipt
+from raftmq.core.effects import Effect
+from raftmq.hot_values import HotValue
 
 Batch = tuple[Command, ...]
 Record = tuple[Any, ...]
@@ -79,7 +80,7 @@ def effect_record(effect: Effect) -> Record:
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, *(_plain(getattr(value, f.name)) for f in dataclasses.fields(value)))
-    if isinstance(value, (Deliver, Receipt)):  # records written out, not dataclasses
+    if isinstance(value, HotValue):  # records written out (raftmq.hot_values), not dataclasses
         return (type(value).__name__, *(_plain(getattr(value, name)) for name in value.__match_args__))
     if isinstance(value, (tuple, list)):
         return tuple(_plain(item) for item in value)
