@@ -22,6 +22,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Ack, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of
 
 
 def one_round(count: int) -> float:
@@ -36,7 +37,7 @@ def one_round(count: int) -> float:
     started = time.process_time()
     for seq in range(count):
         headers = base + (("bench-seq", str(seq)), ("bench-ts", str(now)))
-        effects = broker.apply(Send("p", "/queue/bench", headers, body, now, receipt=f"r{seq}"))
+        effects = broker.apply(Send("p", "/queue/bench", block_of(headers), body, now, receipt=f"r{seq}"))
         for effect in effects:
             if isinstance(effect, Deliver):
                 broker.apply(Ack("c", now, ack_id=effect.ack_id))

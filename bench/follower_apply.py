@@ -28,6 +28,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.server.replica.bodies import BodyStore
@@ -56,7 +57,7 @@ def entries(count: int, now: int) -> list[bytes]:
             producer = f"p{seq % PRODUCERS}"
             headers = (("persistent", "true"), ("bench-run", "r1"), ("bench-producer", producer),
                        ("bench-seq", str(seq)), ("bench-ts", str(now)))
-            by_session.setdefault(producer, []).append(Send(producer, "/queue/bench", headers, bodies[seq % PRODUCERS], now, receipt=f"r{seq}"))
+            by_session.setdefault(producer, []).append(Send(producer, "/queue/bench", block_of(headers), bodies[seq % PRODUCERS], now, receipt=f"r{seq}"))
             seq += 1
         for ack in acks:
             by_session.setdefault(ack.session, []).append(ack)

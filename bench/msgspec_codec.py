@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raftmq.core.commands import Ack, Command, Send
+from raftmq.protocol.header_block import block_of
 from raftmq.replication.command_codec import decode_batch, encode_batch
 
 try:
@@ -53,7 +54,7 @@ class MAck(msgspec.Struct, array_like=True, tag=6, frozen=True):
 def batch() -> list[Command]:
     commands: list[Command] = []
     for i in range(PER_BATCH):
-        commands.append(Send("s-1-abc", "/queue/bench", (("persistent", "true"), ("priority", "4")), BODY,
+        commands.append(Send("s-1-abc", "/queue/bench", block_of((("persistent", "true"), ("priority", "4"))), BODY,
                              1_700_000_000_000 + i, None, f"r-{i}"))
         commands.append(Ack("s-2-def", 1_700_000_000_000 + i, f"a-{i}", f"m-{i}", "sub-0", None, None))
     return commands
@@ -85,7 +86,7 @@ def main() -> None:
     rows = [
         ("decode a batch", per_command(lambda: decode_batch(data), n), per_command(lambda: decoder.decode(data), n)),
         ("encode a batch", per_command(lambda: encode_batch(commands), n), per_command(lambda: encoder.encode((1, structs)), n)),
-        ("build one Send", per_command(lambda: Send("s", "/q", (), BODY, 1, None, "r"), 1),
+        ("build one Send", per_command(lambda: Send("s", "/q", "", BODY, 1, None, "r"), 1),
          per_command(lambda: MSend("s", "/q", (), BODY, 1, None, "r"), 1)),
     ]
     print("msgspec writes the same bytes as command_codec")

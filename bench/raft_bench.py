@@ -32,6 +32,7 @@ from raftmq.core.commands import Send
 from raftmq.errors import RaftmqError
 from raftmq.logs import configure_logging
 from raftmq.processes import free_port
+from raftmq.protocol.header_block import block_of, header_dict
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 
@@ -47,7 +48,7 @@ class RaftMember:
 
     def apply(self, commands: Any) -> None:
         for command in commands:
-            self.ids.append(dict(command.headers)["id"])
+            self.ids.append(header_dict(command.headers)["id"])
 
     def snapshot(self) -> bytes:
         return msgpack.packb(self.ids)
@@ -63,9 +64,9 @@ class RaftMember:
         """Append `count` Sends in one call; None when committed, else the error's class name."""
         try:
             if count == 1:
-                await self.log.propose([Send("bench", "/queue/bench", (("id", ident),), body, 0)])
+                await self.log.propose([Send("bench", "/queue/bench", block_of((("id", ident),)), body, 0)])
             else:
-                await self.log.propose([Send("bench", "/queue/bench", (("id", f"{ident}.{k}"),), body, 0) for k in range(count)])
+                await self.log.propose([Send("bench", "/queue/bench", block_of((("id", f"{ident}.{k}"),)), body, 0) for k in range(count)])
             return None
         except RaftmqError as exc:
             return type(exc).__name__

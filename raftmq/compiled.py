@@ -57,6 +57,7 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.core.message",
     "raftmq.core.message_headers",
     "raftmq.core.schedule",
+    "raftmq.protocol.header_block",
 )
 
 _PACKAGE = Path(__file__).parent

@@ -229,9 +229,10 @@ class RaftTimings:
     max_in_flight_entries: int = 2
     append_entries_batch_bytes: int = 24 * 2**20  # also the hard limit of one entry (a 16 MiB body fits)
     compact_after_bytes: int = 64 * 2**20  # snapshot + trim the journal past this size
-    # The Raft entry format written (raftmq.replication.entry_codec): 2, or 1 while members of a
-    # release that reads only 1 may still apply them (a rolling upgrade from one). Both are read.
-    entry_format: int = 2
+    # The Raft entry format written (raftmq.replication.entry_codec): 3 (headers as blocks), or 2
+    # or 1 while members of a release that reads only those may still apply them (a rolling
+    # upgrade from one). All are read.
+    entry_format: int = 3
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from raftmq.core.message_headers import read_headers
 from raftmq.core.model import Store
 from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED
 from raftmq.errors import RaftmqError
+from raftmq.protocol.header_block import pairs_of
 from raftmq.replication.entry_codec import decode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import COMMAND_NO_OP, COMMAND_REGULAR, JOURNAL_MAGIC, RECORD, decode_meta, entry_of, scan_journal
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
@@ -233,9 +234,10 @@ class _Replay:
                 body = command.body if isinstance(command.body, bytes) else b""
                 self.bodies[(index, ordinal)] = (text_value(body), digest(body))
                 ordinal += 1
-                route = [value for name, value in command.headers if name in (ROUTE_HEADER, TO_HEADER)]
+                pairs = pairs_of(command.headers)
+                route = [value for name, value in pairs if name in (ROUTE_HEADER, TO_HEADER)]
                 self.origin = "forward" if route else "client"
-                self.route = next((value for name, value in command.headers if name == ROUTE_HEADER), "")
+                self.route = next((value for name, value in pairs if name == ROUTE_HEADER), "")
             elif type(command) is Commit:
                 self.origin, self.route = "client", ""
             elif type(command) is Tick:
@@ -254,7 +256,7 @@ class _Replay:
     def described(self, message: Message) -> dict[str, Any]:
         headers = message.headers
         destination = message.destination
-        for name, text in headers:
+        for name, text in pairs_of(headers):
             if name in (DESTINATION_HEADER, ORIGINAL_DESTINATION):
                 destination = text
         ref = message.body

@@ -24,6 +24,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
+from raftmq.protocol.header_block import block_of
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries
 
 QUEUE = "/queue/synth"
@@ -121,12 +122,12 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
                 value = f"{group}-p{p}-{seq[p]}"
                 seq[p] += 1
                 sent += 1
-                chunk.append(Send(f"{group}-p{p}", QUEUE, (("_AMQ_DUPL_ID", value),), value.encode(), now))
+                chunk.append(Send(f"{group}-p{p}", QUEUE, block_of((("_AMQ_DUPL_ID", value),)), value.encode(), now))
                 history.append({"process": f"{group}-p{p}", "type": "invoke", "f": "send", "value": value, "time": clock})
                 history.append({"process": f"{group}-p{p}", "type": "ok", "f": "send", "value": value, "time": clock})
                 if retry_of is not None and sent == messages // 2:
                     # A producer retry past the dedup window: stored (and delivered) twice.
-                    chunk.append(Send(f"{group}-p0", QUEUE, (("_AMQ_DUPL_ID", retry_of),), retry_of.encode(), now))
+                    chunk.append(Send(f"{group}-p0", QUEUE, block_of((("_AMQ_DUPL_ID", retry_of),)), retry_of.encode(), now))
                     planted.append(Planted("stored_duplicates", f"{group}: a retry past the dedup window", [retry_of]))
                     planted.append(Planted("consumer_duplicates", f"{group}: its second delivery", [retry_of]))
             chunk.extend(pending[:batch])

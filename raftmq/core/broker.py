@@ -23,7 +23,7 @@ from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
 from raftmq.core.cluster_rights import cluster_login, may_pull
 from raftmq.core.cluster_routing import ClusterRouting
-from raftmq.core.commands import Ack, Command, Headers, Nack, Send
+from raftmq.core.commands import Ack, Command, Nack, Send
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.dispatch import Dispatcher
@@ -335,7 +335,7 @@ class Broker:
             self._publish(destination, command.headers, body, command.now, scheduled, temporary)
         self._done(command.session, command.receipt)
 
-    def _publish(self, destination: str, headers: Headers, body: object, now: int, scheduled: bool | None = None,
+    def _publish(self, destination: str, headers: str, body: object, now: int, scheduled: bool | None = None,
                  temporary: bool | None = None) -> None:
         """`scheduled` / `temporary`: what the caller found already (None: look)."""
         if (MARK in destination if temporary is None else temporary) and owner_token(destination) is not None \
@@ -349,7 +349,7 @@ class Broker:
         else:
             self.routing.publish(destination, headers, body, now)
 
-    def publish_again(self, destination: str, headers: Headers, body: object, now: int) -> None:
+    def publish_again(self, destination: str, headers: str, body: object, now: int) -> None:
         """Publish a message whose duplicate-detection id was checked already: a scheduled one
         whose time came, one an operator retries or moves (raftmq.core.manage)."""
         if self.routing is None:

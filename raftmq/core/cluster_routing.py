@@ -34,7 +34,6 @@ import zlib
 from dataclasses import replace
 
 from raftmq.core.cluster_state import ClusterState
-from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
@@ -46,6 +45,7 @@ from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX, TOPIC_PREFIX, destination_name, is_wildcard
 from raftmq.errors import SelectorError
 from raftmq.patterns import pattern_matches
+from raftmq.protocol.header_block import block_of, first, has, pairs_of
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
 from raftmq.routing.cluster_connection import LOCAL_FIRST, ClusterConnection, ClusterView
@@ -93,7 +93,7 @@ class ClusterRouting:
         if not store.destination.startswith(SF_PREFIX):
             return
         neighbour = store.destination[len(SF_PREFIX):]
-        adverts = sum(1 for done in settled if any(name == ADVERT_HEADER for name, _value in done.message.headers))
+        adverts = sum(1 for done in settled if has(done.message.headers, ADVERT_HEADER))
         cluster = self.cluster_state
         if adverts:
             cluster.adverts_confirmed[neighbour] = cluster.adverts_confirmed.get(neighbour, 0) + adverts
@@ -202,17 +202,17 @@ class ClusterRouting:
 
     # -- commands ---------------------------------------------------------------------------
 
-    def control(self, headers: Headers) -> str | None:
+    def control(self, headers: str) -> str | None:
         """A SEND to the control destination: a neighbour's advert, or the start (or end) of
         this group's drain; an error text if invalid."""
-        drain = next((value for name, value in headers if name == DRAIN_HEADER), None)
+        drain = first(headers, DRAIN_HEADER)
         if drain is not None:
             return self.scale_down.start(drain)
         return self.learn(headers)
 
-    def learn(self, headers: Headers) -> str | None:
+    def learn(self, headers: str) -> str | None:
         """A neighbour's advert (a SEND to the control destination); an error text if invalid."""
-        text = next((value for name, value in headers if name == ADVERT_HEADER), None)
+        text = first(headers, ADVERT_HEADER)
         if text is None:
             return f"no {ADVERT_HEADER} header"
         try:
@@ -227,7 +227,7 @@ class ClusterRouting:
             self.rebuild()
         return None
 
-    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False) -> None:
+    def publish(self, destination: str, headers: str, body: object, now: int, *, deduplicated: bool = False) -> None:
         """Route a committed SEND (or a transaction's) to this group's stores or onwards
         (`deduplicated`: its `_AMQ_DUPL_ID` was checked already, as a scheduled message's was)."""
         to: str | None = None
@@ -236,9 +236,9 @@ class ClusterRouting:
         durable: str | None = None
         subscription_only = False
         delivered = 0
-        if any(name.startswith(HEADER_PREFIX) for name, _ in headers):
+        if HEADER_PREFIX in headers and any(name.startswith(HEADER_PREFIX) for name, _ in pairs_of(headers)):
             kept = []
-            for name, value in headers:
+            for name, value in pairs_of(headers):
                 if name == TO_HEADER:
                     to = value
                 elif name == ROUTE_HEADER:
@@ -255,7 +255,7 @@ class ClusterRouting:
                     kept.append((name, value))
             if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
                 kept = [(name, value) for name, value in kept if name != DUPLICATE_ID_HEADER or value != forward_id]
-            headers = tuple(kept)
+            headers = block_of(kept)
         priority, expires, persistent, group, dupl_id = read_headers(headers)
         # A forward is checked by its own id: the producer's was checked where it was first stored.
         check_id = forward_id if forward_id is not None else dupl_id
@@ -265,9 +265,9 @@ class ClusterRouting:
             if to is None or to == self.own:
                 self.scale_down.store_durable(destination, headers, body, now, durable, delivered, subscription_only)
                 return
-            headers = (*headers, (DURABLE_HEADER, durable))  # passing through: it travels on
+            headers += block_of(((DURABLE_HEADER, durable),))  # passing through: it travels on
             if subscription_only:
-                headers = (*headers, (SUBSCRIPTION_ONLY_HEADER, "1"))
+                headers += block_of(((SUBSCRIPTION_ONLY_HEADER, "1"),))
         connection = self.governing(destination)
         if connection is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
@@ -422,7 +422,7 @@ class ClusterRouting:
             self.cluster_state.turns[destination] = turn
             self.cluster_state.redistributed += moved
 
-    def send_to_group(self, destination: str, headers: Headers, body: object, now: int, to: str) -> bool:
+    def send_to_group(self, destination: str, headers: str, body: object, now: int, to: str) -> bool:
         """Send a message straight to group `to` (a temporary destination's owner lives there);
         False, and it is dropped, when no cluster connection leads there."""
         connection = self.governing(destination)
@@ -431,7 +431,7 @@ class ClusterRouting:
             return False
         return True
 
-    def _pass_on(self, connection: ClusterConnection, destination: str, headers: Headers, body: object, now: int,
+    def _pass_on(self, connection: ClusterConnection, destination: str, headers: str, body: object, now: int,
                  to: str, here: tuple[str, ...], delivered: int = 0) -> bool:
         hop = self._next_hops.get(to)
         if hop is None or hop[1] in here or len(here) > connection.max_hops:
@@ -439,7 +439,7 @@ class ClusterRouting:
         self.forward(hop[1], destination, headers, body, now, to, here, delivered=delivered)
         return True
 
-    def forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
+    def forward(self, via: str, destination: str, headers: str, body: object, now: int, to: str,
                  here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None:
         """Store the message in `via`'s store-and-forward queue, for group `to`; a message moved
         by redistribution (`original`) carries how often it was delivered here."""
@@ -447,10 +447,11 @@ class ClusterRouting:
         dispatch = self.dispatch
         state.message_seq += 1
         message_id = f"{dispatch.id_prefix}{state.message_seq}"
-        tagged = (*headers, (DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here)))
+        tags = [(DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here))]
         delivered = original.delivery_count if original is not None else delivered
         if delivered:
-            tagged = (*tagged, (DELIVERED_HEADER, str(delivered)))
+            tags.append((DELIVERED_HEADER, str(delivered)))
+        tagged = headers + block_of(tags)
         if original is None:
             priority, expires, persistent, group, _ = read_headers(headers)
         else:

@@ -79,11 +79,13 @@ class Send(HotValue):
     __match_args__: ClassVar[tuple[str, ...]] = ("session", "destination", "headers", "body", "now", "transaction", "receipt")
     __slots__ = __match_args__
 
-    def __init__(self, session: str, destination: str, headers: Headers, body: object, now: int,
+    def __init__(self, session: str, destination: str, headers: str, body: object, now: int,
                  transaction: str | None = None, receipt: str | None = None) -> None:
         self.session: Final = session
         self.destination: Final = destination
-        self.headers: Final = headers  # user headers; the core reads priority, expires, persistent, JMSXGroupID, _AMQ_DUPL_ID
+        # The user headers' block (raftmq.protocol.header_block); the core reads priority,
+        # expires, persistent, JMSXGroupID and _AMQ_DUPL_ID from it.
+        self.headers: Final = headers
         self.body: Final = body  # bytes, or a body reference once bodies live in journal segments
         self.now: Final = now
         self.transaction: Final = transaction

@@ -13,6 +13,7 @@ them again (raftmq.core.manage).
 from __future__ import annotations
 
 from raftmq.core.message import Message
+from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.route import SF_PREFIX
 
 ORIGINAL_DESTINATION = "original-destination"
@@ -48,12 +49,12 @@ def moved(message: Message, destination: str, side_queues: tuple[str, str], reas
     again there keeps the destination it first came from and tells its latest death."""
     origin = message.destination
     headers = []
-    for name, value in message.headers:
+    for name, value in pairs_of(message.headers):
         if name in HEADERS:
             if name == ORIGINAL_DESTINATION and message.destination in side_queues:
                 origin = value  # keep where it first came from
         elif name != "expires":
             headers.append((name, value))
     headers += [(ORIGINAL_DESTINATION, origin), (REASON, reason), (DELIVERIES, str(message.delivery_count)), (CAUSE, cause)]
-    return Message(message.message_id, destination, tuple(headers), message.body, message.priority, 0, message.timestamp,
+    return Message(message.message_id, destination, block_of(headers), message.body, message.priority, 0, message.timestamp,
                    message.group, message.persistent, 0)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 
 from raftmq.core import dead_letter as letters
-from raftmq.core.commands import Headers
 from raftmq.core.config import CoreConfig
 from raftmq.core.dead_letter import ORIGINAL_DESTINATION as ORIGINAL_DESTINATION  # read here by spark_audit.replay
 from raftmq.core.dispatch_paging import Paging
@@ -95,7 +94,7 @@ class Dispatcher(Paging, Redelivery):
                     subs.extend(wildcard.subs)
         return subs
 
-    def publish(self, destination: str, headers: Headers, body: object, now: int, *, deduplicated: bool = False,
+    def publish(self, destination: str, headers: str, body: object, now: int, *, deduplicated: bool = False,
                 delivered: int = 0) -> None:
         """Store a sent message in its queue, or a copy in each matching subscription of its topic
         (none when no one subscribes: topics do not store); a known duplicate is dropped

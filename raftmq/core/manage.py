@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from raftmq.core.commands import Headers, Manage
+from raftmq.core.commands import Manage
 from raftmq.core.dead_letter import HEADERS, ORIGINAL_DESTINATION
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.effects import Managed
@@ -32,6 +32,7 @@ from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.core.validation import QUEUE_PREFIX, Refused, is_valid_destination, is_wildcard
 from raftmq.errors import SelectorError
+from raftmq.protocol.header_block import first, without
 from raftmq.routing.route import is_internal
 
 MAX_MOVED = 10_000
@@ -50,7 +51,7 @@ class Broker(Protocol):
 
     def drop_topic_subscription(self, sub: Subscription) -> None: ...
 
-    def publish_again(self, destination: str, headers: Headers, body: object, now: int) -> None: ...
+    def publish_again(self, destination: str, headers: str, body: object, now: int) -> None: ...
 
 
 def apply_manage(broker: Broker, command: Manage) -> None:
@@ -162,13 +163,13 @@ def _move(broker: Broker, command: Manage) -> tuple[tuple[str, int], ...]:
     moved = skipped = 0
     for token in chosen:
         message = store.ready[token]
-        origin = next((value for name, value in message.headers if name == ORIGINAL_DESTINATION), None)
+        origin = first(message.headers, ORIGINAL_DESTINATION)
         to = target if target is not None else origin
         if to is None or not is_valid_destination(to) or is_wildcard(to) or is_internal(to):
             skipped += 1  # a retry of a message that never had another home: it stays
             continue
         broker.dispatch.take_ready(store, token)
-        headers = tuple((name, value) for name, value in message.headers if name not in HEADERS)  # a fresh start
+        headers = without(message.headers, HEADERS)  # a fresh start
         broker.publish_again(to, headers, message.body, command.now)
         moved += 1
     store.maybe_compact()

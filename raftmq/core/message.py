@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Final
 
 from raftmq.hot_values import HotValue
-
-# Headers that belong to the transport or to one hop, never stored with a message.
-TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription", "ack"})
+from raftmq.protocol.header_block import user_block
 
 DEFAULT_PRIORITY = 4
 
@@ -26,7 +24,8 @@ class Message(HotValue):
 
     `body` is opaque to the core: plain `bytes` with the in-memory log, a reference into a
     journal segment once bodies live on disk. The core never looks inside it.
-    `headers` are the user headers as sent (first occurrence wins), transport headers removed.
+    `headers` are the user headers' block as sent (raftmq.protocol.header_block), transport
+    headers removed.
     Every field but `delivery_count` keeps its value once the message is stored; copies for
     a topic's subscriptions or the dead-letter and expiry queues are new `Message`s.
 
@@ -40,7 +39,7 @@ class Message(HotValue):
     )
     __slots__ = __match_args__
 
-    def __init__(self, message_id: str, destination: str, headers: tuple[tuple[str, str], ...], body: Any,
+    def __init__(self, message_id: str, destination: str, headers: str, body: Any,
                  priority: int = DEFAULT_PRIORITY, expires: int = 0, timestamp: int = 0, group: str | None = None,
                  persistent: bool = False, delivery_count: int = 0) -> None:
         self.message_id: Final = message_id
@@ -63,7 +62,7 @@ def dump_message(message: Message) -> list[Any]:
     return [
         message.message_id,
         message.destination,
-        [[name, value] for name, value in message.headers],
+        message.headers,
         message.body,
         message.priority,
         message.expires,
@@ -76,8 +75,9 @@ def dump_message(message: Message) -> list[Any]:
 
 def load_message(record: list[Any]) -> Message:
     message_id, destination, headers, body, priority, expires, timestamp, group, persistent, count = record
-    return Message(message_id, destination, tuple((name, value) for name, value in headers), body, priority,
-                   expires, timestamp, group, persistent, count)
+    # Headers as a block, or (written before blocks) as [name, value] pairs.
+    block = headers if isinstance(headers, str) else user_block((name, value) for name, value in headers)
+    return Message(message_id, destination, block, body, priority, expires, timestamp, group, persistent, count)
 
 
 def body_size(body: Any) -> int:

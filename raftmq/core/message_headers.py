@@ -1,11 +1,14 @@
 """What the core reads of a SEND's headers (priority, expires, persistent, message group,
-duplicate-detection id): one pass, the first occurrence of a repeated header winning."""
+duplicate-detection id), from its block, the first occurrence of a repeated header winning."""
 
 from __future__ import annotations
 
-from raftmq.core.commands import Headers
 from raftmq.core.message import DEFAULT_PRIORITY
 from raftmq.core.model import PRIORITY_LEVELS
+from raftmq.protocol.header_block import first_of, key
+
+_PRIORITY, _EXPIRES, _PERSISTENT = key("priority"), key("expires"), key("persistent")
+_GROUP, _DUPL_ID = key("JMSXGroupID"), key("_AMQ_DUPL_ID")
 
 
 def _parse_priority(value: str) -> int:
@@ -24,24 +27,16 @@ def _parse_expires(value: str) -> int:
     return max(expires, 0)
 
 
-def read_headers(headers: Headers) -> tuple[int, int, bool, str | None, str | None]:
-    """What the core reads of a SEND's headers: priority, expires, persistent, JMSXGroupID and
-    _AMQ_DUPL_ID (the first occurrence of a repeated header wins)."""
-    priority = DEFAULT_PRIORITY
-    expires = 0
-    persistent = False
-    group = None
-    dupl_id = None
-    # Reversed, so that the first occurrence of a repeated header is the one that sticks.
-    for name, value in reversed(headers):
-        if name == "priority":
-            priority = _parse_priority(value)
-        elif name == "expires":
-            expires = _parse_expires(value)
-        elif name == "persistent":
-            persistent = value.lower() == "true"
-        elif name == "JMSXGroupID":
-            group = value or None
-        elif name == "_AMQ_DUPL_ID":
-            dupl_id = value or None
-    return priority, expires, persistent, group, dupl_id
+def read_headers(headers: str) -> tuple[int, int, bool, str | None, str | None]:
+    """What the core reads of a SEND's header block: priority, expires, persistent, JMSXGroupID
+    and _AMQ_DUPL_ID (the first occurrence of a repeated header wins). A few searches of the
+    block's text: no header is taken apart that the core does not read."""
+    if not headers:
+        return DEFAULT_PRIORITY, 0, False, None, None
+    value = first_of(headers, _PRIORITY)
+    priority = DEFAULT_PRIORITY if value is None else _parse_priority(value)
+    value = first_of(headers, _EXPIRES)
+    expires = 0 if value is None else _parse_expires(value)
+    value = first_of(headers, _PERSISTENT)
+    persistent = value is not None and value.lower() == "true"
+    return priority, expires, persistent, first_of(headers, _GROUP) or None, first_of(headers, _DUPL_ID) or None

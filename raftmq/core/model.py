@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from raftmq.core.commands import ACK_AUTO, ACK_CLIENT
 from raftmq.core.message import Message
+from raftmq.protocol.header_block import header_dict
 
 if TYPE_CHECKING:
     from raftmq.core.paging import Tail
@@ -223,7 +224,7 @@ TOMBSTONE_SLACK = 64
 def selector_headers(message: Message) -> dict[str, str]:
     """The header mapping a selector sees: user headers (first occurrence wins) plus the
     values the core decided (normalized priority, message id, timestamp)."""
-    headers = {name: value for name, value in reversed(message.headers)}
+    headers = header_dict(message.headers)
     headers["priority"] = str(message.priority)
     headers["message-id"] = message.message_id
     headers.setdefault("timestamp", str(message.timestamp))

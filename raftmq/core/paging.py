@@ -27,6 +27,7 @@ import lz4.block
 import msgpack
 
 from raftmq.core.message import Message, body_size
+from raftmq.protocol.header_block import user_block
 
 
 class PageStore(Protocol):
@@ -93,9 +94,12 @@ def encode_page(messages: list[Message]) -> bytes:
 
 
 def decode_page(blob: bytes) -> list[Message]:
-    # use_list=False: headers come back as the tuples of tuples they were, body references as tuples.
+    # use_list=False: body references come back as the tuples they were. Headers are blocks, or
+    # (a page written before blocks) tuples of pairs.
     columns = msgpack.unpackb(lz4.block.decompress(blob), raw=False, use_list=False)
-    return [Message(*fields) for fields in zip(*columns, strict=True)]
+    messages = [Message(*fields) if type(fields[2]) is str else Message(fields[0], fields[1], user_block(fields[2]), *fields[3:])
+                for fields in zip(*columns, strict=True)]
+    return messages
 
 
 def journal_indexes(bodies: list[Any]) -> list[int]:

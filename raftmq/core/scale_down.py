@@ -19,13 +19,14 @@ import zlib
 from typing import Protocol
 
 from raftmq.core.cluster_state import ClusterState
-from raftmq.core.commands import ACK_AUTO, Headers
+from raftmq.core.commands import ACK_AUTO
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
 from raftmq.core.selector import Selector
 from raftmq.core.state import BrokerState
+from raftmq.protocol.header_block import block_of
 from raftmq.routing.bindings import Consumers, Route
 from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
 
@@ -45,7 +46,7 @@ class ClusterRouting(Protocol):
 
     def routes_to(self, destination: str) -> dict[str, Route]: ...
 
-    def forward(self, via: str, destination: str, headers: Headers, body: object, now: int, to: str,
+    def forward(self, via: str, destination: str, headers: str, body: object, now: int, to: str,
                 here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None: ...
 
     def takers(self, consumers: Consumers, matching: dict[str, str]) -> int: ...
@@ -103,7 +104,7 @@ class ScaleDown:
         empty move that carries only its name, then dropped here."""
         assert sub.durable_name is not None
         target = _durable_target(sub, targets)
-        headers: Headers = ((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1"))
+        headers = block_of(((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1")))
         self.routing.state.message_seq += 1
         marker = Message(f"{self.routing.dispatch.id_prefix}{self.routing.state.message_seq}", sub.destination, headers, b"",
                          4, 0, 0, None, True)
@@ -122,7 +123,7 @@ class ScaleDown:
             route for group, route in sorted(self.routing.routes_to(destination).items())
             if group in targets and route.consumer_count > 0
         ]
-        extra: Headers = () if durable is None else ((DURABLE_HEADER, _durable_text(durable)),)
+        extra = "" if durable is None else block_of(((DURABLE_HEADER, _durable_text(durable)),))
         turn = self.routing.cluster_state.turns.get(destination, 0)
         moved = 0
         for priority in range(PRIORITY_LEVELS - 1, -1, -1):
@@ -142,7 +143,7 @@ class ScaleDown:
                     target = choices[turn % len(choices)]
                     turn += 1
                 self.routing.dispatch.take_ready(store, token)
-                self.routing.forward(self.routing.next_hops[target][1], destination, (*message.headers, *extra), message.body,
+                self.routing.forward(self.routing.next_hops[target][1], destination, message.headers + extra, message.body,
                               message.timestamp, target, (self.routing.own,), message)
                 moved += 1
         store.maybe_compact()
@@ -151,7 +152,7 @@ class ScaleDown:
             self.routing.cluster_state.drained += moved
         return moved
 
-    def store_durable(self, destination: str, headers: Headers, body: object, now: int, text: str,
+    def store_durable(self, destination: str, headers: str, body: object, now: int, text: str,
                        delivered: int, subscription_only: bool = False) -> None:
         """A drained group's durable-subscription message: into the subscription of that name
         here, made (inactive) if it is not here yet."""

@@ -25,14 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
-from operator import itemgetter
 from typing import Any
 
 from croniter import croniter
 
-from raftmq.core.commands import Headers
 from raftmq.core.dedup import DedupCache
 from raftmq.core.validation import Refused
+from raftmq.protocol.header_block import block_of, first, pairs_of, user_block
 
 DELAY = "AMQ_SCHEDULED_DELAY"
 PERIOD = "AMQ_SCHEDULED_PERIOD"
@@ -47,31 +46,16 @@ MAX_DELAY_MS = 10 * 365 * 86_400_000  # ten years
 MAX_FIRES_PER_TICK = 5_000
 
 
-def is_scheduled(headers: Headers) -> bool:
-    """Does a SEND ask for scheduled delivery? (The send path's only cost: one look per header.)"""
-    for name, _ in headers:
-        if name in SCHEDULE_HEADERS:
-            return True
-    return False
+def is_scheduled(headers: str) -> bool:
+    """Does a SEND's header block ask for scheduled delivery? (The send path's only cost: one
+    search of the block's text.)"""
+    return "AMQ_SCHED" in headers and any(name in SCHEDULE_HEADERS for name, _ in pairs_of(headers))
 
 
-_SPECIAL = SCHEDULE_HEADERS | {"reply-to"}
-_NAME = itemgetter(0)
-
-
-def special_headers(headers: Headers) -> tuple[bool, bool]:
-    """(scheduled, has a reply-to) of a SEND's headers, in one look at them (in C, for the
-    common SEND that has neither)."""
-    if _SPECIAL.isdisjoint(map(_NAME, headers)):
-        return False, False
-    scheduled = replying = False
-    for name, _ in headers:
-        if name in _SPECIAL:
-            if name == "reply-to":
-                replying = True
-            else:
-                scheduled = True
-    return scheduled, replying
+def special_headers(headers: str) -> tuple[bool, bool]:
+    """(scheduled, has a reply-to) of a SEND's header block, in two searches of its text for
+    the common SEND that has neither."""
+    return is_scheduled(headers), "reply-to:" in headers and first(headers, "reply-to") is not None
 
 
 @dataclass(slots=True)
@@ -81,7 +65,7 @@ class Job:
 
     seq: int
     destination: str
-    headers: Headers  # the message's headers, the schedule's removed
+    headers: str  # the message's header block, the schedule's removed
     body: Any
     due: int
     period: int
@@ -91,13 +75,14 @@ class Job:
     cron: str | None
 
     def dump(self) -> list[Any]:
-        return [self.seq, self.destination, [[n, v] for n, v in self.headers], self.body, self.due, self.period,
+        return [self.seq, self.destination, self.headers, self.body, self.due, self.period,
                 self.remaining, self.repeat, self.delay, self.cron]
 
     @classmethod
     def load(cls, record: list[Any]) -> Job:
         seq, destination, headers, body, due, period, remaining, repeat, delay, cron = record
-        return cls(seq, destination, tuple((n, v) for n, v in headers), body, due, period, remaining, repeat, delay, cron)
+        block = headers if isinstance(headers, str) else user_block((n, v) for n, v in headers)  # pairs: written before blocks
+        return cls(seq, destination, block, body, due, period, remaining, repeat, delay, cron)
 
 
 def _integer(headers: dict[str, str], name: str, low: int, high: int) -> int | None:
@@ -119,21 +104,21 @@ def next_cron_time(line: str, after: int) -> int:
     return int(croniter(line, start).get_next(datetime).timestamp() * 1000)
 
 
-def plan(destination: str, headers: Headers, now: int) -> Job:
+def plan(destination: str, headers: str, now: int) -> Job:
     """The job a SEND's schedule headers describe (seq 0: the scheduler numbers it), or
     Refused naming the header that makes no sense."""
-    first: dict[str, str] = {}
+    given: dict[str, str] = {}
     kept = []
-    for name, value in headers:
+    for name, value in pairs_of(headers):
         if name in SCHEDULE_HEADERS:
-            first.setdefault(name, value)
+            given.setdefault(name, value)
         else:
             kept.append((name, value))
-    delay = _integer(first, DELAY, 0, MAX_DELAY_MS) or 0
-    at = _integer(first, DELIVERY_TIME, 0, 1 << 62)
-    period = _integer(first, PERIOD, 0, MAX_DELAY_MS) or 0
-    repeat = _integer(first, REPEAT, 0, MAX_REPEAT) or 0
-    cron = first.get(CRON)
+    delay = _integer(given, DELAY, 0, MAX_DELAY_MS) or 0
+    at = _integer(given, DELIVERY_TIME, 0, 1 << 62)
+    period = _integer(given, PERIOD, 0, MAX_DELAY_MS) or 0
+    repeat = _integer(given, REPEAT, 0, MAX_REPEAT) or 0
+    cron = given.get(CRON)
     if repeat and not period:
         raise Refused("invalid schedule", f"{REPEAT}: {repeat} repeats need an {PERIOD} above 0")
     if cron is not None:
@@ -147,13 +132,13 @@ def plan(destination: str, headers: Headers, now: int) -> Job:
         due = max(at, now) + delay
     else:
         due = now + delay
-    return Job(0, destination, tuple(kept), None, due, period, repeat, repeat, delay, cron)
+    return Job(0, destination, block_of(kept), None, due, period, repeat, repeat, delay, cron)
 
 
 class Scheduler:
     """The jobs in `state` (`jobs`, `job_seq`) and a heap of (due, seq) over them, derived."""
 
-    def __init__(self, jobs: dict[int, Job], publish: Callable[[str, Headers, Any, int], None]) -> None:
+    def __init__(self, jobs: dict[int, Job], publish: Callable[[str, str, Any, int], None]) -> None:
         self.jobs = jobs
         self._publish = publish
         self.heap: list[tuple[int, int]] = []
@@ -165,7 +150,7 @@ class Scheduler:
 
     def add(self, job: Job, seq: int, body: Any, dedup: DedupCache) -> None:
         """Keep `job` (numbered `seq`) unless its `_AMQ_DUPL_ID` was seen for its destination."""
-        dupl_id = next((v for n, v in job.headers if n == "_AMQ_DUPL_ID"), None)
+        dupl_id = first(job.headers, "_AMQ_DUPL_ID")
         if dupl_id and not dedup.remember(job.destination, dupl_id):
             return
         job.seq = seq

@@ -27,8 +27,12 @@ from raftmq.core.schedule import Job
 from raftmq.core.selector import compile_selector
 from raftmq.core.state import BrokerState
 from raftmq.errors import SelectorError, SnapshotError
+from raftmq.protocol.header_block import user_block
 
-FORMAT = 1
+# Format 2 holds messages' headers as blocks (raftmq.protocol.header_block); format 1, still
+# read, as lists of pairs. A release that reads only format 1 refuses a format-2 snapshot.
+FORMAT = 2
+HEADER_PAIRS_FORMAT = 1
 
 _STORE_COUNTERS = ("enqueued", "dequeued", "expired", "dead_lettered")
 
@@ -81,7 +85,7 @@ def _load_tail(record: dict[str, Any], pages: PageStore) -> Tail:
 def _dump_op(op: TransactionOp) -> list[Any]:
     if op[0] == "send":
         _, destination, headers, body, now = op
-        return ["send", destination, [[name, value] for name, value in headers], body, now]
+        return ["send", destination, headers, body, now]
     return [op[0], op[1]]
 
 
@@ -183,14 +187,15 @@ def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store
 def _load_op(record: list[Any]) -> TransactionOp:
     if record[0] == "send":
         _, destination, headers, body, now = record
-        return ("send", destination, tuple((name, value) for name, value in headers), body, now)
+        block = headers if isinstance(headers, str) else user_block((name, value) for name, value in headers)  # pairs: before blocks
+        return ("send", destination, block, body, now)
     return (record[0], record[1])
 
 
 def load_state(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> BrokerState:
     """Fill a fresh `state` from `data` (a `dump_state` result, possibly via msgpack)."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SnapshotError(f"not a broker snapshot of format {FORMAT}")
+    if not isinstance(data, dict) or data.get("format") not in (FORMAT, HEADER_PAIRS_FORMAT):
+        raise SnapshotError(f"not a broker snapshot of format {HEADER_PAIRS_FORMAT} or {FORMAT}")
     try:
         return _load(state, data, config)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, SelectorError) as error:

@@ -11,12 +11,12 @@ owner lives there. Only the owner may consume one, and never durably.
 from __future__ import annotations
 
 from raftmq.core.cluster_routing import ClusterRouting
-from raftmq.core.commands import Headers
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.model import Session
 from raftmq.core.state import BrokerState
 from raftmq.core.temporary import alias_of, home_group, owner_token, token_of
 from raftmq.core.validation import QUEUE_PREFIX
+from raftmq.protocol.header_block import first, has
 from raftmq.routing.route import TO_HEADER
 
 
@@ -37,19 +37,17 @@ def claim(state: BrokerState, session: Session, destination: str) -> None:
         state.temp_owners[token_of(session.session_id)] = session.session_id
 
 
-def reply_subscription(session: Session, headers: Headers) -> str | None:
+def reply_subscription(session: Session, headers: str) -> str | None:
     """The session's own temporary queue its SEND names in `reply-to` when the session does
     not consume it yet (RabbitMQ subscribes the connection to it), else None."""
-    for name, value in headers:
-        if name == "reply-to":
-            if owner_token(value) == token_of(session.session_id) and value.startswith(QUEUE_PREFIX):
-                if not any(sub.destination == value for sub in session.subs.values()) and alias_of(value) not in session.subs:
-                    return value
-            return None
+    value = first(headers, "reply-to")
+    if value is not None and owner_token(value) == token_of(session.session_id) and value.startswith(QUEUE_PREFIX):
+        if not any(sub.destination == value for sub in session.subs.values()) and alias_of(value) not in session.subs:
+            return value
     return None
 
 
-def stays(state: BrokerState, routing: ClusterRouting | None, destination: str, headers: Headers, body: object,
+def stays(state: BrokerState, routing: ClusterRouting | None, destination: str, headers: str, body: object,
           now: int) -> bool:
     """Whether a message for temporary `destination` is published here: its owner is a session
     of this group. One whose name says it lives in another group is sent there (on the way in,
@@ -58,7 +56,7 @@ def stays(state: BrokerState, routing: ClusterRouting | None, destination: str, 
     token = owner_token(destination)
     home = home_group(destination)
     if routing is not None and home is not None and home != routing.own:
-        if not any(name == TO_HEADER for name, _ in headers):
+        if not has(headers, TO_HEADER):
             routing.send_to_group(destination, headers, body, now, home)
             return False
         return True  # passing through: the cluster routing passes it on

@@ -18,6 +18,7 @@ import re
 from raftmq.errors import FrameTooLarge, ProtocolError
 from raftmq.protocol.escaping import ESCAPING_MODES, RAW, UNESCAPED_COMMANDS, encode_header_line, unescaper_for
 from raftmq.protocol.frame import ALL_COMMANDS, SUPPORTED_VERSIONS, Frame
+from raftmq.protocol.header_block import STRIPPED, STRIPPED_LENGTHS
 from raftmq.protocol.limits import Limits
 from raftmq.protocol.negotiation import negotiate_version
 
@@ -31,6 +32,8 @@ _EOL_RUN = re.compile(rb"(?:\r?\n)+")
 _MAX_LENGTH_DIGITS = 16
 
 _DEFAULT_LIMITS = Limits()
+
+_Head = tuple[str, list[tuple[str, str]] | None, int, int, str | None, str | None]
 
 
 class FrameParser:
@@ -54,9 +57,10 @@ class FrameParser:
         self.frames_before_error: list[Frame] = []
         self._error: ProtocolError | None = None
         self._buf = bytearray()  # the unfinished frame; it starts at offset 0
-        # A frame whose headers are parsed but whose body is incomplete:
-        # (command, headers, offset of the body, content-length or -1 when NUL-terminated).
-        self._head: tuple[str, list[tuple[str, str]], int, int] | None = None
+        # A frame whose headers are parsed but whose body is incomplete: (command, headers,
+        # offset of the body, content-length or -1 when NUL-terminated, a SEND's header text and
+        # block, `Frame.text` and `Frame.block`, when it has them; headers are then None).
+        self._head: _Head | None = None
         self._need = 0  # buffered length that completes a content-length body
         self._scan = 0  # where to resume searching (for the empty line, or for the NUL)
         # Progress of the limit checks over an unfinished header block.
@@ -151,7 +155,7 @@ class FrameParser:
                 if self._checked:
                     self._scan = self._checked = self._line_start = self._lines = 0
                 head = self._parse_head(buf, pos, blank.start(), blank.end())
-            command, headers, body_offset, length = head
+            command, headers, body_offset, length, text, block = head
             body_start = pos + body_offset
             if length < 0:
                 nul = buf.find(b"\0", max(body_start, pos + self._scan))
@@ -169,8 +173,8 @@ class FrameParser:
                     break
                 if buf[body_end] != 0:
                     raise ProtocolError("frame does not end with NUL after content-length octets")
-            frames.append(Frame(command, headers, buf[body_start:body_end]))
-            if command in UNESCAPED_COMMANDS:
+            frames.append(Frame(command, headers, buf[body_start:body_end], text, block))
+            if command in UNESCAPED_COMMANDS and headers is not None:
                 self._switch_version(command, headers)
             pos = body_end + 1
             head = None
@@ -178,11 +182,14 @@ class FrameParser:
         self._head = head
         return pos
 
-    def _parse_head(
-        self, buf: bytes, start: int, eol: int, body_start: int
-    ) -> tuple[str, list[tuple[str, str]], int, int]:
-        """Decode command and headers in buf[start:eol]; body_start is after the empty line."""
+    def _parse_head(self, buf: bytes, start: int, eol: int, body_start: int) -> _Head:
+        """Decode command and headers in buf[start:eol]; body_start is after the empty line.
+
+        A SEND whose lines hold no backslash, no CR and one colon each (nearly every SEND) is
+        not taken apart: its text is kept whole and its block is that text without the
+        transport lines (raftmq.protocol.header_block); its headers are made when asked for."""
         limits = self.limits
+        text_end = eol + 1  # the text keeps its last line's EOL
         if buf[eol - 1] == 13:
             eol -= 1
         if body_start - start > limits.max_frame_bytes:
@@ -196,7 +203,7 @@ class FrameParser:
         if buf.find(b"\0", start, eol) >= 0:
             raise ProtocolError("NUL in frame headers")
         try:
-            text = buf[start:eol].decode("utf-8")
+            text = buf[start:text_end].decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("frame headers are not valid UTF-8") from None
         if "\r" in text:
@@ -205,17 +212,22 @@ class FrameParser:
         if command not in ALL_COMMANDS:
             raise ProtocolError(f"unknown command {command[:40]!r}")
         if not rest:
-            return command, [], body_start - start, -1
-        pairs = [line.partition(":") for line in rest.split("\n")]
-        headers = [(name, value) for name, colon, value in pairs if colon and name]
-        if len(headers) != len(pairs):
-            raise _bad_header_line(next(n + c + v for n, c, v in pairs if not (c and n)))
-        unescape = self._unescape
-        if unescape is not None and "\\" in rest and command not in UNESCAPED_COMMANDS:
-            headers = [
-                (unescape(name), unescape(value)) if "\\" in name or "\\" in value else (name, value)
-                for name, value in headers
-            ]
+            return command, [], body_start - start, -1, None, None
+        block = _send_block(rest) if command == "SEND" and "\\" not in rest and "\r" not in rest else None
+        headers: list[tuple[str, str]] | None = None
+        if block is None:
+            lines = rest.split("\n")
+            lines.pop()  # after the last EOL
+            pairs = [line.partition(":") for line in lines]
+            headers = [(name, value) for name, colon, value in pairs if colon and name]
+            if len(headers) != len(pairs):
+                raise _bad_header_line(next(n + c + v for n, c, v in pairs if not (c and n)))
+            unescape = self._unescape
+            if unescape is not None and "\\" in rest and command not in UNESCAPED_COMMANDS:
+                headers = [
+                    (unescape(name), unescape(value)) if "\\" in name or "\\" in value else (name, value)
+                    for name, value in headers
+                ]
         length = -1
         # The first content-length line wins. Escapes cannot produce any of its letters, so the
         # raw text finds it faster than a walk over the headers.
@@ -223,14 +235,15 @@ class FrameParser:
         while found > 0 and rest[found - 1] != "\n":
             found = rest.find("content-length:", found + 1)
         if found >= 0:
-            value_end = rest.find("\n", found)
-            value = rest[found + 15 : value_end if value_end >= 0 else len(rest)]
+            value = rest[found + 15 : rest.find("\n", found)]
             try:
                 length = self._content_length(value, body_start - start)
             except ProtocolError as exc:
-                exc.receipt = next((v for name, v in headers if name == "receipt"), None)
+                exc.receipt = _first(headers if headers is not None else Frame(command, None, b"", rest).headers, "receipt")
                 raise
-        return command, headers, body_start - start, length
+        if block is None:
+            return command, headers, body_start - start, length, None, None
+        return command, None, body_start - start, length, rest, block
 
     def _content_length(self, value: str, head_size: int) -> int:
         if not (value.isascii() and value.isdigit()):
@@ -290,6 +303,30 @@ class FrameParser:
             self.version = negotiate_version(_first(headers, "accept-version"))
         except ProtocolError:
             pass  # the server refuses the CONNECT; the parser has nothing left to read
+
+
+def _send_block(text: str) -> str | None:
+    """The block of a SEND's header text (each line `name:value\\n`, no escape, no CR): the text
+    without its transport lines; None when a line is not one name, one colon and a value (the
+    caller then reads the lines one by one, and refuses or unescapes as the version says)."""
+    lines = text.split("\n")
+    lines.pop()  # after the last EOL
+    kept: list[str] = []
+    dropped = False
+    for line in lines:
+        colon = line.find(":")
+        if colon <= 0 or line.find(":", colon + 1) >= 0:
+            return None
+        if colon in STRIPPED_LENGTHS and line[:colon] in STRIPPED:
+            dropped = True
+        else:
+            kept.append(line)
+    if not dropped:
+        return text
+    if not kept:
+        return ""
+    kept.append("")
+    return "\n".join(kept)
 
 
 def _first(headers: list[tuple[str, str]], name: str) -> str | None:

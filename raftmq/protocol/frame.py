@@ -40,13 +40,33 @@ class Frame:
     read (0.19 against 0.05 µs)."""
 
     command: str
-    headers: list[tuple[str, str]]
     body: bytes
+    # A SEND whose header lines needed no unescaping (nearly every one): the lines as read, each
+    # `name:value\n`, and the user headers' block (raftmq.protocol.header_block): those lines
+    # without the transport ones. `headers` is then made from `text` when first asked for.
+    text: str | None
+    block: str | None
+    _headers: list[tuple[str, str]] | None
 
-    def __init__(self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b"") -> None:
+    def __init__(self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b"",
+                 text: str | None = None, block: str | None = None) -> None:
         self.command = command
-        self.headers = [] if headers is None else headers
+        self._headers = headers if headers is not None or text is not None else []
         self.body = body
+        self.text = text
+        self.block = block
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = _pairs(self.text or "")
+        return headers
+
+    @headers.setter
+    def headers(self, value: list[tuple[str, str]]) -> None:
+        self._headers = value
+        self.text = self.block = None
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -70,3 +90,14 @@ class Frame:
             if key not in out:
                 out[key] = value
         return out
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """The headers of header lines that hold no escape, each `name:value\n`."""
+    lines = text.split("\n")
+    lines.pop()
+    out = []
+    for line in lines:
+        name, _, value = line.partition(":")
+        out.append((name, value))
+    return out

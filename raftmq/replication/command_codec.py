@@ -4,6 +4,11 @@ What a log stores must stay readable by the next release, and must never execute
 read (pickle does both wrong). A batch is `[FORMAT_VERSION, [[type_code, field, ...], ...]]`;
 fields follow the order pinned in `SCHEMA` for that version, so changing a command's fields
 means a new version here, which `tests/replication/test_command_codec.py` enforces.
+
+Version 2 (written) carries a Send's headers as its block, one string
+(raftmq.protocol.header_block); version 1 (`HEADER_PAIRS`, earlier releases) as a list of
+`[name, value]` pairs. Both are read; `encode_rows(..., HEADER_PAIRS)` writes version 1 rows for
+a group whose other members run a release that reads only those.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import msgpack
 from raftmq.core import commands as c
 from raftmq.errors import CommandCodecError
 from raftmq.packing import thread_packer
+from raftmq.protocol.header_block import pairs_of, user_block
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+HEADER_PAIRS = 1  # the version before header blocks: still read, and written on request
 
 # type code -> (command class, field names in wire order). Codes are forever: never reuse one.
 SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
@@ -40,6 +47,9 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
 }
 
 
+_SEND_CODE = 5
+
+
 def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     """A command's wire fields as a tuple, read in C (an attrgetter of one name returns the
     value itself, not a tuple)."""
@@ -54,18 +64,20 @@ _CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
 }
 
 
-def encode_batch(commands: Sequence[c.Command]) -> bytes:
-    """A batch: `[FORMAT_VERSION, [row, ...]]`."""
-    return _pack((FORMAT_VERSION, _rows(commands)))
+def encode_batch(commands: Sequence[c.Command], version: int = FORMAT_VERSION) -> bytes:
+    """A batch: `[version, [row, ...]]`."""
+    return _pack((version, _rows(commands, version)))
 
 
-def encode_rows(commands: Sequence[c.Command]) -> bytes:
+def encode_rows(commands: Sequence[c.Command], version: int = FORMAT_VERSION) -> bytes:
     """The commands' rows as one msgpack array, `[row, ...]`, without the batch's version: a Raft
     entry (raftmq.replication.entry_codec) joins the rows of its proposals under one version."""
-    return _pack(_rows(commands))
+    return _pack(_rows(commands, version))
 
 
-def _rows(commands: Sequence[c.Command]) -> list[tuple[Any, ...]]:
+def _rows(commands: Sequence[c.Command], version: int) -> list[tuple[Any, ...]]:
+    if version not in (FORMAT_VERSION, HEADER_PAIRS):
+        raise CommandCodecError(f"cannot encode command format version {version!r}")
     rows: list[tuple[Any, ...]] = []
     given: Sequence[object] = commands  # compiled, a Command-typed loop would refuse a stranger with a TypeError
     for command in given:
@@ -73,7 +85,10 @@ def _rows(commands: Sequence[c.Command]) -> list[tuple[Any, ...]]:
             code, fields = _CODE_OF[type(command)]
         except KeyError:
             raise CommandCodecError(f"not a command: {type(command).__name__}") from None
-        rows.append((code, *fields(command)))
+        row = (code, *fields(command))
+        if version == HEADER_PAIRS and code == _SEND_CODE:
+            row = (*row[:3], pairs_of(row[3]), *row[4:])
+        rows.append(row)
     return rows
 
 
@@ -93,8 +108,8 @@ def decode_batch(data: bytes) -> list[c.Command]:
     if type(envelope) is not tuple or len(envelope) != 2:
         raise CommandCodecError("not a command batch: bad envelope")
     version, rows = envelope
-    if version != FORMAT_VERSION:
-        raise CommandCodecError(f"unsupported command format version {version!r} (this build reads {FORMAT_VERSION})")
+    if version != FORMAT_VERSION and version != HEADER_PAIRS:
+        raise CommandCodecError(f"unsupported command format version {version!r} (this build reads {HEADER_PAIRS} and {FORMAT_VERSION})")
     if type(rows) is not tuple:
         raise CommandCodecError("not a command batch: rows are not a list")
     return [_decode_row(row) for row in rows]
@@ -117,10 +132,8 @@ def _decode_row(row: Any) -> c.Command:
     if len(row) != length:
         raise CommandCodecError(f"{cls.__name__}: expected {length - 1} fields, got {len(row) - 1}")
     if cls is c.Send:
-        headers = row[3]
-        if type(headers) is not tuple or not all(type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str
-                                                  and type(pair[1]) is str for pair in headers):
-            row = (*row[:3], _headers(headers), *row[4:])
+        if type(row[3]) is not str:  # pairs, as version 1 wrote them
+            row = (*row[:3], _block(row[3]), *row[4:])
     elif cls is c.Manage:
         if type(row[6]) is not tuple or not all(type(i) is str for i in row[6]):
             raise CommandCodecError("Manage: ids must be a list of strings")
@@ -129,15 +142,15 @@ def _decode_row(row: Any) -> c.Command:
     return cls(**dict(zip(SCHEMA[row[0]][1], row[1:], strict=False)))  # type: ignore[no-any-return]
 
 
-def _headers(headers: Any) -> c.Headers:
-    """A Send's headers that are not all pairs of strings: names and values made strings, or
-    the row refused."""
+def _block(headers: Any) -> str:
+    """The block of a Send's headers written as pairs (version 1): names and values made
+    strings, or the row refused."""
     if type(headers) is not tuple:
-        raise CommandCodecError("Send: headers must be a list of pairs")
+        raise CommandCodecError("Send: headers must be a block or a list of pairs")
     pairs = []
     for pair in headers:
         if type(pair) is not tuple or len(pair) != 2:
-            raise CommandCodecError("Send: headers must be a list of pairs")
+            raise CommandCodecError("Send: headers must be a block or a list of pairs")
         key, value = pair
         pairs.append((key if type(key) is str else str(key), value if type(value) is str else str(value)))
-    return tuple(pairs)
+    return user_block(pairs)

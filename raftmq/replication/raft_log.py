@@ -40,7 +40,7 @@ from raftmq.core.commands import Command
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
-from raftmq.replication.entry_codec import ENTRY_FORMAT, batch_of_rows, decode_entry, encode_entry, encode_entry_lists
+from raftmq.replication.entry_codec import ENTRY_FORMAT_LISTS, ROWS_VERSION, batch_of_rows, decode_entry, encode_entry, encode_entry_lists
 from raftmq.replication.handoff import OrderedHandoff
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
 from raftmq.replication.leadership_transfer import transfer_round
@@ -151,7 +151,7 @@ class RaftLog(CommitLog):
             error = NotLeader(self.leader_hint)
         else:
             try:
-                self._queue.append((encode_rows(commands), commands, waiter))
+                self._queue.append((encode_rows(commands, ROWS_VERSION[self.settings.timings.entry_format]), commands, waiter))
             except CommandCodecError as exc:
                 error = exc
         if error is None:
@@ -335,7 +335,8 @@ class RaftLog(CommitLog):
 
     def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None
-        entry = encode_entry(pending.rows) if self.settings.timings.entry_format == ENTRY_FORMAT else \
+        form = self.settings.timings.entry_format
+        entry = encode_entry(pending.rows, form) if form != ENTRY_FORMAT_LISTS else \
             encode_entry_lists([batch_of_rows(rows) for rows in pending.rows])
         token = self._next_token
         self._next_token += 1

@@ -1,6 +1,7 @@
 """The payload of a body-journal record, pure (docs/journal-format.md): for `KIND_MESSAGE`, a
-msgpack array `[destination, [[name, value], ...], body]`; for `KIND_PAGE`, a page of paged
-messages (raftmq.core.paging.encode_page)."""
+msgpack array `[destination, headers, body]`, the headers a block (a string,
+raftmq.protocol.header_block) or, written before blocks, `[[name, value], ...]`; for `KIND_PAGE`,
+a page of paged messages (raftmq.core.paging.encode_page)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import msgpack
 
 from raftmq.core.commands import Send
 from raftmq.packing import thread_packer
+from raftmq.protocol.header_block import pairs_of
 
 KIND_MESSAGE = 1
 # A page of messages paged out of a store (raftmq.core.paging): the page's bytes, opaque here.
@@ -15,7 +17,6 @@ KIND_PAGE = 2
 
 
 def encode_payload(send: Send) -> bytes:
-    # msgpack writes tuples as arrays: the same bytes as lists, without copying every header pair.
     return bytes(thread_packer().pack((send.destination, send.headers, send.body)))
 
 
@@ -25,6 +26,8 @@ def decode_payload(payload: bytes) -> tuple[str, list[tuple[str, str]], bytes]:
     if not isinstance(fields, list) or len(fields) != 3 or not isinstance(fields[2], bytes):
         raise ValueError("journal record holds no message body")
     destination, headers, body = fields
+    if isinstance(headers, str):
+        return str(destination), list(pairs_of(headers)), body
     return str(destination), [(str(name), str(value)) for name, value in headers], body
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from raftmq.core.commands import ACK_AUTO, ACK_CLIENT, Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Unsubscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
+from raftmq.protocol.header_block import first
 
 Key = tuple[str, ...]  # a stored message: (queue, message id) or (topic, subscription, message id)
 
@@ -192,7 +193,7 @@ class Checker:
 
     def _send(self, command: Send) -> None:
         if command.body not in self.sent:
-            deduplicated = any(name == "_AMQ_DUPL_ID" and value for name, value in command.headers)
+            deduplicated = bool(first(command.headers, "_AMQ_DUPL_ID"))
             self.sent[command.body] = _Sent(command.destination, deduplicated)
         if command.transaction is not None:
             self.sessions[command.session].transactions[command.transaction].append(command)

@@ -35,6 +35,7 @@ from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, D
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Reject
 from raftmq.errors import RaftmqError
+from raftmq.protocol.header_block import block_of, header_dict, pairs_of, user_block
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DUPLICATE_ID_HEADER, FORWARD_ID_HEADER, ROUTE_HEADER, is_internal, outgoing, sf_queue
@@ -103,7 +104,7 @@ class SimBridge:
 
     def outgoing(self, effect: Deliver) -> tuple[str, tuple[tuple[str, str], ...], object]:
         message = effect.message
-        destination, headers = outgoing(message.headers, message.message_id, self.target)
+        destination, headers = outgoing(pairs_of(message.headers), message.message_id, self.target)
         return destination, tuple(headers), message.body
 
     def deliver(self, index: int, repeat: bool = False) -> bool:
@@ -111,7 +112,7 @@ class SimBridge:
             return False
         forward = self.in_transit.pop(index % len(self.in_transit))
         for _ in range(2 if repeat else 1):
-            self.cluster.apply(self.target, Send(self.link_session, forward.destination, forward.headers, forward.body,
+            self.cluster.apply(self.target, Send(self.link_session, forward.destination, user_block(forward.headers), forward.body,
                                                  self.cluster.now))
         if forward.session == self.generation:
             self.to_ack.append(forward)
@@ -141,7 +142,7 @@ class SimBridge:
         self.cluster.position += 1
         advert = routing.advert_for(self.target, self.cluster.position)
         self.cluster.apply(self.target, Send(self.link_session, CONTROL_DESTINATION,
-                                             ((ADVERT_HEADER, encode_advert(advert)),), b"", self.cluster.now))
+                                             block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", self.cluster.now))
         self.adverts += 1
 
 
@@ -208,7 +209,7 @@ class SimCluster:
         if message_group is not None:
             headers += (("JMSXGroupID", message_group),)
         self.sent.append(value)
-        self.apply(group, Send(f"producer:{group}", QUEUE, headers, value.encode(), self.now))
+        self.apply(group, Send(f"producer:{group}", QUEUE, block_of(headers), value.encode(), self.now))
 
     def subscribe(self, group: str) -> None:
         owner = self.groups[group]
@@ -231,7 +232,7 @@ class SimCluster:
         if not owner.inbox or owner.consumer is None:
             return False
         effect = owner.inbox.pop(0)
-        value = dict(effect.message.headers)[VALUE_HEADER]
+        value = header_dict(effect.message.headers)[VALUE_HEADER]
         self.consumed[value] = self.consumed.get(value, 0) + 1
         if self.consumed[value] > 1:
             raise ClusterSimFailure(f"value {value} consumed twice")
@@ -263,7 +264,7 @@ class SimCluster:
             for store in owner.broker.state.queues.values():
                 messages = list(store.ready.values())
                 for message in messages:
-                    route = [v for n, v in message.headers if n == ROUTE_HEADER]
+                    route = [v for n, v in pairs_of(message.headers) if n == ROUTE_HEADER]
                     if route:
                         hops = route[0].split(",")
                         if len(set(hops)) != len(hops) or len(hops) > self.max_hops:
@@ -296,7 +297,7 @@ class SimCluster:
             messages = [m for store in state.queues.values() for m in store.ready.values()]
             messages += [d.message for session in state.sessions.values() for d in session.deliveries.values()]
             for message in messages:
-                value = dict(message.headers).get(VALUE_HEADER)
+                value = header_dict(message.headers).get(VALUE_HEADER)
                 if value is not None:
                     counts[value] = counts.get(value, 0) + 1
         return counts

@@ -45,6 +45,7 @@ from raftmq.core.commands import (
 )
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
+from raftmq.protocol.header_block import block_of
 
 QUEUES = ("/queue/q0", "/queue/q1", "/queue/q2")
 TOPICS = ("/topic/t0", "/topic/t1")
@@ -227,13 +228,13 @@ class Workload:
         if rng.random() < 0.85:
             # Only a deduplicated, non-transactional SEND is sent again (as the failover client does).
             receipt = self._receipt(client, pending if deduplicated and transaction is None else None)
-        return Send(client.session, destination, pending.headers, body, now, transaction, receipt)
+        return Send(client.session, destination, block_of(pending.headers), body, now, transaction, receipt)
 
     def _resend(self, client: SimClient, pending: PendingSend, now: int) -> Command:
         assert client.session is not None
         self.retries += 1
         receipt = self._receipt(client, pending)
-        return Send(client.session, pending.destination, pending.headers, pending.body, now, None, receipt)
+        return Send(client.session, pending.destination, block_of(pending.headers), pending.body, now, None, receipt)
 
     def _subscribe(self, client: SimClient, now: int) -> list[Command]:
         rng = self.rng

@@ -24,6 +24,7 @@ import msgpack
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.config import CoreConfig
+from raftmq.protocol.header_block import block_of
 
 CONFIG = CoreConfig(broker_name="pinned", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2)
 
@@ -33,7 +34,7 @@ LATER = 10**12  # an expiry nothing passes
 
 
 def _send(destination: str, body: object, *headers: tuple[str, str], tx: str | None = None) -> Send:
-    return Send("p", destination, tuple(headers), body, T, transaction=tx)
+    return Send("p", destination, block_of(tuple(headers)), body, T, transaction=tx)
 
 
 SCENARIO: list[Command] = [
@@ -112,12 +113,21 @@ FUTURE: list[Command] = [
 ]
 
 
+def _pairs(headers: Any) -> list[list[str]]:
+    """A message's headers as [name, value] lists: a block's (cores since header blocks) or the
+    pairs an earlier core held."""
+    if isinstance(headers, str):
+        from raftmq.protocol.header_block import pairs_of  # noqa: PLC0415 (not in an earlier raftmq)
+        return [list(pair) for pair in pairs_of(headers)]
+    return [list(pair) for pair in headers]
+
+
 def summary(effect: Any) -> list[Any]:
     """An effect as plain data, its message flattened (the names are the same in every core)."""
     kind = type(effect).__name__
     if kind == "Deliver":
         m = effect.message
-        message = [m.message_id, m.destination, [list(h) for h in m.headers], m.body, m.priority, m.expires,
+        message = [m.message_id, m.destination, _pairs(m.headers), m.body, m.priority, m.expires,
                    m.timestamp, m.group, m.persistent]
         return [kind, effect.session, effect.sub_id, effect.destination, message, effect.ack_id,
                 effect.redelivered, effect.delivery_count]

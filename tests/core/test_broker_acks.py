@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import header_dict
 from tests.helpers.broker_harness import Harness, bodies, delivers, errors, receipts
 
 
@@ -175,7 +176,7 @@ def test_dead_letter_message_values() -> None:
     message = dead.message
     assert message.message_id == d.message.message_id and message.body == b"x"
     assert message.expires == 0 and message.destination == "/queue/dead"
-    assert dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "max-deliveries",
+    assert header_dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "max-deliveries",
                                      "dead_letter_deliveries": "1", "dead_letter_cause": "NACKed at delivery 1 (max_delivery_count 1)"}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from raftmq.protocol.header_block import header_dict
 from tests.helpers.broker_harness import Harness, bodies, delivers
 
 EXPIRY = "/queue/ExpiryQueue"
@@ -28,7 +29,7 @@ def test_dispatch_moves_expired_messages_to_the_expiry_queue() -> None:
     (moved,) = delivers(h.subscribe("c", "x", EXPIRY))
     message = moved.message
     assert message.body == 1 and message.destination == EXPIRY and message.expires == 0
-    assert dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "expired",
+    assert header_dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "expired",
                                      "dead_letter_deliveries": "0",
                                      "dead_letter_cause": "its expires time (1500, ms since the epoch) passed after 0 deliveries"}
     assert moved.delivery_count == 1 and not moved.redelivered
@@ -96,7 +97,7 @@ def test_durable_topic_copies_expire_too() -> None:
     h.connect("c")
     assert bodies(h.subscribe("c", "s", "/topic/t", durable_name="dur")) == [2]
     (moved,) = delivers(h.subscribe("c", "x", EXPIRY))
-    assert dict(moved.message.headers)["original-destination"] == "/topic/t"
+    assert header_dict(moved.message.headers)["original-destination"] == "/topic/t"
 
 
 def test_messages_sent_to_the_expiry_and_dead_letter_queues_never_expire() -> None:

@@ -11,6 +11,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.errors import InvariantViolated
+from raftmq.protocol.header_block import block_of
 
 
 def busy_broker() -> Broker:
@@ -20,8 +21,8 @@ def busy_broker() -> Broker:
     broker.apply(Subscribe("c", "s1", "/queue/a", 1, ack="client-individual", prefetch=2))
     broker.apply(Subscribe("c", "t1", "/topic/t", 1))
     for i in range(5):
-        broker.apply(Send("p", "/queue/a", (("expires", "9999999"),) if i % 2 else (), f"m{i}".encode(), 2))
-        broker.apply(Send("p", "/topic/t", (), b"t", 2))
+        broker.apply(Send("p", "/queue/a", block_of((("expires", "9999999"),) if i % 2 else ()), f"m{i}".encode(), 2))
+        broker.apply(Send("p", "/topic/t", "", b"t", 2))
     broker.check_invariants()
     return broker
 

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from raftmq.core.message import Message
+from raftmq.protocol.header_block import block_of
 from tests.helpers.broker_harness import Harness, bodies, delivers
 
 
@@ -144,7 +145,7 @@ def test_message_values() -> None:
     assert d.message == Message(
         message_id="b7-1",
         destination="/queue/a",
-        headers=headers,
+        headers=block_of(headers),
         body=b"body",
         priority=4,
         expires=0,

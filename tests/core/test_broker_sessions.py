@@ -21,7 +21,7 @@ def test_connected_session_sends_and_receives() -> None:
 @pytest.mark.parametrize(
     "command",
     [
-        Send("ghost", "/queue/a", (), b"x", 1, receipt="r"),
+        Send("ghost", "/queue/a", "", b"x", 1, receipt="r"),
         Subscribe("ghost", "1", "/queue/a", 1, receipt="r"),
         Unsubscribe("ghost", "1", 1, receipt="r"),
         Ack("ghost", 1, ack_id="1", receipt="r"),

@@ -36,6 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from raftmq.core.broker import Broker
 from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
+from raftmq.protocol.header_block import block_of
 from raftmq.testing.store_ledger import StoreLedger
 from tests.core.broker_model import CONFIG, DLQ, EXPIRY, QUEUES, RED, SESSIONS, TOPIC, TRANSACTIONS, Model, MSession
 
@@ -268,7 +269,7 @@ class BrokerMachine(RuleBasedStateMachine):
         accepted = (
             state is not None and destination != "/bad/x" and (transaction is None or transaction in state.transactions)
         )
-        command = Send(session, destination, tuple(headers), b"body", model.now, transaction=transaction, receipt=self.receipt(receipt))
+        command = Send(session, destination, block_of(tuple(headers)), b"body", model.now, transaction=transaction, receipt=self.receipt(receipt))
 
         def apply() -> None:
             op = ("send", destination, level, expires_at, dupl_id, group, red)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from raftmq.core.broker import Broker
 from raftmq.core.effects import Reject
 from raftmq.core.temporary import alias_of, home_group, owner_token, private_name, token_of
+from raftmq.protocol.header_block import header_dict
 from tests.helpers.broker_harness import Harness, bodies, delivers, errors
 
 
@@ -34,7 +35,7 @@ def test_request_reply_through_a_temporary_queue() -> None:
     h.subscribe("req", "answers", reply_to)
     h.subscribe("resp", "work", "/queue/requests")
     [request] = delivers(h.send("req", "/queue/requests", b"2+2", {"reply-to": reply_to}))
-    assert dict(request.message.headers)["reply-to"] == reply_to
+    assert header_dict(request.message.headers)["reply-to"] == reply_to
     assert bodies(h.send("resp", reply_to, b"4")) == [b"4"]
 
 

@@ -11,6 +11,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Reject
+from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DRAIN_HEADER, outgoing, sf_queue
@@ -36,11 +37,11 @@ def advertise(brokers: dict[str, Broker], position: list[int] = [100]) -> None: 
             if other != name:
                 position[0] += 1
                 advert = sender.routing.advert_for(other, position[0])  # type: ignore[union-attr]
-                receiver.apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
+                receiver.apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
 
 
 def drain(broker: Broker, to: str) -> list[object]:
-    return broker.apply(Send("link", CONTROL_DESTINATION, ((DRAIN_HEADER, to),), b"", 3))
+    return broker.apply(Send("link", CONTROL_DESTINATION, block_of(((DRAIN_HEADER, to),)), b"", 3))
 
 
 def carry(brokers: dict[str, Broker], source: str) -> Counter[str]:
@@ -52,9 +53,9 @@ def carry(brokers: dict[str, Broker], source: str) -> Counter[str]:
         if store is None:
             continue
         for message in list(store.ready.values()):
-            destination, headers = outgoing(message.headers, message.message_id, target)
+            destination, headers = outgoing(pairs_of(message.headers), message.message_id, target)
             for _ in range(2):
-                brokers[target].apply(Send("link", destination, tuple(headers), message.body, 5))
+                brokers[target].apply(Send("link", destination, block_of(tuple(headers)), message.body, 5))
             carried[target] += 1
     return carried
 
@@ -66,7 +67,7 @@ def depth(broker: Broker, destination: str) -> int:
 
 def send(broker: Broker, destination: str, bodies: list[bytes], headers: tuple[tuple[str, str], ...] = ()) -> None:
     for body in bodies:
-        broker.apply(Send("p", destination, headers, body, 3))
+        broker.apply(Send("p", destination, block_of(headers), body, 3))
 
 
 def test_a_drain_to_a_group_it_does_not_reach_is_refused() -> None:
@@ -118,7 +119,7 @@ def test_dead_letters_move_to_the_other_groups_dead_letter_queue() -> None:
     brokers = mesh()
     g3 = brokers["g3"]
     dlq = g3.config.dead_letter_queue
-    g3.apply(Send("p", dlq, (), b"dead", 3))
+    g3.apply(Send("p", dlq, "", b"dead", 3))
     drain(g3, "g1")
     g3.apply(Tick(10))
     carry(brokers, "g3")
@@ -132,7 +133,7 @@ def test_an_inactive_durable_subscription_moves_with_its_name_and_selector() -> 
     g3.apply(Subscribe("d", "s", "/topic/news", 1, selector="kind = 'big'", durable_name="app:audit"))
     g3.apply(Disconnect("d", 2))
     for i in range(6):
-        g3.apply(Send("p", "/topic/news", (("kind", "big" if i % 2 == 0 else "small"),), f"n{i}".encode(), 3))
+        g3.apply(Send("p", "/topic/news", block_of((("kind", "big" if i % 2 == 0 else "small"),)), f"n{i}".encode(), 3))
     drain(g3, "")  # either group: the subscription goes to one of them, whole
     g3.apply(Tick(10))
     carry(brokers, "g3")
@@ -169,7 +170,7 @@ def test_an_empty_inactive_durable_subscription_is_made_again_elsewhere_and_coll
     assert "app:quiet" not in g3.state.durables and not g3.state.topics["/topic/news"].subs
     g1 = brokers["g1"]
     assert g1.state.durables["app:quiet"].session is None
-    g1.apply(Send("p", "/topic/news", (), b"later", 12))  # published while the subscriber is away
+    g1.apply(Send("p", "/topic/news", "", b"later", 12))  # published while the subscriber is away
     g1.apply(Connect("d2", 20, client_id="app"))
     effects = g1.apply(Subscribe("d2", "s", "/topic/news", 20, durable_name="app:quiet"))
     assert [e.message.body for e in effects if isinstance(e, Deliver)] == [b"later"]
@@ -187,5 +188,5 @@ def test_a_draining_group_advertises_nothing_so_others_stop_routing_to_it() -> N
     drain(g3, "")
     advertise(brokers)
     assert "/queue/work" not in brokers["g1"].routing.remote_bindings()  # type: ignore[union-attr]
-    brokers["g1"].apply(Send("p", "/queue/work", (), b"x", 5))
+    brokers["g1"].apply(Send("p", "/queue/work", "", b"x", 5))
     assert depth(brokers["g1"], "/queue/work") == 1 and depth(brokers["g1"], sf_queue("g3")) == 0

@@ -13,6 +13,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Reject
+from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, cluster_view
 from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, TO_HEADER, sf_queue
@@ -52,7 +53,7 @@ def advertise(brokers: dict[str, Broker], rounds: int = 3) -> None:
                     continue
                 position += 1
                 advert = sender.routing.advert_for(neighbour, position)
-                effects = brokers[neighbour].apply(Send("link", CONTROL_DESTINATION, ((ADVERT_HEADER, encode_advert(advert)),), b"", 2))
+                effects = brokers[neighbour].apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
                 assert not any(isinstance(e, Reject) for e in effects), effects
 
 
@@ -73,7 +74,7 @@ def forwarded_to(broker: Broker, group: str) -> int:
 
 def send(broker: Broker, destination: str, count: int = 1) -> None:
     for _ in range(count):
-        broker.apply(Send("p", destination, (), b"x", 3))
+        broker.apply(Send("p", destination, "", b"x", 3))
 
 
 def test_one_way_a_connector_forwards_from_its_group_only_and_duplex_both_ways() -> None:
@@ -86,8 +87,8 @@ def test_one_way_a_connector_forwards_from_its_group_only_and_duplex_both_ways()
     send(brokers["g1"], "/queue/q", 4)
     assert forwarded_to(brokers["g1"], "g2") == 2
     assert brokers["g2"].routing is not None
-    refused = brokers["g2"].apply(Send("link", CONTROL_DESTINATION, (
-        (ADVERT_HEADER, encode_advert(brokers["g1"].routing.advert_for("g2", 99))),), b"", 2))  # type: ignore[union-attr]
+    refused = brokers["g2"].apply(Send("link", CONTROL_DESTINATION, block_of((
+        (ADVERT_HEADER, encode_advert(brokers["g1"].routing.advert_for("g2", 99))),)), b"", 2))  # type: ignore[union-attr]
     assert any(isinstance(e, Reject) and "does not forward" in e.detail for e in refused)
     brokers = cores(net({"group": "g1", "to": "g2", "duplex": True}), "g1", "g2")
     consumer(brokers["g1"], "/queue/q")
@@ -114,7 +115,7 @@ def test_network_ttl_bounds_how_far_consumers_are_known_and_messages_travel() ->
     far = chain(networkTTL=2)
     send(far["g1"], "/queue/q")
     (message,) = far["g1"].state.queues[sf_queue("g2")].ready.values()
-    assert (TO_HEADER, "g3") in message.headers  # through g2, to g3
+    assert (TO_HEADER, "g3") in pairs_of(message.headers)  # through g2, to g3
     known_not_sent = chain(consumerTTL=2, messageTTL=1)  # g1 knows, but the message may not go two hops
     assert "/queue/q" in known_not_sent["g1"].routing.remote_bindings()  # type: ignore[union-attr]
     send(known_not_sent["g1"], "/queue/q")
@@ -172,7 +173,7 @@ def test_excluded_and_dynamically_included_destinations_choose_what_travels() ->
     for destination in ("/queue/orders.eu", "/queue/orders.audit", "/queue/other"):
         send(brokers["g1"], destination)
     (message,) = brokers["g1"].state.queues[sf_queue("g2")].ready.values()
-    assert message.destination == sf_queue("g2") and ("_raftmq_dest", "/queue/orders.eu") in message.headers
+    assert message.destination == sf_queue("g2") and ("_raftmq_dest", "/queue/orders.eu") in pairs_of(message.headers)
     assert depth(brokers["g1"], "/queue/orders.audit") == 1 and depth(brokers["g1"], "/queue/other") == 1
 
 
@@ -225,6 +226,6 @@ def test_an_advert_put_in_a_store_and_forward_queue_is_stored_with_its_headers()
     assert g2.routing is not None
     advert = encode_advert(g2.routing.advert_for("g1", 5))
     g2.apply(Connect("link", 1))
-    g2.apply(Send("link", sf_queue("g1"), ((ADVERT_HEADER, advert),), b"", 2))
+    g2.apply(Send("link", sf_queue("g1"), block_of(((ADVERT_HEADER, advert),)), b"", 2))
     (message,) = g2.state.queues[sf_queue("g1")].ready.values()
-    assert message.headers == ((ADVERT_HEADER, advert),)
+    assert message.headers == block_of(((ADVERT_HEADER, advert),))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Manage, Nack, Send, Subscribe
 from raftmq.core.dead_letter import CAUSE, DELIVERIES, ORIGINAL_DESTINATION, REASON
 from raftmq.core.effects import Deliver, Managed
+from raftmq.protocol.header_block import header_dict, pairs_of
 from raftmq.routing.route import sf_queue
 from tests.core.test_cluster_routing import core, depth, learn
 from tests.helpers.broker_harness import Harness, delivers
@@ -29,7 +30,7 @@ def nacked_to_death(h: Harness, destination: str = "/queue/a", headers: dict[str
 def dead(h: Harness, queue: str = DLQ) -> dict[str, str]:
     """The headers of the one message waiting in `queue`."""
     (message,) = h.broker.state.queues[queue].ready.values()
-    return dict(message.headers)
+    return header_dict(message.headers)
 
 
 def harness(**overrides: object) -> Harness:
@@ -89,7 +90,7 @@ def test_a_forward_the_neighbour_refused_says_it_was_refused_and_by_whom() -> No
     g2.apply(Connect("c", 1))
     g2.apply(Subscribe("c", "s", "/queue/q", 1))
     learn(g1, g2, "g2", "g1", 1)
-    g1.apply(Send("p", "/queue/q", (), b"x", 3))
+    g1.apply(Send("p", "/queue/q", "", b"x", 3))
     g1.apply(Connect("bridge", 4))
     effects = g1.apply(Subscribe("bridge", "sf", sf_queue("g2"), 4, ACK_CLIENT_INDIVIDUAL))
     for _ in range(g1.config.max_delivery_count):  # the bridge NACKs what the neighbour refused
@@ -97,7 +98,7 @@ def test_a_forward_the_neighbour_refused_says_it_was_refused_and_by_whom() -> No
         effects = g1.apply(Nack("bridge", 5, ack_id=delivery.ack_id))
     assert depth(g1, sf_queue("g2")) == 0
     (message,) = g1.state.queues[g1.config.dead_letter_queue].ready.values()
-    headers = dict(message.headers)
+    headers = header_dict(message.headers)
     assert headers[REASON] == "refused" and headers[DELIVERIES] == str(g1.config.max_delivery_count)
     assert headers[CAUSE] == f"refused {g1.config.max_delivery_count} times by group g2 (max_delivery_count 10)"
 
@@ -109,9 +110,9 @@ def test_dying_again_in_the_dead_letter_queue_tells_the_last_death_once_and_the_
     (got,) = delivers(h.nack("c", got.ack_id))
     (got,) = delivers(h.nack("c", got.ack_id))  # dead again: its new copy comes straight back
     assert h.stats(DLQ)["dead_lettered"] == 1 and got.delivery_count == 1
-    names = [name for name, _value in got.message.headers]
+    names = [name for name, _value in pairs_of(got.message.headers)]
     assert len(names) == len(set(names))
-    assert dict(got.message.headers) == {"k": "v", ORIGINAL_DESTINATION: "/queue/a", REASON: "max-deliveries", DELIVERIES: "2",
+    assert header_dict(got.message.headers) == {"k": "v", ORIGINAL_DESTINATION: "/queue/a", REASON: "max-deliveries", DELIVERIES: "2",
                                          CAUSE: "NACKed at delivery 2 (max_delivery_count 2)"}
 
 
@@ -120,7 +121,7 @@ def test_a_retried_message_goes_home_without_the_headers_of_its_death() -> None:
     nacked_to_death(h, "/queue/a", {"k": "v"})
     h.apply(Manage("req", "retry", h.now, DLQ, every=True))
     (again,) = delivers(h.subscribe("c", "s", "/queue/a"))
-    assert dict(again.message.headers) == {"k": "v"}
+    assert header_dict(again.message.headers) == {"k": "v"}
 
 
 def test_a_selector_names_the_headers() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Nack, Send, Subscribe
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.route import ADVERT_HEADER, sf_queue
 from tests.core.test_cluster_routing_network import advertise, consumer, cores, net
@@ -20,10 +21,10 @@ def test_what_the_opener_pulled_and_acked_is_counted_on_the_passive_end_and_surv
     consumer(g1, "/queue/back")
     advertise(brokers)
     for i in range(20):
-        g2.apply(Send("p", "/queue/back", (), f"m{i}".encode(), 3))
+        g2.apply(Send("p", "/queue/back", "", f"m{i}".encode(), 3))
     assert g2.routing is not None
     advert = encode_advert(g2.routing.advert_for("g1", 5))
-    g2.apply(Send("link", sf_queue("g1"), ((ADVERT_HEADER, advert),), b"", 3))  # the passive end's advert
+    g2.apply(Send("link", sf_queue("g1"), block_of(((ADVERT_HEADER, advert),)), b"", 3))  # the passive end's advert
     assert g2.routing.cluster_state.forwarded == {"g1": 20}
     # g1's bridge pulls them, client-individual; it NACKs one (not stored there) and ACKs the rest.
     g2.apply(Connect("puller", 4, login="cluster"))
@@ -47,12 +48,12 @@ def test_a_pushing_bridges_acks_count_too_and_an_ordinary_queues_do_not() -> Non
     consumer(g2, "/queue/mail")
     advertise(brokers)
     for i in range(3):
-        g1.apply(Send("p", "/queue/mail", (), b"x", 3))
+        g1.apply(Send("p", "/queue/mail", "", b"x", 3))
     g1.apply(Connect("bridge", 4, login="cluster"))
     effects = g1.apply(Subscribe("bridge", "sf", sf_queue("g2"), 4, ACK_CLIENT_INDIVIDUAL))
     for delivery in [e for e in effects if isinstance(e, Deliver)]:
         g1.apply(Ack("bridge", 5, ack_id=delivery.ack_id))
-    g1.apply(Send("p", "/queue/local", (), b"x", 6))
+    g1.apply(Send("p", "/queue/local", "", b"x", 6))
     g1.apply(Connect("app", 6))
     (local,) = [e for e in g1.apply(Subscribe("app", "s", "/queue/local", 6, ACK_CLIENT_INDIVIDUAL)) if isinstance(e, Deliver)]
     g1.apply(Ack("app", 7, ack_id=local.ack_id))

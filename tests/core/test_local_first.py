@@ -9,6 +9,7 @@ import json
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Send, Subscribe, Tick
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Binding, decode_advert, encode_advert
 from raftmq.routing.cluster_connection import LOCAL_FIRST
@@ -72,7 +73,7 @@ def send(broker: Broker, n: int, now: int = 3, group: str | None = None) -> list
     delivered: list[Deliver] = []
     for i in range(n):
         headers = (("n", str(i)),) if group is None else (("n", str(i)), ("JMSXGroupID", group))
-        delivered += [e for e in broker.apply(Send("p", Q, headers, b"x", now)) if isinstance(e, Deliver)]
+        delivered += [e for e in broker.apply(Send("p", Q, block_of(headers), b"x", now)) if isinstance(e, Deliver)]
     return delivered
 
 
@@ -135,7 +136,7 @@ def test_the_advert_says_which_queues_have_no_room() -> None:
     g2 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
     consumer(g2, "c", 2)
     g2.apply(Connect("p2", 1))
-    g2.apply(Send("p2", "/queue/idle", (), b"x", 2))  # a queue without consumers: no room
+    g2.apply(Send("p2", "/queue/idle", "", b"x", 2))  # a queue without consumers: no room
     assert g2.routing is not None
     room = {b.destination: b.room for b in g2.routing.advert_for("g1", 1).bindings}
     assert room == {Q: True, "/queue/idle": False}
@@ -149,7 +150,7 @@ def test_a_waiting_message_means_no_room_even_beside_a_consumer_with_room_for_ot
     g2.apply(Subscribe("c", "s", Q, 1, ACK_CLIENT_INDIVIDUAL, prefetch=5, selector="color = 'red'"))
     assert g2.routing is not None
     assert [b.room for b in g2.routing.advert_for("g1", 1).bindings] == [True]
-    g2.apply(Send("p", Q, (("color", "blue"),), b"x", 2))  # nobody here takes it: it waits
+    g2.apply(Send("p", Q, block_of((("color", "blue"),)), b"x", 2))  # nobody here takes it: it waits
     assert [b.room for b in g2.routing.advert_for("g1", 2).bindings] == [False]
 
 
@@ -163,9 +164,9 @@ def test_each_group_counts_what_it_sent_on_and_what_arrived_and_snapshots_keep_i
     assert (counters["enqueued"], counters["forwarded"], counters["arrived"]) == (2, 3, 0)
     (sf,) = [e for e in g1.apply(Subscribe("link", "sf", sf_queue("g2"), 4, ACK_CLIENT_INDIVIDUAL))
              if isinstance(e, Deliver)][:1]
-    destination, headers = outgoing(sf.message.headers, sf.message.message_id, "g2", True)
+    destination, headers = outgoing(pairs_of(sf.message.headers), sf.message.message_id, "g2", True)
     g2.apply(Connect("link", 1, login="cluster"))
-    g2.apply(Send("link", destination, tuple(headers), b"x", 5))
+    g2.apply(Send("link", destination, block_of(tuple(headers)), b"x", 5))
     counters = g2.stats()["destinations"][Q]
     assert (counters["enqueued"], counters["arrived"], counters["forwarded"]) == (1, 1, 0)
     restored = Broker.restore(g1.snapshot(), g1.config)
@@ -176,5 +177,5 @@ def test_each_group_counts_what_it_sent_on_and_what_arrived_and_snapshots_keep_i
     assert Broker.restore(dump, g1.config).stats()["destinations"][Q]["forwarded"] == 0
     alone = Broker(g1.config.__class__(broker_name="solo"))
     alone.apply(Connect("p", 1))
-    alone.apply(Send("p", Q, (), b"x", 2))
+    alone.apply(Send("p", Q, "", b"x", 2))
     assert "forwarded" not in alone.stats()["destinations"][Q]  # not in a cluster: no such counters

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from raftmq.core.message import Message
 from raftmq.core.paging import MemoryPages, Tail, decode_page, encode_page, journal_indexes
+from raftmq.protocol.header_block import block_of
 
 
 def message(n: int, expires: int = 0, body: object = b"x") -> Message:
-    return Message(f"m-{n}", "/queue/a", (("n", str(n)), ("persistent", "true")), body, n % 10, expires, 1_000 + n,
+    return Message(f"m-{n}", "/queue/a", block_of((("n", str(n)), ("persistent", "true"))), body, n % 10, expires, 1_000 + n,
                    "g" if n % 3 == 0 else None, bool(n % 2), n % 4)
 
 

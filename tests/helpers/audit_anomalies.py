@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.core.commands import Connect, Send
+from raftmq.protocol.header_block import block_of
 from raftmq.routing.route import FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
 from spark_audit.member_files import append_entry, commands_of, read_entries, rewrite_entry
 
@@ -136,8 +137,8 @@ def forwarded_copy(run: Path) -> str:
     value = consumed_value(run)
     append_entry(str(members(run, "g2")[0]), [
         Connect("audit-bridge", 0),
-        Send("audit-bridge", "/queue/chaos", (("_AMQ_DUPL_ID", value), (FORWARD_ID_HEADER, "raftmq:copy-1>g2"),
-                                              (TO_HEADER, "g2"), (ROUTE_HEADER, "g3")), value.encode(), 0),
+        Send("audit-bridge", "/queue/chaos", block_of((("_AMQ_DUPL_ID", value), (FORWARD_ID_HEADER, "raftmq:copy-1>g2"),
+                                              (TO_HEADER, "g2"), (ROUTE_HEADER, "g3"))), value.encode(), 0),
     ])
     return value
 
@@ -146,8 +147,8 @@ def stranded_forward(run: Path) -> str:
     """Bridges: a message passing through g1 for g2 still in g1's store-and-forward queue at the end."""
     append_entry(str(members(run, "g1")[0]), [
         Connect("audit-bridge", 0),
-        Send("audit-bridge", "/queue/chaos", (("_AMQ_DUPL_ID", "stranded-1"), (FORWARD_ID_HEADER, "raftmq:strand-1>g2"),
-                                              (TO_HEADER, "g2")), b"stranded-1", 0),
+        Send("audit-bridge", "/queue/chaos", block_of((("_AMQ_DUPL_ID", "stranded-1"), (FORWARD_ID_HEADER, "raftmq:strand-1>g2"),
+                                              (TO_HEADER, "g2"))), b"stranded-1", 0),
     ])
     return "stranded-1"
 
@@ -156,8 +157,8 @@ def overlong_route(run: Path) -> str:
     """Bridges: a message that reached g3 over more hops than max_hops allows."""
     append_entry(str(members(run, "g3")[0]), [
         Connect("audit-bridge", 0),
-        Send("audit-bridge", "/queue/chaos", (("_AMQ_DUPL_ID", "overlong-1"), (FORWARD_ID_HEADER, "raftmq:long-1>g3"),
-                                              (TO_HEADER, "g3"), (ROUTE_HEADER, "g1,g2")), b"overlong-1", 0),
+        Send("audit-bridge", "/queue/chaos", block_of((("_AMQ_DUPL_ID", "overlong-1"), (FORWARD_ID_HEADER, "raftmq:long-1>g3"),
+                                              (TO_HEADER, "g3"), (ROUTE_HEADER, "g1,g2"))), b"overlong-1", 0),
     ])
     return "overlong-1"
 

@@ -9,6 +9,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
+from raftmq.protocol.header_block import block_of
 
 
 def delivers(effects: Iterable[Effect]) -> list[Deliver]:
@@ -61,7 +62,7 @@ class Harness:
         **kw: Any,
     ) -> list[Effect]:
         pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers)
-        return self.apply(Send(session, destination, pairs, body, self.now, **kw))
+        return self.apply(Send(session, destination, block_of(pairs), body, self.now, **kw))
 
     def ack(self, session: str, ack_id: str | None = None, **kw: Any) -> list[Effect]:
         return self.apply(Ack(session, self.now, ack_id=ack_id, **kw))

@@ -7,12 +7,14 @@ from hypothesis import strategies as st
 
 from raftmq.core import commands as c
 from raftmq.errors import CommandCodecError
-from raftmq.replication.command_codec import FORMAT_VERSION, SCHEMA, decode_batch, encode_batch
+from raftmq.protocol.header_block import STRIPPED, block_of
+from raftmq.replication.command_codec import FORMAT_VERSION, HEADER_PAIRS, SCHEMA, decode_batch, encode_batch
 
 text = st.text(max_size=20)
 opt_text = st.none() | text
 now = st.integers(min_value=0, max_value=2**53)
-headers = st.lists(st.tuples(text, text), max_size=5).map(tuple)
+# A Send's header block; names as the edge leaves them (never empty, never a transport header).
+headers = st.lists(st.tuples(text.filter(lambda name: bool(name) and name not in STRIPPED), text), max_size=5).map(block_of)
 
 command_strategy = st.one_of(
     st.builds(c.Connect, session=text, now=now, login=opt_text, client_id=opt_text),
@@ -46,6 +48,27 @@ def test_round_trip(batch: list[c.Command]) -> None:
     assert decode_batch(encode_batch(batch)) == batch
 
 
+@settings(max_examples=100)
+@given(st.lists(command_strategy, max_size=8))
+def test_version_1_rows_carry_the_same_commands(batch: list[c.Command]) -> None:
+    """What a group writes for members of a release before header blocks: the headers as pairs."""
+    data = encode_batch(batch, HEADER_PAIRS)
+    assert msgpack.unpackb(data)[0] == 1
+    assert decode_batch(data) == batch
+
+
+def test_a_send_row_of_version_1_decodes_to_a_block_without_transport_headers() -> None:
+    """Logs of earlier releases hold pairs, and the producer's redelivered or delivery-count
+    headers among them (filtered when a MESSAGE was written): the block drops them."""
+    row = [5, "s1", "/queue/q", [["k", "a:b"], ["redelivered", "true"], ["k", "second"]], b"x", 7, None, "r1"]
+    (send,) = decode_batch(msgpack.packb([1, [row]]))
+    assert send == c.Send("s1", "/queue/q", "k:a\\cb\nk:second\n", b"x", 7, None, "r1")
+    assert decode_batch(msgpack.packb([2, [[5, "s1", "/queue/q", "k:v\n", b"x", 7, None, None]]])) == [
+        c.Send("s1", "/queue/q", "k:v\n", b"x", 7)]
+    with pytest.raises(CommandCodecError, match="block or a list of pairs"):
+        decode_batch(msgpack.packb([2, [[5, "s1", "/queue/q", 3, b"x", 7, None, None]]]))
+
+
 def test_schema_pins_every_command_and_field() -> None:
     # A command whose fields change must get a new FORMAT_VERSION, or old logs decode wrongly.
     assert {cls for cls, _ in SCHEMA.values()} == set(c.COMMAND_TYPES)
@@ -53,10 +76,11 @@ def test_schema_pins_every_command_and_field() -> None:
         assert set(names) == set(cls.__match_args__), cls.__name__  # a dataclass's fields, or a written-out record's
 
 
-def test_wire_layout_of_version_1_is_pinned() -> None:
+def test_wire_layout_of_versions_1_and_2_is_pinned() -> None:
     # Logs written by earlier builds must keep decoding: a code's class and field order never
-    # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop).
-    assert FORMAT_VERSION == 1
+    # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop). Version 2
+    # changed one field's type (a Send's headers: a block, where version 1 has pairs).
+    assert (HEADER_PAIRS, FORMAT_VERSION) == (1, 2)
     assert {code: (cls.__name__, names) for code, (cls, names) in SCHEMA.items()} == {
         1: ("Connect", ("session", "now", "login", "client_id")),
         2: ("Disconnect", ("session", "now", "receipt")),

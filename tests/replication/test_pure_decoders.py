@@ -21,6 +21,7 @@ from crc32c import crc32c
 
 from raftmq.core.commands import Command, Send
 from raftmq.errors import RaftJournalError
+from raftmq.protocol.header_block import block_of
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import decode_entry, encode_entry
 from raftmq.replication.pysyncobj.raft_journal_format import (
@@ -62,19 +63,19 @@ def test_pure_decoders_import_neither_pysyncobj_nor_asyncio() -> None:
 
 
 def test_entries_round_trip() -> None:
-    sends = [Send("s1", "/queue/a", (("k", "v"),), b"x" * 1000, 1), Send("s1", "/queue/b", (), b"", 2)]
+    sends = [Send("s1", "/queue/a", block_of((("k", "v"),)), b"x" * 1000, 1), Send("s1", "/queue/b", "", b"", 2)]
     assert decode_entry(encode_entry([encode_rows(sends[:1]), encode_rows(sends[1:])])) == sends
 
 
 def test_payload_round_trip() -> None:
-    send = Send("s1", "/queue/a", (("k", "v"),), b"body", 1)
+    send = Send("s1", "/queue/a", block_of((("k", "v"),)), b"body", 1)
     assert KIND_MESSAGE == 1
     assert decode_payload(encode_payload(send)) == ("/queue/a", [("k", "v")], b"body")
 
 
 @pytest.mark.parametrize("protocol", [2, 5])  # stock pysyncobj pickles with 2, the `pickle` fix with 5
 def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: int) -> None:
-    entry = encode_entry([encode_rows([Send("s", "/queue/q", (), b"m", 1)])])
+    entry = encode_entry([encode_rows([Send("s", "/queue/q", "", b"m", 1)])])
     assert entry_of(b"\x00" + pickle.dumps((0, (entry,)), protocol)) == entry
     assert entry_of(bytes([COMMAND_NO_OP])) is None
 
@@ -88,7 +89,7 @@ def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: 
 
 
 def make_entries(count: int, first: int = 1) -> list[Entry]:
-    return [(encode_entry([encode_rows([Send("s", "/queue/q", (), f"m{i}".encode(), i)])]), i, 1 + i // 3)
+    return [(encode_entry([encode_rows([Send("s", "/queue/q", "", f"m{i}".encode(), i)])]), i, 1 + i // 3)
             for i in range(first, first + count)]
 
 
@@ -205,7 +206,7 @@ def test_a_tail_torn_anywhere_decodes_as_the_reopened_journal_reads_it(tmp_path:
 def test_a_members_journal_and_snapshot_decode_to_the_commands_it_committed(group: Members) -> None:
     (member,) = group(1)
     leader_of([member])
-    sends = [Send("s", f"/queue/q{i % 3}", (("n", str(i)),), os.urandom(i * 10), i) for i in range(12)]
+    sends = [Send("s", f"/queue/q{i % 3}", block_of((("n", str(i)),)), os.urandom(i * 10), i) for i in range(12)]
 
     def committed_commands(data: bytes) -> list[Command]:
         carried = [entry_of(command) for command, _index, _term in iter_entries(data)]

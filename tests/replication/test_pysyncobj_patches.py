@@ -15,6 +15,7 @@ import pytest
 import raftmq.replication.pysyncobj as package
 from raftmq.core.commands import Send
 from raftmq.errors import ConfigError
+from raftmq.protocol.header_block import block_of
 from raftmq.replication import wire
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.entry_codec import encode_entry
@@ -101,7 +102,7 @@ def test_a_1kib_command_is_not_inflated_on_the_wire(group: Any, monkeypatch: pyt
             decompress = staticmethod(installed.decompress)
 
         monkeypatch.setattr(pso_tcp, "zlib", RecordingZlib)
-    command = Send("s1", "/queue/a", (("receipt", "r1"),), os.urandom(1024), 1_700_000_000_000)
+    command = Send("s1", "/queue/a", block_of((("receipt", "r1"),)), os.urandom(1024), 1_700_000_000_000)
     entry = encode_entry([encode_rows([command])])
     commit(leader, entry)
     on_wire = max(wire_sizes)

@@ -23,6 +23,7 @@ from raftmq.config import RaftTimings
 from raftmq.core.commands import Command, Send
 from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
 from raftmq.processes import free_port
+from raftmq.protocol.header_block import block_of, header_dict
 from raftmq.replication import raft_log
 from raftmq.replication.command_codec import decode_batch, encode_batch, encode_rows
 from raftmq.replication.commit_log import InMemoryLog
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 
 def send(ident: str, body: bytes = b"b" * 100) -> Send:
-    return Send("s1", "/queue/q", (("id", ident),), body, 0)
+    return Send("s1", "/queue/q", block_of((("id", ident),)), body, 0)
 
 
 class StateMachine:
@@ -47,7 +48,7 @@ class StateMachine:
 
     def apply(self, commands: Any) -> None:
         self.commit_calls += 1
-        self.ids.extend(dict(c.headers)["id"] for c in commands)
+        self.ids.extend(header_dict(c.headers)["id"] for c in commands)
 
     def snapshot(self) -> bytes:
         return msgpack.packb(self.ids)
@@ -137,23 +138,31 @@ def test_an_entry_joins_its_proposals_rows_into_one_batch_and_earlier_entries_st
     proposals = [[send(f"p{k}-{i}") for i in range(k)] for k in (1, 15, 16, 300)]  # array headers of 1 and 3 bytes
     commands = [command for proposal in proposals for command in proposal]
     entry = encode_entry([encode_rows(proposal) for proposal in proposals])
-    assert entry[0] == 2 and decode_entry(entry) == commands
+    assert entry[0] == 3 and decode_entry(entry) == commands
     assert decode_batch(lz4.block.decompress(entry[1:])) == commands  # one level: a batch, not a list of them
-    earlier = encode_entry_lists([encode_batch(proposal) for proposal in proposals])  # format 1, as before
+    pairs = encode_entry([encode_rows(proposal, 1) for proposal in proposals], 2)  # format 2: headers as pairs
+    assert pairs[0] == 2 and decode_entry(pairs) == commands
+    assert msgpack.unpackb(lz4.block.decompress(pairs[1:]))[1][0][3] == [["id", "p1-0"]]
+    earlier = encode_entry_lists([encode_batch(proposal, 1) for proposal in proposals])  # format 1, as before
     assert earlier[0] == 1 and decode_entry(earlier) == commands
     with pytest.raises(CommandCodecError, match="not a msgpack array"):
         encode_entry([encode_batch(commands[:1])[:0]])
 
 
-@pytest.mark.parametrize("entry_format", [1, 2])
+@pytest.mark.parametrize("entry_format", [1, 2, 3])
 def test_members_write_the_configured_entry_format_and_apply_either(tmp_path: Path, entry_format: int) -> None:
-    # Format 1 is what a release before format 2 reads: a rolling upgrade from one writes it.
+    # Formats 1 and 2 are what releases before format 3 read: a rolling upgrade from one writes
+    # them, a Send's headers as pairs (command version 1), where format 3 holds a block.
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
         await asyncio.gather(*(leader.propose([send(f"f{k}")]) for k in range(20)))
         entries = [entry_of(command) for command, _index, _term in leader.member.durable_journal]
         formats = {entry[0] for entry in entries if entry is not None}
         assert formats == {entry_format}, formats
+        for entry in entries:
+            if entry is not None and entry_format != 1:
+                rows_version = msgpack.unpackb(lz4.block.decompress(entry[1:]))[0]
+                assert rows_version == (2 if entry_format == 3 else 1)
         expected = [f"f{k}" for k in range(20)]
         assert await eventually(lambda: all(m.ids == expected for m in group.machines), 5)
 
@@ -215,7 +224,7 @@ def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(t
     real_apply = StateMachine.apply
 
     def apply_refusing_poison(self: StateMachine, commands: Any) -> None:
-        if any(dict(c.headers)["id"] == "poison" for c in commands):
+        if any(header_dict(c.headers)["id"] == "poison" for c in commands):
             raise ValueError("cannot apply the poison")
         real_apply(self, commands)
 
@@ -240,7 +249,7 @@ def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path:
 
     def decode_refusing_poison(entry: bytes) -> list[Command]:
         commands = real_decode(entry)
-        if any(dict(c.headers)["id"] == "poison" for c in commands):  # type: ignore[union-attr]
+        if any(header_dict(c.headers)["id"] == "poison" for c in commands):  # type: ignore[union-attr]
             raise CommandCodecError("unknown command format version 99")
         return commands
 
@@ -305,7 +314,7 @@ class Numbered:
         self.heard: list[tuple[int, list[str], Exception | None]] = []
 
     def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
-        self.heard.append((number, [dict(getattr(c, "headers", ()))["id"] for c in commands], error))
+        self.heard.append((number, [header_dict(getattr(c, "headers", ""))["id"] for c in commands], error))
 
 
 def test_numbered_proposals_settle_in_order_with_no_future_and_fail_when_leadership_is_lost(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_members_fetch_bodies_over_https_only_from_a_port_with_the_groups_certif
     with Journal(tmp_path / "journal") as journal:
         store = BodyStore(journal)
         for index in range(1, 4):
-            store_entry(store, index, 1, [Send("s", "/queue/q", (), f"b{index}".encode(), 0)])
+            store_entry(store, index, 1, [Send("s", "/queue/q", "", f"b{index}".encode(), 0)])
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()

@@ -62,7 +62,7 @@ def parse(data: bytes) -> Frame:
 
 def test_a_ticket_carries_the_session_state_and_is_refused_unsigned_stale_or_for_another_session() -> None:
     old = open_session()
-    pending = [Send("n1:b:1", "/queue/b", (), b"late", NOW, "tx1", "r-late")]
+    pending = [Send("n1:b:1", "/queue/b", "", b"late", NOW, "tx1", "r-late")]
     ticket = old.ticket(pending, "10.0.0.9:5000", NOW, hops=1)
     assert ticket is not None
     assert (ticket.version, ticket.client_id, ticket.transactions, ticket.subscriptions) == ("1.1", "app-7", ("tx1",), ("s1",))
@@ -78,7 +78,7 @@ def test_a_ticket_carries_the_session_state_and_is_refused_unsigned_stale_or_for
 
 def test_the_successor_takes_the_session_over_proposes_what_was_left_then_what_followed() -> None:
     old = open_session()
-    late = Send("n1:b:1", "/queue/b", (), b"late", NOW, "tx1", "r-late")
+    late = Send("n1:b:1", "/queue/b", "", b"late", NOW, "tx1", "r-late")
     ticket = old.ticket([late], "10.0.0.9:5000", NOW, hops=1)
     assert ticket is not None
     # The client had begun a frame; the old leader passes its bytes on after the ticket.
@@ -120,7 +120,7 @@ def test_a_ticket_is_refused_by_a_follower_by_a_node_without_the_secret_and_when
 
 def test_only_an_adoption_may_pass_the_connect_size_limit() -> None:
     host = Host(NodeConfig(max_connect_frame_bytes=1024), hand_over_secret=SECRET)
-    big = [Send("n1:b:1", "/queue/b", (), b"x" * 4000, NOW)]
+    big = [Send("n1:b:1", "/queue/b", "", b"x" * 4000, NOW)]
     ticket = open_session().ticket(big, "p", NOW, hops=1)
     assert ticket is not None
     data = ticket_frame(ticket, SECRET)

@@ -33,7 +33,7 @@ class ProposingHost(Host):
 
 
 def send(body: bytes) -> Send:
-    return Send("s", "/queue/a", (), body, NOW, None, None)
+    return Send("s", "/queue/a", "", body, NOW, None, None)
 
 
 def test_commands_refused_after_the_leadership_left_are_handed_on_in_the_order_proposed() -> None:

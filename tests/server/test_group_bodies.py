@@ -20,6 +20,7 @@ from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Begin, Connect, Dis
 from raftmq.core.effects import Deliver
 from raftmq.core.snapshot import body_refs as iter_snapshot_refs
 from raftmq.errors import BodyUnavailable
+from raftmq.protocol.header_block import block_of
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.server.admin import http as admin_module
 from raftmq.server.admin.http import AdminServer, fetch_bodies
@@ -41,7 +42,7 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 def send(body: bytes, destination: str = "/queue/q", session: str = "s", **kwargs: Any) -> Send:
-    return Send(session, destination, (("h", "v"),), body, 0, **kwargs)
+    return Send(session, destination, block_of((("h", "v"),)), body, 0, **kwargs)
 
 
 def test_store_writes_one_record_per_send_and_replay_writes_nothing(tmp_path: Path) -> None:

@@ -361,5 +361,5 @@ def _check_translated_send(runner, captured: list[Send]) -> None:  # noqa: ANN00
     assert client.read_frame().headers["receipt-id"] == "r"
     (send,) = captured
     assert send.destination == queue and send.body == b"hi" and send.receipt == "r"
-    assert dict(send.headers) == {"priority": "7", "x": "1"}
+    assert send.headers == "priority:7\nx:1\n"  # the block, as read
     client.close()

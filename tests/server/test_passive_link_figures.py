@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect, Send, Subscribe
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.route import ADVERT_HEADER, sf_queue
 from raftmq.server.admin.metrics import exposition, metrics_registry
@@ -26,7 +27,7 @@ def duplex() -> tuple[Broker, PassiveLink]:
     advertise(brokers)
     g2 = brokers["g2"]
     for i in range(20):
-        g2.apply(Send("p", "/queue/back", (), f"m{i}".encode(), 3))
+        g2.apply(Send("p", "/queue/back", "", f"m{i}".encode(), 3))
     return g2, PassiveLink(SimpleNamespace(broker=g2), "g2", "g1", advertises=True)
 
 
@@ -52,7 +53,7 @@ def test_what_the_opener_pulled_is_what_the_passive_end_forwarded() -> None:
     g2, link = duplex()
     assert g2.routing is not None
     advert = encode_advert(g2.routing.advert_for("g1", 5))
-    g2.apply(Send("link", sf_queue("g1"), ((ADVERT_HEADER, advert),), b"", 3))  # an advert for the opener
+    g2.apply(Send("link", sf_queue("g1"), block_of(((ADVERT_HEADER, advert),)), b"", 3))  # an advert for the opener
     assert pull(g2, "puller", 4) == 21
     status = link.status()
     assert (status["forwarded"], status["adverts_sent"], status["waiting"]) == (20, 1, 0)
@@ -65,7 +66,7 @@ def test_the_figures_count_from_when_this_node_runs_the_link() -> None:
     g2, _ = duplex()
     assert pull(g2, "puller", 4) == 20  # under the previous leader
     for i in range(5):
-        g2.apply(Send("p", "/queue/back", (), f"n{i}".encode(), 5))
+        g2.apply(Send("p", "/queue/back", "", f"n{i}".encode(), 5))
     link = PassiveLink(SimpleNamespace(broker=g2), "g2", "g1", advertises=True)  # this node leads now
 
     async def lead() -> None:

@@ -94,7 +94,7 @@ async def _node_rates_after(stamp_ms: int) -> dict[str, object]:
     await node.start()
     try:
         node.rates.sample(time.monotonic() - 2.0, node.broker.stats()["destinations"])  # 2 s of history
-        node.replica.apply([Connect("s1", stamp_ms)] + [Send("s1", "/queue/a", (), b"x", stamp_ms) for _ in range(40)])
+        node.replica.apply([Connect("s1", stamp_ms)] + [Send("s1", "/queue/a", "", b"x", stamp_ms) for _ in range(40)])
         return node.status()["rates"]["destinations"]["/queue/a"]
     finally:
         await node.stop()

@@ -16,13 +16,13 @@ def test_the_receipt_goes_first_unless_its_session_also_gets_a_delivery() -> Non
     broker.apply(Subscribe("consumer", "s", "/queue/q", 1, ack="client-individual"))
     broker.apply(Subscribe("producer", "s", "/queue/mine", 1))
 
-    effects = broker.apply(Send("producer", "/queue/q", (), b"m", 2, receipt="r1"))
+    effects = broker.apply(Send("producer", "/queue/q", "", b"m", 2, receipt="r1"))
     assert [type(e) for e in effects] == [Deliver, Receipt]  # the core's order
     reordered = _receipt_first(effects)
     assert reordered is effects  # in place: no list made per SEND
     assert [(type(e), e.session) for e in reordered] == [(Receipt, "producer"), (Deliver, "consumer")]
 
     # The producer's own delivery and its receipt keep their order: one session, one stream.
-    effects = broker.apply(Send("producer", "/queue/mine", (), b"m", 3, receipt="r2"))
+    effects = broker.apply(Send("producer", "/queue/mine", "", b"m", 3, receipt="r2"))
     assert _receipt_first(effects) == effects
     assert [type(e) for e in effects] == [Deliver, Receipt]

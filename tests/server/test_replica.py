@@ -44,7 +44,7 @@ def test_a_core_that_raises_stops_the_node_instead_of_skipping_the_command(monke
     replica.apply([Connect("s", now, None, None)])
     monkeypatch.setattr(replica, "broker", Proxy(replica.broker, apply=raising(KeyError("a bug in the core"))))
     with pytest.raises(KeyError):
-        replica.apply([Send("s", "/queue/a", (), b"x", now)])
+        replica.apply([Send("s", "/queue/a", "", b"x", now)])
     assert replica.apply_failures == 1
     assert host.failures and "KeyError" in host.failures[0]
 
@@ -61,9 +61,9 @@ def test_after_a_failed_entry_nothing_later_is_applied(monkeypatch: pytest.Monke
     core = replica.broker
     monkeypatch.setattr(replica, "broker", Proxy(core, apply=raising(OSError(28, "No space left on device"))))
     with pytest.raises(OSError):
-        replica.apply([Send("s", "/queue/a", (), b"x", now)])
+        replica.apply([Send("s", "/queue/a", "", b"x", now)])
     monkeypatch.setattr(replica, "broker", core)
-    replica.apply([Send("s", "/queue/a", (), b"y", now)])
+    replica.apply([Send("s", "/queue/a", "", b"y", now)])
     assert "/queue/a" not in replica.broker.stats()["destinations"]  # the later entry was not applied
 
 
@@ -73,6 +73,6 @@ def test_old_commands_are_a_replay_not_traffic() -> None:
     replica.apply([Connect("s", host.clock.now_ms(), None, None)])
     assert host.replays == 0
     host.clock.advance(60_000)  # a minute later these commands are being replayed
-    replica.apply([Send("s", "/queue/a", (), b"x", host.clock.now_ms() - 30_000)])
+    replica.apply([Send("s", "/queue/a", "", b"x", host.clock.now_ms() - 30_000)])
     assert host.replays == 1
     assert replica.broker.stats()["destinations"]["/queue/a"]["depth"] == 1

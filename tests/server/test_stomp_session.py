@@ -199,7 +199,7 @@ def test_a_batch_on_a_cluster_connection_is_one_proposal_of_sends_with_one_recei
     assert len(proposals) == 1
     sends = proposals[0].commands
     assert [(c.destination, c.headers, c.body) for c in sends if isinstance(c, Send)] == [
-        ("/queue/a", (("_AMQ_DUPL_ID", f"d{i}"), ("k", "v")), f"m{i}".encode()) for i in range(3)]
+        ("/queue/a", f"_AMQ_DUPL_ID:d{i}\nk:v\n", f"m{i}".encode()) for i in range(3)]
     receipts = [session.receipt_for(c.receipt) for c in sends if isinstance(c, Send) and c.receipt is not None]
     assert receipts == [None, None, "r/7"]  # one RECEIPT, when the last is applied
     assert session.receipt_for("plain") == "plain"

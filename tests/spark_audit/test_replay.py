@@ -13,6 +13,7 @@ import msgpack
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import block_of
 from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, read_entries
@@ -25,7 +26,7 @@ CORE = CoreConfig(broker_name="g1")
 
 
 def send(value: str, session: str = "p") -> Send:
-    return Send(session, Q, (("_AMQ_DUPL_ID", value),), value.encode(), 1)
+    return Send(session, Q, block_of((("_AMQ_DUPL_ID", value),)), value.encode(), 1)
 
 
 def story() -> GroupLog:

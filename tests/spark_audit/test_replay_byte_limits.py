@@ -14,6 +14,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Send, Subscribe
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Reject
+from raftmq.protocol.header_block import block_of
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
 from spark_audit.facts import FACT_NAMES
@@ -36,7 +37,7 @@ def entries() -> list[list[Command]]:
     """SENDs past both queues' byte limits and the global one, with an ACK that makes room
     (a refused SEND ends its session: each FAIL has a producer of its own)."""
     def send(session: str, destination: str, value: int) -> Send:
-        return Send(session, destination, (("seq", str(value)),), BODY, 1)
+        return Send(session, destination, block_of((("seq", str(value)),)), BODY, 1)
 
     return [
         [Connect("p", 1), Connect("c", 1), Connect("f1", 1), Connect("f2", 1)],

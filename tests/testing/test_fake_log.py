@@ -8,6 +8,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Ack, Command, Connect, Disconnect, Send, Subscribe, Tick
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
+from raftmq.protocol.header_block import block_of
 from raftmq.testing.fake_log import Divergence, FakeLog, effect_record
 
 CONFIG = CoreConfig(broker_name="log", max_delivery_count=3)
@@ -15,7 +16,7 @@ CONFIG = CoreConfig(broker_name="log", max_delivery_count=3)
 
 def send(session: str, n: int, now: int, **headers: str) -> Send:
     pairs = (("_AMQ_DUPL_ID", f"id-{n}"), *headers.items())
-    return Send(session, "/queue/a", pairs, f"body-{n}".encode(), now, receipt=f"r{n}")
+    return Send(session, "/queue/a", block_of(pairs), f"body-{n}".encode(), now, receipt=f"r{n}")
 
 
 def test_a_crashed_replica_restarts_from_its_snapshot_and_replays_the_suffix() -> None:
@@ -67,9 +68,9 @@ class Forgetful(Broker):
 
 def test_replicas_that_differ_are_named_with_the_log_entry() -> None:
     log = FakeLog(CONFIG, replicas=2, core_for=lambda i: Forgetful if i == 1 else Broker)
-    log.commit([Connect("p", 1), Send("p", "/queue/b", (), b"x", 1)])
+    log.commit([Connect("p", 1), Send("p", "/queue/b", "", b"x", 1)])
     with pytest.raises(Divergence, match=r"replica 1 and replica 0 differ after log entry 1: "):
-        log.commit([Send("p", "/queue/b", (), b"y", 2)])
+        log.commit([Send("p", "/queue/b", "", b"y", 2)])
 
 
 def test_effects_are_recorded_by_value_when_applied() -> None:

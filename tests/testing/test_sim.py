@@ -17,6 +17,7 @@ from raftmq.core.broker import Broker
 from raftmq.core.commands import Ack, Command, Nack, Send
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Effect, Receipt
+from raftmq.protocol.header_block import without
 from raftmq.testing import sim
 from raftmq.testing.fake_log import CoreFor, Faults
 from raftmq.testing.sim import SimulationFailure, run
@@ -158,7 +159,7 @@ class NoDuplicateDetection(Broker):
 
     def apply(self, command: Command) -> list[Effect]:
         if isinstance(command, Send):
-            headers = tuple(item for item in command.headers if item[0] != "_AMQ_DUPL_ID")
+            headers = without(command.headers, {"_AMQ_DUPL_ID"})
             command = Send(command.session, command.destination, headers, command.body, command.now, command.transaction, command.receipt)
         return super().apply(command)
 

@@ -29,6 +29,8 @@ from raftmq.core.browse import browse_store
 from raftmq.core.commands import Manage
 from raftmq.core.selector import compile_selector
 from raftmq.errors import CommitFailed, NotLeader, SelectorError
+from raftmq.protocol.header_block import first as first_header
+from raftmq.protocol.header_block import header_dict, pairs_of
 from raftmq.routing.route import INTERNAL_PREFIXES
 from raftmq.security import ADMIN, READ, Principal, member_client_tls
 from raftmq.server.admin import console
@@ -251,12 +253,13 @@ class ManagementApi:
                 raw = bytes(body)
             except Exception as exc:  # a body this member cannot read: say so, list the rest
                 raw = f"<unreadable here: {exc}>".encode()
-            headers = [[name, value] for name, value in message.headers]
-            first = {name: value for name, value in reversed(message.headers)}  # first occurrence wins
+            pairs = pairs_of(message.headers)
+            headers = [[name, value] for name, value in pairs]
+            first = header_dict(message.headers)  # first occurrence wins
             rows.append({
                 "message_id": message.message_id,
                 "destination": message.destination,
-                "original_destination": next((v for n, v in message.headers if n == "original-destination"), None),
+                "original_destination": first.get("original-destination"),
                 "headers": headers,
                 "body": raw[:BODY_PREVIEW].decode("utf-8", "replace"),
                 "size": len(raw),
@@ -343,7 +346,7 @@ class ManagementApi:
         store = self.node.broker.state.queues.get(command.destination)
         if store is None:
             return None  # the core answers "no such destination"
-        origins = {v for m in store.ready.values() for n, v in m.headers if n == "original-destination"}
+        origins = {v for m in store.ready.values() if (v := first_header(m.headers, "original-destination")) is not None}
         for origin in sorted(origins):
             if origin.startswith(("/queue/", "/topic/")):
                 refusal = self._may(principal, ADMIN, origin)

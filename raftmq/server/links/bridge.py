@@ -42,6 +42,7 @@ from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_url import FailoverOptions
 from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
+from raftmq.protocol.header_block import pairs_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
 from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
@@ -265,7 +266,7 @@ class Bridge(LeaderTask):
 
     def _outgoing(self, effect: Deliver) -> tuple[str, list[tuple[str, str]]]:
         message = effect.message
-        return outgoing(message.headers, message.message_id, self.neighbour.name, self.settings.use_duplicate_detection)
+        return outgoing(pairs_of(message.headers), message.message_id, self.neighbour.name, self.settings.use_duplicate_detection)
 
     def _sent(self, session: BridgeSession, ack_id: str | None, future: asyncio.Future[Any]) -> None:
         self.in_flight -= 1

@@ -17,6 +17,7 @@ import structlog
 
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Nack, Send, Subscribe
 from raftmq.core.effects import Deliver
+from raftmq.protocol.header_block import user_block
 from raftmq.server.seams.host import BridgeSessionHost
 from raftmq.server.stomp.session import SessionState
 
@@ -54,7 +55,7 @@ class BridgeSession:
 
     def send(self, destination: str, headers: tuple[tuple[str, str], ...], body: bytes) -> asyncio.Future[None]:
         """Propose a SEND from this session; the future completes once it is applied."""
-        return self._host.propose([Send(self._session_id, destination, headers, body, self._host.clock.now_ms())])
+        return self._host.propose([Send(self._session_id, destination, user_block(headers), body, self._host.clock.now_ms())])
 
     def settle(self, ack_ids: list[str], forwarded: bool) -> asyncio.Future[None]:
         """ACK forwarded deliveries (the neighbour committed them) or NACK refused ones, in one

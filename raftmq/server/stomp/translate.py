@@ -30,17 +30,18 @@ from raftmq.core.commands import (
     Subscribe,
     Unsubscribe,
 )
-from raftmq.core.message import TRANSPORT_HEADERS
 from raftmq.core.selector import compile_selector
 from raftmq.core.temporary import is_temp_alias, private_name
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
+from raftmq.protocol.header_block import block_of, first, first_of, key, pairs_of, user_block
 from raftmq.routing.route import CONTROL_DESTINATION, is_internal
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_LIMIT_HEADER = "browser-limit"  # ours: ActiveMQ browsers have no limit
+_DESTINATION, _TRANSACTION, _RECEIPT = key("destination"), key("transaction"), key("receipt")
 
 
 def check_destination(destination: str | None, command: str) -> str:
@@ -58,18 +59,6 @@ def check_destination(destination: str | None, command: str) -> str:
     if not name:
         raise ProtocolError("invalid destination", f"destination {destination!r} has an empty name")
     return destination
-
-
-def user_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """A SEND's headers minus the transport ones; of a repeated header only the first (STOMP)."""
-    seen: set[str] = set()
-    kept = []
-    for item in headers:
-        if item[0] not in seen:
-            seen.add(item[0])
-            if item[0] not in TRANSPORT_HEADERS:
-                kept.append(item)
-    return tuple(kept)
 
 
 def _required(frame: Frame, name: str) -> str:
@@ -120,23 +109,29 @@ class FrameTranslator:
         return handler(frame, now)
 
     def _send(self, frame: Frame, now: int) -> Command:
-        headers = frame.headers
-        first = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
-        destination = check_destination(self._private(first.get("destination")), "SEND")
+        block = frame.block
+        if block is not None:  # as the parser kept it: read what the shell checks from the text
+            text = frame.text
+            assert text is not None
+            destination_header = first_of(text, _DESTINATION)
+            transaction = first_of(text, _TRANSACTION)
+            receipt = first_of(text, _RECEIPT)
+        else:
+            headers = frame.headers
+            given = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
+            destination_header, transaction, receipt = given.get("destination"), given.get("transaction"), given.get("receipt")
+            block = user_block(headers)
+        destination = check_destination(self._private(destination_header), "SEND")
         if is_internal(destination) and destination != CONTROL_DESTINATION:
             raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
-        transaction = first.get("transaction")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
-        if len(first) == len(headers):
-            user = tuple([item for item in headers if item[0] not in TRANSPORT_HEADERS])
-        else:
-            user = user_headers(headers)
-        reply = first.get("reply-to")
-        if reply is not None and is_temp_alias(reply):  # a responder elsewhere must be able to send to it
-            private = private_name(reply, self.session_id, self.group)
-            user = tuple([(name, private if name == "reply-to" else value) for name, value in user])
-        return Send(self.session_id, destination, user, frame.body, now, transaction, first.get("receipt"))
+        if "reply-to:" in block:
+            reply = first(block, "reply-to")
+            if reply is not None and is_temp_alias(reply):  # a responder elsewhere must be able to send to it
+                private = private_name(reply, self.session_id, self.group)
+                block = block_of([(name, private if name == "reply-to" else value) for name, value in pairs_of(block)])
+        return Send(self.session_id, destination, block, frame.body, now, transaction, receipt)
 
     def _private(self, destination: str | None) -> str | None:
         """This session's `/temp-queue/NAME` or `/temp-topic/NAME` as the core names it."""
