@@ -6,6 +6,7 @@ process (tests/helpers/raft_members.py).
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from pysyncobj import FAIL_REASON
 from pysyncobj.transport import TCPTransport
 
 from raftmq.config import RaftTimings
-from raftmq.replication.pysyncobj.patches import CANDIDATE_ROUND_MAX, CANDIDATE_ROUND_MIN
+from raftmq.replication.pysyncobj.patches import CANDIDATE_ROUND_MAX, CANDIDATE_ROUND_MIN, WakeOnce, close_notifier
 from raftmq.replication.pysyncobj.syncobj import SUCCESS
 from tests.helpers.raft_members import Partition, commit, leader_of, term_of, wait_until
 
@@ -108,6 +109,45 @@ def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(gro
     assert outcomes == [SUCCESS] * 200
     assert leader.applied[-200:] == [b"entry %d" % i for i in range(200)]
     assert len(writes) <= 50, f"{len(writes)} wake-ups written for 200 entries"
+
+
+def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The loop thread may notify while the tick thread drains the pipe. Had that notify marked a
+    # wake as pending and its byte been drained, no later notify would write again: every entry
+    # after it waited for the tick's poll timeout (1P×1C receipts took 2-6 ms instead of 1.8).
+    subscribed: dict[int, Any] = {}
+
+    class Poller:
+        def subscribe(self, fd: int, callback: Any, _events: int) -> None:
+            subscribed[fd] = callback
+
+        def unsubscribe(self, fd: int) -> None:
+            subscribed.pop(fd, None)
+
+    poller = Poller()
+    notifier = WakeOnce(poller)
+    ((fd, on_readable),) = subscribed.items()
+    real_os = pso_pipe_notifier.os
+
+    class SubmittingWhileDraining:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_os, name)
+
+        def read(self, descr: int, size: int) -> bytes:
+            data = real_os.read(descr, size)
+            if data:
+                notifier.notify()  # the loop thread submits an entry meanwhile
+            return data
+
+    try:
+        notifier.notify()  # the loop thread submits an entry
+        monkeypatch.setattr(pso_pipe_notifier, "os", SubmittingWhileDraining())
+        on_readable(fd, 0)  # the tick thread wakes and drains
+        monkeypatch.undo()
+        notifier.notify()  # a later entry
+        assert select.select([fd], [], [], 0)[0] == [fd], "the later entry's notify wrote no byte: the tick thread sleeps on"
+    finally:
+        close_notifier(notifier, poller)
 
 
 # -- solo_commit, piggyback_commit, short_candidate_round -------------------------------------

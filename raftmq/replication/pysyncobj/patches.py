@@ -201,9 +201,14 @@ def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseExcep
 class WakeOnce(PipeNotifier):
     """pysyncobj's pipe notifier (the loop thread wakes the tick thread's poll when it submits an
     entry) writing at most one byte per wake: stock writes one per submitted entry, a system call
-    each, while the tick thread is mostly awake already. `pending` is set before the byte is
-    written and cleared before the pipe is drained, and the tick that follows the drain reads
-    the command queue: an entry whose notify found `pending` set is read by that tick."""
+    each, while the tick thread is mostly awake already.
+
+    `pending` is set before the byte is written and cleared only once the pipe is drained. A
+    notify that finds it set writes nothing: its entry is in the command queue already, and the
+    tick that follows the drain reads that queue. Cleared before the drain instead, a notify in
+    between would set it again and have its byte drained with the others: `pending` would stay
+    set with the pipe empty, and no later notify would wake the tick thread again (every entry
+    then waited for the poll's timeout)."""
 
     def __init__(self, poller: Any) -> None:
         self.pending = False
@@ -215,8 +220,8 @@ class WakeOnce(PipeNotifier):
             super().notify()
 
     def _PipeNotifier__onNewNotification(self, descr: int, event_mask: int) -> None:
-        self.pending = False
         PipeNotifier._PipeNotifier__onNewNotification(self, descr, event_mask)
+        self.pending = False
 
 
 def close_notifier(notifier: PipeNotifier, poller: Any) -> None:
