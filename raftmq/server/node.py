@@ -46,6 +46,7 @@ from raftmq.server.seams.host import ClientConnection, LeaderService
 from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.connection import Connection
 from raftmq.server.stomp.relay import Relays
+from raftmq.server.stomp.relay_sides import LINGER_SECONDS
 from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
@@ -349,6 +350,7 @@ class Node:
             await asyncio.wait_for(drain, max(0.1, deadline - self.loop.time()))
         except Exception:
             pass
+        await self._relays.drained(LINGER_SECONDS)  # clients told where to resume have read it
         await self.commit_log.stop()
         log.info("node.stopped", node=self.name)
 

@@ -1,51 +1,40 @@
 """Any node serves any client: a follower relays a client's connection to its group's leader.
 
-Only the leader runs sessions (its core is the one that decides). A follower reads and checks
-CONNECT as the leader would (first frame, version, heart-beat, login); where it would answer
-`ERROR not the leader`, it opens a connection to the leader's client address, writes the bytes
-the client sent so far (CONNECT included, marked `raftmq.relayed`), then copies bytes both ways.
-The session, its receipts and its deliveries are the leader's own, unchanged: the follower
-never parses what it copies. It is what RabbitMQ does for a queue whose leader is elsewhere,
-and what lets ordinary STOMP clients (stomp.py given three hosts) use any member.
+Only the leader runs sessions. A follower checks CONNECT as the leader would (first frame,
+version, heart-beat, login); where it would answer `ERROR not the leader`, it connects to the
+leader's client address, writes what the client sent so far (CONNECT marked `raftmq.relayed`),
+then copies bytes both ways, never parsing them: the session is the leader's own. RabbitMQ does
+so for a queue led elsewhere; it lets ordinary STOMP clients (stomp.py) use any member.
 
-Modes (`follower_clients` in a group's [server] table):
-- `relay` (the default): as above.
-- `redirect`: the follower answers `ERROR not the leader` with a `leader` header and closes.
-A client that follows redirects (ours) sends the CONNECT header `raftmq.redirect:true`; a
-follower honours it in relay mode too, so that client reaches the leader without the extra hop.
+Modes (`follower_clients` in a group's [server] table): `relay` (the default, as above) or
+`redirect` (`ERROR not the leader` with a `leader` header); a client that sends the CONNECT
+header `raftmq.redirect:true` (ours) is redirected in relay mode too: no extra hop.
 
-Back-pressure: a side is not read while the other side's write buffer is above its high-water
-mark (asyncio's pause_writing / resume_writing), so a slow reader on either end costs the
-follower one buffer's worth of memory, never more.
+Back-pressure: a side is not read while the other's write buffer is above its high-water mark
+(pause_writing / resume_writing): a slow reader costs the follower one buffer, never more.
 
-Ends: when either side closes, the other is closed after what was already read from it is
-written (an ERROR from the leader reaches the client whole). When the follower learns of a new
-leader, it moves the relay there (`Relay._move`): it stops reading the client and half-closes
-towards the old leader; a deposed leader that handed the session to its successor
-(raftmq.server.stomp.hand_over) passes that on, the successor parks the session and closes, and
-once everything sent before that close reached the client, the follower resumes the session at
-the new leader (a signed `raftmq.resume` request, raftmq.server.stomp.adoption), or serves it
-itself when it leads now. A deposed leader that cannot hand the session over answers ERROR; one
-that does not answer within a short grace (paused, cut off) has the relay closed, and the client
-reconnects. A leader that dies (kill -9) resets its end, which closes the client's at once. Over
-TLS no side can half-close: such a relay is closed after the grace of silence.
+Ends: when either side closes, the other is closed once what was read from it is written (an
+ERROR from the leader reaches the client whole). A new leader: the relay moves (`Relay._move`),
+stops reading the client and half-closes towards the old leader, which passes on a hand-over
+(raftmq.server.stomp.hand_over); the successor parks the session and closes, and once all sent
+before reached the client, the follower resumes the session at the new leader (a signed
+`raftmq.resume`, raftmq.server.stomp.adoption) or serves it if it leads now. A deposed leader
+that cannot hand over answers ERROR; one silent past a short grace (paused, cut off), or over
+TLS (no half-close), has the relay closed; one killed resets its end, closing the client's.
 
-A deposed leader relays the sessions it hands over the same way (`Relays.adopt`): the first
-bytes to the successor are its ticket, whose answer is read here, not passed on. When the leader
-changes again such a relay moves too, if this node holds the client's own socket. When this node
-goes (`farewell`), the successor parks each such session and the client's ERROR carries the
-request to resume it there (`farewell_frame`): raftmq's client does, on a socket of its own.
+A deposed leader relays the sessions it hands over the same way (`Relays.adopt`; the first bytes
+are its ticket, whose answer is read here), moved again on a leader change if this node holds
+the client's own socket. When this node goes (`farewell`) each client's ERROR carries the request
+to resume at the successor (`farewell_frame`), and the node waits for those clients (`drained`).
 
-No leader known yet (an election): the follower waits up to `LEADER_WAIT_SECONDS` for one,
-trying again while the leader it knows does not answer, then answers `ERROR not the leader`.
-
-TLS ([tls]: the follower speaks TLS to the leader and pins the group's one certificate) and what
-a relayed connection counts as: docs/operations.md, "Any node serves any client".
+No leader known yet: the follower waits up to `LEADER_WAIT_SECONDS`, then answers ERROR. TLS
+(pinned to the group's certificate), what a relay counts as: docs/operations.md, "Any node serves any client".
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from typing import TYPE_CHECKING, Final
 
@@ -109,6 +98,7 @@ class Relays:
         self._watch: asyncio.TimerHandle | None = None
         self._watched: tuple[str | None, float] = (None, 0.0)  # (the leader, loop time) of the last look at every relay
         self._tls: tuple[ssl.SSLContext, bytes] | None = None
+        self._none_left = asyncio.Event()  # set while no relay is active (`drained`)
 
     def __len__(self) -> int:
         """Sessions relayed to a leader now."""
@@ -136,6 +126,15 @@ class Relays:
 
     def ended(self, relay: Relay) -> None:
         self._active.discard(relay)
+        if not self._active:
+            self._none_left.set()
+
+    async def drained(self, grace: float) -> None:
+        """Until every relay has ended, at most `grace` s: a client told where to resume closes its
+        socket; a process that exits first resets it, and a client yet to read loses its ERROR."""
+        self._none_left.clear() if self._active else self._none_left.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_left.wait(), grace)
 
     async def moved_away(self, grace: float) -> None:
         """The node stops after handing its sessions over: give the relays of other members
