@@ -71,6 +71,11 @@ def test_payload_round_trip() -> None:
     send = Send("s1", "/queue/a", block_of((("k", "v"),)), b"body", 1)
     assert KIND_MESSAGE == 1
     assert decode_payload(encode_payload(send)) == ("/queue/a", [("k", "v")], b"body")
+    # docs/journal-format.md: the headers are the block, a string; journals written before
+    # blocks hold [[name, value], ...], still read.
+    assert msgpack.unpackb(encode_payload(send)) == ["/queue/a", "k:v\n", b"body"]
+    earlier = msgpack.packb(["/queue/a", [["k", "a:b"]], b"body"])
+    assert decode_payload(earlier) == ("/queue/a", [("k", "a:b")], b"body")
 
 
 @pytest.mark.parametrize("protocol", [2, 5])  # stock pysyncobj pickles with 2, the `pickle` fix with 5
