@@ -39,6 +39,12 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _commit_index(group: NodeGroup, node_id: str) -> int:
+    """The member's Raft commit index (its admin /status), or 0 when it does not answer."""
+    status = group.status(node_id)
+    return int(status["raft"]["commit_index"]) if status is not None else 0
+
+
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of one live process, from /proc/<pid>/stat (fields 14 and 15 of proc(5))."""
     return _cpu_seconds_of(Path(f"/proc/{pid}/stat"))
@@ -94,9 +100,11 @@ def main(messages: int, duration: float | None, processes: int, threads: bool, l
         before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
         threads_before = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
         bench_before = _children_cpu()
+        index_before = _commit_index(group, leader)
         started = time.monotonic()
         result = run_bench(command, messages, duration)
         wall = time.monotonic() - started
+        entries = _commit_index(group, leader) - index_before
         after = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
         threads_after = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
         bench_cpu = _children_cpu() - bench_before
@@ -126,6 +134,8 @@ def main(messages: int, duration: float | None, processes: int, threads: bool, l
             console.print(f"node {node_id} threads: {shown}")
     console.print(f"wall {wall:.1f} s (process start-up included); measured e2e {result['consume_rate']:,.0f} msg/s; "
                   f"lost {result['lost']}, duplicated {result['duplicated']}")
+    if entries > 0:  # what the costs per Raft entry (journal write, fdatasync, wire) are shared by
+        console.print(f"Raft entries committed: {entries:,}, {delivered / entries:.1f} delivered messages per entry")
     console.print(f"CPU ceiling on {cores} cores: {cores / (total / max(delivered, 1)):,.0f} msg/s "
                   f"(nodes alone: {cores / ((total - bench_cpu) / max(delivered, 1)):,.0f} msg/s)")
 
