@@ -15,9 +15,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from raftmq.core.message_headers import read_headers
 from raftmq.errors import JournalCorrupt
-from raftmq.protocol.header_block import block_of
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_payload
 from raftmq.storage.records import BATCH_HEADER_SIZE, Record, decode_batch, parse_header
 from spark_audit.layout import segment_files
@@ -73,7 +71,7 @@ def _row(run: str, group: str, node: str, name: str, offset: int, position: int,
     destination = dedup = value = body_digest = None
     if record.kind == KIND_MESSAGE:
         destination, headers, body = decode_payload(record.payload)
-        dedup = read_headers(block_of(headers))[4]
+        dedup = next((value for name, value in headers if name == "_AMQ_DUPL_ID"), None) or None  # the first, as the core reads it
         value, body_digest = text_value(body), digest(body)
     elif record.kind == KIND_PAGE:  # paged messages (raftmq.core.paging): members must agree on it too
         body_digest = digest(record.payload)

@@ -236,9 +236,10 @@ class ClusterRouting:
         durable: str | None = None
         subscription_only = False
         delivered = 0
-        if HEADER_PREFIX in headers and any(name.startswith(HEADER_PREFIX) for name, _ in pairs_of(headers)):
+        pairs = pairs_of(headers) if HEADER_PREFIX in headers else ()
+        if any(name.startswith(HEADER_PREFIX) for name, _ in pairs):
             kept = []
-            for name, value in pairs_of(headers):
+            for name, value in pairs:
                 if name == TO_HEADER:
                     to = value
                 elif name == ROUTE_HEADER:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
+from raftmq.protocol.header_block import pairs_of
+
 # Client frames (STOMP 1.2 §"Client Frames"); STOMP is the 1.1+ alias of CONNECT.
 CLIENT_COMMANDS = frozenset(
     {"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"}
@@ -60,7 +62,7 @@ class Frame:
     def headers(self) -> list[tuple[str, str]]:
         headers = self._headers
         if headers is None:
-            headers = self._headers = _pairs(self.text or "")
+            headers = self._headers = list(pairs_of(self.text or ""))
         return headers
 
     @headers.setter
@@ -90,14 +92,3 @@ class Frame:
             if key not in out:
                 out[key] = value
         return out
-
-
-def _pairs(text: str) -> list[tuple[str, str]]:
-    """The headers of header lines that hold no escape, each `name:value\n`."""
-    lines = text.split("\n")
-    lines.pop()
-    out = []
-    for line in lines:
-        name, _, value = line.partition(":")
-        out.append((name, value))
-    return out

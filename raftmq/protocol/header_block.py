@@ -60,7 +60,7 @@ def block_of(pairs: Iterable[tuple[str, str]]) -> str:
 
 def user_block(pairs: Iterable[tuple[str, str]]) -> str:
     """The block of a message's headers as sent, without the STRIPPED ones."""
-    return "".join([f"{escape(name)}:{escape(value)}\n" for name, value in pairs if name not in STRIPPED])
+    return block_of([pair for pair in pairs if pair[0] not in STRIPPED])
 
 
 def pairs_of(block: str) -> Pairs:
@@ -126,18 +126,3 @@ def without(block: str, names: frozenset[str] | set[str]) -> str:
     if all(name not in names for name, _ in pairs):
         return block
     return block_of([pair for pair in pairs if pair[0] not in names])
-
-
-def strip_transport(text: str) -> str:
-    """A canonical header text (a frame's lines as read, no escape in it) without its STRIPPED
-    lines: a SEND's block."""
-    lines = text.split("\n")
-    kept: list[str] = []
-    dropped = False
-    for line in lines:
-        colon = line.find(":")
-        if colon in STRIPPED_LENGTHS and line[:colon] in STRIPPED:
-            dropped = True
-        else:
-            kept.append(line)
-    return "\n".join(kept) if dropped else text
