@@ -30,6 +30,12 @@ _BLANK_LINE = re.compile(rb"\n\r?\n")
 _EOL_RUN = re.compile(rb"(?:\r?\n)+")
 # More digits than this cannot be under any sane limit, and would be slow for int().
 _MAX_LENGTH_DIGITS = 16
+# Frames besides SEND whose plain header text is kept whole (their headers made when asked for):
+# a consumer's per-message answers, read by `FrameTranslator` from the text.
+_KEPT_WHOLE = frozenset({"ACK", "NACK"})
+_STRIPPED_BY_LENGTH: dict[int, tuple[str, ...]] = {
+    length: tuple(sorted(name for name in STRIPPED if len(name) == length)) for length in STRIPPED_LENGTHS
+}
 
 _DEFAULT_LIMITS = Limits()
 
@@ -58,8 +64,8 @@ class FrameParser:
         self._error: ProtocolError | None = None
         self._buf = bytearray()  # the unfinished frame; it starts at offset 0
         # A frame whose headers are parsed but whose body is incomplete: (command, headers,
-        # offset of the body, content-length or -1 when NUL-terminated, a SEND's header text and
-        # block, `Frame.text` and `Frame.block`, when it has them; headers are then None).
+        # offset of the body, content-length or -1 when NUL-terminated, the header text when it
+        # was kept whole and a SEND's block, `Frame.text` and `Frame.block`; headers are then None).
         self._head: _Head | None = None
         self._need = 0  # buffered length that completes a content-length body
         self._scan = 0  # where to resume searching (for the empty line, or for the NUL)
@@ -187,7 +193,8 @@ class FrameParser:
 
         A SEND whose lines hold no backslash, no CR and one colon each (nearly every SEND) is
         not taken apart: its text is kept whole and its block is that text without the
-        transport lines (raftmq.protocol.header_block); its headers are made when asked for."""
+        transport lines (raftmq.protocol.header_block); its headers are made when asked for.
+        An ACK or NACK such as that keeps its text whole too (no block)."""
         limits = self.limits
         text_end = eol + 1  # the text keeps its last line's EOL
         if buf[eol - 1] == 13:
@@ -208,14 +215,23 @@ class FrameParser:
             raise ProtocolError("frame headers are not valid UTF-8") from None
         if "\r" in text:
             text = text.replace("\r\n", "\n")
-        command, _, rest = text.partition("\n")
+        newline = text.find("\n")
+        command = text[:newline]
         if command not in ALL_COMMANDS:
             raise ProtocolError(f"unknown command {command[:40]!r}")
-        if not rest:
+        if newline + 1 == len(text):
             return command, [], body_start - start, -1, None, None
-        block = _send_block(rest) if command == "SEND" and "\\" not in rest and "\r" not in rest else None
+        rest = text[newline + 1 :]
+        plain = "\\" not in rest and "\r" not in rest
+        block: str | None = None
+        kept = False  # the text kept whole: headers made from it when asked for
+        if plain and command == "SEND":
+            block = _send_block(rest)
+            kept = block is not None
+        elif plain and command in _KEPT_WHOLE:
+            kept = _plain_lines(rest)
         headers: list[tuple[str, str]] | None = None
-        if block is None:
+        if not kept:
             lines = rest.split("\n")
             lines.pop()  # after the last EOL
             pairs = [line.partition(":") for line in lines]
@@ -241,7 +257,7 @@ class FrameParser:
             except ProtocolError as exc:
                 exc.receipt = _first(headers if headers is not None else Frame(command, None, b"", rest).headers, "receipt")
                 raise
-        if block is None:
+        if not kept:
             return command, headers, body_start - start, length, None, None
         return command, None, body_start - start, length, rest, block
 
@@ -308,25 +324,51 @@ class FrameParser:
 def _send_block(text: str) -> str | None:
     """The block of a SEND's header text (each line `name:value\\n`, no escape, no CR): the text
     without its transport lines; None when a line is not one name, one colon and a value (the
-    caller then reads the lines one by one, and refuses or unescapes as the version says)."""
-    lines = text.split("\n")
-    lines.pop()  # after the last EOL
-    kept: list[str] = []
-    dropped = False
-    for line in lines:
-        colon = line.find(":")
-        if colon <= 0 or line.find(":", colon + 1) >= 0:
+    caller then reads the lines one by one, and refuses or unescapes as the version says).
+    The text is walked in place: the block is the runs of lines between the cut ones."""
+    end = len(text)
+    start = 0
+    run = 0  # where the run of kept lines that `start` is in began
+    runs: list[str] | None = None  # the runs before `run`, once a line was cut
+    while start < end:
+        eol = text.find("\n", start)
+        colon = text.find(":", start, eol)
+        if eol < 0 or colon <= start or text.find(":", colon + 1, eol) >= 0:
             return None
-        if colon in STRIPPED_LENGTHS and line[:colon] in STRIPPED:
-            dropped = True
-        else:
-            kept.append(line)
-    if not dropped:
+        if colon - start in STRIPPED_LENGTHS and _stripped(text, start, colon - start):
+            if runs is None:
+                runs = []
+            if run < start:
+                runs.append(text[run:start])
+            run = eol + 1
+        start = eol + 1
+    if runs is None:
         return text
-    if not kept:
-        return ""
-    kept.append("")
-    return "\n".join(kept)
+    if run < end:
+        runs.append(text[run:end])
+    return "".join(runs)
+
+
+def _stripped(text: str, start: int, length: int) -> bool:
+    """Whether the header name at text[start:start + length] is one of STRIPPED (no slice made)."""
+    for name in _STRIPPED_BY_LENGTH[length]:
+        if text.startswith(name, start):
+            return True
+    return False
+
+
+def _plain_lines(text: str) -> bool:
+    """Whether every line of a header text is `name:value\\n` with one colon and a name: the
+    lines `Frame.headers` makes from the kept text are then the ones a full parse would make."""
+    end = len(text)
+    start = 0
+    while start < end:
+        eol = text.find("\n", start)
+        colon = text.find(":", start, eol)
+        if eol < 0 or colon <= start or text.find(":", colon + 1, eol) >= 0:
+            return False
+        start = eol + 1
+    return True
 
 
 def _first(headers: list[tuple[str, str]], name: str) -> str | None:

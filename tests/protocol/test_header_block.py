@@ -1,13 +1,15 @@
 """A message's user headers as one block (raftmq.protocol.header_block): what the parser keeps of
 a SEND, the translator proposes, the core reads and a MESSAGE carries, held to the pairs the
-eager reading of the same frame gives, in every version and for any header text."""
+eager reading of the same frame gives, in every version and for any header text. An ACK's or
+NACK's text, kept whole by the parser the same way, is held to the eager reading too."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftmq.core.commands import Send
+from raftmq.core.commands import Ack, Nack, Send
+from raftmq.errors import ProtocolError
 from raftmq.core.message_headers import read_headers
 from raftmq.protocol import header_block as hb
 from raftmq.protocol.codec import FrameParser, encode_frame
@@ -92,3 +94,43 @@ def test_a_send_the_parser_cannot_keep_whole_is_read_eagerly() -> None:
     assert frame.block is None and frame.get("time") == "12:30"
     send = FrameTranslator("s", "1.0", None).translate(frame, 1)
     assert isinstance(send, Send) and send.headers == "time:12\\c30\n" and hb.first(send.headers, "time") == "12:30"
+
+
+ACK_NAMES = st.sampled_from(["id", "message-id", "subscription", "transaction", "receipt", "k", "ack"])
+
+
+def _translated(translator: FrameTranslator, frame: Frame) -> object:
+    try:
+        return translator.translate(frame, 1)
+    except ProtocolError as exc:
+        return ("refused", exc.message, exc.detail)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(ACK_NAMES, st.one_of(plain_value, tricky)), max_size=5), st.sampled_from(["1.0", "1.1", "1.2"]),
+       st.sampled_from(["ACK", "NACK"]))
+def test_an_ack_read_from_its_kept_text_is_the_ack_its_eager_reading_gives(
+        pairs: list[tuple[str, str]], version: str, command: str) -> None:
+    pairs = [(n, v.replace("\r", "")) if version != "1.2" else (n, v) for n, v in pairs]
+    pairs = [(n, v) for n, v in pairs if version != "1.0" or "\n" not in v]
+    [frame] = FrameParser(version=version).feed(encode_frame(Frame(command, pairs, b""), version))
+    assert frame.headers == pairs
+    plain = all(":" not in v and "\\" not in v and "\r" not in v and "\n" not in v for _, v in pairs)
+    assert (frame.text is not None) == (plain and bool(pairs)) and frame.block is None
+    translator = FrameTranslator("s", version, None)
+    answers = [_translated(translator, f) for f in (frame, eager(frame))]
+    assert answers[0] == answers[1]
+    if isinstance(answers[0], (Ack, Nack)):
+        first = dict(reversed(pairs))
+        assert answers[0].receipt == first.get("receipt") and answers[0].transaction is None
+        assert (answers[0].ack_id, answers[0].message_id) == ((first["id"], None) if version == "1.2" else (None, first["message-id"]))
+
+
+def test_an_ack_is_kept_whole_and_read_without_header_pairs() -> None:
+    [frame] = FrameParser().feed(b"ACK\nid:7\nreceipt:r-9\n\n\0")
+    assert frame.text == "id:7\nreceipt:r-9\n" and frame._headers is None
+    ack = FrameTranslator("s", "1.2", None).translate(frame, 1)
+    assert isinstance(ack, Ack) and (ack.ack_id, ack.receipt) == ("7", "r-9")
+    assert frame._headers is None  # the translator read the text, not the pairs
+    [two_colons] = FrameParser(version="1.1").feed(b"ACK\nmessage-id:a:b\nsubscription:1\n\n\0")
+    assert two_colons.text is None and two_colons.get("message-id") == "a:b"

@@ -42,6 +42,7 @@ TOPIC_PREFIX = "/topic/"
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_LIMIT_HEADER = "browser-limit"  # ours: ActiveMQ browsers have no limit
 _DESTINATION, _TRANSACTION, _RECEIPT = key("destination"), key("transaction"), key("receipt")
+_ID, _MESSAGE_ID, _SUBSCRIPTION = key("id"), key("message-id"), key("subscription")
 
 
 def check_destination(destination: str | None, command: str) -> str:
@@ -232,23 +233,26 @@ class FrameTranslator:
 
     def _ack_fields(self, frame: Frame) -> tuple[str | None, str | None, str | None, str | None, str | None]:
         """(ack_id, message_id, subscription, transaction, receipt) of an ACK or NACK."""
-        first = dict(reversed(frame.headers))
+        text = frame.text
+        if text is not None:  # as the parser kept it: read from the text, no header pairs made
+            ack_id, message_id, subscription = first_of(text, _ID), first_of(text, _MESSAGE_ID), first_of(text, _SUBSCRIPTION)
+            transaction, receipt = first_of(text, _TRANSACTION), first_of(text, _RECEIPT)
+        else:
+            first = dict(reversed(frame.headers))
+            ack_id, message_id, subscription = first.get("id"), first.get("message-id"), first.get("subscription")
+            transaction, receipt = first.get("transaction"), first.get("receipt")
         if self.version == "1.2":
-            ack_id = first.get("id")
             if not ack_id:
                 raise ProtocolError(f"{frame.command} requires the id header", "STOMP 1.2 names the delivery by 'id'")
             message_id = subscription = None
         else:
             ack_id = None
-            message_id = first.get("message-id")
             if not message_id:
                 detail = "STOMP 1.0/1.1 name the message by 'message-id'"
                 raise ProtocolError(f"{frame.command} requires the message-id header", detail)
-            subscription = first.get("subscription")
-        transaction = first.get("transaction")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
-        return ack_id, message_id, subscription, transaction, first.get("receipt")
+        return ack_id, message_id, subscription, transaction, receipt
 
     def _ack(self, frame: Frame, now: int) -> Command:
         return Ack(self.session_id, now, *self._ack_fields(frame))
