@@ -111,22 +111,25 @@ def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(gro
     assert len(writes) <= 50, f"{len(writes)} wake-ups written for 200 entries"
 
 
+class _Poller:
+    def __init__(self) -> None:
+        self.subscribed: dict[int, Any] = {}
+
+    def subscribe(self, fd: int, callback: Any, _events: int) -> None:
+        self.subscribed[fd] = callback
+
+    def unsubscribe(self, fd: int) -> None:
+        self.subscribed.pop(fd, None)
+
+
 def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
     # The loop thread may notify while the tick thread drains the pipe. Had that notify marked a
     # wake as pending and its byte been drained, no later notify would write again: every entry
-    # after it waited for the tick's poll timeout (1P×1C receipts took 2-6 ms instead of 1.8).
-    subscribed: dict[int, Any] = {}
-
-    class Poller:
-        def subscribe(self, fd: int, callback: Any, _events: int) -> None:
-            subscribed[fd] = callback
-
-        def unsubscribe(self, fd: int) -> None:
-            subscribed.pop(fd, None)
-
-    poller = Poller()
+    # submitted while the tick thread sleeps then waited for its poll timeout (1P×1C receipts
+    # took 2-6 ms instead of 1.8).
+    poller = _Poller()
     notifier = WakeOnce(poller)
-    ((fd, on_readable),) = subscribed.items()
+    ((fd, on_readable),) = poller.subscribed.items()
     real_os = pso_pipe_notifier.os
 
     class SubmittingWhileDraining:
@@ -139,13 +142,48 @@ def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later
                 notifier.notify()  # the loop thread submits an entry meanwhile
             return data
 
-    try:
-        notifier.notify()  # the loop thread submits an entry
+    woken: list[bool] = []
+
+    def poll_draining(timeout: float) -> None:
         monkeypatch.setattr(pso_pipe_notifier, "os", SubmittingWhileDraining())
         on_readable(fd, 0)  # the tick thread wakes and drains
         monkeypatch.undo()
-        notifier.notify()  # a later entry
-        assert select.select([fd], [], [], 0)[0] == [fd], "the later entry's notify wrote no byte: the tick thread sleeps on"
+
+    def poll_sleeping(timeout: float) -> None:
+        notifier.notify()  # the loop thread submits an entry while the tick thread sleeps
+        woken.append(timeout == 0 or select.select([fd], [], [], 0)[0] == [fd])
+
+    try:
+        notifier.notify()  # the loop thread submits an entry
+        notifier.wait(poll_draining, 5.0)
+        notifier.wait(lambda timeout: None, 5.0)  # the tick that reads what came during the drain
+        notifier.wait(poll_sleeping, 5.0)
+        assert woken == [True], "the notify of an entry submitted during the wait wrote no byte: the tick thread sleeps on"
+    finally:
+        close_notifier(notifier, poller)
+
+
+def test_a_submission_while_the_tick_thread_is_awake_writes_nothing_and_its_next_poll_does_not_wait() -> None:
+    poller = _Poller()
+    notifier = WakeOnce(poller)
+    ((fd, on_readable),) = poller.subscribed.items()
+    timeouts: list[float] = []
+
+    def poll(timeout: float) -> None:
+        timeouts.append(timeout)
+        if select.select([fd], [], [], 0)[0]:
+            on_readable(fd, 0)
+
+    try:
+        notifier.notify()  # before the tick thread's first wait: a byte
+        notifier.wait(poll, 5.0)
+        assert not select.select([fd], [], [], 0)[0] and notifier.awake
+        notifier.notify()  # the tick thread is ticking: no system call, no byte
+        notifier.notify()
+        assert not select.select([fd], [], [], 0)[0]
+        notifier.wait(poll, 5.0)  # it reads the queue before it waits: a poll that does not wait
+        notifier.wait(poll, 5.0)  # nothing came since: it waits
+        assert timeouts == [0.0, 0.0, 5.0]
     finally:
         close_notifier(notifier, poller)
 

@@ -200,10 +200,19 @@ def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseExcep
 
 class WakeOnce(PipeNotifier):
     """pysyncobj's pipe notifier (the loop thread wakes the tick thread's poll when it submits an
-    entry) writing at most one byte per wake: stock writes one per submitted entry, a system call
-    each, while the tick thread is mostly awake already.
+    entry) writing a byte only to a tick thread that waits in its poll, and at most one per
+    wait: stock writes one per submitted entry, a system call each (and a moment where the loop
+    thread lets go of the GIL), while the tick thread is mostly awake already.
 
-    `pending` is set before the byte is written and cleared only once the pipe is drained. A
+    `awake` is true from the moment the tick thread's poll returns until it next begins to wait
+    (`wait`, which takes pysyncobj's poller.poll). A notify first sets `due`, then writes a byte
+    only if the tick thread is not awake; the tick thread first clears `awake`, then polls
+    without waiting if `due` is set. Whatever the interleaving, a submission is either seen by
+    the tick thread before it waits (`due`) or wakes it (a byte): set in the other order, a
+    notify that read `awake` just before the tick thread cleared it would set `due` too late,
+    and its entry would wait for the poll's timeout.
+
+    `pending` is set before a byte is written and cleared only once the pipe is drained. A
     notify that finds it set writes nothing: its entry is in the command queue already, and the
     tick that follows the drain reads that queue. Cleared before the drain instead, a notify in
     between would set it again and have its byte drained with the others: `pending` would stay
@@ -212,16 +221,37 @@ class WakeOnce(PipeNotifier):
 
     def __init__(self, poller: Any) -> None:
         self.pending = False
+        self.awake = False  # until the tick thread's first wait returns, every notify writes
+        self.due = False
         super().__init__(poller)
 
     def notify(self) -> None:
-        if not self.pending:
+        self.due = True
+        if not self.awake and not self.pending:
             self.pending = True
             super().notify()
+
+    def wait(self, poll: Callable[[float], None], timeout: float) -> None:
+        """The tick thread's wait: pysyncobj's `poll(timeout)`, or a poll that does not wait when
+        a notify came since the last one returned."""
+        self.awake = False
+        if self.due:
+            self.due = False
+            timeout = 0.0
+        try:
+            poll(timeout)
+        finally:
+            self.awake = True
 
     def _PipeNotifier__onNewNotification(self, descr: int, event_mask: int) -> None:
         PipeNotifier._PipeNotifier__onNewNotification(self, descr, event_mask)
         self.pending = False
+        self.awake = True  # the tick thread ticks before it waits again: a notify now need only set `due`
+
+    def install(self, poller: Any) -> None:
+        """Make `poller.poll` (what pysyncobj's tick waits in) go through `wait`."""
+        stock = poller.poll
+        poller.poll = lambda timeout: self.wait(stock, timeout)
 
 
 def close_notifier(notifier: PipeNotifier, poller: Any) -> None:

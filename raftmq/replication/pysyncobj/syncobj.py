@@ -190,7 +190,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         super().__init__(self_address, peers, conf=conf, transportClass=DurableTransport)
         stock = getattr(self, "_SyncObj__pipeNotifier", None)  # absent where pysyncobj has no pipes
         if self.fixes.wake_once and stock is not None:
-            self._SyncObj__pipeNotifier = WakeOnce(self._poller)
+            self._SyncObj__pipeNotifier = notifier = WakeOnce(self._poller)
+            notifier.install(self._poller)
             close_notifier(stock, self._poller)
         if self._alone and self.fixes.solo_commit:
             # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
@@ -259,7 +260,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         last = self._last_index()
         super()._checkCommandsToApply()
         if isinstance(getattr(self, "_SyncObj__pipeNotifier", None), WakeOnce) and len(self._SyncObj__commandsQueue._FastQueue__queue):
-            self._SyncObj__pipeNotifier.notify()  # left for the next tick (a time budget): no byte may be pending
+            self._SyncObj__pipeNotifier.notify()  # left for the next tick (a time budget): its poll does not wait
         if self.fixes.fsync:
             # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
             self.durable_journal.sync()
