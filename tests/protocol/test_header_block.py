@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftmq.core.commands import Ack, Nack, Send
-from raftmq.errors import ProtocolError
 from raftmq.core.message_headers import read_headers
+from raftmq.errors import ProtocolError
 from raftmq.protocol import header_block as hb
 from raftmq.protocol.codec import FrameParser, encode_frame
 from raftmq.protocol.frame import Frame
