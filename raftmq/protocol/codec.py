@@ -33,9 +33,6 @@ _MAX_LENGTH_DIGITS = 16
 # Frames besides SEND whose plain header text is kept whole (their headers made when asked for):
 # a consumer's per-message answers, read by `FrameTranslator` from the text.
 _KEPT_WHOLE = frozenset({"ACK", "NACK"})
-_STRIPPED_BY_LENGTH: dict[int, tuple[str, ...]] = {
-    length: tuple(sorted(name for name in STRIPPED if len(name) == length)) for length in STRIPPED_LENGTHS
-}
 
 _DEFAULT_LIMITS = Limits()
 
@@ -326,6 +323,8 @@ def _send_block(text: str) -> str | None:
     without its transport lines; None when a line is not one name, one colon and a value (the
     caller then reads the lines one by one, and refuses or unescapes as the version says).
     The text is walked in place: the block is the runs of lines between the cut ones."""
+    if text.count(":") != text.count("\n"):
+        return None  # with a colon after a name on every line (below): one colon each
     end = len(text)
     start = 0
     run = 0  # where the run of kept lines that `start` is in began
@@ -333,9 +332,9 @@ def _send_block(text: str) -> str | None:
     while start < end:
         eol = text.find("\n", start)
         colon = text.find(":", start, eol)
-        if eol < 0 or colon <= start or text.find(":", colon + 1, eol) >= 0:
+        if eol < 0 or colon <= start:
             return None
-        if colon - start in STRIPPED_LENGTHS and _stripped(text, start, colon - start):
+        if colon - start in STRIPPED_LENGTHS and text[start:colon] in STRIPPED:
             if runs is None:
                 runs = []
             if run < start:
@@ -349,23 +348,16 @@ def _send_block(text: str) -> str | None:
     return "".join(runs)
 
 
-def _stripped(text: str, start: int, length: int) -> bool:
-    """Whether the header name at text[start:start + length] is one of STRIPPED (no slice made)."""
-    for name in _STRIPPED_BY_LENGTH[length]:
-        if text.startswith(name, start):
-            return True
-    return False
-
-
 def _plain_lines(text: str) -> bool:
     """Whether every line of a header text is `name:value\\n` with one colon and a name: the
     lines `Frame.headers` makes from the kept text are then the ones a full parse would make."""
+    if text.count(":") != text.count("\n"):
+        return False  # with a colon after a name on every line (below): one colon each
     end = len(text)
     start = 0
     while start < end:
         eol = text.find("\n", start)
-        colon = text.find(":", start, eol)
-        if eol < 0 or colon <= start or text.find(":", colon + 1, eol) >= 0:
+        if eol < 0 or text.find(":", start, eol) <= start:
             return False
         start = eol + 1
     return True
