@@ -30,7 +30,10 @@ state the real path leaves them in: a session that is OPEN, a replica whose core
 sessions and the subscription, a body journal (a real `Journal` in a temp dir, written, never
 fsynced) whose caches are small enough to be in their steady state (every batch in evicts one)
 after a few dozen messages, and, for an ACK, a replica that applied the SENDs first. One message
-per Raft entry (light load: every per-entry cost is a per-message cost). The leader's replica
+per Raft entry (light load: every per-entry cost is a per-message cost), or `--entry-size N`
+messages per entry, as a loaded group batches them (the entry-level stages, from encoding the
+entry to the body journal, then run once per N messages and report their figure per message;
+`bench.cpu_budget` prints the entry size a load makes). The leader's replica
 rows split `Replica.apply` into `BodyStore.begin` (measured alone), `BodyStore.end` (begin + end
 measured, minus begin), `Broker.apply` (measured alone on the referenced commands) and the rest
 (the effects' hand-out, `receipt_first`, the body lookup: the whole minus the three). The leader's
@@ -400,10 +403,13 @@ def _replica(stack: ExitStack, leader: bool, setup: Sequence[Sequence[Any]]) -> 
 
 @dataclass
 class Prepared:
-    """Inputs of every stage for `count` messages, each the output of the stages before it."""
+    """Inputs of every stage for `count` messages, each the output of the stages before it.
+    The `*_index`, `*_entries`, `*_entry_commands` and `*_entry_batches` lists are per Raft
+    entry (`entry_size` messages each); the rest per message."""
 
     count: int
     prefetch: int
+    entry_size: int = 1
     setup: list[list[Any]] = field(default_factory=list)  # leader commands: connects, subscribe
     setup_entries: list[bytes] = field(default_factory=list)
     send_bytes: list[bytes] = field(default_factory=list)
@@ -418,18 +424,28 @@ class Prepared:
     ack_batches: list[bytes] = field(default_factory=list)
     ack_entries: list[bytes] = field(default_factory=list)
     ack_index: list[int] = field(default_factory=list)
+    send_entry_commands: list[list[Any]] = field(default_factory=list)
+    send_entry_batches: list[list[bytes]] = field(default_factory=list)
+    ack_entry_commands: list[list[Any]] = field(default_factory=list)
+    ack_entry_batches: list[list[bytes]] = field(default_factory=list)
     follower_setup: list[list[Any]] = field(default_factory=list)
     follower_sends: list[list[Any]] = field(default_factory=list)
     follower_acks: list[list[Any]] = field(default_factory=list)
     review_sends: list[bytes] = field(default_factory=list)
 
 
-def prepare(count: int) -> Prepared:
+def _grouped(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def prepare(count: int, entry_size: int = 1) -> Prepared:
     from raftmq.replication.command_codec import encode_rows
     from raftmq.replication.entry_codec import decode_entry, encode_entry
     from raftmq.server.stomp.session import Propose
 
-    prepared = Prepared(count, prefetch=count + 1000)
+    if count % entry_size:
+        raise SystemExit(f"message_stages: {count} messages do not make whole entries of {entry_size}")
+    prepared = Prepared(count, prefetch=count + 1000, entry_size=entry_size)
     sessions = _Sessions(prepared.prefetch)
     prepared.setup = sessions.setup
     prepared.setup_entries = [encode_entry([encode_rows(commands)]) for commands in sessions.setup]
@@ -444,11 +460,9 @@ def prepare(count: int) -> Prepared:
         prepared.send_bytes.append(data)
         prepared.send_commands.append(commands)
         prepared.send_batches.append(batch)
-        prepared.send_entries.append(encode_entry([batch]))
-        prepared.send_index.append(first + seq)
     with ExitStack() as stack:
         replica, host, sinks = _replica(stack, True, prepared.setup)
-        for index, commands in zip(prepared.send_index, prepared.send_commands, strict=True):
+        for index, commands in enumerate(prepared.send_commands, start=first):  # a message per entry
             host.commit_log.position.index = index
             replica.apply(commands)
         consumer, producer = sinks["c"], sinks["p"]
@@ -465,8 +479,15 @@ def prepare(count: int) -> Prepared:
         prepared.ack_bytes.append(data)
         prepared.ack_commands.append(commands)
         prepared.ack_batches.append(batch)
-        prepared.ack_entries.append(encode_entry([batch]))
-        prepared.ack_index.append(first + count + seq)
+    for kind in ("send", "ack"):
+        commands_of = _grouped(getattr(prepared, f"{kind}_commands"), entry_size)
+        batches_of = _grouped(getattr(prepared, f"{kind}_batches"), entry_size)
+        setattr(prepared, f"{kind}_entry_commands", [[c for commands in group for c in commands] for group in commands_of])
+        setattr(prepared, f"{kind}_entry_batches", batches_of)
+        setattr(prepared, f"{kind}_entries", [encode_entry(batches) for batches in batches_of])
+    entries = count // entry_size
+    prepared.send_index = list(range(first, first + entries))
+    prepared.ack_index = list(range(first + entries, first + 2 * entries))
     prepared.follower_setup = [decode_entry(entry) for entry in prepared.setup_entries]
     prepared.follower_sends = [decode_entry(entry) for entry in prepared.send_entries]
     prepared.follower_acks = [decode_entry(entry) for entry in prepared.ack_entries]
@@ -518,14 +539,14 @@ def _encode_batch(inputs: Callable[[Prepared], list[list[Any]]]) -> Factory:
     return factory
 
 
-def _encode_entry(inputs: Callable[[Prepared], list[bytes]]) -> Factory:
+def _encode_entry(inputs: Callable[[Prepared], list[list[bytes]]]) -> Factory:
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
         from raftmq.replication.entry_codec import encode_entry
 
         def loop(items: list[Any]) -> None:
             for batches in items:
                 encode_entry(batches)
-        return loop, [[batch] for batch in inputs(p)]  # RaftLog._pump's list of the entry's batches
+        return loop, inputs(p)  # RaftLog._pump's list of each entry's batches
     return factory
 
 
@@ -543,15 +564,15 @@ def _decode(entries: Callable[[Prepared], list[bytes]], batch_only: bool) -> Fac
     return factory
 
 
-def _as_batch(rows: bytes) -> bytes:
-    """A proposal's rows as the batch a follower's `decode_entry` hands `decode_batch` (format 2)."""
-    from raftmq.replication.entry_codec import batch_of_rows
+def _entry_batch(entry: bytes) -> bytes:
+    """The batch a follower's `decode_entry` hands `decode_batch`: the entry, decompressed."""
+    import lz4.block
 
-    return batch_of_rows(rows)
+    return bytes(lz4.block.decompress(memoryview(entry)[1:]))
 
 
 def _sends_applied(p: Prepared, leader: bool, replica: Any, host: _ReplicaHost) -> None:
-    sends = p.send_commands if leader else p.follower_sends
+    sends = p.send_entry_commands if leader else p.follower_sends
     for index, commands in zip(p.send_index, sends, strict=True):
         host.commit_log.position.index = index
         replica.apply(commands)
@@ -559,8 +580,8 @@ def _sends_applied(p: Prepared, leader: bool, replica: Any, host: _ReplicaHost) 
 
 def _entries(p: Prepared, leader: bool, acks: bool) -> tuple[list[int], list[list[Any]]]:
     if acks:
-        return p.ack_index, p.ack_commands if leader else p.follower_acks
-    return p.send_index, p.send_commands if leader else p.follower_sends
+        return p.ack_index, p.ack_entry_commands if leader else p.follower_acks
+    return p.send_index, p.send_entry_commands if leader else p.follower_sends
 
 
 def _apply(leader: bool, acks: bool) -> Factory:
@@ -684,7 +705,7 @@ REGIONS: dict[str, Factory] = {
     "send.parse": _parse(lambda p: p.send_bytes),
     "send.receive": _receive(consumer=False),
     "send.encode_batch": _encode_batch(lambda p: p.send_commands),
-    "send.encode_entry": _encode_entry(lambda p: p.send_batches),
+    "send.encode_entry": _encode_entry(lambda p: p.send_entry_batches),
     "send.begin": _begin(True, False, with_end=False),
     "send.begin_end": _begin(True, False, with_end=True),
     "send.core": _core(True, False),
@@ -694,24 +715,33 @@ REGIONS: dict[str, Factory] = {
     "ack.parse": _parse(lambda p: p.ack_bytes),
     "ack.receive": _receive(consumer=True),
     "ack.encode_batch": _encode_batch(lambda p: p.ack_commands),
-    "ack.encode_entry": _encode_entry(lambda p: p.ack_batches),
+    "ack.encode_entry": _encode_entry(lambda p: p.ack_entry_batches),
     "ack.begin": _begin(True, True, with_end=False),
     "ack.begin_end": _begin(True, True, with_end=True),
     "ack.core": _core(True, True),
     "ack.apply": _apply(True, True),
     "fsend.decode_entry": _decode(lambda p: p.send_entries, batch_only=False),
-    "fsend.decode_batch": _decode(lambda p: [_as_batch(rows) for rows in p.send_batches], batch_only=True),
+    "fsend.decode_batch": _decode(lambda p: [_entry_batch(entry) for entry in p.send_entries], batch_only=True),
     "fsend.begin": _begin(False, False, with_end=False),
     "fsend.begin_end": _begin(False, False, with_end=True),
     "fsend.core": _core(False, False),
     "fsend.apply": _apply(False, False),
     "fack.decode_entry": _decode(lambda p: p.ack_entries, batch_only=False),
-    "fack.decode_batch": _decode(lambda p: [_as_batch(rows) for rows in p.ack_batches], batch_only=True),
+    "fack.decode_batch": _decode(lambda p: [_entry_batch(entry) for entry in p.ack_entries], batch_only=True),
     "fack.begin": _begin(False, True, with_end=False),
     "fack.begin_end": _begin(False, True, with_end=True),
     "fack.core": _core(False, True),
     "fack.apply": _apply(False, True),
 }
+
+
+# Regions whose items are Raft entries (`entry_size` messages each); the rest take a message each.
+ENTRY_REGIONS = frozenset(name for name in REGIONS if name.partition(".")[2] in ("encode_entry", "begin", "begin_end", "core",
+                                                                             "apply", "decode_entry", "decode_batch"))
+
+
+def _messages_per_item(name: str, prepared: Prepared) -> int:
+    return prepared.entry_size if name in ENTRY_REGIONS else 1
 
 
 # ---- the children -------------------------------------------------------------------------------
@@ -726,24 +756,24 @@ def _child_start() -> dict[str, Any]:
     return {"build": raftmq.compiled.mode(), "raftmq": raftmq.__file__, "python": sys.version.split()[0]}
 
 
-def child_count(messages: int, regions: Sequence[str]) -> dict[str, Any]:
+def child_count(messages: int, regions: Sequence[str], entry_size: int = 1) -> dict[str, Any]:
     info = _child_start()
     counter = UprobeCounter()
-    prepared = prepare(messages)
+    prepared = prepare(messages, entry_size)
     objects: dict[str, float] = {}
     for name in regions:
         with ExitStack() as stack:
             loop, inputs = REGIONS[name](prepared, stack)
-            objects[name] = counter.per_item(loop, inputs)
+            objects[name] = counter.per_item(loop, inputs) / _messages_per_item(name, prepared)
         if name == "calibration" and abs(objects[name] - CALIBRATION_PER_ITEM) > CALIBRATION_TOLERANCE:
             raise SystemExit(f"message_stages: calibration read {objects[name]:.4f} objects per iteration, "
                              f"expected {CALIBRATION_PER_ITEM}: the counter misses objects; nothing reported")
-    return {**info, "messages": messages, "objects": objects}
+    return {**info, "messages": messages, "entry_size": entry_size, "objects": objects}
 
 
-def child_cpu(messages: int, rounds: int, regions: Sequence[str]) -> dict[str, Any]:
+def child_cpu(messages: int, rounds: int, regions: Sequence[str], entry_size: int = 1) -> dict[str, Any]:
     info = _child_start()
-    prepared = prepare(messages)
+    prepared = prepare(messages, entry_size)
     micros: dict[str, list[float]] = {name: [] for name in regions if name != "calibration"}
     for _ in range(rounds):
         for name in micros:
@@ -752,8 +782,9 @@ def child_cpu(messages: int, rounds: int, regions: Sequence[str]) -> dict[str, A
                 gc.collect()
                 started = time.process_time()
                 loop(inputs)
-                micros[name].append((time.process_time() - started) / len(inputs) * 1e6)
-    return {**info, "messages": messages, "rounds": rounds, "cpu_us": micros}
+                per_message = len(inputs) * _messages_per_item(name, prepared)
+                micros[name].append((time.process_time() - started) / per_message * 1e6)
+    return {**info, "messages": messages, "entry_size": entry_size, "rounds": rounds, "cpu_us": micros}
 
 
 def child_calibrate_whole(loop: bool, count: int) -> None:
@@ -1066,7 +1097,7 @@ def print_table(table: list[dict[str, Any]], results: dict[str, Any]) -> None:
               for b in ("installed", "pure")}
     title = (f"Per message, by stage: objects created and CPU µs (installed build: {builds['installed']}; "
              f"pure: {builds['pure']}); {results.get('messages')} messages counted, {results.get('cpu_messages')} "
-             f"timed, best of {results.get('rounds')}")
+             f"timed, best of {results.get('rounds')}; {results.get('entry_size', 1)} per Raft entry")
     table_out = Table(title=title, show_lines=False)
     for name in ("group", "stage", "where (file:function)"):
         table_out.add_column(name, overflow="fold")
@@ -1148,21 +1179,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--light-load", type=int, default=2000, metavar="N",
                         help="also count the leader process's objects per message over N messages through a real "
                              "3-node group (0: skip; default 2000)")
+    parser.add_argument("--entry-size", type=int, default=1, metavar="N",
+                        help="messages per Raft entry in the entry-level stages (default 1: light load; a loaded "
+                             "group's, from bench.cpu_budget: about 60)")
     parser.add_argument("--child", choices=("count", "cpu", "whole"), help=argparse.SUPPRESS)
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     regions = list(REGIONS)
     if args.child == "count":
-        print(RESULT_PREFIX + json.dumps(child_count(args.messages, regions)))
+        print(RESULT_PREFIX + json.dumps(child_count(args.messages, regions, args.entry_size)))
         return
     if args.child == "cpu":
-        print(RESULT_PREFIX + json.dumps(child_cpu(args.cpu_messages, args.rounds, regions)))
+        print(RESULT_PREFIX + json.dumps(child_cpu(args.cpu_messages, args.rounds, regions, args.entry_size)))
         return
     if args.child == "whole":
         child_calibrate_whole(args.loop, args.messages)
         return
     started = time.monotonic()
+    if args.messages % args.entry_size or args.cpu_messages % args.entry_size:
+        parser.error(f"--messages and --cpu-messages must be multiples of --entry-size {args.entry_size}")
     results: dict[str, Any] = {"messages": args.messages, "cpu_messages": args.cpu_messages, "rounds": args.rounds,
+                               "entry_size": args.entry_size,
                                "command": " ".join([Path(sys.executable).name, "-m", "bench.message_stages",
                                                     *(argv if argv is not None else sys.argv[1:])])}
     builds = ["installed", "pure"] if args.builds == "both" else [args.builds]
@@ -1179,14 +1216,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.no_count:
             waited += wait_until_quiet(f"counting objects ({build})")
             print(f"counting objects, {build} build ...", file=sys.stderr)
-            got["count"] = _run_child(["--child", "count", "--messages", str(args.messages)], pure, timeout=3600)
+            got["count"] = _run_child(["--child", "count", "--messages", str(args.messages), "--entry-size",
+                                       str(args.entry_size)], pure, timeout=3600)
             print(f"  calibration in the count child: {got['count']['objects']['calibration']:.4f} per iteration",
                   file=sys.stderr)
         if not args.no_cpu:
             waited += wait_until_quiet(f"timing ({build})")
             print(f"timing, {build} build ...", file=sys.stderr)
             got["cpu"] = _run_child(["--child", "cpu", "--cpu-messages", str(args.cpu_messages), "--rounds",
-                                     str(args.rounds)], pure, timeout=3600)
+                                     str(args.rounds), "--entry-size", str(args.entry_size)], pure, timeout=3600)
         if not args.no_count and args.light_load > 0:
             waited += wait_until_quiet(f"the light-load run ({build})")
             print(f"light load through a 3-node group, {build} build ...", file=sys.stderr)

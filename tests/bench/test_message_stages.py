@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from bench.message_stages import REGIONS, ROWS, TOTALS, build_table, markdown_table, prepare
+from bench.message_stages import ENTRY_REGIONS, REGIONS, ROWS, TOTALS, _entries, _replica, _sends_applied, build_table, markdown_table, prepare
 from raftmq.core.commands import Ack, Send
 from raftmq.core.effects import Deliver
 
@@ -31,6 +31,26 @@ def test_every_region_runs_its_loop_on_fresh_instances() -> None:
             loop, inputs = factory(prepared, stack)
             assert len(inputs) == MESSAGES, name
             loop(inputs)
+
+
+def test_entries_of_several_messages_carry_them_all_and_every_ack_settles_its_delivery() -> None:
+    prepared = prepare(MESSAGES, entry_size=4)
+    for name, factory in REGIONS.items():
+        with ExitStack() as stack:
+            loop, inputs = factory(prepared, stack)
+            assert len(inputs) == (MESSAGES // 4 if name in ENTRY_REGIONS else MESSAGES), name
+            loop(inputs)
+    assert [len(commands) for commands in prepared.follower_sends] == [4] * (MESSAGES // 4)
+    assert sorted(prepared.send_index + prepared.ack_index) == list(range(4, 4 + 2 * MESSAGES // 4))
+    with ExitStack() as stack:
+        replica, host, sinks = _replica(stack, True, prepared.setup)
+        _sends_applied(prepared, True, replica, host)
+        assert len(sinks["c"].effects) == MESSAGES and len(sinks["p"].receipts) == MESSAGES
+        for index, commands in zip(*_entries(prepared, True, True), strict=True):
+            host.commit_log.position.index = index
+            replica.apply(commands)
+        held = [len(sub.in_flight) for session in replica.broker.state.sessions.values() for sub in session.subs.values()]
+        assert held == [0], "an ACK of the grouped entries named no delivery"
 
 
 def test_rows_derive_and_total_from_the_regions() -> None:
