@@ -266,10 +266,15 @@ class RaftConnection:
             self._poller.unsubscribe(descr)
             return
         try:
-            if event & POLL_EVENT_TYPE.ERROR or self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            if event & POLL_EVENT_TYPE.ERROR:
                 self.disconnect()
                 return
             if not self._tcp_up:
+                # A non-blocking connect's outcome (once up, an error shows as POLLERR or as a
+                # failed recv/send: no system call per event to ask).
+                if self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    self.disconnect()
+                    return
                 self._tcp_up = True
                 self._tcp_established()
             if event & POLL_EVENT_TYPE.READ:
@@ -331,8 +336,9 @@ class RaftConnection:
     def _read(self) -> None:
         budget = READ_BUDGET_BYTES
         while budget > 0 and self._sock is not None:
+            wanted = min(budget, self._recv_buffer)
             try:
-                chunk = self._sock.recv(min(budget, self._recv_buffer))
+                chunk = self._sock.recv(wanted)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -341,6 +347,7 @@ class RaftConnection:
             if not chunk:
                 self.disconnect()
                 return
+            drained = len(chunk) < wanted  # the socket had no more: no second recv to hear so (poll says when)
             if self._ssl is not None:
                 budget -= len(chunk)
                 chunk = self._tls_received(chunk)
@@ -349,6 +356,8 @@ class RaftConnection:
             budget -= len(chunk)
             self._last_read = time.monotonic()
             self._parse()
+            if drained:
+                break
 
     def _parse(self) -> None:
         offset = 0

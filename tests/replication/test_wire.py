@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import stat
+import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pysyncobj.poller import PollPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from raftmq.client.transport import RAFT_HELLO
 from raftmq.errors import ConfigError
 from raftmq.replication.group_secret import SECRET_FILE, group_secret
-from raftmq.replication.wire import MAGIC, NONCE_BYTES, decode_message, encode_message
+from raftmq.replication.wire import MAGIC, NONCE_BYTES, RaftConnection, decode_message, encode_message
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text() | st.binary(),
@@ -77,3 +83,55 @@ def test_a_secret_others_can_read_is_refused(tmp_path: Path) -> None:
 def test_the_client_knows_the_hello_of_a_raft_port() -> None:
     # raftmq.client.transport recognises a Raft port by it, without importing this module.
     assert RAFT_HELLO == len(MAGIC + bytes(NONCE_BYTES)).to_bytes(4, "big") + MAGIC
+
+
+class _CountingSocket:
+    """A socket that counts the calls made of it (the system calls a connection spends)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.sock, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args)
+        return counted
+
+
+@pytest.mark.integration
+def test_an_open_connection_spends_one_recv_per_read_event_and_never_asks_the_socket_for_errors() -> None:
+    poller = PollPoller()
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = RaftConnection(poller, "s3cret", timeout=5.0)
+    received: list[Any] = []
+    server: RaftConnection | None = None
+    try:
+        assert client.connect("127.0.0.1", listener.getsockname()[1])
+        accepted, _ = listener.accept()
+        accepted.setblocking(False)
+        server = RaftConnection(poller, "s3cret", timeout=5.0, sock=accepted)
+        server.setOnMessageReceivedCallback(received.append)
+        deadline = time.monotonic() + 5
+        while (client.state != CONNECTION_STATE.CONNECTED or server.state != CONNECTION_STATE.CONNECTED) \
+                and time.monotonic() < deadline:
+            poller.poll(0.05)
+        assert client.state == server.state == CONNECTION_STATE.CONNECTED
+        counting = server._sock = _CountingSocket(accepted)  # type: ignore[assignment]
+        for i in range(5):
+            client.send({"type": "append_entries", "term": 1, "n": i})
+            deadline = time.monotonic() + 5
+            while len(received) <= i and time.monotonic() < deadline:
+                poller.poll(0.05)
+        assert [m["n"] for m in received] == list(range(5))
+        assert counting.calls["getsockopt"] == 0, counting.calls
+        assert counting.calls["recv"] == 5, counting.calls  # a short read ends the event: no recv to hear EAGAIN
+    finally:
+        client.disconnect()
+        if server is not None:
+            server.disconnect()
+        listener.close()
