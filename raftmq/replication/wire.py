@@ -334,11 +334,13 @@ class RaftConnection:
         return bytes(plain)
 
     def _read(self) -> None:
+        # Until the socket is empty (or the budget spent), though a short read usually means it is:
+        # ending the read there made the 1P×1C receipt p50 0.2 ms longer (1.75 against 1.95 ms,
+        # bench/before_after.sh's case), the rest of a message being left for another poll.
         budget = READ_BUDGET_BYTES
         while budget > 0 and self._sock is not None:
-            wanted = min(budget, self._recv_buffer)
             try:
-                chunk = self._sock.recv(wanted)
+                chunk = self._sock.recv(min(budget, self._recv_buffer))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -347,7 +349,6 @@ class RaftConnection:
             if not chunk:
                 self.disconnect()
                 return
-            drained = len(chunk) < wanted  # the socket had no more: no second recv to hear so (poll says when)
             if self._ssl is not None:
                 budget -= len(chunk)
                 chunk = self._tls_received(chunk)
@@ -356,8 +357,6 @@ class RaftConnection:
             budget -= len(chunk)
             self._last_read = time.monotonic()
             self._parse()
-            if drained:
-                break
 
     def _parse(self) -> None:
         offset = 0
