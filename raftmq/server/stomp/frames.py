@@ -44,18 +44,14 @@ def message_frame(deliver: Deliver, version: str, body: bytes | None = None, ter
     ack_id = deliver.ack_id if version == "1.2" else None
     if head is not None and (version == "1.2" or "\\" not in block) and _plain(message.message_id) \
             and (ack_id is None or _plain(ack_id)):
-        lines = [f"message-id:{message.message_id}\n"]
-        if ack_id is not None:
-            lines.append(f"ack:{ack_id}\n")
-        if deliver.redelivered:
-            lines.append("redelivered:true\n")
-        lines.append(f"delivery-count:{deliver.delivery_count}\n")
-        if term:
-            lines.append(f"raftmq-term:{term}\n")
-        lines.append(block)
-        lines.append(f"content-length:{len(body)}\n\n")
+        # One string built at once (no list of lines); a line a delivery lacks is "".
+        ack = f"ack:{ack_id}\n" if ack_id is not None else ""
+        again = "redelivered:true\n" if deliver.redelivered else ""
+        term_line = f"raftmq-term:{term}\n" if term else ""
+        text = (f"message-id:{message.message_id}\n{ack}{again}delivery-count:{deliver.delivery_count}\n{term_line}"
+                f"{block}content-length:{len(body)}\n\n")
         try:
-            return b"".join((head, "".join(lines).encode("utf-8"), body, b"\0"))
+            return b"".join((head, text.encode("utf-8"), body, b"\0"))
         except UnicodeEncodeError:
             pass  # a lone surrogate: let encode_frame refuse it
     return _message_frame_escaped(deliver, version, body, term)
