@@ -10,7 +10,7 @@ from raftmq.core.commands import Subscribe
 from raftmq.errors import ProtocolError
 from raftmq.protocol.frame import Frame
 from raftmq.routing.route import CONTROL_DESTINATION, sf_queue
-from raftmq.server.stomp.translate import FrameTranslator
+from raftmq.server.stomp.translate import FrameTranslator, check_destination
 
 
 def subscribe(translator: FrameTranslator, destination: str) -> object:
@@ -26,3 +26,11 @@ def test_a_store_and_forward_queue_is_refused_unless_a_neighbour_pulls_it() -> N
     assert isinstance(subscribe(pulled, sf_queue("g1")), Subscribe)
     with pytest.raises(ProtocolError, match="reserved destination"):
         subscribe(pulled, sf_queue("g3"))
+
+
+@pytest.mark.parametrize("destination", ["/queue/", "/topic/"])
+def test_a_destination_with_an_empty_name_is_refused_at_the_edge(destination: str) -> None:
+    with pytest.raises(ProtocolError, match="invalid destination") as refused:
+        check_destination(destination, "SEND")
+    assert "empty name" in refused.value.detail
+    assert check_destination(destination + "a", "SEND") == destination + "a"

@@ -49,15 +49,15 @@ def check_destination(destination: str | None, command: str) -> str:
     if destination is None:
         raise ProtocolError(f"{command} requires a destination header", f"{command} frame without 'destination'")
     if destination.startswith(QUEUE_PREFIX):
-        name = destination[len(QUEUE_PREFIX) :]
+        prefix = len(QUEUE_PREFIX)
     elif destination.startswith(TOPIC_PREFIX):
-        name = destination[len(TOPIC_PREFIX) :]
+        prefix = len(TOPIC_PREFIX)
     else:
         raise ProtocolError(
             "invalid destination",
             f"destination {destination!r} must be /queue/NAME (anycast) or /topic/NAME (multicast)",
         )
-    if not name:
+    if len(destination) == prefix:  # the name after the prefix is empty (no slice made to see it)
         raise ProtocolError("invalid destination", f"destination {destination!r} has an empty name")
     return destination
 
