@@ -38,5 +38,5 @@ def read_headers(headers: str) -> tuple[int, int, bool, str | None, str | None]:
     value = first_of(headers, _EXPIRES)
     expires = 0 if value is None else _parse_expires(value)
     value = first_of(headers, _PERSISTENT)
-    persistent = value is not None and value.lower() == "true"
+    persistent = value is not None and (value == "true" or value.lower() == "true")  # no lower-cased copy of the usual "true"
     return priority, expires, persistent, first_of(headers, _GROUP) or None, first_of(headers, _DUPL_ID) or None

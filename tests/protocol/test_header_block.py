@@ -134,3 +134,8 @@ def test_an_ack_is_kept_whole_and_read_without_header_pairs() -> None:
     assert frame._headers is None  # the translator read the text, not the pairs
     [two_colons] = FrameParser(version="1.1").feed(b"ACK\nmessage-id:a:b\nsubscription:1\n\n\0")
     assert two_colons.text is None and two_colons.get("message-id") == "a:b"
+
+
+def test_the_core_reads_persistent_without_regard_to_case() -> None:
+    for value, persistent in (("true", True), ("TRUE", True), ("True", True), ("false", False), ("yes", False)):
+        assert read_headers(hb.block_of([("persistent", value)]))[2] is persistent, value
