@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from raftmq.errors import JournalCorrupt
+from raftmq.routing.route import DUPLICATE_ID_HEADER
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_payload
 from raftmq.storage.records import BATCH_HEADER_SIZE, Record, decode_batch, parse_header
 from spark_audit.layout import segment_files
@@ -71,7 +72,7 @@ def _row(run: str, group: str, node: str, name: str, offset: int, position: int,
     destination = dedup = value = body_digest = None
     if record.kind == KIND_MESSAGE:
         destination, headers, body = decode_payload(record.payload)
-        dedup = next((value for name, value in headers if name == "_AMQ_DUPL_ID"), None) or None  # the first, as the core reads it
+        dedup = next((value for name, value in headers if name == DUPLICATE_ID_HEADER), None) or None  # the first, as the core reads it
         value, body_digest = text_value(body), digest(body)
     elif record.kind == KIND_PAGE:  # paged messages (raftmq.core.paging): members must agree on it too
         body_digest = digest(record.payload)

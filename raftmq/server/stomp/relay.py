@@ -132,9 +132,10 @@ class Relays:
     async def drained(self, grace: float) -> None:
         """Until every relay has ended, at most `grace` s: a client told where to resume closes its
         socket; a process that exits first resets it, and a client yet to read loses its ERROR."""
-        self._none_left.clear() if self._active else self._none_left.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._none_left.wait(), grace)
+        if self._active:
+            self._none_left.clear()  # `ended` sets it when the last one goes
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._none_left.wait(), grace)
 
     async def moved_away(self, grace: float) -> None:
         """The node stops after handing its sessions over: give the relays of other members
