@@ -256,6 +256,7 @@ def _check_timings(raft: RaftTimings, path: Path) -> None:
         (raft.max_entry_bytes > 0, "raft.max_entry_bytes must be positive"),
         (raft.max_entry_bytes < raft.append_entries_batch_bytes, "raft.max_entry_bytes must be below raft.append_entries_batch_bytes"),
         (raft.max_in_flight_entries > 0, "raft.max_in_flight_entries must be positive"),
+        (0 <= raft.settle_wait_ms <= raft.tick_period_ms, "raft.settle_wait_ms must be between 0 and raft.tick_period_ms"),
         (raft.entry_format in (1, 2, 3), f"raft.entry_format must be 1, 2 or 3, got {raft.entry_format!r}"),
         (raft.commit_timeout_ms > 0 and raft.snapshot_timeout_ms > 0, "raft.commit_timeout_ms and raft.snapshot_timeout_ms must be positive"),
     ]

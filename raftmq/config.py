@@ -233,6 +233,11 @@ class RaftTimings:
     # or 1 while members of a release that reads only those may still apply them (a rolling
     # upgrade from one). All are read.
     entry_format: int = 3
+    # An ACK or NACK that asked for no receipt waits for company rather than costing an entry
+    # alone: it never goes out as a further entry while another is in flight, and when the log
+    # falls idle just after answering a producer, it waits up to this long for that producer's
+    # next SEND. 0: settlements go out as any proposal.
+    settle_wait_ms: float = 1.0
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -153,6 +153,8 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         (lambda t: t + "[raft]\nelection_timeout_max_ms = 200\n", r"raft\.election_timeout_max_ms must exceed"),
         (lambda t: t + "[raft]\nmax_entry_bytes = 33554432\n", r"raft\.max_entry_bytes must be below"),
         (lambda t: t + "[raft]\nentry_format = 4\n", r"group\.toml: raft\.entry_format must be 1, 2 or 3, got 4"),
+        (lambda t: t + "[raft]\nsettle_wait_ms = 6\n", r"group\.toml: raft\.settle_wait_ms must be between 0 and raft\.tick_period_ms"),
+        (lambda t: t + "[raft]\nsettle_wait_ms = -1\n", r"raft\.settle_wait_ms must be between 0"),
         (lambda t: t + "[journal]\nsegment_bytes = 0\n", r"journal\.segment_bytes must be positive"),
         (lambda t: t + "[server]\nport = 1\n", r"server\.port: set by each \[\[node\]\]"),
         (lambda t: t + "[wat]\n", r"unknown table or key 'wat'"),

@@ -40,6 +40,7 @@ max_entry_bytes = 100000
 max_in_flight_entries = 3
 append_entries_batch_bytes = 20000000
 compact_after_bytes = 50000000
+settle_wait_ms = 2.5
 """
 
 
@@ -87,7 +88,7 @@ def test_the_defaults_reach_pysyncobj_as_the_tuned_seconds(tmp_path: Path, monke
 def test_a_group_files_raft_table_reaches_pysyncobj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf, log = built_conf(tmp_path, GROUP + RAFT, monkeypatch)
     timings = log.settings.timings
-    assert timings == RaftTimings(7, 30, 410, 930, 1200, 2100, 330, 6100, 7300, 100000, 3, 20000000, 50000000)
+    assert timings == RaftTimings(7, 30, 410, 930, 1200, 2100, 330, 6100, 7300, 100000, 3, 20000000, 50000000, 3, 2.5)
     assert conf.autoTickPeriod == pytest.approx(0.007)
     assert conf.appendEntriesPeriod == pytest.approx(0.03)
     assert (conf.raftMinTimeout, conf.raftMaxTimeout) == (pytest.approx(0.41), pytest.approx(0.93))

@@ -10,6 +10,7 @@ which, because commands are applied only after they are committed, is after comm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Final
 
 from raftmq.hot_values import HotValue
@@ -216,3 +217,13 @@ Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | B
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
 )
+
+
+def unawaited(commands: Sequence[Command]) -> bool:
+    """True when no client waits on these commands' outcome: each is an ACK or NACK that asked
+    for no receipt (STOMP: fire and forget). Committed a little later, they change nothing a
+    client was promised; the commit log may let them wait for company (`RaftTimings.settle_wait_ms`)."""
+    for command in commands:
+        if not isinstance(command, _Settle) or command.receipt is not None:
+            return False
+    return len(commands) > 0

@@ -48,12 +48,13 @@ def fail_waiters(waiters: Iterable[Waiter], error: Callable[[], Exception]) -> N
 
 
 class PendingEntry:
-    __slots__ = ("rows", "commands", "waiters", "timer", "entry", "size")
+    __slots__ = ("rows", "commands", "waiters", "timer", "entry", "size", "awaited")
 
-    def __init__(self, rows: list[bytes], commands: list[Command], waiters: list[Waiter]) -> None:
+    def __init__(self, rows: list[bytes], commands: list[Command], waiters: list[Waiter], awaited: bool = True) -> None:
         self.rows = rows  # each proposal's encoded rows (command_codec.encode_rows), in order
         self.commands = commands  # what the entry decodes to: the leader applies these as they are
         self.waiters = waiters
+        self.awaited = awaited  # a client waits on one of its proposals (not only ACKs without receipts)
         self.timer: asyncio.TimerHandle | None = None
         self.entry = b""
         self.size = sum(len(proposal) for proposal in rows)

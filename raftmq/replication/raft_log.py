@@ -4,6 +4,8 @@ Group commit: `propose` queues commands on the event loop. With nothing in fligh
 at once; a further entry (up to `max_in_flight_entries`) goes out at once only while the
 entries in flight are small (`light_load_bytes`); otherwise everything that arrives meanwhile
 is coalesced into the next entry, up to `max_entry_bytes` of encoded commands, lz4-compressed.
+ACKs and NACKs nobody waits on (no receipt) never go as a further entry, and on an idle log wait
+up to `settle_wait_ms` after a producer was answered, for its next SEND to take them along.
 The leader applies its own entries from the commands it built them from (no second decode). One Raft entry is therefore one
 `apply` call, and one fdatasync per replication message covers all of it.
 
@@ -25,7 +27,6 @@ the entries applied so far. Compaction is triggered by journal bytes (`compact_a
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import os
 import sys
@@ -36,14 +37,15 @@ from typing import Any
 import structlog
 from pysyncobj import _RAFT_STATE
 
-from raftmq.core.commands import Command
+from raftmq.core.commands import Command, unawaited
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
 from raftmq.replication.entry_codec import ENTRY_FORMAT_LISTS, ROWS_VERSION, batch_of_rows, decode_entry, encode_entry, encode_entry_lists
 from raftmq.replication.handoff import OrderedHandoff
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
-from raftmq.replication.leadership_transfer import transfer_round
+from raftmq.replication.leadership_transfer import transfer
+from raftmq.replication.proposals import ProposalQueue
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
@@ -56,8 +58,6 @@ log = structlog.get_logger("raftmq.replication.raft_log")
 # give the GIL up: up to 5 ms at Python's default switch interval, several times per round
 # trip. 0.5 ms keeps a replication round trip at ~1-3 ms under load.
 GIL_SWITCH_INTERVAL = 0.0005
-
-HAND_OVER_PAUSE_SECONDS = 0.05  # between transfer rounds, for the proposals that waited
 
 
 def _first_index(journal: RaftJournal) -> int:
@@ -76,7 +76,8 @@ class RaftLog(CommitLog):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._machine: StateMachine | None = None
         self._syncobj: HardenedSyncObj | None = None
-        self._queue: collections.deque[tuple[bytes, Sequence[Command], Waiter]] = collections.deque()
+        self._queue = ProposalQueue()
+        self._company_timer: asyncio.TimerHandle | None = None  # while unawaited settlements wait for company
         self._handing_over = False  # proposals wait in the queue (transfer_leadership)
         self._leader_term = 0  # the term of our latest leadership
         self._won_by_hand_over = False  # that leadership came from a transfer (TimeoutNow)
@@ -150,8 +151,10 @@ class RaftLog(CommitLog):
         elif not self.is_leader and not self._leading_on_loop:
             error = NotLeader(self.leader_hint)
         else:
+            timings = self.settings.timings
+            awaited = not (timings.settle_wait_ms and unawaited(commands))
             try:
-                self._queue.append((encode_rows(commands, ROWS_VERSION[self.settings.timings.entry_format]), commands, waiter))
+                self._queue.append(encode_rows(commands, ROWS_VERSION[timings.entry_format]), commands, waiter, awaited)
             except CommandCodecError as exc:
                 error = exc
         if error is None:
@@ -251,20 +254,13 @@ class RaftLog(CommitLog):
         than its voters', and elections would fail (seen under load: up to 1.4 s leaderless)."""
         syncobj, loop = self._syncobj, self._loop
         assert syncobj is not None and loop is not None
-        if syncobj.members == (self.settings.self_address,):
-            return False  # a group of one has nobody to hand over to
-        deadline = time.monotonic() + timeout
         round_seconds = self.settings.timings.election_timeout_max_ms / 1000
-        while syncobj.is_leader and time.monotonic() < deadline:
-            self._handing_over = True
-            try:
-                await transfer_round(syncobj, loop, min(deadline, time.monotonic() + round_seconds), self._in_flight)
-            finally:
-                self._handing_over = False
-                self._schedule_pump()  # resume (or, no longer leading, fail the queue: NotLeader)
-            if syncobj.is_leader and time.monotonic() < deadline:
-                await asyncio.sleep(HAND_OVER_PAUSE_SECONDS)  # let what waited go before another round
-        return not syncobj.is_leader
+        return await transfer(syncobj, loop, timeout, round_seconds, self._in_flight, self._hold_proposals)
+
+    def _hold_proposals(self, held: bool) -> None:
+        self._handing_over = held
+        if not held:
+            self._schedule_pump()  # resume (or, no longer leading, fail the queue: NotLeader)
 
     def status(self) -> LogStatus:
         raft = self.raft_status()
@@ -310,27 +306,30 @@ class RaftLog(CommitLog):
             self._fail_queued(lambda: NotLeader(hint))
             return
         s = self.settings
+        loop = self._loop
+        assert loop is not None
+        if not self._in_flight and self._queue.waits_for_company(loop.time()):
+            # Only settlements nobody waits on, just after a producer was answered: its next SEND
+            # (on its way) takes them along, one entry for both (RaftTimings.settle_wait_ms).
+            if self._company_timer is None:
+                self._company_timer = loop.call_at(self._queue.company_until, self._company_waited)
+            return
         while self._queue and self._may_submit():
-            rows: list[bytes] = []
-            commands: list[Command] = []
-            waiters: list[Waiter] = []
-            size = 0
-            while self._queue and (not rows or size + len(self._queue[0][0]) <= s.timings.max_entry_bytes):
-                proposal, proposal_commands, waiter = self._queue.popleft()
-                if not isinstance(waiter, tuple) and waiter.done():  # cancelled by its caller: never submitted
-                    continue
-                rows.append(proposal)
-                commands.extend(proposal_commands)
-                waiters.append(waiter)
-                size += len(proposal)
-            if rows:
-                self._submit(PendingEntry(rows, commands, waiters))
+            pending = self._queue.take(s.timings.max_entry_bytes)
+            if pending is not None:
+                self._submit(pending)
+
+    def _company_waited(self) -> None:
+        self._company_timer = None
+        self._pump()
 
     def _may_submit(self) -> bool:
         if self._handing_over:
             return False  # a leadership transfer: nothing is appended until it ends
         s = self.settings
         in_flight = len(self._in_flight)
+        if in_flight and not self._queue.awaited:
+            return False  # settlements nobody waits on join the next entry rather than go alone
         return in_flight == 0 or (in_flight < s.timings.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes)
 
     def _submit(self, pending: PendingEntry) -> None:
@@ -360,6 +359,8 @@ class RaftLog(CommitLog):
         if pending.timer is not None:
             pending.timer.cancel()
         if error == SUCCESS and result is not None and result not in self._failed_deliveries:
+            if pending.awaited and self._loop is not None:
+                self._queue.company_until = self._loop.time() + self.settings.timings.settle_wait_ms / 1000
             settle_waiters(pending.waiters)
         else:
             self._failed_deliveries.discard(result)
@@ -380,8 +381,7 @@ class RaftLog(CommitLog):
             self._schedule_pump()
 
     def _fail_queued(self, error: Callable[[], Exception]) -> None:
-        queue, self._queue = self._queue, collections.deque()
-        fail_waiters((waiter for _batch, _commands, waiter in queue), error)
+        fail_waiters(self._queue.clear(), error)
 
     def _fail_in_flight(self, error: Callable[[], Exception]) -> None:
         for pending in self._in_flight.clear():
