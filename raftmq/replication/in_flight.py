@@ -6,13 +6,14 @@ built from.
 bytes (so the leader applies the commands it already has instead of decoding its own entry:
 equal bytes decode to equal commands, so a shared key is harmless and FIFO keeps the pairing).
 An entry stays findable by its token until it is settled, failed or expired, and by its bytes
-until it is applied or leaves the table.
+until it is applied or leaves the table. Its bytes are looked up by their length, then compared:
+what pysyncobj applies is a copy of what was submitted, and hashing that copy (tens of KiB under
+load) cost more than comparing it with the one or two entries in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Callable, Iterable, Sequence
 
 from raftmq.core.commands import Command
@@ -63,7 +64,7 @@ class PendingEntry:
 class InFlightEntries:
     def __init__(self) -> None:
         self._by_token: dict[int, PendingEntry] = {}
-        self._by_entry: dict[bytes, collections.deque[PendingEntry]] = {}
+        self._by_length: dict[int, list[PendingEntry]] = {}  # by len(entry), oldest first
         self.bytes = 0  # encoded commands in the entries held
         self._drained: list[asyncio.Future[None]] = []  # `drained()` futures, done when none is held
 
@@ -93,7 +94,7 @@ class InFlightEntries:
         """`pending` was submitted as `pending.entry` with commit callback token `token`."""
         self._by_token[token] = pending
         self.bytes += pending.size
-        self._by_entry.setdefault(pending.entry, collections.deque()).append(pending)
+        self._by_length.setdefault(len(pending.entry), []).append(pending)
 
     def pop(self, token: int) -> PendingEntry | None:
         """The entry of `token`, out of the table; None if it already left (failed, expired)."""
@@ -101,33 +102,37 @@ class InFlightEntries:
         if pending is None:
             return None
         self.bytes -= pending.size
-        waiting = self._by_entry.get(pending.entry)
-        if waiting is not None:
-            try:
-                waiting.remove(pending)
-            except ValueError:  # already applied
-                pass
-            if not waiting:
-                del self._by_entry[pending.entry]
+        self._unlist(pending)
         self._maybe_drained()
         return pending
 
     def take_applied(self, entry: bytes) -> PendingEntry | None:
         """The oldest entry this leader submitted as `entry`, now being applied; None if `entry`
         is not ours. It stays in the table by its token until its commit callback settles it."""
-        own = self._by_entry.get(entry)
-        if own is None:
-            return None
-        pending = own.popleft()
-        if not own:
-            del self._by_entry[entry]
-        return pending
+        for pending in self._by_length.get(len(entry), ()):
+            if pending.entry == entry:
+                self._unlist(pending)
+                return pending
+        return None
+
+    def _unlist(self, pending: PendingEntry) -> None:
+        """`pending` out of the by-length lists (if still there: not applied yet)."""
+        size = len(pending.entry)
+        same = self._by_length.get(size)
+        if same is None:
+            return
+        for i, held in enumerate(same):
+            if held is pending:
+                del same[i]
+                break
+        if not same:
+            del self._by_length[size]
 
     def clear(self) -> list[PendingEntry]:
         """Every entry held, the table emptied."""
         held = list(self._by_token.values())
         self._by_token.clear()
-        self._by_entry.clear()
+        self._by_length.clear()
         self.bytes = 0
         self._maybe_drained()
         return held

@@ -38,6 +38,19 @@ def test_equal_entries_are_applied_in_the_order_they_were_submitted() -> None:
     assert table.take_applied(b"other") is None
 
 
+def test_an_applied_copy_finds_its_entry_among_others_of_the_same_length() -> None:
+    table = InFlightEntries()
+    first, second = _pending(b"entry-a", b"1"), _pending(b"entry-b", b"1")
+    table.add(1, first)
+    table.add(2, second)
+    applied = b"".join([b"entry-", b"b"])  # what pysyncobj applies is a copy, never the same object
+    assert applied is not second.entry
+    assert table.take_applied(applied) is second
+    assert table.take_applied(b"entry-c") is None
+    assert table.take_applied(bytes(bytearray(b"entry-a"))) is first
+    assert table.take_applied(b"entry-a") is None
+
+
 def test_an_entry_settled_before_it_is_applied_here_is_no_longer_ours() -> None:
     table = InFlightEntries()
     table.add(1, _pending(b"e", b"1"))
