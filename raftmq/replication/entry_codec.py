@@ -39,12 +39,17 @@ def encode_entry(proposals: Sequence[bytes], form: int = ENTRY_FORMAT) -> bytes:
     if len(proposals) == 1 and proposals[0][:1] in _ARRAY_STARTS:  # its rows' array is the batch's
         payload = batch_head + proposals[0]
     else:
-        parts: list[bytes | memoryview] = [batch_head, b""]
+        parts: list[bytes] = [batch_head, b""]
         total = 0
         for rows in proposals:
-            count, skip = _array_header(rows)
-            total += count
-            parts.append(memoryview(rows)[skip:])
+            first = rows[0] if rows else 0
+            if 0x90 <= first <= 0x9F:  # a fixarray (up to 15 commands): a proposal's rows, nearly always
+                total += first & 0x0F
+                parts.append(rows[1:])  # one object (a view and its slice were two), the row copied once
+            else:
+                count, skip = _array_header(rows)
+                total += count
+                parts.append(rows[skip:])
         parts[1] = thread_packer().pack_array_header(total)
         payload = b"".join(parts)
     return format_byte + lz4.block.compress(payload, store_size=True)  # type: ignore[no-any-return]
