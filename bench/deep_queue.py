@@ -66,11 +66,12 @@ async def first_message(url: str, timeout: float) -> float:
         await client.close()  # unacknowledged: the message stays
 
 
-async def consume_rate(url: str, destination: str, seconds: float, limit: int) -> float:
+async def consume_rate(url: str, destination: str, seconds: float, limit: int) -> float | None:
     """Messages per second a consumer takes from `destination` over `seconds`, or until it took
     `limit` (after the first 2 s): ack mode client, prefetch 1000, a cumulative ACK every 100
     messages. (Not auto: the core does not hold auto-ack deliveries back, so one SUBSCRIBE would
-    be handed the whole backlog at once.)"""
+    be handed the whole backlog at once.) None when `limit` was reached within those first 2 s:
+    the queue was too shallow to give a steady rate."""
     client = await connect_failover(url)
     count = 0
 
@@ -84,6 +85,9 @@ async def consume_rate(url: str, destination: str, seconds: float, limit: int) -
         client.subscribe(destination, ack="client", prefetch=1000, callback=on_message)
         await asyncio.sleep(2.0)  # the first prefetch burst is not the steady rate
         start_count, began = count, time.monotonic()
+        if count >= limit:
+            print(f"  {destination}: {count:,} taken during the 2 s warm-up; no steady rate (fill more)", file=sys.stderr, flush=True)
+            return None
         while time.monotonic() - began < seconds and count < limit:
             await asyncio.sleep(0.05)
         return (count - start_count) / (time.monotonic() - began)
@@ -183,8 +187,8 @@ def main() -> None:
             deep = asyncio.run(consume_rate(url, QUEUE, options.drain_seconds, options.at[-1] - options.shallow))
             asyncio.run(fill_to(url, options.shallow, options, SHALLOW))
             shallow = asyncio.run(consume_rate(url, SHALLOW, options.drain_seconds, options.shallow - 1000))
-            result["dispatch"] = {"deep_waiting": options.at[-1], "deep_msg_per_s": round(deep),
-                                  "shallow_waiting": options.shallow, "shallow_msg_per_s": round(shallow)}
+            result["dispatch"] = {"deep_waiting": options.at[-1], "deep_msg_per_s": None if deep is None else round(deep),
+                                  "shallow_waiting": options.shallow, "shallow_msg_per_s": None if shallow is None else round(shallow)}
     finally:
         stop_group(state_dir, 120)
     if options.json is not None:
