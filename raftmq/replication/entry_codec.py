@@ -47,7 +47,7 @@ def encode_entry(proposals: Sequence[bytes], form: int = ENTRY_FORMAT) -> bytes:
                 total += first & 0x0F
                 parts.append(rows[1:])  # one object (a view and its slice were two), the row copied once
             else:
-                count, skip = _array_header(rows)
+                count, skip = _long_array_header(rows)
                 total += count
                 parts.append(rows[skip:])
         parts[1] = thread_packer().pack_array_header(total)
@@ -66,11 +66,10 @@ def batch_of_rows(rows: bytes) -> bytes:
     return _HEADS[ENTRY_FORMAT_PAIRS][1] + rows
 
 
-def _array_header(data: bytes) -> tuple[int, int]:
-    """(items, header bytes) of the msgpack array `data` starts with."""
+def _long_array_header(data: bytes) -> tuple[int, int]:
+    """(items, header bytes) of the msgpack array of 16 or more items `data` starts with
+    (`encode_entry` reads a fixarray's count itself)."""
     first = data[0] if data else 0
-    if 0x90 <= first <= 0x9F:
-        return first & 0x0F, 1
     if first == 0xDC:
         return int.from_bytes(data[1:3], "big"), 3
     if first == 0xDD:
