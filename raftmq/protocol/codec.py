@@ -18,7 +18,7 @@ import re
 from raftmq.errors import FrameTooLarge, ProtocolError
 from raftmq.protocol.escaping import ESCAPING_MODES, RAW, UNESCAPED_COMMANDS, encode_header_line, unescaper_for
 from raftmq.protocol.frame import ALL_COMMANDS, SUPPORTED_VERSIONS, Frame
-from raftmq.protocol.header_block import STRIPPED, STRIPPED_LENGTHS
+from raftmq.protocol.header_block import STRIPPED_BY_LENGTH
 from raftmq.protocol.limits import Limits
 from raftmq.protocol.negotiation import negotiate_version
 
@@ -138,9 +138,12 @@ class FrameParser:
         limits = self.limits
         end = len(buf)
         pos = 0
-        head = self._head
+        # A head is unpacked into locals and boxed as a tuple only when its frame stays
+        # unfinished (`self._head`): compiled, the locals are C values, the tuple an object.
+        pending = self._head
+        self._head = None
         while pos < end:
-            if head is None:
+            if pending is None:
                 first = buf[pos]
                 if first == 10 or first == 13:
                     eols = _EOL_RUN.match(buf, pos)
@@ -157,14 +160,17 @@ class FrameParser:
                     break
                 if self._checked:
                     self._scan = self._checked = self._line_start = self._lines = 0
-                head = self._parse_head(buf, pos, blank.start(), blank.end())
-            command, headers, body_offset, length, text, block = head
+                command, headers, body_offset, length, text, block = self._parse_head(buf, pos, blank.start(), blank.end())
+            else:
+                command, headers, body_offset, length, text, block = pending
+                pending = None
             body_start = pos + body_offset
             if length < 0:
                 nul = buf.find(b"\0", max(body_start, pos + self._scan))
                 if nul < 0:
                     self._check_unterminated_body(buf, pos, body_offset)
                     self._scan = end - pos
+                    self._head = (command, headers, body_offset, length, text, block)
                     break
                 if nul - body_start > limits.max_body_bytes or nul - pos > limits.max_frame_bytes:
                     raise FrameTooLarge("frame body exceeds the size limit")
@@ -173,6 +179,7 @@ class FrameParser:
                 body_end = body_start + length
                 if body_end >= end:
                     self._need = body_end + 1 - pos
+                    self._head = (command, headers, body_offset, length, text, block)
                     break
                 if buf[body_end] != 0:
                     raise ProtocolError("frame does not end with NUL after content-length octets")
@@ -180,9 +187,9 @@ class FrameParser:
             if command in UNESCAPED_COMMANDS and headers is not None:
                 self._switch_version(command, headers)
             pos = body_end + 1
-            head = None
             self._scan = 0
-        self._head = head
+        if pending is not None:  # nothing to read it from
+            self._head = pending
         return pos
 
     def _parse_head(self, buf: bytes, start: int, eol: int, body_start: int) -> _Head:
@@ -198,18 +205,20 @@ class FrameParser:
             eol -= 1
         if body_start - start > limits.max_frame_bytes:
             raise FrameTooLarge("frame headers exceed the frame size limit")
-        if buf.count(b"\n", start, eol) > limits.max_headers:
-            raise FrameTooLarge(f"more than {limits.max_headers} headers")
         if eol - start > limits.max_header_line_bytes:
             for line in buf[start:eol].split(b"\n"):
                 if len(line) - line.endswith(b"\r") > limits.max_header_line_bytes:
                     raise FrameTooLarge(f"header line longer than {limits.max_header_line_bytes} bytes")
-        if buf.find(b"\0", start, eol) >= 0:
-            raise ProtocolError("NUL in frame headers")
         try:
             text = buf[start:text_end].decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("frame headers are not valid UTF-8") from None
+        # Counted in the text (its last line's EOL included): compiled, `bytes.count` and
+        # `bytes.find` with bounds each build a tuple of their arguments.
+        if text.count("\n") - 1 > limits.max_headers:
+            raise FrameTooLarge(f"more than {limits.max_headers} headers")
+        if "\0" in text:
+            raise ProtocolError("NUL in frame headers")
         if "\r" in text:
             text = text.replace("\r\n", "\n")
         newline = text.find("\n")
@@ -334,7 +343,8 @@ def _send_block(text: str) -> str | None:
         colon = text.find(":", start, eol)
         if eol < 0 or colon <= start:
             return None
-        if colon - start in STRIPPED_LENGTHS and text[start:colon] in STRIPPED:
+        names = STRIPPED_BY_LENGTH.get(colon - start)
+        if names is not None and _names_one_of(text, start, colon, names):
             if runs is None:
                 runs = []
             if run < start:
@@ -346,6 +356,16 @@ def _send_block(text: str) -> str | None:
     if run < end:
         runs.append(text[run:end])
     return "".join(runs)
+
+
+def _names_one_of(text: str, start: int, colon: int, names: tuple[str, ...]) -> bool:
+    """Whether the name in `text[start:colon]` is one of `names` (each that long): compared in
+    place, no slice made (`find` with bounds is a C call when compiled; `startswith` with a
+    start is not)."""
+    for name in names:
+        if text.find(name, start, colon) == start:
+            return True
+    return False
 
 
 def _plain_lines(text: str) -> bool:

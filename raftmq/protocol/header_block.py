@@ -21,8 +21,10 @@ from collections.abc import Iterable
 # redelivered.
 TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription", "ack"})
 STRIPPED = TRANSPORT_HEADERS | {"redelivered", "delivery-count", "raftmq-term"}
-# The lengths of STRIPPED's names: a line whose name has none of them is kept without a slice.
-STRIPPED_LENGTHS = frozenset(len(name) for name in STRIPPED)
+# STRIPPED's names by length: a line is compared in place only with the names of its name's length.
+STRIPPED_BY_LENGTH: dict[int, tuple[str, ...]] = {
+    length: tuple(sorted(name for name in STRIPPED if len(name) == length)) for length in {len(name) for name in STRIPPED}
+}
 
 Pairs = tuple[tuple[str, str], ...]
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from raftmq.core import commands as c
 from raftmq.errors import CommandCodecError
 from raftmq.protocol.header_block import STRIPPED, block_of
-from raftmq.replication.command_codec import FORMAT_VERSION, HEADER_PAIRS, SCHEMA, decode_batch, encode_batch
+from raftmq.replication.command_codec import FORMAT_VERSION, HEADER_PAIRS, SCHEMA, decode_batch, encode_batch, encode_rows
 
 text = st.text(max_size=20)
 opt_text = st.none() | text
@@ -55,6 +55,25 @@ def test_version_1_rows_carry_the_same_commands(batch: list[c.Command]) -> None:
     data = encode_batch(batch, HEADER_PAIRS)
     assert msgpack.unpackb(data)[0] == 1
     assert decode_batch(data) == batch
+
+
+@settings(max_examples=300)
+@given(st.lists(command_strategy, max_size=8))
+def test_rows_written_field_by_field_are_the_rows_of_the_schema(batch: list[c.Command]) -> None:
+    """`encode_rows` writes a Send's, an Ack's and a Nack's fields one by one, in an order of its
+    own: it must be SCHEMA's, value for value, and the bytes those of the whole rows packed."""
+    rows = [[code, *(getattr(command, name) for name in names)]
+            for command in batch for code, (cls, names) in SCHEMA.items() if type(command) is cls]
+    assert encode_rows(batch) == msgpack.packb(rows, use_bin_type=True)
+    assert decode_batch(msgpack.packb([FORMAT_VERSION, msgpack.unpackb(encode_rows(batch))])) == batch
+
+
+def test_rows_of_a_stranger_are_refused_and_the_next_rows_are_whole() -> None:
+    """A refused command leaves nothing behind in the thread's row packer."""
+    send = c.Send("s", "/queue/a", "", b"x", 1)
+    with pytest.raises(CommandCodecError):
+        encode_rows([send, object()])  # type: ignore[list-item]
+    assert decode_batch(msgpack.packb([FORMAT_VERSION, msgpack.unpackb(encode_rows([send]))])) == [send]
 
 
 def test_a_send_row_of_version_1_decodes_to_a_block_without_transport_headers() -> None:

@@ -31,7 +31,7 @@ from raftmq.core.commands import (
     Unsubscribe,
 )
 from raftmq.core.selector import compile_selector
-from raftmq.core.temporary import is_temp_alias, private_name
+from raftmq.core.temporary import TEMP_QUEUE, TEMP_TOPIC, is_temp_alias, private_name
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.header_block import block_of, first, first_of, key, pairs_of, user_block
@@ -60,6 +60,11 @@ def check_destination(destination: str | None, command: str) -> str:
     if len(destination) == prefix:  # the name after the prefix is empty (no slice made to see it)
         raise ProtocolError("invalid destination", f"destination {destination!r} has an empty name")
     return destination
+
+
+# What `/temp-queue/` and `/temp-topic/` start with.
+_TEMP_PREFIX = "/temp-"
+assert TEMP_QUEUE.startswith(_TEMP_PREFIX) and TEMP_TOPIC.startswith(_TEMP_PREFIX)
 
 
 def _required(frame: Frame, name: str) -> str:
@@ -102,7 +107,13 @@ class FrameTranslator:
         }
 
     def translate(self, frame: Frame, now: int) -> Command:
-        handler = self._table.get(frame.command)
+        command = frame.command
+        # Every message's frames called directly: compiled, a call through the table boxes `now`.
+        if command == "SEND":
+            return self._send(frame, now)
+        if command == "ACK":
+            return self._ack(frame, now)
+        handler = self._table.get(command)
         if handler is None:
             if frame.command in ("CONNECT", "STOMP"):
                 raise ProtocolError("already connected", "a second CONNECT on one connection is not allowed")
@@ -136,7 +147,9 @@ class FrameTranslator:
 
     def _private(self, destination: str | None) -> str | None:
         """This session's `/temp-queue/NAME` or `/temp-topic/NAME` as the core names it."""
-        if destination is not None and is_temp_alias(destination):
+        # The common prefix first: compiled, a plain `startswith` makes nothing, where the call
+        # into raftmq.core.temporary builds its tuple of prefixes.
+        if destination is not None and destination.startswith(_TEMP_PREFIX) and is_temp_alias(destination):
             return private_name(destination, self.session_id, self.group)
         return destination
 
@@ -254,13 +267,16 @@ class FrameTranslator:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
         return ack_id, message_id, subscription, transaction, receipt
 
+    # The fields unpacked by name, not with `*`: compiled, the tuple then stays a C struct.
     def _ack(self, frame: Frame, now: int) -> Command:
-        return Ack(self.session_id, now, *self._ack_fields(frame))
+        ack_id, message_id, subscription, transaction, receipt = self._ack_fields(frame)
+        return Ack(self.session_id, now, ack_id, message_id, subscription, transaction, receipt)
 
     def _nack(self, frame: Frame, now: int) -> Command:
         if self.version == "1.0":
             raise ProtocolError("unknown command", "NACK is not part of STOMP 1.0")
-        return Nack(self.session_id, now, *self._ack_fields(frame))
+        ack_id, message_id, subscription, transaction, receipt = self._ack_fields(frame)
+        return Nack(self.session_id, now, ack_id, message_id, subscription, transaction, receipt)
 
     def _begin(self, frame: Frame, now: int) -> Command:
         transaction = _required(frame, "transaction")
