@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgpack
 
 from raftmq.core.commands import Send
-from raftmq.packing import thread_packer
+from raftmq.packing import row_packer
 from raftmq.protocol.header_block import pairs_of
 
 KIND_MESSAGE = 1
@@ -17,7 +17,17 @@ KIND_PAGE = 2
 
 
 def encode_payload(send: Send) -> bytes:
-    return bytes(thread_packer().pack((send.destination, send.headers, send.body)))
+    """`[destination, headers, body]`, packed element by element (no tuple of the three)."""
+    packer = row_packer()
+    try:
+        packer.pack_array_header(3)
+        packer.pack(send.destination)
+        packer.pack(send.headers)
+        packer.pack(send.body)
+        payload: bytes = packer.bytes()
+        return payload
+    finally:
+        packer.reset()
 
 
 def decode_payload(payload: bytes) -> tuple[str, list[tuple[str, str]], bytes]:

@@ -34,7 +34,7 @@ from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload
-from raftmq.storage.records import Record
+from raftmq.storage.records import Record, new_records
 
 log = structlog.get_logger("raftmq.server.bodies")
 
@@ -95,7 +95,7 @@ class BodyStore:
         fresh = last is None or index > last
         sends: list[Send] = [command for command in commands if isinstance(command, Send)]
         # Records as the journal stores them: it writes them as they are, converting none.
-        records = [Record(index, term, KIND_MESSAGE, encode_payload(send)) for send in sends] if fresh else []
+        records = new_records(index, term, KIND_MESSAGE, [encode_payload(send) for send in sends]) if fresh else []
         if sends and not fresh:
             self.entries_skipped += 1
         self._entry = _OpenEntry(index, term, len(sends), records, fresh, cache)
