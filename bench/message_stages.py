@@ -29,7 +29,8 @@ runs the whole path first on its own instances), and each stage runs on fresh in
 state the real path leaves them in: a session that is OPEN, a replica whose core holds the two
 sessions and the subscription, a body journal (a real `Journal` in a temp dir, written, never
 fsynced) whose caches are small enough to be in their steady state (every batch in evicts one)
-after a few dozen messages, and, for an ACK, a replica that applied the SENDs first. One message
+after a few dozen entries, yet keep an entry's bodies for its deliveries as a node's do
+(`cache_bytes`: 64 KiB per 4 messages of an entry), and, for an ACK, a replica that applied the SENDs first. One message
 per Raft entry (light load: every per-entry cost is a per-message cost), or `--entry-size N`
 messages per entry, as a loaded group batches them (the entry-level stages, from encoding the
 entry to the body journal, then run once per N messages and report their figure per message;
@@ -116,7 +117,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DESTINATION = "/queue/bench"
 BODY_BYTES = 1024
 NOW_MS = int(time.time() * 1000)
-CACHE_BYTES = 64 * 1024  # body LRU and journal batch cache: in steady state after ~60 messages
+CACHE_BYTES = 64 * 1024  # body LRU and journal batch cache, one message per entry: in steady state after ~60 messages
+
+
+def cache_bytes(entry_size: int) -> int:
+    """The caches for entries of `entry_size` messages: in steady state after ~15 entries, and an
+    entry's bodies within the quarter of it that a leader keeps for its deliveries, as a node's
+    16 MiB keeps an entry of a loaded group's (with 64 KiB, an entry of 60 messages would not be
+    kept, and every delivery would read its body back from the entry being applied)."""
+    return CACHE_BYTES * max(1, entry_size // 4)
 SUB_ID = "s"
 
 
@@ -375,23 +384,24 @@ class _Sessions:
 class _Store:
     """A body journal in a temp dir and its `BodyStore` (caches small: steady state at once)."""
 
-    def __init__(self, stack: ExitStack) -> None:
+    def __init__(self, stack: ExitStack, entry_size: int) -> None:
         from raftmq.server.replica.bodies import BodyStore
         from raftmq.storage.journal import Journal
 
         directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="message-stages-"))
-        self.journal = Journal(directory, cache_bytes=CACHE_BYTES)
+        self.journal = Journal(directory, cache_bytes=cache_bytes(entry_size))
         stack.callback(self.journal.close)
-        self.bodies = BodyStore(self.journal, CACHE_BYTES)
+        self.bodies = BodyStore(self.journal, cache_bytes(entry_size))
 
 
-def _replica(stack: ExitStack, leader: bool, setup: Sequence[Sequence[Any]]) -> tuple[Any, _ReplicaHost, dict[str, _Sink]]:
+def _replica(stack: ExitStack, leader: bool, setup: Sequence[Sequence[Any]],
+             entry_size: int) -> tuple[Any, _ReplicaHost, dict[str, _Sink]]:
     """A replica over a fresh journal that applied `setup` (connects, subscribe) as entries 1.."""
     from raftmq.server.replica.state_machine import Replica
 
     sinks = {"p": _Sink("p"), "c": _Sink("c")}
     host = _ReplicaHost(leader, dict(sinks) if leader else {})
-    replica = Replica(host, _Store(stack).bodies, None)  # type: ignore[arg-type]
+    replica = Replica(host, _Store(stack, entry_size).bodies, None)  # type: ignore[arg-type]
     for index, commands in enumerate(setup, 1):
         host.commit_log.position.index = index
         replica.apply(commands)
@@ -461,7 +471,7 @@ def prepare(count: int, entry_size: int = 1) -> Prepared:
         prepared.send_commands.append(commands)
         prepared.send_batches.append(batch)
     with ExitStack() as stack:
-        replica, host, sinks = _replica(stack, True, prepared.setup)
+        replica, host, sinks = _replica(stack, True, prepared.setup, 1)
         for index, commands in enumerate(prepared.send_commands, start=first):  # a message per entry
             host.commit_log.position.index = index
             replica.apply(commands)
@@ -587,7 +597,7 @@ def _entries(p: Prepared, leader: bool, acks: bool) -> tuple[list[int], list[lis
 def _apply(leader: bool, acks: bool) -> Factory:
     """`Replica.apply` of each entry, as the commit log calls it (the leader: its own commands)."""
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
-        replica, host, _sinks = _replica(stack, leader, p.setup if leader else p.follower_setup)
+        replica, host, _sinks = _replica(stack, leader, p.setup if leader else p.follower_setup, p.entry_size)
         if acks:
             _sends_applied(p, leader, replica, host)
         position = host.commit_log.position
@@ -605,7 +615,7 @@ def _apply(leader: bool, acks: bool) -> Factory:
 def _begin(leader: bool, acks: bool, with_end: bool) -> Factory:
     """`BodyStore.begin` (and `end`) alone, on a store whose journal holds what came before."""
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
-        replica, host, _sinks = _replica(stack, leader, p.setup if leader else p.follower_setup)
+        replica, host, _sinks = _replica(stack, leader, p.setup if leader else p.follower_setup, p.entry_size)
         if acks:
             _sends_applied(p, leader, replica, host)
         bodies = replica.bodies
