@@ -96,10 +96,8 @@ def encode_records(records: Sequence[Record]) -> bytes:
     append = parts.append
     pack_fields = _RECORD_FIELDS.pack
     pack_crc = _RECORD_CRC.pack
-    given: Sequence[Any] = records  # fields read as the objects they are (compiled: no unboxing, no reboxing)
-    for record in given:
-        payload = record[3]
-        fields = pack_fields(record[0], record[1], record[2], len(payload))
+    for raft_index, raft_term, kind, payload in records:
+        fields = pack_fields(raft_index, raft_term, kind, len(payload))
         append(pack_crc(crc32c(payload, crc32c(fields))))
         append(fields)
         append(payload)
