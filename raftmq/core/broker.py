@@ -56,6 +56,7 @@ class Broker:
         self.dispatch = Dispatcher(self.state, config)
         self._entry_index = -1  # the Raft entry applying (begin_entry); -1: bodies are held as they are
         self._ordinal = 0  # of the next Send in that entry
+        self._entry_ref_index: object = -1  # `_entry_index` boxed once per entry: every BodyRef of it shares it
         self.limits = AddressLimits(config.addresses, config.global_max_size_messages, config.global_max_size_bytes)
         # In a cluster of groups, SENDs go through the cluster routing (raftmq.core.cluster_routing).
         self.routing = ClusterRouting(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
@@ -96,6 +97,7 @@ class Broker:
         references. `quiet`: no session of this member's can be named by the effects (a
         follower): no Deliver is built for a delivery and no Receipt. The state is the same."""
         self._entry_index, self._ordinal = index, 0
+        self._entry_ref_index = index
         self.dispatch.quiet = quiet
 
     def check_invariants(self) -> None:
@@ -287,7 +289,7 @@ class Broker:
     def _send(self, command: Send) -> None:
         body = command.body
         if self._entry_index >= 0:  # a BodyRef (begin_entry)
-            body = (self._entry_index, self._ordinal, len(body) if isinstance(body, (bytes, bytearray)) else 0)
+            body = (self._entry_ref_index, self._ordinal, len(body) if isinstance(body, (bytes, bytearray)) else 0)
             self._ordinal += 1
         session = self.state.sessions.get(command.session)
         if session is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
+from typing import Any
 
 from raftmq.core import dead_letter as letters
 from raftmq.core.config import CoreConfig
@@ -158,7 +159,8 @@ class Dispatcher(Paging, Redelivery):
         if page_size and (store.tail is not None or len(store.ready) >= 2 * page_size):
             self._page_out(store, message, page_size)
             return
-        self.state.entry_seq = token = self.state.entry_seq + 1
+        self.state.entry_seq = seq = self.state.entry_seq + 1
+        token: Any = seq  # boxed once (compiled): the lane, the dict and the dispatch share it
         store.lanes[message.priority].append(token)
         store.ready[token] = message
         store.enqueued += 1
@@ -364,8 +366,9 @@ class Dispatcher(Paging, Redelivery):
         if not self.quiet:
             self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id, count > 1, count))
 
-    def _dispatch_newest(self, store: Store, token: int, message: Message) -> None:
-        """Dispatch on a stable store: only the message just appended (at its lane's tail) can move."""
+    def _dispatch_newest(self, store: Store, token: Any, message: Message) -> None:
+        """Dispatch on a stable store: only the message just appended (at its lane's tail) can move.
+        `token`: its key in `store.ready`, as `enqueue` boxed it."""
         if message.expires and message.expires <= self.now:
             store.lanes[message.priority].pop()
             del store.ready[token]

@@ -84,7 +84,10 @@ def body_size(body: Any) -> int:
     """A stored body's size in bytes: the bytes', or the one a body reference carries
     (`BodyRef`); 0 when neither says (a reference written before references carried sizes)."""
     if type(body) is tuple:  # in a group every stored body is a reference: look for one first
-        return int(body[2]) if len(body) > 2 else 0
+        if len(body) <= 2:
+            return 0
+        size: object = body[2]
+        return size if isinstance(size, int) else int(size)  # type: ignore[call-overload]  # an int, read without a call
     if isinstance(body, (bytes, bytearray)):
         return len(body)
     if isinstance(body, list) and len(body) > 2:
