@@ -45,16 +45,34 @@ def message_frame(deliver: Deliver, version: str, body: bytes | None = None, ter
     if head is not None and (version == "1.2" or "\\" not in block) and _plain(message.message_id) \
             and (ack_id is None or _plain(ack_id)):
         # One string built at once (no list of lines); a line a delivery lacks is "".
-        ack = f"ack:{ack_id}\n" if ack_id is not None else ""
         again = "redelivered:true\n" if deliver.redelivered else ""
-        term_line = f"raftmq-term:{term}\n" if term else ""
-        text = (f"message-id:{message.message_id}\n{ack}{again}delivery-count:{deliver.delivery_count}\n{term_line}"
-                f"{block}content-length:{len(body)}\n\n")
+        term_line = _term_line(term)
+        if ack_id is not None:
+            text = (f"message-id:{message.message_id}\nack:{ack_id}\n{again}delivery-count:{deliver.delivery_count}\n"
+                    f"{term_line}{block}content-length:{len(body)}\n\n")
+        else:
+            text = (f"message-id:{message.message_id}\n{again}delivery-count:{deliver.delivery_count}\n"
+                    f"{term_line}{block}content-length:{len(body)}\n\n")
         try:
             return b"".join((head, text.encode("utf-8"), body, b"\0"))
         except UnicodeEncodeError:
             pass  # a lone surrogate: let encode_frame refuse it
     return _message_frame_escaped(deliver, version, body, term)
+
+
+# `raftmq-term:TERM\n` by term: the same for every delivery of a leadership (a few terms kept).
+_TERM_LINES: dict[int, str] = {}
+
+
+def _term_line(term: int) -> str:
+    if not term:
+        return ""
+    line = _TERM_LINES.get(term)
+    if line is None:
+        if len(_TERM_LINES) >= 8:
+            _TERM_LINES.clear()
+        line = _TERM_LINES[term] = f"raftmq-term:{term}\n"
+    return line
 
 
 def _plain(value: str) -> bool:
