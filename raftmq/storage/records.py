@@ -74,7 +74,10 @@ def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
     # Unpacked untyped: a payload of the wrong type is this function's ValueError in both builds
     # (a compiled build would raise TypeError on unpacking it as the annotation's bytes).
     fields: Any = record
-    raft_index, raft_term, kind, payload = fields
+    if len(fields) != 4:
+        raise ValueError(f"a record has 4 fields, not {len(fields)}")
+    # Read by index: compiled, unpacking an untyped value makes an iterator.
+    raft_index, raft_term, kind, payload = fields[0], fields[1], fields[2], fields[3]
     if not (0 <= raft_index <= MAX_U64 and 0 <= raft_term <= MAX_U64):
         raise ValueError(f"raft index and term must fit in 64 unsigned bits: {raft_index}, {raft_term}")
     if not 0 <= kind <= MAX_U16:

@@ -128,6 +128,9 @@ def test_invalid_input_is_rejected() -> None:
         rec.check_record(Record(-1, 1, 0, b""))
     with pytest.raises(ValueError):
         rec.check_record(Record(1, 1, 0, "text"))  # type: ignore[arg-type]
+    for short_or_long in [(1, 1, 0), (1, 1, 0, b"", b"")]:
+        with pytest.raises(ValueError, match="4 fields"):
+            rec.check_record(short_or_long)  # type: ignore[arg-type]
     assert rec.check_record(Record(1, 1, 0, bytearray(b"ab"))).payload == b"ab"
 
 
