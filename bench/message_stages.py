@@ -365,7 +365,8 @@ class _Sessions:
     real code; `setup` is what they proposed, one entry each."""
 
     def __init__(self, prefetch: int) -> None:
-        from raftmq.server.stomp.session import Propose, StompSession
+        from raftmq.server.stomp.decisions import Propose
+        from raftmq.server.stomp.session import StompSession
 
         host = _SessionHost()
         self.producer = StompSession(host, "p")
@@ -451,7 +452,7 @@ def _grouped(items: list[Any], size: int) -> list[list[Any]]:
 def prepare(count: int, entry_size: int = 1) -> Prepared:
     from raftmq.replication.command_codec import encode_rows
     from raftmq.replication.entry_codec import decode_entry, encode_entry
-    from raftmq.server.stomp.session import Propose
+    from raftmq.server.stomp.decisions import Propose
 
     if count % entry_size:
         raise SystemExit(f"message_stages: {count} messages do not make whole entries of {entry_size}")

@@ -30,8 +30,9 @@ from raftmq.server.stomp.adoption import (
     resume_frame,
     ticket_frame,
 )
+from raftmq.server.stomp.decisions import Adopt, Propose, Refuse
 from raftmq.server.stomp.frames import error_frame
-from raftmq.server.stomp.session import Adopt, Propose, Refuse, SessionState, StompSession
+from raftmq.server.stomp.session import SessionState, StompSession
 from raftmq.server.takeover import PARK_SECONDS, AwaitingAdoption, Parked, Takeover
 from tests.server.test_stomp_session import CONNECT, NOW, Host, commands, frame
 

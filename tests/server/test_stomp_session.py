@@ -13,7 +13,8 @@ from raftmq.protocol.limits import Limits
 from raftmq.routing.forward_batch import BATCH_DESTINATION, inner_receipt
 from raftmq.routing.forward_batch import encode as encode_batch
 from raftmq.security import AclEntry, Security, SecurityConfig, UserEntry
-from raftmq.server.stomp.session import CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.stomp.decisions import CheckLogin, Decision, Note, Propose, Refuse, Relay
+from raftmq.server.stomp.session import SessionState, StompSession
 
 NOW = 1_700_000_000_000
 

@@ -28,11 +28,12 @@ from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.adoption import MAX_HOPS
+from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay
 from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
 from raftmq.server.stomp.proposing import Proposing
-from raftmq.server.stomp.session import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, SessionState, StompSession
+from raftmq.server.stomp.session import SessionState, StompSession
 from raftmq.server.websocket.session import http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 

@@ -40,8 +40,9 @@ import structlog
 from raftmq.core.commands import Command
 from raftmq.server.seams.host import ClientConnection, ConnectionHost
 from raftmq.server.stomp.adoption import Ticket, adopted_frame, ticket_frame
+from raftmq.server.stomp.decisions import Decision
 from raftmq.server.stomp.frames import error_frame
-from raftmq.server.stomp.session import Decision, StompSession
+from raftmq.server.stomp.session import StompSession
 
 log = structlog.get_logger("raftmq.server.hand_over")
 

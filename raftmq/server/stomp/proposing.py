@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
 from raftmq.server.seams.host import ConnectionHost
-from raftmq.server.stomp.session import Propose, SessionState, StompSession
+from raftmq.server.stomp.decisions import Propose
+from raftmq.server.stomp.session import SessionState, StompSession
 
 
 class Proposing:

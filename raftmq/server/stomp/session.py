@@ -3,7 +3,7 @@
 `StompSession` holds a client connection's protocol state (`SessionState`), parses its bytes,
 negotiates CONNECT (version, heart-beats, login), authorizes and translates frames into core
 commands. It never touches a socket, a timer or a clock: the shell (raftmq.server.stomp.connection)
-passes the time in and executes what comes out:
+passes the time in and executes what comes out (the values: raftmq.server.stomp.decisions):
 
 - `Propose(commands)`: hand them to the commit log, in order;
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
@@ -27,9 +27,8 @@ reach the core in the order they arrived.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
@@ -45,10 +44,10 @@ from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.seams.host import SessionHost
 from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
+from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.stomp.translate import FrameTranslator
-from raftmq.values import value
 
 SERVER_HEADER = f"raftmq/{__version__}"
 # (operation, destination) pairs a session remembers as authorized before starting afresh.
@@ -65,45 +64,6 @@ class SessionState(IntEnum):
     FAILED = 4
     RELAYED = 5
     CLOSED = 6
-
-
-@value
-class Propose:
-    commands: list[Command]
-
-
-@value
-class Refuse:
-    frame: bytes  # the ERROR frame, in the session's version
-    message: str
-    detail: str
-
-
-@value
-class CheckLogin:
-    login: str | None
-    passcode: str | None
-
-
-@value
-class Relay:
-    prefix: bytes  # everything the client sent so far, to replay to the leader
-
-
-@value
-class Adopt:
-    ticket: Ticket | None  # checked: signed by this group, in date (None: resume the session parked here)
-    session_id: str
-    offset: int | None = None  # a client resumes it on its own socket: where its stream goes on
-
-
-@value
-class Note:
-    event: str
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-Decision = Propose | Refuse | CheckLogin | Relay | Adopt | Note
 
 
 @dataclass(slots=True)

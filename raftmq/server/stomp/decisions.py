@@ -1,0 +1,58 @@
+"""What a STOMP session decides (raftmq.server.stomp.session): the values `StompSession` hands
+its shell, which carries them out."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, ClassVar, Final
+
+from raftmq.core.commands import Command
+from raftmq.hot_values import HotValue
+from raftmq.server.stomp.adoption import Ticket
+from raftmq.values import value
+
+
+class Propose(HotValue):
+    """Hand these commands to the commit log, in order. One per `receive` that made commands:
+    written out as a native class (compiled), where a `@value`'s generated `__init__` runs as
+    Python (raftmq.core.commands says more)."""
+
+    __match_args__: ClassVar[tuple[str, ...]] = ("commands",)
+    __slots__ = __match_args__
+
+    def __init__(self, commands: list[Command]) -> None:
+        self.commands: Final = commands
+
+
+@value
+class Refuse:
+    frame: bytes  # the ERROR frame, in the session's version
+    message: str
+    detail: str
+
+
+@value
+class CheckLogin:
+    login: str | None
+    passcode: str | None
+
+
+@value
+class Relay:
+    prefix: bytes  # everything the client sent so far, to replay to the leader
+
+
+@value
+class Adopt:
+    ticket: Ticket | None  # checked: signed by this group, in date (None: resume the session parked here)
+    session_id: str
+    offset: int | None = None  # a client resumes it on its own socket: where its stream goes on
+
+
+@value
+class Note:
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Decision = Propose | Refuse | CheckLogin | Relay | Adopt | Note
