@@ -6,7 +6,20 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from bench.message_stages import ENTRY_REGIONS, REGIONS, ROWS, TOTALS, _entries, _replica, _sends_applied, build_table, markdown_table, prepare
+from bench.message_stages import (
+    BODY_BYTES,
+    ENTRY_REGIONS,
+    REGIONS,
+    ROWS,
+    TOTALS,
+    _entries,
+    _replica,
+    _sends_applied,
+    build_table,
+    cache_bytes,
+    markdown_table,
+    prepare,
+)
 from raftmq.core.commands import Ack, Send
 from raftmq.core.effects import Deliver
 
@@ -43,7 +56,7 @@ def test_entries_of_several_messages_carry_them_all_and_every_ack_settles_its_de
     assert [len(commands) for commands in prepared.follower_sends] == [4] * (MESSAGES // 4)
     assert sorted(prepared.send_index + prepared.ack_index) == list(range(4, 4 + 2 * MESSAGES // 4))
     with ExitStack() as stack:
-        replica, host, sinks = _replica(stack, True, prepared.setup)
+        replica, host, sinks = _replica(stack, True, prepared.setup, prepared.entry_size)
         _sends_applied(prepared, True, replica, host)
         assert len(sinks["c"].effects) == MESSAGES and len(sinks["p"].receipts) == MESSAGES
         for index, commands in zip(*_entries(prepared, True, True), strict=True):
@@ -51,6 +64,19 @@ def test_entries_of_several_messages_carry_them_all_and_every_ack_settles_its_de
             replica.apply(commands)
         held = [len(sub.in_flight) for session in replica.broker.state.sessions.values() for sub in session.subs.values()]
         assert held == [0], "an ACK of the grouped entries named no delivery"
+
+
+def test_a_leaders_entry_is_kept_for_its_deliveries_at_every_entry_size() -> None:
+    """As a node's 16 MiB cache keeps a loaded group's entries: otherwise every delivery of the
+    bench would read its body back, a cost a node does not pay."""
+    for size in (1, 4, 60, 200):
+        entry = size * (BODY_BYTES + 64)
+        assert entry <= cache_bytes(size) // 4 and cache_bytes(size) <= 64 * entry, size
+    prepared = prepare(8, entry_size=4)
+    with ExitStack() as stack:
+        replica, host, _sinks = _replica(stack, True, prepared.setup, prepared.entry_size)
+        _sends_applied(prepared, True, replica, host)
+        assert replica.bodies._recent, "the leader kept none of its entries' bodies"
 
 
 def test_rows_derive_and_total_from_the_regions() -> None:
