@@ -48,8 +48,6 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
 
 
 _SEND_CODE = 5
-_ACK_CODE = 6
-_NACK_CODE = 7
 
 
 def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -64,6 +62,7 @@ def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 _CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
     cls: (code, _fields_of(names)) for code, (cls, names) in SCHEMA.items()
 }
+_NAMES_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
 
 
 def encode_batch(commands: Sequence[c.Command], version: int = FORMAT_VERSION) -> bytes:
@@ -75,10 +74,10 @@ def encode_rows(commands: Sequence[c.Command], version: int = FORMAT_VERSION) ->
     """The commands' rows as one msgpack array, `[row, ...]`, without the batch's version: a Raft
     entry (raftmq.replication.entry_codec) joins the rows of its proposals under one version.
 
-    Written field by field into this thread's row packer: a Send, Ack or Nack (every message's
-    commands) makes no row tuple and no field tuple, only its `now` as an int and the bytes.
-    The bytes are the same as packing `_rows(commands, version)` whole (a test holds the two
-    to each other for every command type)."""
+    Written field by field, in SCHEMA's order, into this thread's row packer: no row tuple, no
+    field tuple (for a Send or an Ack, only its `now` as an int, and the bytes). The bytes are
+    the same as packing `_rows(commands, version)` whole (a test holds the two to each other
+    for every command type)."""
     if version != FORMAT_VERSION:
         return _pack(_rows(commands, version))
     packer = row_packer()
@@ -86,35 +85,14 @@ def encode_rows(commands: Sequence[c.Command], version: int = FORMAT_VERSION) ->
     try:
         packer.pack_array_header(len(given))
         for command in given:
-            kind = type(command)
-            if kind is c.Send:
-                assert isinstance(command, c.Send)
-                packer.pack_array_header(8)
-                packer.pack(_SEND_CODE)
-                packer.pack(command.session)
-                packer.pack(command.destination)
-                packer.pack(command.headers)
-                packer.pack(command.body)
-                packer.pack(command.now)
-                packer.pack(command.transaction)
-                packer.pack(command.receipt)
-            elif kind is c.Ack or kind is c.Nack:
-                assert isinstance(command, (c.Ack, c.Nack))
-                packer.pack_array_header(8)
-                packer.pack(_ACK_CODE if kind is c.Ack else _NACK_CODE)
-                packer.pack(command.session)
-                packer.pack(command.now)
-                packer.pack(command.ack_id)
-                packer.pack(command.message_id)
-                packer.pack(command.subscription)
-                packer.pack(command.transaction)
-                packer.pack(command.receipt)
-            else:
-                try:
-                    code, fields = _CODE_OF[kind]
-                except KeyError:
-                    raise CommandCodecError(f"not a command: {kind.__name__}") from None
-                packer.pack((code, *fields(command)))
+            try:
+                code, names = _NAMES_OF[type(command)]
+            except KeyError:
+                raise CommandCodecError(f"not a command: {type(command).__name__}") from None
+            packer.pack_array_header(len(names) + 1)
+            packer.pack(code)
+            for name in names:
+                packer.pack(getattr(command, name))
         out: bytes = packer.bytes()
         return out
     except (TypeError, ValueError) as exc:
