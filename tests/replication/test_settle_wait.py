@@ -22,6 +22,9 @@ from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
 
 WAIT_MS = 5.0
+# For a test whose wait is ended by the producer's next SEND, never by its expiry: a loaded
+# machine (the whole suite in parallel) once took longer than 5 ms between two steps of one.
+LONG_WAIT_MS = 2000.0
 
 
 def send(ident: str) -> Send:
@@ -103,7 +106,7 @@ def test_an_unawaited_ack_is_not_a_second_entry_in_flight_and_then_waits_for_the
         member.commit(1)
         await asyncio.wait_for(asyncio.gather(acked, second), 1)
 
-    run(tmp_path, body)
+    run(tmp_path, body, LONG_WAIT_MS)
 
 
 def test_an_unawaited_ack_goes_alone_once_the_wait_is_over(tmp_path: Path) -> None:
