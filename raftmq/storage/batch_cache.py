@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from raftmq.storage.records import Record
+from raftmq.storage.records import RECORD_HEADER_SIZE, BatchHeader, Record
 
 RECORD_OVERHEAD = 96  # rough RAM per cached record besides its payload
 
@@ -16,7 +16,15 @@ BatchKey = tuple[int, int]  # (segment id, offset of the batch in its segment)
 
 
 def batch_ram(batch: tuple[Record, ...]) -> int:
+    """What a batch counts for: its payloads' bytes plus RECORD_OVERHEAD per record."""
     return sum(len(record.payload) + RECORD_OVERHEAD for record in batch)
+
+
+def header_ram(header: BatchHeader) -> int:
+    """`batch_ram` of the batch `header` heads, read from the header's lengths: the same figure,
+    with nothing made per record (each record's payload is its uncompressed bytes less the
+    record's own header)."""
+    return header.uncompressed_length + header.record_count * (RECORD_OVERHEAD - RECORD_HEADER_SIZE)
 
 
 class BatchCache:
@@ -39,12 +47,12 @@ class BatchCache:
             self._batches.move_to_end(key)
         return held[0]
 
-    def put(self, key: BatchKey, batch: tuple[Record, ...]) -> None:
-        """Cache `batch`, then drop the least recently used until within budget (a batch over the
-        whole budget is dropped at once)."""
+    def put(self, key: BatchKey, batch: tuple[Record, ...], header: BatchHeader) -> None:
+        """Cache `batch` (headed by `header`), then drop the least recently used until within
+        budget (a batch over the whole budget is dropped at once)."""
         if key in self._batches:
             self._drop(key)
-        ram = batch_ram(batch)
+        ram = header_ram(header)
         self._batches[key] = (batch, ram)
         self.used_bytes += ram
         while self.used_bytes > self.budget_bytes and self._batches:

@@ -200,7 +200,7 @@ class Journal:
                 self._segments.append(segment)
                 self._by_id[segment.segment_id] = segment
             if cache:
-                self._cache.put((segment.segment_id, offset), tuple(checked))
+                self._cache.put((segment.segment_id, offset), tuple(checked), header)
         self._unsynced = True
         if not refs:
             return []
@@ -382,8 +382,8 @@ class Journal:
         batch = self._cache.get(key)
         if batch is not None:
             return batch
-        _, batch = read_batch(self._reader_fd(segment), segment, position)
-        self._cache.put(key, batch)
+        header, batch = read_batch(self._reader_fd(segment), segment, position)
+        self._cache.put(key, batch, header)
         return batch
 
     def _reader_fd(self, segment: Segment) -> int:

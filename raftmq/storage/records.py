@@ -78,9 +78,12 @@ def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
         raise ValueError(f"a record has 4 fields, not {len(fields)}")
     # Read by index: compiled, unpacking an untyped value makes an iterator.
     raft_index, raft_term, kind, payload = fields[0], fields[1], fields[2], fields[3]
-    if not (0 <= raft_index <= MAX_U64 and 0 <= raft_term <= MAX_U64):
+    # Compared with the limits as objects (`_LIMITS`): compiled, comparing an untyped field with
+    # an int constant boxes the constant, an object per record.
+    zero, max_u16, max_u64 = _LIMITS
+    if not (zero <= raft_index <= max_u64 and zero <= raft_term <= max_u64):
         raise ValueError(f"raft index and term must fit in 64 unsigned bits: {raft_index}, {raft_term}")
-    if not 0 <= kind <= MAX_U16:
+    if not zero <= kind <= max_u16:
         raise ValueError(f"record kind must fit in 16 unsigned bits: {kind}")
     if type(payload) is bytes and type(record) is Record:
         converted = record  # the common case: nothing to convert
@@ -93,17 +96,25 @@ def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
     return converted
 
 
+_LIMITS: tuple[Any, Any, Any] = (0, MAX_U16, MAX_U64)
+_crc32c: Any = crc32c
+
+
 def encode_records(records: Sequence[Record]) -> bytes:
     """The uncompressed record area of a batch (what the lz4 frame holds)."""
     parts: list[bytes] = []
-    append = parts.append
     pack_fields = _RECORD_FIELDS.pack
     pack_crc = _RECORD_CRC.pack
-    for raft_index, raft_term, kind, payload in records:
-        fields = pack_fields(raft_index, raft_term, kind, len(payload))
-        append(pack_crc(crc32c(payload, crc32c(fields))))
-        append(fields)
-        append(payload)
+    for record in records:
+        # Read by index, untyped: compiled, the fields go to `pack` as the objects they are, not
+        # unboxed from the record and boxed again.
+        # The checksums stay untyped too (`_crc32c`): typed, each would be unboxed and boxed again.
+        row: Any = record
+        payload = row[3]
+        fields = pack_fields(row[0], row[1], row[2], len(payload))
+        parts.append(pack_crc(_crc32c(payload, _crc32c(fields))))
+        parts.append(fields)
+        parts.append(payload)
     return b"".join(parts)
 
 
