@@ -40,6 +40,8 @@ REBUILD = "pip install -e ."
 HOT_MODULES: tuple[str, ...] = (
     "raftmq.protocol.codec",
     "raftmq.core.dispatch",
+    "raftmq.core.dispatch_paging",
+    "raftmq.core.dispatch_redelivery",
     "raftmq.core.broker",
     "raftmq.core.model",
     "raftmq.core.state",
@@ -59,6 +61,8 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.core.message_headers",
     "raftmq.core.schedule",
     "raftmq.protocol.header_block",
+    "raftmq.core.validation",
+    "raftmq.routing.route",
 )
 
 _PACKAGE = Path(__file__).parent

@@ -77,3 +77,15 @@ def test_a_source_changed_since_the_build_runs_every_hot_module_from_source_and_
     assert report["mode"] == f"pure ({relative} changed since the build)"
     assert report["files"] == [str(tmp_path.joinpath(*m.split(".")).with_suffix(".py")) for m in compiled.HOT_MODULES]
     assert f"{relative} changed since it was compiled" in stderr and compiled.REBUILD in stderr
+
+
+@pytest.mark.skipif(os.environ.get(compiled.PURE_ENV, "") not in ("", "0"), reason="this run is the pure build")
+def test_the_core_s_dispatcher_is_a_native_class_where_the_build_compiled() -> None:
+    """The dispatcher reads and writes its attributes on every message: compiled as a native
+    class they are C fields; a second base class (mypyc compiles no such class natively) would
+    quietly make them dict entries, an int boxed at every write."""
+    from raftmq.core.broker import Broker
+    from raftmq.core.config import CoreConfig
+
+    dispatch = Broker(CoreConfig()).dispatch
+    assert hasattr(dispatch, "__dict__") is (compiled.mode() != "compiled")

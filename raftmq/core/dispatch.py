@@ -19,7 +19,6 @@ from raftmq.core import dead_letter as letters
 from raftmq.core.config import CoreConfig
 from raftmq.core.dead_letter import ORIGINAL_DESTINATION as ORIGINAL_DESTINATION  # read here by spark_audit.replay
 from raftmq.core.dispatch_paging import Paging
-from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.core.effects import Deliver, Effect
 from raftmq.core.message import Message, body_size
 from raftmq.core.message_headers import read_headers
@@ -35,7 +34,7 @@ from raftmq.patterns import pattern_matches
 EXPIRY_HEAP_SLACK = 1024
 
 
-class Dispatcher(Paging, Redelivery):
+class Dispatcher(Paging):
     """Queue stores, the expiry index, and the dispatch passes, on a `BrokerState`. Pure like
     the rest of the core. `now` and `effects` belong to the command being applied."""
 

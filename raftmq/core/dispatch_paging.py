@@ -1,6 +1,7 @@
 """The dispatcher's side of paging (raftmq.core.paging): when a message goes to a store's tail,
 when pages come back into its head, and how paged messages expire. A part of `Dispatcher`,
-kept in its own module; it uses only the dispatcher methods declared below.
+kept in its own module (the chain of bases: raftmq.core.dispatch_redelivery); it uses only the
+dispatcher's attributes and methods declared below and in `Redelivery`.
 
 Rules: a store pages an arrival once its head holds `2 × page_size` ready messages, or while
 older messages are paged (arrival order holds). After every dispatch pass of a store with a
@@ -11,24 +12,28 @@ paged) and the head holds fewer than `selector_scan_limit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from raftmq.core.config import CoreConfig
+from raftmq.core.dispatch_redelivery import Redelivery
 from raftmq.core.message import Message, body_size
 from raftmq.core.model import Store, Subscription
 from raftmq.core.paging import Tail
-from raftmq.core.state import BrokerState
 
 
-class Paging:
-    # The dispatcher's, declared for the type checker (annotations only: nothing defined here).
-    state: BrokerState
-    config: CoreConfig
+class Paging(Redelivery):
+    # The dispatcher's attribute (set by `Dispatcher.__init__`) and methods (`Dispatcher`'s own
+    # replace these), declared here for the type checker and the compiled build.
     _scan_limit: int
-    mark: Callable[[Store], None]
-    _dispatch: Callable[[Store, list[Subscription] | None], bool]
-    _index_expiry: Callable[[int, int, Store], None]
-    _expire: Callable[..., None]
+
+    def mark(self, store: Store) -> None:
+        raise NotImplementedError  # Dispatcher.mark
+
+    def _dispatch(self, store: Store, candidates: list[Subscription] | None) -> bool:
+        raise NotImplementedError  # Dispatcher._dispatch
+
+    def _index_expiry(self, expires: int, token: int, store: Store) -> None:
+        raise NotImplementedError  # Dispatcher._index_expiry
+
+    def _expire(self, store: Store, message: Message, indexed: bool = True) -> None:
+        raise NotImplementedError  # Dispatcher._expire
 
     def _page_out(self, store: Store, message: Message, page_size: int) -> None:
         """Keep `message` in `store`'s tail: the head is full, or older messages are paged."""

@@ -1,12 +1,13 @@
 """The dispatcher's side of NACK redelivery back-off (`[core] redelivery_delay_ms`,
 `redelivery_multiplier`, `max_redelivery_delay_ms`): a NACKed message waits in its store, held
 back (replicated, in snapshots), and returns to the front of its queue when its delay ends; the
-dead-letter limit applies first. A part of `Dispatcher`, kept in its own module; it uses only
-the dispatcher methods declared below."""
+dead-letter limit applies first. A part of `Dispatcher`, kept in its own module: the first of
+the chain `Redelivery` <- `Paging` <- `Dispatcher` (one line of bases, so that the compiled
+build makes the dispatcher a native class: mypyc compiles no class with two bases). It uses
+only the dispatcher's attributes and methods declared below."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from heapq import heappop, heappush
 
 from raftmq.core.config import CoreConfig
@@ -16,12 +17,17 @@ from raftmq.core.state import BrokerState
 
 
 class Redelivery:
-    # The dispatcher's, declared for the type checker (annotations only: nothing defined here).
+    # The dispatcher's attributes (set by `Dispatcher.__init__`) and methods (`Dispatcher`'s
+    # own replace these), declared here for the type checker and the compiled build.
     state: BrokerState
     config: CoreConfig
     now: int
-    dead_letter: Callable[[Store, Message], None]
-    requeue: Callable[..., None]
+
+    def dead_letter(self, store: Store, message: Message, returned: bool = False) -> None:
+        raise NotImplementedError  # Dispatcher.dead_letter
+
+    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True, returned: bool = False) -> None:
+        raise NotImplementedError  # Dispatcher.requeue
 
     def redelivery_delay(self, delivery_count: int) -> int:
         """How long a message NACKed after its `delivery_count`-th delivery waits (ms)."""

@@ -87,7 +87,10 @@ def body_size(body: Any) -> int:
         if len(body) <= 2:
             return 0
         size: object = body[2]
-        return size if isinstance(size, int) else int(size)  # type: ignore[call-overload]  # an int, read without a call
+        if isinstance(size, int):
+            return size  # read without a call (and, compiled, never boxed again: no conditional expression)
+        other: Any = size  # a float or a string a foreign writer may have left
+        return int(other)
     if isinstance(body, (bytes, bytearray)):
         return len(body)
     if isinstance(body, list) and len(body) > 2:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from raftmq.core.message import DEFAULT_PRIORITY
 from raftmq.core.model import PRIORITY_LEVELS
-from raftmq.protocol.header_block import first_of, key
+from raftmq.protocol.header_block import first_is, first_of, key
 
 _PRIORITY, _EXPIRES, _PERSISTENT = key("priority"), key("expires"), key("persistent")
 _GROUP, _DUPL_ID = key("JMSXGroupID"), key("_AMQ_DUPL_ID")
@@ -17,6 +17,10 @@ def _parse_priority(value: str) -> int:
     except ValueError:
         return DEFAULT_PRIORITY
     return min(max(priority, 0), PRIORITY_LEVELS - 1)
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.lower() == "true"
 
 
 def _parse_expires(value: str) -> int:
@@ -37,6 +41,6 @@ def read_headers(headers: str) -> tuple[int, int, bool, str | None, str | None]:
     priority = DEFAULT_PRIORITY if value is None else _parse_priority(value)
     value = first_of(headers, _EXPIRES)
     expires = 0 if value is None else _parse_expires(value)
-    value = first_of(headers, _PERSISTENT)
-    persistent = value is not None and (value == "true" or value.lower() == "true")  # no lower-cased copy of the usual "true"
+    # The usual "true" compared in place; any other value read out and compared without case.
+    persistent = first_is(headers, _PERSISTENT, "true") or _is_true(first_of(headers, _PERSISTENT))
     return priority, expires, persistent, first_of(headers, _GROUP) or None, first_of(headers, _DUPL_ID) or None

@@ -111,6 +111,23 @@ def first_of(block: str, wanted: tuple[str, str]) -> str | None:
     return unescape(value) if "\\" in value else value
 
 
+def first_is(block: str, wanted: tuple[str, str], expected: str) -> bool:
+    """Whether the first line that `wanted` (`key(name)`) names holds exactly `expected`, compared
+    where it stands: no value is sliced out. `expected` holds no character a block escapes
+    (backslash, colon, line ends): then a value that was escaped has a backslash in the block and
+    never matches, and one that matches reads as `expected` (`first_of`'s answer)."""
+    head, line = wanted
+    if block.startswith(head):
+        start = len(head)
+    else:
+        at = block.find(line)
+        if at < 0:
+            return False
+        start = at + len(line)
+    end = block.find("\n", start)
+    return end - start == len(expected) and block.find(expected, start, end) == start
+
+
 def first(block: str, name: str) -> str | None:
     """The value of the first `name` line of a block (plain), or None."""
     return first_of(block, key(name))

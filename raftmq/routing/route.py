@@ -47,7 +47,8 @@ def sf_queue(neighbour: str) -> str:
 
 
 def is_internal(destination: str) -> bool:
-    return destination.startswith(INTERNAL_PREFIXES)
+    # One prefix at a time: compiled, `startswith` of a tuple builds an argument tuple per call.
+    return destination.startswith(INTERNAL_PREFIXES[0]) or destination.startswith(INTERNAL_PREFIXES[1])
 
 
 def dedup_id(message_id: str, target: str) -> str:

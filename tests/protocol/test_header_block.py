@@ -39,6 +39,16 @@ def test_a_block_gives_back_every_pair_in_order(pairs: list[tuple[str, str]]) ->
     assert hb.without(block, {"k"}) == hb.block_of([p for p in pairs if p[0] != "k"])
 
 
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(["persistent", "k", "xpersistent"]), st.one_of(tricky, st.sampled_from(
+    ["true", "TRUE", "tru", "truee", "true\\", "\\true", "tr:ue"]))), max_size=5),
+    st.sampled_from(["true", "false", "t", "persistent"]))
+def test_a_value_compared_in_place_is_the_first_value_compared(pairs: list[tuple[str, str]], expected: str) -> None:
+    block = hb.block_of(pairs)
+    for name in ("persistent", "k", "absent"):
+        assert hb.first_is(block, hb.key(name), expected) is (hb.first(block, name) == expected), (block, name)
+
+
 def test_first_finds_a_name_only_at_the_start_of_a_line() -> None:
     block = hb.block_of([("xpriority", "1"), ("note", "priority:2"), ("priority", "3")])
     assert hb.first(block, "priority") == "3"
