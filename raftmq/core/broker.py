@@ -13,7 +13,7 @@ consumers that just gained room.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -57,6 +57,7 @@ class Broker:
         self._entry_index = -1  # the Raft entry applying (begin_entry); -1: bodies are held as they are
         self._ordinal = 0  # of the next Send in that entry
         self._entry_ref_index: object = -1  # `_entry_index` boxed once per entry: every BodyRef of it shares it
+        self.applying: Command | None = None  # `apply_all`'s command now (the one that raised, after one did)
         self.limits = AddressLimits(config.addresses, config.global_max_size_messages, config.global_max_size_bytes)
         # In a cluster of groups, SENDs go through the cluster routing (raftmq.core.cluster_routing).
         self.routing = ClusterRouting(config.cluster, self.state, self.dispatch) if config.cluster is not None else None
@@ -87,6 +88,21 @@ class Broker:
         dispatch.effects = effects
         dispatch.now = command.now
         self._handlers[type(command)](command)
+        return effects
+
+    def apply_all(self, commands: Sequence[Command]) -> list[Effect]:
+        """Apply committed commands in order, each as `apply` applies it; the effects of all of
+        them in one list, in order. For a member that serves none of their sessions
+        (`begin_entry(quiet=True)`: no Deliver or Receipt is built), which acts on the few
+        that are left once per entry. When one raises, `applying` is that command."""
+        effects: list[Effect] = []
+        dispatch = self.dispatch
+        dispatch.effects = effects
+        handlers = self._handlers
+        for command in commands:
+            self.applying = command
+            dispatch.now = command.now
+            handlers[type(command)](command)
         return effects
 
     def begin_entry(self, index: int, *, quiet: bool = False) -> None:

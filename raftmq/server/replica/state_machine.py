@@ -88,21 +88,25 @@ class Replica:
                 raise
         if commands and host.clock.now_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
             host.replayed()  # old commands: a replay, not traffic to show as a rate
+        if quiet:  # the whole batch in one call; of its effects only an admin answer concerns us
+            try:
+                effects = self.broker.apply_all(commands)
+            except Exception as exc:
+                self._core_raised(self.broker.applying, exc)
+                raise
+            for effect in effects:
+                if type(effect) is Managed:
+                    host.managed(effect)
+            if bodies is not None:
+                self._end_entry(bodies)
+            return
         apply = self.broker.apply
         for command in commands:
             try:
                 effects = apply(command)
             except Exception as exc:
-                self.failed = True
-                self.apply_failures += 1
-                log.exception("broker.apply_failed", command=type(command).__name__)
-                host.fail(f"the broker core raised on a committed {type(command).__name__}: {type(exc).__name__}: {exc}")
+                self._core_raised(command, exc)
                 raise
-            if quiet:
-                for effect in effects:
-                    if type(effect) is Managed:
-                        host.managed(effect)
-                continue
             if len(effects) > 1 and type(effects[-1]) is Receipt:
                 receipt_first(effects)
             for effect in effects:
@@ -131,6 +135,13 @@ class Replica:
                     host.disconnected(session)
         if bodies is not None:
             self._end_entry(bodies)
+
+    def _core_raised(self, command: Command | None, exc: Exception) -> None:
+        self.failed = True
+        self.apply_failures += 1
+        name = type(command).__name__
+        log.exception("broker.apply_failed", command=name)
+        self._host.fail(f"the broker core raised on a committed {name}: {type(exc).__name__}: {exc}")
 
     def _end_entry(self, bodies: BodyStore) -> None:
         """Write the entry's bodies and the pages its commands sealed, as one journal batch."""
