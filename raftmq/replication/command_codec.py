@@ -157,10 +157,13 @@ def _decode_row(row: Any) -> c.Command:
     cls, length = entry
     if len(row) != length:
         raise CommandCodecError(f"{cls.__name__}: expected {length - 1} fields, got {len(row) - 1}")
+    # The two per message built from the row's fields one by one: `cls(*row[1:])` slices a tuple.
     if cls is c.Send:
-        if type(row[3]) is not str:  # pairs, as version 1 wrote them
-            row = (*row[:3], _block(row[3]), *row[4:])
-    elif cls is c.Manage:
+        headers = row[3] if type(row[3]) is str else _block(row[3])  # pairs, as version 1 wrote them
+        return c.Send(row[1], row[2], headers, row[4], row[5], row[6], row[7])
+    if cls is c.Ack:
+        return c.Ack(row[1], row[2], row[3], row[4], row[5], row[6], row[7])
+    if cls is c.Manage:
         if type(row[6]) is not tuple or not all(type(i) is str for i in row[6]):
             raise CommandCodecError("Manage: ids must be a list of strings")
     if cls in _POSITIONAL:
