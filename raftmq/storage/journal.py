@@ -183,8 +183,8 @@ class Journal:
         if not checked:
             return []
         last_index = self.last_index
-        if last_index is not None and checked[0].raft_index < last_index:
-            raise ValueError(f"raft index {checked[0].raft_index} is below the journal's last index {last_index}")
+        if last_index is not None and checked[0][0] < last_index:
+            raise ValueError(f"raft index {checked[0][0]} is below the journal's last index {last_index}")
         data, header = rec.encode_batch_with_header(checked)
         writer = self._writer_for(header.first_index, len(data))
         if writer is None:
@@ -200,7 +200,7 @@ class Journal:
                 self._segments.append(segment)
                 self._by_id[segment.segment_id] = segment
             if cache:
-                self._cache.put((segment.segment_id, offset), tuple(checked), header)
+                self._cache.put((segment.segment_id, offset), rec.as_records(checked), header)
         self._unsynced = True
         if not refs:
             return []

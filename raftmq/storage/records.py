@@ -44,13 +44,33 @@ class Record(NamedTuple):
     payload: bytes
 
 
+# A record as a plain tuple of its fields, in Record's order: what a writer that keeps nothing
+# it writes hands the journal (`Journal.append_batch(cache=False)`), one object per record
+# where a Record costs four (tuple.__new__'s argument tuples, then the Record).
+Row = tuple[Any, Any, Any, bytes]
+# What the functions below take and give for records and rows, typed `Any` on purpose: compiled,
+# a value typed as a Record or a Row is a C struct, and every one handed on or returned would be
+# boxed again as a new plain tuple (an object per record, and the Record's class lost).
+Records = Sequence[Any]
+
 _new_record = tuple.__new__  # builds a Record without NamedTuple's slower argument binding
 
 
-def new_records(raft_index: object, raft_term: object, kind: object, payloads: list[bytes]) -> list[Record]:
+def new_records(raft_index: object, raft_term: object, kind: object, payloads: list[bytes]) -> list[Any]:
     """A Record per payload, all of one index, term and kind: built as tuples are, without
-    NamedTuple's argument binding, the three shared fields boxed once (typed `object`)."""
+    NamedTuple's argument binding, the three shared fields boxed once (typed `object`). (A list
+    of rows: other records may follow them.)"""
     return [_new_record(Record, (raft_index, raft_term, kind, payload)) for payload in payloads]
+
+
+def new_rows(raft_index: object, raft_term: object, kind: object, payloads: list[bytes]) -> list[Any]:
+    """`new_records` as plain tuples."""
+    return [(raft_index, raft_term, kind, payload) for payload in payloads]
+
+
+def as_records(rows: Records) -> tuple[Record, ...]:
+    """Every row as a Record (those that are one already, as they are)."""
+    return tuple(row if type(row) is Record else _new_record(Record, row) for row in rows)
 
 
 class BatchHeader(NamedTuple):
@@ -69,8 +89,9 @@ class BatchHeader(NamedTuple):
         return BATCH_HEADER_SIZE + self.compressed_length
 
 
-def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
-    """Return `record` as a Record with a `bytes` payload, or raise ValueError if a field cannot be stored."""
+def check_record(record: Record | Row) -> Any:
+    """Return `record` with a `bytes` payload (a Record, or a plain tuple as it is: `new_rows`),
+    or raise ValueError if a field cannot be stored."""
     # Unpacked untyped: a payload of the wrong type is this function's ValueError in both builds
     # (a compiled build would raise TypeError on unpacking it as the annotation's bytes).
     fields: Any = record
@@ -85,13 +106,15 @@ def check_record(record: Record | tuple[int, int, int, bytes]) -> Record:
         raise ValueError(f"raft index and term must fit in 64 unsigned bits: {raft_index}, {raft_term}")
     if not zero <= kind <= max_u16:
         raise ValueError(f"record kind must fit in 16 unsigned bits: {kind}")
-    if type(payload) is bytes and type(record) is Record:
-        converted = record  # the common case: nothing to convert
+    converted: Any
+    if type(payload) is bytes and (type(record) is Record or type(record) is tuple):
+        converted = record  # the common cases: nothing to convert
     elif isinstance(payload, (bytes, bytearray, memoryview)):
-        converted = _new_record(Record, (raft_index, raft_term, kind, bytes(payload)))
+        payload = bytes(payload)
+        converted = _new_record(Record, (raft_index, raft_term, kind, payload))
     else:
         raise ValueError(f"record payload must be bytes, not {type(payload).__name__}")
-    if len(converted.payload) > MAX_U32:
+    if len(payload) > MAX_U32:
         raise ValueError("record payload over 4 GiB")
     return converted
 
@@ -100,40 +123,40 @@ _LIMITS: tuple[Any, Any, Any] = (0, MAX_U16, MAX_U64)
 _crc32c: Any = crc32c
 
 
-def encode_records(records: Sequence[Record]) -> bytes:
+def encode_records(records: Records) -> bytes:
     """The uncompressed record area of a batch (what the lz4 frame holds)."""
     parts: list[bytes] = []
     pack_fields = _RECORD_FIELDS.pack
     pack_crc = _RECORD_CRC.pack
     for record in records:
         # Read by index, untyped: compiled, the fields go to `pack` as the objects they are, not
-        # unboxed from the record and boxed again.
-        # The checksums stay untyped too (`_crc32c`): typed, each would be unboxed and boxed again.
-        row: Any = record
-        payload = row[3]
-        fields = pack_fields(row[0], row[1], row[2], len(payload))
+        # unboxed from the record and boxed again. The checksums stay untyped too (`_crc32c`).
+        payload = record[3]
+        fields = pack_fields(record[0], record[1], record[2], len(payload))
         parts.append(pack_crc(_crc32c(payload, _crc32c(fields))))
         parts.append(fields)
         parts.append(payload)
     return b"".join(parts)
 
 
-def encode_batch(records: Sequence[Record]) -> bytes:
+def encode_batch(records: Records) -> bytes:
     """Header + lz4 frame for `records` (already checked, raft indexes non-decreasing)."""
     return encode_batch_with_header(records)[0]
 
 
-def encode_batch_with_header(records: Sequence[Record]) -> tuple[bytes, BatchHeader]:
+def encode_batch_with_header(records: Records) -> tuple[bytes, BatchHeader]:
     """`encode_batch`'s bytes and the header they start with, as `parse_header` would read it
     (the writer needs both: no second reading of what was just written)."""
     if not records:
         raise ValueError("a batch holds at least one record")
-    first_index, last_index = records[0].raft_index, records[-1].raft_index
+    first_index: int = records[0][0]
+    last_index: int = records[-1][0]
     previous = first_index
     for record in records:  # a plain loop: no pair made per record
-        if record.raft_index < previous:
+        index: int = record[0]
+        if index < previous:
             raise ValueError("raft indexes within a batch must not decrease")
-        previous = record.raft_index
+        previous = index
     if len(records) > MAX_U32:
         raise ValueError("too many records for one batch")
     raw = encode_records(records)

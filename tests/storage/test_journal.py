@@ -460,3 +460,30 @@ def test_a_batch_written_without_caching_is_read_from_disk_then_cached(tmp_path:
         assert len(journal._cache) == 1
         assert journal.read(ref) == b"follower's" and journal.read(cached) == b"leader's"
         assert len(journal._cache) == 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch_lists, st.booleans())
+def test_rows_as_plain_tuples_are_written_and_read_back_as_records(rows: list[list[tuple[int, int, int, bytes]]],
+                                                                   cache: bool) -> None:
+    """A writer may hand plain tuples (`records.new_rows`): the same bytes on disk as Records,
+    and every read, through the cache or not, gives Records."""
+    index = 1
+    batches: list[list[tuple[int, int, int, bytes]]] = []
+    for row in rows:
+        batch = []
+        for step, term, kind, payload in row:
+            index += step
+            batch.append((index, term, kind, payload))
+        batches.append(batch)
+    with tempfile.TemporaryDirectory() as plain, tempfile.TemporaryDirectory() as named:
+        with Journal(plain, cache_bytes=2**20) as by_rows, Journal(named, cache_bytes=2**20) as by_records:
+            for batch in batches:
+                by_rows.append_batch(batch, cache=cache)
+                by_records.append_batch([Record(*fields) for fields in batch], cache=cache)
+            expected = [Record(*fields) for batch in batches for fields in batch]
+            read = [record for _, record in by_rows.records()]
+            assert read == expected and all(type(record) is Record for record in read)
+        assert sorted(os.listdir(plain)) == sorted(os.listdir(named))
+        for name in os.listdir(plain):
+            assert Path(plain, name).read_bytes() == Path(named, name).read_bytes()

@@ -34,7 +34,7 @@ from raftmq.core.snapshot import journal_indexes
 from raftmq.errors import BodyUnavailable, JournalCorrupt
 from raftmq.storage.journal import Journal
 from raftmq.storage.payload import KIND_MESSAGE, KIND_PAGE, decode_body, encode_payload
-from raftmq.storage.records import Record, new_records
+from raftmq.storage.records import Record, new_records, new_rows
 
 log = structlog.get_logger("raftmq.server.bodies")
 
@@ -50,7 +50,7 @@ class _OpenEntry:
 
     __slots__ = ("cache", "fresh", "index", "ordinal", "pages", "records", "term")
 
-    def __init__(self, index: int, term: int, ordinal: int, records: list[Record], fresh: bool,
+    def __init__(self, index: int, term: int, ordinal: int, records: list[Any], fresh: bool,
                  cache: bool) -> None:
         self.index = index
         self.term = term
@@ -94,8 +94,11 @@ class BodyStore:
         last = self.journal.last_index
         fresh = last is None or index > last
         sends: list[Send] = [command for command in commands if isinstance(command, Send)]
-        # Records as the journal stores them: it writes them as they are, converting none.
-        records = new_records(index, term, KIND_MESSAGE, [encode_payload(send) for send in sends]) if fresh else []
+        # Records as the journal stores them: it writes them as they are, converting none (a
+        # follower's as plain tuples: the journal keeps nothing of its batches for reads).
+        payloads = [encode_payload(send) for send in sends] if fresh else []
+        make = new_records if cache else new_rows
+        records = make(index, term, KIND_MESSAGE, payloads)
         if sends and not fresh:
             self.entries_skipped += 1
         self._entry = _OpenEntry(index, term, len(sends), records, fresh, cache)
