@@ -633,9 +633,9 @@ def _begin(leader: bool, acks: bool, with_end: bool) -> Factory:
 
 
 def _core(leader: bool, acks: bool) -> Factory:
-    """`Broker.begin_entry` and `Broker.apply` alone, of each entry's commands as the replica
-    hands them over: the leader's own commands, or the follower's decoded ones (quiet: it serves
-    no session)."""
+    """`Broker.begin_entry` and the core alone, of each entry's commands as the replica hands
+    them over: the leader's own commands, one `Broker.apply` each, or the follower's decoded
+    ones, all in one `Broker.apply_all` (quiet: it serves no session)."""
     def factory(p: Prepared, stack: ExitStack) -> tuple[Loop, list[Any]]:
         from raftmq.config import NodeConfig
         from raftmq.core.broker import Broker
@@ -656,7 +656,15 @@ def _core(leader: bool, acks: bool) -> Factory:
                 begin_entry(index, quiet=quiet)
                 for command in commands:
                     apply(command)
+
+        def loop_quiet(items: list[Any]) -> None:
+            apply_all = broker.apply_all
+            for index, commands in items:
+                begin_entry(index, quiet=True)
+                apply_all(commands)
         indexes, entries = _entries(p, leader, acks)
+        if quiet:
+            return loop_quiet, list(zip(indexes, entries, strict=True))
         return loop, list(zip(indexes, entries, strict=True))
     return factory
 
@@ -1039,7 +1047,7 @@ ROWS: list[Row] = [
         f"{7 + 3 * USER_HEADERS} (7+3U, U={USER_HEADERS})", ("fsend.decode_batch",), reviewed=7 + 3 * USER_HEADERS),
     Row("follower SEND", "body refs", "bodies.py:BodyStore.begin, payload.py:encode_payload", "",
         ("fsend.begin",)),
-    Row("follower SEND", "core", "core/broker.py:Broker.begin_entry/apply (quiet: no Deliver, no Receipt)", "~20 (refs + core)",
+    Row("follower SEND", "core", "core/broker.py:Broker.begin_entry/apply_all (quiet: no Deliver, no Receipt)", "~20 (refs + core)",
         ("fsend.core",), reviewed=20),
     Row("follower SEND", "effects out", "replica/state_machine.py:Replica.apply, no sessions (apply minus refs, "
         "journal, core)", "", ("fsend.apply",), ("fsend.begin_end", "fsend.core")),
@@ -1050,7 +1058,7 @@ ROWS: list[Row] = [
         ("fack.decode_entry",), ("fack.decode_batch",)),
     Row("follower ACK", "decode batch", "command_codec.py:decode_batch/_decode_row", "", ("fack.decode_batch",)),
     Row("follower ACK", "body refs", "bodies.py:BodyStore.begin (no Send)", "", ("fack.begin",)),
-    Row("follower ACK", "core", "core/broker.py:Broker.apply", "", ("fack.core",)),
+    Row("follower ACK", "core", "core/broker.py:Broker.apply_all", "", ("fack.core",)),
     Row("follower ACK", "effects out", "state_machine.py:Replica.apply (minus refs, journal, core)", "",
         ("fack.apply",), ("fack.begin_end", "fack.core")),
     Row("follower ACK", "body journal", "bodies.py:BodyStore.end (nothing to write)", "", ("fack.begin_end",),
