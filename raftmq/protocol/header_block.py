@@ -97,16 +97,20 @@ def key(name: str) -> tuple[str, str]:
     return head, "\n" + head
 
 
-def first_of(block: str, wanted: tuple[str, str]) -> str | None:
-    """The value of the first line that `wanted` (`key(name)`) names, plain, or None."""
+def _value_at(block: str, wanted: tuple[str, str]) -> int:
+    """Where the value of the first line that `wanted` (`key(name)`) names starts, or -1."""
     head, line = wanted
     if block.startswith(head):
-        start = len(head)
-    else:
-        at = block.find(line)
-        if at < 0:
-            return None
-        start = at + len(line)
+        return len(head)
+    at = block.find(line)
+    return at if at < 0 else at + len(line)
+
+
+def first_of(block: str, wanted: tuple[str, str]) -> str | None:
+    """The value of the first line that `wanted` (`key(name)`) names, plain, or None."""
+    start = _value_at(block, wanted)
+    if start < 0:
+        return None
     value = block[start : block.find("\n", start)]
     return unescape(value) if "\\" in value else value
 
@@ -116,14 +120,9 @@ def first_is(block: str, wanted: tuple[str, str], expected: str) -> bool:
     where it stands: no value is sliced out. `expected` holds no character a block escapes
     (backslash, colon, line ends): then a value that was escaped has a backslash in the block and
     never matches, and one that matches reads as `expected` (`first_of`'s answer)."""
-    head, line = wanted
-    if block.startswith(head):
-        start = len(head)
-    else:
-        at = block.find(line)
-        if at < 0:
-            return False
-        start = at + len(line)
+    start = _value_at(block, wanted)
+    if start < 0:
+        return False
     end = block.find("\n", start)
     return end - start == len(expected) and block.find(expected, start, end) == start
 
