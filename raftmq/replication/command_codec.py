@@ -13,8 +13,7 @@ a group whose other members run a release that reads only those.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from operator import attrgetter
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -48,20 +47,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
 
 
 _SEND_CODE = 5
-
-
-def _fields_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """A command's wire fields as a tuple, read in C (an attrgetter of one name returns the
-    value itself, not a tuple)."""
-    if len(names) > 1:
-        return attrgetter(*names)
-    one = attrgetter(names[0])
-    return lambda command: (one(command),)
-
-
-_CODE_OF: dict[type, tuple[int, Callable[[Any], tuple[Any, ...]]]] = {
-    cls: (code, _fields_of(names)) for code, (cls, names) in SCHEMA.items()
-}
+# class -> (type code, wire field names): what a command is written as, row by row.
 _NAMES_OF: dict[type, tuple[int, tuple[str, ...]]] = {cls: (code, names) for code, (cls, names) in SCHEMA.items()}
 
 
@@ -108,10 +94,10 @@ def _rows(commands: Sequence[c.Command], version: int) -> list[tuple[Any, ...]]:
     given: Sequence[object] = commands  # compiled, a Command-typed loop would refuse a stranger with a TypeError
     for command in given:
         try:
-            code, fields = _CODE_OF[type(command)]
+            code, names = _NAMES_OF[type(command)]
         except KeyError:
             raise CommandCodecError(f"not a command: {type(command).__name__}") from None
-        row = (code, *fields(command))
+        row = (code, *(getattr(command, name) for name in names))
         if version == HEADER_PAIRS and code == _SEND_CODE:
             row = (*row[:3], pairs_of(row[3]), *row[4:])
         rows.append(row)

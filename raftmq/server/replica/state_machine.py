@@ -73,7 +73,7 @@ class Replica:
         sessions = host.sessions
         awaiting = host.awaiting_adoption  # after a transfer: the old leader's sessions, until adopted
         # No client here (a follower): the core builds no Deliver or Receipt, and only an admin
-        # request's answer can concern this member. Nothing in this loop adds a session.
+        # request's answer can concern this member. Applying the batch adds no session here.
         quiet = not sessions and not awaiting
         if bodies is not None:
             position = host.commit_log.position
@@ -88,18 +88,30 @@ class Replica:
                 raise
         if commands and host.clock.now_ms() - getattr(commands[-1], "now", 1 << 62) > REPLAY_AGE_MS:
             host.replayed()  # old commands: a replay, not traffic to show as a rate
-        if quiet:  # the whole batch in one call; of its effects only an admin answer concerns us
-            try:
-                effects = self.broker.apply_all(commands)
-            except Exception as exc:
-                self._core_raised(self.broker.applying, exc)
-                raise
-            for effect in effects:
-                if type(effect) is Managed:
-                    host.managed(effect)
-            if bodies is not None:
-                self._end_entry(bodies)
-            return
+        if quiet:
+            self._apply_quietly(commands)
+        else:
+            self._apply_serving(commands)
+        if bodies is not None:
+            self._end_entry(bodies)
+
+    def _apply_quietly(self, commands: Sequence[Command]) -> None:
+        """No session of the batch is served here: the whole batch in one call into the core;
+        of its effects only an admin request's answer concerns this member."""
+        try:
+            effects = self.broker.apply_all(commands)
+        except Exception as exc:
+            self._core_raised(self.broker.applying, exc)
+            raise
+        for effect in effects:
+            if type(effect) is Managed:
+                self._host.managed(effect)
+
+    def _apply_serving(self, commands: Sequence[Command]) -> None:
+        """Each command, then its effects on the sessions this member serves."""
+        host, bodies = self._host, self.bodies
+        sessions = host.sessions
+        awaiting = host.awaiting_adoption
         apply = self.broker.apply
         for command in commands:
             try:
@@ -133,8 +145,6 @@ class Replica:
                 session = sessions.get(command.session)
                 if session is not None:
                     host.disconnected(session)
-        if bodies is not None:
-            self._end_entry(bodies)
 
     def _core_raised(self, command: Command | None, exc: Exception) -> None:
         self.failed = True
