@@ -140,7 +140,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
     return config
 
 
-FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.stomp.relay: RELAY, REDIRECT
+FOLLOWER_CLIENT_MODES = ("relay", "redirect")  # raftmq.server.stomp.decisions: RELAY, REDIRECT
 
 
 def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:

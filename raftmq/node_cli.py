@@ -158,8 +158,8 @@ def hand_over_command(config_path: str, node_id: str, bind_host: str | None, tim
     from raftmq.config import split_address
     from raftmq.errors import ConfigError
     from raftmq.replication.group_secret import group_secret
-    from raftmq.security import member_client_tls
     from raftmq.server.admin.http import post_hand_over
+    from raftmq.tls import member_client_tls
 
     try:
         group = load_group_config(config_path)

@@ -36,7 +36,8 @@ from typing import Any
 from raftmq.errors import ConfigError
 from raftmq.passwords import parse_hash
 from raftmq.patterns import check_pattern
-from raftmq.security import ANONYMOUS_GROUP, KINDS, OPERATIONS, AclEntry, SecurityConfig, TlsConfig, UserEntry, server_ssl_context
+from raftmq.security import ANONYMOUS_GROUP, KINDS, OPERATIONS, AclEntry, SecurityConfig, TlsConfig, UserEntry
+from raftmq.tls import server_ssl_context
 
 SECURITY_TABLES = ("security", "user", "acl", "tls")
 _SECURITY_KEYS = ("authentication", "allow_anonymous", "anonymous_groups", "allow_open_admin")

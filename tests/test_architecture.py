@@ -1,9 +1,12 @@
-"""The shape of the code base, checked: layers import only downward, no import circles, and
-modules small enough to read in one sitting (docs/architecture.md)."""
+"""The shape of the code base, checked: layers import only downward, no import circles, the
+sans-I/O modules load no I/O library, the node's rooms import one way, and modules are small
+enough to read in one sitting (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,7 @@ RANKS = {
     "cluster": 2,  # the deployment's files (group, members, topology); reads with raftmq.config
     "raftmq.security_config": 2,
     "raftmq.security": 2,
+    "raftmq.tls": 2,  # TLS contexts from [tls]: the ports' and a member's towards another member
     "raftmq.storage": 2,
     "raftmq.client": 3,
     "raftmq.replication": 3,
@@ -215,3 +219,108 @@ def test_only_cluster_and_the_node_config_read_toml() -> None:
     assert readers, "no module reads TOML: the scan is broken"
     strays = [m for m in readers if not any(m == r or m.startswith(r + ".") for r in TOML_READERS)]
     assert strays == []
+
+
+# -- Sans-I/O -----------------------------------------------------------------------------------
+# Importing one of these loads no I/O library: they take bytes and events in and hand decisions
+# out, and the shell around them does the I/O (docs/architecture.md). A name ending in "." stands
+# for every module of that package.
+IO_LIBRARIES = ("asyncio", "socket", "ssl", "logging", "structlog", "uvloop", "aiofiles")
+IO_FREE = (
+    "raftmq.protocol.codec", "raftmq.protocol.frame", "raftmq.protocol.header_block", "raftmq.protocol.escaping",
+    "raftmq.protocol.negotiation", "raftmq.protocol.limits",
+    "raftmq.core.", "raftmq.routing.",
+    "raftmq.server.stomp.session", "raftmq.server.stomp.translate", "raftmq.server.stomp.decisions",
+    "raftmq.server.stomp.frames", "raftmq.server.stomp.adoption", "raftmq.server.websocket.session",
+    "raftmq.replication.command_codec", "raftmq.replication.entry_codec",
+)
+# In a fresh interpreter: import each module named, then print the I/O libraries that got loaded.
+_LOADED = ("import importlib, sys\n"
+           "modules, libraries = sys.argv[1].split(), sys.argv[2].split()\n"
+           "for module in modules: importlib.import_module(module)\n"
+           "print(' '.join(name for name in libraries if name in sys.modules))")
+
+
+def _io_free_modules() -> list[str]:
+    return sorted(m for m in MODULES if any(m == name or (name.endswith(".") and m.startswith(name)) for name in IO_FREE))
+
+
+def _libraries_loaded(modules: list[str]) -> list[str]:
+    """The I/O libraries a fresh interpreter has loaded after importing `modules` (this build)."""
+    done = subprocess.run([sys.executable, "-c", _LOADED, " ".join(modules), " ".join(IO_LIBRARIES)], cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def io_violations(modules: list[str]) -> dict[str, list[str]]:
+    """Each of `modules` whose import loads an I/O library, with those libraries: all of them in
+    one interpreter first, then one at a time only when that found something, to name the culprits."""
+    if not _libraries_loaded(modules):
+        return {}
+    found = {module: _libraries_loaded([module]) for module in modules}
+    return {module: loaded for module, loaded in found.items() if loaded}
+
+
+@pytest.mark.integration  # fresh interpreters
+def test_the_sans_io_modules_load_no_io_library() -> None:
+    modules = _io_free_modules()
+    assert len(modules) > 40, "the list names modules that no longer exist"
+    assert io_violations(modules) == {}
+
+
+@pytest.mark.integration
+def test_the_io_check_names_a_module_that_does_io() -> None:
+    # Planted: the relay (the shell that opens a connection to the leader) among the sans-I/O ones.
+    found = io_violations(["raftmq.protocol.codec", "raftmq.server.stomp.relay"])
+    assert list(found) == ["raftmq.server.stomp.relay"]
+    assert {"asyncio", "ssl", "structlog"} <= set(found["raftmq.server.stomp.relay"])
+
+
+# -- The node's rooms ---------------------------------------------------------------------------
+# raftmq.server's packages, and the rooms each may import: the seams (the protocols the rooms
+# meet through) at the bottom, the WebSocket layer under the STOMP room, the replica and the
+# links over it, the node's own wiring (raftmq.server's modules) and the admin port on top.
+ROOMS_BELOW = {
+    "raftmq.server.seams": set(),
+    "raftmq.server.websocket": {"raftmq.server.seams"},
+    "raftmq.server.stomp": {"raftmq.server.seams", "raftmq.server.websocket"},
+    "raftmq.server.replica": {"raftmq.server.seams", "raftmq.server.stomp"},
+    "raftmq.server.links": {"raftmq.server.seams", "raftmq.server.stomp"},
+    "raftmq.server": {"raftmq.server.seams", "raftmq.server.websocket", "raftmq.server.stomp", "raftmq.server.replica",
+                      "raftmq.server.links"},
+    "raftmq.server.admin": {"raftmq.server.seams", "raftmq.server.websocket", "raftmq.server.stomp",
+                            "raftmq.server.replica", "raftmq.server.links", "raftmq.server"},
+}
+
+
+def _room(module: str) -> str | None:
+    rooms = [room for room in ROOMS_BELOW if module == room or module.startswith(room + ".")]
+    return max(rooms, key=len) if rooms else None
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one room into another that `ROOMS_BELOW` does not allow."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        room = _room(module)
+        for target in sorted(targets):
+            other = _room(target)
+            if room is not None and other is not None and other != room and other not in ROOMS_BELOW[room]:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_every_room_of_the_node_is_known() -> None:
+    rooms = {".".join(path.relative_to(REPOSITORY).parts[:3]) for path in (REPOSITORY / "raftmq" / "server").glob("*/__init__.py")}
+    assert rooms == set(ROOMS_BELOW) - {"raftmq.server"}
+
+
+def test_rooms_import_one_way() -> None:
+    assert room_violations(GRAPH) == []
+
+
+def test_the_room_check_names_a_wrong_way_import() -> None:
+    # Planted: the seams importing the WebSocket layer (as they did before this check).
+    planted = {**GRAPH, "raftmq.server.seams.host": GRAPH["raftmq.server.seams.host"] | {"raftmq.server.websocket.session"}}
+    assert room_violations(planted) == ["raftmq.server.seams.host -> raftmq.server.websocket.session"]

@@ -27,12 +27,12 @@ from raftmq.replication.membership import REMOVE, Change
 from raftmq.replication.membership_change import change_membership
 from raftmq.replication.raft_log import RaftLog
 from raftmq.replication.raft_settings import RaftSettings
-from raftmq.security import admin_ssl_context, member_client_tls
 from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.management import ManagementApi
 from raftmq.server.gc_tuning import unwatch_gc_pauses, watch_gc_pauses
 from raftmq.server.node import Node
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.tls import admin_ssl_context, member_client_tls
 
 log = structlog.get_logger("raftmq.app.group")
 

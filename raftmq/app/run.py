@@ -104,9 +104,9 @@ async def _start_admin(node: Node) -> Any:
     if node.config.admin is None:
         return None
     from raftmq.config import split_address
-    from raftmq.security import admin_ssl_context
     from raftmq.server.admin.http import AdminServer
     from raftmq.server.admin.management import ManagementApi
+    from raftmq.tls import admin_ssl_context
 
     host, port = split_address(node.config.admin)
     host = node.config.bind_host or host

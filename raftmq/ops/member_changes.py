@@ -38,8 +38,8 @@ from raftmq.ops.rolling_requests import JOIN, LEAVE, pending_member_request, req
 from raftmq.ops.status_view import fetch_status
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.membership import ADD, REMOVE, Change
-from raftmq.security import member_client_tls
 from raftmq.server.admin.http import post_membership
+from raftmq.tls import member_client_tls
 
 POLL_SECONDS = 0.1
 Report = Callable[[str], None]

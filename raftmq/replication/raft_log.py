@@ -49,7 +49,7 @@ from raftmq.replication.proposals import ProposalQueue
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.raft_settings import RaftSettings, RaftStatus
-from raftmq.security import raft_tls_contexts
+from raftmq.tls import raft_tls_contexts
 
 log = structlog.get_logger("raftmq.replication.raft_log")
 

@@ -51,6 +51,7 @@ from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
 from raftmq.server.websocket.session import HandshakeGate
+from raftmq.tls import server_ssl_context
 from raftmq.web_guard import HostNames
 
 log = structlog.get_logger("raftmq.server.node")
@@ -371,8 +372,9 @@ class Node:
         return handed
 
     async def _listen(self, host: str, port: int, websocket_only: bool) -> asyncio.base_events.Server:
+        tls = self._security.config.tls
         return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port, reuse_address=True,
-                                             backlog=1024, ssl=self._security.server_ssl_context())  # None: plain TCP
+                                             backlog=1024, ssl=None if tls is None else server_ssl_context(tls))
 
     def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
         """A relay of this node moved its session here (this node leads now): serve it on the

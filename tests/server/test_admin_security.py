@@ -18,11 +18,12 @@ import pytest
 from raftmq.client.admin import AdminAccess
 from raftmq.core.commands import Send
 from raftmq.passwords import hash_password
-from raftmq.security import TlsConfig, admin_ssl_context, member_client_tls
+from raftmq.security import TlsConfig
 from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.metrics import READY_MAX_LAG, readiness
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
+from raftmq.tls import admin_ssl_context, member_client_tls
 from tests.helpers.bodies import store_entry
 from tests.helpers.group_harness import Group
 from tests.helpers.tls_certs import make_certificates

@@ -31,8 +31,9 @@ from pysyncobj.poller import createPoller
 from raftmq.client import connect, connect_failover
 from raftmq.client.transport import RAFT_HELLO, NotStompPort
 from raftmq.replication.wire import NONCE_BYTES, RaftConnection, RaftServer, RaftTls
-from raftmq.security import TlsConfig, raft_tls_contexts
+from raftmq.security import TlsConfig
 from raftmq.server.admin.http import AdminServer
+from raftmq.tls import raft_tls_contexts
 from tests.helpers.tls_certs import make_certificates
 
 pytestmark = pytest.mark.integration

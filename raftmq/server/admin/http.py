@@ -66,9 +66,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from raftmq.client.transport import PORT_HEADER
 from raftmq.errors import CommitFailed, ConfigError, NotLeader
 from raftmq.replication.membership import Change, decode_change
-from raftmq.security import pinned
 from raftmq.server.admin.metrics import HEALTH_OK, exposition, health, metrics_registry, readiness
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
+from raftmq.tls import pinned
 from raftmq.web_guard import PREFLIGHT_GRANT, SAFE_METHODS, HostNames, check_request, cors_headers, local_address
 
 log = structlog.get_logger("raftmq.server.admin")

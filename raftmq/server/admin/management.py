@@ -32,11 +32,12 @@ from raftmq.errors import CommitFailed, NotLeader, SelectorError
 from raftmq.protocol.header_block import first as first_header
 from raftmq.protocol.header_block import header_dict, pairs_of
 from raftmq.routing.route import INTERNAL_PREFIXES
-from raftmq.security import ADMIN, READ, Principal, member_client_tls
+from raftmq.security import ADMIN, READ, Principal
 from raftmq.server.admin import console
 from raftmq.server.admin.http import member_connection
 from raftmq.server.node import Node
 from raftmq.server.stomp.connection import Connection
+from raftmq.tls import member_client_tls
 from raftmq.web_guard import TOKEN_HEADER, TokenMint, is_browser
 
 Answer = tuple[int, str, bytes]

@@ -27,8 +27,20 @@ from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog, Proposer
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
-from raftmq.server.websocket.session import HandshakeGate
 from raftmq.web_guard import HostNames
+
+
+class Handshakes(Protocol):
+    """The node's count of WebSocket upgrades being read (raftmq.server.websocket.session's
+    `HandshakeGate`), as a connection sees it."""
+
+    limit: int
+
+    def start(self) -> bool:
+        """Count one more; False (not counted) at the limit."""
+        ...
+
+    def end(self) -> None: ...
 
 
 class ClientConnection(Protocol):
@@ -191,7 +203,7 @@ class ConnectionHost(SessionHost, Protocol):
     def new_session_id(self, kind: str = "") -> str: ...
 
     @property
-    def websocket_handshakes(self) -> HandshakeGate:
+    def websocket_handshakes(self) -> Handshakes:
         """The node's count of WebSocket upgrades being read, and its limit."""
 
     @property

@@ -8,8 +8,23 @@ from typing import Any, ClassVar, Final
 
 from raftmq.core.commands import Command
 from raftmq.hot_values import HotValue
+from raftmq.protocol.frame import REDIRECT_HEADER, Frame
 from raftmq.server.stomp.adoption import Ticket
 from raftmq.values import value
+
+# `follower_clients`: a follower relays a client's session to the leader, or answers its CONNECT
+# with a redirect (raftmq.server.stomp.relay carries out either).
+RELAY: Final = "relay"
+REDIRECT: Final = "redirect"
+# Bytes a session keeps from before its CONNECT is handled, to replay to the leader. A CONNECT
+# is a few hundred bytes; the read that completes it may carry frames pipelined behind it. A
+# connection that sends more than this before CONNECT is handled gets the redirect instead.
+PREFIX_MAX_BYTES = 256 * 1024
+
+
+def redirect_wanted(mode: str, connect: Frame) -> bool:
+    """Whether a follower answers this CONNECT with the redirect rather than relaying it."""
+    return mode == REDIRECT or (connect.get(REDIRECT_HEADER) or "").lower() == "true"
 
 
 class Propose(HotValue):

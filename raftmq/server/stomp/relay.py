@@ -36,32 +36,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import TYPE_CHECKING, Final
 
 import structlog
 
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
-from raftmq.protocol.frame import REDIRECT_HEADER
-from raftmq.security import member_client_tls, pinned
 from raftmq.server.seams.host import RelayedConnection, RelayHost
 from raftmq.server.stomp.adoption import farewell_frame, read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
 from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, linger, mark_relayed, named_session, set_reading
-
-if TYPE_CHECKING:
-    from raftmq.protocol.frame import Frame
-
+from raftmq.tls import member_client_tls, pinned
 
 log = structlog.get_logger("raftmq.server.relay")
 
-RELAY: Final = "relay"
-REDIRECT: Final = "redirect"
-
-# Bytes a session keeps from before its CONNECT is handled, to replay to the leader. A CONNECT
-# is a few hundred bytes; the read that completes it may carry frames pipelined behind it. A
-# connection that sends more than this before CONNECT is handled gets the redirect instead.
-PREFIX_MAX_BYTES = 256 * 1024
 # How long a follower looks for a reachable leader for a new client: past a leader election
 # (300-600 ms timeouts by default, a split vote adds a round) with room to spare.
 LEADER_WAIT_SECONDS = 2.0
@@ -78,11 +65,6 @@ DEPOSED_GRACE_SECONDS = 0.5
 CLOSE_GRACE_SECONDS = 5.0
 # A deposed leader tries this long to reach its successor with a session's ticket.
 ADOPT_CONNECT_SECONDS = 1.0
-
-
-def redirect_wanted(mode: str, connect: Frame) -> bool:
-    """Whether a follower answers this CONNECT with the redirect rather than relaying it."""
-    return mode == REDIRECT or (connect.get(REDIRECT_HEADER) or "").lower() == "true"
 
 
 class Relays:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from raftmq import __version__
 from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
@@ -42,12 +43,13 @@ from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
-from raftmq.server.seams.host import SessionHost
 from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
-from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay
+from raftmq.server.stomp.decisions import PREFIX_MAX_BYTES, REDIRECT, Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, redirect_wanted
 from raftmq.server.stomp.frames import connected_frame, error_frame
-from raftmq.server.stomp.relay import PREFIX_MAX_BYTES, REDIRECT, redirect_wanted
 from raftmq.server.stomp.translate import FrameTranslator
+
+if TYPE_CHECKING:  # the session's host, as a type: the session itself does no I/O
+    from raftmq.server.seams.host import SessionHost
 
 SERVER_HEADER = f"raftmq/{__version__}"
 # (operation, destination) pairs a session remembers as authorized before starting afresh.

@@ -19,13 +19,14 @@ from collections.abc import Callable
 import structlog
 
 from raftmq.protocol.wrapped_transport import WrappedTransport
-from raftmq.server.websocket.session import NORMAL, Closed, HandshakeGate, Opened, Reply, Stomp, WebSocketSession, http_error
+from raftmq.server.seams.host import Handshakes
+from raftmq.server.websocket.session import NORMAL, Closed, Opened, Reply, Stomp, WebSocketSession, http_error
 from raftmq.web_guard import HostNames, local_address
 
 log = structlog.get_logger("raftmq.server.websocket")
 
 
-def upgrade(raw: asyncio.Transport, origins: tuple[str, ...], gate: HandshakeGate, protocol: asyncio.Protocol,
+def upgrade(raw: asyncio.Transport, origins: tuple[str, ...], gate: Handshakes, protocol: asyncio.Protocol,
             on_opened: Callable[[Opened], None], hosts: HostNames | None = None) -> WebSocketTransport | None:
     """`raw` carried on as a WebSocket for `protocol`; None (503 written, closing) when the
     node reads as many upgrades as it may already. `hosts`: the names the port answers to."""
