@@ -13,7 +13,7 @@ cut off only what it can prove was never acknowledged (a torn tail past the stor
 index: the leader sends it again), or refuse to start and say which file is damaged. It must
 never start on damaged data silently. A member that refuses is repaired the way an operator
 would: its directory is moved aside (kept in the run directory for the audit) and it starts
-empty, resynced from its peers (chaos.nemesis).
+empty, resynced from its peers (chaos.faults.corrupt).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from chaos import clock_fault as clock
 from chaos import disk, lazyfs, netns
 from chaos.deployment import Deployment
 from chaos.environment import Environment
+from chaos.faults.corrupt import Corrupt
 from chaos.generator import Fault
 from chaos.history import History
 from chaos.nemesis import Nemesis
@@ -115,7 +117,7 @@ def test_a_damaged_journal_is_refused_by_name_and_the_member_repaired(tmp_path: 
         data = bytearray(journal.read_bytes())
         data[records[4].end - 1] ^= 0x04  # a committed record in the middle of the log
         journal.write_bytes(bytes(data))
-        nemesis._hit, nemesis._kind = [victim], "corrupt"
+        nemesis._struck = Corrupt(deployment, _environment, "g1", [victim], random.Random(0))  # struck by hand above
         healed = heal(nemesis)
         assert history.ops[-1].type == "info"  # detected, then repaired
         assert "corruption, not a torn tail" in healed["detected"][victim]  # type: ignore[index]
