@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from raftmq.config import split_address
 from raftmq.logs import LEVELS as LOG_LEVELS
 
 
@@ -24,10 +25,10 @@ class ConfigRefused(click.ClickException):
 def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int] | None:
     if value is None:
         return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
-    return host, int(port)
+    try:
+        return split_address(value)  # "[::1]:61613" gives "::1", as in a configuration file
+    except ValueError:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option) from None
 
 
 @click.command("node")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.config import NodeConfig, load_node_config
+from raftmq.config import NodeConfig, load_node_config, split_address
 from raftmq.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,3 +197,21 @@ def test_address_settings_load_in_file_order(tmp_path: Path) -> None:
     assert [(a.match, a.max_size_messages, a.max_size_bytes, a.address_full_policy) for a in core.addresses] == [
         ("/queue/orders.>", 10, 0, "BLOCK"), ("/topic/>", 0, 4096, "DROP")]
     assert core.global_max_size_bytes == 1_000_000
+
+
+@pytest.mark.parametrize(("text", "expected"), [("127.0.0.1:61613", ("127.0.0.1", 61613)), ("[::1]:61613", ("::1", 61613)),
+                                                ("node-1.example:1", ("node-1.example", 1))])
+def test_a_node_option_reads_an_address_as_a_configuration_file_does(text: str, expected: tuple[str, int]) -> None:
+    from raftmq.node_cli import _parse_listen
+
+    assert _parse_listen(text) == split_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["61613", ":61613", "host:", "host:0", "host:65536", "host:http"])
+def test_a_node_option_refuses_what_is_no_address(text: str) -> None:
+    import click
+
+    from raftmq.node_cli import _parse_listen
+
+    with pytest.raises(click.BadParameter, match="expected HOST:PORT"):
+        _parse_listen(text, "--admin")
