@@ -6,9 +6,7 @@ header (other brokers) pass."""
 
 from __future__ import annotations
 
-from raftmq.protocol.frame import Frame
-
-TERM_HEADER = "raftmq-term"
+from raftmq.protocol.frame import TERM_HEADER, Frame
 
 
 class TermFloor:

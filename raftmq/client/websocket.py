@@ -18,9 +18,10 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping
 from wsproto.utilities import RemoteProtocolError
 
 from raftmq.errors import ClientError
+from raftmq.protocol.negotiation import WEBSOCKET_SUBPROTOCOLS
 from raftmq.protocol.wrapped_transport import WrappedTransport
 
-SUBPROTOCOLS = ["v12.stomp", "v11.stomp", "v10.stomp"]
+SUBPROTOCOLS = list(WEBSOCKET_SUBPROTOCOLS)
 
 
 class WebSocketClientProtocol(asyncio.Protocol):

@@ -27,6 +27,9 @@ RESUMED_AT_HEADER = "raftmq.resume-at"
 RESUME_MAC_HEADER = "raftmq.resume-mac"
 RESUME_OFFSET_HEADER = "raftmq.resume-offset"
 ADOPTED_HEADER = "raftmq.adopted"
+# On MESSAGE and CONNECTED: the Raft term of the leader that wrote the frame (raftmq.client.terms
+# drops a MESSAGE from a deposed leader by it).
+TERM_HEADER = "raftmq-term"
 
 
 # Compiled (raftmq.compiled), so the clients' own frames (a failover Delivery) are Python subclasses.

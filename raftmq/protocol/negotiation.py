@@ -4,6 +4,7 @@ frozen values out, `ProtocolError` for what a server refuses.
 - `negotiate_version`: the version a server picks from a CONNECT's `accept-version`.
 - `parse_heart_beat` / `parse_heart_beat_leniently`: a `heart-beat` header as a `HeartBeat`
   offer; the server refuses a malformed one, the client reads it as "no heart-beats".
+- `WEBSOCKET_SUBPROTOCOLS`: STOMP's names as a WebSocket subprotocol, newest first.
 - `agree_heartbeats`: what one side does with its own offer and the peer's, as a
   `HeartbeatAgreement`. Both sides apply the same rule to the same two offers, so what one
   agrees to send is what the other agrees to expect.
@@ -30,6 +31,10 @@ class HeartBeat:
 
 
 NO_HEART_BEAT = HeartBeat()
+
+# STOMP over WebSocket (the names stompjs and Spring offer): the server picks the first of these
+# the client offers, and raftmq's client offers them in this order.
+WEBSOCKET_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,11 @@ from __future__ import annotations
 from raftmq.core.effects import BrowseEnd, Deliver
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import encode_frame
-from raftmq.protocol.frame import Frame
+from raftmq.protocol.frame import TERM_HEADER, Frame
 from raftmq.protocol.header_block import pairs_of
 
 # Headers the server sets on MESSAGE; a stored user header of the same name is not copied,
 # so a producer cannot make a first delivery look redelivered.
-TERM_HEADER = "raftmq-term"
 SERVER_MESSAGE_HEADERS = frozenset(
     {"subscription", "message-id", "destination", "ack", "redelivered", "delivery-count", "content-length", TERM_HEADER}
 )

@@ -33,9 +33,10 @@ from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData, Request, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from raftmq.protocol.negotiation import WEBSOCKET_SUBPROTOCOLS
 from raftmq.web_guard import HostNames, origin_allowed
 
-SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+SUBPROTOCOLS = WEBSOCKET_SUBPROTOCOLS  # offered, the first of these the client offers is chosen
 MAX_HANDSHAKE_BYTES = 16 * 1024  # the upgrade request, line and headers
 # Close codes (RFC 6455 section 7.4.1).
 NORMAL = 1000
