@@ -444,10 +444,8 @@ class ClusterRouting:
                  here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None:
         """Store the message in `via`'s store-and-forward queue, for group `to`; a message moved
         by redistribution (`original`) carries how often it was delivered here."""
-        state = self.state
         dispatch = self.dispatch
-        state.message_seq += 1
-        message_id = f"{dispatch.id_prefix}{state.message_seq}"
+        message_id = dispatch.mint_id()
         tags = [(DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here))]
         delivered = original.delivery_count if original is not None else delivered
         if delivered:

@@ -67,6 +67,12 @@ class Dispatcher(Paging):
                     store.add_consumer(child)
         return store
 
+    def mint_id(self) -> str:
+        """A new message's id: this group's prefix and the next number (the one place ids are made)."""
+        state = self.state
+        state.message_seq += 1
+        return f"{self.id_prefix}{state.message_seq}"
+
     def topic(self, destination: str) -> Topic:
         topic = self.state.topics.get(destination)
         if topic is None:
@@ -103,8 +109,7 @@ class Dispatcher(Paging):
         priority, expires, persistent, group, dupl_id = read_headers(headers)
         if dupl_id is not None and not deduplicated and not self.state.dedup.remember(destination, dupl_id):
             return
-        self.state.message_seq += 1
-        message_id = f"{self.id_prefix}{self.state.message_seq}"
+        message_id = self.mint_id()
         if destination.startswith(QUEUE_PREFIX):
             if destination == self.config.dead_letter_queue or destination == self.config.expiry_queue:
                 expires = 0

@@ -105,9 +105,7 @@ class ScaleDown:
         assert sub.durable_name is not None
         target = _durable_target(sub, targets)
         headers = block_of(((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1")))
-        self.routing.state.message_seq += 1
-        marker = Message(f"{self.routing.dispatch.id_prefix}{self.routing.state.message_seq}", sub.destination, headers, b"",
-                         4, 0, 0, None, True)
+        marker = Message(self.routing.dispatch.mint_id(), sub.destination, headers, b"", persistent=True)
         self.routing.forward(self.routing.next_hops[target][1], sub.destination, headers, b"", 0, target, (self.routing.own,), marker)
         topic = self.routing.state.topics[sub.destination]
         del topic.subs[sub]
@@ -171,9 +169,8 @@ class ScaleDown:
         if subscription_only:
             return
         priority, expires, persistent, group, _ = read_headers(headers)
-        self.routing.state.message_seq += 1
-        message = Message(f"{self.routing.dispatch.id_prefix}{self.routing.state.message_seq}", sub.destination, headers, body,
-                          priority, expires, now, group, persistent)
+        message = Message(self.routing.dispatch.mint_id(), sub.destination, headers, body, priority, expires, now, group,
+                          persistent)
         message.delivery_count = delivered
         self.routing.dispatch.enqueue(sub.store, message)
 
