@@ -89,3 +89,16 @@ def test_the_core_s_dispatcher_is_a_native_class_where_the_build_compiled() -> N
 
     dispatch = Broker(CoreConfig()).dispatch
     assert hasattr(dispatch, "__dict__") is (compiled.mode() != "compiled")
+
+
+@pytest.mark.skipif(os.environ.get(compiled.PURE_ENV, "") not in ("", "0"), reason="this run is the pure build")
+def test_the_compiled_core_is_closed_to_subclasses() -> None:
+    """Tests plant their bugs around the core (tests/helpers/planted_core.py), not in a subclass
+    of it: compiled, `Broker` is a native class that no Python class may extend."""
+    from raftmq.core.broker import Broker
+    from raftmq.core.config import CoreConfig
+
+    if compiled.mode() != "compiled":
+        pytest.skip("no compiled build here")
+    with pytest.raises(TypeError, match="interpreted classes cannot inherit from compiled"):
+        type("Planted", (Broker,), {})(CoreConfig())

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
 from raftmq.core import commands, unsubscribe
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
@@ -44,8 +42,6 @@ from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_su
 from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 
-# Compiled (raftmq.compiled), Python subclasses only when allowed: the simulator's tests plant bugs in them.
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Broker:
     """The replicated state machine of one logical broker. See the module docstring."""
 

@@ -12,7 +12,8 @@ snapshot; its replayed effects are compared with the ones recorded when the batc
 committed. Each snapshot taken is restored at once and must snapshot to the same bytes.
 
 Only the core's public API is used: `Broker(config)`, `apply`, `snapshot` / `restore`, and
-and `check_invariants`.
+`check_invariants`. A test plants a bug with a core of its own that has that API (`CoreKind`),
+usually one that wraps a real `Broker`: the compiled core is closed to subclasses.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -33,7 +34,25 @@ from raftmq.hot_values import HotValue
 
 Batch = tuple[Command, ...]
 Record = tuple[Any, ...]
-CoreFor = Callable[[int], type[Broker]]
+
+
+class Core(Protocol):
+    """What the fake log asks of a replica's core (`Broker` has it)."""
+
+    def apply(self, command: Command) -> list[Effect]: ...
+
+    def snapshot(self) -> Any: ...
+
+
+class CoreKind(Protocol):
+    """How a replica's core is made, new or from a snapshot (the `Broker` class is one)."""
+
+    def __call__(self, config: CoreConfig) -> Core: ...
+
+    def restore(self, data: Any, config: CoreConfig) -> Core: ...
+
+
+CoreFor = Callable[[int], CoreKind]
 
 
 class Divergence(AssertionError):
@@ -44,7 +63,7 @@ class Divergence(AssertionError):
 # -- the core, through its public API --------------------------------------------------------
 
 
-def snapshot_bytes(broker: Broker) -> bytes:
+def snapshot_bytes(broker: Core) -> bytes:
     """The replicated state as bytes, as the node stores it (msgpack of `Broker.snapshot()`,
     or the bytes themselves once the core encodes its snapshots)."""
     data: Any = broker.snapshot()
@@ -54,7 +73,7 @@ def snapshot_bytes(broker: Broker) -> bytes:
     return packed
 
 
-def restore_broker(kind: type[Broker], data: bytes, config: CoreConfig) -> Broker:
+def restore_broker(kind: CoreKind, data: bytes, config: CoreConfig) -> Core:
     """A broker of class `kind` in the state `data` (from `snapshot_bytes`) describes."""
     encoded: Any = data
     if not isinstance(Broker(config).snapshot(), bytes):
@@ -62,7 +81,7 @@ def restore_broker(kind: type[Broker], data: bytes, config: CoreConfig) -> Broke
     return kind.restore(encoded, config)
 
 
-def check_invariants(broker: Broker) -> None:
+def check_invariants(broker: Core) -> None:
     """Run the core's own consistency check (`Broker.check_invariants`); a core under test that
     has none (a planted stand-in) passes."""
     check = getattr(broker, "check_invariants", None)
@@ -131,11 +150,11 @@ class Replica:
     """One member: a broker (None while crashed), how much of the log it applied, and its
     latest snapshot, which survives a crash (it is on disk)."""
 
-    def __init__(self, name: str, kind: type[Broker], config: CoreConfig) -> None:
+    def __init__(self, name: str, kind: CoreKind, config: CoreConfig) -> None:
         self.name = name
         self.kind = kind
         self.config = config
-        self.broker: Broker | None = kind(config)
+        self.broker: Core | None = kind(config)
         self.applied = 0
         self.snapshot: Snapshot | None = None
 

@@ -33,7 +33,7 @@ from raftmq.core.commands import MAX_BROWSE_LIMIT, Browse, Command, Connect, Tic
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import BrowseEnd, Deliver
 from raftmq.testing.checker import Checker, Violation
-from raftmq.testing.fake_log import CoreFor, Divergence, FakeLog, Faults
+from raftmq.testing.fake_log import CoreFor, CoreKind, Divergence, FakeLog, Faults
 from raftmq.testing.workload import QUEUES, Workload
 
 DEFAULT_STEPS = 500
@@ -147,7 +147,7 @@ def run(
     )
 
 
-def _stock_core(index: int) -> type[Broker]:
+def _stock_core(index: int) -> CoreKind:
     return Broker
 
 

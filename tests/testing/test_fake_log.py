@@ -10,6 +10,7 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect
 from raftmq.protocol.header_block import block_of
 from raftmq.testing.fake_log import Divergence, FakeLog, effect_record
+from tests.helpers.planted_core import PlantedCore
 
 CONFIG = CoreConfig(broker_name="log", max_delivery_count=3)
 
@@ -51,11 +52,11 @@ def test_a_restart_can_install_a_peers_newer_snapshot() -> None:
     log.replay_from_scratch()
 
 
-class Forgetful(Broker):
+class Forgetful(PlantedCore):
     """Ignores every second SEND to /queue/b."""
 
-    def __init__(self, config: CoreConfig = CoreConfig()) -> None:
-        super().__init__(config)
+    def __init__(self, config: CoreConfig = CoreConfig(), core: Broker | None = None) -> None:
+        super().__init__(config, core)
         self.seen = 0
 
     def apply(self, command: Command) -> list[Effect]:
@@ -63,7 +64,7 @@ class Forgetful(Broker):
             self.seen += 1
             if self.seen % 2 == 0:
                 return []
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_replicas_that_differ_are_named_with_the_log_entry() -> None:
@@ -85,7 +86,7 @@ def test_effects_are_recorded_by_value_when_applied() -> None:
     assert record[4][-1] == 1  # the message's delivery count as it was when the effect was made
 
 
-class SelfChecking(Broker):
+class SelfChecking(PlantedCore):
     """A core with its own invariant check, which fails once a second session connects."""
 
     def check_invariants(self) -> None:

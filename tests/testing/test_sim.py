@@ -19,8 +19,9 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Effect, Receipt
 from raftmq.protocol.header_block import without
 from raftmq.testing import sim
-from raftmq.testing.fake_log import CoreFor, Faults
+from raftmq.testing.fake_log import CoreFor, CoreKind, Faults
 from raftmq.testing.sim import SimulationFailure, run
+from tests.helpers.planted_core import PlantedCore
 
 SEEDS = range(8)
 STEPS = 400  # 8 x 400 = 3200 seeded steps, a few seconds
@@ -46,7 +47,7 @@ def test_crashes_restart_from_snapshots_and_peer_snapshots() -> None:
     assert result.peer_installs > 0 and result.replayed > 0 and result.snapshots > 0
 
 
-def _only(index: int, kind: type[Broker]) -> CoreFor:
+def _only(index: int, kind: CoreKind) -> CoreFor:
     return lambda i: kind if i == index else Broker
 
 
@@ -61,7 +62,7 @@ def _failure(seed: int, steps: int, core_for: CoreFor, faults: Faults = Faults()
     return failure
 
 
-class DropsOneSend(Broker):
+class DropsOneSend(PlantedCore):
     """Loses the first SEND it applies."""
 
     dropped = False
@@ -70,7 +71,7 @@ class DropsOneSend(Broker):
         if isinstance(command, Send) and not self.dropped:
             self.dropped = True
             return []
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_a_replica_that_drops_a_send_is_caught() -> None:
@@ -79,11 +80,11 @@ def test_a_replica_that_drops_a_send_is_caught() -> None:
     assert failure.step < 20
 
 
-class LocalOrder(Broker):
+class LocalOrder(PlantedCore):
     """Orders a command's effects by a value local to this replica (its object id)."""
 
     def apply(self, command: Command) -> list[Effect]:
-        effects = super().apply(command)
+        effects = self.core.apply(command)
         random.Random(id(self)).shuffle(effects)
         return effects
 
@@ -93,13 +94,13 @@ def test_an_effect_order_that_depends_on_the_replica_is_caught() -> None:
     assert "replica 2 emitted other effects" in failure.reason
 
 
-class ForgetsOnRestart(Broker):
+class ForgetsOnRestart(PlantedCore):
     """Counts SENDs in memory (not in its snapshot) and drops every 10th that asked for no
     receipt (which breaks no promise to the client): replicas agree until one restarts from
     a snapshot and counts from zero."""
 
-    def __init__(self, config: CoreConfig = CoreConfig()) -> None:
-        super().__init__(config)
+    def __init__(self, config: CoreConfig = CoreConfig(), core: Broker | None = None) -> None:
+        super().__init__(config, core)
         self.sends = 0
 
     def apply(self, command: Command) -> list[Effect]:
@@ -107,7 +108,7 @@ class ForgetsOnRestart(Broker):
             self.sends += 1
             if self.sends % 10 == 0 and command.receipt is None:
                 return []
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_state_outside_the_snapshot_is_caught_after_a_restart() -> None:
@@ -117,7 +118,7 @@ def test_state_outside_the_snapshot_is_caught_after_a_restart() -> None:
     assert "replica" in failure.reason
 
 
-class LosesReceiptedSends(Broker):
+class LosesReceiptedSends(PlantedCore):
     """Every replica alike: answers some queue SENDs with their RECEIPT but stores nothing."""
 
     def apply(self, command: Command) -> list[Effect]:
@@ -129,7 +130,7 @@ class LosesReceiptedSends(Broker):
             and zlib.crc32(command.body) % 40 == 0  # type: ignore[arg-type]
         ):
             return [Receipt(command.session, command.receipt)]
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_a_lost_acknowledged_send_is_caught_though_replicas_agree() -> None:
@@ -137,7 +138,7 @@ def test_a_lost_acknowledged_send_is_caught_though_replicas_agree() -> None:
     assert "acknowledged SEND lost" in failure.reason
 
 
-class AcksAsNacks(Broker):
+class AcksAsNacks(PlantedCore):
     """Every replica alike: settles an ACK as a NACK, so the message comes back."""
 
     def apply(self, command: Command) -> list[Effect]:
@@ -146,7 +147,7 @@ class AcksAsNacks(Broker):
                 command.session, command.now, command.ack_id, command.message_id,
                 command.subscription, command.transaction, command.receipt,
             )
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_a_redelivered_acknowledged_message_is_caught_though_replicas_agree() -> None:
@@ -154,14 +155,14 @@ def test_a_redelivered_acknowledged_message_is_caught_though_replicas_agree() ->
     assert "after it was acknowledged" in failure.reason
 
 
-class NoDuplicateDetection(Broker):
+class NoDuplicateDetection(PlantedCore):
     """Every replica alike: ignores `_AMQ_DUPL_ID`, so a retried SEND is stored twice."""
 
     def apply(self, command: Command) -> list[Effect]:
         if isinstance(command, Send):
             headers = without(command.headers, {"_AMQ_DUPL_ID"})
             command = Send(command.session, command.destination, headers, command.body, command.now, command.transaction, command.receipt)
-        return super().apply(command)
+        return self.core.apply(command)
 
 
 def test_a_retried_send_stored_twice_is_caught() -> None:
