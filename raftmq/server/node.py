@@ -47,7 +47,6 @@ from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.connection import Connection
 from raftmq.server.stomp.relay import Relays
 from raftmq.server.stomp.relay_sides import LINGER_SECONDS
-from raftmq.server.stomp.session import SessionState
 from raftmq.server.succession import Succession
 from raftmq.server.ticker import tick_forever
 from raftmq.server.websocket.session import HandshakeGate
@@ -219,7 +218,7 @@ class Node:
                  login=command.login, client_id=command.client_id, version=connection.version)
 
     def disconnected(self, connection: ClientConnection) -> None:
-        if connection.state < SessionState.DISCONNECTING and not self.commit_log.is_leader:
+        if connection.reading and not self.commit_log.is_leader:
             # Not the client's own Disconnect: a new leader swept the sessions of this one
             # before it could tell its clients where to go. Tell them now.
             hint = self.succession.new_leader()

@@ -73,7 +73,7 @@ class BridgeSession:
 
     async def close(self) -> None:
         """End the session: while this node still leads, its Disconnect returns what is in flight."""
-        if self._state < SessionState.DISCONNECTING and self._host.is_leader:
+        if self._state.reading and self._host.is_leader:
             self._state = SessionState.DISCONNECTING
             try:
                 await asyncio.wait_for(self._host.propose([Disconnect(self._session_id, self._host.clock.now_ms())]), 2.0)
@@ -103,8 +103,8 @@ class BridgeSession:
         return "1.2"
 
     @property
-    def state(self) -> int:
-        return self._state
+    def reading(self) -> bool:
+        return self._state.reading
 
     @property
     def open_for_output(self) -> bool:

@@ -29,7 +29,7 @@ from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.adoption import MAX_HOPS
 from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay
-from raftmq.server.stomp.frames import error_frame, message_frame, receipt_frame
+from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
 from raftmq.server.stomp.proposing import Proposing
@@ -77,6 +77,10 @@ class Connection(Output, Proposing, asyncio.Protocol):
         return self.stomp.state
 
     @property
+    def reading(self) -> bool:
+        return self.stomp.state.reading
+
+    @property
     def cluster_connection(self) -> bool:
         """A bridge of another group (or the cluster's own tool), by its CONNECT."""
         return self.stomp.cluster_connection
@@ -88,7 +92,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
     @property
     def open_for_output(self) -> bool:
         """Deliveries and browse ends still go out (no ERROR is pending)."""
-        return self.stomp.state < SessionState.FAILED
+        return not self.stomp.state.ended
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -117,14 +121,14 @@ class Connection(Output, Proposing, asyncio.Protocol):
             self.fail("connect timeout", f"no CONNECT within {self.host.config.connect_timeout_ms} ms")
 
     def data_received(self, data: bytes) -> None:
-        if self.stomp.state >= SessionState.DISCONNECTING:
+        if not self.stomp.state.reading:
             return  # after an ERROR or DISCONNECT nothing more is read
         if not self._sniffed and data:
             self._sniffed = True
             if data[:1] == b"G" and self.stomp.state == SessionState.AWAIT_CONNECT:
                 return self._upgrade(data)  # `GET`: no STOMP frame starts so
             if self._websocket_only and self._transport is not None:
-                self.stomp.state = SessionState.FAILED
+                self.stomp.refused_before_stomp()
                 self._transport.write(http_error(400, "this port serves STOMP over WebSocket only"))
                 return self._transport.close()
         self._beats.last_received = self._loop.time()
@@ -145,7 +149,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
                                                                 origin=opened.origin),
                                   self.host.known_names)
         if self._websocket is None:  # too many handshakes: 503 written (and logged), closing
-            self.stomp.state = SessionState.FAILED
+            self.stomp.refused_before_stomp()
             return
         self.transport_kind = "wss" if self.transport_kind == "tls" else "ws"
         self._transport = self._websocket
@@ -157,7 +161,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def _internal_error(self, exc: Exception, what: str) -> None:
         self.host.internal_error()
         log.exception("client.internal_error", session=self.session_id, peer=self.peer)
-        if self.stomp.state < SessionState.FAILED:
+        if not self.stomp.state.ended:
             self.fail("internal error", f"{type(exc).__name__} while handling {what}")
         else:
             self._close_after_flush()
@@ -177,7 +181,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def eof_received(self) -> bool | None:
         """The client closed its sending side (`input_ended`). The relay of a session adopted here half-closes
         to move closer to the client: the session is parked for it to resume (raftmq.server.stomp.hand_over)."""
-        if self.stomp.state >= SessionState.FAILED:
+        if self.stomp.state.ended:
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
         if self.hops and movable and not self.host.commit_log.handing_over:
@@ -260,7 +264,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         state = self.stomp.state
         if transport is None or transport.is_closing() or state == SessionState.RELAYED:
             return  # a relayed connection's reading is the relay's
-        if self.reading_paused or self._held_for_redirect or self.stomp.authenticating or state >= SessionState.FAILED:
+        if self.reading_paused or self._held_for_redirect or self.stomp.authenticating or state.ended:
             if transport.is_reading():
                 transport.pause_reading()
         elif not transport.is_reading():
@@ -337,7 +341,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
 
     def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
         """`body`: the message's bytes when the effect holds a body reference (a group)."""
-        if self.stomp.state < SessionState.FAILED:
+        if not self.stomp.state.ended:
             self.write(message_frame(effect, self.stomp.version, body, self.host.commit_log.leader_term, self._heads))
 
     def receipt(self, receipt_id: str) -> None:
@@ -381,12 +385,13 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._close_after_flush(frame)
 
     def shutdown(self) -> None:  # the node is stopping: tell the client and close
-        if self.stomp.state >= SessionState.FAILED:
+        if self.stomp.state.ended:
             if not self._handed_over:  # else its relay says goodbye (Relays.farewell)
                 self._close_after_flush()
             return
-        self.stomp.state = SessionState.FAILED
-        self._send_error(error_frame("broker shutting down", "the node is stopping", self.stomp.version))
+        for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):
+            assert isinstance(refusal, Refuse)
+            self._send_error(refusal.frame)
 
 
 def _ignore_outcome(future: asyncio.Future[None]) -> None:

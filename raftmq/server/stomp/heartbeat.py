@@ -9,7 +9,7 @@ from typing import Protocol
 
 import structlog
 
-from raftmq.server.stomp.session import SessionState, StompSession
+from raftmq.server.stomp.session import StompSession
 
 log = structlog.get_logger("raftmq.server.connection")
 
@@ -59,7 +59,7 @@ class HeartBeats:
 
     def _send(self) -> None:
         connection = self._connection
-        if connection.stomp.state >= SessionState.FAILED:
+        if connection.stomp.state.ended:
             return
         interval = connection.stomp.send_interval_ms / 1000
         now = self._loop.time()
@@ -71,7 +71,7 @@ class HeartBeats:
 
     def _check(self) -> None:
         connection = self._connection
-        if connection.stomp.state >= SessionState.FAILED:
+        if connection.stomp.state.ended:
             return
         interval = connection.stomp.receive_interval_ms / 1000
         now = self._loop.time()

@@ -18,7 +18,7 @@ from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.decisions import Propose
-from raftmq.server.stomp.session import SessionState, StompSession
+from raftmq.server.stomp.session import StompSession
 
 
 class Proposing:
@@ -74,7 +74,7 @@ class Proposing:
         flow = self.host.flow
         held = self._flow_held
         while held:
-            if self.stomp.state >= SessionState.FAILED:
+            if self.stomp.state.ended:
                 return True  # what it held goes with it (never proposed, never receipted)
             at = flow.blocked_at(held[0]) if flow is not None else None
             if at is not None:
@@ -127,7 +127,7 @@ class Proposing:
                 self._unproposed.append((number, list(commands)))
             else:
                 self.outcome_unknown = True
-        elif error is not None and self.stomp.state < SessionState.FAILED:
+        elif error is not None and not self.stomp.state.ended:
             if isinstance(error, NotLeader):
                 self.fail("not the leader", str(error), extra={"leader": error.leader} if error.leader else None)
             else:

@@ -59,6 +59,9 @@ ACCESS_DENIED = "access denied"  # a frame the ACL does not allow
 
 
 class SessionState(IntEnum):
+    """Where a session is; a session only ever moves down this list. What the shell and the
+    session ask of a state is named by the two predicates below, not by its place in the list."""
+
     AWAIT_CONNECT = 0
     CONNECTING = 1
     OPEN = 2
@@ -66,6 +69,18 @@ class SessionState(IntEnum):
     FAILED = 4
     RELAYED = 5
     CLOSED = 6
+
+    @property
+    def reading(self) -> bool:
+        """Frames from the client are still read: not disconnecting (a DISCONNECT or a
+        half-close), failed, relayed or closed."""
+        return self < SessionState.DISCONNECTING
+
+    @property
+    def ended(self) -> bool:
+        """The session gave its last answer: failed (its ERROR is on its way), relayed to another
+        node, or closed. Nothing more of its own goes out."""
+        return self >= SessionState.FAILED
 
 
 @dataclass(slots=True)
@@ -111,7 +126,7 @@ class StompSession:
 
     def receive(self, data: bytes, now_ms: int) -> list[Decision]:
         """Bytes from the client. Raises only on a bug (the shell closes the connection)."""
-        if self.state >= SessionState.DISCONNECTING:
+        if not self.state.reading:
             return []  # after an ERROR or DISCONNECT nothing more is read
         if self.state == SessionState.AWAIT_CONNECT:
             if not self._received_any:
@@ -153,7 +168,7 @@ class StompSession:
         if self.state != SessionState.AWAIT_CONNECT or pending is None:
             return []  # the client went away (or half-closed) meanwhile
         decisions = self._accept(pending, principal, now_ms)
-        if self.state < SessionState.DISCONNECTING:
+        if self.state.reading:
             self._frames(held, error, now_ms, decisions)
         return decisions
 
@@ -175,7 +190,14 @@ class StompSession:
 
     def half_closed(self) -> None:
         """The client closed its sending side: nothing more comes; what it sent still commits."""
-        self.state = max(self.state, SessionState.DISCONNECTING)
+        if self.state.reading:
+            self.state = SessionState.DISCONNECTING
+
+    def refused_before_stomp(self) -> None:
+        """The shell answered the connection itself, in HTTP, before any STOMP was read (a
+        plain client on a WebSocket-only port, one handshake too many): the session ends there."""
+        if not self.state.ended:
+            self.state = SessionState.FAILED
 
     def closed(self, now_ms: int) -> list[Decision]:
         """The connection is gone. An abnormal end proposes the Disconnect, so open
@@ -191,7 +213,7 @@ class StompSession:
              extra: dict[str, str] | None = None) -> list[Decision]:
         """Enter FAILED and hand out the ERROR frame (nothing, if already failed). A message of a
         forwarded batch is refused as its batch, with the message's index."""
-        if self.state >= SessionState.FAILED:
+        if self.state.ended:
             return []
         self.state = SessionState.FAILED
         inner = None if receipt_id is None else parse_inner(receipt_id)
@@ -208,7 +230,7 @@ class StompSession:
         if inner is None:
             return receipt_id
         receipt, index, count = inner
-        return receipt if index == count - 1 and self.state < SessionState.FAILED else None
+        return receipt if index == count - 1 and not self.state.ended else None
 
     def adopted(self, ticket: Ticket | None, refusal: str, now_ms: int) -> list[Decision]:
         """The answer to `Adopt`: this node now serves `ticket`'s session (its core holds its
@@ -371,7 +393,7 @@ class StompSession:
                 decisions.append(Propose(commands))
             if refused is not None:
                 error, receipt_id = refused
-        if error is not None and self.state < SessionState.DISCONNECTING:
+        if error is not None and self.state.reading:
             decisions += self.fail(error.message, error.detail, receipt_id or error.receipt)
 
     def _translate(
