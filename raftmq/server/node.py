@@ -89,6 +89,7 @@ class Node:
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
+        self.mobility = handing.Underway()  # this node's hand-overs, adoptions and parkings under way
         self.known_names = HostNames.of(config.host, config.bind_host, config.websocket, *config.host_names)  # raftmq.web_guard
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
@@ -391,7 +392,7 @@ class Node:
         successor (up to `MOVE_AWAY_SECONDS`); the sessions still relayed from here are its own
         clients', whose connections end with it: they are told where the leader is."""
         await self.succession.close_for_new_leader()
-        await handing.settled(HAND_OVER_SETTLE_SECONDS)
+        await self.mobility.settled(HAND_OVER_SETTLE_SECONDS)
         await self._relays.moved_away(MOVE_AWAY_SECONDS)
         self.succession.stopping = True  # from now on its clients are told it goes, not handed over
         self._relays.farewell()

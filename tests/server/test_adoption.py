@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgpack
 import pytest
 
 from raftmq.client.resume import resume_connect, resume_plan
@@ -20,7 +21,12 @@ from raftmq.replication.commit_log import LogPosition
 from raftmq.security import Principal
 from raftmq.server.stomp.adoption import (
     REFUSED,
+    TICKET_FIELDS,
+    TICKET_FORMAT,
     TICKET_MAX_AGE_MS,
+    NotTaken,
+    Taken,
+    Ticket,
     adopted_frame,
     farewell_frame,
     read_adoption,
@@ -135,12 +141,11 @@ def test_only_an_adoption_may_pass_the_connect_size_limit() -> None:
 
 def test_the_old_leader_reads_the_answer_and_passes_on_only_what_follows_it() -> None:
     adopted = adopted_frame("n1:b:1")
-    assert read_answer(adopted[:-1], "n1:b:1") == (None, 0, "")
-    assert read_answer(adopted + b"\nMESSAGE...", "n1:b:1") == (True, len(adopted), "")
-    assert read_answer(adopted, "n1:b:2")[0] is False  # another session's
+    assert read_answer(adopted[:-1], "n1:b:1") is None
+    assert read_answer(adopted + b"\nMESSAGE...", "n1:b:1") == Taken(len(adopted))
+    assert isinstance(read_answer(adopted, "n1:b:2"), NotTaken)  # another session's
     refused = error_frame(REFUSED, "no such session here", "1.2")
-    ok, _, why = read_answer(refused, "n1:b:1")
-    assert ok is False and why == f"{REFUSED}: no such session here"
+    assert read_answer(refused, "n1:b:1") == NotTaken(f"{REFUSED}: no such session here")
 
 
 @dataclass
@@ -298,3 +303,18 @@ def test_a_claim_for_a_session_awaited_from_the_predecessor_waits_for_its_ticket
     parked, unknown = asyncio.run(scenario())
     assert isinstance(parked, Parked) and parked.ticket == ticket
     assert unknown == "no such session parked here"
+
+
+def test_the_tickets_wire_form_is_pinned_not_read_from_the_class() -> None:
+    """Format 1 on the wire: the format, then the fields in this order, whatever order `Ticket`
+    declares them in (a reordered class must not swap two fields between members)."""
+    assert TICKET_FIELDS == ("session_id", "version", "send_interval_ms", "receive_interval_ms", "cluster_connection",
+                             "principal", "groups", "client_id", "transactions", "subscriptions", "browsers", "peer",
+                             "commands", "issued_ms", "hops")
+    assert set(TICKET_FIELDS) == set(Ticket.__slots__) and TICKET_FORMAT == 1
+    ticket = Ticket("n1:b:1", "1.2", 10, 20, False, "alice", ("ops",), "app-7", ("tx1",), ("s1",), (), "10.0.0.9:5000",
+                    b"", NOW, 1)
+    connect = parse(ticket_frame(ticket, SECRET))
+    assert msgpack.unpackb(connect.body) == [1, "n1:b:1", "1.2", 10, 20, False, "alice", ["ops"], "app-7", ["tx1"], ["s1"], [],
+                                             "10.0.0.9:5000", b"", NOW, 1]
+    assert read_ticket(connect, SECRET, NOW) == ticket

@@ -16,7 +16,7 @@ that `raftmq.server.node.Node`'s API reads in one place as their union.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
 from raftmq.clock import Clock
@@ -28,6 +28,10 @@ from raftmq.replication.commit_log import CommitLog, Proposer
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
 from raftmq.web_guard import HostNames
+
+
+class Spawner(Protocol):
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None: ...
 
 
 class Handshakes(Protocol):
@@ -194,6 +198,11 @@ class ConnectionHost(SessionHost, Protocol):
 
     def internal_error(self) -> None:
         """Count a connection closed because handling its input raised (a bug)."""
+
+    @property
+    def mobility(self) -> Spawner:
+        """Where the node's hand-overs, adoptions and parkings run (raftmq.server.stomp.hand_over.Underway)."""
+        ...
 
     @property
     def succession(self) -> HandOvers:

@@ -60,6 +60,14 @@ TICKET_MAX_AGE_MS = 10_000
 # the session is closed with ERROR `not the leader` instead, and its client reconnects.
 MAX_HOPS = 3
 TICKET_FORMAT = 1
+# A ticket on the wire: [TICKET_FORMAT, then these fields' values in this order]. Pinned here, not
+# read from `Ticket`'s field order: reordering the class must not swap two fields on the wire, and
+# a field added there is a new format (members of two versions then refuse each other's tickets by
+# name rather than misread them).
+TICKET_FIELDS: tuple[str, ...] = (
+    "session_id", "version", "send_interval_ms", "receive_interval_ms", "cluster_connection", "principal", "groups",
+    "client_id", "transactions", "subscriptions", "browsers", "peer", "commands", "issued_ms", "hops",
+)
 REFUSED = "adoption refused"
 
 
@@ -89,7 +97,7 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def ticket_frame(ticket: Ticket, secret: str) -> bytes:
-    body = bytes(msgpack.packb([TICKET_FORMAT, *(getattr(ticket, name) for name in Ticket.__slots__)]))
+    body = bytes(msgpack.packb([TICKET_FORMAT, *(getattr(ticket, name) for name in TICKET_FIELDS)]))
     # The adopt header first: ADOPT_PREFIX. The body has a content-length (it is binary).
     headers = [(ADOPT_HEADER, ticket.session_id), (MAC_HEADER, sign(secret, body)), ("accept-version", ticket.version)]
     return encode_frame(Frame("CONNECT", headers, body), "1.2")
@@ -107,7 +115,7 @@ def read_ticket(frame: Frame, secret: str | None, now_ms: int) -> Ticket:
         fields: list[Any] = msgpack.unpackb(frame.body)
         if fields[0] != TICKET_FORMAT:
             raise ValueError(f"ticket format {fields[0]}")
-        values = dict(zip(Ticket.__slots__, fields[1:], strict=True))
+        values = dict(zip(TICKET_FIELDS, fields[1:], strict=True))
         for name in ("groups", "transactions", "subscriptions", "browsers"):
             values[name] = tuple(values[name])
         ticket = Ticket(**values)
@@ -153,33 +161,57 @@ def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
     return session_id
 
 
-def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> tuple[Ticket | None, str, int | None]:
-    """(ticket, session id, None) of an adoption CONNECT; (None, session id, None) of a relay's
-    resume request, (None, session id, offset) of a client's own."""
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What an adoption CONNECT asks of the leader: to take a session handed over (its `ticket`),
+    or to resume one parked here, for a relay (no `offset`) or for the client itself (`offset`:
+    how much of its stream was read, where it goes on)."""
+
+    session_id: str
+    ticket: Ticket | None = None
+    offset: int | None = None
+
+
+def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> Request:
+    """What an adoption or resume CONNECT asks; raises ProtocolError(`adoption refused`) for one
+    this group did not sign, one out of date, or one that does not parse."""
     if frame.get(RESUME_HEADER) is not None:
         session_id = read_resume(frame, secret, now_ms)
         offset = frame.get(RESUME_OFFSET_HEADER)
         if offset is not None and not offset.isdigit():
             raise ProtocolError(REFUSED, f"{RESUME_OFFSET_HEADER} must be a count of bytes, got {offset!r}")
-        return None, session_id, None if offset is None else int(offset)
+        return Request(session_id, None, None if offset is None else int(offset))
     ticket = read_ticket(frame, secret, now_ms)
-    return ticket, ticket.session_id, None
+    return Request(ticket.session_id, ticket)
 
 
 def adopted_frame(session_id: str) -> bytes:
     return encode_frame(Frame("CONNECTED", [(ADOPTED_HEADER, session_id), ("version", "1.2")]), "1.2")
 
 
-def read_answer(data: bytes, session_id: str) -> tuple[bool | None, int, str]:
-    """The successor's answer at the start of `data`: (None, 0, "") while incomplete; (True, n,
-    "") when adopted, the client's bytes starting at `n`; (False, 0, why) when refused."""
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The successor took the session: the client's bytes start at `start` of what it sent."""
+
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotTaken:
+    """The successor refused the session, saying `why`."""
+
+    why: str
+
+
+def read_answer(data: bytes, session_id: str) -> Taken | NotTaken | None:
+    """The successor's answer at the start of `data` (None while it is incomplete)."""
     end = data.find(b"\0")
     if end < 0:
-        return None, 0, ""
+        return None
     head = data[:end].decode("utf-8", "replace")
     lines = head.split("\n")
     if lines[0] == "CONNECTED" and f"{ADOPTED_HEADER}:{session_id}" in lines[1:]:
-        return True, end + 1, ""
+        return Taken(end + 1)
     message = next((line.partition(":")[2] for line in lines[1:] if line.startswith("message:")), "")
     body = head.partition("\n\n")[2].strip()
-    return False, 0, f"{message}: {body}" if body else (message or lines[0])
+    return NotTaken(f"{message}: {body}" if body else (message or lines[0]))

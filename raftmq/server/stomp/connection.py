@@ -185,7 +185,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
         if self.hops and movable and not self.host.commit_log.handing_over:
-            handing.spawn(handing.park(self))
+            self.host.mobility.spawn(handing.park(self))
         elif (self.stomp.via_relay or self.hops) and movable:
             # A follower's relay half-closes to move to a new leader this node may not know of yet (a client's own
             # half-close looks the same), or to this node's successor: wait a moment for the leadership to go.
@@ -201,7 +201,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
             self._held_for_redirect = False  # still leading: the client's own half-close, or its relay moving closer
             if not self.hops:  # (scheduled only for a movable session: the group has a hand-over secret)
                 return self.input_ended()
-            handing.spawn(handing.park(self))
+            self.host.mobility.spawn(handing.park(self))
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go
@@ -236,7 +236,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
                 self._update_reading()  # what follows the ticket waits for the claim
-                handing.spawn(handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset))
+                self.host.mobility.spawn(handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset))
 
     def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
         self._execute(decisions)
@@ -293,7 +293,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
             return False
         self._handing = True
         self.hold_for_redirect()
-        handing.spawn(handing.hand_over(self, leader))
+        self.host.mobility.spawn(handing.hand_over(self, leader))
         return True
 
     def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes,
@@ -309,7 +309,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""
         self.stomp.authenticating = True  # what the client sends waits for the claim
         self._update_reading()
-        handing.spawn(handing.adopt(self, None, session_id, then=held))
+        self.host.mobility.spawn(handing.adopt(self, None, session_id, then=held))
 
     def hold_for_redirect(self) -> None:
         """This node lost leadership and does not know the new leader yet: read nothing more

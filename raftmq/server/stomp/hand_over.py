@@ -51,7 +51,6 @@ log = structlog.get_logger("raftmq.server.hand_over")
 SETTLE_SECONDS = 1.0
 SETTLE_POLL_SECONDS = 0.002
 
-_running: set[asyncio.Task[None]] = set()
 
 
 class Handing(ClientConnection, Protocol):
@@ -90,16 +89,22 @@ class Handing(ClientConnection, Protocol):
     def run(self, decisions: list[Decision]) -> None: ...
 
 
-async def settled(timeout: float) -> None:
-    """Until the hand-overs, adoptions and parkings under way are done (a stopping node), at most `timeout`."""
-    if _running:
-        await asyncio.wait(list(_running), timeout=timeout)
+class Underway:
+    """One node's hand-overs, adoptions and parkings under way: a stopping node waits for its
+    own, never for another node's in the same process (tests and `EmbeddedBroker` run several)."""
 
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[None]] = set()
 
-def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.get_running_loop().create_task(coroutine)
-    _running.add(task)
-    task.add_done_callback(_running.discard)
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def settled(self, timeout: float) -> None:
+        """Until those under way are done, at most `timeout`."""
+        if self._running:
+            await asyncio.wait(list(self._running), timeout=timeout)
 
 
 async def _settle(connection: Handing, output: bool) -> None:

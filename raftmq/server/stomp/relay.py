@@ -42,7 +42,7 @@ import structlog
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.server.seams.host import RelayedConnection, RelayHost
-from raftmq.server.stomp.adoption import farewell_frame, read_answer, resume_frame
+from raftmq.server.stomp.adoption import NotTaken, farewell_frame, read_answer, resume_frame
 from raftmq.server.stomp.frames import error_frame
 from raftmq.server.stomp.relay_sides import Adoption, ClientSide, UpstreamSide, abort, linger, mark_relayed, named_session, set_reading
 from raftmq.tls import member_client_tls, pinned
@@ -372,13 +372,13 @@ class Relay:
             self._learn_session(data)
         if adoption is not None and not adoption.answered:
             adoption.answer += data
-            adopted, start, why = read_answer(adoption.answer, adoption.session_id)
-            if adopted is None:
+            answer = read_answer(adoption.answer, adoption.session_id)
+            if answer is None:
                 return
-            if not adopted:
-                return self._refuse_adoption(adoption, why)
+            if isinstance(answer, NotTaken):
+                return self._refuse_adoption(adoption, answer.why)
             adoption.answered = True
-            data, adoption.answer = adoption.answer[start:], b""
+            data, adoption.answer = adoption.answer[answer.start:], b""
             if adoption.resuming:
                 self._moved()
             else:

@@ -316,7 +316,7 @@ class StompSession:
         """Another member hands a session over, or resumes one parked here: check it, then hold
         what follows until the shell has claimed the session (`adopted`)."""
         try:
-            ticket, session_id, offset = read_adoption(frame, self.host.hand_over_secret, now_ms)
+            request = read_adoption(frame, self.host.hand_over_secret, now_ms)
         except ProtocolError as exc:
             return [Note("client.adoption_refused", {"reason": exc.detail}), *self.fail(exc.message, exc.detail)]
         if not self.host.is_leader:
@@ -324,7 +324,7 @@ class StompSession:
             return self.fail(REFUSED, f"this node does not lead its group; leader: {hint or 'unknown'}")
         self._before_connect = None
         self.authenticating = True  # what follows the ticket waits, as behind a passcode check
-        return [Adopt(ticket, session_id, offset)]
+        return [Adopt(request.ticket, request.session_id, request.offset)]
 
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster
