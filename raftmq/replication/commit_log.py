@@ -83,6 +83,13 @@ def tell(waiter: tuple[Proposer, int, Sequence[Command]], error: Exception | Non
         log.exception("commit_log.proposer_failed", proposer=type(proposer).__name__)
 
 
+def ignore_outcome(future: asyncio.Future[None]) -> None:
+    """A proposal's done-callback where nobody waits on its outcome: the outcome is retrieved, so
+    asyncio does not warn of an exception never read."""
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(frozen=True, slots=True)
 class LogPosition:
     index: int  # of the committed batch (Raft index; InMemoryLog counts batches)

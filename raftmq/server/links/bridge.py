@@ -43,6 +43,7 @@ from raftmq.client.failover_url import FailoverOptions
 from raftmq.core.effects import Deliver
 from raftmq.errors import BrokerRefused, ClientError, ConfigError
 from raftmq.protocol.header_block import pairs_of
+from raftmq.replication.commit_log import ignore_outcome
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
 from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
@@ -406,7 +407,7 @@ def _settle(session: BridgeSession, ack_ids: list[str], forwarded: bool) -> None
     if session.closed.is_set() or not ack_ids:
         return  # the next leader's sweep returns them
     future = session.settle(ack_ids, forwarded)
-    future.add_done_callback(_ignore_outcome)
+    future.add_done_callback(ignore_outcome)
 
 
 def batch_index(error: BrokerRefused, size: int) -> int | None:
@@ -417,9 +418,6 @@ def batch_index(error: BrokerRefused, size: int) -> int | None:
     return int(raw)
 
 
-def _ignore_outcome(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge | PassiveLink]:

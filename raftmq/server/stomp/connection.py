@@ -24,6 +24,7 @@ from typing import cast
 import structlog
 
 from raftmq.core.effects import Deliver
+from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
@@ -176,7 +177,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self.host.connection_closed(self)
         for decision in decisions:
             if isinstance(decision, Propose):
-                self.host.propose(decision.commands).add_done_callback(_ignore_outcome)
+                self.host.propose(decision.commands).add_done_callback(ignore_outcome)
 
     def eof_received(self) -> bool | None:
         """The client closed its sending side (`input_ended`). The relay of a session adopted here half-closes
@@ -392,8 +393,3 @@ class Connection(Output, Proposing, asyncio.Protocol):
         for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):
             assert isinstance(refusal, Refuse)
             self._send_error(refusal.frame)
-
-
-def _ignore_outcome(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved so asyncio does not warn about it
