@@ -2,7 +2,7 @@
 
 Every node appends the records of each applied Raft batch with `append_batch` and makes them
 durable with one `sync()` (group commit: one fsync per applied batch, not per record). A
-`BodyRef` says where a record lives on *this* node; `locate(raft_index, ordinal)` finds a
+`RecordLocation` says where a record lives on *this* node; `locate(raft_index, ordinal)` finds a
 record by what is the same on every node, the Raft index and its position among the records
 of that index, which is what replicated state (snapshots) should hold.
 
@@ -40,7 +40,7 @@ DEFAULT_CACHE_BYTES = 32 * 2**20
 FSYNC_SLOW_MS = 100.0
 
 
-class BodyRef(NamedTuple):
+class RecordLocation(NamedTuple):
     """Where one record lives in this node's journal; msgpack packs it as a 3-element array."""
 
     segment: int  # segment id (first raft index of the segment)
@@ -174,7 +174,7 @@ class Journal:
     # -- writing (apply thread) ------------------------------------------------------------
 
     def append_batch(self, records: Iterable[Record | tuple[int, int, int, bytes]], *, cache: bool = True,
-                     refs: bool = True) -> list[BodyRef]:
+                     refs: bool = True) -> list[RecordLocation]:
         """Write one batch; durable only after the next `sync()`. Raft indexes must not go back.
         `cache=False`: do not keep its records for reads (a writer that will hardly read them).
         Returns where each record went; `refs=False`: [] (a writer that finds records by index)."""
@@ -204,7 +204,7 @@ class Journal:
         self._unsynced = True
         if not refs:
             return []
-        return [BodyRef(segment.segment_id, offset, slot) for slot in range(len(checked))]
+        return [RecordLocation(segment.segment_id, offset, slot) for slot in range(len(checked))]
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -313,11 +313,11 @@ class Journal:
 
     # -- reading (any thread) --------------------------------------------------------------
 
-    def read(self, ref: BodyRef | tuple[int, int, int]) -> bytes:
+    def read(self, ref: RecordLocation | tuple[int, int, int]) -> bytes:
         """The payload of a record. Raises KeyError for an unknown ref, JournalCorrupt on bad bytes."""
         return self.read_record(ref).payload
 
-    def read_record(self, ref: BodyRef | tuple[int, int, int]) -> Record:
+    def read_record(self, ref: RecordLocation | tuple[int, int, int]) -> Record:
         segment_id, offset, slot = ref
         with self._lock:
             segment = self._by_id.get(segment_id)
@@ -329,7 +329,7 @@ class Journal:
             raise KeyError(f"no record {slot} in the batch at segment {segment_id} offset {offset}")
         return batch[slot]
 
-    def locate(self, raft_index: int, ordinal: int = 0) -> BodyRef:
+    def locate(self, raft_index: int, ordinal: int = 0) -> RecordLocation:
         """The `ordinal`-th record (from 0, in append order) among those with `raft_index`."""
         seen = 0
         with self._lock:
@@ -343,17 +343,17 @@ class Journal:
                         # The whole batch has this index: no need to decompress it.
                         count = segment.counts[position]
                         if ordinal < seen + count:
-                            return BodyRef(segment.segment_id, segment.offsets[position], ordinal - seen)
+                            return RecordLocation(segment.segment_id, segment.offsets[position], ordinal - seen)
                         seen += count
                         continue
                     for slot, record in enumerate(self._load(segment, position)):
                         if record.raft_index == raft_index:
                             if seen == ordinal:
-                                return BodyRef(segment.segment_id, segment.offsets[position], slot)
+                                return RecordLocation(segment.segment_id, segment.offsets[position], slot)
                             seen += 1
         raise KeyError(f"no record {ordinal} at raft index {raft_index}")
 
-    def records(self, start_index: int = 0) -> Iterator[tuple[BodyRef, Record]]:
+    def records(self, start_index: int = 0) -> Iterator[tuple[RecordLocation, Record]]:
         """Every record with raft index >= `start_index`, in order, bypassing the cache
         (replay, repair and replica comparison read once and should not evict hot batches)."""
         with self._lock:
@@ -373,7 +373,7 @@ class Journal:
                         _, batch = read_batch(self._reader_fd(segment), segment, position)
                 for slot, record in enumerate(batch):
                     if record.raft_index >= start_index:
-                        yield BodyRef(segment.segment_id, offset, slot), record
+                        yield RecordLocation(segment.segment_id, offset, slot), record
                 position += 1
 
     def _load(self, segment: Segment, position: int) -> tuple[Record, ...]:

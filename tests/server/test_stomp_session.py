@@ -13,7 +13,7 @@ from raftmq.protocol.limits import Limits
 from raftmq.routing.forward_batch import BATCH_DESTINATION, inner_receipt
 from raftmq.routing.forward_batch import encode as encode_batch
 from raftmq.security import AclEntry, Security, SecurityConfig, UserEntry
-from raftmq.server.stomp.decisions import CheckLogin, Decision, Note, Propose, Refuse, Relay
+from raftmq.server.stomp.decisions import CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.session import SessionState, StompSession
 
 NOW = 1_700_000_000_000
@@ -107,7 +107,7 @@ def test_first_frame_must_be_connect() -> None:
 def test_a_follower_relays_or_names_the_leader() -> None:
     relayed = StompSession(Host(is_leader=False, leader_hint="10.0.0.1:61613"), "s1")
     decisions = relayed.receive(CONNECT, NOW)
-    assert decisions == [Relay(CONNECT)] and relayed.state is SessionState.RELAYED
+    assert decisions == [RelayToLeader(CONNECT)] and relayed.state is SessionState.RELAYED
     redirected = StompSession(Host(NodeConfig(follower_clients="redirect"), is_leader=False, leader_hint="10.0.0.1:61613"), "s2")
     refuse = refusal(redirected.receive(CONNECT, NOW))
     assert refuse.message == "not the leader" and error_headers(refuse)["leader"] == "10.0.0.1:61613"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.storage import journal as journal_module
-from raftmq.storage.journal import BodyRef, Journal
+from raftmq.storage.journal import Journal, RecordLocation
 from raftmq.storage.records import BATCH_HEADER_SIZE, Record
 
 
@@ -39,7 +39,7 @@ def make_batches(count: int, per_batch: int = 3, size: int = 40, start: int = 1)
     return batches
 
 
-def fill(directory: Path, batches: list[list[Record]], **options: int) -> list[list[BodyRef]]:
+def fill(directory: Path, batches: list[list[Record]], **options: int) -> list[list[RecordLocation]]:
     with Journal(directory, **options) as journal:
         refs = []
         for batch in batches:
@@ -146,7 +146,7 @@ def test_empty_journal(tmp_path: Path) -> None:
         assert list(journal.records()) == []
         assert journal.append_batch([]) == []
         with pytest.raises(KeyError):
-            journal.read(BodyRef(1, 0, 0))
+            journal.read(RecordLocation(1, 0, 0))
     assert os.listdir(directory) == []
 
 
@@ -384,7 +384,7 @@ def test_failed_fsync_makes_the_journal_unusable(tmp_path: Path, monkeypatch: py
 
 
 def test_reads_from_another_thread_while_appending(tmp_path: Path) -> None:
-    published: list[tuple[BodyRef, bytes]] = []
+    published: list[tuple[RecordLocation, bytes]] = []
     errors: list[BaseException] = []
     done = threading.Event()
     with Journal(tmp_path, segment_bytes=4096, cache_bytes=2048) as journal:
@@ -448,7 +448,7 @@ def test_body_ref_survives_msgpack(tmp_path: Path) -> None:
         ref = journal.append_batch([Record(2**40, 3, 1, b"body")])[0]
         packed = msgpack.packb(ref)
         assert len(packed) <= 16
-        assert journal.read(BodyRef(*msgpack.unpackb(packed))) == b"body"
+        assert journal.read(RecordLocation(*msgpack.unpackb(packed))) == b"body"
         assert journal.read(msgpack.unpackb(packed)) == b"body"  # a plain list works too
 
 

@@ -29,7 +29,7 @@ from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.adoption import MAX_HOPS
-from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay
+from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
@@ -233,7 +233,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
                 security = self.host.security
                 checked = self._loop.run_in_executor(None, security.login, decision.login, decision.passcode)
                 checked.add_done_callback(self._login_checked)
-            elif isinstance(decision, Relay):
+            elif isinstance(decision, RelayToLeader):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
                 self._update_reading()  # what follows the ticket waits for the claim

@@ -53,7 +53,7 @@ class CheckLogin:
 
 
 @value
-class Relay:
+class RelayToLeader:
     prefix: bytes  # everything the client sent so far, to replay to the leader
 
 
@@ -70,4 +70,4 @@ class Note:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Decision = Propose | Refuse | CheckLogin | Relay | Adopt | Note
+Decision = Propose | Refuse | CheckLogin | RelayToLeader | Adopt | Note

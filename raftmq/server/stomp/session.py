@@ -8,7 +8,7 @@ passes the time in and executes what comes out (the values: raftmq.server.stomp.
 - `Propose(commands)`: hand them to the commit log, in order;
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
 - `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
-- `Relay(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
+- `RelayToLeader(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
 - `Adopt(ticket, session_id, offset)`: a member hands this session over, or it is resumed here (no
   ticket; raftmq.server.stomp.adoption): claim it once this node may, then call `adopted`;
 - `Note(event, fields)`: log it.
@@ -44,7 +44,7 @@ from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, 
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import READ, WRITE, Principal
 from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
-from raftmq.server.stomp.decisions import PREFIX_MAX_BYTES, REDIRECT, Adopt, CheckLogin, Decision, Note, Propose, Refuse, Relay, redirect_wanted
+from raftmq.server.stomp.decisions import PREFIX_MAX_BYTES, REDIRECT, Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader, redirect_wanted
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.translate import FrameTranslator
 
@@ -342,7 +342,7 @@ class StompSession:
         if not host.is_leader:
             if before_connect is not None and not redirect_wanted(host.config.follower_clients, frame):
                 self.relayed()
-                return [Relay(b"".join(before_connect))]
+                return [RelayToLeader(b"".join(before_connect))]
             hint = host.leader_hint
             detail = f"this node does not serve clients now; leader: {hint or 'unknown'}"
             return self.fail("not the leader", detail, extra={"leader": hint} if hint else None)
