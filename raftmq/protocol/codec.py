@@ -133,8 +133,9 @@ class FrameParser:
         self._check_partial_head(buf, 0)
         return False
 
-    def _parse(self, buf: bytes, frames: list[Frame]) -> int:
-        """Parse complete frames from `buf` (pending frame at offset 0); return bytes consumed."""
+    def _parse(self, buf: bytes, frames: list[Frame], stop_after: int = 0) -> int:
+        """Parse complete frames from `buf` (pending frame at offset 0); return bytes consumed.
+        With `stop_after`, at most that many frames (the rest is left unread)."""
         limits = self.limits
         end = len(buf)
         pos = 0
@@ -188,6 +189,8 @@ class FrameParser:
                 self._switch_version(command, headers)
             pos = body_end + 1
             self._scan = 0
+            if stop_after and len(frames) >= stop_after:
+                break
         if pending is not None:  # nothing to read it from
             self._head = pending
         return pos
@@ -331,6 +334,27 @@ class FrameParser:
             self.version = negotiate_version(_first(headers, "accept-version"))
         except ProtocolError:
             pass  # the server refuses the CONNECT; the parser has nothing left to read
+
+
+def first_frame(data: bytes, limits: Limits = _DEFAULT_LIMITS) -> tuple[Frame, int] | None:
+    """The first whole frame at the start of `data` (heart-beat EOLs before it skipped), and the
+    offset just past it; None while it is not whole yet. Raises ProtocolError (or FrameTooLarge)
+    for bytes that are no frame. For a peer's first answer (a CONNECTED, an ERROR), whose bytes
+    after it are not ours to read."""
+    frames: list[Frame] = []
+    end = FrameParser(limits)._parse(bytes(data), frames, 1)
+    return (frames[0], end) if frames else None
+
+
+def with_header_line(data: bytes, name: str, value: str) -> bytes:
+    """`data`, a client's first bytes, with the line `name:value` added right after its first
+    frame's command line (never escaped: the frame is a CONNECT, whose headers never are), every
+    other byte unchanged; `data` as it is while its command line is not whole."""
+    start = len(data) - len(data.lstrip(b"\r\n"))  # EOLs (heart-beats) before the frame
+    end = data.find(b"\n", start)
+    if end < 0:
+        return data
+    return data[:end + 1] + f"{name}:{value}\n".encode() + data[end + 1:]
 
 
 def _send_block(text: str) -> str | None:

@@ -45,7 +45,7 @@ from typing import Any
 import msgpack
 
 from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import encode_frame
+from raftmq.protocol.codec import encode_frame, first_frame
 from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
 from raftmq.server.stomp.frames import error_frame
 
@@ -205,13 +205,15 @@ class NotTaken:
 
 def read_answer(data: bytes, session_id: str) -> Taken | NotTaken | None:
     """The successor's answer at the start of `data` (None while it is incomplete)."""
-    end = data.find(b"\0")
-    if end < 0:
+    try:
+        first = first_frame(data)
+    except ProtocolError as exc:
+        return NotTaken(f"an unreadable answer: {exc.message}")
+    if first is None:
         return None
-    head = data[:end].decode("utf-8", "replace")
-    lines = head.split("\n")
-    if lines[0] == "CONNECTED" and f"{ADOPTED_HEADER}:{session_id}" in lines[1:]:
-        return Taken(end + 1)
-    message = next((line.partition(":")[2] for line in lines[1:] if line.startswith("message:")), "")
-    body = head.partition("\n\n")[2].strip()
-    return NotTaken(f"{message}: {body}" if body else (message or lines[0]))
+    frame, end = first
+    if frame.command == "CONNECTED" and frame.get(ADOPTED_HEADER) == session_id:
+        return Taken(end)
+    message = frame.get("message") or ""
+    body = frame.body.decode("utf-8", "replace").strip()
+    return NotTaken(f"{message}: {body}" if body else (message or frame.command))

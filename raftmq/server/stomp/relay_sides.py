@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from raftmq.errors import ProtocolError
+from raftmq.protocol.codec import first_frame, with_header_line
 from raftmq.protocol.frame import RELAYED_HEADER
 
 
@@ -106,24 +108,26 @@ class UpstreamSide(asyncio.Protocol):
 
 
 def mark_relayed(prefix: bytes) -> bytes:
-    """The client's first bytes with `RELAYED_HEADER` added to its CONNECT (never escaped: a
-    header line goes right after the command's), so the leader knows the session is relayed."""
-    start = len(prefix) - len(prefix.lstrip(b"\r\n"))  # EOLs (heart-beats) before the frame
-    end = prefix.find(b"\n", start)
-    if end < 0:
-        return prefix
-    return prefix[:end + 1] + RELAYED_HEADER.encode() + b":true\n" + prefix[end + 1:]
+    """The client's first bytes with `RELAYED_HEADER` added to its CONNECT, so the leader knows
+    the session is relayed."""
+    return with_header_line(prefix, RELAYED_HEADER, "true")
+
+
+# A leader's CONNECTED is a few hundred bytes: past this without one, none is coming.
+ANSWER_MAX_BYTES = 4096
 
 
 def named_session(head: bytes) -> str | None:
     """The session id the leader's first bytes, its CONNECTED, name ("": none, not a CONNECTED);
     None while they may yet."""
-    end = head.find(b"\n\n")
-    if end < 0 and len(head) < 4096:
-        return None
-    lines = head[:end].split(b"\n") if end >= 0 else []
-    named = [line[8:] for line in lines[1:] if line.startswith(b"session:")] if lines[:1] == [b"CONNECTED"] else []
-    return named[0].decode("utf-8", "replace") if named else ""
+    try:
+        first = first_frame(head)
+    except ProtocolError:
+        return ""
+    if first is None:
+        return None if len(head) < ANSWER_MAX_BYTES else ""
+    frame, _end = first
+    return (frame.get("session") or "") if frame.command == "CONNECTED" else ""
 
 
 LINGER_SECONDS = 1.0
