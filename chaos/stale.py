@@ -41,8 +41,7 @@ from chaos.stale_checker import check_stale
 from chaos.workload import Workload
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_url import Address, parse_failover_url
-from raftmq.client.terms import TERM_HEADER
-from raftmq.protocol.frame import Frame
+from raftmq.protocol.frame import TERM_HEADER, Frame
 
 logging.getLogger("stomp.py").setLevel(logging.ERROR)  # not a line per heart-beat timeout in a run's output
 

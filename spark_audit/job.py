@@ -74,10 +74,10 @@ def all_findings(tables: Tables) -> tuple[DataFrame, list[Any]]:
     return union, [facts, segments, ref, history]
 
 
-def run_audit(spark: Any, runs: list[Run], planted: str | None = None, sample: int = SAMPLE_PER_CHECK) -> AuditResult:
+def run_audit(spark: Any, runs: list[Run], sample: int = SAMPLE_PER_CHECK) -> AuditResult:
     start = time.monotonic()
     _size_shuffles(spark, runs)
-    tables = load_tables(spark, runs, planted)
+    tables = load_tables(spark, runs)
     findings, cached = all_findings(tables)
     # One pass: each finding with its check's total in the run, the first `sample` of each kept.
     per_check = Window.partitionBy("run", "check")

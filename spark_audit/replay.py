@@ -105,27 +105,26 @@ def last_journal_index(directory: str) -> int:
 
 
 def member_facts(run: str, group: str, node: str, directory: str, core: CoreConfig, commit_bound: int,
-                 planted: str | None = None, reference: bool = True) -> Iterator[Row]:
+                 reference: bool = True) -> Iterator[Row]:
     """Every fact of one member. `commit_bound`: the group's commit index (the highest any
-    member stored); entries past it are listed, not applied. `planted` plants a bug in the
-    replay for the tests that prove the conservation check can fail ("drop-enqueue:<run>:<message
-    id>": in that run, that message is accepted and never stored). `reference`: this member
-    speaks for its group (spark_audit.sources picks it), so it is replayed; the others' files
-    are checked and their entries listed, which is all the checks need of them."""
-    replay = _Replay(run, group, node, core, planted)
-    yield from replay.read(directory, commit_bound, reference)
+    member stored); entries past it are listed, not applied. `reference`: this member speaks for
+    its group (spark_audit.sources picks it), so it is replayed; the others' files are checked
+    and their entries listed, which is all the checks need of them."""
+    yield from Replay(run, group, node, core).read(directory, commit_bound, reference)
 
 
-class _Replay:
-    def __init__(self, run: str, group: str, node: str, core: CoreConfig, planted: str | None) -> None:
+class Replay:
+    """One member's files read into facts: its snapshot and journal replayed through the core,
+    whose store observer (`entered`, `left`) and end state (`contents`) say where every message
+    went. The tests that prove a check can fail plant their bug in a subclass."""
+
+    def __init__(self, run: str, group: str, node: str, core: CoreConfig) -> None:
         self.run, self.group, self.node = run, group, node
         self.core = core
-        self.planted = planted
         self.rows: list[Row] = []
         self.positions: dict[str, int] = {}
         self.bodies: dict[tuple[int, int], tuple[str | None, str]] = {}  # body ref -> (value, digest)
         self.seen: set[str] = set()  # message ids that entered a store here
-        self.lost: str | None = None  # the planted bug's message (`member_facts`)
         self.index = 0
         self.origin = "client"
         self.route = ""
@@ -249,9 +248,6 @@ class _Replay:
         """Be told by this broker's dispatcher of every message that enters or leaves a store
         (raftmq.core.store_observer): `entered` and `left` below."""
         self.broker.dispatch.observer = self
-        if self.planted and self.planted.startswith("drop-enqueue:"):
-            _kind, run, message_id = self.planted.split(":", 2)
-            self.lost = message_id if run == self.run else None
 
     def described(self, message: Message) -> dict[str, Any]:
         headers = message.headers
@@ -279,16 +275,12 @@ class _Replay:
         first = message.message_id not in self.seen
         if first:
             self.seen.add(message.message_id)
-        elif message.message_id == self.lost:
-            return  # the planted bug: it was lost at once
         kind = origin if origin in (DEAD_LETTER, EXPIRY) else self.origin
         self.fact("enter", index=self.index, store=_store_name(store), kind=kind, count=message.delivery_count,
                   route=self.route or None, first=first, **self.described(message))
 
     def left(self, store: Store, message: Message, outcome: str, session: str | None) -> None:
         """A message leaving a store for good (StoreObserver)."""
-        if message.message_id == self.lost:
-            return  # the planted bug: it was lost at once
         self.fact("leave", index=self.index, message_id=message.message_id, store=_store_name(store), kind=outcome,
                   session=session)
 
@@ -309,8 +301,6 @@ class _Replay:
 
     def end_state(self) -> None:
         for store, message, in_flight in self.contents():
-            if message.message_id == self.lost:
-                continue  # the planted bug: it was lost at once
             self.fact("waiting", index=self.index, store=_store_name(store), count=message.delivery_count,
                       kind="in-flight" if in_flight else "ready", **self.described(message))
 

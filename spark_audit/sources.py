@@ -6,8 +6,7 @@ no row objects between Python and the JVM).
   journal replayed (spark_audit.replay) into the fact table (spark_audit.facts).
 - `raftmq_segments`: one partition per body-journal segment file (spark_audit.segments).
 
-Options: `runs`, a JSON list of run directory paths; `raftmq_node` also takes `planted` (the
-tests' planted replay bug, spark_audit.replay). Partitions are planned on the driver from small
+Options: `runs`, a JSON list of run directory paths. Partitions are planned on the driver from small
 files only (listings and each member's stored commit index); executors read the journals, so
 they need the run directories at the same paths (one machine, or a shared filesystem).
 """
@@ -97,13 +96,17 @@ class NodeFactsReader(DataSourceReader):
 
         from spark_audit.facts import arrow_schema
         from spark_audit.layout import core_configs, read_run
-        from spark_audit.replay import member_facts
 
         assert isinstance(partition, MemberPartition)
         core = core_configs(read_run(Path(partition.run_path)))[partition.group]
-        rows = member_facts(partition.run, partition.group, partition.node, partition.directory, core,
-                            partition.commit_bound, self.options.get("planted"), partition.reference)
-        yield from _batches(rows, arrow_schema())
+        yield from _batches(self.rows(partition, core), arrow_schema())
+
+    def rows(self, partition: MemberPartition, core: Any) -> Iterator[tuple[Any, ...]]:
+        """The member's facts (spark_audit.replay.member_facts), `core` its group's settings."""
+        from spark_audit.replay import member_facts
+
+        return member_facts(partition.run, partition.group, partition.node, partition.directory, core,
+                            partition.commit_bound, partition.reference)
 
 
 class SegmentsSource(DataSource):

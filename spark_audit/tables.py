@@ -34,14 +34,11 @@ class Tables:
     runs: Any
 
 
-def load_tables(spark: Any, runs: list[Run], planted: str | None = None) -> Tables:
+def load_tables(spark: Any, runs: list[Run]) -> Tables:
     from pyspark.sql import functions as F
 
     paths = json.dumps([run.path for run in runs])
-    node = spark.read.format("raftmq_node").option("runs", paths)
-    if planted is not None:
-        node = node.option("planted", planted)
-    facts = node.load()
+    facts = spark.read.format("raftmq_node").option("runs", paths).load()
     segments = spark.read.format("raftmq_segments").option("runs", paths).load()
 
     def jsonl(name: str, schema: str) -> Any:

@@ -346,17 +346,6 @@ def first_frame(data: bytes, limits: Limits = _DEFAULT_LIMITS) -> tuple[Frame, i
     return (frames[0], end) if frames else None
 
 
-def with_header_line(data: bytes, name: str, value: str) -> bytes:
-    """`data`, a client's first bytes, with the line `name:value` added right after its first
-    frame's command line (never escaped: the frame is a CONNECT, whose headers never are), every
-    other byte unchanged; `data` as it is while its command line is not whole."""
-    start = len(data) - len(data.lstrip(b"\r\n"))  # EOLs (heart-beats) before the frame
-    end = data.find(b"\n", start)
-    if end < 0:
-        return data
-    return data[:end + 1] + f"{name}:{value}\n".encode() + data[end + 1:]
-
-
 def _send_block(text: str) -> str | None:
     """The block of a SEND's header text (each line `name:value\\n`, no escape, no CR): the text
     without its transport lines; None when a line is not one name, one colon and a value (the

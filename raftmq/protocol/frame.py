@@ -95,3 +95,14 @@ class Frame:
             if key not in out:
                 out[key] = value
         return out
+
+
+def with_header_line(data: bytes, name: str, value: str) -> bytes:
+    """`data`, a client's first bytes, with the line `name:value` added right after its first
+    frame's command line (never escaped: the frame is a CONNECT, whose headers never are), every
+    other byte unchanged; `data` as it is while its command line is not whole."""
+    start = len(data) - len(data.lstrip(b"\r\n"))  # EOLs (heart-beats) before the frame
+    end = data.find(b"\n", start)
+    if end < 0:
+        return data
+    return data[:end + 1] + f"{name}:{value}\n".encode() + data[end + 1:]

@@ -3,7 +3,7 @@
 pysyncobj's own connection unpickles the first frame of any TCP connection before any check,
 so whoever can reach a member's Raft port can run code as the broker; and it grows its read
 buffer by concatenation, so one fast stream stalls the tick thread. `RaftConnection` and
-`RaftServer` replace its `TcpConnection` and `TcpServer` (same methods, same poller, same tick
+`RaftServer` (raftmq.replication.wire_server) replace its `TcpConnection` and `TcpServer` (same methods, same poller, same tick
 thread), and `DurableTransport` (raftmq.replication.pysyncobj.transport) builds them.
 
 A connection, both ways:
@@ -250,12 +250,7 @@ class RaftConnection:
                                POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR)
 
     def _close_socket(self) -> None:
-        if self._fileno is not None:
-            self._poller.unsubscribe(self._fileno)
-            self._fileno = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._sock, self._fileno = close_polled(self._poller, self._sock, self._fileno)
         self._state = CONNECTION_STATE.DISCONNECTED
         self._in = bytearray()
         self._out = bytearray()
@@ -447,54 +442,15 @@ class RaftConnection:
         self.disconnect()
 
 
+def close_polled(poller: Any, sock: socket.socket | None, fileno: int | None) -> tuple[None, None]:
+    """Unsubscribe a socket from the tick's poller and close it; (None, None), for its holder's
+    socket and descriptor."""
+    if fileno is not None:
+        poller.unsubscribe(fileno)
+    if sock is not None:
+        sock.close()
+    return None, None
+
+
 def _same(peer: bytes | None, own: bytes) -> bool:
     return peer is not None and hmac.compare_digest(peer, own)
-
-
-class RaftServer:
-    """Accepts Raft connections (the interface TCPTransport uses of pysyncobj's TcpServer)."""
-
-    def __init__(self, poller: Any, host: str, port: int, on_new_connection: Callable[[RaftConnection], None],
-                 make_connection: Callable[[socket.socket], RaftConnection]) -> None:
-        self._poller = poller
-        self._address = (host, int(port))
-        self._on_new_connection = on_new_connection
-        self._make_connection = make_connection
-        self._sock: socket.socket | None = None
-        self._fileno: int | None = None
-
-    def bind(self) -> None:
-        family = socket.AF_INET6 if ":" in self._address[0] else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setblocking(False)
-            sock.bind(self._address)
-            sock.listen(64)
-        except OSError:
-            sock.close()
-            raise
-        self._sock, self._fileno = sock, sock.fileno()
-        self._poller.subscribe(self._fileno, self._on_event, POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
-
-    def unbind(self) -> None:
-        if self._fileno is not None:
-            self._poller.unsubscribe(self._fileno)
-            self._fileno = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def _on_event(self, descr: int, event: int) -> None:
-        if self._sock is None:
-            return
-        for _ in range(MAX_UNAUTHENTICATED):  # bounded: a flood of connects cannot hold the tick
-            try:
-                sock, _address = self._sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("raft.accept_failed", error=exc.strerror)
-                return
-            self._on_new_connection(self._make_connection(sock))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import FrameParser, first_frame, with_header_line
+from raftmq.protocol.codec import FrameParser, first_frame
+from raftmq.protocol.frame import with_header_line
 
 
 def test_the_first_frame_and_where_it_ends() -> None:

@@ -30,7 +30,8 @@ from pysyncobj.poller import createPoller
 
 from raftmq.client import connect, connect_failover
 from raftmq.client.transport import RAFT_HELLO, NotStompPort
-from raftmq.replication.wire import NONCE_BYTES, RaftConnection, RaftServer, RaftTls
+from raftmq.replication.wire import NONCE_BYTES, RaftConnection, RaftTls
+from raftmq.replication.wire_server import RaftServer
 from raftmq.security import TlsConfig
 from raftmq.server.admin.http import AdminServer
 from raftmq.tls import raft_tls_contexts

@@ -14,8 +14,10 @@ import pytest
 
 from spark_audit.job import run_audit
 from spark_audit.layout import read_run
+from spark_audit.sources import NodeFactsSource
 from spark_audit.synth import SynthRun, make_run
 from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run, drop_receives
+from tests.spark_audit.planted_replay import planted_source
 
 # The JVMs these tests start (the local session's driver, a standalone master, worker and executor,
 # a Spark Connect server) live a minute or two on a few thousand rows, so the JIT's optimizing
@@ -133,8 +135,11 @@ def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[s
     conserve = copy_run(group_run, root, "group-conservation")
     runs.append(conserve)
     message_id = "g1-" + str(random.Random(5).randint(10, 30))
-    result = run_audit(spark, [read_run(run) for run in runs], planted=f"drop-enqueue:{conserve.name}:{message_id}",
-                       sample=50)
+    spark.dataSource.register(planted_source(conserve.name, message_id))  # in place of the audit's own replay
+    try:
+        result = run_audit(spark, [read_run(run) for run in runs], sample=50)
+    finally:
+        spark.dataSource.register(NodeFactsSource)
     planted[conserve.name] = ("conservation", message_id)
     return {"result": result, "planted": planted, "runs": {run.name: run for run in runs}}
 

@@ -23,7 +23,7 @@ from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
 from spark_audit.facts import FACT_NAMES
 from spark_audit.layout import core_configs, read_run
-from spark_audit.replay import JOURNAL, _Replay
+from spark_audit.replay import JOURNAL, Replay
 from tests.helpers.audit_anomalies import read_ops
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -55,7 +55,7 @@ def applied_by_the_member(member: Path, core: CoreConfig, bound: int, scratch: P
 
 
 def replayed(member: Path, core: CoreConfig, bound: int) -> tuple[int, Any]:
-    replay = _Replay("limits", "g1", member.name, core, None)
+    replay = Replay("limits", "g1", member.name, core, None)
     rows = [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(member), bound, True)]
     [applied] = [row for row in rows if row["fact"] == "applied"]
     assert applied["committed"], f"{member.name} could not be replayed to {bound}: {applied}"

@@ -20,6 +20,7 @@ from spark_audit.member_files import NOOP, command_of, read_entries
 from spark_audit.replay import member_facts
 from spark_audit.segments import segment_files, segment_rows
 from spark_audit.synth import GroupLog
+from tests.spark_audit.planted_replay import dropping
 
 Q = "/queue/q"
 CORE = CoreConfig(broker_name="g1")
@@ -41,8 +42,8 @@ def story() -> GroupLog:
     return log
 
 
-def facts(member: Path, bound: int, core: CoreConfig = CORE, planted: str | None = None) -> list[dict[str, Any]]:
-    return [dict(zip(FACT_NAMES, row, strict=True)) for row in member_facts("r", "g1", "n1", str(member), core, bound, planted)]
+def facts(member: Path, bound: int, core: CoreConfig = CORE) -> list[dict[str, Any]]:
+    return [dict(zip(FACT_NAMES, row, strict=True)) for row in member_facts("r", "g1", "n1", str(member), core, bound)]
 
 
 def of(rows: list[dict[str, Any]], fact: str) -> list[dict[str, Any]]:
@@ -128,11 +129,16 @@ def test_a_snapshot_is_the_starting_state(tmp_path: Path) -> None:
 def test_the_planted_bug_drops_one_message(tmp_path: Path) -> None:
     log = story()
     log.write(str(tmp_path))
-    rows = facts(tmp_path, log.last_index, planted="drop-enqueue:r:g1-3")
+
+    def planted(run: str) -> list[dict[str, Any]]:
+        replay = dropping(run, "g1-3")("r", "g1", "n1", CORE)
+        return [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(tmp_path), log.last_index, True)]
+
+    rows = planted("r")
     assert "g1-3" in {r["message_id"] for r in of(rows, "enter")}
     assert "g1-3" not in {r["message_id"] for r in of(rows, "waiting")}
-    other_run = facts(tmp_path, log.last_index, planted="drop-enqueue:elsewhere:g1-3")
-    assert "g1-3" in {r["message_id"] for r in of(other_run, "waiting")}
+    assert "g1-3" in {r["message_id"] for r in of(planted("elsewhere"), "waiting")}
+    assert "g1-3" in {r["message_id"] for r in of(facts(tmp_path, log.last_index), "waiting")}
 
 
 def test_body_segments_read_as_records(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, write_bodies, write_entries
-from spark_audit.replay import _Replay
+from spark_audit.replay import Replay
 from tests.helpers.bodies import store_entry
 
 DROPPING, FAILING = "/queue/dropping", "/queue/failing"
@@ -67,8 +67,8 @@ class Member:
             self.effects += self.broker.apply(command)
 
 
-def replayed(member: Path, bound: int) -> tuple[_Replay, list[dict[str, Any]]]:
-    replay = _Replay("r", "g1", "n1", CORE, None)
+def replayed(member: Path, bound: int) -> tuple[Replay, list[dict[str, Any]]]:
+    replay = Replay("r", "g1", "n1", CORE, None)
     rows = [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(member), bound, True)]
     return replay, rows
 

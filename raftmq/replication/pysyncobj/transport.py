@@ -16,7 +16,8 @@ from pysyncobj.transport import TCPTransport
 
 from raftmq.replication.pysyncobj.patches import Fixes
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
-from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, RaftServer, frame_max_for
+from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, frame_max_for
+from raftmq.replication.wire_server import RaftServer
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import first_frame, with_header_line
-from raftmq.protocol.frame import RELAYED_HEADER
+from raftmq.protocol.codec import first_frame
+from raftmq.protocol.frame import RELAYED_HEADER, with_header_line
 
 
 class Adoption:
