@@ -55,7 +55,7 @@ def applied_by_the_member(member: Path, core: CoreConfig, bound: int, scratch: P
 
 
 def replayed(member: Path, core: CoreConfig, bound: int) -> tuple[int, Any]:
-    replay = Replay("limits", "g1", member.name, core, None)
+    replay = Replay("limits", "g1", member.name, core)
     rows = [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(member), bound, True)]
     [applied] = [row for row in rows if row["fact"] == "applied"]
     assert applied["committed"], f"{member.name} could not be replayed to {bound}: {applied}"

@@ -68,7 +68,7 @@ class Member:
 
 
 def replayed(member: Path, bound: int) -> tuple[Replay, list[dict[str, Any]]]:
-    replay = Replay("r", "g1", "n1", CORE, None)
+    replay = Replay("r", "g1", "n1", CORE)
     rows = [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(member), bound, True)]
     return replay, rows
 

@@ -74,7 +74,7 @@ def test_the_replay_reaches_a_members_own_snapshot_under_byte_limits(tmp_path: P
     taken = snapshot_of(n1)
     assert taken is not None and snapshot_of(n2) is None
     index, state = taken
-    replay = Replay("embedded", "embedded", "n2", CORE, None)
+    replay = Replay("embedded", "embedded", "n2", CORE)
     rows = [dict(zip(FACT_NAMES, row, strict=True)) for row in replay.read(str(n2), index, True)]
     [applied] = [row for row in rows if row["fact"] == "applied"]
     assert applied["committed"] and applied["index"] == index == replay.index
