@@ -4,7 +4,11 @@ node waits for its own, not for those of another node in the same process."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+import pytest
+
+from raftmq.server.stomp import hand_over
 from raftmq.server.stomp.hand_over import Underway
 
 
@@ -29,3 +33,53 @@ def test_a_node_waits_for_its_own_hand_overs_only() -> None:
     assert 0.04 <= waited_mine < 1.0  # its own 50 ms task, not the other node's
     assert 0.15 <= waited_other < 1.0
     assert other_done
+
+
+class Settling:
+    """What `_settle` asks of a connection: whether proposals or output wait, and to be told."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.host = type("Host", (), {"loop": loop})()
+        self.settling = True
+        self.unsent = True
+        self.on_settled: list[Callable[[], None]] = []
+        self.on_flushed: list[Callable[[], None]] = []
+
+    def when_settled(self, then: Callable[[], None]) -> None:
+        self.on_settled.append(then)
+
+    def when_flushed(self, then: Callable[[], None]) -> None:
+        self.on_flushed.append(then)
+
+    def tell(self, callbacks: list[Callable[[], None]]) -> None:
+        waiting, callbacks[:] = list(callbacks), []
+        for then in waiting:
+            then()
+
+
+def test_a_hand_over_waits_to_be_told_not_by_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hand_over, "SETTLE_SECONDS", 0.3)
+
+    async def scenario() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        told = Settling(loop)
+
+        def settle_then_flush() -> None:
+            told.settling = False
+            told.tell(told.on_settled)  # the proposals settled: now it waits for the flush
+            loop.call_later(0.03, lambda: (setattr(told, "unsent", False), told.tell(told.on_flushed)))
+
+        loop.call_later(0.03, settle_then_flush)
+        began = loop.time()
+        await hand_over._settle(told, output=True)  # type: ignore[arg-type]
+        waited_told = loop.time() - began
+        # Changed without a word: a poll would see it; an event-driven wait runs to its deadline.
+        silent = Settling(loop)
+        loop.call_later(0.03, lambda: setattr(silent, "settling", False))
+        began = loop.time()
+        await hand_over._settle(silent, output=False)  # type: ignore[arg-type]
+        return waited_told, loop.time() - began
+
+    waited_told, waited_silent = asyncio.run(scenario())
+    assert 0.05 <= waited_told < 0.25  # settled at 30 ms, flushed 30 ms later: not the 0.3 s deadline
+    assert waited_silent >= 0.28  # nobody told it: it waited out its deadline

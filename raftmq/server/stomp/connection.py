@@ -19,6 +19,7 @@ Flow control:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 
 import structlog
@@ -60,6 +61,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
+        self._after_flush: list[Callable[[], None]] = []  # run once no output waits (Output.when_flushed)
         self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
         self._init_proposing(host.config.max_pending_commands)
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
@@ -172,6 +174,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         if self._connect_timer is not None:
             self._connect_timer.cancel()
         self._out.clear()
+        self._flushed()  # nothing waits to go out any more
         self.forget_flow_held()  # never proposed, never receipted: not the broker's
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)

@@ -32,7 +32,7 @@ ticket serves it again for the relay's resume request, or on the relay's own nod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import structlog
@@ -49,7 +49,6 @@ log = structlog.get_logger("raftmq.server.hand_over")
 # How long the old leader waits for the session's proposals to settle before it gives up on
 # handing it over (a transfer settles them before it hands the leadership over).
 SETTLE_SECONDS = 1.0
-SETTLE_POLL_SECONDS = 0.002
 
 
 
@@ -76,6 +75,10 @@ class Handing(ClientConnection, Protocol):
     @property
     def unsent(self) -> bool:
         """Output queued, not yet handed to the socket."""
+    def when_settled(self, then: Callable[[], None]) -> None:
+        """Run `then` once every proposal made so far has settled."""
+    def when_flushed(self, then: Callable[[], None]) -> None:
+        """Run `then` once no output waits to be handed to the socket."""
     @property
     def flow_held(self) -> list[Command]:
         """What BLOCK holds, never proposed."""
@@ -109,11 +112,25 @@ class Underway:
 
 async def _settle(connection: Handing, output: bool) -> None:
     """Wait (at most SETTLE_SECONDS) until the session's commands have outcomes and, with
-    `output`, what it queued went to the socket."""
-    loop = connection.host.loop
-    deadline = loop.time() + SETTLE_SECONDS
-    while (connection.settling or (output and connection.unsent)) and loop.time() < deadline:
-        await asyncio.sleep(SETTLE_POLL_SECONDS)
+    `output`, what it queued went to the socket: told by the connection as each happens (a
+    proposal that settles, a flush), not polled."""
+    settled: asyncio.Future[None] = connection.host.loop.create_future()
+
+    def check() -> None:
+        if settled.done():
+            return
+        if connection.settling:
+            connection.when_settled(check)
+        elif output and connection.unsent:
+            connection.when_flushed(check)
+        else:
+            settled.set_result(None)
+
+    check()
+    try:
+        await asyncio.wait_for(settled, SETTLE_SECONDS)
+    except TimeoutError:
+        pass  # what still waits is the caller's to judge (`settling`, `unsent`)
 
 
 async def hand_over(connection: Handing, leader: str) -> None:

@@ -7,6 +7,7 @@ the leader lease holds, and only once the socket took all it was handed before
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -44,6 +45,7 @@ class Output:
     _out: list[bytes]
     _out_bytes: int
     _flush_scheduled: bool
+    _after_flush: list[Callable[[], None]]
 
     if TYPE_CHECKING:
         def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
@@ -52,6 +54,19 @@ class Output:
     @property
     def unsent(self) -> bool:  # output queued, not yet handed to the socket
         return bool(self._out)
+
+    def when_flushed(self, then: Callable[[], None]) -> None:
+        """Run `then` once no output waits to be handed to the socket (at once if none does):
+        after the flush that hands it over, or once the queue is dropped."""
+        if self._out:
+            self._after_flush.append(then)
+        else:
+            then()
+
+    def _flushed(self) -> None:
+        after, self._after_flush = self._after_flush, []
+        for then in after:
+            then()
 
     def beat(self) -> bool:
         """A heart-beat's EOL; False when queued output will carry the line instead."""
@@ -73,7 +88,7 @@ class Output:
         transport = self._transport
         if not self._out or transport is None or transport.is_closing():
             self._out, self._out_bytes = [], 0
-            return
+            return self._flushed()
         if transport.get_write_buffer_size() or not self.host.holds_lease():
             # Bytes handed over earlier wait for the socket (more handed over now would leave later,
             # unchecked), or our leadership may have ended unseen (this process was paused, or cut
@@ -87,6 +102,8 @@ class Output:
         out, self._out, self._out_bytes = self._out, [], 0
         transport.writelines(out)  # at once: one send per flush (recent uvloop writev()s the list)
         self._beats.last_written = self._loop.time()
+        if self._after_flush:
+            self._flushed()
 
     def _close_after_flush(self, last: bytes | None = None) -> None:
         """Write what is queued (only under the lease), then `last` (an ERROR), and close."""
@@ -106,6 +123,7 @@ class Output:
             transport.write(b"".join(out))
         transport.close()  # asyncio closes after the buffered data is written
         self._loop.call_later(CLOSE_GRACE_SECONDS, self.abort)
+        self._flushed()
 
     def abort(self) -> None:
         """Drop the connection without flushing (a client that stopped reading)."""
