@@ -203,6 +203,7 @@ class Node:
 
     def connection_closed(self, connection: ClientConnection) -> None:
         self.sessions.pop(connection.session_id, None)
+        self.succession.takeover.changed()  # a claim may have waited for this connection to go
         connected_at = self._connected_at.pop(connection.session_id, None)
         if connected_at is None:  # never got CONNECTED (a port probe, a refused CONNECT)
             log.debug("client.disconnected", node=self.name, session=connection.session_id, peer=connection.peer,
@@ -274,6 +275,7 @@ class Node:
         """A session handed over (its connection relays, under a local name) or adopted (its
         connection takes the session's id): raftmq.server.stomp.hand_over."""
         self.sessions[new] = self.sessions.pop(old)
+        self.succession.takeover.changed()
         connected_at = self._connected_at.pop(old, None)
         self._connected_at[new] = self.loop.time() if connected_at is None else connected_at
 

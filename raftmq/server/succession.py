@@ -102,9 +102,8 @@ class Succession:
         takeover.done.set()
         if host.commit_log.won_by_hand_over:
             self._expect_adoptions()  # sessions whose Connect this node applied only now
-            deadline = host.loop.time() + ADOPTION_WINDOW_SECONDS
-            while takeover.awaiting and host.loop.time() < deadline and epoch == self._epoch:
-                await asyncio.sleep(0.01)
+            await takeover.until(lambda: not takeover.awaiting or epoch != self._epoch,
+                                 host.loop.time() + ADOPTION_WINDOW_SECONDS, host.loop)
             if epoch != self._epoch or not host.commit_log.is_leader:
                 return
         stale = [session_id for session_id in host.session_ids_in_core()

@@ -36,7 +36,6 @@ ADOPTION_WINDOW_SECONDS = 1.0
 CLAIM_WAIT_SECONDS = 1.0
 # A parked session waits this long for its relay to resume it, then is disconnected.
 PARK_SECONDS = 1.0
-PARK_POLL_SECONDS = 0.005
 
 
 class AwaitingAdoption:
@@ -97,6 +96,24 @@ class Takeover:
         self.adopted = 0
         self.parked: dict[str, Parked] = {}
         self.resumed = 0
+        self._changed = asyncio.Event()  # set (and replaced) by `changed`
+
+    def changed(self) -> None:
+        """What a wait here looks at may have changed (a session parked, adopted, dropped or
+        swept; a connection of this node closed): the waits look again. Nothing is polled."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def until(self, done: Callable[[], bool], deadline: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Until `done()` holds, looked at again at each `changed`, or `deadline` (loop time)."""
+        while not done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return
 
     def reset(self) -> None:
         self.awaiting.clear()
@@ -105,22 +122,26 @@ class Takeover:
         for parked in self.parked.values():
             parked.timer.cancel()
         self.parked.clear()  # the next leader sweeps them
+        self.changed()
 
     def end_window(self) -> None:
         """The adoption window closed: stop keeping for the sessions that did not come (parked ones stay)."""
         for session_id in [sid for sid in self.awaiting if sid not in self.parked]:
             del self.awaiting[session_id]
+        self.changed()
 
     def park(self, ticket: Ticket, unfinished: bytes, commit_log: CommitLog, loop: asyncio.AbstractEventLoop,
              expire: Callable[[str], None]) -> None:
         session_id = ticket.session_id
         self.awaiting.setdefault(session_id, AwaitingAdoption(session_id, commit_log))  # parked on arrival: kept so far
         self.parked[session_id] = Parked(ticket, unfinished, loop.call_later(PARK_SECONDS, expire, session_id))
+        self.changed()
 
     def unpark(self, session_id: str) -> bool:
         """Its time is up: forget it (the caller disconnects it); False if it was resumed meanwhile."""
         parked = self.parked.pop(session_id, None)
         self.awaiting.pop(session_id, None)
+        self.changed()
         return parked is not None
 
     async def claim_parked(self, session_id: str, served: Callable[[str], bool],
@@ -128,10 +149,8 @@ class Takeover:
         """The parked session, or why not. A session still served here is waited for a while:
         the relay's half-close may still be on its way; so is one this leader awaits from its
         predecessor (a transfer): its ticket may still be on its way, and be parked here."""
-        deadline = loop.time() + CLAIM_WAIT_SECONDS
-        while (session_id not in self.parked and (served(session_id) or session_id in self.awaiting)
-               and loop.time() < deadline):
-            await asyncio.sleep(PARK_POLL_SECONDS)
+        await self.until(lambda: session_id in self.parked or not (served(session_id) or session_id in self.awaiting),
+                         loop.time() + CLAIM_WAIT_SECONDS, loop)
         parked = self.parked.pop(session_id, None)
         if parked is None:
             return "no such session parked here"
@@ -164,4 +183,5 @@ class Takeover:
         """The session is served by `connection` now: what was kept for it goes there."""
         self.adopted += 1
         awaiting = self.awaiting.pop(session_id, None)
+        self.changed()
         return 0 if awaiting is None else awaiting.replay(connection)

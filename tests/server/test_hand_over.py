@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+from raftmq.server import takeover as takeover_module
 from raftmq.server.stomp import hand_over
 from raftmq.server.stomp.hand_over import Underway
+from raftmq.server.takeover import Takeover
 
 
 def test_a_node_waits_for_its_own_hand_overs_only() -> None:
@@ -83,3 +85,33 @@ def test_a_hand_over_waits_to_be_told_not_by_polling(monkeypatch: pytest.MonkeyP
     waited_told, waited_silent = asyncio.run(scenario())
     assert 0.05 <= waited_told < 0.25  # settled at 30 ms, flushed 30 ms later: not the 0.3 s deadline
     assert waited_silent >= 0.28  # nobody told it: it waited out its deadline
+
+
+def test_a_claim_for_a_parked_session_is_woken_by_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The successor waits for a session still served here (its relay's half-close on its way):
+    woken when the connection goes (the node says so), never by polling: unannounced, it waits
+    out its deadline."""
+    monkeypatch.setattr(takeover_module, "CLAIM_WAIT_SECONDS", 0.3)
+
+    async def scenario() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        takeover = Takeover()
+        served = {"n1:a:1"}
+
+        def gone() -> None:
+            served.clear()
+            takeover.changed()  # as the node's connection_closed does
+
+        loop.call_later(0.03, gone)
+        began = loop.time()
+        assert await takeover.claim_parked("n1:a:1", served.__contains__, loop) == "no such session parked here"
+        announced = loop.time() - began
+        served.add("n1:a:2")
+        loop.call_later(0.03, served.clear)  # unannounced
+        began = loop.time()
+        await takeover.claim_parked("n1:a:2", served.__contains__, loop)
+        return announced, loop.time() - began
+
+    announced, unannounced = asyncio.run(scenario())
+    assert 0.025 <= announced < 0.2
+    assert unannounced >= 0.28
