@@ -3,17 +3,26 @@ past the election timeout at arbitrary points of its work (chaos.cpu_fault); lif
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import TYPE_CHECKING, Any
 
 from chaos.cpu_fault import CpuLimit, starve_params
 from chaos.faults.strike import Strike
+
+if TYPE_CHECKING:
+    from chaos.deployment import Deployment
+    from chaos.environment import Environment
 
 
 class Starve(Strike):
     name = "starve"
 
+    def __init__(self, deployment: Deployment, environment: Environment, group: str, hit: list[str],
+                 rng: random.Random) -> None:
+        super().__init__(deployment, environment, group, hit, rng)
+        self.limits: list[CpuLimit] = []  # the quota of each node hit, as far as it took
+
     def inject(self) -> dict[str, Any]:
-        self.limits: list[CpuLimit] = []
         params = starve_params(self.rng)
         for key in self.hit:
             limit = CpuLimit(self.deployment.pid(key), key)
@@ -22,6 +31,6 @@ class Starve(Strike):
         return {"cpu": params}
 
     def heal(self) -> dict[str, Any]:
-        for limit in getattr(self, "limits", []):
+        for limit in self.limits:
             limit.release()
         return {}

@@ -4,18 +4,26 @@ running) until healed (chaos.cpu_fault)."""
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.cpu_fault import Stutter as Stutters
 from chaos.cpu_fault import starve_params
 from chaos.faults.strike import Strike
 
+if TYPE_CHECKING:
+    from chaos.deployment import Deployment
+    from chaos.environment import Environment
+
 
 class Stutter(Strike):
     name = "stutter"
 
+    def __init__(self, deployment: Deployment, environment: Environment, group: str, hit: list[str],
+                 rng: random.Random) -> None:
+        super().__init__(deployment, environment, group, hit, rng)
+        self.stutters: dict[str, Stutters] = {}  # each node hit's stop-and-go, as far as it took
+
     def inject(self) -> dict[str, Any]:
-        self.stutters: dict[str, Stutters] = {}
         starve_params(self.rng)  # drawn as `starve` draws them, so a seed's later draws stay the same
         for key in self.hit:
             stutter = self.stutters[key] = Stutters(self.deployment.pid(key), random.Random(self.rng.random()))
@@ -23,5 +31,5 @@ class Stutter(Strike):
         return {}
 
     def heal(self) -> dict[str, Any]:
-        stops = {key: stutter.stop()["stops"] for key, stutter in getattr(self, "stutters", {}).items()}
+        stops = {key: stutter.stop()["stops"] for key, stutter in self.stutters.items()}
         return {"stops": stops} if stops else {}

@@ -51,7 +51,6 @@ log = structlog.get_logger("raftmq.server.hand_over")
 SETTLE_SECONDS = 1.0
 
 
-
 class Handing(ClientConnection, Protocol):
     """What a hand-over sees of the connection (raftmq.server.stomp.connection)."""
 
