@@ -3,23 +3,16 @@ past the election timeout at arbitrary points of its work (chaos.cpu_fault); lif
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.cpu_fault import CpuLimit, starve_params
 from chaos.faults.strike import Strike
-
-if TYPE_CHECKING:
-    from chaos.deployment import Deployment
-    from chaos.environment import Environment
 
 
 class Starve(Strike):
     name = "starve"
 
-    def __init__(self, deployment: Deployment, environment: Environment, group: str, hit: list[str],
-                 rng: random.Random) -> None:
-        super().__init__(deployment, environment, group, hit, rng)
+    def held(self) -> None:
         self.limits: list[CpuLimit] = []  # the quota of each node hit, as far as it took
 
     def inject(self) -> dict[str, Any]:

@@ -28,6 +28,10 @@ class Strike(ABC):
         self.group = group
         self.hit = hit
         self.rng = rng
+        self.held()
+
+    def held(self) -> None:
+        """Set up what the fault holds until its heal (empty until `inject` takes it): none here."""
 
     @abstractmethod
     def inject(self) -> dict[str, Any]: ...

@@ -4,23 +4,17 @@ running) until healed (chaos.cpu_fault)."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.cpu_fault import Stutter as Stutters
 from chaos.cpu_fault import starve_params
 from chaos.faults.strike import Strike
 
-if TYPE_CHECKING:
-    from chaos.deployment import Deployment
-    from chaos.environment import Environment
-
 
 class Stutter(Strike):
     name = "stutter"
 
-    def __init__(self, deployment: Deployment, environment: Environment, group: str, hit: list[str],
-                 rng: random.Random) -> None:
-        super().__init__(deployment, environment, group, hit, rng)
+    def held(self) -> None:
         self.stutters: dict[str, Stutters] = {}  # each node hit's stop-and-go, as far as it took
 
     def inject(self) -> dict[str, Any]:
