@@ -13,40 +13,9 @@ import pytest
 
 from raftmq import processes
 from raftmq.logs import log_through_stdlib_if_unconfigured
+from tests.helpers.worker_groups import START_EARLY, worker_group
 
 READY_PREFIX = "raftmq node listening on "
-
-
-# Tests run on four workers (pytest-xdist, pyproject.toml). These share something a second
-# worker must not touch at the same time, so each group runs on one worker, one test at a time:
-# - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
-# - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other
-#   chaos tests run on loopback addresses and free ports, beside anything; a test outside this
-#   group that creates a namespace network fails, `_namespaces_only_in_their_group`);
-# - presets: `raftmq up --preset` starts clusters on the presets' fixed ports.
-# (Our own scheduler: xdist 3.8's `loadgroup` renames test ids, which pytest 9 no longer allows.)
-WORKER_GROUPS = {
-    "tests/spark_audit/": "spark",
-    "tests/chaos/test_netns.py": "netns",
-    "tests/chaos/test_nemeses.py::test_a_leader_cut_off_in_its_namespace": "netns",
-    "tests/chaos/test_nemeses.py::test_a_member_cut_off_by_a_partition": "netns",
-    "tests/chaos/test_chaos_runs.py::test_a_run_under_kills_pauses_and_partitions": "netns",
-    "tests/chaos/test_chaos_families.py::test_a_short_run_under_each_nemesis_is_valid[packet]": "netns",
-    "tests/ops/test_hosts_rehearsal.py": "netns",
-    "tests/ops/test_ops_up_cluster.py": "presets",
-    "tests/ops/test_ops_up_supervised.py": "presets",
-    "tests/ops/test_ops_symmetric_features.py": "presets",
-}
-# Long tests outside the groups (real chaos runs of 15-30 s each) start before the rest, so the
-# last tests to run are short ones and no worker waits long for the others at the end.
-START_EARLY = ("tests/chaos/",)
-
-
-def worker_group(nodeid: str) -> str | None:
-    for prefix, group in WORKER_GROUPS.items():
-        if nodeid.startswith(prefix):
-            return group
-    return None
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

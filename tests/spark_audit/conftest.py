@@ -17,6 +17,7 @@ from spark_audit.layout import read_run
 from spark_audit.sources import NodeFactsSource
 from spark_audit.synth import SynthRun, make_run
 from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run, drop_receives
+from tests.helpers.worker_groups import check_grouped
 from tests.spark_audit.planted_replay import planted_source
 
 # The JVMs these tests start (the local session's driver, a standalone master, worker and executor,
@@ -37,6 +38,11 @@ def short_lived_jvms() -> Iterator[None]:
         del os.environ["JAVA_TOOL_OPTIONS"]
     else:
         os.environ["JAVA_TOOL_OPTIONS"] = before
+
+
+@pytest.fixture(autouse=True)
+def _session_fixtures_only_in_their_group(request: pytest.FixtureRequest) -> None:
+    check_grouped(request.node.nodeid, request.fixturenames)
 
 
 @pytest.fixture(scope="session")
