@@ -11,7 +11,8 @@ import pytest
 
 from raftmq.config import NodeConfig
 from raftmq.protocol.codec import FrameParser
-from raftmq.server.stomp.relay_sides import linger, mark_relayed, named_session
+from raftmq.server.stomp.mobility import named_session
+from raftmq.server.stomp.relay_sides import linger, mark_relayed
 from raftmq.server.stomp.session import StompSession
 from tests.server.test_stomp_session import NOW, Host, frame
 

@@ -1,7 +1,6 @@
 """The parts of a relayed connection (raftmq.server.stomp.relay): the protocol of the client's
 transport once it is relayed and of the connection to the leader, which hand what they see to
-their `Relay`; and `Adoption`, what a relay that carries a session to another node's adoption
-(a hand-over, or a move) knows of it."""
+their `Relay`; and how a client's connection ends without losing its last frame (`linger`)."""
 
 from __future__ import annotations
 
@@ -9,27 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
-from raftmq.errors import ProtocolError
-from raftmq.protocol.codec import first_frame
 from raftmq.protocol.frame import RELAYED_HEADER, with_header_line
-
-
-class Adoption:
-    """A relay that hands a session to the successor: its ticket goes first (the relay's
-    prefix), the successor's answer is read here; `refusal` (an ERROR) goes to the client if it
-    does not adopt the session."""
-
-    def __init__(self, leader: str, session_id: str, refusal: bytes) -> None:
-        self.leader = leader
-        self.session_id = session_id
-        self.refusal = refusal
-        self.answer = b""  # the successor's bytes until its answer is complete
-        self.answered = False
-        self.farewell = False  # this node stops: the refusal goes out once the successor's side closed
-        self.parks = False  # ... half-closed: the successor parks the session (over TLS it cannot: it ends)
-        self.parked_at: int | None = None  # the successor parks it on arrival; the client resumes it from here
-        self.resuming = False  # a relay moving closer resumes the session parked there (no ticket)
-        self.outermost = True  # this node holds the client's own socket: only such a relay moves
 
 
 class Piped(Protocol):
@@ -111,23 +90,6 @@ def mark_relayed(prefix: bytes) -> bytes:
     """The client's first bytes with `RELAYED_HEADER` added to its CONNECT, so the leader knows
     the session is relayed."""
     return with_header_line(prefix, RELAYED_HEADER, "true")
-
-
-# A leader's CONNECTED is a few hundred bytes: past this without one, none is coming.
-ANSWER_MAX_BYTES = 4096
-
-
-def named_session(head: bytes) -> str | None:
-    """The session id the leader's first bytes, its CONNECTED, name ("": none, not a CONNECTED);
-    None while they may yet."""
-    try:
-        first = first_frame(head)
-    except ProtocolError:
-        return ""
-    if first is None:
-        return None if len(head) < ANSWER_MAX_BYTES else ""
-    frame, _end = first
-    return (frame.get("session") or "") if frame.command == "CONNECTED" else ""
 
 
 LINGER_SECONDS = 1.0

@@ -1,0 +1,168 @@
+"""The relay's mobility machine (raftmq.server.stomp.mobility), sans-I/O: events in, decisions out,
+every move in its table, and docs/mobility.md drawing that table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raftmq.server.stomp import mobility
+from raftmq.server.stomp.adoption import adopted_frame
+from raftmq.server.stomp.mobility import TRANSITIONS, Kind, MobilityError, RelayMachine, State, diagram
+from raftmq.server.stomp.relay_events import (
+    ClientData,
+    ClientEof,
+    ClientLost,
+    ClientReading,
+    CloseClient,
+    CloseUpstream,
+    Connect,
+    Connected,
+    Count,
+    Ended,
+    Farewell,
+    HalfCloseUpstream,
+    LeaderSeen,
+    Log,
+    ResumeHere,
+    SendOff,
+    ToClient,
+    ToUpstream,
+    Unreachable,
+    UpstreamData,
+    UpstreamLost,
+)
+
+SECRET = "s3cret"
+CONNECTED = b"CONNECTED\nversion:1.2\nsession:n1:a:1\n\n\0"
+
+
+def actions(decisions: list[object]) -> list[object]:
+    """The decisions without the log lines."""
+    return [decision for decision in decisions if not isinstance(decision, (Log, Count))]
+
+
+def follower(**options: object) -> RelayMachine:
+    settings: dict[str, object] = {"version": "1.2", "secret": SECRET, "own_address": "n3:1", **options}
+    machine = RelayMachine(Kind.FOLLOWER, b"CONNECT\n\n\0", **settings)  # type: ignore[arg-type]
+    assert machine.start() == [ClientReading(False), Connect(None, mobility.LEADER_WAIT_SECONDS)]
+    return machine
+
+
+def relaying(**options: object) -> RelayMachine:
+    machine = follower(**options)
+    machine.handle(Connected("n1:1", half_close=True))
+    machine.handle(UpstreamData(CONNECTED, 1.0, 1000))
+    assert machine.state is State.RELAYING and machine.session_id == "n1:a:1"
+    return machine
+
+
+def test_a_followers_relay_sends_what_waited_then_pipes_both_ways() -> None:
+    machine = follower()
+    assert machine.handle(ClientData(b"SEND")) == []
+    assert actions(machine.handle(Connected("n1:1", half_close=True))) == [ClientReading(True),
+                                                                          ToUpstream(b"CONNECT\n\n\0SEND")]
+    assert machine.handle(ClientData(b"more")) == [ToUpstream(b"more")]
+    assert machine.handle(UpstreamData(CONNECTED, 1.0, 1000)) == [ToClient(CONNECTED)]
+    assert machine.stream_bytes == len(b"SENDmore")
+
+
+def test_no_leader_reached_answers_error_and_closes() -> None:
+    machine = follower()
+    decisions = actions(machine.handle(Unreachable(None, "")))
+    assert isinstance(decisions[0], ToClient) and b"no leader known after 2 s" in decisions[0].data
+    assert decisions[1:] == [CloseClient()] and machine.state is State.CLOSING
+    assert machine.handle(ClientLost()) == [Ended(session_lost=True)] and machine.state is State.ENDED
+
+
+def test_a_relay_to_a_deposed_leader_moves_and_resumes_at_the_new_one() -> None:
+    machine = relaying()
+    assert actions(machine.handle(LeaderSeen("n2:1", 2.0))) == [ClientReading(False), HalfCloseUpstream()]
+    assert machine.state is State.MOVING
+    assert machine.handle(ClientData(b"late")) == []  # held until the session resumed
+    assert machine.handle(UpstreamData(b"RECEIPT\n\n\0", 2.1, 2100)) == [ToClient(b"RECEIPT\n\n\0")]
+    [connect] = machine.handle(UpstreamLost(2200))
+    assert connect == Connect("n2:1", mobility.ADOPT_CONNECT_SECONDS) and machine.kind is Kind.RESUME
+    assert b"raftmq.resume:n1:a:1" in machine.prefix
+    decisions = actions(machine.handle(Connected("n2:1", half_close=True)))
+    assert decisions[0] == ClientReading(False) and machine.state is State.ANSWERING
+    answered = actions(machine.handle(UpstreamData(adopted_frame("n1:a:1") + b"MESSAGE", 2.3, 2300)))
+    assert answered == [ToUpstream(b"late"), ClientReading(True), ToClient(b"MESSAGE")]
+    assert machine.state is State.RELAYING
+
+
+def test_a_move_to_this_node_serves_the_session_here() -> None:
+    machine = relaying()
+    machine.handle(LeaderSeen("n3:1", 2.0))  # this node leads now
+    machine.handle(ClientData(b"late"))
+    assert actions(machine.handle(UpstreamLost(2200))) == [Ended(session_lost=False),
+                                                          ResumeHere("n1:a:1", b"late", machine.stream_bytes - 4)]
+
+
+@pytest.mark.parametrize("why", ["tls", "eof", "no secret", "no session"])
+def test_a_relay_that_cannot_move_closes_after_the_deposed_leaders_silence(why: str) -> None:
+    machine = relaying(secret=None) if why == "no secret" else relaying()
+    if why == "tls":
+        machine.half_close = False
+    elif why == "eof":
+        machine.handle(ClientEof())
+    elif why == "no session":
+        machine.session_id = ""
+    assert machine.handle(LeaderSeen("n2:1", 2.0)) == []  # the change is seen: its grace starts
+    assert machine.handle(LeaderSeen("n2:1", 2.0 + mobility.DEPOSED_GRACE_SECONDS / 2)) == []
+    assert actions(machine.handle(LeaderSeen("n2:1", 2.0 + mobility.DEPOSED_GRACE_SECONDS))) == [CloseClient()]
+
+
+def test_a_hand_over_is_refused_with_its_refusal() -> None:
+    machine = RelayMachine(Kind.HAND_OVER, b"TICKET", version="1.2", secret=SECRET, own_address="n1:1",
+                           leader="n2:1", session_id="n1:a:1", refusal=b"ERROR\n\n\0")
+    machine.start()
+    assert actions(machine.handle(Connected("n2:1", half_close=True))) == [ClientReading(True), ToUpstream(b"TICKET")]
+    assert machine.handle(ClientData(b"SEND")) == [ToUpstream(b"SEND")]  # the frames follow the ticket
+    refused = b"ERROR\nmessage:adoption refused\nsession:n1:a:1\n\nno\0"
+    assert actions(machine.handle(UpstreamData(refused, 1.0, 1000))) == [ToClient(b"ERROR\n\n\0"), CloseClient(),
+                                                                         CloseUpstream()]
+
+
+def test_a_parked_hand_over_sends_its_client_off_with_the_offset_to_resume_from() -> None:
+    machine = RelayMachine(Kind.HAND_OVER, b"TICKET", version="1.2", secret=SECRET, own_address="n1:1",
+                           leader="n2:1", session_id="n1:a:1", refusal=b"ERROR\n\n\0", parked_at=42)
+    machine.start()
+    assert actions(machine.handle(Connected("n2:1", half_close=True)))[0] == ClientReading(False)
+    [send_off] = actions(machine.handle(UpstreamData(adopted_frame("n1:a:1"), 1.0, 1000)))
+    assert isinstance(send_off, SendOff) and b"raftmq.resume-offset:42" in send_off.frame
+
+
+def test_a_farewell_half_closes_and_sends_the_client_off_once_the_successor_parked_it() -> None:
+    machine = RelayMachine(Kind.HAND_OVER, b"TICKET", version="1.2", secret=SECRET, own_address="n1:1",
+                           leader="n2:1", session_id="n1:a:1", refusal=b"ERROR\n\n\0", stream_bytes=10)
+    machine.start()
+    machine.handle(Connected("n2:1", half_close=True))
+    machine.handle(UpstreamData(adopted_frame("n1:a:1"), 1.0, 1000))
+    assert machine.handle(Farewell(1000)) == [ClientReading(False), HalfCloseUpstream()]
+    machine.handle(ClientData(b"12345"))  # a read under way: the client sends it again
+    [send_off] = actions(machine.handle(UpstreamLost(1100)))
+    assert isinstance(send_off, SendOff) and b"raftmq.resume-offset:10" in send_off.frame
+
+
+def test_every_state_takes_every_event_it_may_see_and_refuses_the_rest() -> None:
+    machine = follower()
+    with pytest.raises(MobilityError, match="a relay in state connecting got UpstreamData"):
+        machine.handle(UpstreamData(b"x", 1.0, 1000))
+    for state in State:
+        if state is not State.ENDED:
+            assert (state, ClientLost) in TRANSITIONS, state  # a client may always go
+
+
+def test_a_move_outside_the_table_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table is held: a handler that moves where its row does not allow raises."""
+    machine = relaying()
+    monkeypatch.setitem(TRANSITIONS, (State.RELAYING, LeaderSeen), frozenset({State.RELAYING, State.CLOSING}))
+    with pytest.raises(MobilityError, match="moved to moving on LeaderSeen"):
+        machine.handle(LeaderSeen("n2:1", 2.0))
+
+
+def test_the_docs_draw_the_table() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "mobility.md").read_text()
+    assert "```mermaid\n" + diagram() + "```" in text
