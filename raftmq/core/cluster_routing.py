@@ -20,25 +20,25 @@ Routing (docs/cluster.md has the reasoning):
   past the connection's max_hops (it stays here instead: redistribution may move it later);
 - a topic message from a client reaches local subscribers and, one copy each, every other
   group with a matching subscription within max_hops, which fans it out there;
-- redistribution (on Tick): a queue with waiting messages, no local consumer, and a consumer
-  elsewhere, idle for the connection's redistribution_delay_ms, moves its ready messages
-  there (best priority first; messages of one JMSXGroupID all to the same group). Under
-  LOCAL_FIRST also a backlog behind local consumers that are all full, for that long: it moves
-  to the groups whose adverts say they have room, which get an equal share each, the local
-  group keeping its own share.
+- redistribution (on Tick, raftmq.core.redistribution): a queue with waiting messages, no
+  local consumer, and a consumer elsewhere, idle for the connection's redistribution_delay_ms,
+  moves its ready messages there (best priority first; messages of one JMSXGroupID all to the
+  same group). Under LOCAL_FIRST also a backlog behind local consumers that are all full, for
+  that long: it moves to the groups whose adverts say they have room, which get an equal share
+  each, the local group keeping its own share.
 """
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 
 from raftmq.core.cluster_state import ClusterState
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Store, selector_headers
+from raftmq.core.model import Delivery, Store, selector_headers
 from raftmq.core.queue_patterns import matches as matches_queue
+from raftmq.core.redistribution import Redistribution
 from raftmq.core.scale_down import ScaleDown
 from raftmq.core.selector import Selector, compile_selector
 from raftmq.core.state import BrokerState
@@ -48,7 +48,7 @@ from raftmq.patterns import pattern_matches
 from raftmq.protocol.header_block import block_of, first, has, pairs_of
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
-from raftmq.routing.cluster_connection import LOCAL_FIRST, ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     DELIVERED_HEADER,
@@ -67,10 +67,6 @@ from raftmq.routing.route import (
     sf_queue,
 )
 
-# A redistribution moves at most this many messages of one queue per Tick (a Tick's apply
-# stays short; the rest follow at the next Tick).
-REDISTRIBUTION_BATCH = 10_000
-
 
 class ClusterRouting:
     def __init__(self, view: ClusterView, state: BrokerState, dispatch: Dispatcher) -> None:
@@ -81,6 +77,7 @@ class ClusterRouting:
         self._governing: dict[str, ClusterConnection | None] = {}
         self._selectors: dict[str, Selector | None] = {}
         self.scale_down = ScaleDown(self)
+        self.redistribution = Redistribution(self)
         dispatch.on_acked = self.acked
         self.rebuild()
 
@@ -186,13 +183,15 @@ class ClusterRouting:
                 if pattern.startswith(QUEUE_PREFIX) and matches_queue(pattern, destination):
                     for group, route in self._routes[pattern].items():
                         known = found.get(group)
-                        found[group] = route if known is None else replace(known, consumers=(*known.consumers, *route.consumers))
+                        found[group] = route if known is None else replace(
+                            known, consumers=(*known.consumers, *route.consumers))
         return found
 
     def remote_bindings(self) -> dict[str, dict[str, dict[str, int]]]:
         """Per destination, the other groups that have it: hops and consumers (JSON-able)."""
         return {
-            destination: {group: {"hops": route.hops, "consumers": route.consumer_count} for group, route in sorted(table.items())}
+            destination: {group: {"hops": route.hops, "consumers": route.consumer_count}
+                          for group, route in sorted(table.items())}
             for destination, table in sorted(self._routes.items())
         }
 
@@ -327,34 +326,9 @@ class ClusterRouting:
         self.scale_down.tick()
 
     def redistribute(self, now: int) -> None:
-        """On a Tick: move the ready messages of queues idle here with consumers elsewhere."""
-        idle = self.cluster_state.idle_since
-        # A copy: a move may create the store-and-forward queue it goes to.
-        for destination, store in list(self.state.queues.items()):
-            connection = self.governing(destination)
-            if connection is None or not connection.redistributes:
-                continue
-            limit, share = REDISTRIBUTION_BATCH, False
-            if not store.depth:
-                demand = []
-            elif not store.consumers:
-                demand = self._demand(connection, destination)
-            elif connection.message_load_balancing == LOCAL_FIRST and not any(sub.has_room for sub in store.consumers):
-                # A backlog behind full local consumers: an equal share for each group with room.
-                demand = [route for route in self._demand(connection, destination) if route.room]
-                limit, share = min(limit, store.depth * len(demand) // (len(demand) + 1)), True
-            else:
-                demand = []
-            if not demand or limit <= 0:
-                idle.pop(destination, None)
-                continue
-            since = idle.setdefault(destination, now)
-            if now - since >= connection.redistribution_delay_ms:
-                self._move(destination, store, demand, limit, keep_groups=share)
-                if share:  # the groups that took a share advertise whether they still have room first
-                    idle.pop(destination, None)
-        for destination in [d for d in idle if d not in self.state.queues]:
-            del idle[destination]
+        """On a Tick: move the ready messages of queues idle here with consumers elsewhere
+        (raftmq.core.redistribution)."""
+        self.redistribution.tick(now)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -383,45 +357,6 @@ class ClusterRouting:
         if used:
             self.cluster_state.turns[destination] = turn + 1
         return target
-
-    def _demand(self, connection: ClusterConnection, destination: str) -> list[Route]:
-        return [
-            route for _, route in sorted(self.queue_routes(destination).items())
-            if route.hops <= connection.max_hops and route.consumer_count > 0
-        ]
-
-    def _move(self, destination: str, store: Store, demand: list[Route], limit: int = REDISTRIBUTION_BATCH, *,
-              keep_groups: bool = False) -> None:
-        """Move up to `limit` ready messages to the groups of `demand`; `keep_groups`: leave the
-        messages of a JMSXGroupID where they are (their group is served by a local consumer)."""
-        moved = 0
-        turn = self.cluster_state.turns.get(destination, 0)
-        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
-            for token in list(store.lanes[priority]):
-                message = store.ready.get(token)
-                if message is None or keep_groups and message.group is not None:
-                    continue
-                matching = selector_headers(message)
-                targets = [route for route in demand if self.takers(route.consumers, matching)]
-                if not targets:
-                    continue
-                if message.group is not None:  # one JMSXGroupID, one group: its order holds
-                    route = targets[zlib.crc32(message.group.encode()) % len(targets)]
-                else:
-                    route = targets[turn % len(targets)]
-                    turn += 1
-                self.dispatch.take_ready(store, token)
-                self.forward(route.via, destination, message.headers, message.body, message.timestamp,
-                              route.group, (self.own,), message)
-                moved += 1
-                if moved >= limit:
-                    break
-            if moved >= limit:
-                break
-        store.maybe_compact()
-        if moved:
-            self.cluster_state.turns[destination] = turn
-            self.cluster_state.redistributed += moved
 
     def send_to_group(self, destination: str, headers: str, body: object, now: int, to: str) -> bool:
         """Send a message straight to group `to` (a temporary destination's owner lives there);
@@ -454,9 +389,11 @@ class ClusterRouting:
         if original is None:
             priority, expires, persistent, group, _ = read_headers(headers)
         else:
-            priority, expires, persistent, group = original.priority, original.expires, original.persistent, original.group
+            priority, expires, persistent, group = (original.priority, original.expires, original.persistent,
+                                                    original.group)
         queue = sf_queue(via)
-        dispatch.enqueue(dispatch.queue(queue), Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
+        dispatch.enqueue(dispatch.queue(queue),
+                         Message(message_id, queue, tagged, body, priority, expires, now, group, persistent))
         cluster = self.cluster_state
         cluster.forwarded[via] = cluster.forwarded.get(via, 0) + 1
         cluster.sent_on[destination] = cluster.sent_on.get(destination, 0) + 1
