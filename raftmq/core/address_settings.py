@@ -44,14 +44,16 @@ class AddressSettings:
     def check(self) -> None:
         """Raise ValueError naming what is wrong."""
         if self.address_full_policy not in POLICIES:
-            raise ValueError(f"address_full_policy must be one of {', '.join(POLICIES)}, got {self.address_full_policy!r}")
+            raise ValueError(f"address_full_policy must be one of {', '.join(POLICIES)}, "
+                             f"got {self.address_full_policy!r}")
         if not self.match.startswith((QUEUE_PREFIX, TOPIC_PREFIX)):
             raise ValueError(f"match must start with {QUEUE_PREFIX} or {TOPIC_PREFIX}, got {self.match!r}")
         check_pattern(destination_name(self.match))
 
     def matches(self, destination: str) -> bool:
         kind = QUEUE_PREFIX if self.match.startswith(QUEUE_PREFIX) else TOPIC_PREFIX
-        return destination.startswith(kind) and pattern_matches(destination_name(self.match), destination_name(destination))
+        return destination.startswith(kind) and pattern_matches(destination_name(self.match),
+                                                                destination_name(destination))
 
 
 class AddressLimits:
@@ -91,7 +93,8 @@ class AddressLimits:
             return settings
         if self.global_messages or self.global_bytes:
             messages, size = usage(state.stores())
-            if (self.global_messages and messages >= self.global_messages) or (self.global_bytes and size >= self.global_bytes):
+            if ((self.global_messages and messages >= self.global_messages)
+                    or (self.global_bytes and size >= self.global_bytes)):
                 return settings
         return None
 

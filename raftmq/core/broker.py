@@ -48,7 +48,8 @@ class Broker:
     def __init__(self, config: CoreConfig = CoreConfig(), pages: PageStore | None = None) -> None:
         """`pages`: where paged messages live (raftmq.core.paging); in memory unless given."""
         self.config = config
-        self.state = BrokerState(DedupCache(config.dedup_cache_size), pages=pages if pages is not None else MemoryPages())
+        self.state = BrokerState(DedupCache(config.dedup_cache_size),
+                                 pages=pages if pages is not None else MemoryPages())
         self.dispatch = Dispatcher(self.state, config)
         self._entry_index = -1  # the Raft entry applying (begin_entry); -1: bodies are held as they are
         self._ordinal = 0  # of the next Send in that entry
@@ -279,7 +280,8 @@ class Broker:
                 unsubscribe.drop_topic_subscription(self.state, self.dispatch, sub, [])
         topic = self.dispatch.topic(command.destination)
         store = Store(command.destination, shared=False)
-        sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name, store)
+        sub = Subscription(session, command.sub_id, command.destination, command.ack, prefetch, selector, False, name,
+                           store)
         topic.subs[sub] = None
         if name is not None:
             self.state.durables[name] = sub

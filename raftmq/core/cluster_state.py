@@ -34,9 +34,9 @@ class ClusterState:
     adverts_confirmed: dict[str, int] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed or self.unroutable
-                    or self.draining is not None or self.drained or self.sent_on or self.arrived or self.confirmed
-                    or self.adverts_confirmed)
+        return not (self.adverts or self.turns or self.idle_since or self.forwarded or self.redistributed
+                    or self.unroutable or self.draining is not None or self.drained or self.sent_on or self.arrived
+                    or self.confirmed or self.adverts_confirmed)
 
     def dump(self) -> dict[str, Any]:
         return {

@@ -77,7 +77,8 @@ class Unsubscribe:
 
 
 class Send(HotValue):
-    __match_args__: ClassVar[tuple[str, ...]] = ("session", "destination", "headers", "body", "now", "transaction", "receipt")
+    __match_args__: ClassVar[tuple[str, ...]] = (
+        "session", "destination", "headers", "body", "now", "transaction", "receipt")
     __slots__ = __match_args__
 
     def __init__(self, session: str, destination: str, headers: str, body: object, now: int,
@@ -97,7 +98,8 @@ class _Settle(HotValue):
     """Ack and Nack: a delivery settled, named by `ack_id` (STOMP 1.2: the MESSAGE frame's `ack`
     header) or by `message_id` (1.0/1.1, with `subscription` in 1.1); exactly one is set."""
 
-    __match_args__: ClassVar[tuple[str, ...]] = ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")
+    __match_args__: ClassVar[tuple[str, ...]] = (
+        "session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")
     __slots__ = __match_args__
 
     def __init__(self, session: str, now: int, ack_id: str | None = None, message_id: str | None = None,
@@ -212,7 +214,8 @@ class Manage:
     closing: str | None = None
 
 
-Command = Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse | Noop | Manage
+Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
+           | Noop | Manage)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,

@@ -33,9 +33,11 @@ def why(store_destination: str, message: Message, limit: int, returned: bool) ->
     deliveries: NACKed, or `returned` unacknowledged by a consumer that went away."""
     count = message.delivery_count
     if store_destination.startswith(SF_PREFIX):  # only a bridge's NACK (a refusal) counts there
-        return REFUSED, f"refused {count} times by group {store_destination[len(SF_PREFIX):]} (max_delivery_count {limit})"
+        return REFUSED, (f"refused {count} times by group {store_destination[len(SF_PREFIX):]} "
+                         f"(max_delivery_count {limit})")
     if returned:
-        return MAX_DELIVERIES, f"delivered {count} times, the last time to a consumer that left without an ACK (max_delivery_count {limit})"
+        return MAX_DELIVERIES, (f"delivered {count} times, the last time to a consumer that left without an ACK "
+                                f"(max_delivery_count {limit})")
     return MAX_DELIVERIES, f"NACKed at delivery {count} (max_delivery_count {limit})"
 
 
@@ -55,6 +57,7 @@ def moved(message: Message, destination: str, side_queues: tuple[str, str], reas
                 origin = value  # keep where it first came from
         elif name != "expires":
             headers.append((name, value))
-    headers += [(ORIGINAL_DESTINATION, origin), (REASON, reason), (DELIVERIES, str(message.delivery_count)), (CAUSE, cause)]
-    return Message(message.message_id, destination, block_of(headers), message.body, message.priority, 0, message.timestamp,
-                   message.group, message.persistent, 0)
+    headers += [(ORIGINAL_DESTINATION, origin), (REASON, reason), (DELIVERIES, str(message.delivery_count)),
+                (CAUSE, cause)]
+    return Message(message.message_id, destination, block_of(headers), message.body, message.priority, 0,
+                   message.timestamp, message.group, message.persistent, 0)

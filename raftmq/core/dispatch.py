@@ -202,7 +202,8 @@ class Dispatcher(Paging):
         side_queues = (self.config.dead_letter_queue, self.config.expiry_queue)
         self.enqueue(self.queue(target), letters.moved(message, target, side_queues, reason, cause), origin)
 
-    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True, returned: bool = False) -> None:
+    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True,
+                returned: bool = False) -> None:
         """Return delivered messages (in delivery order) to the front of `store`, or dead-letter
         them (unless not `may_dead_letter`); `returned`: by a consumer that left (not a NACK)."""
         limit = self.config.max_delivery_count
@@ -287,7 +288,8 @@ class Dispatcher(Paging):
             held = [*(taken_back or ()), *store.ready.values(), *(m for _due, m in store.delayed.values()), *paged]
             for message in held:
                 self.observer.left(store, message, DISCARDED, None)
-        store.bytes -= sum(body_size(m.body) for m in store.ready.values()) + sum(body_size(m.body) for _, m in store.delayed.values())
+        store.bytes -= (sum(body_size(m.body) for m in store.ready.values())
+                        + sum(body_size(m.body) for _, m in store.delayed.values()))
         if store.tail is not None:
             store.bytes -= store.tail.bytes
             store.tail.drop()
@@ -359,7 +361,8 @@ class Dispatcher(Paging):
             store.dequeued += 1
             store.bytes -= body_size(message.body)
             if not self.quiet:
-                self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None, count > 1, count))
+                self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, None,
+                                            count > 1, count))
             return
         self.state.delivery_seq = seq = self.state.delivery_seq + 1
         ack_id = str(seq)
@@ -368,7 +371,8 @@ class Dispatcher(Paging):
         session.add_delivery(delivery)
         store.in_flight += 1
         if not self.quiet:
-            self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id, count > 1, count))
+            self.effects.append(Deliver(session.session_id, sub.sub_id, self._shown(sub, message), message, ack_id,
+                                        count > 1, count))
 
     def _dispatch_newest(self, store: Store, token: Any, message: Message) -> None:
         """Dispatch on a stable store: only the message just appended (at its lane's tail) can move.

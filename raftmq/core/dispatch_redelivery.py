@@ -26,7 +26,8 @@ class Redelivery:
     def dead_letter(self, store: Store, message: Message, returned: bool = False) -> None:
         raise NotImplementedError  # Dispatcher.dead_letter
 
-    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True, returned: bool = False) -> None:
+    def requeue(self, store: Store, messages: list[Message], may_dead_letter: bool = True,
+                returned: bool = False) -> None:
         raise NotImplementedError  # Dispatcher.requeue
 
     def redelivery_delay(self, delivery_count: int) -> int:

@@ -147,7 +147,8 @@ class Session:
     `shadowed` counts those later deliveries, so the rare fallback scan runs only when one exists.
     """
 
-    __slots__ = ("by_message", "client_id", "deliveries", "login", "session_id", "shadowed", "subs", "temps", "transactions")
+    __slots__ = ("by_message", "client_id", "deliveries", "login", "session_id", "shadowed", "subs", "temps",
+                 "transactions")
 
     def __init__(self, session_id: str, login: str | None, client_id: str | None) -> None:
         self.session_id = session_id

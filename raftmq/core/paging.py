@@ -97,7 +97,8 @@ def decode_page(blob: bytes) -> list[Message]:
     # use_list=False: body references come back as the tuples they were. Headers are blocks, or
     # (a page written before blocks) tuples of pairs.
     columns = msgpack.unpackb(lz4.block.decompress(blob), raw=False, use_list=False)
-    messages = [Message(*fields) if type(fields[2]) is str else Message(fields[0], fields[1], user_block(fields[2]), *fields[3:])
+    messages = [Message(*fields) if type(fields[2]) is str
+                else Message(fields[0], fields[1], user_block(fields[2]), *fields[3:])
                 for fields in zip(*columns, strict=True)]
     return messages
 

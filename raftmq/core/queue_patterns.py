@@ -57,7 +57,8 @@ class QueuePatterns:
                   selector: Selector | None) -> tuple[Subscription, list[Subscription]]:
         """A new parent (the session holds it under `sub_id`) and its children, one per
         matching queue, to be added as consumers and woken."""
-        parent = Subscription(session, sub_id, pattern, ack, prefetch, selector, False, None, Store(pattern, shared=True))
+        parent = Subscription(session, sub_id, pattern, ack, prefetch, selector, False, None,
+                              Store(pattern, shared=True))
         parent.children = {}
         self.parents.setdefault(pattern, []).append(parent)
         children = [adopt(parent, store) for name, store in self.state.queues.items() if matches(pattern, name)]

@@ -84,7 +84,8 @@ class ScaleDown:
         one), and moves on the next Tick."""
         if self.routing.cluster_state.draining is None:
             return
-        targets = [group for group in (self.routing.cluster_state.draining or sorted(self.routing.next_hops)) if group in self.routing.next_hops]
+        targets = [group for group in (self.routing.cluster_state.draining or sorted(self.routing.next_hops))
+                   if group in self.routing.next_hops]
         if not targets:
             return  # nowhere to go now; the next Tick tries again
         budget = DRAIN_BATCH
@@ -106,7 +107,8 @@ class ScaleDown:
         target = _durable_target(sub, targets)
         headers = block_of(((DURABLE_HEADER, _durable_text(sub)), (SUBSCRIPTION_ONLY_HEADER, "1")))
         marker = Message(self.routing.dispatch.mint_id(), sub.destination, headers, b"", persistent=True)
-        self.routing.forward(self.routing.next_hops[target][1], sub.destination, headers, b"", 0, target, (self.routing.own,), marker)
+        self.routing.forward(self.routing.next_hops[target][1], sub.destination, headers, b"", 0, target,
+                             (self.routing.own,), marker)
         topic = self.routing.state.topics[sub.destination]
         del topic.subs[sub]
         del self.routing.state.durables[sub.durable_name]
@@ -131,7 +133,8 @@ class ScaleDown:
                 message = store.ready.get(token)
                 if message is None:
                     continue
-                takers = [r.group for r in demand if self.routing.takers(r.consumers, selector_headers(message))] if demand else []
+                takers = ([r.group for r in demand if self.routing.takers(r.consumers, selector_headers(message))]
+                          if demand else [])
                 choices = takers or targets
                 if durable is not None:  # one subscription, one group
                     target = _durable_target(durable, targets)
@@ -141,8 +144,8 @@ class ScaleDown:
                     target = choices[turn % len(choices)]
                     turn += 1
                 self.routing.dispatch.take_ready(store, token)
-                self.routing.forward(self.routing.next_hops[target][1], destination, message.headers + extra, message.body,
-                              message.timestamp, target, (self.routing.own,), message)
+                self.routing.forward(self.routing.next_hops[target][1], destination, message.headers + extra,
+                                     message.body, message.timestamp, target, (self.routing.own,), message)
                 moved += 1
         store.maybe_compact()
         if moved:
@@ -169,8 +172,8 @@ class ScaleDown:
         if subscription_only:
             return
         priority, expires, persistent, group, _ = read_headers(headers)
-        message = Message(self.routing.dispatch.mint_id(), sub.destination, headers, body, priority, expires, now, group,
-                          persistent)
+        message = Message(self.routing.dispatch.mint_id(), sub.destination, headers, body, priority, expires, now,
+                          group, persistent)
         message.delivery_count = delivered
         self.routing.dispatch.enqueue(sub.store, message)
 

@@ -81,7 +81,8 @@ class Job:
     @classmethod
     def load(cls, record: list[Any]) -> Job:
         seq, destination, headers, body, due, period, remaining, repeat, delay, cron = record
-        block = headers if isinstance(headers, str) else user_block((n, v) for n, v in headers)  # pairs: written before blocks
+        # pairs: written before blocks
+        block = headers if isinstance(headers, str) else user_block((n, v) for n, v in headers)
         return cls(seq, destination, block, body, due, period, remaining, repeat, delay, cron)
 
 

@@ -65,7 +65,8 @@ def _dump_tail(tail: Tail) -> dict[str, Any]:
     needs without decoding it), the open list as messages."""
     return {
         "count": tail.count,
-        "pages": [[page.count, page.min_expires, page.indexes, tail.store.dump(page.handle), page.bytes] for page in tail.pages],
+        "pages": [[page.count, page.min_expires, page.indexes, tail.store.dump(page.handle), page.bytes]
+                  for page in tail.pages],
         "open": [dump_message(message) for message in tail.open],
     }
 
@@ -122,7 +123,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
                 "in_flight": [[d.seq, dump_message(d.message)] for d in sub.in_flight.values()],
                 "store": None if sub.store.shared else _dump_store(sub.store, position),
                 # A wildcard queue subscription lists its children (each a consumer of its queue).
-                **({"children": [position[id(child)] for child in sub.children.values()]} if sub.children is not None else {}),
+                **({"children": [position[id(child)] for child in sub.children.values()]}
+                   if sub.children is not None else {}),
             }
             for sub in subs
         ],
@@ -179,7 +181,8 @@ def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store
         setattr(store, counter, record[counter])
     for token, due, message in record.get("delayed", ()):
         store.delayed[token] = (due, load_message(message))
-    store.bytes = (sum(body_size(m.body) for m in store.ready.values()) + sum(body_size(m.body) for _, m in store.delayed.values())
+    store.bytes = (sum(body_size(m.body) for m in store.ready.values())
+                   + sum(body_size(m.body) for _, m in store.delayed.values())
                    + (store.tail.bytes if store.tail is not None else 0))  # in-flight ones are added as they load
     return store
 
@@ -187,7 +190,8 @@ def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store
 def _load_op(record: list[Any]) -> TransactionOp:
     if record[0] == "send":
         _, destination, headers, body, now = record
-        block = headers if isinstance(headers, str) else user_block((name, value) for name, value in headers)  # pairs: before blocks
+        # pairs: written before blocks
+        block = headers if isinstance(headers, str) else user_block((name, value) for name, value in headers)
         return ("send", destination, block, body, now)
     return (record[0], record[1])
 
@@ -221,7 +225,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         if "children" in record:  # a wildcard queue subscription: it consumes through its children
             store = Store(record["destination"], shared=True)
         else:
-            store = _load_store(record["store"], shared=False, pages=state.pages) if record["store"] is not None else queue_of[index]
+            store = (_load_store(record["store"], shared=False, pages=state.pages) if record["store"] is not None
+                     else queue_of[index])
         sub = Subscription(
             None,
             record["sub_id"],
@@ -295,7 +300,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         job = Job.load(record)
         state.jobs[job.seq] = job
     state.rebuild_expiry_index()
-    state.redelivery_heap = [(due, token, store) for store in state.stores() for token, (due, _) in store.delayed.items()]
+    state.redelivery_heap = [(due, token, store) for store in state.stores()
+                             for token, (due, _) in store.delayed.items()]
     heapify(state.redelivery_heap)
     return state
 
@@ -367,7 +373,8 @@ def journal_indexes(dump: dict[str, Any]) -> set[int]:
     bodies = [message[3] for tail in paged for message in tail["open"]]
     bodies += [message[3] for store in stores for message in _unpaged(store)]
     bodies += [message[3] for sub in dump["subscriptions"] for _seq, message in sub["in_flight"]]
-    bodies += [op[3] for session in dump["sessions"] for _n, ops in session["transactions"] for op in ops if op[0] == "send"]
+    bodies += [op[3] for session in dump["sessions"] for _n, ops in session["transactions"] for op in ops
+               if op[0] == "send"]
     bodies += [job[3] for job in dump.get("jobs", ())]
     indexes.update(journal_indexes_of(bodies))
     return indexes

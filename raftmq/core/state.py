@@ -70,7 +70,8 @@ class BrokerState:
     def subscriptions(self) -> list[Subscription]:
         """Every subscription that consumes: active ones (by session; a wildcard queue
         subscription's children in its place), then inactive durable ones."""
-        subs = [consumer for session in self.sessions.values() for sub in session.subs.values() for consumer in sub.consumers()]
+        subs = [consumer for session in self.sessions.values() for sub in session.subs.values()
+                for consumer in sub.consumers()]
         seen = {id(sub) for sub in subs}
         subs += [sub for topic in self.topics.values() for sub in topic.subs if id(sub) not in seen]
         return subs
@@ -141,7 +142,8 @@ def _check_sessions(state: BrokerState) -> None:
     for session_id, session in state.sessions.items():
         _require(session.session_id == session_id, f"session {session.session_id} filed as {session_id}")
         for sub_id, sub in session.subs.items():
-            _require(sub.sub_id == sub_id and sub.session is session, f"subscription {sub_id} of {session_id} is not its own")
+            _require(sub.sub_id == sub_id and sub.session is session,
+                     f"subscription {sub_id} of {session_id} is not its own")
         last = 0
         for ack_id, delivery in session.deliveries.items():
             sub = delivery.sub
@@ -175,10 +177,12 @@ def _check_subscriptions(state: BrokerState) -> None:
         name = sub.sub_id
         session = sub.session
         if session is None:
-            _require(sub.durable_name is not None and not sub.store.shared, f"inactive subscription {name} is no durable")
+            _require(sub.durable_name is not None and not sub.store.shared,
+                     f"inactive subscription {name} is no durable")
         else:
             _require(state.sessions.get(session.session_id) is session, f"subscription {name} of a session that ended")
-            _require(sub.store.consumers.count(sub) == 1, f"active subscription {name} is not one of its store's consumers")
+            _require(sub.store.consumers.count(sub) == 1,
+                     f"active subscription {name} is not one of its store's consumers")
         if sub.store.shared:
             _require(state.queues.get(sub.destination) is sub.store, f"subscription {name} consumes another queue")
         family = sub.parent.consumers() if sub.parent is not None else [sub]
@@ -210,7 +214,8 @@ def _check_stores(state: BrokerState) -> None:
         flying_bytes[key] = flying_bytes.get(key, 0) + sum(body_size(d.message.body) for d in sub.in_flight.values())
     for store in state.stores():
         name = store.destination
-        counters = (store.in_flight, store.enqueued, store.dequeued, store.expired, store.dead_lettered, store.tombstones)
+        counters = (store.in_flight, store.enqueued, store.dequeued, store.expired, store.dead_lettered,
+                    store.tombstones)
         _require(min(counters) >= 0, f"{name}: a negative counter {counters}")
         _require(store.in_flight == in_flight.get(id(store), 0),
                  f"{name}: {store.in_flight} counted in flight, {in_flight.get(id(store), 0)} held by subscriptions")
@@ -252,7 +257,8 @@ def _check_tail(store: Store) -> None:
         return
     name = store.destination
     _require(tail.count > 0, f"{name}: an empty tail kept")
-    _require(tail.count == sum(page.count for page in tail.pages) + len(tail.open), f"{name}: the tail miscounts its messages")
+    _require(tail.count == sum(page.count for page in tail.pages) + len(tail.open),
+             f"{name}: the tail miscounts its messages")
     for page in tail.pages:
         _require(page.count > 0, f"{name}: an empty page kept")
         messages = decode_page(tail.store.get(page.handle))
@@ -330,7 +336,8 @@ def _check_expiry(state: BrokerState) -> None:
         for token, message in store.ready.items():
             _require(not message.expires or (token, id(store)) in live,
                      f"{store.destination}: expiring message {message.message_id} missing from the expiry heap")
-    _require(state.expiring == len(live), f"{state.expiring} messages counted as expiring, {len(live)} ready ones expire")
+    _require(state.expiring == len(live),
+             f"{state.expiring} messages counted as expiring, {len(live)} ready ones expire")
 
 
 def _check_waiting(state: BrokerState) -> None:
@@ -339,11 +346,14 @@ def _check_waiting(state: BrokerState) -> None:
     indexed = {(due, token, id(store)) for due, token, store in state.redelivery_heap}
     for store in state.stores():
         for token, (due, message) in store.delayed.items():
-            _require((due, token, id(store)) in indexed, f"{store.destination}: delayed message {message.message_id} not indexed")
+            _require((due, token, id(store)) in indexed,
+                     f"{store.destination}: delayed message {message.message_id} not indexed")
             _require(token <= state.entry_seq, f"{store.destination}: delayed token {token} past the last one issued")
     for owner, session_id in state.temp_owners.items():
         session = state.sessions.get(session_id)
-        _require(session is not None and bool(session.temps), f"temporary destinations of {session_id}, a session that ended")
-        _require(session is None or all(owner in name for name in session.temps), f"{session_id} owns a temporary name of another token")
+        _require(session is not None and bool(session.temps),
+                 f"temporary destinations of {session_id}, a session that ended")
+        _require(session is None or all(owner in name for name in session.temps),
+                 f"{session_id} owns a temporary name of another token")
     for seq, job in state.jobs.items():
         _require(job.seq == seq and 0 < seq <= state.job_seq, f"scheduled job {job.seq} filed as {seq}")

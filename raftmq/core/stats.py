@@ -32,7 +32,8 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
             "delayed": len(store.delayed),
         }
     for destination, topic in state.topics.items():
-        totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired, "delayed": 0}
+        totals = {"depth": 0, "in_flight": 0, "consumers": 0, "enqueued": topic.published, **topic.retired,
+                  "delayed": 0}
         for sub in topic.subs:
             store = sub.store
             totals["depth"] += store.depth

@@ -161,7 +161,8 @@ class FrameParser:
                     break
                 if self._checked:
                     self._scan = self._checked = self._line_start = self._lines = 0
-                command, headers, body_offset, length, text, block = self._parse_head(buf, pos, blank.start(), blank.end())
+                command, headers, body_offset, length, text, block = self._parse_head(
+                    buf, pos, blank.start(), blank.end())
             else:
                 command, headers, body_offset, length, text, block = pending
                 pending = None
@@ -270,7 +271,8 @@ class FrameParser:
             try:
                 length = self._content_length(value, body_start - start)
             except ProtocolError as exc:
-                exc.receipt = _first(headers if headers is not None else Frame(command, None, b"", rest).headers, "receipt")
+                exc.receipt = _first(headers if headers is not None else Frame(command, None, b"", rest).headers,
+                                     "receipt")
                 raise
         if not kept:
             return command, headers, body_start - start, length, None, None

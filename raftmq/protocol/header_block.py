@@ -19,11 +19,13 @@ from collections.abc import Iterable
 # Headers of a SEND that belong to the transport or one hop, and those the server sets on a
 # MESSAGE: never stored with a message, so a producer cannot make a first delivery look
 # redelivered.
-TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription", "ack"})
+TRANSPORT_HEADERS = frozenset({"receipt", "transaction", "content-length", "destination", "message-id", "subscription",
+                               "ack"})
 STRIPPED = TRANSPORT_HEADERS | {"redelivered", "delivery-count", "raftmq-term"}
 # STRIPPED's names by length: a line is compared in place only with the names of its name's length.
 STRIPPED_BY_LENGTH: dict[int, tuple[str, ...]] = {
-    length: tuple(sorted(name for name in STRIPPED if len(name) == length)) for length in {len(name) for name in STRIPPED}
+    length: tuple(sorted(name for name in STRIPPED if len(name) == length))
+    for length in {len(name) for name in STRIPPED}
 }
 
 Pairs = tuple[tuple[str, str], ...]

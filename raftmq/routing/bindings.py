@@ -105,7 +105,8 @@ def advert_for(
             key = (binding.destination, binding.group)
             known = best.get(key)
             if known is None or binding.hops + 1 < known.hops:
-                best[key] = Binding(binding.destination, binding.group, binding.hops + 1, binding.consumers, binding.room)
+                best[key] = Binding(binding.destination, binding.group, binding.hops + 1, binding.consumers,
+                                    binding.room)
     bindings = tuple(sorted(best.values(), key=lambda b: (b.destination, b.group)))
     return Advert(own, position, tuple(sorted(groups.items())), bindings)
 

@@ -100,7 +100,8 @@ class ClusterConnection:
 
     @property
     def redistributes(self) -> bool:
-        return self.redistribution_delay_ms >= 0 and self.message_load_balancing in (ON_DEMAND, OFF_WITH_REDISTRIBUTION, LOCAL_FIRST)
+        return self.redistribution_delay_ms >= 0 and self.message_load_balancing in (
+            ON_DEMAND, OFF_WITH_REDISTRIBUTION, LOCAL_FIRST)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,9 @@ class Announcement:
 
 
 def encode_announcement(announcement: Announcement, password: str | None) -> bytes:
-    body = json.dumps({"cluster": announcement.cluster, "group": announcement.group, "clients": list(announcement.clients),
-                       "sent": announcement.sent_ms, "sender": announcement.sender, "seq": announcement.seq},
+    body = json.dumps({"cluster": announcement.cluster, "group": announcement.group,
+                       "clients": list(announcement.clients), "sent": announcement.sent_ms,
+                       "sender": announcement.sender, "seq": announcement.seq},
                       separators=(",", ":"), sort_keys=True)
     tag = "" if password is None else hmac.new(password.encode(), body.encode(), hashlib.sha256).hexdigest()
     return json.dumps({"body": body, "tag": tag}, separators=(",", ":")).encode()
@@ -98,7 +99,8 @@ def decode_announcement(data: bytes, password: str | None) -> Announcement:
         if not isinstance(tag, str) or not hmac.compare_digest(tag, wanted):
             raise ValueError("announcement not signed with the cluster password")
         if not sender:
-            raise ValueError("announcement without a time and sequence (an older raftmq's?): a replay could not be told")
+            raise ValueError("announcement without a time and sequence (an older raftmq's?): "
+                             "a replay could not be told")
     if not (isinstance(cluster, str) and isinstance(group, str) and group and isinstance(clients, list)
             and clients and all(isinstance(c, str) and ":" in c for c in clients)):
         raise ValueError("announcement with a bad group or addresses")
@@ -123,7 +125,8 @@ class Freshness:
             return None  # an older raftmq's, unsigned (decode_announcement refuses it signed)
         age = now_ms - heard.sent_ms
         if age > self.max_age_ms:
-            return f"stale: sent {age / 1000:.1f} s ago, past refresh_timeout_ms (replayed, or this host's clock is ahead)"
+            return (f"stale: sent {age / 1000:.1f} s ago, past refresh_timeout_ms "
+                    "(replayed, or this host's clock is ahead)")
         if age < -self.max_age_ms:
             return f"sent {-age / 1000:.1f} s ahead of this host's clock (past refresh_timeout_ms): check the clocks"
         last = self.last.get(heard.sender)

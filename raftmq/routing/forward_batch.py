@@ -36,7 +36,8 @@ Message = tuple[str, list[tuple[str, str]], bytes]  # destination, headers, body
 def encode(messages: list[Message]) -> bytes:
     """The batch's body: a msgpack array of [destination, [[name, value], ...], body]."""
     packed: bytes = msgpack.packb(
-        [[destination, [list(pair) for pair in headers], body] for destination, headers, body in messages], use_bin_type=True)
+        [[destination, [list(pair) for pair in headers], body] for destination, headers, body in messages],
+        use_bin_type=True)
     return packed
 
 

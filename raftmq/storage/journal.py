@@ -144,7 +144,8 @@ class Journal:
             os.fsync(fd)
         finally:
             os.close(fd)
-        log.warning("journal.torn_tail_truncated", path=segment.path, offset=offset, dropped_bytes=dropped, reason=reason)
+        log.warning("journal.torn_tail_truncated", path=segment.path, offset=offset, dropped_bytes=dropped,
+                    reason=reason)
 
     def _register(self, segment: Segment) -> None:
         with self._lock:

@@ -166,7 +166,8 @@ def encode_batch_with_header(records: Records) -> tuple[bytes, BatchHeader]:
     if len(frame) > MAX_U32:
         raise ValueError("batch over 4 GiB compressed")
     data_crc = crc32c(frame)
-    fields = _HEADER_FIELDS.pack(MAGIC, FORMAT_VERSION, 0, len(records), len(frame), len(raw), data_crc, first_index, last_index)
+    fields = _HEADER_FIELDS.pack(MAGIC, FORMAT_VERSION, 0, len(records), len(frame), len(raw), data_crc, first_index,
+                                 last_index)
     header = BatchHeader(FORMAT_VERSION, 0, len(records), len(frame), len(raw), data_crc, first_index, last_index)
     return b"".join((fields, _HEADER_CRC.pack(crc32c(fields)), frame)), header
 
@@ -205,7 +206,8 @@ def check_data(header: BatchHeader, data: bytes | bytearray | memoryview, offset
         raise JournalCorrupt("batch data CRC mismatch", offset=offset)
 
 
-def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview, offset: int | None = None) -> tuple[Record, ...]:
+def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview,
+                   offset: int | None = None) -> tuple[Record, ...]:
     """Decompress a verified batch and return its records, checking every record's CRC."""
     check_supported(header, offset)
     check_data(header, data, offset)
