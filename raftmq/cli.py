@@ -39,7 +39,10 @@ COMMANDS = {
         "no replicas diverged and no two leaders shared a term.",
         extra="spark",
     ),
-    "bench": LazyCommand("raftmq.bench.cli:bench_command", "Benchmark a STOMP broker (raftmq, ActiveMQ, RabbitMQ, ...)."),
+    "bench": LazyCommand(
+        "raftmq.bench.cli:bench_command",
+        "Benchmark a STOMP broker (raftmq, ActiveMQ, RabbitMQ, ...).",
+    ),
     "chaos": LazyCommand(
         "chaos.cli:chaos_command",
         "Jepsen-style fault-injection runs against a real cluster (docs/chaos.md).",
@@ -133,7 +136,8 @@ class LazyGroup(click.Group):
         self.add_command(command, cmd_name)
         return command
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         try:
             return super().resolve_command(ctx, args)
         except click.exceptions.NoSuchCommand:  # suggest from every name, not only the loaded ones

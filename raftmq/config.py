@@ -95,7 +95,8 @@ class NodeConfig:
     # The neighbouring groups' members, for the leader's bridges (`raftmq node --topology`);
     # empty outside a cluster. Not a TOML key.
     cluster_peers: tuple[PeerGroup, ...] = ()
-    cluster_broadcast: tuple[BroadcastGroup, ...] = ()  # where the leader announces its group (cluster.discovery_tables)
+    # Where the leader announces its group (cluster.discovery_tables).
+    cluster_broadcast: tuple[BroadcastGroup, ...] = ()
     cluster_group_clients: tuple[str, ...] = ()  # this group's members' STOMP addresses, as announced
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
@@ -115,7 +116,8 @@ def load_node_config(path: str | Path) -> NodeConfig:
     path = Path(path)
     raw = read_toml(path)
     if isinstance(raw.get("node"), list):
-        raise ConfigError(f"{path}: [[node]] tables describe a group; load it with load_group_config (raftmq node --node ID)")
+        raise ConfigError(f"{path}: [[node]] tables describe a group; "
+                          "load it with load_group_config (raftmq node --node ID)")
     known = (*_SECTIONS, *SECURITY_TABLES)
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -130,7 +132,8 @@ def load_node_config(path: str | Path) -> NodeConfig:
     for nested in ("limits", "core", "security"):
         if nested in node_table:
             raise ConfigError(f"{path}: node.{nested}: use a [{nested}] table instead")
-    config: NodeConfig = build_dataclass(NodeConfig, node_table, path, "node", limits=limits, core=core, security=security)
+    config: NodeConfig = build_dataclass(NodeConfig, node_table, path, "node", limits=limits, core=core,
+                                         security=security)
     if config.admin is not None:
         try:
             split_address(config.admin)
@@ -159,7 +162,8 @@ def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
     for name in config.host_names:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+|\[?[0-9A-Fa-f:.]+\]?", name):
             raise ConfigError(f"{path}: {prefix}.host_names: {name!r} is not a host name: write a name or an "
-                              "address as a browser's Host header carries it, without scheme or port ('broker.example')")
+                              "address as a browser's Host header carries it, without scheme or port "
+                              "('broker.example')")
     if config.websocket is not None:
         try:
             split_address(config.websocket)
@@ -196,7 +200,8 @@ def _check_type(value: Any, expected: Any, path: Path, key: str) -> Any:
             return value
         if typing.get_origin(kind) is tuple and isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
-    names = " or ".join("a list of strings" if typing.get_origin(k) is tuple else getattr(k, "__name__", str(k)) for k in allowed)
+    names = " or ".join("a list of strings" if typing.get_origin(k) is tuple else getattr(k, "__name__", str(k))
+                        for k in allowed)
     raise ConfigError(f"{path}: {key} must be {names}, got {type(value).__name__} {value!r}")
 
 
@@ -269,7 +274,8 @@ def load_core(table: dict[str, Any], path: Path) -> CoreConfig:
     settings = []
     for i, entry in enumerate(addresses):
         if "match" not in entry:
-            raise ConfigError(f"{path}: core.address[{i}].match is missing (a destination or pattern, like /queue/orders.>)")
+            raise ConfigError(f"{path}: core.address[{i}].match is missing "
+                              "(a destination or pattern, like /queue/orders.>)")
         address: AddressSettings = build_dataclass(AddressSettings, entry, path, f"core.address[{i}]")
         try:
             address.check()
@@ -285,7 +291,8 @@ def _check_core(core: CoreConfig, path: Path) -> None:
     rules = [
         (core.redelivery_delay_ms >= 0, "core.redelivery_delay_ms must not be negative"),
         (core.redelivery_multiplier >= 1.0, "core.redelivery_multiplier must be at least 1.0"),
-        (core.max_redelivery_delay_ms >= core.redelivery_delay_ms, "core.max_redelivery_delay_ms must be at least core.redelivery_delay_ms"),
+        (core.max_redelivery_delay_ms >= core.redelivery_delay_ms,
+         "core.max_redelivery_delay_ms must be at least core.redelivery_delay_ms"),
     ]
     for ok, message in rules:
         if not ok:

@@ -232,7 +232,8 @@ class EmbeddedBroker:
             if leader is not None:
                 return leader
             if time.monotonic() >= deadline:
-                raise EmbeddedBrokerError(f"no leader among {', '.join(self.running_nodes) or 'no running node'} within {timeout:g} s")
+                raise EmbeddedBrokerError(f"no leader among {', '.join(self.running_nodes) or 'no running node'} "
+                                          f"within {timeout:g} s")
             time.sleep(LEADER_POLL_SECONDS)
 
     def status(self, node_id: str | None = None) -> dict[str, Any]:
@@ -255,7 +256,8 @@ class EmbeddedBroker:
         if node_id not in self._node_ids:
             raise EmbeddedBrokerError(f"no node {node_id!r} (nodes: {', '.join(self._node_ids)})")
         if self._group is None:
-            raise EmbeddedBrokerError("the in-memory node cannot be restarted (its messages are gone); use nodes>1 or data_dir")
+            raise EmbeddedBrokerError("the in-memory node cannot be restarted (its messages are gone); "
+                                      "use nodes>1 or data_dir")
         self._call(self._start_node(node_id), self.start_timeout)
 
     # -- internals: planning (caller's thread) -----------------------------------------------

@@ -111,7 +111,8 @@ def _console_formatter(pretty: bool) -> logging.Formatter:
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             # The traceback becomes one escaped value: still one line per event.
             structlog.processors.format_exc_info,
-            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event", "logger"], drop_missing=True),
+            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event", "logger"],
+                                                  drop_missing=True),
         ]
     return structlog.stdlib.ProcessorFormatter(foreign_pre_chain=_shared_processors(), processors=processors)
 

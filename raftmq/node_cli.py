@@ -38,7 +38,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--node", "node_id", metavar="ID", envvar="RAFTMQ_NODE", show_envvar=True,
               help="Which [[node]] of a group configuration to run.")
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False), metavar="FILE", envvar="RAFTMQ_TOPOLOGY",
-              show_envvar=True, help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
+              show_envvar=True,
+              help="The cluster's topology file: the group (--config) joins its [[cluster_connection]]s.")
 @click.option("--bind-host", "bind_host", metavar="HOST", envvar="RAFTMQ_BIND_HOST", show_envvar=True,
               help="Bind every port on HOST (0.0.0.0: all interfaces) while peers and clients keep using the "
                    "configured names; default: [server] bind_host, or each address's own host.")
@@ -49,7 +50,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--in-memory", "in_memory", is_flag=True,
               help="Keep everything in memory: nothing survives a restart (default: durable, in --data-dir).")
 @click.option(
-    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH", envvar="RAFTMQ_LOG_FILE", show_envvar=True,
+    "--log-file", "log_file", type=click.Path(dir_okay=False), metavar="PATH", envvar="RAFTMQ_LOG_FILE",
+    show_envvar=True,
     help="Also write the log as JSON lines here (a group member's default: <data_dir>/<id>/raftmq.log.jsonl).",
 )
 @click.option(
@@ -57,7 +59,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
 def node_command(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
-         bind_host: str | None, admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None, log_level: str) -> None:
+                 bind_host: str | None, admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None,
+                 log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
     A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
@@ -75,7 +78,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         config = load_config(config_path) if config_path else NodeConfig()
         if isinstance(config, GroupConfig):
             if node_id is None:
-                raise ConfigError(f"{config_path}: a group configuration needs --node (one of: {', '.join(m.id for m in config.members)})")
+                members = ", ".join(m.id for m in config.members)
+                raise ConfigError(f"{config_path}: a group configuration needs --node (one of: {members})")
             try:
                 config.member(node_id)
             except ConfigError as exc:
@@ -98,12 +102,13 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         if listen is not None or admin is not None or data_dir is not None or in_memory:
             raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
                                    "its [[node]] and [group] name its addresses and data directory")
-        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")  # type: ignore[arg-type]
+        assert node_id is not None  # a group member is named (checked above)
+        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")
         from cluster.group_file import load_group_config
 
         assert config_path is not None  # a group comes from a file
         reload = functools.partial(load_group_config, config_path)  # members learn new members' addresses here
-        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level, reload=reload)  # type: ignore[arg-type]
+        serve_group(config, node_id, on_ready=ready, log_file=log_file, log_level=log_level, reload=reload)
         return
     if node_id is not None:
         raise click.UsageError("--node needs a group configuration (a --config file with [[node]] tables)")
@@ -142,12 +147,15 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
 
 
 @click.command("hand-over")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True), envvar="RAFTMQ_CONFIG", required=True,
-              show_envvar=True, help="The member's group file.")
-@click.option("--node", "node_id", metavar="ID", envvar="RAFTMQ_NODE", required=True, show_envvar=True, help="The member's id.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True), envvar="RAFTMQ_CONFIG",
+              required=True, show_envvar=True, help="The member's group file.")
+@click.option("--node", "node_id", metavar="ID", envvar="RAFTMQ_NODE", required=True, show_envvar=True,
+              help="The member's id.")
 @click.option("--bind-host", "bind_host", metavar="HOST", envvar="RAFTMQ_BIND_HOST", show_envvar=True,
-              help="Where the member binds (as for `raftmq node`): 0.0.0.0 or :: means its admin port is asked on loopback.")
-@click.option("--timeout", type=click.FloatRange(1, 120), default=15.0, show_default=True, help="Seconds to wait for the answer.")
+              help="Where the member binds (as for `raftmq node`): 0.0.0.0 or :: means its admin port is asked "
+                   "on loopback.")
+@click.option("--timeout", type=click.FloatRange(1, 120), default=15.0, show_default=True,
+              help="Seconds to wait for the answer.")
 def hand_over_command(config_path: str, node_id: str, bind_host: str | None, timeout: float) -> None:
     """Ask this host's member to hand its Raft leadership to another member (before a stop).
 

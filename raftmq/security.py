@@ -136,7 +136,8 @@ class Security:
         }
         self._anonymous = Principal(None, frozenset(config.anonymous_groups))
         # Unknown users are checked against this, so a refusal takes as long either way.
-        self._decoy = ScryptHash(DEFAULT_N, DEFAULT_R, DEFAULT_P, secrets.token_bytes(16), secrets.token_bytes(HASH_BYTES))
+        self._decoy = ScryptHash(DEFAULT_N, DEFAULT_R, DEFAULT_P, secrets.token_bytes(16),
+                                 secrets.token_bytes(HASH_BYTES))
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[bytes, Principal] = {}
         self._lock = threading.Lock()
@@ -200,7 +201,8 @@ class Security:
         for what in needed:
             allowed = entry.groups(what) if entry is not None else ()
             if principal.groups.isdisjoint(allowed):
-                verb = {READ: "read from", WRITE: "write to", ADMIN: "administer" if operation == ADMIN else "create"}[what]
+                verb = {READ: "read from", WRITE: "write to",
+                        ADMIN: "administer" if operation == ADMIN else "create"}[what]
                 where = (
                     f"no [[acl]] entry covers {destination}"
                     if entry is None
@@ -220,14 +222,17 @@ class Security:
         base = max(covering, key=lambda entry: specificity(entry.pattern)) if covering else None
         verb = {READ: "read from", WRITE: "write to", ADMIN: "administer"}[operation]
         if base is None:
-            return f"{principal.describe()} may not {verb} {destination} (no [[acl]] entry covers every destination it matches)"
+            return (f"{principal.describe()} may not {verb} {destination} "
+                    "(no [[acl]] entry covers every destination it matches)")
         needed = (operation,) if exists else (operation, ADMIN)
-        narrower = [entry for entry in entries if overlaps(entry.pattern, name) and specificity(entry.pattern) > specificity(base.pattern)]
+        narrower = [entry for entry in entries
+                    if overlaps(entry.pattern, name) and specificity(entry.pattern) > specificity(base.pattern)]
         for entry in (base, *narrower):
             for what in needed:
                 if principal.groups.isdisjoint(entry.groups(what)):
                     return (f"{principal.describe()} may not {verb} {destination} ({what} permission; "
-                            f"{entry.kind} = {entry.pattern!r} grants {what} to {', '.join(entry.groups(what)) or 'nobody'})")
+                            f"{entry.kind} = {entry.pattern!r} grants {what} to "
+                            f"{', '.join(entry.groups(what)) or 'nobody'})")
         return None
 
     def _entry(self, destination: str) -> AclEntry | None:

@@ -105,7 +105,8 @@ def _acl(table: dict[str, Any], path: Path, prefix: str) -> AclEntry:
     kind = kinds[0]
     pattern = _string(table, kind, path, prefix)
     if pattern.startswith("/"):
-        raise ConfigError(f"{path}: {prefix}.{kind}: a name pattern without the /{kind}/ prefix, like \"orders.>\"; got {pattern!r}")
+        raise ConfigError(f"{path}: {prefix}.{kind}: a name pattern without the /{kind}/ prefix, "
+                          f"like \"orders.>\"; got {pattern!r}")
     try:
         check_pattern(pattern)
     except ValueError as exc:
@@ -120,7 +121,8 @@ def _check_acl(acl: tuple[AclEntry, ...], users: tuple[UserEntry, ...], anonymou
     for i, entry in enumerate(acl):
         key = (entry.kind, entry.pattern)
         if key in seen:
-            raise ConfigError(f"{path}: acl[{i}].{entry.kind} {entry.pattern!r} is also acl[{seen[key]}]: merge the two")
+            raise ConfigError(f"{path}: acl[{i}].{entry.kind} {entry.pattern!r} is also acl[{seen[key]}]: "
+                              "merge the two")
         seen[key] = i
         for operation in OPERATIONS:
             for group in entry.groups(operation):
@@ -142,14 +144,16 @@ def _tls(table: dict[str, Any], path: Path) -> TlsConfig:
     ca_file = _file(table, "ca_file", path) if "ca_file" in table else None
     require = _bool(table, "require_client_cert", path, "tls", default=False)
     if require and ca_file is None:
-        raise ConfigError(f"{path}: tls.require_client_cert = true needs tls.ca_file (the CA that signs client certificates)")
+        raise ConfigError(f"{path}: tls.require_client_cert = true needs tls.ca_file "
+                          "(the CA that signs client certificates)")
     tls = TlsConfig(cert_file, key_file, ca_file, require, _bool(table, "raft", path, "tls", default=False))
     try:
         server_ssl_context(tls)
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(
             f"{path}: tls: cannot load tls.cert_file {cert_file} / tls.key_file {key_file}"
-            f"{f' / tls.ca_file {ca_file}' if ca_file else ''}: {exc} (expected PEM files: a certificate and its private key)"
+            f"{f' / tls.ca_file {ca_file}' if ca_file else ''}: {exc} "
+            "(expected PEM files: a certificate and its private key)"
         ) from None
     return tls
 

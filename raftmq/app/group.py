@@ -135,7 +135,8 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
     if member.admin is not None:
         host, port = split_address(member.admin)
         host = group.server.bind_host or host
-        api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin} for m in roster.group.members],
+        api = ManagementApi(node, lambda: [{"node": m.id, "client": m.client, "admin": m.admin}
+                                           for m in roster.group.members],
                             group=group.name)
         admin = AdminServer(node.status, bodies, node.replica.verify_bodies, host, port, secret, group=group.name,
                             change_members=lambda change: _change_members(node, raft, change), api=api,
@@ -160,7 +161,8 @@ async def hand_over(raft: RaftLog, timeout: float = HAND_OVER_SECONDS) -> dict[s
     return {"handed_over": done, "was_leader": True, "leader": raft.leader_hint}
 
 
-def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: Sequence[int], secret: str) -> list[IndexRecords]:
+def _fetch_from_peers(group: GroupConfig, node_id: str, raft: RaftLog, indexes: Sequence[int],
+                      secret: str) -> list[IndexRecords]:
     """The leader first (it has applied the most), then the other members."""
     try:
         leader = raft.raft_status().leader

@@ -110,7 +110,8 @@ async def _start_admin(node: Node) -> Any:
 
     host, port = split_address(node.config.admin)
     host = node.config.bind_host or host
-    member: dict[str, str | None] = {"node": node.name, "client": f"{node.config.host}:{node.config.port}", "admin": node.config.admin}
+    member: dict[str, str | None] = {"node": node.name, "client": f"{node.config.host}:{node.config.port}",
+                                     "admin": node.config.admin}
     api = ManagementApi(node, lambda: [member])
     tls = node.config.security.tls
     admin = AdminServer(node.status, None, None, host, port, api=api, authenticate=api.authenticated,

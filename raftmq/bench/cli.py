@@ -106,7 +106,8 @@ class _LiveProgress:
               help="Messages sent (and checked for loss) before measuring.")
 @click.option("--drain-timeout", default=10.0, show_default=True, type=click.FloatRange(0, None),
               help="Seconds consumers wait for missing messages after the producers finished.")
-@click.option("--timeout", "connect_timeout", default=10.0, show_default=True, type=click.FloatRange(0, None, min_open=True),
+@click.option("--timeout", "connect_timeout", default=10.0, show_default=True,
+              type=click.FloatRange(0, None, min_open=True),
               help="Connect / receipt wait in seconds.")
 @click.option("--heartbeat", "heartbeat_ms", default=0, show_default=True, type=click.IntRange(0, None),
               help="Heart-beat interval in ms offered both ways (0 = none).")

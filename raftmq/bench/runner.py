@@ -54,7 +54,8 @@ class Conductor:
             return False
         if self.drain_started is None:
             self.drain_started = now
-        if self.opts.consumers == 0 or totals.received >= totals.sent or now - self.drain_started >= self.opts.drain_timeout:
+        if (self.opts.consumers == 0 or totals.received >= totals.sent
+                or now - self.drain_started >= self.opts.drain_timeout):
             board.stop.set()
             return True
         return False
@@ -96,7 +97,8 @@ async def _in_process(opts: BenchOptions, on_progress: ProgressCallback | None) 
             worker.cancel()
 
 
-def _process_main(opts: BenchOptions, index: int, board: Board, results: multiprocessing.Queue[tuple[int, Any, str | None]]) -> None:
+def _process_main(opts: BenchOptions, index: int, board: Board,
+                  results: multiprocessing.Queue[tuple[int, Any, str | None]]) -> None:
     try:
         result = _run_loop(run_worker(opts, index, board))
         results.put((index, result, None))

@@ -94,7 +94,8 @@ async def browse_failover(
         if client is None:
             continue
         try:
-            return await browse(client, destination, limit=limit, selector=selector, timeout=max(deadline - loop.time(), 0.001))
+            return await browse(client, destination, limit=limit, selector=selector,
+                                timeout=max(deadline - loop.time(), 0.001))
         except BrokerRefused:
             raise
         except ClientError:

@@ -174,10 +174,12 @@ def parse_failover_url(url: str) -> FailoverTarget:
             if rest and not rest.startswith("?"):
                 raise InvalidFailoverUrl(f"unexpected {rest!r} after the address list in {url!r}")
             options = _parse_query(rest[1:], url) if rest else FailoverOptions()
-            return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url), _websocket_path(inner, url))
+            return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url),
+                                  _websocket_path(inner, url))
         if "?" in body:
             raise InvalidFailoverUrl(f"put the addresses in parentheses to give options: failover:(...)?... in {url!r}")
-        return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url), _websocket_path(body, url))
+        return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url),
+                              _websocket_path(body, url))
     if "?" in text:
         raise InvalidFailoverUrl(f"options need the failover:(...)?... form, in {url!r}")
     if "(" in text or ")" in text:

@@ -54,7 +54,8 @@ class WebSocketClientProtocol(asyncio.Protocol):
                 if not self.opened.done():
                     self.opened.set_result(None)
             elif isinstance(event, RejectConnection):
-                self._failed(ClientError(f"the broker refused the WebSocket upgrade to {self._path}: HTTP {event.status_code}"))
+                self._failed(ClientError(f"the broker refused the WebSocket upgrade to {self._path}: "
+                                         f"HTTP {event.status_code}"))
                 return
             elif isinstance(event, (BytesMessage, TextMessage)):
                 payload = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)

@@ -139,7 +139,8 @@ def _refuse_running(topology: Topology) -> None:
     )
 
 
-def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str, detach: bool) -> None:
+def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str,
+                     detach: bool) -> None:
     from cluster.topology import failover_urls
     from raftmq.ops.launcher import state_path
 
@@ -222,7 +223,8 @@ def restart_command(config_path: str | None, preset: str | None, rolling: bool, 
     from raftmq.ops.rolling import RollingRestart
 
     if not rolling:
-        raise click.UsageError("only --rolling is supported; for a full stop and start use `raftmq down` then `raftmq up`")
+        raise click.UsageError("only --rolling is supported; for a full stop and start use `raftmq down` "
+                               "then `raftmq up`")
     try:
         topology = _topology(config_path, preset)  # its state directory is all it needs
         result = RollingRestart(topology.state_dir, lambda line: click.echo(line, err=False),
@@ -244,7 +246,8 @@ def group_command() -> None:
 @click.argument("group")
 @running_config_option
 @preset_option
-@click.option("--to", "to", default="", help="Comma-separated groups to move everything to (default: every group it reaches).")
+@click.option("--to", "to", default="",
+              help="Comma-separated groups to move everything to (default: every group it reaches).")
 @click.option("--cancel", is_flag=True, help="Stop draining (the group serves clients again).")
 @click.option("--no-wait", is_flag=True, help="Start the drain and return.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
@@ -274,7 +277,8 @@ def drain_command(group: str, config_path: str | None, preset: str | None, to: s
 def _member_options(fn: Any) -> Any:
     for option in reversed((
         click.option("--client", required=True, metavar="HOST:PORT", help="The new member's STOMP address."),
-        click.option("--raft", required=True, metavar="HOST:PORT", help="The new member's Raft address (its identity in the group)."),
+        click.option("--raft", required=True, metavar="HOST:PORT",
+                     help="The new member's Raft address (its identity in the group)."),
         click.option("--admin", required=True, metavar="HOST:PORT", help="The new member's admin HTTP address."),
     )):
         fn = option(fn)
@@ -301,7 +305,8 @@ def _new_member(node_id: str, client: str, raft: str, admin: str) -> Any:
     from raftmq.config import split_address
 
     if not NODE_ID_PATTERN.match(node_id):
-        raise click.BadParameter(f"{node_id!r}: use letters, digits, '_', '.', '-' (it names a directory)", param_hint="NODE")
+        raise click.BadParameter(f"{node_id!r}: use letters, digits, '_', '.', '-' (it names a directory)",
+                                 param_hint="NODE")
     for name, value in (("--client", client), ("--raft", raft), ("--admin", admin)):
         try:
             split_address(value)
@@ -377,7 +382,8 @@ def _status_nodes(config_path: str | None) -> list[NodeAddress]:
 @click.command("status")
 @config_option
 @click.option("--once", is_flag=True, help="Print one view and exit (see the exit status below).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable status (JSON) and exit (same exit status).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print machine-readable status (JSON) and exit (same exit status).")
 def status_command(config_path: str | None, once: bool, as_json: bool) -> None:
     """Groups, nodes (master/slave, health, term, commit/applied index, lag, connections)
     and destinations (depth, consumers, in-flight, enqueue/dequeue msg/s, totals, dead

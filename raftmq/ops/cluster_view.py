@@ -70,8 +70,10 @@ def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:
                 continue
             cell = f"{_text(counters['depth'])} / {_text(counters['consumers'])}"
             if counters.get("local_rate") is not None:
-                table.caption = "msg/s stored where they were sent (local), sent on to other groups (out), come from them (in)"
-                cell += (f"\nlocal {_per_second(counters['local_rate'])} · out {_per_second(counters.get('forward_rate'))}"
+                table.caption = ("msg/s stored where they were sent (local), sent on to other groups (out), "
+                                 "come from them (in)")
+                cell += (f"\nlocal {_per_second(counters['local_rate'])}"
+                         f" · out {_per_second(counters.get('forward_rate'))}"
                          f" · in {_per_second(counters.get('arrive_rate'))}")
             cells.append(cell)
         table.add_row(destination, *cells)

@@ -20,7 +20,8 @@ def deploy_command() -> None:
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True,
               help="Where to write the files (copy them to --config-dir on the host).")
 @click.option("--config-dir", default="/etc/raftmq", show_default=True, help="Where the files will be on the host.")
-@click.option("--state-dir", default="/var/lib/raftmq", show_default=True, help="Where the groups' data will be on the host.")
+@click.option("--state-dir", default="/var/lib/raftmq", show_default=True,
+              help="Where the groups' data will be on the host.")
 @click.option("--secrets-from-env", is_flag=True,
               help="Fill the secrets the files name (password_env, cluster_password_env) from this environment.")
 def render_command(topology: str, node: str, group: str | None, out: str, config_dir: str, state_dir: str,

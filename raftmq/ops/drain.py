@@ -41,7 +41,8 @@ def _group(topology: Topology, name: str) -> Any:
     for spec in topology.groups:
         if spec.name == name:
             return spec
-    raise DeploymentError(f"{topology.source or 'the topology'}: no group {name!r} (groups: {', '.join(g.name for g in topology.groups)})")
+    raise DeploymentError(f"{topology.source or 'the topology'}: no group {name!r} "
+                          f"(groups: {', '.join(g.name for g in topology.groups)})")
 
 
 def _credentials(topology: Topology, name: str) -> tuple[str | None, str | None]:
@@ -53,7 +54,8 @@ def _credentials(topology: Topology, name: str) -> tuple[str | None, str | None]
 
 async def _tell(addresses: list[str], value: str, login: str | None, passcode: str | None) -> None:
     url = "failover:(" + ",".join(f"stomp://{a}" for a in addresses) + ")?randomize=false&maxReconnectAttempts=10"
-    client = await connect_failover(url, login=login, passcode=passcode, connect_headers=[(BRIDGE_CONNECT_HEADER, "drain")])
+    client = await connect_failover(url, login=login, passcode=passcode,
+                                    connect_headers=[(BRIDGE_CONNECT_HEADER, "drain")])
     try:
         await client.send(CONTROL_DESTINATION, b"", [(DRAIN_HEADER, value)], receipt=True)
     finally:

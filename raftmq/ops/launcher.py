@@ -106,7 +106,8 @@ class DeploymentState:
         return dataclasses.replace(self, nodes=tuple(n for n in self.nodes if (n.group, n.id) != key))
 
     def replace_node(self, node: NodeProcess) -> DeploymentState:
-        return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n for n in self.nodes))
+        return dataclasses.replace(self, nodes=tuple(node if (n.group, n.id) == (node.group, node.id) else n
+                                                     for n in self.nodes))
 
 
 def topology_selection(topology: Topology) -> tuple[str, ...]:
@@ -132,7 +133,8 @@ def read_state(state_dir: Path) -> DeploymentState | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise DeploymentError(f"{path}: unreadable cluster state ({exc}); remove it once no node of that cluster runs") from None
+        raise DeploymentError(f"{path}: unreadable cluster state ({exc}); "
+                              "remove it once no node of that cluster runs") from None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
         raise DeploymentError(f"{path}: not a raftmq cluster state file (version {STATE_VERSION})")
     try:
@@ -161,7 +163,8 @@ def cluster_lock(state_dir: Path) -> Iterator[None]:
         state_dir.mkdir(parents=True, exist_ok=True)
         handle = open(state_dir / LOCK_FILE, "a+b")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
-        raise DeploymentError(f"{state_dir}: cannot create the cluster's data directory ({exc.strerror or exc})") from None
+        raise DeploymentError(f"{state_dir}: cannot create the cluster's data directory "
+                              f"({exc.strerror or exc})") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -235,7 +238,8 @@ def _check_usable_dir(path: Path, label: str) -> None:
         reason = exc.strerror or str(exc)
         if existing == path:
             raise DeploymentError(f"{label} {path} is not writable ({reason})") from None
-        raise DeploymentError(f"{label} {path} cannot be created: {existing}, its nearest existing parent, is not writable ({reason})") from None
+        raise DeploymentError(f"{label} {path} cannot be created: {existing}, its nearest existing parent, "
+                              f"is not writable ({reason})") from None
 
 
 def start_node(argv: tuple[str, ...], log_path: Path, note: str | None = None) -> subprocess.Popen[bytes]:
@@ -263,15 +267,18 @@ def launch(
             try:
                 member_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise DeploymentError(f"{group.name}/{member.id}: cannot create data directory {member_dir} ({exc.strerror or exc})") from None
-            argv: tuple[str, ...] = (python, "-m", "raftmq", "node", "--config", str(group.config_path), "--node", member.id)
+                raise DeploymentError(f"{group.name}/{member.id}: cannot create data directory {member_dir} "
+                                      f"({exc.strerror or exc})") from None
+            argv: tuple[str, ...] = (python, "-m", "raftmq", "node", "--config", str(group.config_path),
+                                     "--node", member.id)
             if topology.cluster_connections and topology.source is not None:
                 argv += ("--topology", str(topology.source.resolve()))  # the group's place in the cluster
             log_path = member_dir / NODE_LOG
             process = start_node(argv, log_path)
             children[process.pid] = process
             start_time = process_start_time(process.pid)
-            started.append(NodeProcess(group.name, member.id, member.client, member.raft, group.config.admin_endpoint(member) or "",
+            started.append(NodeProcess(group.name, member.id, member.client, member.raft,
+                                       group.config.admin_endpoint(member) or "",
                                        process.pid, start_time or 0, argv, str(log_path)))
         pid, start_time, own_argv = own_identity()
         state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, own_argv,
@@ -305,7 +312,8 @@ def wait_until_up(
         summary = collect(addresses)
         if on_poll is not None:
             on_poll(summary)
-        silent = [f"{group['name']}/{row['id']}" for group in summary["groups"] for row in group["nodes"] if not row["up"]]
+        silent = [f"{group['name']}/{row['id']}" for group in summary["groups"] for row in group["nodes"]
+                  if not row["up"]]
         leaderless = [group["name"] for group in summary["groups"] if group["leader"] is None]
         if not silent and not leaderless:
             return summary

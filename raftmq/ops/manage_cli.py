@@ -82,16 +82,21 @@ def _groups(admin: tuple[str, ...], config_path: str | None) -> dict[str, list[s
     for node in endpoints.admin:
         groups.setdefault(node.group, []).append(node.admin)
     if not groups:
-        raise click.ClickException(f"no admin address ({endpoints.source}): pass --admin HOST:PORT, or start a cluster with `raftmq up`")
+        raise click.ClickException(f"no admin address ({endpoints.source}): pass --admin HOST:PORT, "
+                                   "or start a cluster with `raftmq up`")
     return groups
 
 
 def _options(function: Callable[..., T]) -> Callable[..., T]:
     for option in (
-        click.option("--admin", multiple=True, metavar="HOST:PORT", help="A member's admin address (repeatable: one group's members)."),
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Topology or group file of the cluster."),
-        click.option("--group", "group_name", metavar="NAME", help="The group to change (needed when the cluster has several)."),
-        click.option("--login", envvar="RAFTMQ_LOGIN", help="A STOMP login with the permissions needed (env RAFTMQ_LOGIN)."),
+        click.option("--admin", multiple=True, metavar="HOST:PORT",
+                     help="A member's admin address (repeatable: one group's members)."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="Topology or group file of the cluster."),
+        click.option("--group", "group_name", metavar="NAME",
+                     help="The group to change (needed when the cluster has several)."),
+        click.option("--login", envvar="RAFTMQ_LOGIN",
+                     help="A STOMP login with the permissions needed (env RAFTMQ_LOGIN)."),
         click.option("--passcode", envvar="RAFTMQ_PASSCODE", help="Its passcode (env RAFTMQ_PASSCODE, preferred)."),
         click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON."),
     ):
@@ -99,7 +104,8 @@ def _options(function: Callable[..., T]) -> Callable[..., T]:
     return function
 
 
-def _clients(admin: tuple[str, ...], config_path: str | None, login: str | None, passcode: str | None) -> dict[str, ManageClient]:
+def _clients(admin: tuple[str, ...], config_path: str | None, login: str | None,
+             passcode: str | None) -> dict[str, ManageClient]:
     return {name: ManageClient(members, login, passcode) for name, members in _groups(admin, config_path).items()}
 
 
@@ -120,7 +126,8 @@ _LISTS = {
     "consumers": ("consumers", ("destination", "sub_id", "session", "selector", "ack", "prefetch", "in_flight",
                                 "durable_name", "active")),
 }
-_NUMERIC = ("depth", "in_flight", "consumers", "enqueued", "dequeued", "dead_lettered", "scheduled", "subscriptions", "prefetch")
+_NUMERIC = ("depth", "in_flight", "consumers", "enqueued", "dequeued", "dead_lettered", "scheduled", "subscriptions",
+            "prefetch")
 
 
 def list_table(name: str, rows: list[dict[str, Any]]) -> Table:
@@ -169,8 +176,8 @@ for _name in _LISTS:
 @click.argument("destination")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @_options
-def messages_command(destination: str, limit: int, admin: tuple[str, ...], config_path: str | None, group_name: str | None,
-                     login: str | None, passcode: str | None, as_json: bool) -> None:
+def messages_command(destination: str, limit: int, admin: tuple[str, ...], config_path: str | None,
+                     group_name: str | None, login: str | None, passcode: str | None, as_json: bool) -> None:
     """The ready messages of a queue (the dead-letter queue: /queue/DLQ), without consuming them."""
     from urllib.parse import urlencode
 
@@ -183,7 +190,8 @@ def messages_command(destination: str, limit: int, admin: tuple[str, ...], confi
         origin = f" (from {message['original_destination']})" if message["original_destination"] else ""
         dead = message.get("dead_letter_deliveries")
         deliveries = dead if dead is not None else message["delivery_count"]
-        why = f" [{message['dead_letter_reason']}: {message['dead_letter_cause']}]" if message.get("dead_letter_reason") else ""
+        why = (f" [{message['dead_letter_reason']}: {message['dead_letter_cause']}]"
+               if message.get("dead_letter_reason") else "")
         click.echo(f"{message['message_id']}{origin} deliveries={deliveries}{why} {message['body'][:60]!r}")
     if answer["truncated"]:
         click.echo(f"... more than {limit}")
@@ -193,10 +201,12 @@ def _change(op: str, body: dict[str, Any], admin: tuple[str, ...], config_path: 
             login: str | None, passcode: str | None, as_json: bool) -> None:
     client = _one(_clients(admin, config_path, login, passcode), group_name)
     answer = client.call("POST", f"/api/{op}", body)
-    click.echo(json.dumps(answer) if as_json else ", ".join(f"{k} {v}" for k, v in answer.items() if k != "ok") or "done")
+    click.echo(json.dumps(answer) if as_json
+               else ", ".join(f"{k} {v}" for k, v in answer.items() if k != "ok") or "done")
 
 
-for _op, _path in (("create", "destinations/create"), ("purge", "destinations/purge"), ("delete", "destinations/delete")):
+for _op, _path in (("create", "destinations/create"), ("purge", "destinations/purge"),
+                   ("delete", "destinations/delete")):
     def _make(op: str, path: str) -> None:
         @manage_command.command(op, help=f"{op.capitalize()} a destination (a committed change; needs admin on it).")
         @click.argument("destination")
@@ -231,7 +241,8 @@ def retry_command(source: str, ids: tuple[str, ...], selector: str | None, every
 @click.option("--selector", help="Every message this JMS selector matches.")
 @click.option("--all", "every", is_flag=True, help="Every ready message.")
 @_options
-def move_command(source: str, target: str, ids: tuple[str, ...], selector: str | None, every: bool, **options: Any) -> None:
+def move_command(source: str, target: str, ids: tuple[str, ...], selector: str | None, every: bool,
+                 **options: Any) -> None:
     """Move messages from one queue to another destination."""
     _change("messages/move", {"from": source, "to": target, **_choice(ids, selector, every)}, **options)
 

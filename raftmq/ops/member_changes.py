@@ -58,7 +58,8 @@ def members_file_text(members: tuple[GroupMember, ...]) -> str:
              "# It takes the place of the group file's [[node]] tables (cluster.group_file.MEMBERS_FILE)."]
     for member in members:
         lines += ["", "[[node]]"] + [f"{key} = {json.dumps(value)}" for key, value in
-                                     (("id", member.id), ("client", member.client), ("raft", member.raft), ("admin", member.admin))
+                                     (("id", member.id), ("client", member.client), ("raft", member.raft),
+                                      ("admin", member.admin))
                                      if value is not None]
     return "\n".join(lines) + "\n"
 
@@ -156,7 +157,8 @@ class MembershipChanger:
         taken = {m.id for m in self.group.members}
         if member.id in taken:
             raise DeploymentError(f"{self.group.name}: there is already a member {member.id!r}")
-        used = {getattr(m, kind): f"{g.name}/{m.id} {kind}" for g, m in self.topology.members() for kind in ("client", "raft", "admin")}
+        used = {getattr(m, kind): f"{g.name}/{m.id} {kind}" for g, m in self.topology.members()
+                for kind in ("client", "raft", "admin")}
         for kind in ("client", "raft", "admin"):
             address = getattr(member, kind)
             if address in used:
@@ -179,7 +181,8 @@ class MembershipChanger:
         argv[argv.index("--node") + 1] = member.id
         log_path = (Path(self.group.data_dir) / member.id).resolve() / NODE_LOG
         request_member(self.topology.state_dir, JOIN, (self.group.name, member.id),
-                       {"argv": argv, "log": str(log_path), "client": member.client, "raft": member.raft, "admin": member.admin})
+                       {"argv": argv, "log": str(log_path), "client": member.client, "raft": member.raft,
+                        "admin": member.admin})
         self.report(f"{self.group.name}/{member.id}: started by the supervisor of `raftmq up` (log: {log_path})")
 
     def _stop(self, member: GroupMember) -> None:
@@ -236,7 +239,8 @@ class MembershipChanger:
             last = f"{leader.id}: HTTP {code} {answer.get('error')}"
             return None
 
-        return self._wait(f"the group to commit {change.op} {change.address} (last: {{last}})", attempt, lambda: last)  # type: ignore[no-any-return]
+        what = f"the group to commit {change.op} {change.address} (last: {{last}})"
+        return self._wait(what, attempt, lambda: last)  # type: ignore[no-any-return]
 
     def _caught_up(self, member: GroupMember) -> bool:
         found = self._leader()

@@ -113,7 +113,8 @@ async def receive_messages(
     received = 0
     try:
         subscription = client.subscribe(
-            destination, ack="client-individual", prefetch=1 if count else None, queue_size=RECEIVE_QUEUE_SIZE if count else DEFAULT_QUEUE_SIZE
+            destination, ack="client-individual", prefetch=1 if count else None,
+            queue_size=RECEIVE_QUEUE_SIZE if count else DEFAULT_QUEUE_SIZE,
         )
         while count == 0 or received < count:
             try:
@@ -132,7 +133,8 @@ async def receive_messages(
     return received
 
 
-async def purge_queue(url: str, destination: str, timeout: float, idle: float, connect_timeout: float) -> tuple[int, bool]:
+async def purge_queue(url: str, destination: str, timeout: float, idle: float,
+                      connect_timeout: float) -> tuple[int, bool]:
     """Consume and ACK every message of `destination` until none comes for `idle` seconds.
     Returns (messages acknowledged, whether the queue ran dry before `timeout`)."""
     client = await connect(url, connect_timeout)
@@ -189,7 +191,8 @@ def format_message(message: Delivery, show_headers: bool, as_json: bool) -> byte
 
 
 STAT_COLUMNS = (
-    "depth", "consumers", "in_flight", "enqueue_rate", "dequeue_rate", "enqueued", "dequeued", "expired", "dead_lettered",
+    "depth", "consumers", "in_flight", "enqueue_rate", "dequeue_rate", "enqueued", "dequeued", "expired",
+    "dead_lettered",
 )
 RATE_COLUMNS = ("enqueue_rate", "dequeue_rate")  # msg/s over the node's last seconds; None while unknown
 

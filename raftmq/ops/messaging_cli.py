@@ -138,17 +138,20 @@ def _read_body(body: str | None, file: str | None) -> bytes:
 @click.command("send")
 @click.argument("destination")
 @click.argument("body", required=False)
-@click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True), help="Read the body from FILE ('-': stdin).")
+@click.option("--file", "-f", "file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Read the body from FILE ('-': stdin).")
 @click.option("--header", "-H", "headers", multiple=True, metavar="NAME:VALUE", callback=_parse_headers,
               help="A header to send (repeatable), e.g. -H persistent:true -H priority:9.")
-@click.option("--count", "-n", type=click.IntRange(min=1), default=1, show_default=True, help="Send the message this many times.")
+@click.option("--count", "-n", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Send the message this many times.")
 @click.option("--receipt/--no-receipt", default=True, show_default=True,
               help="Wait for the broker's RECEIPT of every message (it is then stored).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=SEND_TIMEOUT_SECONDS, show_default=True,
               help="Seconds for every message to be sent (and confirmed).")
 @_common_options
 def send_command(destination: str, body: str | None, file: str | None, headers: list[tuple[str, str]], count: int,
-                 receipt: bool, timeout: float, url: str | None, config_path: str | None, connect_timeout: float) -> None:
+                 receipt: bool, timeout: float, url: str | None, config_path: str | None,
+                 connect_timeout: float) -> None:
     """Send a message to DESTINATION (/queue/NAME or /topic/NAME).
 
     The body is BODY, or the contents of --file, or what is piped on stdin."""
@@ -172,8 +175,8 @@ def send_command(destination: str, body: str | None, file: str | None, headers: 
 @click.argument("destination")
 @click.option("--count", "-n", type=click.IntRange(min=0), default=1, show_default=True,
               help="Messages to receive; 0: every message until none comes within --timeout.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RECEIVE_TIMEOUT_SECONDS, show_default=True,
-              help="Seconds to wait for each message.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RECEIVE_TIMEOUT_SECONDS,
+              show_default=True, help="Seconds to wait for each message.")
 @click.option("--ack", type=click.Choice(["auto", "client-individual"]), default="client-individual", show_default=True,
               help="client-individual: acknowledge a message once it is written out (a failure leaves it queued); "
                    "auto: acknowledge it on arrival.")
@@ -205,7 +208,8 @@ def receive_command(destination: str, count: int, timeout: float, ack: str, show
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
     if count and received < count:
-        click.echo(f"received {received} of {count} message(s) from {destination}; none came within {timeout:g} s", err=True)
+        click.echo(f"received {received} of {count} message(s) from {destination}; "
+                   f"none came within {timeout:g} s", err=True)
         raise SystemExit(1)
 
 
@@ -269,7 +273,8 @@ def purge_command(destination: str, timeout: float, idle: float, url: str | None
     if not destination.startswith("/queue/"):
         raise click.UsageError(f"purge works on queues (/queue/NAME), not {destination!r}")
     endpoints = _endpoints(url, config_path)
-    purged, complete = _run(endpoints, lambda: asyncio.run(purge_queue(endpoints.url, destination, timeout, idle, connect_timeout)))
+    purged, complete = _run(endpoints, lambda: asyncio.run(
+        purge_queue(endpoints.url, destination, timeout, idle, connect_timeout)))
     click.echo(f"purged {purged} message(s) from {destination}")
     if not complete:
         click.echo(f"stopped at the --timeout of {timeout:g} s before the queue stayed empty for {idle:g} s; "
@@ -282,16 +287,16 @@ BROWSE_TIMEOUT_SECONDS = 10.0
 
 @queue_command.command("browse")
 @click.argument("destination")
-@click.option("--count", "-n", type=click.IntRange(1, MAX_BROWSE_LIMIT), default=DEFAULT_BROWSE_LIMIT, show_default=True,
-              help="Show at most this many messages (the first ones, in queue order).")
+@click.option("--count", "-n", type=click.IntRange(1, MAX_BROWSE_LIMIT), default=DEFAULT_BROWSE_LIMIT,
+              show_default=True, help="Show at most this many messages (the first ones, in queue order).")
 @click.option("--selector", metavar="SQL92", help="Only messages this JMS selector matches, e.g. \"color = 'red'\".")
 @click.option("--show-headers", "show_headers", is_flag=True, help="Print each message's headers before its body.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per message (headers, body).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=BROWSE_TIMEOUT_SECONDS, show_default=True,
               help="Seconds for the broker to send the copies.")
 @_common_options
-def browse_command(destination: str, count: int, selector: str | None, show_headers: bool, as_json: bool, timeout: float,
-                   url: str | None, config_path: str | None, connect_timeout: float) -> None:
+def browse_command(destination: str, count: int, selector: str | None, show_headers: bool, as_json: bool,
+                   timeout: float, url: str | None, config_path: str | None, connect_timeout: float) -> None:
     """Show the messages waiting in the queue DESTINATION without consuming them (a STOMP
     queue browser: no ACK, no delivery count, nothing leaves the queue). Messages handed to a
     consumer and not yet acknowledged are not waiting, so they are not shown."""

@@ -1,7 +1,8 @@
-"""Requests to the supervisor of `raftmq up`. Restart requests: how `raftmq restart --rolling` asks the supervisor of `raftmq up` (the
-nodes' parent, the only one that can start them again as its children) to restart one node.
-A request is an empty file `<state dir>/restart-requests/<group>@<node>` (neither name may hold an "@"); the supervisor
-removes it once the node runs again (raftmq.ops.supervisor)."""
+"""Requests to the supervisor of `raftmq up`. Restart requests: how `raftmq restart --rolling`
+asks the supervisor of `raftmq up` (the nodes' parent, the only one that can start them again as
+its children) to restart one node.
+A request is an empty file `<state dir>/restart-requests/<group>@<node>` (neither name may hold
+an "@"); the supervisor removes it once the node runs again (raftmq.ops.supervisor)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ class NodeAddress:
     last_exit: str | None = None  # how the node last ended, e.g. "was killed by SIGKILL at 12:00:01"
 
 
-def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS, access: AdminAccess | None = None) -> dict[str, Any] | None:
+def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS,
+                 access: AdminAccess | None = None) -> dict[str, Any] | None:
     """A node's `/status` as a dict, or None when it does not answer (or answers garbage, or
     refuses the login). `admin`: "host:port", or "https://host:port"; `access`: the CA and
     login (default: from the environment, `AdminAccess.from_environment`)."""
@@ -117,7 +118,8 @@ def held(status: dict[str, Any]) -> int:
     """Messages a group's leader still holds: every destination's ready and in-flight ones
     (its store-and-forward queues' too)."""
     destinations = _dict(_dict(status.get("broker")).get("destinations"))
-    return sum(int(d.get("depth") or 0) + int(d.get("in_flight") or 0) for d in destinations.values() if isinstance(d, dict))
+    return sum(int(d.get("depth") or 0) + int(d.get("in_flight") or 0)
+               for d in destinations.values() if isinstance(d, dict))
 
 
 def drain_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -136,7 +138,8 @@ def drain_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _node_row(node: NodeAddress, status: dict[str, Any] | None, leader_commit: int | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": node.id, "client": node.client, "admin": node.admin, "pid": node.pid, "up": status is not None}
+    row: dict[str, Any] = {"id": node.id, "client": node.client, "admin": node.admin, "pid": node.pid,
+                           "up": status is not None}
     if node.restarts or node.last_exit:  # what `raftmq up`'s supervisor saw (its state file)
         row.update(restarts=node.restarts, last_exit=node.last_exit)
     if status is None:
@@ -206,7 +209,8 @@ def _nodes_table(group: dict[str, Any]) -> Table:
     table = new_table(title)
     numeric = ("term", "commit", "applied", "lag", "conns")
     for column in ("node", "role", "health", "term", "commit", "applied", "lag", "conns"):
-        table.add_column(column, justify="right" if column in numeric else "left", min_width=6 if column == "role" else None)
+        table.add_column(column, justify="right" if column in numeric else "left",
+                         min_width=6 if column == "role" else None)
     # An address cut to "127.0.0.…" is useless: narrower consoles squeeze the other columns.
     table.add_column("client", no_wrap=True, min_width=max((len(row["client"]) for row in group["nodes"]), default=6))
     table.add_column("pid", justify="right")
@@ -241,7 +245,8 @@ def _drain_line(group: dict[str, Any]) -> Text:
     to = ", ".join(drain["to"]) or "every group it reaches"
     left = "" if drain["left"] is None else f", {drain['left']} left"
     if drain["state"] == "drained":
-        text = f"group {group['name']} is DRAINED to {to}: {drain['moved']} moved, nothing left; it turns every client away (stop it, or `raftmq group drain {group['name']} --cancel`)"
+        text = (f"group {group['name']} is DRAINED to {to}: {drain['moved']} moved, nothing left; "
+                f"it turns every client away (stop it, or `raftmq group drain {group['name']} --cancel`)")
     else:
         text = f"group {group['name']} is DRAINING to {to}: {drain['moved']} moved{left}; it turns every client away"
     return Text(text, style=DRAIN_STYLE)

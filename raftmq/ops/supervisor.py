@@ -218,7 +218,8 @@ class Supervisor:
                 self._report(f"{key[0]}/{key[1]}: cannot start it ({exc})")
                 return
             self.children[process.pid] = process
-            node = NodeProcess(key[0], key[1], str(spec.get("client", "")), str(spec.get("raft", "")), str(spec.get("admin", "")),
+            node = NodeProcess(key[0], key[1], str(spec.get("client", "")), str(spec.get("raft", "")),
+                               str(spec.get("admin", "")),
                                process.pid, process_start_time(process.pid) or 0, argv, str(log_path))
             self.state = self.state.with_node(node)
             write_state(self.state)
@@ -261,9 +262,11 @@ class Supervisor:
             delay = self.policy.delay(len(recent))
             self._due[key] = now + delay
             state = RESTARTING
-            decision = f"restarting in {delay:g} s (restart {len(recent) + 1} of at most {self.policy.max_restarts} within {self.policy.window_s:g} s)"
+            decision = (f"restarting in {delay:g} s (restart {len(recent) + 1} of at most "
+                        f"{self.policy.max_restarts} within {self.policy.window_s:g} s)")
         self._update(replace(node, state=state, last_exit=last_exit))
-        self._report(f"{node.group}/{node.id} (pid {node.pid}) {how}; last log line: {last_log_line(Path(node.log))}; {decision}")
+        self._report(f"{node.group}/{node.id} (pid {node.pid}) {how}; "
+                     f"last log line: {last_log_line(Path(node.log))}; {decision}")
 
     def _restart(self, node: NodeProcess) -> None:
         key = (node.group, node.id)
@@ -281,7 +284,8 @@ class Supervisor:
                 clear_restart_request(Path(self.state.state_dir), key)
             else:
                 self._recent.setdefault(key, collections.deque()).append(self._clock())
-            started = replace(node, pid=process.pid, start_time=process_start_time(process.pid) or 0, restarts=restarts, state=RUNNING)
+            started = replace(node, pid=process.pid, start_time=process_start_time(process.pid) or 0,
+                              restarts=restarts, state=RUNNING)
             self._update(started)
         self._report(f"{node.group}/{node.id} restarted as pid {process.pid} (restart {restarts})")
 

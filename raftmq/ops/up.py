@@ -119,7 +119,8 @@ def start_detached(
     log_path = topology.state_dir / SUPERVISOR_LOG
     argv = [python, "-m", "raftmq", "up", "--supervise", *forwarded, "--timeout", f"{timeout:g}"]
     with open(log_path, "ab") as log:
-        supervisor = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        supervisor = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
     try:
         deadline = time.monotonic() + timeout + SUPERVISOR_START_SLACK_SECONDS
         while True:

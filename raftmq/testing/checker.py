@@ -313,7 +313,8 @@ class Checker:
                 raise Violation(f"{key} delivered to {where} while in flight with {self.holders[key]}")
             count = self.counts[key] = self.counts.get(key, 0) + 1
         if effect.delivery_count != count or effect.redelivered != (count > 1):
-            raise Violation(f"{key} delivery {count} reported as count {effect.delivery_count}, redelivered {effect.redelivered}")
+            raise Violation(f"{key} delivery {count} reported as count {effect.delivery_count}, "
+                            f"redelivered {effect.redelivered}")
         if message.expires and message.expires <= command.now:
             raise Violation(f"{key} delivered at {command.now} though it expired at {message.expires}")
         record = self.sent.get(message.body)
@@ -359,5 +360,6 @@ class Checker:
             checked += 1
             if record.consumed or record.in_flight or body in where:
                 continue
-            raise Violation(f"acknowledged SEND lost: {body!r} to {record.destination} is neither consumed, in flight nor stored")
+            raise Violation(f"acknowledged SEND lost: {body!r} to {record.destination} "
+                            "is neither consumed, in flight nor stored")
         return checked

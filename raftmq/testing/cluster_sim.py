@@ -112,8 +112,8 @@ class SimBridge:
             return False
         forward = self.in_transit.pop(index % len(self.in_transit))
         for _ in range(2 if repeat else 1):
-            self.cluster.apply(self.target, Send(self.link_session, forward.destination, user_block(forward.headers), forward.body,
-                                                 self.cluster.now))
+            self.cluster.apply(self.target, Send(self.link_session, forward.destination, user_block(forward.headers),
+                                                 forward.body, self.cluster.now))
         if forward.session == self.generation:
             self.to_ack.append(forward)
         return True
@@ -142,7 +142,8 @@ class SimBridge:
         self.cluster.position += 1
         advert = routing.advert_for(self.target, self.cluster.position)
         self.cluster.apply(self.target, Send(self.link_session, CONTROL_DESTINATION,
-                                             block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", self.cluster.now))
+                                             block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"",
+                                             self.cluster.now))
         self.adverts += 1
 
 
@@ -158,7 +159,8 @@ class BrokenBridge(SimBridge):
 
 class SimCluster:
     def __init__(self, groups: list[str], links: list[tuple[str, str]], policy: str = "ON_DEMAND", max_hops: int = 1,
-                 redistribution_delay_ms: int = 500, window: int = 5, bridge_class: type[SimBridge] = SimBridge) -> None:
+                 redistribution_delay_ms: int = 500, window: int = 5,
+                 bridge_class: type[SimBridge] = SimBridge) -> None:
         self.now = 1_000_000
         self.position = 0
         self.window = window

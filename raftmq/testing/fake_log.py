@@ -172,7 +172,8 @@ class Replica:
             try:
                 out = broker.apply(command)
             except Exception as error:
-                raise Divergence(f"{self.name}: the core raised {type(error).__name__}: {error} on {command!r}") from error
+                raise Divergence(f"{self.name}: the core raised {type(error).__name__}: {error} "
+                                 f"on {command!r}") from error
             effects.append(out)
             records.append([effect_record(effect) for effect in out])
         self.applied += 1

@@ -79,8 +79,9 @@ class Result:
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {self.steps} steps, {self.commands} commands, {self.sends} sends "
-            f"({self.retries} retried, {self.duplicates} duplicates), {self.deliveries} deliveries, {self.crashes} crashes, "
-            f"{self.restarts} restarts ({self.peer_installs} from a peer's snapshot), {self.snapshots} snapshots"
+            f"({self.retries} retried, {self.duplicates} duplicates), {self.deliveries} deliveries, "
+            f"{self.crashes} crashes, {self.restarts} restarts ({self.peer_installs} from a peer's snapshot), "
+            f"{self.snapshots} snapshots"
         )
 
 
@@ -164,7 +165,8 @@ def _audit(log: FakeLog, checker: Checker, now: int) -> int:
         if isinstance(command, Browse):
             stored[command.destination] = [e.message.body for e in out if isinstance(e, Deliver)]
             if any(isinstance(e, BrowseEnd) and e.truncated for e in out):
-                raise Violation(f"the audit could not see all of {command.destination} (over {MAX_BROWSE_LIMIT} messages)")
+                raise Violation(f"the audit could not see all of {command.destination} "
+                                f"(over {MAX_BROWSE_LIMIT} messages)")
     audited = checker.audit(stored)
     log.restart_all()
     log.replay_from_scratch()

@@ -260,7 +260,8 @@ class Workload:
                 durable_name = name
         client.subs[sub_id] = SubInfo(destination, ack, durable_name)
         receipt = client.next_id("r") if rng.random() < 0.5 else None
-        return [Subscribe(client.session, sub_id, destination, now, ack, selector, prefetch, exclusive, durable_name, receipt)]
+        return [Subscribe(client.session, sub_id, destination, now, ack, selector, prefetch, exclusive, durable_name,
+                          receipt)]
 
     def _unsubscribe(self, client: SimClient, now: int) -> list[Command]:
         rng = self.rng
