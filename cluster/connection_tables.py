@@ -91,7 +91,8 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
     for a, b in links:
         for group in (a, b):
             if group not in known_groups:
-                table.fail("links" if members is None else "groups", f"names {group!r}, which is no group of this topology "
+                table.fail("links" if members is None else "groups",
+                           f"names {group!r}, which is no group of this topology "
                            f"(groups: {', '.join(known_groups)})")
     policy = raw.get("message_load_balancing", ON_DEMAND)
     if policy not in LOAD_BALANCING:
@@ -119,7 +120,8 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
         address=address,
         message_load_balancing=str(policy),
         max_hops=table.integer("max_hops", 1, 0),
-        redistribution_delay_ms=table.integer("redistribution_delay_ms", DEFAULT_REDISTRIBUTION_DELAY_MS, 0, minus_one=True),
+        redistribution_delay_ms=table.integer("redistribution_delay_ms", DEFAULT_REDISTRIBUTION_DELAY_MS, 0,
+                                              minus_one=True),
         use_duplicate_detection=duplicate_detection,
         retry=retry,
         confirmation_window=table.integer("confirmation_window", 1000, 1),
@@ -146,7 +148,8 @@ def _links(table: Table, members: list[str] | None, links: Any) -> tuple[tuple[s
             pairs = set(itertools.pairwise(members))
     elif isinstance(links, list):
         for pair in links:
-            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(g, str) for g in pair)) or pair[0] == pair[1]:
+            if (not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(g, str) for g in pair))
+                    or pair[0] == pair[1]):
                 table.fail("links", f"must hold [group, group] pairs of two different groups, got {pair!r}")
             if members is not None and not set(pair) <= set(members):
                 table.fail("links", f"links {pair!r}, not among groups {members!r}")

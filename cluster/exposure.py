@@ -42,9 +42,9 @@ def check_exposure(group: GroupConfig, node_id: str, source: str) -> None:
         return
     if is_loopback(bind or split_address(member.admin)[0]):
         return
-    missing = [name for name, present in (("[tls] (cert_file, key_file)", security.tls is not None),
-                                          ("logins ([[user]] tables)", security.authentication and bool(security.users)))
-               if not present]
+    protections = (("[tls] (cert_file, key_file)", security.tls is not None),
+                   ("logins ([[user]] tables)", security.authentication and bool(security.users)))
+    missing = [name for name, present in protections if not present]
     if missing:
         raise ConfigError(
             f"{source}: node {node_id}: admin = {member.admin!r}{where} is off loopback, so the admin port needs "

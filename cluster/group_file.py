@@ -108,7 +108,8 @@ def single_node_group(config: NodeConfig, data_dir: str | None = None) -> GroupC
     """The one-member group a durable single node runs as: its files in <data_dir>/<name>/."""
     if not NODE_ID_PATTERN.match(config.name):
         raise ConfigError(f"node.name {config.name!r}: use letters, digits, '_', '.', '-' (it names a directory)")
-    member = GroupMember(id=config.name, client=f"{config.host}:{config.port}", raft=SOLO_RAFT_ADDRESS, admin=config.admin)
+    member = GroupMember(id=config.name, client=f"{config.host}:{config.port}", raft=SOLO_RAFT_ADDRESS,
+                         admin=config.admin)
     return GroupConfig(name=config.name, data_dir=data_dir or config.data_dir, members=(member,), server=config)
 
 
@@ -132,7 +133,8 @@ def load_group_config(path: str | Path, *, require_password: bool = True) -> Gro
     raw = read_toml(path)
     unknown = sorted(set(raw) - set(_GROUP_SECTIONS))
     if unknown:
-        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} (expected one of: {', '.join(_GROUP_SECTIONS)})")
+        raise ConfigError(f"{path}: unknown table or key {unknown[0]!r} "
+                          f"(expected one of: {', '.join(_GROUP_SECTIONS)})")
     for name, value in raw.items():
         if name not in ("node", *SECURITY_TABLES) and not isinstance(value, dict):
             raise ConfigError(f"{path}: {name!r} must be a table ([{name}])")
@@ -164,7 +166,8 @@ def load_group_config(path: str | Path, *, require_password: bool = True) -> Gro
     for key in (*_MEMBER_SERVER_KEYS, *_SINGLE_NODE_KEYS, "limits", "core", "security"):
         if key in server_table:
             where = ("each [[node]] (id, client, admin)" if key in _MEMBER_SERVER_KEYS
-                     else "[group] data_dir (a group is always durable)" if key in _SINGLE_NODE_KEYS else f"a [{key}] table")
+                     else "[group] data_dir (a group is always durable)" if key in _SINGLE_NODE_KEYS
+                     else f"a [{key}] table")
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
     limits = build_dataclass(Limits, raw.get("limits", {}), path, "limits")
     core = load_core(raw.get("core", {}), path)
@@ -219,7 +222,8 @@ def _member(table: dict[str, Any], path: Path, prefix: str) -> GroupMember:
             raise ConfigError(f"{path}: {prefix}.{key} is required")
     member: GroupMember = build_dataclass(GroupMember, table, path, prefix)
     if not NODE_ID_PATTERN.match(member.id):
-        raise ConfigError(f"{path}: {prefix}.id {member.id!r}: use letters, digits, '_', '.', '-' (it names a directory)")
+        raise ConfigError(f"{path}: {prefix}.id {member.id!r}: use letters, digits, '_', '.', '-' "
+                          "(it names a directory)")
     for key in ("client", "raft", "admin"):
         value = getattr(member, key)
         if value is not None:
@@ -249,16 +253,22 @@ def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
 def _check_timings(raft: RaftTimings, path: Path) -> None:
     rules = [
         (raft.tick_period_ms > 0, "raft.tick_period_ms must be positive"),
-        (raft.append_entries_period_ms >= raft.tick_period_ms, "raft.append_entries_period_ms must be at least raft.tick_period_ms"),
+        (raft.append_entries_period_ms >= raft.tick_period_ms,
+         "raft.append_entries_period_ms must be at least raft.tick_period_ms"),
         (raft.election_timeout_min_ms > raft.append_entries_period_ms,
-         "raft.election_timeout_min_ms must exceed raft.append_entries_period_ms (heart-beats keep followers from electing)"),
-        (raft.election_timeout_max_ms > raft.election_timeout_min_ms, "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms"),
+         "raft.election_timeout_min_ms must exceed raft.append_entries_period_ms "
+         "(heart-beats keep followers from electing)"),
+        (raft.election_timeout_max_ms > raft.election_timeout_min_ms,
+         "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms"),
         (raft.max_entry_bytes > 0, "raft.max_entry_bytes must be positive"),
-        (raft.max_entry_bytes < raft.append_entries_batch_bytes, "raft.max_entry_bytes must be below raft.append_entries_batch_bytes"),
+        (raft.max_entry_bytes < raft.append_entries_batch_bytes,
+         "raft.max_entry_bytes must be below raft.append_entries_batch_bytes"),
         (raft.max_in_flight_entries > 0, "raft.max_in_flight_entries must be positive"),
-        (0 <= raft.settle_wait_ms <= raft.tick_period_ms, "raft.settle_wait_ms must be between 0 and raft.tick_period_ms"),
+        (0 <= raft.settle_wait_ms <= raft.tick_period_ms,
+         "raft.settle_wait_ms must be between 0 and raft.tick_period_ms"),
         (raft.entry_format in (1, 2, 3), f"raft.entry_format must be 1, 2 or 3, got {raft.entry_format!r}"),
-        (raft.commit_timeout_ms > 0 and raft.snapshot_timeout_ms > 0, "raft.commit_timeout_ms and raft.snapshot_timeout_ms must be positive"),
+        (raft.commit_timeout_ms > 0 and raft.snapshot_timeout_ms > 0,
+         "raft.commit_timeout_ms and raft.snapshot_timeout_ms must be positive"),
     ]
     for ok, message in rules:
         if not ok:

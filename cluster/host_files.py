@@ -51,7 +51,8 @@ def find_member(topology: Topology, node: str, group: str | None = None) -> str:
     owners = [g.name for g, member in topology.members() if member.id == node and (group is None or g.name == group)]
     if not owners:
         known = ", ".join(f"{g.name}/{m.id}" for g, m in topology.members())
-        raise ConfigError(f"{topology.source}: no node {node!r}{f' in group {group!r}' if group else ''} (nodes: {known})")
+        raise ConfigError(f"{topology.source}: no node {node!r}{f' in group {group!r}' if group else ''} "
+                          f"(nodes: {known})")
     if len(owners) > 1:
         raise ConfigError(f"{topology.source}: node {node!r} is in groups {', '.join(owners)}: say which with --group")
     return owners[0]

@@ -113,7 +113,8 @@ def _compile(name: str, options: _Options, edges: set[tuple[str, str]],
              openers: set[tuple[str, str]]) -> list[ClusterConnection]:
     links = tuple(sorted({(min(a, b), max(a, b)) for a, b in edges}))
     common: dict[str, Any] = dict(
-        links=links, forwards=tuple(sorted(edges)), openers=tuple(sorted(openers)), max_hops=options.message_ttl, consumer_ttl=options.consumer_ttl,
+        links=links, forwards=tuple(sorted(edges)), openers=tuple(sorted(openers)), max_hops=options.message_ttl,
+        consumer_ttl=options.consumer_ttl,
         conduit_subscriptions=options.conduit, prefer_local=options.prefer_local, dynamic_only=options.dynamic_only,
         use_duplicate_detection=True, retry=options.retry, confirmation_window=options.prefetch,
         cluster_user=options.user, cluster_password=options.password,
@@ -213,7 +214,8 @@ def _destinations(table: Table, key: str) -> tuple[str, ...]:
         table.fail(key, f'must be a list of destinations like "queue://orders.>", got {value!r}')
     items = []
     for item in value:
-        for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/"), ("/queue/", "/queue/"), ("/topic/", "/topic/")):
+        for prefix, kind in (("queue://", "/queue/"), ("topic://", "/topic/"), ("/queue/", "/queue/"),
+                             ("/topic/", "/topic/")):
             if item.startswith(prefix):
                 normalised = kind + item[len(prefix):]
                 break

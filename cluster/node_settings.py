@@ -47,6 +47,6 @@ def with_cluster(config: GroupConfig, config_path: str | Path, topology_path: st
         return config
     server = config.server
     core = dataclasses.replace(server.core, cluster=view)
-    return dataclasses.replace(config, server=dataclasses.replace(server, core=core, cluster_peers=peers,
-                                                                  cluster_broadcast=topology.broadcast_groups,
-                                                                  cluster_group_clients=tuple(m.client for m in config.members)))
+    return dataclasses.replace(config, server=dataclasses.replace(
+        server, core=core, cluster_peers=peers, cluster_broadcast=topology.broadcast_groups,
+        cluster_group_clients=tuple(m.client for m in config.members)))

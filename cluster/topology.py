@@ -95,7 +95,8 @@ class RestartPolicy:
         return float(min(self.backoff_ms / 1000 * 2**recent_restarts, MAX_BACKOFF_SECONDS))
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "max_restarts": self.max_restarts, "window_s": self.window_s, "backoff_ms": self.backoff_ms}
+        return {"mode": self.mode, "max_restarts": self.max_restarts, "window_s": self.window_s,
+                "backoff_ms": self.backoff_ms}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RestartPolicy:
@@ -154,7 +155,8 @@ def group_file_text(config: GroupConfig) -> str:
     lines = ["# Written by `raftmq up` for its built-in default topology.", "[group]",
              f"name = {value(config.name)}", f"data_dir = {value(config.data_dir)}"]
     for member in config.members:
-        lines += ["", "[[node]]", f"id = {value(member.id)}", f"client = {value(member.client)}", f"raft = {value(member.raft)}"]
+        lines += ["", "[[node]]", f"id = {value(member.id)}", f"client = {value(member.client)}",
+                  f"raft = {value(member.raft)}"]
         if member.admin is not None:
             lines.append(f"admin = {value(member.admin)}")
     return "\n".join(lines) + "\n"
@@ -187,7 +189,8 @@ def load_topology(path: str | Path) -> Topology:
     elif "topology" in raw or "group" in raw:
         topology = _load_topology_file(path, raw)
     else:
-        raise ConfigError(f"{path}: neither a topology ([topology] and [[group]] tables) nor a group file ([[node]] tables)")
+        raise ConfigError(f"{path}: neither a topology ([topology] and [[group]] tables) "
+                          "nor a group file ([[node]] tables)")
     check_topology(topology)
     return topology
 
@@ -230,10 +233,12 @@ def _load_topology_file(path: Path, raw: dict[str, Any]) -> Topology:
     broadcast = parse_broadcast_groups(path, raw.get("broadcast_group", []))
     discovery = {group.name: group for group in parse_discovery_groups(path, raw.get("discovery_group", []))}
     if "cluster_connection" in raw:
-        connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups), discovery)
+        connections = parse_cluster_connections(path, raw["cluster_connection"], tuple(g.name for g in groups),
+                                                discovery)
     if "network_connector" in raw:
         members = {g.name: tuple(member.client for member in g.config.members) for g in groups}
-        connections += parse_network_connectors(path, raw["network_connector"], members, tuple(c.name for c in connections))
+        connections += parse_network_connectors(path, raw["network_connector"], members,
+                                                tuple(c.name for c in connections))
     return Topology(name, state_dir, tuple(groups), path, restart, connections, broadcast)
 
 
@@ -241,12 +246,15 @@ def _restart_policy(path: Path, table: dict[str, Any]) -> RestartPolicy:
     default = RestartPolicy()
     mode = table.get("restart", default.mode)
     if mode not in RESTART_MODES:
-        raise ConfigError(f"{path}: topology.restart must be one of {', '.join(repr(m) for m in RESTART_MODES)}, got {mode!r}")
+        raise ConfigError(f"{path}: topology.restart must be one of {', '.join(repr(m) for m in RESTART_MODES)}, "
+                          f"got {mode!r}")
 
     def number(key: str, fallback: float, kind: type, minimum: float) -> Any:
         value = table.get(key, fallback)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-            raise ConfigError(f"{path}: topology.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (kind is int and not isinstance(value, int))):
+            raise ConfigError(f"{path}: topology.{key} must be {'an integer' if kind is int else 'a number'}, "
+                              f"got {value!r}")
         if value < minimum:
             raise ConfigError(f"{path}: topology.{key} must be at least {minimum:g}, got {value!r}")
         return kind(value)
@@ -276,7 +284,8 @@ def check_topology(topology: Topology) -> None:
         data_dirs[data_dir] = group.name
         for member in group.config.members:
             if member.admin is None:
-                raise ConfigError(f"{group.config_path}: node {member.id} has no admin address (raftmq up reads each node's /status)")
+                raise ConfigError(f"{group.config_path}: node {member.id} has no admin address "
+                                  "(raftmq up reads each node's /status)")
             for kind in ("client", "raft", "admin"):
                 address = split_address(getattr(member, kind))
                 label = f"{group.name}/{member.id} {kind}"
