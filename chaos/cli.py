@@ -48,14 +48,19 @@ def list_command() -> None:
               help="cross-group needs a cluster (--preset symmetric, chain or symmetric-lite).")
 @click.option("--nemesis", "nemesis", default="kill", show_default=True,
               help=f"A comma list of {', '.join(NEMESES)}, 'all', or 'none'.")
-@click.option("--target", "target", default="", help=f"Whom faults may hit: a '|' or comma list of {', '.join(TARGETS)} "
-              "(default: each nemesis's own choice).")
-@click.option("--time-limit", type=click.FloatRange(1, None), default=30.0, show_default=True, help="Seconds of faults and load.")
-@click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True, help="Sends per second, in all.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Producers (and consumers).")
+@click.option("--target", "target", default="",
+              help=f"Whom faults may hit: a '|' or comma list of {', '.join(TARGETS)} "
+                   "(default: each nemesis's own choice).")
+@click.option("--time-limit", type=click.FloatRange(1, None), default=30.0, show_default=True,
+              help="Seconds of faults and load.")
+@click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True,
+              help="Sends per second, in all.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Producers (and consumers).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same faults and values.")
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
-@click.option("--backlog", is_flag=True, help="Consumers wait for the drain: everything sent stays queued through the faults.")
+@click.option("--backlog", is_flag=True,
+              help="Consumers wait for the drain: everything sent stays queued through the faults.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 def run_command(preset: str, topology: str | None, workload: str, nemesis: str, target: str, time_limit: float,
                 rate: float, concurrency: int, seed: int, out: str, backlog: bool, as_json: bool) -> None:
@@ -66,13 +71,14 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     names = list(NEMESES) if nemesis == "all" else [] if nemesis == "none" else [n.strip() for n in nemesis.split(",")]
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
-        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--nemesis")
+        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})",
+                                 param_hint="--nemesis")
     targets = tuple(t.strip() for t in target.replace(",", "|").split("|") if t.strip()) or TARGETS
     wrong = [t for t in targets if t not in TARGETS]
     if wrong:
         raise click.BadParameter(f"unknown target {wrong[0]!r} (known: {', '.join(TARGETS)})", param_hint="--target")
-    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out), targets,
-                         backlog)
+    options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out),
+                         targets, backlog)
     if nemesis == "all" and group_count(options) < 2:  # every nemesis that can strike one group
         options = dataclasses.replace(options, nemeses=tuple(n for n in names if n != "drain"))
     usable(options)
@@ -81,8 +87,9 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
 
         def show(progress: Progress) -> None:
             counts = progress.counts
-            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  ok {counts.get('ok', 0)}  fail {counts.get('fail', 0)}"
-                        f"  info {counts.get('info', 0)}  received {counts.get('receive', 0)}")
+            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  ok {counts.get('ok', 0)}"
+                        f"  fail {counts.get('fail', 0)}  info {counts.get('info', 0)}"
+                        f"  received {counts.get('receive', 0)}")
             if progress.fault:
                 line.append(f"  fault: {progress.fault}", style="bold red")
             live.update(line)
@@ -116,8 +123,8 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
 @click.option("--rate", type=click.FloatRange(0.1, None), default=50.0, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
-def matrix_command(preset: str, topology: str | None, workload: str, scenarios: str, seeds: int, first_seed: int, time_limit: float,
-                   rate: float, concurrency: int, out: str) -> None:
+def matrix_command(preset: str, topology: str | None, workload: str, scenarios: str, seeds: int, first_seed: int,
+                   time_limit: float, rate: float, concurrency: int, out: str) -> None:
     """Every scenario × seed as one run each, then one summary table (and matrix-<time>.json in
     --out). Exit status 0 only when every run is valid."""
     rows = []
@@ -163,14 +170,15 @@ def row_of(run_dir: Path) -> dict[str, Any]:
     scenario = "+".join(options["nemeses"]) + ("" if set(targets) == set(TARGETS) else "@" + "|".join(targets))
     results = run_dir / "results.json"
     if not results.exists():
-        return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, "valid": False, "error": "no results"}
+        return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, "valid": False,
+                "error": "no results"}
     return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, **json.loads(results.read_text())}
 
 
 def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     table = Table(title=title, title_justify="left")
-    columns: tuple[str, ...] = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates", "unexpected",
-                                "unavailable_max_s", "valid")
+    columns: tuple[str, ...] = ("scenario", "seed", "attempted", "acknowledged", "lost", "stored_duplicates",
+                                "unexpected", "unavailable_max_s", "valid")
     if any("stale_plain" in row for row in rows):  # stale runs among them: their own verdict's counts
         columns = (*columns[:-1], "terms", "stale_plain", "stale_own", "valid")
     for column in columns:
@@ -187,7 +195,8 @@ def scenario_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names = tuple(n.strip() for n in nemeses.split("+"))
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
-        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})", param_hint="--scenarios")
+        raise click.BadParameter(f"unknown nemesis {unknown[0]!r} (known: {', '.join(NEMESES)})",
+                                 param_hint="--scenarios")
     chosen = tuple(t.strip() for t in targets.split("|")) if targets else TARGETS
     wrong = [t for t in chosen if t not in TARGETS]
     if wrong:

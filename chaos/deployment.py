@@ -70,7 +70,8 @@ class Deployment:
             if topology.cluster_connections and topology.source is not None:
                 argv += ("--topology", str(topology.source.resolve()))
             member_dir = workdir / group.config.member_dir(member.id)
-            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", argv, workdir / "logs", member_dir)
+            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", argv, workdir / "logs",
+                                member_dir)
             self.nodes[handle.key] = handle
 
     # -- processes ------------------------------------------------------------------------------
@@ -82,7 +83,8 @@ class Deployment:
                 continue
             node.starts += 1
             node.member_dir.mkdir(parents=True, exist_ok=True)
-            node.proc = processes.spawn(node.prefix + node.argv, node.log, cwd=self.workdir, new_session=True, env=node.env)
+            node.proc = processes.spawn(node.prefix + node.argv, node.log, cwd=self.workdir, new_session=True,
+                                        env=node.env)
             node.pids.append(node.proc.pid)
             node.paused = False
         if wait:

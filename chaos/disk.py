@@ -99,7 +99,8 @@ class SmallDisk:
         if any(self.mountpoint.iterdir()):
             # Mounting over files would hide them from the node (and from us at cleanup).
             raise DiskUnavailable(f"{self.mountpoint} is not empty")
-        result = _run(["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes},mode=0755", FS_NAME, str(self.mountpoint)])
+        result = _run(["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes},mode=0755", FS_NAME,
+                       str(self.mountpoint)])
         if result.returncode != 0:
             raise DiskUnavailable(f"mount of a {self.size_bytes}-byte tmpfs at {self.mountpoint} failed: "
                                   f"{result.stderr.strip()}")

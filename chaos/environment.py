@@ -41,7 +41,8 @@ def requirements(nemeses: Iterable[str]) -> list[str]:
     chosen = set(nemeses)
     problems = []
     checks: tuple[tuple[str, Callable[[], str | None]], ...] = (
-        ("partition", netns.available), ("membership-partition", netns.available), ("packet", functools.partial(netns.available, packet_faults=True)),
+        ("partition", netns.available), ("membership-partition", netns.available),
+        ("packet", functools.partial(netns.available, packet_faults=True)),
         ("power-loss", lazyfs.available), ("clock", clock.available), ("disk-full", disk.available),
         ("starve", cpu_fault.usable))
     for nemesis, check in checks:
@@ -95,7 +96,8 @@ class Environment:
                 small.mount()
                 self.disks[key] = small
             if "power-loss" in self.nemeses:
-                backing = (self.disks[key].mountpoint / "backing") if key in self.disks else self.run_dir / "lazyfs" / name
+                backing = ((self.disks[key].mountpoint / "backing") if key in self.disks
+                           else self.run_dir / "lazyfs" / name)
                 fs = lazyfs.LazyFS(backing, data, self.run_dir / "logs" / f"lazyfs-{name}.log")
                 fs.mount()
                 self.lazy[key] = fs

@@ -116,7 +116,8 @@ def packet_params(rng: random.Random) -> dict[str, Any]:
         return {"loss_pct": float(rng.randrange(5, 40))}
     if kind == "duplicate":
         return {"duplicate_pct": float(rng.randrange(10, 60))}
-    return {"delay_ms": rng.randrange(10, 60), "jitter_ms": rng.randrange(5, 30), "reorder_pct": float(rng.randrange(10, 50))}
+    return {"delay_ms": rng.randrange(10, 60), "jitter_ms": rng.randrange(5, 30),
+            "reorder_pct": float(rng.randrange(10, 50))}
 
 
 def clock_change(rng: random.Random) -> dict[str, Any]:

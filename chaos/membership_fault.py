@@ -64,7 +64,8 @@ def commit_change(deployment: Deployment, key: str, op: str, timeout: float = CH
         if leader is not None:
             host, port = split_address(deployment.nodes[leader].admin)
             try:
-                code, answer = post_membership(host, port, change, secret, timeout=max(1.0, deadline - time.monotonic()))
+                code, answer = post_membership(host, port, change, secret,
+                                               timeout=max(1.0, deadline - time.monotonic()))
                 last = f"{leader}: HTTP {code} {answer.get('error', '')}"
                 if code == 200:
                     return list(answer.get("members", []))
@@ -102,7 +103,8 @@ def rejoin(deployment: Deployment, key: str, set_aside: Callable[[str], Any]) ->
     while members is None and time.monotonic() < deadline:
         members = members_of(deployment, deployment.nodes[key].group)
     if members is None:  # whether it is still a member is unknown: never empty it on a guess
-        raise RuntimeError(f"no leader within {CHANGE_TIMEOUT_SECONDS:g} s to tell whether {key} is still a member; left as it is")
+        raise RuntimeError(f"no leader within {CHANGE_TIMEOUT_SECONDS:g} s to tell whether {key} is still a member; "
+                           "left as it is")
     if raft_address(deployment, key) in members:
         deployment.start([key], wait=True)  # a no-op unless it is down
         return {"still_member": key, "members": members}

@@ -83,7 +83,8 @@ class Nemesis:
         self.history.record(NEMESIS, INVOKE, fault.nemesis, value)
         kind = KINDS.get(fault.nemesis)
         if kind is None:
-            self.history.record(NEMESIS, FAIL, fault.nemesis, value, error=f"ValueError: unknown nemesis {fault.nemesis!r}")
+            self.history.record(NEMESIS, FAIL, fault.nemesis, value,
+                                error=f"ValueError: unknown nemesis {fault.nemesis!r}")
             return
         strike = self._struck = kind(deployment, self.environment, group, hit, random.Random(fault.pick))
         try:
@@ -117,4 +118,5 @@ class Nemesis:
             return
         for key, refusal in details.get("detected", {}).items():  # damage a node refused to start on
             self.detected.append({"node": key, "refusal": refusal})
-        self.history.record(NEMESIS, INFO if details.get("detected") else OK, "heal", {"nodes": hit, "of": kind, **details})
+        self.history.record(NEMESIS, INFO if details.get("detected") else OK, "heal",
+                            {"nodes": hit, "of": kind, **details})

@@ -74,7 +74,8 @@ def move_members(text: str, moved: dict[str, str]) -> str:
     client address moved."""
     data = json.loads(text)
     groups = data.get("groups", {}) if isinstance(data, dict) else {}
-    data["groups"] = {name: [moved.get(address, address) for address in addresses] for name, addresses in groups.items()}
+    data["groups"] = {name: [moved.get(address, address) for address in addresses]
+                      for name, addresses in groups.items()}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -118,7 +119,8 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
                 if old is None:
                     continue
                 if text.count(f'"{old}"') != 1:
-                    raise ConfigError(f"{path}: address {old} of {group.name}/{member.id} must appear exactly once to be moved")
+                    raise ConfigError(f"{path}: address {old} of {group.name}/{member.id} must appear exactly once "
+                                      "to be moved")
                 text = text.replace(f'"{old}"', f'"{replacement}"')
             moved[member.client] = new[0]
             if member.admin is None:  # the nemeses read /status: every node gets an admin port
@@ -136,5 +138,6 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
         for connection_file in _discovery_files(source):
             relative = connection_file.relative_to(source.parent.resolve())
             (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            (target / relative).write_text(move_members(connection_file.read_text(encoding="utf-8"), moved), encoding="utf-8")
+            (target / relative).write_text(move_members(connection_file.read_text(encoding="utf-8"), moved),
+                                           encoding="utf-8")
     return load_topology(target / source.name)

@@ -70,8 +70,8 @@ def write_report(path: Path, title: str, ops: list[Op], result: QueueResult) -> 
                            subplot_titles=("send (or transaction) latency (ms, log scale), by outcome", "per second"))
     for outcome, (xs, ys) in points.items():
         if xs:
-            figure.add_scatter(x=xs, y=ys, mode="markers", name=f"send {outcome}", marker={"size": 4, "color": COLOURS[outcome]},
-                               row=1, col=1)
+            figure.add_scatter(x=xs, y=ys, mode="markers", name=f"send {outcome}",
+                               marker={"size": 4, "color": COLOURS[outcome]}, row=1, col=1)
     seconds = list(range(0, max([*sent, *received, 0]) + 1))
     figure.add_scatter(x=seconds, y=[sent[s] for s in seconds], mode="lines", name="acknowledged sends/s", row=2, col=1)
     figure.add_scatter(x=seconds, y=[received[s] for s in seconds], mode="lines", name="deliveries/s", row=2, col=1)

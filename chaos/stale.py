@@ -159,7 +159,8 @@ class OwnConsumer:
 
         def on_message(frame: Frame) -> None:
             self.last_delivery = time.monotonic()
-            value = {"value": frame.body.decode(errors="replace"), "term": _term(frame.get(TERM_HEADER)), "plain": False}
+            value = {"value": frame.body.decode(errors="replace"), "term": _term(frame.get(TERM_HEADER)),
+                     "plain": False}
             self.history.record(self.name, OK, "receive", value, node=node_of(client),
                                 redelivered=frame.get("redelivered") == "true")
             loop.call_later(ACK_DELAY_S, ack_quietly, client, frame)

@@ -75,5 +75,6 @@ def check_stale(history: Iterable[Op]) -> StaleResult:
     own = [s for s in stale if not s["plain"]]
     return StaleResult(**{f.name: getattr(base, f.name) for f in dataclasses.fields(QueueResult)},
                        terms=len(terms), stale_plain=len(plain), stale_own=len(own),
-                       stale_seen_plain=sum(1 for s in plain if s["seen"]), stale_seen_own=sum(1 for s in own if s["seen"]),
+                       stale_seen_plain=sum(1 for s in plain if s["seen"]),
+                       stale_seen_own=sum(1 for s in own if s["seen"]),
                        dropped_by_term=dropped, stale_deliveries=stale[:SAMPLE])
