@@ -51,20 +51,24 @@ def unexpected(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame
     never_sent = received.join(invoked, ["run", "value"], "left_anti")
     failed_read = received.join(failed, ["run", "value"], "left_semi")
     stored = (messages(ref).join(history_runs(runs), "run", "left_semi")
-              .where((F.col("kind") == "client") & F.col("value").isNotNull() & F.col("destination").startswith("/queue/"))
+              .where((F.col("kind") == "client") & F.col("value").isNotNull()
+                     & F.col("destination").startswith("/queue/"))
               .join(invoked, ["run", "value"], "left_anti"))
-    return (finding(never_sent, "unexpected", F.col("value"), F.concat(F.lit("received by "), F.col("process"), F.lit(", never sent")))
+    return (finding(never_sent, "unexpected", F.col("value"),
+                    F.concat(F.lit("received by "), F.col("process"), F.lit(", never sent")))
             .unionByName(finding(failed_read, "unexpected", F.col("value"),
                                  F.concat(F.lit("received by "), F.col("process"), F.lit(", its send failed"))))
             .unionByName(finding(stored, "unexpected", F.col("value"),
-                                 F.concat(F.lit("stored as "), F.col("message_id"), F.lit(", never sent")), F.col("group"))))
+                                 F.concat(F.lit("stored as "), F.col("message_id"), F.lit(", never sent")),
+                                 F.col("group"))))
 
 
 def stored_duplicates(ref: DataFrame) -> DataFrame:
     """A producer's duplicate-detection id that reached its end twice (consumed, or waiting at
     the end outside a store-and-forward queue) in one group, or once in each of two groups (a
     bridge that copied instead of moving). Queues only: a topic stores a copy per subscriber."""
-    ends = (consumed(ref).unionByName(waiting(ref).where(~is_sf()).select("run", "group", "store", "message_id", "position"))
+    ends = (consumed(ref)
+            .unionByName(waiting(ref).where(~is_sf()).select("run", "group", "store", "message_id", "position"))
             .join(messages(ref), ["run", "group", "message_id"])
             .where(F.col("dedup_id").isNotNull() & F.col("destination").startswith("/queue/")))
     within = (ends.groupBy("run", "group", "destination", "dedup_id")
@@ -97,12 +101,15 @@ def _outliers(rows: DataFrame, key: list[str], variant: list[str]) -> DataFrame:
     """Rows whose `variant` columns differ from those of most rows sharing `key` (ties: the
     variant of the lowest node), with the majority's variant as `m_<column>`."""
     # Most keys have one variant on every member: find the others first, with one aggregation.
-    disputed = (rows.groupBy(*key).agg(F.count_distinct(*[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in variant])
-                                       .alias("variants")).where("variants > 1").select(*key))
+    disputed = (rows.groupBy(*key)
+                .agg(F.count_distinct(*[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in variant])
+                     .alias("variants"))
+                .where("variants > 1").select(*key))
     rows = rows.join(disputed, key, "left_semi")
     counts = rows.groupBy(*key, *variant).agg(F.count("*").alias("n"), F.min("node").alias("first"))
     rank = F.row_number().over(Window.partitionBy(*key).orderBy(F.col("n").desc(), F.col("first")))
-    majority = counts.withColumn("rank", rank).where("rank = 1").select(*key, *[F.col(c).alias(f"m_{c}") for c in variant])
+    majority = (counts.withColumn("rank", rank).where("rank = 1")
+                .select(*key, *[F.col(c).alias(f"m_{c}") for c in variant]))
     joined = rows.join(majority, key)
     differs = F.lit(False)
     for column in variant:
@@ -113,16 +120,18 @@ def _outliers(rows: DataFrame, key: list[str], variant: list[str]) -> DataFrame:
 def divergence(facts: DataFrame, segments: DataFrame) -> DataFrame:
     """Members that disagree on a committed Raft entry (term or content), on a message body
     stored for the same (Raft index, ordinal), or on what their snapshots at one index hold."""
-    entries = facts.where((F.col("fact") == "entry") & F.col("committed")).dropDuplicates(["run", "group", "node", "index"])
+    entries = (facts.where((F.col("fact") == "entry") & F.col("committed"))
+               .dropDuplicates(["run", "group", "node", "index"]))
     bad_entries = _outliers(entries, ["run", "group", "index"], ["term", "digest"])
     bodies = segments.where(F.col("status") == "ok")
     bad_bodies = _outliers(bodies, ["run", "group", "index", "ordinal"], ["term", "digest"])
     # Members' snapshots at one index hold the same messages (an empty one holds none).
-    taken = facts.where((F.col("fact") == "entry") & (F.col("detail") == "snapshot")).select("run", "group", "node", "index")
+    taken = (facts.where((F.col("fact") == "entry") & (F.col("detail") == "snapshot"))
+             .select("run", "group", "node", "index"))
+    message_text = F.concat_ws("|", "store", "message_id", "body_ref", "kind")
     held = (facts.where(F.col("fact") == "snapshot")
             .groupBy("run", "group", "node", "index")
-            .agg(F.sha2(F.array_join(F.array_sort(F.collect_list(F.concat_ws("|", "store", "message_id", "body_ref", "kind"))),
-                                     ","), 256).alias("digest")))
+            .agg(F.sha2(F.array_join(F.array_sort(F.collect_list(message_text)), ","), 256).alias("digest")))
     snapshots = taken.join(held, ["run", "group", "node", "index"], "left").withColumn(
         "digest", F.coalesce("digest", F.lit("empty")))
     bad_snapshots = _outliers(snapshots, ["run", "group", "index"], ["digest"])
@@ -134,7 +143,8 @@ def divergence(facts: DataFrame, segments: DataFrame) -> DataFrame:
                                     "index", "term", "digest", "m_term", "m_digest"), F.col("group"), F.col("node"))
             .unionByName(finding(bad_bodies, "divergence", F.concat_ws(":", "index", "ordinal"),
                                  F.format_string("body %d:%d: digest %s here; most members: %s",
-                                                 "index", "ordinal", "digest", "m_digest"), F.col("group"), F.col("node")))))
+                                                 "index", "ordinal", "digest", "m_digest"),
+                                 F.col("group"), F.col("node")))))
 
 
 def leaders(leader_log: DataFrame, facts: DataFrame) -> DataFrame:
@@ -144,9 +154,11 @@ def leaders(leader_log: DataFrame, facts: DataFrame) -> DataFrame:
               .agg(F.array_sort(F.collect_set("leader")).alias("who")).where(F.size("who") > 1))
     noops = (facts.where((F.col("fact") == "entry") & (F.col("kind") == "noop")).groupBy("run", "group", "term")
              .agg(F.array_sort(F.collect_set("index")).alias("at")).where(F.size("at") > 1))
-    return (finding(claims, "leaders", F.col("term"), F.concat(F.lit("logged as leader: "), F.array_join("who", ", ")), F.col("group"))
+    return (finding(claims, "leaders", F.col("term"), F.concat(F.lit("logged as leader: "), F.array_join("who", ", ")),
+                    F.col("group"))
             .unionByName(finding(noops, "leaders", F.col("term"),
-                                 F.concat(F.lit("a new leader's no-op at indexes "), F.array_join(F.col("at").cast("array<string>"), ", ")),
+                                 F.concat(F.lit("a new leader's no-op at indexes "),
+                                          F.array_join(F.col("at").cast("array<string>"), ", ")),
                                  F.col("group"))))
 
 
@@ -165,11 +177,12 @@ def bridges(ref: DataFrame, runs: DataFrame) -> DataFrame:
         "run", F.col("group").alias("to"), "destination", "digest")
     missing = taken.join(stored, ["run", "to", "destination", "digest"], "left_anti")
     return (finding(stranded, "bridges", F.col("message_id"),
-                    F.concat(F.lit("still in "), F.col("store"), F.lit(" at the end (value "), F.coalesce("value", F.lit("?")), F.lit(")")),
+                    F.concat(F.lit("still in "), F.col("store"), F.lit(" at the end (value "),
+                             F.coalesce("value", F.lit("?")), F.lit(")")),
                     F.col("group"))
             .unionByName(finding(overlong, "bridges", F.col("message_id"),
-                                 F.format_string("arrived over route %s: %d hops, max_hops %d (value %s)", "route", hops,
-                                                 "max_hops", F.coalesce("value", F.lit("?"))),
+                                 F.format_string("arrived over route %s: %d hops, max_hops %d (value %s)",
+                                                 "route", hops, "max_hops", F.coalesce("value", F.lit("?"))),
                                  F.col("group")))
             .unionByName(finding(missing, "bridges", F.col("message_id"),
                                  F.concat(F.lit("forwarded to "), F.col("to"), F.lit(", never stored there (value "),
@@ -193,7 +206,8 @@ def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
     # A value consumed twice (a stored duplicate, another check's finding) is placed by its first copy.
     earliest = Window.partitionBy("run", "value").orderBy("seq", "group", "store")
     where_consumed = (consumed(ref).join(messages(ref), ["run", "group", "message_id"])
-                      .select("run", "group", "store", "value", F.substring_index("message_id", "-", -1).cast("long").alias("seq"))
+                      .select("run", "group", "store", "value",
+                              F.substring_index("message_id", "-", -1).cast("long").alias("seq"))
                       .withColumn("nth", F.row_number().over(earliest)).where("nth = 1").drop("nth"))
     seen = first.join(producers, ["run", "value"]).join(where_consumed, ["run", "value"])
     lane = Window.partitionBy("run", "process", "group", "store", "producer").orderBy("index")
@@ -224,4 +238,5 @@ def files(facts: DataFrame, segments: DataFrame) -> DataFrame:
     bad = facts.where((F.col("fact") == "file") & F.col("detail").contains("corrupt"))
     bad_segments = segments.where(F.col("status") == "corrupt")
     return (finding(bad, "files", F.col("kind"), F.col("detail"), F.col("group"), F.col("node"))
-            .unionByName(finding(bad_segments, "files", F.col("segment"), F.col("detail"), F.col("group"), F.col("node"))))
+            .unionByName(finding(bad_segments, "files", F.col("segment"), F.col("detail"), F.col("group"),
+                                 F.col("node"))))

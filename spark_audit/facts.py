@@ -1,15 +1,22 @@
 """The fact table: one row per thing a member's files show, in one schema for every kind, so
 one pass over a member's files (raftmq_node source) feeds every check.
 
-| fact | one row per | columns besides run, group, node |
-|---|---|---|
-| `entry` | Raft journal record (or a snapshot's last entry) | index, term, kind (regular/noop/other), digest, committed |
-| `enter` | a message arriving in a store | index (of the entry that did it), message_id, store, destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved), count, first |
-| `leave` | a message leaving a store for good | message_id, store, outcome (acked/dead-lettered/expired/taken/discarded), session |
-| `snapshot` | a message a member's snapshot holds (every member that has one) | index (the snapshot's), message_id, store, destination, dedup_id, body_ref, kind (ready/in-flight) |
-| `waiting` | a message in a store at the end (ready or in flight) | message_id, store, destination, dedup_id, value, digest, count |
-| `applied` | member | index (the last entry replayed), term, committed (true when it reached the group's commit index) |
-| `file` | member file read | kind (journal/snapshot/meta/segment), outcome (ok/torn-tail/corrupt), detail |
+Each kind of fact, what it has one row per, and its columns besides run, group and node:
+- `entry`: a Raft journal record (or a snapshot's last entry): index, term, kind
+  (regular/noop/other), digest, committed.
+- `enter`: a message arriving in a store: index (of the entry that did it), message_id, store,
+  destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved),
+  count, first.
+- `leave`: a message leaving a store for good: message_id, store, outcome
+  (acked/dead-lettered/expired/taken/discarded), session.
+- `snapshot`: a message a member's snapshot holds (every member that has one): index (the
+  snapshot's), message_id, store, destination, dedup_id, body_ref, kind (ready/in-flight).
+- `waiting`: a message in a store at the end (ready or in flight): message_id, store,
+  destination, dedup_id, value, digest, count.
+- `applied`: a member: index (the last entry replayed), term, committed (true when it reached
+  the group's commit index).
+- `file`: a member file read: kind (journal/snapshot/meta/segment), outcome
+  (ok/torn-tail/corrupt), detail.
 
 `digest` is a short hash: of a journal record's command bytes for `entry` rows, of the body for
 messages. `value` is the body as text when it is short UTF-8 (the chaos workloads' values), else
@@ -71,5 +78,5 @@ def to_batch(rows: list[tuple[Any, ...]], schema: Any) -> Any:
     import pyarrow as pa
 
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.RecordBatch.from_arrays([pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
-                                      schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)], schema=schema)

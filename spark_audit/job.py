@@ -99,8 +99,8 @@ def run_audit(spark: Any, runs: list[Run], sample: int = SAMPLE_PER_CHECK) -> Au
     for frame in cached:
         frame.unpersist()
     master = spark.conf.get("spark.master", "remote") if hasattr(spark, "conf") else "remote"
-    return AuditResult(verdicts, sorted(kept, key=lambda f: (f["run"], f["check"], str(f["group"]), str(f["node"]), str(f["item"]))),
-                       time.monotonic() - start, master)
+    ordered = sorted(kept, key=lambda f: (f["run"], f["check"], str(f["group"]), str(f["node"]), str(f["item"])))
+    return AuditResult(verdicts, ordered, time.monotonic() - start, master)
 
 
 SHUFFLE_BYTES = 256 * 2**20  # of run files per shuffle partition
@@ -128,7 +128,8 @@ def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
         # Only reference members are replayed (docs/audit.md), so these are each group's own counts.
         F.sum((F.col("fact") == "enter").cast("long")).alias("stored"),
         F.sum(((F.col("fact") == "enter") & F.col("first")).cast("long")).alias("messages"),
-        F.sum(((F.col("fact") == "enter") & F.col("first") & (F.col("kind") == "forward")).cast("long")).alias("forwarded_in"),
+        F.sum(((F.col("fact") == "enter") & F.col("first") & (F.col("kind") == "forward")).cast("long"))
+        .alias("forwarded_in"),
         F.sum(((F.col("fact") == "leave") & F.col("kind").isin("acked", "auto-acked")).cast("long")).alias("consumed"),
         F.countDistinct("group", "node").alias("members"),
         F.sum(((F.col("fact") == "file") & F.col("detail").startswith("torn")).cast("long")).alias("torn_tails"),

@@ -9,10 +9,10 @@ with what clients saw (the chaos history) and with the other members.
 
 The replay hands the core each entry's SENDs with the body references a member's core holds
 (raftmq.core.broker.Broker.begin_entry: their sizes decide byte limits), and the core tells
-it of every message entering or leaving a store (raftmq.core.store_observer). Entries past the group's commit index are listed but not applied (they may never
-have been committed). A file that fails its checks is a `file` row naming the damage; its
-bytes are never read as data, and a member whose snapshot or journal is damaged is not
-replayed (its `applied` row says why).
+it of every message entering or leaving a store (raftmq.core.store_observer). Entries past the
+group's commit index are listed but not applied (they may never have been committed). A file
+that fails its checks is a `file` row naming the damage; its bytes are never read as data, and a
+member whose snapshot or journal is damaged is not replayed (its `applied` row says why).
 """
 
 from __future__ import annotations
@@ -165,7 +165,8 @@ class Replay:
                 replayable = False
             else:
                 records = scan.records
-                outcome = f"torn tail at offset {scan.end} ({len(data) - scan.end} bytes not read)" if scan.torn else JOURNAL
+                outcome = (f"torn tail at offset {scan.end} ({len(data) - scan.end} bytes not read)" if scan.torn
+                           else JOURNAL)
                 self.fact("file", kind="journal", detail=outcome, committed=not scan.torn)
         last = start
         for record in records:
@@ -198,7 +199,8 @@ class Replay:
             with open(path, "rb") as f:
                 last, _previous, _cluster, state_bytes = decode_snapshot(f.read(), path)
             state = msgpack.unpackb(state_bytes, raw=False)
-            self.broker = Broker.restore(state["broker"], self.core, MemberPages(os.path.dirname(os.path.dirname(path))))
+            self.broker = Broker.restore(state["broker"], self.core,
+                                         MemberPages(os.path.dirname(os.path.dirname(path))))
         except (RaftmqError, ValueError, KeyError, TypeError) as exc:
             self.fact("file", kind="snapshot", detail=f"corrupt: {exc}", committed=False)
             self.broker = Broker(self.core)

@@ -36,7 +36,8 @@ def to_json(result: AuditResult) -> dict[str, Any]:
 
 
 def verdict_table(result: AuditResult) -> Table:
-    table = Table(title=f"raftmq audit: {len(result.runs)} run(s), {result.records:,} journal records, {result.seconds:.1f} s")
+    table = Table(title=f"raftmq audit: {len(result.runs)} run(s), {result.records:,} journal records, "
+                        f"{result.seconds:.1f} s")
     table.add_column("run", overflow="fold", min_width=20)
     table.add_column("workload")
     for check in CHECKS:
@@ -86,13 +87,17 @@ def _page(data: dict[str, Any]) -> str:
                           open_=not run["clean"] or len(runs) <= OPEN_RUNS) for run in runs]
     if data["findings"]:
         rows = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(f.get(k) or ''))}</td>" for k in ("run", "check", "group", "node", "item", "detail"))
+            "<tr>" + "".join(f"<td>{html.escape(str(f.get(k) or ''))}</td>"
+                             for k in ("run", "check", "group", "node", "item", "detail"))
             + "</tr>" for f in data["findings"])
-        body.append("<h2>Findings</h2><p>A sample: at most <code>--sample</code> per run and check (audit.json has every count).</p>"
-                    f"<table><tr><th>run</th><th>check</th><th>group</th><th>node</th><th>item</th><th>detail</th></tr>{rows}</table>")
+        body.append("<h2>Findings</h2><p>A sample: at most <code>--sample</code> per run and check "
+                    "(audit.json has every count).</p>"
+                    "<table><tr><th>run</th><th>check</th><th>group</th><th>node</th><th>item</th><th>detail</th></tr>"
+                    f"{rows}</table>")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>raftmq audit: {verdict}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin-bottom:2em}}
-td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}.ok{{background:#e8f6e8}}.bad{{background:#f9d6d5;font-weight:bold}}
+td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}.ok{{background:#e8f6e8}}
+.bad{{background:#f9d6d5;font-weight:bold}}
 .na{{color:#999}}.verdict{{font-size:1.15em}}li{{margin:3px 0}}li.ok{{list-style:'\\2713  ';background:none}}
 li.bad{{list-style:'\\2717  ';color:#b03a2e}}summary{{cursor:pointer;font-size:1.05em}}</style></head><body>
 {chr(10).join(body)}
@@ -111,7 +116,8 @@ def _table(data: dict[str, Any]) -> str:
             style = "na" if n is None else ("ok" if n == 0 else "bad")
             cells.append(f"<td class={style}>{'n/a' if n is None else n}</td>")
         verdict = "<td class=ok>clean</td>" if run["clean"] else "<td class=bad>findings</td>"
-        rows.append(f"<tr><td>{html.escape(run['run'])}</td><td>{html.escape(run['workload'])}</td>{''.join(cells)}{verdict}</tr>")
+        rows.append(f"<tr><td>{html.escape(run['run'])}</td><td>{html.escape(run['workload'])}</td>"
+                    f"{''.join(cells)}{verdict}</tr>")
     return f"<table><tr><th>run</th><th>workload</th>{head}<th>verdict</th></tr>{''.join(rows)}</table>"
 
 
@@ -137,13 +143,16 @@ def _charts(data: dict[str, Any]) -> list[Any]:
     totals = {c: sum(run["counts"][c] or 0 for run in runs) for c in data["checks"]}
     found = {c: n for c, n in totals.items() if n}
     if len(found) > 1:
-        figure = go.Figure(go.Bar(x=[c.replace("_", " ") for c in found], y=list(found.values()), marker_color="#c0392b"))
+        figure = go.Figure(go.Bar(x=[c.replace("_", " ") for c in found], y=list(found.values()),
+                                  marker_color="#c0392b"))
         figure.update_layout(title="findings per check, all runs", height=320, margin={"t": 40, "b": 40})
         charts.append(figure)
     if len(runs) > 1:
         names = [run["run"] for run in runs]
         figure = go.Figure([go.Bar(x=names, y=[run["read"].get("entries", 0) for run in runs], name="Raft entries"),
-                            go.Bar(x=names, y=[run["read"].get("body_records", 0) for run in runs], name="body records")])
-        figure.update_layout(title="journal records read per run", barmode="stack", height=320, margin={"t": 40, "b": 120})
+                            go.Bar(x=names, y=[run["read"].get("body_records", 0) for run in runs],
+                                   name="body records")])
+        figure.update_layout(title="journal records read per run", barmode="stack", height=320,
+                             margin={"t": 40, "b": 120})
         charts.append(figure)
     return charts

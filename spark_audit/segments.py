@@ -72,7 +72,8 @@ def _row(run: str, group: str, node: str, name: str, offset: int, position: int,
     destination = dedup = value = body_digest = None
     if record.kind == KIND_MESSAGE:
         destination, headers, body = decode_payload(record.payload)
-        dedup = next((value for name, value in headers if name == DUPLICATE_ID_HEADER), None) or None  # the first, as the core reads it
+        # The first, as the core reads it.
+        dedup = next((value for name, value in headers if name == DUPLICATE_ID_HEADER), None) or None
         value, body_digest = text_value(body), digest(body)
     elif record.kind == KIND_PAGE:  # paged messages (raftmq.core.paging): members must agree on it too
         body_digest = digest(record.payload)

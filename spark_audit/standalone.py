@@ -116,7 +116,8 @@ class ConnectServer:
     def start(self) -> ConnectServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-        argv = [str(self.home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        argv = [str(self.home / "bin" / "spark-submit"),
+                "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                 "--master", self.master, "--conf", f"spark.connect.grpc.binding.port={self.port}",
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
                 "--conf", f"spark.pyspark.python={sys.executable}"]

@@ -31,9 +31,11 @@ FOUND = {
     "stored_duplicates": ("message stored twice", "messages stored twice"),
     "consumer_duplicates": ("message received twice without the redelivered flag",
                             "messages received twice without the redelivered flag"),
-    "divergence": ("entry, body or snapshot on which a member differs", "entries, bodies or snapshots on which a member differs"),
+    "divergence": ("entry, body or snapshot on which a member differs",
+                   "entries, bodies or snapshots on which a member differs"),
     "leaders": ("term with two leaders", "terms with two leaders"),
-    "bridges": ("message stranded between groups or past max_hops", "messages stranded between groups or past max_hops"),
+    "bridges": ("message stranded between groups or past max_hops",
+                "messages stranded between groups or past max_hops"),
     "order": ("delivery out of the order stored", "deliveries out of the order stored"),
     "conservation": ("message that entered a queue and neither left nor waits there",
                      "messages that entered a queue and neither left nor wait there"),
@@ -50,8 +52,8 @@ def _clean_lines() -> dict[str, Callable[[Read], str]]:
     return {
         "lost": lambda r: (f"every one of the {count(r.get('acked_sends', 0), 'acknowledged send')} was received, "
                            "still waits at the end, or was dead-lettered or expired"),
-        "unexpected": lambda r: (f"each of the {count(r.get('receives', 0), 'receive')}, and each message stored from a "
-                                 "client, is of a value a client sent, whose send did not fail"),
+        "unexpected": lambda r: (f"each of the {count(r.get('receives', 0), 'receive')}, and each message stored "
+                                 "from a client, is of a value a client sent, whose send did not fail"),
         "stored_duplicates": lambda r: (f"no producer's duplicate-detection id reached its end twice among the "
                                         f"{count(r.get('messages', 0), 'message')} stored, in one group or in two"),
         "consumer_duplicates": lambda r: (f"no value among the {count(r.get('receives', 0), 'receive')} was received "
@@ -88,7 +90,8 @@ AMONG = {
     "files": ("segments", "body-journal segment"),
 }
 NAMED = 3  # findings a bad check's sentence names
-PLURAL = {"Raft entry": "Raft entries", "message stored": "messages stored", "arrival in a store": "arrivals in a store"}
+PLURAL = {"Raft entry": "Raft entries", "message stored": "messages stored",
+          "arrival in a store": "arrivals in a store"}
 
 
 def found(check: str, n: int) -> str:
@@ -96,7 +99,8 @@ def found(check: str, n: int) -> str:
     return f"{n:,} {one if n == 1 else many}"
 
 
-def check_line(check: str, n: int | None, read: Read, workload: str, sample: list[dict[str, Any]] | None = None) -> tuple[str, str]:
+def check_line(check: str, n: int | None, read: Read, workload: str,
+               sample: list[dict[str, Any]] | None = None) -> tuple[str, str]:
     """(status, sentence) for one check of one run: `ok`, `bad` or `na`; a bad one names the
     first of its `sample` of findings."""
     if n is None:
@@ -121,8 +125,10 @@ def named_finding(finding: dict[str, Any]) -> str:
 def run_summary(run: dict[str, Any]) -> str:
     r: Read = run["read"]
     read = (f"{run['workload']} workload, {count(r.get('groups', 0), 'group')}, "
-            f"{count(r.get('members', 0), 'member')}: {count(r.get('entries', 0), 'Raft entry', 'Raft entries')} and "
-            f"{count(r.get('body_records', 0), 'body record')} read, {count(r.get('operations', 0), 'client operation')}.")
+            f"{count(r.get('members', 0), 'member')}: "
+            f"{count(r.get('entries', 0), 'Raft entry', 'Raft entries')} and "
+            f"{count(r.get('body_records', 0), 'body record')} read, "
+            f"{count(r.get('operations', 0), 'client operation')}.")
     if run["clean"]:
         return f"Clean. {read}"
     bad = [found(check, n) for check, n in run["counts"].items() if n]

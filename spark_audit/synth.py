@@ -57,7 +57,8 @@ class GroupLog:
         self.entries.append((self.last_index + 1, self.term, None))
 
     def write(self, member: str) -> None:
-        raft = [(index, term, NOOP if commands is None else command_of(commands)) for index, term, commands in self.entries]
+        raft = [(index, term, NOOP if commands is None else command_of(commands))
+                for index, term, commands in self.entries]
         write_entries(member, raft, commit_index=self.last_index)
         write_bodies(member, [(index, term, commands) for index, term, commands in self.entries if commands])
 
@@ -77,10 +78,12 @@ class SynthRun:
 
 
 def _group_file(name: str, members: int, base_port: int, dedup_cache: int) -> str:
-    lines = ["[group]", f'name = "{name}"', f'data_dir = "data/{name}"', "", "[core]", f"dedup_cache_size = {dedup_cache}"]
+    lines = ["[group]", f'name = "{name}"', f'data_dir = "data/{name}"', "", "[core]",
+             f"dedup_cache_size = {dedup_cache}"]
     for i in range(members):
         port = base_port + 3 * i
-        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "127.0.0.1:{port}"', f'raft = "127.0.0.1:{port + 1}"', f'admin = "127.0.0.1:{port + 2}"']
+        lines += ["", "[[node]]", f'id = "n{i + 1}"', f'client = "127.0.0.1:{port}"',
+                  f'raft = "127.0.0.1:{port + 1}"', f'admin = "127.0.0.1:{port + 2}"']
     return "\n".join(lines) + "\n"
 
 
@@ -109,7 +112,8 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
         core = CoreConfig(broker_name=group, dedup_cache_size=dedup_cache)
         log = GroupLog(core)
         now = int(clock * 1000)
-        log.propose([Connect(f"{group}-p{p}", now) for p in range(producers)] + [Connect(f"{group}-c{c}", now) for c in range(consumers)])
+        log.propose([Connect(f"{group}-p{p}", now) for p in range(producers)]
+                    + [Connect(f"{group}-c{c}", now) for c in range(consumers)])
         log.propose([Subscribe(f"{group}-c{c}", "s", QUEUE, now, ACK_CLIENT_INDIVIDUAL) for c in range(consumers)])
         retry_of = f"{group}-p0-{messages // (4 * producers)}" if plant and g == 0 else None
         pending: list[Command] = []
@@ -123,11 +127,13 @@ def make_run(root: Path, name: str, *, groups: int = 3, members: int = 3, messag
                 seq[p] += 1
                 sent += 1
                 chunk.append(Send(f"{group}-p{p}", QUEUE, block_of((("_AMQ_DUPL_ID", value),)), value.encode(), now))
-                history.append({"process": f"{group}-p{p}", "type": "invoke", "f": "send", "value": value, "time": clock})
+                history.append({"process": f"{group}-p{p}", "type": "invoke", "f": "send", "value": value,
+                                "time": clock})
                 history.append({"process": f"{group}-p{p}", "type": "ok", "f": "send", "value": value, "time": clock})
                 if retry_of is not None and sent == messages // 2:
                     # A producer retry past the dedup window: stored (and delivered) twice.
-                    chunk.append(Send(f"{group}-p0", QUEUE, block_of((("_AMQ_DUPL_ID", retry_of),)), retry_of.encode(), now))
+                    chunk.append(Send(f"{group}-p0", QUEUE, block_of((("_AMQ_DUPL_ID", retry_of),)),
+                                      retry_of.encode(), now))
                     planted.append(Planted("stored_duplicates", f"{group}: a retry past the dedup window", [retry_of]))
                     planted.append(Planted("consumer_duplicates", f"{group}: its second delivery", [retry_of]))
             chunk.extend(pending[:batch])
@@ -177,7 +183,8 @@ def _plant_in_files(run: Path, group: str, log: GroupLog) -> list[Planted]:
     from spark_audit.member_files import rewrite_entry
 
     # One member's copy of a committed entry differs: replica divergence.
-    index = next(i for i, _t, commands in log.entries[len(log.entries) // 3:] if commands and any(type(c) is Send for c in commands))
+    index = next(i for i, _t, commands in log.entries[len(log.entries) // 3:]
+                 if commands and any(type(c) is Send for c in commands))
 
     def changed(commands: list[Command]) -> list[Command]:
         first = next(i for i, c in enumerate(commands) if type(c) is Send)
@@ -212,7 +219,8 @@ def _plant_in_history(history: list[dict[str, Any]], rng: random.Random) -> list
     a, b = next((x, y) for x, y in zip(positions, positions[1:], strict=False)
                 if _producer(history[x]["value"]) == _producer(history[y]["value"]))
     lost, duplicated, earlier = history[lost_at]["value"], history[dup_at]["value"], history[a]["value"]
-    history.append({"process": "c0", "type": "ok", "f": "receive", "value": "never-sent-1", "time": history[-1]["time"]})
+    history.append({"process": "c0", "type": "ok", "f": "receive", "value": "never-sent-1",
+                    "time": history[-1]["time"]})
     history.insert(dup_at + 1, dict(history[dup_at]))
     history[a]["value"], history[b]["value"] = history[b]["value"], history[a]["value"]
     del history[lost_at]

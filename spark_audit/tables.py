@@ -58,5 +58,6 @@ def load_tables(spark: Any, runs: list[Run]) -> Tables:
                 F.element_at(parts, -2).alias("member"), "role", "leader", "term", "timestamp")
     )
     run_rows = [(run.name, run.path, run.workload, run.max_hops, len(run.groups), len(run.members)) for run in runs]
-    frame = spark.createDataFrame(run_rows, "run string, path string, workload string, max_hops int, groups int, members int")
+    frame = spark.createDataFrame(
+        run_rows, "run string, path string, workload string, max_hops int, groups int, members int")
     return Tables(facts, segments, history, nemesis, leaders, frame)
