@@ -118,7 +118,8 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="raftmq-cluster-bench."))
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="raftmq-cluster-run."))
-    subprocess.run([*RAFTMQ, "up", "--preset", "symmetric", "--detach"], cwd=work, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*RAFTMQ, "up", "--preset", "symmetric", "--detach"], cwd=work, check=True,
+                   stdout=subprocess.DEVNULL)
     results: dict[str, Any] = {}
     try:
         g1, g3 = url(work, "g1"), url(work, "g3")

@@ -52,7 +52,8 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 RAFTMQ = str(Path(sys.executable).parent / "raftmq")
 PRESET = "symmetric"
 OUT = REPOSITORY / "test-artifacts" / "console-symmetric.png"
-ORDERS, PAYMENTS, ALERTS, INVOICES, DLQ = "/queue/orders", "/queue/payments", "/queue/alerts", "/queue/invoices", "/queue/DLQ"
+ORDERS, PAYMENTS, ALERTS = "/queue/orders", "/queue/payments", "/queue/alerts"
+INVOICES, DLQ = "/queue/invoices", "/queue/DLQ"
 SELECTOR = "severity = 'high'"
 DEAD_LETTERS = 5
 ALERTS_HIGH, ALERTS_LOW = 6, 14
@@ -246,7 +247,9 @@ for (const id of arguments[0]) {
     (row) => Array.from(row.cells).map((c) => c.textContent.trim())) : null;
 }
 const notes = {};
-for (const p of document.querySelectorAll('p.panel-note')) { if (!p.hidden && p.textContent) notes[p.id] = p.textContent; }
+for (const p of document.querySelectorAll('p.panel-note')) {
+  if (!p.hidden && p.textContent) notes[p.id] = p.textContent;
+}
 const dl = {};
 for (const dd of document.querySelectorAll('#overview-summary dd')) dl[dd.dataset.field] = dd.textContent;
 return {tables: out, notes: notes, summary: dl,

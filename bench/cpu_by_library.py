@@ -93,7 +93,8 @@ def main(duration: float, settle: float, sample: float, out: Path | None) -> Non
                                       capture_output=True, text=True, check=False)
             if recorded.returncode != 0:
                 raise click.ClickException(f"perf record failed: {recorded.stderr.strip()[-400:]}")
-            threads = {tid: (pid, f"{node_id} ({roles[node_id]})") for node_id, pid in pids.items() for tid in threads_of(pid)}
+            threads = {tid: (pid, f"{node_id} ({roles[node_id]})") for node_id, pid in pids.items()
+                       for tid in threads_of(pid)}
             bench.communicate(timeout=duration * 4 + 120)
         finally:
             if bench.poll() is None:
@@ -106,7 +107,8 @@ def main(duration: float, settle: float, sample: float, out: Path | None) -> Non
     names = sorted(by_node)
     labels = sorted({label for counts in by_node.values() for label in counts},
                     key=lambda label: -sum(counts.get(label, 0.0) for counts in by_node.values()))
-    print(f"bench: {result['consume_rate']:,.0f} msg/s delivered, lost {result['lost']}, duplicated {result['duplicated']}")
+    print(f"bench: {result['consume_rate']:,.0f} msg/s delivered, lost {result['lost']}, "
+          f"duplicated {result['duplicated']}")
     print(f"share of each node's on-CPU samples by library ({sample:g} s of perf at 999 Hz; {out})")
     print(f"{'':26}" + "".join(f"{name:>16}" for name in names))
     for label in labels:

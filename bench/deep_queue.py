@@ -86,7 +86,8 @@ async def consume_rate(url: str, destination: str, seconds: float, limit: int) -
         await asyncio.sleep(2.0)  # the first prefetch burst is not the steady rate
         start_count, began = count, time.monotonic()
         if count >= limit:
-            print(f"  {destination}: {count:,} taken during the 2 s warm-up; no steady rate (fill more)", file=sys.stderr, flush=True)
+            print(f"  {destination}: {count:,} taken during the 2 s warm-up; no steady rate (fill more)",
+                  file=sys.stderr, flush=True)
             return None
         while time.monotonic() - began < seconds and count < limit:
             await asyncio.sleep(0.05)
@@ -110,10 +111,12 @@ def write_html(result: dict[str, Any], path: Path) -> None:
     figure.add_hline(y=256, line_dash="dash", annotation_text="256 MiB")
     figure.update_layout(title=f"raftmq: RSS per member against waiting {result['size']} B messages (3-member group)",
                          xaxis_title="waiting messages", yaxis_title="RSS (MiB)", width=900, height=500)
-    path.write_text(figure.to_html(include_plotlyjs=True, full_html=True, config={"displayModeBar": False}), encoding="utf-8")
+    path.write_text(figure.to_html(include_plotlyjs=True, full_html=True, config={"displayModeBar": False}),
+                    encoding="utf-8")
 
 
-async def scenario(options: argparse.Namespace, url: str, admins: dict[str, str], config: Path, work: Path) -> dict[str, Any]:
+async def scenario(options: argparse.Namespace, url: str, admins: dict[str, str], config: Path,
+                   work: Path) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     result: dict[str, Any] = {"size": options.size, "core": options.core, "points": [], "fills": []}
     await asyncio.sleep(2.0)
@@ -152,7 +155,8 @@ def main() -> None:
     parser.add_argument("--stall", type=float, default=120.0)
     parser.add_argument("--core", action="append", default=[], metavar="KEY=VALUE",
                         help="a [core] setting for the group file (e.g. page_size=0 to measure without paging)")
-    parser.add_argument("--drain-seconds", type=float, default=30.0, help="consume from the deep queue this long, then from a shallow one")
+    parser.add_argument("--drain-seconds", type=float, default=30.0,
+                        help="consume from the deep queue this long, then from a shallow one")
     parser.add_argument("--shallow", type=int, default=100_000, help="messages in the shallow queue")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
@@ -182,13 +186,16 @@ def main() -> None:
         restart["up_s"] = round(up_s, 2)
         restart["ready_s"] = round(up_s + restart["first_message_s"], 2)
         result["restart"] = restart
-        print(f"  restart: up {up_s:.1f} s, first message {restart['first_message_s']} s later", file=sys.stderr, flush=True)
+        print(f"  restart: up {up_s:.1f} s, first message {restart['first_message_s']} s later",
+              file=sys.stderr, flush=True)
         if options.drain_seconds:
             deep = asyncio.run(consume_rate(url, QUEUE, options.drain_seconds, options.at[-1] - options.shallow))
             asyncio.run(fill_to(url, options.shallow, options, SHALLOW))
             shallow = asyncio.run(consume_rate(url, SHALLOW, options.drain_seconds, options.shallow - 1000))
-            result["dispatch"] = {"deep_waiting": options.at[-1], "deep_msg_per_s": None if deep is None else round(deep),
-                                  "shallow_waiting": options.shallow, "shallow_msg_per_s": None if shallow is None else round(shallow)}
+            result["dispatch"] = {"deep_waiting": options.at[-1],
+                                  "deep_msg_per_s": None if deep is None else round(deep),
+                                  "shallow_waiting": options.shallow,
+                                  "shallow_msg_per_s": None if shallow is None else round(shallow)}
     finally:
         stop_group(state_dir, 120)
     if options.json is not None:
@@ -196,9 +203,9 @@ def main() -> None:
     if options.html is not None:
         write_html(result, options.html)
         if options.png is not None:
-            subprocess.run(["chromium", "--headless", "--no-sandbox", "--hide-scrollbars", f"--screenshot={options.png}",
-                            "--window-size=920,520", options.html.resolve().as_uri()], check=False, capture_output=True,
-                           timeout=120)
+            subprocess.run(["chromium", "--headless", "--no-sandbox", "--hide-scrollbars",
+                            f"--screenshot={options.png}", "--window-size=920,520", options.html.resolve().as_uri()],
+                           check=False, capture_output=True, timeout=120)
     print(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -115,7 +115,8 @@ async def scenario(options: argparse.Namespace, groups: dict[str, list[str]]) ->
     twice = sorted(name for name, count in got.items() if count > 1)
     return {
         "messages": options.messages, "size": options.size, "load_s": round(loaded, 1), "drain_s": round(seconds, 1),
-        "drain_exit": drained.returncode, "drain_last_line": (drained.stdout or drained.stderr).strip().splitlines()[-1:],
+        "drain_exit": drained.returncode,
+        "drain_last_line": (drained.stdout or drained.stderr).strip().splitlines()[-1:],
         "produced_during": sum(len(s) for s in sent.values()), "producer_errors": len(errors),
         "lost": len(expected - set(got)), "stored_twice": len([n for n in twice if n not in redelivered]),
         "redelivered_twice": len([n for n in twice if n in redelivered]), "twice_sample": twice[:10],

@@ -32,7 +32,8 @@ from bench.node_group import NodeGroup, install_signal_handlers
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # logs keep whole tables
 # Reconnect fast and keep trying: a kill must cost an election, not the client's back-off.
-CLIENT_OPTIONS = "randomize=false&initialReconnectDelay=10&maxReconnectDelay=100&maxReconnectAttempts=-1&connectTimeout=2000&timeout=30000"
+CLIENT_OPTIONS = ("randomize=false&initialReconnectDelay=10&maxReconnectDelay=100&maxReconnectAttempts=-1"
+                  "&connectTimeout=2000&timeout=30000")
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -154,7 +155,8 @@ async def _run(group: NodeGroup, args: dict[str, Any]) -> dict[str, Any]:
 
 def _render(report: dict[str, Any]) -> None:
     kills = Table(title="kill -9 of the leader", title_justify="left")
-    for column in ("#", "killed", "on it", "reconnect ms", "resume ms", "resent", "elections", "new leader", "rejoin s"):
+    for column in ("#", "killed", "on it", "reconnect ms", "resume ms", "resent", "elections", "new leader",
+                   "rejoin s"):
         kills.add_column(column, justify="right")
     for row in report["kills"]:
         kills.add_row(str(row["kill"]), row["killed"], "yes" if row["producer_was_on_leader"] else "[red]no[/]",
@@ -224,7 +226,8 @@ def main(kills: int, window: int, steady_receipts: int, step_timeout: float, dra
         except Exception:
             console.print(f"[red]stopped early; config, logs and data kept in {group.root}[/]")
             raise
-    report["settings"] = {**args, "size": 1024, "persistent": True, "config": "configs/group.toml (addresses and data_dir replaced)"}
+    report["settings"] = {**args, "size": 1024, "persistent": True,
+                          "config": "configs/group.toml (addresses and data_dir replaced)"}
     report["argv"] = sys.argv
     _render(report)
     if json_path:

@@ -119,7 +119,8 @@ class FailoverProducer:
         self.stats.receipt_times.append(now)
         watch = self.watch
         client = self.client
-        if watch is not None and watch.resumed_at is None and client is not None and client.connection_number > watch.generation:
+        if (watch is not None and watch.resumed_at is None and client is not None
+                and client.connection_number > watch.generation):
             watch.resumed_at = now
             watch.fired.set()
 

@@ -110,19 +110,20 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(f"{'run':<48} {'fault':<10} {'old':<6} {'new':<6} {'elections':>9} {'leaderless ms':>13} "
-          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'farewells':>9} {'resumed':>7} {'ended':>5} {'handed over':>11} "
-          f"{'unknown':>7}")
+          f"{'receipt gap ms':>14} {'not-the-leader':>14} {'farewells':>9} {'resumed':>7} {'ended':>5} "
+          f"{'handed over':>11} {'unknown':>7}")
     for row in rows:
         print(f"{row['run'][:48]:<48} {row['fault']:<10} {row['old']:<6} {row['new'] or '-':<6} "
               f"{row['elections'] if row['elections'] is not None else '-':>9} {row['leaderless_ms'] or 0:>13} "
-              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['farewells']:>9} {row['resumed']:>7} {row['ended']:>5} "
-              f"{row['handed_over']:>11} {row['unknown']:>7}")
+              f"{row['receipt_gap_ms'] or '-':>14} {row['not_the_leader']:>14} {row['farewells']:>9} "
+              f"{row['resumed']:>7} {row['ended']:>5} {row['handed_over']:>11} {row['unknown']:>7}")
     gaps = [row["receipt_gap_ms"] for row in rows if row["receipt_gap_ms"] is not None]
     if rows:
         print(f"\n{len(rows)} hand-overs; one election in {sum(1 for r in rows if r['elections'] == 1)}; "
               f"leaderless max {max((r['leaderless_ms'] or 0) for r in rows)} ms; receipt gap median "
               f"{statistics.median(gaps) if gaps else '-'} ms, max {max(gaps) if gaps else '-'} ms; "
-              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}, farewells {sum(r['farewells'] for r in rows)} "
+              f"not-the-leader ERRORs {sum(r['not_the_leader'] for r in rows)}, "
+              f"farewells {sum(r['farewells'] for r in rows)} "
               f"of which resumed by their client {sum(r['resumed'] for r in rows)}, sessions ended "
               f"{sum(r['ended'] for r in rows)}; sessions handed over "
               f"{sum(r['handed_over'] for r in rows)}; unknown SENDs {sum(r['unknown'] for r in rows)}")

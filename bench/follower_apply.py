@@ -43,8 +43,10 @@ def entries(count: int, now: int) -> list[bytes]:
     """Encoded Raft entries carrying `count` messages: connects, subscribes, then SENDs and the
     ACKs of what the previous entry delivered, each connection's commands its own batch."""
     leader = Broker(CoreConfig())
-    setup: list[Command] = [Connect(f"p{i}", now) for i in range(PRODUCERS)] + [Connect(f"c{i}", now) for i in range(CONSUMERS)]
-    setup += [Subscribe(f"c{i}", "s", "/queue/bench", now, ack="client-individual", prefetch=100) for i in range(CONSUMERS)]
+    setup: list[Command] = [Connect(f"p{i}", now) for i in range(PRODUCERS)]
+    setup += [Connect(f"c{i}", now) for i in range(CONSUMERS)]
+    setup += [Subscribe(f"c{i}", "s", "/queue/bench", now, ack="client-individual", prefetch=100)
+              for i in range(CONSUMERS)]
     for command in setup:
         leader.apply(command)
     out = [encode_entry([encode_rows(setup)])]
@@ -57,7 +59,8 @@ def entries(count: int, now: int) -> list[bytes]:
             producer = f"p{seq % PRODUCERS}"
             headers = (("persistent", "true"), ("bench-run", "r1"), ("bench-producer", producer),
                        ("bench-seq", str(seq)), ("bench-ts", str(now)))
-            by_session.setdefault(producer, []).append(Send(producer, "/queue/bench", block_of(headers), bodies[seq % PRODUCERS], now, receipt=f"r{seq}"))
+            send = Send(producer, "/queue/bench", block_of(headers), bodies[seq % PRODUCERS], now, receipt=f"r{seq}")
+            by_session.setdefault(producer, []).append(send)
             seq += 1
         for ack in acks:
             by_session.setdefault(ack.session, []).append(ack)

@@ -80,10 +80,12 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hand-over-bench")
     parser.add_argument("--count", type=int, default=20, help="hand-overs")
     parser.add_argument("--rate", type=float, default=200.0, help="SENDs per second per producer")
-    parser.add_argument("--pairs", type=int, default=1, help="producer/consumer pairs, each on a queue of its own (4: 4P x 4C)")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="producer/consumer pairs, each on a queue of its own (4: 4P x 4C)")
     parser.add_argument("--every", type=float, default=3.0, help="seconds between hand-overs")
     parser.add_argument("--relayed", action="store_true",
-                        help="clients ask for no redirect: they stay on the first member (n1), relayed when it does not lead")
+                        help="clients ask for no redirect: they stay on the first member (n1), "
+                             "relayed when it does not lead")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     options.dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +97,8 @@ def main() -> None:
         state = read_state(options.dir / ".raftmq")
         assert state is not None
         admins = [node.admin for node in state.nodes]
-        group = load_group_config(options.dir / ".raftmq" / "g1.toml") if (options.dir / ".raftmq" / "g1.toml").exists() else None
+        group_file = options.dir / ".raftmq" / "g1.toml"
+        group = load_group_config(group_file) if group_file.exists() else None
         data_dir = options.dir / (group.data_dir if group else ".raftmq/g1")
         secret = group_secret(None, data_dir)
         url = "failover:(" + ",".join(f"stomp://{node.client}" for node in state.nodes) + ")?randomize=false"
@@ -123,12 +126,14 @@ def main() -> None:
                 time.sleep(POLL_SECONDS)
             seen = time.monotonic()
             time.sleep(options.every)
-            rounds.append({"code": code, "handed_over": answer.get("handed_over"), "request_ms": round((asked - began) * 1000, 1),
+            window = (began - 0.5, seen + 1.0)
+            rounds.append({"code": code, "handed_over": answer.get("handed_over"),
+                           "request_ms": round((asked - began) * 1000, 1),
                            "hand_over_ms": round((seen - began) * 1000, 1), "term_before": term,
                            "term_after": None if new is None else new[1],
-                           "receipt_gap_ms": max(round(longest_gap(list(c.receipted.values()), began - 0.5, seen + 1.0) * 1000, 1)
+                           "receipt_gap_ms": max(round(longest_gap(list(c.receipted.values()), *window) * 1000, 1)
                                                  for c in clients),
-                           "delivery_gap_ms": max(round(longest_gap([t for _, t in c.received], began - 0.5, seen + 1.0) * 1000, 1)
+                           "delivery_gap_ms": max(round(longest_gap([t for _, t in c.received], *window) * 1000, 1)
                                                   for c in clients)})
         stop_clients(clients, futures, loop)
     finally:
@@ -144,7 +149,8 @@ def main() -> None:
         "receipt_gap_ms_max": max(r["receipt_gap_ms"] for r in rounds),
         "delivery_gap_ms_max": max(r["delivery_gap_ms"] for r in rounds),
         "sent": len(receipted), "lost": len(receipted - set(received)),
-        "redelivered": len(received) - len(set(received)), "flagged_redelivered": sum(len(c.redelivered) for c in clients),
+        "redelivered": len(received) - len(set(received)),
+        "flagged_redelivered": sum(len(c.redelivered) for c in clients),
         "client_errors": sum(len(c.errors) for c in clients), **server_events(options.dir),
         "rounds": rounds,
     }

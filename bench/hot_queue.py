@@ -83,12 +83,14 @@ def line(r: dict[str, Any]) -> str:
     batches = sum(r.get("batches", {}).values())
     received = max(1, int(r.get("received", 0)))
     return (f"{r['case']:<14} e2e {r['consume_rate']:8.0f} msg/s  delivered {r.get('received', 0):>8}  "
-            f"node CPU {r['node_cpu_us_per_msg']:7.1f} µs/msg  forwarded {moved:>7} ({100 * moved / received:4.1f} %, {batches} batches)  "
+            f"node CPU {r['node_cpu_us_per_msg']:7.1f} µs/msg  "
+            f"forwarded {moved:>7} ({100 * moved / received:4.1f} %, {batches} batches)  "
             f"lost {r.get('lost')} dup {r.get('duplicated')} errors {r.get('errors')}")
 
 
 def up(work: Path, preset: str | None) -> None:
-    subprocess.run([*RAFTMQ, "up", "--detach", *_selection(work, preset)], cwd=work, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*RAFTMQ, "up", "--detach", *_selection(work, preset)], cwd=work, check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def down(work: Path, preset: str | None) -> None:
@@ -117,7 +119,8 @@ def with_policy(work: Path, policy: str) -> None:
 
 
 
-def run_symmetric(args: argparse.Namespace, out: Path, wanted: Any, duration: list[str], results: dict[str, Any]) -> None:
+def run_symmetric(args: argparse.Namespace, out: Path, wanted: Any, duration: list[str],
+                  results: dict[str, Any]) -> None:
     """The cases on the symmetric preset's nine nodes."""
     work = Path(tempfile.mkdtemp(prefix="raftmq-hot-symmetric."))
     if args.policy is not None:
@@ -139,7 +142,8 @@ def run_symmetric(args: argparse.Namespace, out: Path, wanted: Any, duration: li
         ]
         for name, case_args in cases:
             if wanted(name):
-                results[name] = run_case(work, out, name, [*case_args, "--destination", f"/queue/hot-{name.split()[0]}-{int(time.time())}"])
+                destination = f"/queue/hot-{name.split()[0]}-{int(time.time())}"
+                results[name] = run_case(work, out, name, [*case_args, "--destination", destination])
                 print(line(results[name]), flush=True)
     finally:
         down(work, "symmetric")
@@ -151,7 +155,8 @@ def main() -> int:
     parser.add_argument("--slow-messages", type=int, default=20_000, help="messages of the slow-consumer cases")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
-    parser.add_argument("--policy", default=None, help="the three groups' message_load_balancing (default: the preset's)")
+    parser.add_argument("--policy", default=None,
+                        help="the three groups' message_load_balancing (default: the preset's)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="raftmq-hot-queue."))
     out.mkdir(parents=True, exist_ok=True)

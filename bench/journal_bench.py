@@ -64,7 +64,8 @@ def run_shape(directory: str, records_per_batch: int, record_bytes: int, seconds
         f"{records_per_batch:>5} x {record_bytes:>6} B  "
         f"{batches / elapsed:>8.0f} batches/s  {batches * records_per_batch / elapsed:>10.0f} records/s  "
         f"{payload_mb / elapsed:>7.1f} MB/s payload  {disk_mb / elapsed:>7.1f} MB/s disk  "
-        f"append+fsync p50 {statistics.median(latencies) * 1e3:.2f} ms  p99 {latencies[int(batches * 0.99)] * 1e3:.2f} ms"
+        f"append+fsync p50 {statistics.median(latencies) * 1e3:.2f} ms  "
+        f"p99 {latencies[int(batches * 0.99)] * 1e3:.2f} ms"
     )
 
     sample = refs[-min(len(refs), 5000):]
@@ -88,7 +89,8 @@ def main() -> None:
         records_per_batch, record_bytes = (int(part) for part in shape.lower().split("x"))
         directory = tempfile.mkdtemp(prefix="journal-bench-", dir=args.dir)
         try:
-            run_shape(os.path.join(directory, "journal"), records_per_batch, record_bytes, args.seconds, args.compressible)
+            run_shape(os.path.join(directory, "journal"), records_per_batch, record_bytes, args.seconds,
+                      args.compressible)
         finally:
             shutil.rmtree(directory)
 

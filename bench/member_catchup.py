@@ -71,14 +71,16 @@ def group_file_text(data_dir: Path, ports: list[int], size: int = 3) -> str:
 def endpoints(ports: list[int]) -> tuple[dict[str, str], str]:
     """The members' admin addresses and a failover URL over their client ports."""
     admins = {f"n{i + 1}": f"127.0.0.1:{ports[3 * i + 2]}" for i in range(len(ports) // 3)}
-    url = "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(len(ports) // 3)) + ")?randomize=false"
+    url = ("failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(len(ports) // 3))
+           + ")?randomize=false")
     return admins, url
 
 
 def up_detached(config: Path, work: Path, timeout: float) -> float:
     """`raftmq up --detach` the group; the seconds it took (its nodes serve once it returns)."""
     began = time.monotonic()
-    up = raftmq("up", "--detach", "--config", str(config), "--timeout", str(int(timeout)), cwd=work, timeout=timeout + 300)
+    up = raftmq("up", "--detach", "--config", str(config), "--timeout", str(int(timeout)), cwd=work,
+                timeout=timeout + 300)
     if up.returncode != 0:
         raise SystemExit(f"raftmq up failed: {up.stdout}{up.stderr}")
     return time.monotonic() - began
@@ -298,8 +300,8 @@ def wait_applied(admins: dict[str, str], timeout: float) -> tuple[str, int]:
 
 def add_node(argv: tuple[str, ...], cwd: Path, timeout: float) -> tuple[int, list[tuple[float, str]]]:
     """Run `raftmq group add-node`, each output line stamped with when it came (monotonic)."""
-    process = subprocess.Popen([sys.executable, "-m", "raftmq", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=cwd)
+    process = subprocess.Popen([sys.executable, "-m", "raftmq", *argv], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=cwd)
     lines: list[tuple[float, str]] = []
     try:
         assert process.stdout is not None
@@ -325,7 +327,8 @@ class Watch:
     @staticmethod
     def sample(found: dict[str, Any] | None) -> dict[str, Any]:
         if found is None:
-            return {"applied_index": -1, "raft_last_applied": -1, "depth": None, "missing_indexes": None, "body_bytes": None}
+            return {"applied_index": -1, "raft_last_applied": -1, "depth": None, "missing_indexes": None,
+                    "body_bytes": None}
         return {"applied_index": int(found.get("applied_index", -1)),
                 "raft_last_applied": int(found.get("raft", {}).get("last_applied", -1)),
                 "depth": depth(found), "missing_indexes": found.get("bodies", {}).get("missing_indexes"),
@@ -390,11 +393,13 @@ def group_evidence(data_dir: Path, admins: dict[str, str]) -> dict[str, Any]:
                 samples.append(json.dumps(entry)[:700])
         pid = found.get("pid") if found else pids.get(node)
         nodes[node] = {
-            "status": None if found is None else {k: found.get(k) for k in ("role", "term", "applied_index", "commit_index")}
-            | {"depth": depth(found)},
+            "status": None if found is None else (
+                {k: found.get(k) for k in ("role", "term", "applied_index", "commit_index")}
+                | {"depth": depth(found)}),
             "rss": rss_bytes(int(pid)) if pid else None,
             "leader_changes": events.get("raft.leader_changed", 0), "leader_lost": events.get("raft.leader_lost", 0),
-            "snapshot_failed": events.get("raft.snapshot_failed", 0), "first_snapshot_failed": first.get("raft.snapshot_failed"),
+            "snapshot_failed": events.get("raft.snapshot_failed", 0),
+            "first_snapshot_failed": first.get("raft.snapshot_failed"),
             "gc_pauses_500ms_plus": len(slow_gc), "gc_pause_max_ms": max(slow_gc, default=0.0),
             "log_samples": samples,
         }
@@ -406,7 +411,8 @@ def node_log_evidence(member_dir: Path, limit: int = 40) -> list[str]:
     for name in ("node.log", "raftmq.log.jsonl"):
         path = member_dir / name
         if path.exists():
-            lines += [f"{name}: {line[:400]}" for line in path.read_text(errors="replace").splitlines() if EVIDENCE.search(line)]
+            lines += [f"{name}: {line[:400]}" for line in path.read_text(errors="replace").splitlines()
+                      if EVIDENCE.search(line)]
     return lines[-limit:]
 
 
@@ -419,7 +425,8 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         drain = Drain(url)
         await drain.start()
     fill = Fill(url, count, options.size, options.producers, options.window, options.stall)
-    print(f"filling {GROUP} with {count:,} messages of {options.size} B ({options.gib:g} GiB) ...", file=sys.stderr, flush=True)
+    print(f"filling {GROUP} with {count:,} messages of {options.size} B ({options.gib:g} GiB) ...",
+          file=sys.stderr, flush=True)
     try:
         fill_s = await fill.run()
     except FillStalled as exc:
@@ -455,8 +462,10 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
     wall_s = returned - began
     output = [text for _t, text in lines]
     committed_at = next((t for t, text in lines if f"{NEW} is a member" in text), None)
-    caught = next((re.search(r"caught up in ([0-9.]+) s", text) for _t, text in lines if f"{GROUP}/{NEW}: caught up" in text), None)
-    total = next((re.search(r"added and caught up in ([0-9.]+) s", text) for _t, text in lines if "added and caught up" in text), None)
+    caught = next((re.search(r"caught up in ([0-9.]+) s", text) for _t, text in lines
+                   if f"{GROUP}/{NEW}: caught up" in text), None)
+    total = next((re.search(r"added and caught up in ([0-9.]+) s", text) for _t, text in lines
+                  if "added and caught up" in text), None)
 
     checks: dict[str, Any] = {}
     at_return: dict[str, Any] = {}
@@ -475,7 +484,8 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
             "note": "n4 reached that commit index within 1 s" if reached else "n4 did not reach it within 1 s"}
         # Then: until n4 really has everything (applied the leader's commit index, the same
         # queue depth, no body missing), or the timeout.
-        print(f"  add-node returned; n4 at that moment: {at_return}; waiting until it really caught up", file=sys.stderr, flush=True)
+        print(f"  add-node returned; n4 at that moment: {at_return}; waiting until it really caught up",
+              file=sys.stderr, flush=True)
         really_at = await loop.run_in_executor(None, watch.wait_caught_up, options.timeout)
         if really_at is not None and committed_at is not None:
             really_s = really_at - committed_at
@@ -498,12 +508,14 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
         began_verify = time.monotonic()
         verified = await loop.run_in_executor(None, lambda: status(new_admin, verify=True, timeout=3600))
         verify = (verified or {}).get("verify")
-        checks["n4_verify_unreadable_0"] = {"ok": verify is not None and verify.get("unreadable") == 0, "verify": verify,
+        checks["n4_verify_unreadable_0"] = {"ok": verify is not None and verify.get("unreadable") == 0,
+                                            "verify": verify,
                                             "seconds": round(time.monotonic() - began_verify, 1)}
         own = status(new_admin)
         checks["n4_body_failures_0"] = {"ok": own is not None and own.get("body_failures") == 0,
                                         "body_failures": None if own is None else own.get("body_failures"),
-                                        "missing_indexes": None if own is None else own.get("bodies", {}).get("missing_indexes")}
+                                        "missing_indexes": (None if own is None
+                                                            else own.get("bodies", {}).get("missing_indexes"))}
     after = {node: status(a) for node, a in admins_all.items()}
     rss = {node: rss_bytes(int(s["pid"])) if s else None for node, s in after.items()}
     new_dir = data_dir / NEW
@@ -511,17 +523,20 @@ async def scenario(options: argparse.Namespace, config: Path, work: Path, url: s
     result: dict[str, Any] = {
         "mode": "consumed" if options.consumed else "waiting",
         "messages": fill.receipted, "size": options.size, "gib": round(fill_bytes / GIB, 3),
-        "fill_s": round(fill_s, 1), "fill_msg_s": round(fill.receipted / fill_s), "fill_mib_s": round(fill_bytes / 2**20 / fill_s, 1),
+        "fill_s": round(fill_s, 1), "fill_msg_s": round(fill.receipted / fill_s),
+        "fill_mib_s": round(fill_bytes / 2**20 / fill_s, 1),
         "fill_errors": len(fill.errors), "fill_error_sample": fill.errors[:3], "settle_s": round(settle_s, 1),
         "leader_before": next((n for n, s in before.items() if s and s.get("role") == "leader"), None),
         "commit_index_before": max((int(s["commit_index"]) for s in before.values() if s), default=None),
         "disk_before": disk_before,
         "add_node_exit": exit_code, "add_node_wall_s": round(wall_s, 1),
-        "catch_up_s": float(caught.group(1)) if caught else None, "add_node_reported_s": float(total.group(1)) if total else None,
+        "catch_up_s": float(caught.group(1)) if caught else None,
+        "add_node_reported_s": float(total.group(1)) if total else None,
         "really_caught_up_s": None if really_s is None else round(really_s, 1),
         "add_node_output": output, "n4_at_return": at_return, "n4_timeline": watch.timeline,
         "n4_disk": disk_bytes(new_dir),
-        "n4_disk_parts": {part.name: disk_bytes(part) for part in sorted(new_dir.iterdir()) if part.is_dir()} if new_dir.exists() else {},
+        "n4_disk_parts": ({part.name: disk_bytes(part) for part in sorted(new_dir.iterdir()) if part.is_dir()}
+                          if new_dir.exists() else {}),
         "rss": rss, "checks": checks,
         "ok": exit_code == 0 and bool(checks) and all(c["ok"] for c in checks.values()),
     }
@@ -542,7 +557,8 @@ def print_summary(result: dict[str, Any]) -> None:
           f"(commit index {result['commit_index_before']:,}, leader {result['leader_before']})")
     print("before add-node, on disk: " + ", ".join(f"{n} {mib(b)}" for n, b in result["disk_before"].items()))
     print(f"add-node: exit {result['add_node_exit']}, wall {result['add_node_wall_s']} s, "
-          f"caught up in {result['catch_up_s']} s from the commit (command's own figure {result['add_node_reported_s']} s)")
+          f"caught up in {result['catch_up_s']} s from the commit "
+          f"(command's own figure {result['add_node_reported_s']} s)")
     for line in result["add_node_output"]:
         print(f"  | {line}")
     if result["n4_at_return"]:
@@ -554,7 +570,8 @@ def print_summary(result: dict[str, Any]) -> None:
     for row in timeline[::step] + ([timeline[-1]] if timeline and (len(timeline) - 1) % step else []):
         print(f"  n4 t={row['t']:>6} s: applied {row['applied_index']}, raft last_applied {row['raft_last_applied']}, "
               f"depth {row['depth']}, missing body indexes {row['missing_indexes']}, body journal {row['body_bytes']}")
-    print(f"n4 on disk: {mib(result['n4_disk'])} (" + ", ".join(f"{k} {mib(v)}" for k, v in result["n4_disk_parts"].items()) + ")")
+    parts = ", ".join(f"{k} {mib(v)}" for k, v in result["n4_disk_parts"].items())
+    print(f"n4 on disk: {mib(result['n4_disk'])} ({parts})")
     print("RSS: " + ", ".join(f"{n} {mib(b) if b else '?'}" for n, b in result["rss"].items()))
     if "under_load" in result:
         load = result["under_load"]

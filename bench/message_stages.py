@@ -149,7 +149,8 @@ class UprobeCounter:
         try:
             self._config = int(TRACEFS_ID.read_text())
         except OSError as exc:
-            raise SystemExit(f"message_stages: cannot read the uprobe's id ({TRACEFS_ID}): {exc}; run as root") from None
+            raise SystemExit(f"message_stages: cannot read the uprobe's id ({TRACEFS_ID}): {exc}; "
+                             "run as root") from None
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._libc.syscall.restype = ctypes.c_long
 
@@ -161,7 +162,8 @@ class UprobeCounter:
                                 ctypes.c_ulong(0))
         if fd < 0:
             err = ctypes.get_errno()
-            raise SystemExit(f"message_stages: perf_event_open of {PROBE_EVENT} failed: {os.strerror(err)} (root needed)")
+            raise SystemExit(f"message_stages: perf_event_open of {PROBE_EVENT} failed: {os.strerror(err)} "
+                             "(root needed)")
         try:
             yield int(fd)
         finally:
@@ -217,7 +219,8 @@ def ensure_probe() -> str:
     made = subprocess.run(["perf", "probe", "-x", libpython(), "-a", "_Py_NewReference"], capture_output=True,
                           text=True, check=False)
     if made.returncode != 0:
-        raise SystemExit(f"message_stages: perf probe -x {libpython()} -a _Py_NewReference failed: {made.stderr.strip()}")
+        raise SystemExit(f"message_stages: perf probe -x {libpython()} -a _Py_NewReference failed: "
+                         f"{made.stderr.strip()}")
     print(f"created the uprobe {PROBE_EVENT} (perf probe -x {libpython()} -a _Py_NewReference)", file=sys.stderr)
     return f"uprobe {PROBE_EVENT} created by this run"
 
@@ -373,7 +376,8 @@ class _Sessions:
         self.consumer = StompSession(host, "c")
         self.setup: list[list[Any]] = []
         connect = _frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "bench")])
-        subscribe = _frame_bytes("SUBSCRIBE", [("id", SUB_ID), ("destination", DESTINATION), ("ack", "client-individual"),
+        subscribe = _frame_bytes("SUBSCRIBE", [("id", SUB_ID), ("destination", DESTINATION),
+                                               ("ack", "client-individual"),
                                                ("activemq.prefetchSize", str(prefetch))])
         for session, data in ((self.producer, connect), (self.consumer, connect), (self.consumer, subscribe)):
             for decision in session.receive(data, NOW_MS):
@@ -493,7 +497,8 @@ def prepare(count: int, entry_size: int = 1) -> Prepared:
     for kind in ("send", "ack"):
         commands_of = _grouped(getattr(prepared, f"{kind}_commands"), entry_size)
         batches_of = _grouped(getattr(prepared, f"{kind}_batches"), entry_size)
-        setattr(prepared, f"{kind}_entry_commands", [[c for commands in group for c in commands] for group in commands_of])
+        setattr(prepared, f"{kind}_entry_commands",
+                [[c for commands in group for c in commands] for group in commands_of])
         setattr(prepared, f"{kind}_entry_batches", batches_of)
         setattr(prepared, f"{kind}_entries", [encode_entry(batches) for batches in batches_of])
     entries = count // entry_size
@@ -755,8 +760,9 @@ REGIONS: dict[str, Factory] = {
 
 
 # Regions whose items are Raft entries (`entry_size` messages each); the rest take a message each.
-ENTRY_REGIONS = frozenset(name for name in REGIONS if name.partition(".")[2] in ("encode_entry", "begin", "begin_end", "core",
-                                                                             "apply", "decode_entry", "decode_batch"))
+ENTRY_REGIONS = frozenset(name for name in REGIONS
+                          if name.partition(".")[2] in ("encode_entry", "begin", "begin_end", "core", "apply",
+                                                        "decode_entry", "decode_batch"))
 
 
 def _messages_per_item(name: str, prepared: Prepared) -> int:
@@ -999,17 +1005,22 @@ USER_HEADERS = 5
 ROWS: list[Row] = [
     Row("leader SEND", "read", "stomp/connection.py:Connection.data_received", "2", reviewed=2),
     Row("leader SEND", "parse", "protocol/codec.py:FrameParser.feed/_parse/_parse_head",
-        f"{_review_parse(SEND_LINES):.0f} (14+5N, N={SEND_LINES})", ("send.parse",), reviewed=_review_parse(SEND_LINES)),
+        f"{_review_parse(SEND_LINES):.0f} (14+5N, N={SEND_LINES})", ("send.parse",),
+        reviewed=_review_parse(SEND_LINES)),
     Row("leader SEND", "decide + translate", "stomp/session.py:StompSession.receive/_frames/_translate, "
-        "stomp/translate.py:FrameTranslator._send (receive minus parse)", "9", ("send.receive",), ("send.parse",), reviewed=9),
+        "stomp/translate.py:FrameTranslator._send (receive minus parse)", "9", ("send.receive",), ("send.parse",),
+        reviewed=9),
     Row("leader SEND", "propose", "stomp/connection.py:_propose_now, replication/raft_log.py:RaftLog.propose",
         "5 (partial, int, callback, Future, queue tuple)", reviewed=5),
     Row("leader SEND", "encode batch", "replication/command_codec.py:encode_rows", "5",
         ("send.encode_batch",), reviewed=5),
-    Row("leader SEND", "entry bookkeeping", "raft_log.py:_pump/_submit, in_flight.py:InFlightEntries.add", "8", reviewed=8),
-    Row("leader SEND", "encode entry", "replication/entry_codec.py:encode_entry", "5", ("send.encode_entry",), reviewed=5),
+    Row("leader SEND", "entry bookkeeping", "raft_log.py:_pump/_submit, in_flight.py:InFlightEntries.add", "8",
+        reviewed=8),
+    Row("leader SEND", "encode entry", "replication/entry_codec.py:encode_entry", "5", ("send.encode_entry",),
+        reviewed=5),
     Row("leader SEND", "Raft", "replication/pysyncobj/* (submit, journal, wire)", "pysyncobj's"),
-    Row("leader SEND", "hand-off", "replication/handoff.py:OrderedHandoff.send x2, raft_log.py:_deliver", "5", reviewed=5),
+    Row("leader SEND", "hand-off", "replication/handoff.py:OrderedHandoff.send x2, raft_log.py:_deliver", "5",
+        reviewed=5),
     Row("leader SEND", "body refs", "replica/bodies.py:BodyStore.begin, storage/payload.py:encode_payload",
         "10 (7 + 3)", ("send.begin",), reviewed=10),
     Row("leader SEND", "core", "core/broker.py:Broker.apply (dispatch.py, message_headers.py)", "13",
@@ -1030,7 +1041,8 @@ ROWS: list[Row] = [
     Row("leader ACK", "decide + translate", "stomp/session.py:StompSession.receive, translate.py:FrameTranslator._ack "
         "(receive minus parse)", "8 (4 + 3 + Ack)", ("ack.receive",), ("ack.parse",), reviewed=8),
     Row("leader ACK", "propose", "stomp/connection.py:_propose_now, raft_log.py:RaftLog.propose", "5", reviewed=5),
-    Row("leader ACK", "encode batch", "replication/command_codec.py:encode_rows", "5", ("ack.encode_batch",), reviewed=5),
+    Row("leader ACK", "encode batch", "replication/command_codec.py:encode_rows", "5", ("ack.encode_batch",),
+        reviewed=5),
     Row("leader ACK", "entry bookkeeping + Raft + hand-off", "raft_log.py, in_flight.py, pysyncobj, handoff.py",
         "its entry"),
     Row("leader ACK", "encode entry", "replication/entry_codec.py:encode_entry", "its entry", ("ack.encode_entry",)),
@@ -1038,7 +1050,8 @@ ROWS: list[Row] = [
     Row("leader ACK", "core", "core/broker.py:Broker.apply, dispatch.py:settle", "1", ("ack.core",), reviewed=1),
     Row("leader ACK", "effects out", "replica/state_machine.py:Replica.apply (apply minus refs, journal, core)", "",
         ("ack.apply",), ("ack.begin_end", "ack.core")),
-    Row("leader ACK", "body journal", "bodies.py:BodyStore.end (nothing to write)", "", ("ack.begin_end",), ("ack.begin",)),
+    Row("leader ACK", "body journal", "bodies.py:BodyStore.end (nothing to write)", "", ("ack.begin_end",),
+        ("ack.begin",)),
     Row("leader ACK", "output, settle", "output.py, raft_log.py:_settle", "2 (+ output)", reviewed=2),
     Row("follower SEND", "Raft + hand-off", "pysyncobj, handoff.py, raft_log.py:_deliver", "pysyncobj's"),
     Row("follower SEND", "entry envelope", "replication/entry_codec.py:decode_entry: lz4, msgpack "
@@ -1047,8 +1060,8 @@ ROWS: list[Row] = [
         f"{7 + 3 * USER_HEADERS} (7+3U, U={USER_HEADERS})", ("fsend.decode_batch",), reviewed=7 + 3 * USER_HEADERS),
     Row("follower SEND", "body refs", "bodies.py:BodyStore.begin, payload.py:encode_payload", "",
         ("fsend.begin",)),
-    Row("follower SEND", "core", "core/broker.py:Broker.begin_entry/apply_all (quiet: no Deliver, no Receipt)", "~20 (refs + core)",
-        ("fsend.core",), reviewed=20),
+    Row("follower SEND", "core", "core/broker.py:Broker.begin_entry/apply_all (quiet: no Deliver, no Receipt)",
+        "~20 (refs + core)", ("fsend.core",), reviewed=20),
     Row("follower SEND", "effects out", "replica/state_machine.py:Replica.apply, no sessions (apply minus refs, "
         "journal, core)", "", ("fsend.apply",), ("fsend.begin_end", "fsend.core")),
     Row("follower SEND", "body journal", "bodies.py:BodyStore.end, journal.py:Journal.append_batch", "",
@@ -1145,7 +1158,8 @@ def light_load_line(results: dict[str, Any]) -> str:
         got = results.get(build, {}).get("light_load")
         if got:
             parts.append(f"{build} {got['objects_per_message']:.0f} ({got['messages']} messages in "
-                         f"{got['seconds_under_perf']:.1f} s under the uprobe; idle {got['idle_objects_per_second']:.0f} "
+                         f"{got['seconds_under_perf']:.1f} s under the uprobe; "
+                         f"idle {got['idle_objects_per_second']:.0f} "
                          "objects/s subtracted)")
     if not parts:
         return "Whole leader process under a light load: not run."

@@ -85,7 +85,8 @@ def main() -> None:
     n = len(commands)
     rows = [
         ("decode a batch", per_command(lambda: decode_batch(data), n), per_command(lambda: decoder.decode(data), n)),
-        ("encode a batch", per_command(lambda: encode_batch(commands), n), per_command(lambda: encoder.encode((1, structs)), n)),
+        ("encode a batch", per_command(lambda: encode_batch(commands), n),
+         per_command(lambda: encoder.encode((1, structs)), n)),
         ("build one Send", per_command(lambda: Send("s", "/q", "", BODY, 1, None, "r"), 1),
          per_command(lambda: MSend("s", "/q", (), BODY, 1, None, "r"), 1)),
     ]

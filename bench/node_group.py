@@ -146,7 +146,8 @@ class NodeGroup:
         document = tomllib.loads(template.read_text(encoding="utf-8"))
         ports = free_ports(3 * size)
         members = [
-            MemberProcess(f"n{i + 1}", ("127.0.0.1", ports[3 * i]), ("127.0.0.1", ports[3 * i + 1]), ("127.0.0.1", ports[3 * i + 2]))
+            MemberProcess(f"n{i + 1}", ("127.0.0.1", ports[3 * i]), ("127.0.0.1", ports[3 * i + 1]),
+                          ("127.0.0.1", ports[3 * i + 2]))
             for i in range(size)
         ]
         document["group"] = {**document.get("group", {}), "data_dir": str(root / "data")}
@@ -276,10 +277,12 @@ class NodeGroup:
                     if target is None:
                         target = leaders[0]["raft"]["commit_index"]
                     if all(
-                        s["raft"]["leader"] == leader_raft and s["raft"]["last_applied"] >= target  # type: ignore[index]
+                        s["raft"]["leader"] == leader_raft  # type: ignore[index]
+                        and s["raft"]["last_applied"] >= target  # type: ignore[index]
                         for s in statuses.values()
                     ):
-                        return {"leader": leaders[0]["node"], "term": leaders[0]["raft"]["term"], "caught_up_to": target}
+                        return {"leader": leaders[0]["node"], "term": leaders[0]["raft"]["term"],
+                                "caught_up_to": target}
             time.sleep(0.05)
         summary = {k: (None if s is None else {"role": s.get("role"), "raft": s.get("raft")}) for k, s in last.items()}
         raise TimeoutError(f"group not live with {len(self.members)} members within {timeout:g} s: {summary}")
@@ -296,7 +299,8 @@ def _addr(address: tuple[str, int]) -> str:
 async def _accepts_connect(address: tuple[str, int]) -> bool:
     try:
         # Asking for the redirect: a follower would otherwise relay the probe to the leader.
-        client = await connect(address[0], address[1], timeout=PROBE_TIMEOUT_SECONDS, headers=[(REDIRECT_HEADER, "true")])
+        client = await connect(address[0], address[1], timeout=PROBE_TIMEOUT_SECONDS,
+                               headers=[(REDIRECT_HEADER, "true")])
     except BrokerRefused:
         return False  # `not the leader` (or not ready): a follower
     except (ClientError, OSError, TimeoutError):
@@ -314,8 +318,9 @@ def write_loopback_group(checkout: Path, target: Path) -> str:
     document = tomllib.loads((checkout / "configs" / "group.toml").read_text())
     ports = free_ports(9)
     document["group"] = {**document["group"], "data_dir": str(target.parent.resolve() / "g1")}
-    document["node"] = [{"id": f"n{i + 1}", "client": f"127.0.0.1:{ports[3 * i]}", "raft": f"127.0.0.1:{ports[3 * i + 1]}",
-                         "admin": f"127.0.0.1:{ports[3 * i + 2]}"} for i in range(3)]
+    document["node"] = [{"id": f"n{i + 1}", "client": f"127.0.0.1:{ports[3 * i]}",
+                         "raft": f"127.0.0.1:{ports[3 * i + 1]}", "admin": f"127.0.0.1:{ports[3 * i + 2]}"}
+                        for i in range(3)]
     target.write_text(toml_dumps(document))
     return "failover:(" + ",".join(f"stomp://127.0.0.1:{ports[3 * i]}" for i in range(3)) + ")"
 

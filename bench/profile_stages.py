@@ -84,9 +84,11 @@ def _call(path_part: str, *functions: str) -> Callable[[Frame], bool]:
 STAGES: tuple[Stage, ...] = (
     Stage("Raft journal fsync", _call("pysyncobj/raft_journal", "fdatasync", "sync", "flush")),
     Stage("Raft journal append", _in("pysyncobj/raft_journal", "raft_journal_format")),
-    Stage("Raft encode / decode (entries, commands)", _either(_in("replication/command_codec", "replication/entry_codec"),
-                                                                      _compiled("command_codec", "entry_codec"))),
-    Stage("Raft wire (peer messages)", _in("replication/wire", "pysyncobj/tcp_", "pysyncobj/transport", "pysyncobj/poller")),
+    Stage("Raft encode / decode (entries, commands)",
+          _either(_in("replication/command_codec", "replication/entry_codec"),
+                  _compiled("command_codec", "entry_codec"))),
+    Stage("Raft wire (peer messages)",
+          _in("replication/wire", "pysyncobj/tcp_", "pysyncobj/transport", "pysyncobj/poller")),
     Stage("body journal", _in("server/replica/bodies", "storage/")),
     Stage("frame parse", _either(_in("protocol/codec"), _compiled("codec"))),
     Stage("frame formatting", _in("server/stomp/frames", "protocol/frame")),
@@ -218,8 +220,9 @@ def main(duration: float, settle: float, sample: float, rate: int, out: Path | N
             before = {node_id: _cpu_seconds(pid) for node_id, pid in pids.items() if pid}
             threads_before = {node_id: _thread_cpu(pid) for node_id, pid in pids.items() if pid}
             recorders = [
-                subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", str(int(sample)), "--rate", str(rate),
-                                  "--format", "raw", "--threads", *how, "--output", str(out / f"{role}.txt")],
+                subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", str(int(sample)),
+                                  "--rate", str(rate), "--format", "raw", "--threads", *how,
+                                  "--output", str(out / f"{role}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 for node_id, role in roles.items() if (pid := pids[node_id])
             ]

@@ -66,7 +66,8 @@ class RaftMember:
             if count == 1:
                 await self.log.propose([Send("bench", "/queue/bench", block_of((("id", ident),)), body, 0)])
             else:
-                await self.log.propose([Send("bench", "/queue/bench", block_of((("id", f"{ident}.{k}"),)), body, 0) for k in range(count)])
+                await self.log.propose([Send("bench", "/queue/bench", block_of((("id", f"{ident}.{k}"),)), body, 0)
+                                        for k in range(count)])
             return None
         except RaftmqError as exc:
             return type(exc).__name__
@@ -272,7 +273,8 @@ class Group:
         self._own_root = root is None
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(size)]
         self.members = [
-            MemberProcess(a, addresses, os.path.join(self.root, f"m{i}"), os.path.join(self.root, f"m{i}.log"), extra or [])
+            MemberProcess(a, addresses, os.path.join(self.root, f"m{i}"), os.path.join(self.root, f"m{i}.log"),
+                          extra or [])
             for i, a in enumerate(addresses)
         ]
 
@@ -323,7 +325,8 @@ def run_bench(args: argparse.Namespace) -> None:
             t = leader.request("throughput", timeout=args.seconds + 60, seconds=args.seconds, concurrency=concurrency,
                                body=body, per_append=per_append)
             print(f"group commit, {concurrency} appends in flight x {per_append} commands of {body} B: "
-                  f"{t['msgs_per_s']:,.0f} msgs/s ({t['mb_per_s']:.1f} MB/s, {t['entries']} Raft entries, {t['failed']} failed)")
+                  f"{t['msgs_per_s']:,.0f} msgs/s ({t['mb_per_s']:.1f} MB/s, {t['entries']} Raft entries, "
+                  f"{t['failed']} failed)")
         statuses = [m.request("status")["status"] for m in group.members]
         print("fsyncs per member:", [s["fsyncs"] for s in statuses], " applied:", [s["last_applied"] for s in statuses])
         leader.signal(signal.SIGKILL)

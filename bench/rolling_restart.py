@@ -188,7 +188,8 @@ def print_rows(summary: dict[str, Any]) -> None:
         print(f"{row['group']:6} {row['producer_gap_s']:>15} {row['consumer_gap_s']:>15} {row['sent']:>7} "
               f"{row['lost']:>5} {row['redelivered']:>11} {row['unflagged_duplicates']:>13} {row['errors']:>6} "
               f"{row['resumed']:>7} {row['broken']:>6}")
-    print(f"unavailability per client: p50 {summary['unavailability_p50_s']} s, max {summary['unavailability_max_s']} s")
+    print(f"unavailability per client: p50 {summary['unavailability_p50_s']} s, "
+          f"max {summary['unavailability_max_s']} s")
 
 
 if __name__ == "__main__":

@@ -327,7 +327,8 @@ def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
             [sys.executable, "-m", "bench.schedule_accuracy", "--consume", url, "--out", str(records_path),
              "--prefetch", str(options.prefetch), "--queue", options.queue, *credentials],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))})
+            env={**os.environ,
+                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))})
         assert consumer.stdout is not None and consumer.stdin is not None
         ready = read_line(consumer, 120)
         if ready != "ready":

@@ -166,7 +166,8 @@ def _flag(value: int | None) -> str:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--messages", "-n", default=10_000, show_default=True, type=click.IntRange(100),
               help="Measured messages per run (each case, each broker); a tenth more (≤1000) warm up first.")
-@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 20), help="Runs per case; figures are medians.")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 20),
+              help="Runs per case; figures are medians.")
 @click.option("--skip-rabbitmq", is_flag=True, help="Measure raftmq only.")
 @click.option("--processes", default=1, show_default=True, type=click.IntRange(1, 16),
               help="raftmq bench --processes (the same for both brokers).")

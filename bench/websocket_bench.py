@@ -67,7 +67,8 @@ def main() -> int:
     by_kind = {kind: [r for r in results if r["name"].startswith(kind)] for kind in ("tcp", "ws")}
     rate = {k: sum(r["consume_rate"] for r in v) / len(v) for k, v in by_kind.items()}
     cpu = {k: sum(r["node_cpu_us_per_msg"] for r in v) / len(v) for k, v in by_kind.items()}
-    print(f"WebSocket ÷ TCP: e2e ×{rate['ws'] / rate['tcp']:.2f} (aim ≥ ×0.8), node CPU per message ×{cpu['ws'] / cpu['tcp']:.2f}")
+    print(f"WebSocket ÷ TCP: e2e ×{rate['ws'] / rate['tcp']:.2f} (aim ≥ ×0.8), "
+          f"node CPU per message ×{cpu['ws'] / cpu['tcp']:.2f}")
     (out / "summary.json").write_text(json.dumps(results, indent=2))
     print(f"JSON: {out}")
     return 1 if any(r.get("lost") or r.get("duplicated") for r in results) else 0
