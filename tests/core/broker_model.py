@@ -144,13 +144,15 @@ class Model:
             if ack_id is not None:
                 if entry[0] == ack_id:
                     return entry
-            elif message_id is not None and entry[2].message_id == message_id and (sub_id is None or entry[1].sub_id == sub_id):
+            elif (message_id is not None and entry[2].message_id == message_id
+                  and (sub_id is None or entry[1].sub_id == sub_id)):
                 return entry
         return None
 
     # -- semantics ---------------------------------------------------------------------
 
-    def publish(self, destination: str, priority: int, expires: int, dupl_id: str | None, group: str | None, red: bool) -> None:
+    def publish(self, destination: str, priority: int, expires: int, dupl_id: str | None, group: str | None,
+                red: bool) -> None:
         if dupl_id is not None:
             key = (destination, dupl_id)
             if key in self.dedup:

@@ -176,8 +176,9 @@ def test_dead_letter_message_values() -> None:
     message = dead.message
     assert message.message_id == d.message.message_id and message.body == b"x"
     assert message.expires == 0 and message.destination == "/queue/dead"
-    assert header_dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "max-deliveries",
-                                     "dead_letter_deliveries": "1", "dead_letter_cause": "NACKed at delivery 1 (max_delivery_count 1)"}
+    assert header_dict(message.headers) == {"color": "red", "original-destination": "/queue/a",
+                                            "dead_letter_reason": "max-deliveries", "dead_letter_deliveries": "1",
+                                            "dead_letter_cause": "NACKed at delivery 1 (max_delivery_count 1)"}
 
 
 def test_disconnect_returns_unacked_deliveries_in_order_flagged_redelivered() -> None:

@@ -29,9 +29,10 @@ def test_dispatch_moves_expired_messages_to_the_expiry_queue() -> None:
     (moved,) = delivers(h.subscribe("c", "x", EXPIRY))
     message = moved.message
     assert message.body == 1 and message.destination == EXPIRY and message.expires == 0
-    assert header_dict(message.headers) == {"color": "red", "original-destination": "/queue/a", "dead_letter_reason": "expired",
-                                     "dead_letter_deliveries": "0",
-                                     "dead_letter_cause": "its expires time (1500, ms since the epoch) passed after 0 deliveries"}
+    assert header_dict(message.headers) == {
+        "color": "red", "original-destination": "/queue/a", "dead_letter_reason": "expired",
+        "dead_letter_deliveries": "0",
+        "dead_letter_cause": "its expires time (1500, ms since the epoch) passed after 0 deliveries"}
     assert moved.delivery_count == 1 and not moved.redelivered
 
 

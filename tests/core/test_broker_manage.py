@@ -113,7 +113,8 @@ def test_move_sends_chosen_messages_to_the_target_and_refuses_nonsense() -> None
     dead_letter(h, "/queue/q", b"m")
     assert counts(manage(h, "move", "/queue/DLQ", target="/queue/parked", every=True)[0])["moved"] == 1
     assert h.drain("c", "/queue/parked") == [b"m"]
-    assert manage(h, "move", "/queue/parked", every=True)[0].error == "no target: a move names the destination to move to"
+    assert (manage(h, "move", "/queue/parked", every=True)[0].error
+            == "no target: a move names the destination to move to")
     assert "nothing chosen" in str(manage(h, "retry", "/queue/parked")[0].error)
     assert "invalid selector" in str(manage(h, "retry", "/queue/parked", selector="a ==")[0].error)
 

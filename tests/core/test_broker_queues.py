@@ -207,7 +207,8 @@ def test_many_messages_through_one_queue_keep_order_and_counts() -> None:
 def test_work_per_command_does_not_grow_with_the_backlog() -> None:
     h = make()
     h.connect("c")
-    (delivery,) = delivers(h.subscribe("c", "1", "/queue/a", ack="client-individual", prefetch=1) + h.send("p", "/queue/a", 0))
+    (delivery,) = delivers(h.subscribe("c", "1", "/queue/a", ack="client-individual", prefetch=1)
+                           + h.send("p", "/queue/a", 0))
     for i in range(1, 10_000):
         h.send("p", "/queue/a", i, {"priority": str(i % 10)})
     started = time.perf_counter()

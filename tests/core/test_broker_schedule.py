@@ -39,7 +39,8 @@ def test_period_and_repeat_deliver_repeat_plus_one_copies_period_apart() -> None
     h = make()
     h.subscribe("c", "s", "/topic/t")
     start = h.now
-    h.send("p", "/topic/t", b"x", {"AMQ_SCHEDULED_DELAY": "100", "AMQ_SCHEDULED_PERIOD": "1000", "AMQ_SCHEDULED_REPEAT": "2"})
+    h.send("p", "/topic/t", b"x",
+           {"AMQ_SCHEDULED_DELAY": "100", "AMQ_SCHEDULED_PERIOD": "1000", "AMQ_SCHEDULED_REPEAT": "2"})
     times = []
     for now in range(start, start + 5000, 50):
         if delivers(h.tick(now)):
@@ -79,7 +80,8 @@ def test_a_resent_scheduled_send_with_a_duplicate_id_schedules_nothing_twice() -
 
 def test_a_schedule_survives_a_snapshot_and_its_body_is_referenced() -> None:
     h = make()
-    h.send("p", "/queue/q", b"kept", {"AMQ_SCHEDULED_DELAY": "100", "AMQ_SCHEDULED_PERIOD": "100", "AMQ_SCHEDULED_REPEAT": "1"})
+    h.send("p", "/queue/q", b"kept",
+           {"AMQ_SCHEDULED_DELAY": "100", "AMQ_SCHEDULED_PERIOD": "100", "AMQ_SCHEDULED_REPEAT": "1"})
     h.tick(h.now + 100)  # the first of two occurrences
     snapshot = h.broker.snapshot()
     assert list(body_refs(snapshot)) == list(h.broker.body_refs()) == [b"kept", b"kept"]

@@ -17,7 +17,8 @@ from raftmq.protocol.header_block import block_of
 from tests.core import snapshot_scenario
 from tests.helpers.broker_harness import Harness, delivers
 
-CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2, selector_scan_limit=4)
+CONFIG = CoreConfig(broker_name="snap", max_delivery_count=2, dedup_cache_size=3, default_prefetch=2,
+                    selector_scan_limit=4)
 
 
 def busy_broker() -> tuple[Harness, list[str]]:
@@ -42,7 +43,8 @@ def busy_broker() -> tuple[Harness, list[str]]:
         if n % 4 == 1:
             headers["_AMQ_DUPL_ID"] = f"dup-{n}"
         for destination in ("/queue/a", "/topic/t"):
-            ack_ids += [d.ack_id for d in delivers(h.send("p", destination, f"{destination}-{n}".encode(), headers)) if d.ack_id]
+            ack_ids += [d.ack_id for d in delivers(h.send("p", destination, f"{destination}-{n}".encode(), headers))
+                        if d.ack_id]
         ack_ids += [d.ack_id for d in delivers(h.send("p", "/queue/g", n, {"JMSXGroupID": f"g{n % 2}"})) if d.ack_id]
     h.send("p", "/queue/other", b"waiting", {"persistent": "true"})
     # A non-durable topic subscription that ended (its counters live on in the topic).
@@ -164,7 +166,8 @@ def test_restore_then_snapshot_keeps_open_transactions() -> None:
     h.connect("p")
     h.begin("p", "t")
     h.send("p", "/queue/a", b"x", {"k": "v"}, transaction="t")
-    assert Broker.restore(h.broker.snapshot(), CONFIG).apply(Begin("p", "t", 0))[0].message == "transaction already begun"  # type: ignore[union-attr]
+    effects = Broker.restore(h.broker.snapshot(), CONFIG).apply(Begin("p", "t", 0))
+    assert effects[0].message == "transaction already begun"  # type: ignore[union-attr]
     restored = Broker.restore(h.broker.snapshot(), CONFIG)
     restored.apply(Commit("p", "t", 0))
     assert restored.stats()["destinations"]["/queue/a"]["depth"] == 1

@@ -131,9 +131,8 @@ class BrokerMachine(RuleBasedStateMachine):
                 self.model.end_subscription(state, sub, drop_durable=False)
 
     def disconnect(self, session: str, receipt: bool) -> None:
-        self.expect(
-            Disconnect(session, self.model.now, receipt=self.receipt(receipt)), True, lambda: self.model_end_session(session)
-        )
+        self.expect(Disconnect(session, self.model.now, receipt=self.receipt(receipt)), True,
+                    lambda: self.model_end_session(session))
 
     @rule(session=st.sampled_from(SESSIONS), connect=st.sampled_from((True, True, True, False)), receipt=st.booleans())
     def connect_or_disconnect(self, session: str, connect: bool, receipt: bool) -> None:
@@ -212,7 +211,8 @@ class BrokerMachine(RuleBasedStateMachine):
         state = model.sessions.get(session)
         accepted = state is not None and sub_id in state.subs
         command = Unsubscribe(session, sub_id, model.now, drop_durable=drop, receipt=self.receipt(receipt))
-        self.expect(command, accepted, lambda: model.end_subscription(state, state.subs[sub_id], drop))  # type: ignore[arg-type]
+        self.expect(command, accepted,
+                    lambda: model.end_subscription(state, state.subs[sub_id], drop))  # type: ignore[arg-type]
 
     @rule(
         who=WHO,
@@ -269,7 +269,8 @@ class BrokerMachine(RuleBasedStateMachine):
         accepted = (
             state is not None and destination != "/bad/x" and (transaction is None or transaction in state.transactions)
         )
-        command = Send(session, destination, block_of(tuple(headers)), b"body", model.now, transaction=transaction, receipt=self.receipt(receipt))
+        command = Send(session, destination, block_of(tuple(headers)), b"body", model.now, transaction=transaction,
+                       receipt=self.receipt(receipt))
 
         def apply() -> None:
             op = ("send", destination, level, expires_at, dupl_id, group, red)
@@ -286,7 +287,8 @@ class BrokerMachine(RuleBasedStateMachine):
         messages=st.lists(st.tuples(st.sampled_from((None, "1", "7")), st.booleans()), min_size=1, max_size=6),
         group=st.sampled_from((None, None, "g1")),
     )
-    def send_burst(self, who: int, destination: str, messages: list[tuple[str | None, bool]], group: str | None) -> None:
+    def send_burst(self, who: int, destination: str, messages: list[tuple[str | None, bool]],
+                   group: str | None) -> None:
         session = self.who(who)
         for priority, red in messages:
             self.send(session, destination, priority, None, None, None, False, group, red)
@@ -307,7 +309,8 @@ class BrokerMachine(RuleBasedStateMachine):
                 sub_id = target_sub.sub_id if by == "message_id+subscription" else None
         state = model.sessions.get(session)
         found = model.find(state, ack_id, message_id, sub_id) if state is not None else None
-        accepted = found is not None and (transaction is None or transaction in state.transactions)  # type: ignore[union-attr]
+        accepted = found is not None and (
+            transaction is None or transaction in state.transactions)  # type: ignore[union-attr]
         kind = Ack if acked else Nack
         command = kind(
             session, model.now, ack_id=ack_id, message_id=message_id, subscription=sub_id,
@@ -352,7 +355,8 @@ class BrokerMachine(RuleBasedStateMachine):
         if action == "begin":
             accepted = state is not None and transaction not in state.transactions
             command: Command = Begin(session, transaction, model.now, receipt=rid)
-            self.expect(command, accepted, lambda: state.transactions.__setitem__(transaction, []))  # type: ignore[union-attr]
+            self.expect(command, accepted,
+                        lambda: state.transactions.__setitem__(transaction, []))  # type: ignore[union-attr]
             return
         accepted = state is not None and transaction in state.transactions
 
@@ -430,7 +434,8 @@ class BrokerMachine(RuleBasedStateMachine):
         leftover = [(p.destination, c.message_id) for p in model.all_pools() for c in p.ready]
         assert leftover == [], f"the model expected these but the broker did not have them: {leftover}"
         # Ambiguous copies that did not show up in the expiry queue were discarded.
-        assert self.broker.stats()["destinations"].get(TOPIC, {}).get("discarded", 0) == model.discarded + len(model.ambiguous)
+        discarded = self.broker.stats()["destinations"].get(TOPIC, {}).get("discarded", 0)
+        assert discarded == model.discarded + len(model.ambiguous)
         assert all(d["depth"] == 0 for d in self.broker.stats()["destinations"].values())
 
 

@@ -51,7 +51,8 @@ def test_a_durable_wildcard_subscription_collects_while_away_and_survives_a_snap
     restored = Broker.restore(h.broker.snapshot(), h.config)
     h.broker = restored
     h.connect("c")
-    assert bodies(h.subscribe("c", "d", "/topic/orders.>", ack="client-individual", durable_name="all-orders")) == [b"eu", b"us"]
+    assert bodies(h.subscribe("c", "d", "/topic/orders.>", ack="client-individual",
+                              durable_name="all-orders")) == [b"eu", b"us"]
     # The restored broker still matches new messages against the pattern.
     assert bodies(h.send("p", "/topic/orders.asia", b"asia")) == [b"asia"]
 

@@ -24,7 +24,8 @@ def core(group: str, neighbours: list[str], **connection: object) -> Broker:
 def learn(receiver: Broker, sender: Broker, sender_name: str, receiver_name: str, position: int) -> None:
     assert sender.routing is not None
     advert = sender.routing.advert_for(receiver_name, position)
-    effects = receiver.apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
+    effects = receiver.apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)),
+                                  b"", 2))
     assert not any(isinstance(e, Reject) for e in effects)
 
 
@@ -116,7 +117,8 @@ def test_a_redistributed_message_that_was_delivered_here_is_flagged_redelivered_
     g1.apply(Tick(1600))
     (moved,) = g1.state.queues[sf_queue("g2")].ready.values()
     destination, headers = outgoing(pairs_of(moved.headers), moved.message_id, "g2")
-    (again,) = [e for e in g2.apply(Send("link", destination, block_of(tuple(headers)), moved.body, 1700)) if isinstance(e, Deliver)]
+    (again,) = [e for e in g2.apply(Send("link", destination, block_of(tuple(headers)), moved.body, 1700))
+                if isinstance(e, Deliver)]
     assert again.redelivered and again.delivery_count == 2
     assert not any(name.startswith("_raftmq_") for name, _ in pairs_of(again.message.headers))
     g1.check_invariants()
@@ -168,7 +170,8 @@ def test_a_wildcard_queue_consumer_in_another_group_draws_matching_queues_there(
     # Arriving at g2, a forward creates its queue there and the wildcard consumer gets it.
     message = next(iter(g1.state.queues[sf_queue("g2")].ready.values()))
     headers = tuple((n, v) for n, v in pairs_of(message.headers) if n != DESTINATION_HEADER)
-    effects = g2.apply(Send("link", header_dict(message.headers)[DESTINATION_HEADER], block_of(headers), message.body, 5))
+    effects = g2.apply(Send("link", header_dict(message.headers)[DESTINATION_HEADER], block_of(headers),
+                            message.body, 5))
     assert [(e.sub_id, e.destination) for e in effects if isinstance(e, Deliver)] == [("wild", "/queue/orders.eu")]
     g1.check_invariants()
     g2.check_invariants()

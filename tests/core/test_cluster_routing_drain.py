@@ -37,7 +37,8 @@ def advertise(brokers: dict[str, Broker], position: list[int] = [100]) -> None: 
             if other != name:
                 position[0] += 1
                 advert = sender.routing.advert_for(other, position[0])  # type: ignore[union-attr]
-                receiver.apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
+                receiver.apply(Send("link", CONTROL_DESTINATION,
+                                    block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
 
 
 def drain(broker: Broker, to: str) -> list[object]:
@@ -93,7 +94,8 @@ def test_every_queued_message_moves_once_and_the_group_is_left_empty() -> None:
     carried = carry(brokers, "g3")
     assert sum(carried.values()) == 40 and set(carried) == {"g1", "g2"}  # round robin over every group
     bodies = Counter(m.body for name in ("g1", "g2") for q in ("/queue/a", "/queue/b")
-                     for m in brokers[name].state.queues.get(q, None).ready.values() if brokers[name].state.queues.get(q))
+                     for m in brokers[name].state.queues.get(q, None).ready.values()
+                     if brokers[name].state.queues.get(q))
     assert len(bodies) == 40 and set(bodies.values()) == {1}
     assert g3.routing.cluster_state.drained == 40  # type: ignore[union-attr]
     g3.check_invariants()

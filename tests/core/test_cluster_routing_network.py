@@ -53,7 +53,8 @@ def advertise(brokers: dict[str, Broker], rounds: int = 3) -> None:
                     continue
                 position += 1
                 advert = sender.routing.advert_for(neighbour, position)
-                effects = brokers[neighbour].apply(Send("link", CONTROL_DESTINATION, block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
+                advert_headers = block_of(((ADVERT_HEADER, encode_advert(advert)),))
+                effects = brokers[neighbour].apply(Send("link", CONTROL_DESTINATION, advert_headers, b"", 2))
                 assert not any(isinstance(e, Reject) for e in effects), effects
 
 
@@ -87,8 +88,9 @@ def test_one_way_a_connector_forwards_from_its_group_only_and_duplex_both_ways()
     send(brokers["g1"], "/queue/q", 4)
     assert forwarded_to(brokers["g1"], "g2") == 2
     assert brokers["g2"].routing is not None
-    refused = brokers["g2"].apply(Send("link", CONTROL_DESTINATION, block_of((
-        (ADVERT_HEADER, encode_advert(brokers["g1"].routing.advert_for("g2", 99))),)), b"", 2))  # type: ignore[union-attr]
+    advert = brokers["g1"].routing.advert_for("g2", 99)  # type: ignore[union-attr]
+    refused = brokers["g2"].apply(Send("link", CONTROL_DESTINATION,
+                                       block_of(((ADVERT_HEADER, encode_advert(advert)),)), b"", 2))
     assert any(isinstance(e, Reject) and "does not forward" in e.detail for e in refused)
     brokers = cores(net({"group": "g1", "to": "g2", "duplex": True}), "g1", "g2")
     consumer(brokers["g1"], "/queue/q")
@@ -215,7 +217,8 @@ def test_only_the_cluster_user_consumes_a_neighbours_store_and_forward_queue() -
     refused = g2.apply(Subscribe("bridge", "s1", sf_queue("g9"), 1, ACK_CLIENT_INDIVIDUAL))  # no such neighbour
     assert any(isinstance(e, Reject) and e.message == "reserved destination" for e in refused)
     g2.apply(Connect("bridge2", 1, login="net"))
-    assert not any(isinstance(e, Reject) for e in g2.apply(Subscribe("bridge2", "s", sf_queue("g1"), 1, ACK_CLIENT_INDIVIDUAL)))
+    assert not any(isinstance(e, Reject)
+                   for e in g2.apply(Subscribe("bridge2", "s", sf_queue("g1"), 1, ACK_CLIENT_INDIVIDUAL)))
 
 
 def test_an_advert_put_in_a_store_and_forward_queue_is_stored_with_its_headers() -> None:

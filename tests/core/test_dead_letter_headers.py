@@ -112,8 +112,9 @@ def test_dying_again_in_the_dead_letter_queue_tells_the_last_death_once_and_the_
     assert h.stats(DLQ)["dead_lettered"] == 1 and got.delivery_count == 1
     names = [name for name, _value in pairs_of(got.message.headers)]
     assert len(names) == len(set(names))
-    assert header_dict(got.message.headers) == {"k": "v", ORIGINAL_DESTINATION: "/queue/a", REASON: "max-deliveries", DELIVERIES: "2",
-                                         CAUSE: "NACKed at delivery 2 (max_delivery_count 2)"}
+    assert header_dict(got.message.headers) == {"k": "v", ORIGINAL_DESTINATION: "/queue/a", REASON: "max-deliveries",
+                                                DELIVERIES: "2",
+                                                CAUSE: "NACKed at delivery 2 (max_delivery_count 2)"}
 
 
 def test_a_retried_message_goes_home_without_the_headers_of_its_death() -> None:
@@ -128,7 +129,8 @@ def test_a_selector_names_the_headers() -> None:
     h = harness(max_delivery_count=1)
     nacked_to_death(h, "/queue/a")
     h.send("p", DLQ, b"sent here by hand")
-    effects = h.apply(Manage("req", "retry", h.now, DLQ, selector="dead_letter_reason = 'max-deliveries' AND dead_letter_deliveries = 1"))
+    effects = h.apply(Manage("req", "retry", h.now, DLQ,
+                             selector="dead_letter_reason = 'max-deliveries' AND dead_letter_deliveries = 1"))
     (answer,) = [e for e in effects if isinstance(e, Managed)]
     assert dict(answer.counts)["moved"] == 1
     assert h.stats(DLQ)["depth"] == 1

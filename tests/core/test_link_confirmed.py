@@ -38,7 +38,8 @@ def test_what_the_opener_pulled_and_acked_is_counted_on_the_passive_end_and_surv
     assert (cluster.confirmed, cluster.adverts_confirmed) == ({"g1": 19}, {"g1": 1})
     restored = Broker.restore(g2.snapshot(), g2.config)
     assert restored.routing is not None
-    assert (restored.routing.cluster_state.confirmed, restored.routing.cluster_state.adverts_confirmed) == ({"g1": 19}, {"g1": 1})
+    cluster = restored.routing.cluster_state
+    assert (cluster.confirmed, cluster.adverts_confirmed) == ({"g1": 19}, {"g1": 1})
     restored.check_invariants()
 
 
@@ -55,7 +56,9 @@ def test_a_pushing_bridges_acks_count_too_and_an_ordinary_queues_do_not() -> Non
         g1.apply(Ack("bridge", 5, ack_id=delivery.ack_id))
     g1.apply(Send("p", "/queue/local", "", b"x", 6))
     g1.apply(Connect("app", 6))
-    (local,) = [e for e in g1.apply(Subscribe("app", "s", "/queue/local", 6, ACK_CLIENT_INDIVIDUAL)) if isinstance(e, Deliver)]
+    (local,) = [e for e in g1.apply(Subscribe("app", "s", "/queue/local", 6, ACK_CLIENT_INDIVIDUAL))
+                if isinstance(e, Deliver)]
     g1.apply(Ack("app", 7, ack_id=local.ack_id))
-    assert g1.routing is not None and g1.routing.cluster_state.confirmed == {"g2": sum(g1.routing.cluster_state.forwarded.values())}
+    assert g1.routing is not None
+    assert g1.routing.cluster_state.confirmed == {"g2": sum(g1.routing.cluster_state.forwarded.values())}
     assert g1.routing.cluster_state.adverts_confirmed == {}

@@ -50,7 +50,8 @@ def test_without_a_local_consumer_it_goes_where_consumers_are_with_room_or_not()
 
 
 def test_adverts_carry_room_apart_from_the_bindings_so_older_readers_still_parse_them() -> None:
-    advert = Advert("g2", 4, (("g2", 1),), (Binding(Q, "g2", 1, ((None, 1),), room=False), Binding("/queue/b", "g2", 1, ())))
+    advert = Advert("g2", 4, (("g2", 1),),
+                    (Binding(Q, "g2", 1, ((None, 1),), room=False), Binding("/queue/b", "g2", 1, ())))
     text = encode_advert(advert)
     data = json.loads(text)
     assert all(len(binding) == 4 for binding in data["bindings"])
@@ -78,7 +79,8 @@ def send(broker: Broker, n: int, now: int = 3, group: str | None = None) -> list
 
 
 def test_messages_stay_local_while_the_local_consumer_has_room_then_overflow_to_a_group_with_room() -> None:
-    g1, g2 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST), core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
+    g1 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST)
+    g2 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
     consumer(g2, "c2", 100)
     learn(g1, g2, "g2", "g1", 1)
     consumer(g1, "c1", 3)
@@ -89,7 +91,8 @@ def test_messages_stay_local_while_the_local_consumer_has_room_then_overflow_to_
 
 
 def test_a_full_neighbour_gets_nothing_and_the_backlog_waits_here() -> None:
-    g1, g2 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST), core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
+    g1 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST)
+    g2 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
     consumer(g2, "c2", 1)
     send(g2, 2)  # g2's consumer is full and one message waits there: no room
     learn(g1, g2, "g2", "g1", 1)
@@ -100,7 +103,8 @@ def test_a_full_neighbour_gets_nothing_and_the_backlog_waits_here() -> None:
 
 def test_redistribution_moves_a_share_of_a_backlog_behind_full_consumers_to_a_group_with_room() -> None:
     g1 = core("g1", ["g2", "g3"], message_load_balancing=LOCAL_FIRST)
-    g2, g3 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST), core("g3", ["g1"], message_load_balancing=LOCAL_FIRST)
+    g2 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
+    g3 = core("g3", ["g1"], message_load_balancing=LOCAL_FIRST)
     for neighbour in (g2, g3):
         consumer(neighbour, "busy", 1)
         send(neighbour, 2)  # full: no room yet
@@ -155,7 +159,8 @@ def test_a_waiting_message_means_no_room_even_beside_a_consumer_with_room_for_ot
 
 
 def test_each_group_counts_what_it_sent_on_and_what_arrived_and_snapshots_keep_it() -> None:
-    g1, g2 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST), core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
+    g1 = core("g1", ["g2"], message_load_balancing=LOCAL_FIRST)
+    g2 = core("g2", ["g1"], message_load_balancing=LOCAL_FIRST)
     consumer(g2, "c2", 100)
     learn(g1, g2, "g2", "g1", 1)
     consumer(g1, "c1", 2)

@@ -8,8 +8,8 @@ from raftmq.protocol.header_block import block_of
 
 
 def message(n: int, expires: int = 0, body: object = b"x") -> Message:
-    return Message(f"m-{n}", "/queue/a", block_of((("n", str(n)), ("persistent", "true"))), body, n % 10, expires, 1_000 + n,
-                   "g" if n % 3 == 0 else None, bool(n % 2), n % 4)
+    return Message(f"m-{n}", "/queue/a", block_of((("n", str(n)), ("persistent", "true"))), body, n % 10, expires,
+                   1_000 + n, "g" if n % 3 == 0 else None, bool(n % 2), n % 4)
 
 
 def test_a_page_gives_back_every_field_with_its_type() -> None:

@@ -373,7 +373,7 @@ HEADERS = st.dictionaries(st.sampled_from(["a", "b", "c", "priority", "persisten
 @PROPERTY_SETTINGS
 @given(text=st.one_of(st.text(max_size=60), st.lists(st.sampled_from(SELECTOR_WORDS), max_size=14).map(" ".join)),
        headers=HEADERS)
-@example(text=".\u00b9", headers={})  # a dot, then a digit that is not ASCII (superscript one): it once raised AssertionError
+@example(text=".\u00b9", headers={})  # a dot, then a non-ASCII digit (superscript one): it once raised AssertionError
 def test_any_text_compiles_or_raises_selector_error(text: str, headers: dict[str, str]) -> None:
     try:
         selector = compile_selector(text)

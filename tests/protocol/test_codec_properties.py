@@ -167,7 +167,8 @@ def mutated_streams(draw: st.DrawFn) -> bytes:
         version = version_after(frame, version)
     for _ in range(draw(st.integers(0, 3))):
         at = draw(st.integers(0, len(stream)))
-        junk = draw(st.sampled_from([b"\0", b"\n", b"\r", b":", b"\\", b"\xff", b"\r\n\r\n", b"9", b"content-length:1\n"]))
+        junk = draw(st.sampled_from([b"\0", b"\n", b"\r", b":", b"\\", b"\xff", b"\r\n\r\n", b"9",
+                                     b"content-length:1\n"]))
         how = draw(st.sampled_from(["insert", "delete", "replace"]))
         if how == "insert":
             stream[at:at] = junk

@@ -45,6 +45,7 @@ def test_unknown_version() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from(["\\", ":", "\n", "\r", "\0", "c", "n", "r", "x"])), st.sampled_from(["1.1", "1.2"]))
+@given(st.text(alphabet=st.sampled_from(["\\", ":", "\n", "\r", "\0", "c", "n", "r", "x"])),
+       st.sampled_from(["1.1", "1.2"]))
 def test_escape_then_unescape_is_identity(text: str, version: str) -> None:
     assert unescape(escape(text, version), version) == text

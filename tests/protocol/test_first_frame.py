@@ -37,7 +37,8 @@ def test_not_whole_yet_and_no_frame_at_all() -> None:
 def test_a_header_line_goes_after_the_command_and_nothing_else_moves() -> None:
     connect = b"CONNECT\naccept-version:1.2\nlogin:a\\cb\n\n\0"  # an escaped colon, kept as it was
     marked = with_header_line(b"\r\n" + connect + b"SEND\ndestination:/q\n\nx\0", "raftmq.relayed", "true")
-    assert marked == b"\r\nCONNECT\nraftmq.relayed:true\naccept-version:1.2\nlogin:a\\cb\n\n\0SEND\ndestination:/q\n\nx\0"
+    assert marked == (b"\r\nCONNECT\nraftmq.relayed:true\naccept-version:1.2\nlogin:a\\cb\n\n\0"
+                      b"SEND\ndestination:/q\n\nx\0")
     first, second = FrameParser().feed(marked)
     assert first.get("raftmq.relayed") == "true" and second.body == b"x"
     assert with_header_line(b"CONNE", "raftmq.relayed", "true") == b"CONNE"

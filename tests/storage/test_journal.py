@@ -62,7 +62,8 @@ def flip_bit(path: str, offset: int) -> None:
 
 
 batch_lists = st.lists(
-    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9), st.integers(0, 3), st.binary(max_size=200)), min_size=0, max_size=6),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9), st.integers(0, 3), st.binary(max_size=200)),
+             min_size=0, max_size=6),
     max_size=12,
 )
 
@@ -340,7 +341,8 @@ def test_delete_segments_before(tmp_path: Path) -> None:
         assert journal.last_index == 20
         with pytest.raises(ValueError):
             journal.delete_segment(infos[-1].segment_id)
-    assert all_records(tmp_path) == [record for batch in batches if batch[0].raft_index >= infos[-1].first_index for record in batch]
+    assert all_records(tmp_path) == [record for batch in batches if batch[0].raft_index >= infos[-1].first_index
+                                     for record in batch]
 
 
 def test_a_second_journal_on_the_same_directory_is_refused(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ def send(session: str, n: int, now: int, **headers: str) -> Send:
 
 def test_a_crashed_replica_restarts_from_its_snapshot_and_replays_the_suffix() -> None:
     log = FakeLog(CONFIG, replicas=3)
-    log.commit([Connect("p", 1), Connect("c", 1), Subscribe("c", "s", "/queue/a", 1, ack="client-individual", prefetch=2)])
+    log.commit([Connect("p", 1), Connect("c", 1),
+                Subscribe("c", "s", "/queue/a", 1, ack="client-individual", prefetch=2)])
     log.commit([send("p", n, 2, expires="50") for n in range(4)])
     member = log.members[1]
     log.take_snapshot(member)
@@ -96,5 +97,6 @@ class SelfChecking(PlantedCore):
 def test_the_cores_own_invariant_check_runs_on_every_replica() -> None:
     log = FakeLog(CONFIG, replicas=2, core_for=lambda i: SelfChecking)
     log.commit([Connect("a", 1)])
-    with pytest.raises(Divergence, match=r"replica 0: the core's invariant check failed after log entry 1: AssertionError: two sessions"):
+    with pytest.raises(Divergence, match=r"replica 0: the core's invariant check failed after log entry 1: "
+                                         r"AssertionError: two sessions"):
         log.commit([Connect("b", 2)])
