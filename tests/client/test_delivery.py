@@ -11,7 +11,8 @@ def test_a_delivery_is_its_frame_plus_the_connection() -> None:
     frame = Frame("MESSAGE", [("message-id", "m1"), ("ack", "a1"), ("ack", "second")], b"body")
     delivery = Delivery.of(frame, 3)
     assert isinstance(delivery, Frame)
-    assert (delivery.command, delivery.headers, delivery.body, delivery.connection) == ("MESSAGE", frame.headers, b"body", 3)
+    shown = (delivery.command, delivery.headers, delivery.body, delivery.connection)
+    assert shown == ("MESSAGE", frame.headers, b"body", 3)
     assert delivery.get("ack") == "a1" and delivery.header_dict()["message-id"] == "m1"
     assert delivery == Delivery("MESSAGE", list(frame.headers), b"body", 3)
     assert delivery != Delivery("MESSAGE", list(frame.headers), b"body", 4)

@@ -176,7 +176,8 @@ def test_a_successor_named_by_the_deposed_leader_is_tried_without_the_back_off()
 
     async def scenario() -> None:
         async with nodes(None) as [leader]:
-            connector = Connector(((leader,),), slow, {"timeout": 2.0}, random.Random(0), lambda event: None, lambda: False)
+            connector = Connector(((leader,),), slow, {"timeout": 2.0}, random.Random(0), lambda event: None,
+                                  lambda: False)
             loop = asyncio.get_running_loop()
             started = loop.time()
             client, _, address = await connector.establish(startup=False, known=Whereabouts(0, leader, leader))

@@ -19,7 +19,8 @@ from raftmq.errors import BrokerRefused
 from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
 from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
 
-FAST = FailoverOptions(initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False, connect_timeout_ms=2000)
+FAST = FailoverOptions(initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False,
+                       connect_timeout_ms=2000)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -14,7 +14,8 @@ from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handle
 
 
 def message(body: bytes, term: str | None, subscription: str = "1") -> Frame:
-    headers = [("subscription", subscription), ("message-id", body.decode()), ("destination", "/queue/q"), ("ack", body.decode())]
+    headers = [("subscription", subscription), ("message-id", body.decode()), ("destination", "/queue/q"),
+               ("ack", body.decode())]
     return Frame("MESSAGE", headers + ([("raftmq-term", term)] if term is not None else []), body)
 
 

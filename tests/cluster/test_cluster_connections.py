@@ -112,7 +112,8 @@ async def test_strict_spreads_over_every_group_without_consumers(make_cluster: A
             subscription = client.subscribe("/queue/spread", ack="client-individual")
             await subscription.unsubscribe(receipt=True)
         assert await wait_for(lambda: all(
-            len((cluster.cluster_status(g) or {}).get("bindings", {}).get("/queue/spread", {})) == 2 for g in GROUPS), 10), \
+            len((cluster.cluster_status(g) or {}).get("bindings", {}).get("/queue/spread", {})) == 2
+            for g in GROUPS), 10), \
             {g: cluster.cluster_status(g) for g in GROUPS}
         await send_all(creators[0], "/queue/spread", [b"x"] * 3000)
         assert await wait_for(lambda: sum(cluster.queue_depths("/queue/spread").values()) == 3000, 30)

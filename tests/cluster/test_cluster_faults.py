@@ -114,7 +114,8 @@ async def kill_mid_forwarding(cluster: Cluster, consumer_group: str, victim: str
     consumer = Consumer()
     await consumer.start(url(cluster, consumer_group), destination)
     await asyncio.sleep(1.5)  # the consumer is advertised to g1 (through g2 in a chain)
-    sent = await produce(url(cluster, "g1"), destination, COUNT, during=lambda: kill_leader(cluster, victim), at=COUNT // 3)
+    sent = await produce(url(cluster, "g1"), destination, COUNT, during=lambda: kill_leader(cluster, victim),
+                         at=COUNT // 3)
     try:
         await settle(consumer, sent, 60)
         consumer.check(sent)
@@ -137,7 +138,8 @@ async def test_the_middle_of_a_chain_losing_its_leader_loses_nothing(clusters: l
 
 
 @sync
-async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters: list[Cluster], tmp_path: Path) -> None:
+async def test_a_stopped_target_group_gets_its_messages_once_it_is_back(clusters: list[Cluster],
+                                                                         tmp_path: Path) -> None:
     cluster = start(clusters, tmp_path, ["g1", "g2"], retry_interval_ms=200, retry_interval_multiplier=2.0,
                     max_retry_interval_ms=2000)
     consumer = Consumer()

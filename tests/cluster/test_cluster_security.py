@@ -27,8 +27,10 @@ def secure(cluster: Cluster) -> None:
     for group in cluster.groups.values():
         text = group.config_path.read_text()
         text += f'[[user]]\nname = "app"\npassword_hash = "{hash_password(APP_PASSCODE)}"\ngroups = ["apps"]\n'
-        text += f'[[user]]\nname = "cluster"\npassword_hash = "{hash_password(CLUSTER_PASSCODE)}"\ngroups = ["bridges"]\n'
-        text += '[[acl]]\nqueue = "orders.>"\nread = ["apps"]\nwrite = ["apps", "bridges"]\nadmin = ["apps", "bridges"]\n'
+        text += (f'[[user]]\nname = "cluster"\npassword_hash = "{hash_password(CLUSTER_PASSCODE)}"\n'
+                 'groups = ["bridges"]\n')
+        text += ('[[acl]]\nqueue = "orders.>"\nread = ["apps"]\nwrite = ["apps", "bridges"]\n'
+                 'admin = ["apps", "bridges"]\n')
         text += '[[acl]]\nqueue = "$.raftmq.>"\nwrite = ["apps", "bridges"]\nadmin = ["bridges"]\n'
         group.config_path.write_text(text)
         group.admin_access = AdminAccess(login="app", passcode=APP_PASSCODE)  # /status needs a login

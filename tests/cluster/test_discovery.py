@@ -53,7 +53,8 @@ async def test_a_group_added_to_the_discovery_file_joins_and_one_removed_is_show
         producer = await cluster.client("g1")
         try:
             got = asyncio.ensure_future(consume(consumer, "/queue/found", 100, 20))
-            assert await wait_for(lambda: "/queue/found" in (cluster.cluster_status("g1") or {}).get("bindings", {}), 10)
+            assert await wait_for(
+                lambda: "/queue/found" in (cluster.cluster_status("g1") or {}).get("bindings", {}), 10)
             await send_all(producer, "/queue/found", [f"f{i}".encode() for i in range(100)])
             assert sorted(frame.body for frame in await got) == sorted(f"f{i}".encode() for i in range(100))
         finally:

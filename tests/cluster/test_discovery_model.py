@@ -60,7 +60,8 @@ def test_an_announcement_is_taken_once_in_order_and_while_fresh() -> None:
     assert "replayed" in str(fresh.refusal(replace(first, seq=2, sent_ms=101_000), 102_020))  # an older one, late
     assert "stale" in str(fresh.refusal(replace(first, seq=9, sent_ms=100_000), 110_001))  # past the window
     assert "ahead" in str(fresh.refusal(replace(first, seq=9, sent_ms=120_002), 110_001))  # a clock far ahead
-    assert fresh.refusal(replace(first, sender="s2", seq=1, sent_ms=110_000), 110_001) is None  # a new leader's announcer
+    # a new leader's announcer
+    assert fresh.refusal(replace(first, sender="s2", seq=1, sent_ms=110_000), 110_001) is None
     assert fresh.refusal(replace(first, sender="s3", seq=1, sent_ms=115_000), 115_000) is None
     assert set(fresh.last) == {"s2", "s3"}  # s1 is forgotten: nothing of it passes the window any more
 
@@ -84,10 +85,12 @@ def test_the_members_file() -> None:
 @pytest.mark.parametrize(("tables", "message"), [
     ({"broadcast_group": [{"name": "bg", "group_address": "10.0.0.1", "group_port": 9876}]},
      "broadcast_group[0].group_address must be a multicast address"),
-    ({"broadcast_group": [{"name": "bg", "group_address": "231.7.7.7", "group_port": 0}]}, "group_port must be a port number"),
+    ({"broadcast_group": [{"name": "bg", "group_address": "231.7.7.7", "group_port": 0}]},
+     "group_port must be a port number"),
     ({"broadcast_group": [{"name": "bg", "group_address": "231.7.7.7", "group_port": 9876, "period": 1}]},
      "broadcast_group[0].period is not a broadcast_group key"),
-    ({"discovery_group": [{"name": "dg", "file": "m.json", "group_address": "231.7.7.7"}]}, "a discovery group uses one"),
+    ({"discovery_group": [{"name": "dg", "file": "m.json", "group_address": "231.7.7.7"}]},
+     "a discovery group uses one"),
     ({"discovery_group": [{"group_address": "231.7.7.7", "group_port": 9876}]}, "discovery_group[0].name is required"),
 ])
 def test_bad_discovery_tables_name_the_file_and_key(tables: dict[str, list[dict[str, object]]], message: str) -> None:

@@ -52,7 +52,8 @@ def connection(port: int) -> ClusterConnection:
 def capture(listener: socket.socket, clocks: Clocks, count: int) -> list[bytes]:
     """What g2's leader announces, `count` announcements (its real announcer, sending to `listener`)."""
     port = listener.getsockname()[1]
-    announcer = Announcer("g2", ("127.0.0.1:61613",), (BroadcastGroup("bg", "127.0.0.1", port, broadcast_period_ms=10),),
+    announcer = Announcer("g2", ("127.0.0.1:61613",),
+                          (BroadcastGroup("bg", "127.0.0.1", port, broadcast_period_ms=10),),
                           (connection(port),), wall=lambda: clocks.wall)
 
     async def announce() -> None:

@@ -44,7 +44,8 @@ def namespace() -> Iterator[str]:
 @pytest.mark.parametrize("password", [None, "s3cret"])
 def test_groups_find_each_other_by_multicast_and_one_that_goes_is_shown_down(
         namespace: str, tmp_path: Path, password: str | None) -> None:
-    argv = ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.helpers.discovery_udp_scenario", str(tmp_path)]
+    argv = ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.helpers.discovery_udp_scenario",
+            str(tmp_path)]
     if password:
         argv.append(password)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=150, check=False,

@@ -31,7 +31,8 @@ def cluster(three_groups: Cluster) -> Cluster:
 
 
 def url(cluster: Cluster, groups: list[str]) -> str:
-    return "failover:(" + ",".join(f"stomp://{h}:{p}" for g in groups for h, p in cluster.addresses(g)) + ")?randomize=false"
+    return ("failover:(" + ",".join(f"stomp://{h}:{p}" for g in groups for h, p in cluster.addresses(g))
+            + ")?randomize=false")
 
 
 def leader_status(cluster: Cluster, group: str) -> dict[str, Any]:

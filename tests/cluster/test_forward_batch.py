@@ -17,7 +17,8 @@ LIMITS = Limits()
 
 headers = st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(lambda t: "\x00" not in t),
                              st.text(max_size=40).filter(lambda t: "\x00" not in t)), max_size=5)
-messages = st.lists(st.tuples(st.text(min_size=1, max_size=30), headers, st.binary(max_size=200)), min_size=1, max_size=20)
+messages = st.lists(st.tuples(st.text(min_size=1, max_size=30), headers, st.binary(max_size=200)),
+                    min_size=1, max_size=20)
 
 
 @given(messages)
@@ -52,7 +53,8 @@ def test_a_malformed_message_is_named_by_its_index(item: list[object], why: str)
 
 def test_each_message_is_held_to_the_frame_limits() -> None:
     limits = Limits(max_headers=3, max_header_line_bytes=16, max_body_bytes=8)
-    for item in (["/queue/a", [["a", "1"], ["b", "2"]], b""], ["/queue/a", [["k", "v" * 20]], b""], ["/queue/a", [], b"x" * 9]):
+    for item in (["/queue/a", [["a", "1"], ["b", "2"]], b""], ["/queue/a", [["k", "v" * 20]], b""],
+                 ["/queue/a", [], b"x" * 9]):
         with pytest.raises(BatchError) as raised:
             message(item, 4, limits)
         assert raised.value.index == 4

@@ -89,7 +89,8 @@ def test_connectors_with_equal_options_share_one_connection() -> None:
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({"group": "g1", "uri": uri("g2"), "networkTtl": 2}, "network_connector[0].networkTtl is not a network_connector option"),
+    ({"group": "g1", "uri": uri("g2"), "networkTtl": 2},
+     "network_connector[0].networkTtl is not a network_connector option"),
     ({"uri": uri("g2")}, "network_connector[0].group is required"),
     ({"group": "g9", "uri": uri("g2")}, "network_connector[0].group names 'g9', which is no group"),
     ({"group": "g1"}, "network_connector[0].uri is required"),
@@ -101,7 +102,8 @@ def test_connectors_with_equal_options_share_one_connection() -> None:
     ({"group": "g1", "uri": uri("g2"), "networkTTL": 0}, "network_connector[0].networkTTL must be at least 1"),
     ({"group": "g1", "uri": uri("g2"), "excludedDestinations": ["audit"]}, 'name the kind, "queue://audit"'),
     ({"group": "g1", "uri": uri("g2"), "excludedDestinations": ["queue://a.>.b"]}, "'>' must be the last element"),
-    ({"group": "g1", "uri": uri("g2"), "maxReconnectDelay": 10}, "maxReconnectDelay must be at least initialReconnectDelay"),
+    ({"group": "g1", "uri": uri("g2"), "maxReconnectDelay": 10},
+     "maxReconnectDelay must be at least initialReconnectDelay"),
     ({"group": "g1", "uri": uri("g2"), "password": "pw"}, "userName is required with a password"),
 ])
 def test_a_bad_connector_is_refused_naming_the_file_and_key(entry: dict[str, Any], message: str) -> None:

@@ -46,7 +46,8 @@ class Consumer:
         self.connection = stomp.Connection12([(host, port)])
         self.connection.set_listener("", self)
         self.connection.connect(wait=True)
-        self.connection.subscribe(destination, id="1", ack="client-individual", headers={"activemq.prefetchSize": "100"})
+        self.connection.subscribe(destination, id="1", ack="client-individual",
+                                  headers={"activemq.prefetchSize": "100"})
 
     def on_message(self, frame: Any) -> None:
         self.bodies.append(frame.body)
@@ -80,7 +81,8 @@ def wait_known(cluster: Cluster, group: str, destination: str, consumers: int, t
         if sum(entry["consumers"] for entry in bindings.values()) >= consumers:
             return
         time.sleep(0.05)
-    raise AssertionError(f"{group} never learned of {consumers} consumer(s) of {destination}: {cluster.cluster_status(group)}")
+    raise AssertionError(f"{group} never learned of {consumers} consumer(s) of {destination}: "
+                         f"{cluster.cluster_status(group)}")
 
 
 @pytest.mark.parametrize(("conduit", "expected"), [(True, [15, 15]), (False, [10, 20])])

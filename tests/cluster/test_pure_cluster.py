@@ -92,9 +92,12 @@ def test_prefer_local_keeps_the_nearest_groups_with_a_consumer() -> None:
     assert {choose(ON_DEMAND, here(1), remote, turn)[0] for turn in range(6)} == {"g1", "g2", "g3"}
 
 
-@given(st.integers(0, 10_000), st.lists(st.tuples(st.sampled_from(["g2", "g3", "g4"]), st.integers(0, 3), st.integers(1, 3)),
-                                       unique_by=lambda t: t[0]), st.booleans(), st.booleans())
-def test_a_choice_is_always_a_candidate(turn: int, remote: list[tuple[str, int, int]], conduit: bool, prefer_local: bool) -> None:
+@given(st.integers(0, 10_000),
+       st.lists(st.tuples(st.sampled_from(["g2", "g3", "g4"]), st.integers(0, 3), st.integers(1, 3)),
+                unique_by=lambda t: t[0]),
+       st.booleans(), st.booleans())
+def test_a_choice_is_always_a_candidate(turn: int, remote: list[tuple[str, int, int]], conduit: bool,
+                                        prefer_local: bool) -> None:
     candidates = [Candidate(*item) for item in remote]
     for policy in (STRICT, ON_DEMAND):
         target, _ = choose(policy, here(turn % 2), candidates, turn, conduit=conduit, prefer_local=prefer_local)

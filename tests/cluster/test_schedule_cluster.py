@@ -81,7 +81,8 @@ def test_a_dead_letter_retried_through_the_api_returns_to_its_queue_and_crosses_
         # The console's overview shows the other groups' members as they answer.
         with urllib.request.urlopen(f"http://{member.host}:{member.admin_port}/api/overview", timeout=15) as answer:
             overview = json.loads(answer.read())
-        assert {name: [(m["node"], m["role"], m["health"]) for m in members] for name, members in overview["peers"].items()} == {
-            "g2": [("n1", "leader", "ok")], "g3": [("n1", "leader", "ok")]}
+        peers = {name: [(m["node"], m["role"], m["health"]) for m in members]
+                 for name, members in overview["peers"].items()}
+        assert peers == {"g2": [("n1", "leader", "ok")], "g3": [("n1", "leader", "ok")]}
     finally:
         far.disconnect()

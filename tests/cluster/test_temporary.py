@@ -69,7 +69,8 @@ def test_request_reply_across_groups_with_temporary_queues(three_groups: Cluster
 
         # Only the owner consumes it.
         refusals: list[Any] = []
-        stranger.set_listener("refusals", type("Refusals", (stomp.ConnectionListener,), {"on_error": lambda _self, frame: refusals.append(frame)})())
+        stranger.set_listener("refusals", type("Refusals", (stomp.ConnectionListener,),
+                                               {"on_error": lambda _self, frame: refusals.append(frame)})())
         stranger.subscribe(private, id="steal", ack="auto")
         deadline = time.monotonic() + 10
         while not refusals and time.monotonic() < deadline:

@@ -49,7 +49,8 @@ def receive_bodies(client: Client, destination: str, count: int) -> list[bytes]:
     return bodies
 
 
-def test_fixture_gives_a_running_broker_and_a_connected_client(raftmq_broker: EmbeddedBroker, raftmq_client: Client) -> None:
+def test_fixture_gives_a_running_broker_and_a_connected_client(raftmq_broker: EmbeddedBroker,
+                                                               raftmq_client: Client) -> None:
     assert raftmq_broker.url.startswith("failover:(stomp://127.0.0.1:")
     assert raftmq_client.is_connected
     for i in range(3):
@@ -61,7 +62,8 @@ def test_fixture_gives_a_running_broker_and_a_connected_client(raftmq_broker: Em
     assert raftmq_broker.leader() == "n1"
 
 
-@pytest.mark.raftmq_broker(config=NodeConfig(core=CoreConfig(max_delivery_count=1, dead_letter_queue="/queue/custom.DLQ")))
+@pytest.mark.raftmq_broker(
+    config=NodeConfig(core=CoreConfig(max_delivery_count=1, dead_letter_queue="/queue/custom.DLQ")))
 def test_marker_passes_arguments_to_the_broker(raftmq_broker: EmbeddedBroker) -> None:
     # The settings of the NodeConfig are kept; host, port and name are the broker's.
     host, port = raftmq_broker.addresses[0]
@@ -195,7 +197,8 @@ def test_documented_plugin_setup_works_in_a_users_project(tmp_path: Path) -> Non
         encoding="utf-8",
     )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--strict-markers", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "--strict-markers", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+         str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

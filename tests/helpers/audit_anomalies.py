@@ -147,8 +147,9 @@ def stranded_forward(run: Path) -> str:
     """Bridges: a message passing through g1 for g2 still in g1's store-and-forward queue at the end."""
     append_entry(str(members(run, "g1")[0]), [
         Connect("audit-bridge", 0),
-        Send("audit-bridge", "/queue/chaos", block_of((("_AMQ_DUPL_ID", "stranded-1"), (FORWARD_ID_HEADER, "raftmq:strand-1>g2"),
-                                              (TO_HEADER, "g2"))), b"stranded-1", 0),
+        Send("audit-bridge", "/queue/chaos",
+             block_of((("_AMQ_DUPL_ID", "stranded-1"), (FORWARD_ID_HEADER, "raftmq:strand-1>g2"), (TO_HEADER, "g2"))),
+             b"stranded-1", 0),
     ])
     return "stranded-1"
 
@@ -157,8 +158,10 @@ def overlong_route(run: Path) -> str:
     """Bridges: a message that reached g3 over more hops than max_hops allows."""
     append_entry(str(members(run, "g3")[0]), [
         Connect("audit-bridge", 0),
-        Send("audit-bridge", "/queue/chaos", block_of((("_AMQ_DUPL_ID", "overlong-1"), (FORWARD_ID_HEADER, "raftmq:long-1>g3"),
-                                              (TO_HEADER, "g3"), (ROUTE_HEADER, "g1,g2"))), b"overlong-1", 0),
+        Send("audit-bridge", "/queue/chaos",
+             block_of((("_AMQ_DUPL_ID", "overlong-1"), (FORWARD_ID_HEADER, "raftmq:long-1>g3"), (TO_HEADER, "g3"),
+                       (ROUTE_HEADER, "g1,g2"))),
+             b"overlong-1", 0),
     ])
     return "overlong-1"
 

@@ -39,7 +39,8 @@ def main(directory: Path, password: str | None) -> None:
         for name in ("g1", "g2"):
             cluster.groups[name].start()
         seen["g1_found_g2_s"] = until(lambda: link(cluster, "g1", "g2").get("state") == "connected")
-        seen["g1_links_before_g3"] = sorted(entry["to"] for entry in (cluster.cluster_status("g1") or {}).get("links", []))
+        seen["g1_links_before_g3"] = sorted(entry["to"]
+                                            for entry in (cluster.cluster_status("g1") or {}).get("links", []))
         cluster.groups["g3"].start()  # a group that appears: nobody restarts
         seen["g1_found_g3_s"] = until(lambda: link(cluster, "g1", "g3").get("state") == "connected")
         seen["g3_found_g1_s"] = until(lambda: link(cluster, "g3", "g1").get("state") == "connected")

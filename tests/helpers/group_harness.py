@@ -211,7 +211,8 @@ async def drain_queue(addresses: list[tuple[str, int]], destination: str, idle: 
 
     deadline = time.monotonic() + timeout
     try:
-        subscription = client.subscribe(destination, ack="client-individual", prefetch=500, callback=on_message, receipt=True)
+        subscription = client.subscribe(destination, ack="client-individual", prefetch=500, callback=on_message,
+                                        receipt=True)
         assert subscription.receipt is not None
         await asyncio.wait_for(subscription.receipt, 5)
         last_arrival = time.monotonic()
@@ -307,7 +308,8 @@ class StompPyProducer:
                 while position < len(self.ids) and not self.stopped and time.monotonic() < deadline:
                     message_id = self.ids[position]
                     conn.send(self.destination, body_for(message_id, self.size),
-                              headers={**self.headers, "_AMQ_DUPL_ID": message_id, "persistent": "true"}, receipt=message_id)
+                              headers={**self.headers, "_AMQ_DUPL_ID": message_id, "persistent": "true"},
+                              receipt=message_id)
                     if not self._await_receipt(listener, message_id, deadline):
                         self.reconnects += 1
                         break

@@ -202,8 +202,8 @@ def stomp_connection(address: tuple[str, int], version: str = "1.2", transport: 
     return conn, listener
 
 
-def connect(address: tuple[str, int], version: str = "1.2", headers: dict | None = None, transport: str = "tcp",  # noqa: ANN201
-            **kwargs):
+def connect(address: tuple[str, int], version: str = "1.2", headers: dict | None = None,  # noqa: ANN201
+            transport: str = "tcp", **kwargs):
     conn, listener = stomp_connection(address, version, transport, **kwargs)
     conn.connect(wait=True, headers=headers or {})
     assert listener.connected.wait(WAIT)  # stomp-py may return before listeners saw CONNECTED
@@ -217,7 +217,8 @@ class NodeProcess:
         self.port = free_port()
         self.address = ("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory", *(extra_args or [])],
+            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory",
+             *(extra_args or [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -245,10 +246,12 @@ class NodeProcess:
             if not line:
                 break
             if line.startswith("raftmq node listening on"):
-                assert line.strip() == f"raftmq node listening on 127.0.0.1:{self.port} (in memory: nothing survives a restart)", line
+                assert line.strip() == (f"raftmq node listening on 127.0.0.1:{self.port} "
+                                        "(in memory: nothing survives a restart)"), line
                 return
         self.kill()
-        raise RuntimeError(f"node not ready in {timeout}s; stdout {line!r}; stderr {''.join(self.stderr_lines)[-2000:]}")
+        raise RuntimeError(f"node not ready in {timeout}s; stdout {line!r}; "
+                           f"stderr {''.join(self.stderr_lines)[-2000:]}")
 
     def terminate(self, timeout: float = 10.0) -> int:
         self.proc.send_signal(signal.SIGTERM)

@@ -50,7 +50,8 @@ def _issue(subject: str, ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name,
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
+                                              else ExtendedKeyUsageOID.CLIENT_AUTH]),
                        critical=False)
     )
     if server:
