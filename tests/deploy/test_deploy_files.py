@@ -57,7 +57,8 @@ def tool(name: str) -> str:
 
 
 def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
+    return subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=TOOL_TIMEOUT,
+                          check=False)
 
 
 # -- systemd ---------------------------------------------------------------------------------------
@@ -128,7 +129,8 @@ def test_the_systemd_unit_runs_the_node_and_hands_over_before_it_stops() -> None
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:
-    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (kubernetes-validate of the [test] extra brings it)")
+    yaml = pytest.importorskip("yaml",
+                               reason="PyYAML is not installed (kubernetes-validate of the [test] extra brings it)")
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
@@ -142,14 +144,16 @@ def manifests() -> list[dict[str, Any]]:
 
 
 def the(kind: str, name: str, docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    found = [doc for doc in (manifests() if docs is None else docs) if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    found = [doc for doc in (manifests() if docs is None else docs)
+             if doc["kind"] == kind and doc["metadata"]["name"] == name]
     assert len(found) == 1, f"{len(found)} {kind} named {name}"
     return found[0]
 
 
 def validate(docs: list[dict[str, Any]], version: str) -> list[str]:
     """What kubernetes-validate (strict: no unknown field) finds wrong in `docs` for `version`."""
-    validation = pytest.importorskip("kubernetes_validate.utils", reason="kubernetes-validate is not installed (the [test] extra)")
+    validation = pytest.importorskip("kubernetes_validate.utils",
+                                     reason="kubernetes-validate is not installed (the [test] extra)")
     errors = []
     for doc in docs:
         try:
@@ -170,13 +174,16 @@ def test_the_manifests_are_valid_kubernetes(version: str) -> None:
 def test_kustomize_renders_the_whole_cluster() -> None:
     result = run(tool("kubectl"), "kustomize", KUBERNETES)
     assert result.returncode == 0, result.stderr
-    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (kubernetes-validate of the [test] extra brings it)")
+    yaml = pytest.importorskip("yaml",
+                               reason="PyYAML is not installed (kubernetes-validate of the [test] extra brings it)")
     docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
-    assert all(doc["metadata"].get("namespace") == kustomization()["namespace"] for doc in docs if doc["kind"] != "Namespace")
+    assert all(doc["metadata"].get("namespace") == kustomization()["namespace"]
+               for doc in docs if doc["kind"] != "Namespace")
     (config_map,) = [doc for doc in docs if doc["kind"] == "ConfigMap"]
     assert config_map["data"] == {path.name: path.read_text() for path in CONFIG.glob("*.toml")}
     for group in GROUPS:  # the generated name (with its hash) replaces the one in the StatefulSet
-        (projected,) = [v["projected"] for v in the("StatefulSet", group, docs)["spec"]["template"]["spec"]["volumes"] if "projected" in v]
+        (projected,) = [v["projected"] for v in the("StatefulSet", group, docs)["spec"]["template"]["spec"]["volumes"]
+                        if "projected" in v]
         assert {"name": config_map["metadata"]["name"]} in [source.get("configMap") for source in projected["sources"]]
     for version in (KUBERNETES_VERSIONS[0], KUBERNETES_VERSIONS[-1]):
         assert validate(docs, version) == []
@@ -192,7 +199,8 @@ def self_signed_pair(directory: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "raftmq")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(1)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(1)
                    .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
     directory.mkdir()
     (directory / "tls.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
@@ -231,7 +239,8 @@ def test_raftmq_loads_the_configmap_as_each_pod_does(tmp_path: Path, monkeypatch
         topology = load_topology(config / "topology.toml")
         assert [spec.name for spec in topology.groups] == list(GROUPS)
         assert [connection.groups for connection in topology.cluster_connections] == [GROUPS]
-        loaded = with_cluster(load_group_config(config / f"{group}.toml"), config / f"{group}.toml", config / "topology.toml")
+        loaded = with_cluster(load_group_config(config / f"{group}.toml"), config / f"{group}.toml",
+                              config / "topology.toml")
         assert loaded.password and loaded.server.security.tls is not None and loaded.server.cluster_peers
         if check_exposure is None:
             continue
@@ -304,10 +313,12 @@ def test_each_statefulset_runs_the_members_of_its_group_file(group: str) -> None
     for variable, key in secrets.items():
         assert env[variable] == {"secretKeyRef": {"name": "raftmq-passwords", "key": key}}
         assert key in secret_values("raftmq-passwords")
-    assert {Path(name).name for name in kustomization()["configMapGenerator"][0]["files"]} >= {f"{group}.toml", "topology.toml"}
+    assert ({Path(name).name for name in kustomization()["configMapGenerator"][0]["files"]}
+            >= {f"{group}.toml", "topology.toml"})
     # Files: the TLS pair where [tls] looks for it, the data where [group] data_dir is.
     (projected,) = [volume["projected"] for volume in pod["spec"]["volumes"] if volume["name"] == "config"]
-    tls_items = {item["path"]: item["key"] for source in projected["sources"] if "secret" in source for item in source["secret"]["items"]}
+    tls_items = {item["path"]: item["key"] for source in projected["sources"] if "secret" in source
+                 for item in source["secret"]["items"]}
     (connection,) = topology["cluster_connection"]  # the bridges' CA for the other groups' certificate
     assert {f"{config_mount}/{path}" for path in tls_items} == {raw["tls"]["cert_file"], raw["tls"]["key_file"],
                                                                 connection["tls_ca_file"]}
@@ -328,7 +339,8 @@ def test_each_pod_is_probed_on_its_admin_port_and_hands_over_as_it_stops(group: 
     for probe, path in paths.items():
         get = main[probe]["httpGet"]
         # [tls] in the group file: the admin port speaks HTTPS.
-        assert (get["path"], ports[get["port"]], get["scheme"]) == (path, admin_port, "HTTPS" if "tls" in group_file(group) else "HTTP")
+        assert (get["path"], ports[get["port"]], get["scheme"]) == (
+            path, admin_port, "HTTPS" if "tls" in group_file(group) else "HTTP")
     assert main["lifecycle"]["preStop"]["exec"]["command"] == [INSTALLED_RAFTMQ, "hand-over"]
     assert pod["terminationGracePeriodSeconds"] >= 30
 
@@ -356,7 +368,8 @@ def test_each_pod_runs_the_image_as_built_and_locked_down(group: str) -> None:
     security = pod["securityContext"]
     assert (security["runAsUser"], security["runAsGroup"], security["fsGroup"]) == (uid, gid, gid)
     assert security["runAsNonRoot"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert main["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    assert main["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                       "capabilities": {"drop": ["ALL"]}}
     assert main["resources"]["requests"] and main["resources"]["limits"]
     namespace = the("Namespace", kustomization()["namespace"])
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"

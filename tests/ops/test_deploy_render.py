@@ -24,7 +24,8 @@ def test_a_node_id_several_groups_share_needs_its_group_and_the_instance_names_b
     assert code == 0, output
     assert "systemd instance raftmq@g3-n1" in output
     env = (tmp_path / "g3-n1.env").read_text()
-    assert "RAFTMQ_CONFIG=/etc/raftmq/symmetric-g3.toml\nRAFTMQ_NODE=n1\nRAFTMQ_TOPOLOGY=/etc/raftmq/symmetric.toml\n" in env
+    assert ("RAFTMQ_CONFIG=/etc/raftmq/symmetric-g3.toml\nRAFTMQ_NODE=n1\n"
+            "RAFTMQ_TOPOLOGY=/etc/raftmq/symmetric.toml\n") in env
     assert (tmp_path / "g3-n1.env").stat().st_mode & 0o777 == 0o600
     for group in ("g1", "g2", "g3"):  # every group file (bridges read the neighbours'), data under the state dir
         assert f'data_dir = "/var/lib/raftmq/{group}"' in (tmp_path / f"symmetric-{group}.toml").read_text()

@@ -128,8 +128,9 @@ class Host:
     def start(self) -> None:
         """ExecStart: `raftmq node` with the environment file's settings."""
         self.starts += 1
-        self.proc = processes.spawn([*self.net.exec_prefix(self.host), sys.executable, "-m", "raftmq", "node"], self.out,
-                                    self.dir / "node.err", append=True, note=f"start {self.starts}", env=self.env)
+        self.proc = processes.spawn([*self.net.exec_prefix(self.host), sys.executable, "-m", "raftmq", "node"],
+                                    self.out, self.dir / "node.err", append=True, note=f"start {self.starts}",
+                                    env=self.env)
 
     def wait_started(self) -> None:
         assert self.proc is not None
@@ -241,7 +242,8 @@ def test_nine_hosts_by_name_with_tls_survive_a_rolling_restart_and_a_partition_u
         load = processes.spawn(
             [*net.exec_prefix(client_host), sys.executable, "-m", "tests.helpers.rehearsal_load",
              "--produce", urls["g1"], "--consume", urls["g3"], "--ca", str(ca), "--login", "app",
-             "--passcode-env", "RAFTMQ_APP_PASS", "--queue", QUEUE, "--out", str(result), "--stop-file", str(stop_file)],
+             "--passcode-env", "RAFTMQ_APP_PASS", "--queue", QUEUE, "--out", str(result),
+             "--stop-file", str(stop_file)],
             tmp_path / "load.out", tmp_path / "load.err", env=client_env, cwd=Path.cwd())
         time.sleep(3)
 

@@ -179,7 +179,8 @@ def test_commands_default_to_the_running_local_cluster(embedded: EmbeddedBroker,
     assert run("receive", queue).stdout == "to the local cluster\n"
 
 
-def test_without_a_cluster_the_default_url_is_named_in_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_cluster_the_default_url_is_named_in_the_error(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (port,) = free_ports(1)
     topology = tmp_path / "group.toml"
@@ -201,7 +202,8 @@ def test_errors_are_one_line(broker: tuple[str, int], tmp_path: Path) -> None:
     assert "Connect call failed" in refused
     assert "unsupported scheme 'http'" in one_error_line(run("receive", "/queue/x", "--url", "http://127.0.0.1:1"))
     assert "expected host:port" in one_error_line(run("queue", "stat", "--admin", "nohost"))
-    assert "missing.bin: cannot read the body" in one_error_line(run("send", "/queue/x", "--file", str(tmp_path / "missing.bin"), "--url", url_of(broker)))
+    unreadable = run("send", "/queue/x", "--file", str(tmp_path / "missing.bin"), "--url", url_of(broker))
+    assert "missing.bin: cannot read the body" in one_error_line(unreadable)
     invalid = one_error_line(run("send", "not-a-destination", "y", "--url", url_of(broker)))
     assert invalid.startswith("Error: the broker refused: invalid destination")
     missing_config = one_error_line(run("receive", "/queue/x", "--config", str(tmp_path / "nope.toml")))

@@ -29,7 +29,8 @@ def this_process(group: str = "g1", node_id: str = "n1") -> NodeProcess:
                        argv, "node.log")
 
 
-def running_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topology: str, selection: tuple[str, ...] | None) -> Path:
+def running_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topology: str,
+                 selection: tuple[str, ...] | None) -> Path:
     """A state file in ./.raftmq/ of a cluster `raftmq up` started with `selection`."""
     state_dir = tmp_path / ".raftmq"
     state_dir.mkdir()
@@ -115,7 +116,8 @@ def test_up_refused_by_a_running_cluster_names_the_command_that_stops_that_one(
     before = read_state(state_dir)
     result = CliRunner().invoke(main, ["up", "--preset", "symmetric", "--detach"], catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    assert "already running here" in result.stderr and result.stderr.rstrip().endswith(f"stop it with `{hint}`"), result.stderr
+    assert "already running here" in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith(f"stop it with `{hint}`"), result.stderr
     assert "--preset symmetric`" not in result.stderr  # not the stop command of the cluster it was asked to start
     assert read_state(state_dir) == before
 

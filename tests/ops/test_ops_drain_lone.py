@@ -33,8 +33,9 @@ def embedded() -> Iterator[EmbeddedBroker]:
 def lone_group(tmp_path: Path, client: str, admin: str) -> Path:
     (raft,) = free_ports(1)
     path = tmp_path / "g1.toml"
-    path.write_text("\n".join(["[group]", 'name = "g1"', f"data_dir = {json.dumps(str(tmp_path / 'g1'))}", "", "[[node]]",
-                               'id = "n1"', f'client = "{client}"', f'raft = "127.0.0.1:{raft}"', f'admin = "{admin}"']) + "\n")
+    path.write_text("\n".join(["[group]", 'name = "g1"', f"data_dir = {json.dumps(str(tmp_path / 'g1'))}", "",
+                               "[[node]]", 'id = "n1"', f'client = "{client}"', f'raft = "127.0.0.1:{raft}"',
+                               f'admin = "{admin}"']) + "\n")
     return path
 
 

@@ -75,7 +75,8 @@ def test_five_to_three_and_back_under_load_loses_nothing(tmp_path: Path, write_g
             assert added.returncode == 0, added.stdout + added.stderr
             assert "caught up" in added.stdout
         old = load_group_config(config).members[0].id
-        replaced = raftmq("group", "replace-node", "g1", old, *new_member_args("n8"), "--config", str(config), cwd=tmp_path)
+        replaced = raftmq("group", "replace-node", "g1", old, *new_member_args("n8"), "--config", str(config),
+                          cwd=tmp_path)
         assert replaced.returncode == 0, replaced.stdout + replaced.stderr
         time.sleep(1.0)
         traffic.stop(drain=30)

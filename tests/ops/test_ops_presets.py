@@ -85,8 +85,10 @@ def test_five_node_and_test_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert config.journal.segment_bytes <= 64 * 1024 and config.raft.compact_after_bytes <= 64 * 1024
     assert core.dedup_cache_size <= 100 and core.max_delivery_count <= 3
     assert config.server.tick_interval_ms <= 100 and config.raft.commit_timeout_ms <= 2000
-    default_ports = {split_address(getattr(m, kind))[1] for _g, m in preset_topology("default").members() for kind in ("client", "raft", "admin")}
-    test_ports = {split_address(getattr(m, kind))[1] for _g, m in test.members() for kind in ("client", "raft", "admin")}
+    default_ports = {split_address(getattr(m, kind))[1] for _g, m in preset_topology("default").members()
+                     for kind in ("client", "raft", "admin")}
+    test_ports = {split_address(getattr(m, kind))[1] for _g, m in test.members()
+                  for kind in ("client", "raft", "admin")}
     assert not default_ports & test_ports
     low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     assert not any(low <= port <= high for port in test_ports)  # kernel-chosen test ports never collide
@@ -153,7 +155,8 @@ def test_a_taken_port_names_the_node_and_the_address(write_group: WriteGroup, tm
 def topology_with_data_dir(tmp_path: Path, write_group: WriteGroup, data_dir: Path, member: str = "n1") -> Path:
     """A topology whose state lives in tmp_path/state and whose one group keeps its data in `data_dir`."""
     group = write_group("g", size=1)
-    group.write_text(group.read_text().replace(str(tmp_path / "g"), str(data_dir)).replace('id = "n1"', f'id = "{member}"'))
+    group.write_text(group.read_text().replace(str(tmp_path / "g"), str(data_dir))
+                     .replace('id = "n1"', f'id = "{member}"'))
     path = tmp_path / "topo.toml"
     path.write_text(f'[topology]\ndata_dir = "{tmp_path / "state"}"\n[[group]]\nfile = "g.toml"\n')
     return path
@@ -191,7 +194,8 @@ def test_data_directory_that_cannot_be_written_or_created(write_group: WriteGrou
         # The member directory exists but takes no files.
         path = topology_with_data_dir(tmp_path, write_group, locked, member=existing_child)
         error = one_line_error(up("--config", str(path), "--detach"))
-        assert error.startswith(f"Error: g/{existing_child}: data directory {locked}/{existing_child} is not writable (")
+        assert error.startswith(
+            f"Error: g/{existing_child}: data directory {locked}/{existing_child} is not writable (")
         # Its parent is missing and cannot be made.
         path = topology_with_data_dir(tmp_path, write_group, locked / "missing" / "parent")
         error = one_line_error(up("--config", str(path), "--detach"))

@@ -17,8 +17,8 @@ from tests.ops.test_ops_status_view import NODES, QUEUE, node_status
 def draining(role: str, to: list[str] | None, moved: int, destinations: dict[str, Any] | None = None) -> dict[str, Any]:
     status = node_status(role, 5, 40, 40, destinations)
     status["leader"] = "n2"
-    status["cluster"] = {"group": "g1", "links": [], "reachable": {}, "bindings": {}, "forwarded": {}, "redistributed": 0,
-                         "draining": to, "drained": moved, "unroutable": 0}
+    status["cluster"] = {"group": "g1", "links": [], "reachable": {}, "bindings": {}, "forwarded": {},
+                         "redistributed": 0, "draining": to, "drained": moved, "unroutable": 0}
     return status
 
 
@@ -47,7 +47,8 @@ def test_a_draining_group_says_so_in_the_table_and_the_json() -> None:
 
 def test_a_drained_group_holds_nothing_and_any_member_tells() -> None:
     empty = {**QUEUE, "depth": 0, "in_flight": 0}
-    summary = summarise([(NODES[0], draining("follower", [], 130)), (NODES[1], draining("leader", [], 130, {"/queue/orders": empty}))])
+    summary = summarise([(NODES[0], draining("follower", [], 130)),
+                         (NODES[1], draining("leader", [], 130, {"/queue/orders": empty}))])
     (group,) = summary["groups"]
     assert group["state"] == "drained" and group["drain"] == {"state": "drained", "to": [], "moved": 130, "left": 0}
     text = render_to_string(summary, width=200)

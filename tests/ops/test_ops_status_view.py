@@ -27,7 +27,8 @@ def node_status(role: str, term: int, commit: int, applied: int, destinations: d
 
 QUEUE = {"depth": 7, "in_flight": 3, "consumers": 2, "enqueued": 40, "dequeued": 30, "expired": 0, "dead_lettered": 1}
 DLQ = {"depth": 1, "in_flight": 0, "consumers": 0, "enqueued": 1, "dequeued": 0, "expired": 0, "dead_lettered": 0}
-RATES = {"/queue/orders": {"enqueue_rate": 12.5, "dequeue_rate": 10.0}, "/queue/DLQ": {"enqueue_rate": 0.1, "dequeue_rate": 0.0},
+RATES = {"/queue/orders": {"enqueue_rate": 12.5, "dequeue_rate": 10.0},
+         "/queue/DLQ": {"enqueue_rate": 0.1, "dequeue_rate": 0.0},
          "/queue/a": {"enqueue_rate": 1.0, "dequeue_rate": 2.0}}
 NODES = [NodeAddress("g1", f"n{i}", f"127.0.0.1:{61000 + i}", f"127.0.0.1:{62000 + i}", 100 + i) for i in (1, 2, 3)]
 
@@ -111,8 +112,10 @@ def test_collect_status_asks_each_node_and_marks_silent_ones_down(fake_admin: st
     nodes = [NodeAddress("g", "up", "127.0.0.1:1", fake_admin), NodeAddress("g", "gone", "127.0.0.1:2", silent)]
     summary = collect_status(nodes, timeout=1.0)
     (group,) = summary["groups"]
-    assert group["leader"] == "up" and group["term"] == 9 and group["destinations"] == {"/queue/a": {**QUEUE, **RATES["/queue/a"]}}
-    assert [(row["id"], row["role"], row["up"]) for row in group["nodes"]] == [("up", "leader", True), ("gone", "down", False)]
+    assert group["leader"] == "up" and group["term"] == 9
+    assert group["destinations"] == {"/queue/a": {**QUEUE, **RATES["/queue/a"]}}
+    assert [(row["id"], row["role"], row["up"]) for row in group["nodes"]] == [("up", "leader", True),
+                                                                               ("gone", "down", False)]
 
 
 def test_exit_verdict_needs_every_node_up_and_exactly_one_leader() -> None:
@@ -188,7 +191,8 @@ def test_the_cluster_table_shows_where_each_queue_s_messages_go() -> None:
     assert view["g2"]["local_rate"] == 0.0
     text = render_to_string(summary, width=160)
     assert "local 100 · out 30 · in 20" in text and "local 0 · out 0 · in 25" in text
-    unknown = summarise([leader("g1", {"enqueue_rate": None, "dequeue_rate": None}), leader("g2", {})])  # type: ignore[dict-item]
+    unknown = summarise([leader("g1", {"enqueue_rate": None, "dequeue_rate": None}),  # type: ignore[dict-item]
+                         leader("g2", {})])
     assert unknown["cluster"]["/queue/hot"]["g1"]["local_rate"] is None
     assert "· out" not in render_to_string(unknown, width=160)
     assert "msg/s stored where they were sent (local)" in text
@@ -197,7 +201,8 @@ def test_the_cluster_table_shows_where_each_queue_s_messages_go() -> None:
 def test_the_links_table_shows_each_discovered_groups_presence() -> None:
     status = node_status("leader", 2, 5, 5)
     status["cluster"] = {"links": [
-        {"from": "g1", "to": "g2", "state": "connected", "forwarded": 5, "waiting": 0, "in_flight": 0, "presence": "up"},
+        {"from": "g1", "to": "g2", "state": "connected", "forwarded": 5, "waiting": 0, "in_flight": 0,
+         "presence": "up"},
         {"from": "g1", "to": "g3", "state": "retrying", "retry_in_s": 1, "forwarded": 0, "waiting": 4, "in_flight": 0,
          "last_error": "connection refused", "presence": "down"},
         {"from": "g1", "to": "g4", "state": "connected", "forwarded": 0, "waiting": 0, "in_flight": 0},  # a static link

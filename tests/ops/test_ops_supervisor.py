@@ -43,7 +43,8 @@ class Rig:
         write_state(DeploymentState("t", str(tmp_path), (node,)))
         self.clock = Clock()
         self.lines: list[str] = []
-        self.supervisor = Supervisor(read_state(tmp_path), {process.pid: process}, policy, self.lines.append, self.clock)  # type: ignore[arg-type]
+        self.supervisor = Supervisor(read_state(tmp_path), {process.pid: process}, policy,  # type: ignore[arg-type]
+                                     self.lines.append, self.clock)
 
     @property
     def node(self) -> NodeProcess:
@@ -143,7 +144,8 @@ def test_never_reports_the_signal_and_leaves_the_node_down(tmp_path: Path, rigs:
     rig.wait_exit()
     rig.poll()
     assert rig.node.state == DOWN and rig.supervisor.settled
-    assert rig.lines == [f"g/a (pid {pid}) was killed by SIGKILL; last log line: serving; not restarted (restart = \"never\")"]
+    assert rig.lines == [f"g/a (pid {pid}) was killed by SIGKILL; last log line: serving; "
+                         "not restarted (restart = \"never\")"]
     assert rig.node.last_exit is not None and rig.node.last_exit.startswith("was killed by SIGKILL at ")
 
 
@@ -170,10 +172,12 @@ def test_a_node_that_is_not_our_child_is_noticed_through_proc(tmp_path: Path) ->
         deadline = time.monotonic() + 10  # until the child has exec'd, /proc shows our own command line
         while process_argv(sleeper.pid) != tuple(sleeper.args) and time.monotonic() < deadline:
             time.sleep(0.01)
-        node = NodeProcess("g", "b", "", "", "", sleeper.pid, process_start_time(sleeper.pid) or 0, tuple(sleeper.args), "nolog")
+        node = NodeProcess("g", "b", "", "", "", sleeper.pid, process_start_time(sleeper.pid) or 0,
+                           tuple(sleeper.args), "nolog")
         write_state(DeploymentState("t", str(tmp_path), (node,)))
         lines: list[str] = []
-        supervisor = Supervisor(read_state(tmp_path), {}, RestartPolicy("never"), lines.append)  # type: ignore[arg-type]
+        never = RestartPolicy("never")
+        supervisor = Supervisor(read_state(tmp_path), {}, never, lines.append)  # type: ignore[arg-type]
         supervisor.poll()
         assert lines == []
         sleeper.kill()

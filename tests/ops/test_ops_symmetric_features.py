@@ -87,11 +87,12 @@ def test_wildcards_temporary_queues_schedules_and_management_across_the_symmetri
             assert listed.returncode == 0, listed.stderr
             rows = json.loads(listed.stdout)
             assert {row["group"] for row in rows} == {"g1", "g2", "g3"}
-            return any(row["group"] == "g1" and row["destination"] == "/queue/other" and row["depth"] == 1 for row in rows)
+            return any(row["group"] == "g1" and row["destination"] == "/queue/other" and row["depth"] == 1
+                       for row in rows)
 
         wait_until(other_waits_on_g1, timeout=15.0)
-        moved = raftmq("manage", "move", "--group", "g1", "--from", "/queue/other", "--to", "/queue/orders.moved", "--all",
-                       cwd=tmp_path)
+        moved = raftmq("manage", "move", "--group", "g1", "--from", "/queue/other", "--to", "/queue/orders.moved",
+                       "--all", cwd=tmp_path)
         assert moved.returncode == 0 and "moved 1" in moved.stdout, moved.stdout + moved.stderr
         wait_until(lambda: len(wild.message_list) == 3)
 
@@ -100,7 +101,8 @@ def test_wildcards_temporary_queues_schedules_and_management_across_the_symmetri
             assert b"raftmq" in page.read()
         with urllib.request.urlopen(f"http://{admin}/api/overview", timeout=10) as answer:
             overview = json.loads(answer.read())
-        assert set(overview["peers"]) == {"g1", "g2"} and all(len(members) == 3 for members in overview["peers"].values())
+        assert set(overview["peers"]) == {"g1", "g2"}
+        assert all(len(members) == 3 for members in overview["peers"].values())
     finally:
         for connection in connections:
             if connection.is_connected():

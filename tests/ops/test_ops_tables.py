@@ -33,8 +33,9 @@ ANSWERS = {
                                             "enqueued": 3, "dequeued": 0, "dead_lettered": 0, "scheduled": 0}]},
     "/api/connections": {"connections": [{"session": "s-1", "peer": "127.0.0.1:5000", "login": None, "client_id": "app",
                                           "version": "1.2", "subscriptions": 1}]},
-    "/api/consumers": {"consumers": [{"destination": "/queue/orders", "sub_id": "0", "session": "s-1", "selector": None,
-                                      "ack": "client", "prefetch": 10, "in_flight": 2, "durable_name": None, "active": True}]},
+    "/api/consumers": {"consumers": [{"destination": "/queue/orders", "sub_id": "0", "session": "s-1",
+                                      "selector": None, "ack": "client", "prefetch": 10, "in_flight": 2,
+                                      "durable_name": None, "active": True}]},
 }
 
 

@@ -31,7 +31,8 @@ def test_topology_file_lists_groups(write_group: WriteGroup, tmp_path: Path) -> 
     write_group("a")
     write_group("b", size=1)
     path = tmp_path / "topo.toml"
-    path.write_text('[topology]\nname = "two"\ndata_dir = "%s"\n\n[[group]]\nfile = "a.toml"\n\n[[group]]\nfile = "b.toml"\n' % (tmp_path / "state"))
+    path.write_text('[topology]\nname = "two"\ndata_dir = "%s"\n\n[[group]]\nfile = "a.toml"\n\n'
+                    '[[group]]\nfile = "b.toml"\n' % (tmp_path / "state"))
     topology = load_topology(path)
     assert topology.name == "two" and topology.state_dir == (tmp_path / "state").resolve()
     assert [(group.name, len(group.config.members)) for group in topology.groups] == [("a", 3), ("b", 1)]
@@ -110,7 +111,8 @@ def test_up_refuses_a_port_in_use_before_starting_anything(write_group: WriteGro
 def test_status_without_a_cluster_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(status_command, ["--once"])
-    assert result.exit_code == 1 and f"no raftmq cluster state at {tmp_path.resolve()}/.raftmq/cluster.json" in result.output
+    assert result.exit_code == 1 and (
+        f"no raftmq cluster state at {tmp_path.resolve()}/.raftmq/cluster.json" in result.output)
 
 
 def test_up_names_a_data_directory_it_cannot_create(write_group: WriteGroup, tmp_path: Path) -> None:

@@ -38,7 +38,8 @@ def test_up_symmetric_lite_prints_the_urls_and_down_stops_it(tmp_path: Path) -> 
         lines = up.stdout.splitlines()
         assert lines[0] == "raftmq cluster 'symmetric-lite' is up: 3 group(s), 3 node(s)"
         assert [line.split(" (term")[0] for line in lines[1:4]] == [f"  group g{i}: master n1" for i in (1, 2, 3)]
-        assert [line.split(")  ", 1)[1] for line in lines[1:4]] == [f"failover:(stomp://{client})" for client in CLIENTS]
+        assert ([line.split(")  ", 1)[1] for line in lines[1:4]]
+                == [f"failover:(stomp://{client})" for client in CLIENTS])
         whole = "failover:(" + ",".join(f"(stomp://{client})" for client in CLIENTS) + ")"
         assert lines[4:6] == ["links:   g1-g2, g1-g3, g2-g3", f"clients: {whole}"], up.stdout
         assert "stop:    raftmq down --preset symmetric-lite" in lines

@@ -25,7 +25,8 @@ COMMAND_TIMEOUT = 40
 
 
 def raftmq(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT, cwd=cwd)
 
 
 def status_json(config: Path, cwd: Path, code: int = 0) -> dict:
@@ -61,9 +62,11 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
                 time.sleep(0.05)
             assert "raftmq node listening on" in Path(node.log).read_text()
 
-        sent = raftmq("send", "/queue/flow", "hello from the CLI", "--count", "2", "--config", str(config), cwd=tmp_path)
+        sent = raftmq("send", "/queue/flow", "hello from the CLI", "--count", "2", "--config", str(config),
+                      cwd=tmp_path)
         assert sent.returncode == 0 and "sent 2 message(s)" in sent.stdout, sent.stdout + sent.stderr
-        received = raftmq("receive", "/queue/flow", "--count", "2", "--timeout", "10", "--config", str(config), cwd=tmp_path)
+        received = raftmq("receive", "/queue/flow", "--count", "2", "--timeout", "10", "--config", str(config),
+                          cwd=tmp_path)
         assert received.returncode == 0, received.stdout + received.stderr
         assert received.stdout.splitlines() == ["hello from the CLI"] * 2
 
@@ -89,7 +92,8 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         assert rows[victim.id]["up"] is False and rows[victim.id]["role"] == "down"
         assert all(rows[node_id]["up"] for node_id in survivors)
         view = raftmq("status", "--once", "--config", str(config), cwd=tmp_path)
-        assert view.returncode == 1 and "2/3 nodes up" in view.stdout and "master" in view.stdout, view.stdout + view.stderr
+        assert view.returncode == 1 and "2/3 nodes up" in view.stdout and "master" in view.stdout, (
+            view.stdout + view.stderr)
 
         down = raftmq("down", "--config", str(config), cwd=tmp_path)
         assert down.returncode == 0 and "stopped 2 node(s)" in down.stdout, down.stdout + down.stderr
@@ -149,7 +153,8 @@ def test_down_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
         assert is_our_node(NodeProcess("g", "n3", "", "", "", bystander.pid, start, tuple(bystander.args), "log"))
         write_state(DeploymentState("t", str(tmp_path), (wrong_argv, wrong_start)))
         group = tmp_path / "g.toml"
-        group.write_text(f'[group]\nname = "g"\ndata_dir = "{tmp_path}"\n[[node]]\nid = "n1"\nclient = "127.0.0.1:1"\nraft = "127.0.0.1:2"\nadmin = "127.0.0.1:3"\n')
+        group.write_text(f'[group]\nname = "g"\ndata_dir = "{tmp_path}"\n[[node]]\nid = "n1"\n'
+                         'client = "127.0.0.1:1"\nraft = "127.0.0.1:2"\nadmin = "127.0.0.1:3"\n')
         down = raftmq("down", "--config", str(group), "--timeout", "1", cwd=tmp_path)
         assert down.returncode == 0 and "stopped 0 node(s)" in down.stdout, down.stdout + down.stderr
         assert bystander.poll() is None  # untouched
@@ -200,7 +205,8 @@ def test_down_lets_the_supervisor_stop_and_reap_its_nodes(write_group: WriteGrou
 def parent_of(pid: int) -> int | None:
     """PPid of a live (non-zombie) process, else None."""
     try:
-        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
     except OSError:
         return None
     return None if fields.get("State", "").startswith("Z") else int(fields["PPid"])

@@ -85,7 +85,8 @@ def test_test_preset_end_to_end(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         assert state is not None and state.detached and state.ready and launcher_alive(state)
         assert f"restart: never (supervisor pid {state.launcher_pid})" in up.stdout
-        assert "clients: failover:(stomp://127.0.0.1:61713,stomp://127.0.0.1:61714,stomp://127.0.0.1:61715)" in up.stdout
+        assert ("clients: failover:(stomp://127.0.0.1:61713,stomp://127.0.0.1:61714,stomp://127.0.0.1:61715)"
+                in up.stdout)
 
         # The commands find the running local cluster without options.
         sent = raftmq("send", "/queue/e2e", "hello", "--count", "3", cwd=tmp_path)
@@ -115,7 +116,8 @@ def test_test_preset_end_to_end(tmp_path: Path) -> None:
 
         down = raftmq("down", cwd=tmp_path)
         assert down.returncode == 0 and down.stdout == "stopped 2 node(s)\n", down.stdout + down.stderr
-        assert "SIGTERM: stopping the cluster" in (state_dir / "supervisor.log").read_text()  # down asks the supervisor to stop its nodes
+        # down asks the supervisor to stop its nodes
+        assert "SIGTERM: stopping the cluster" in (state_dir / "supervisor.log").read_text()
         assert gone(state.launcher_pid) and all(gone(n.pid) for n in state.nodes)
         assert read_state(state_dir) is None
     finally:
@@ -188,7 +190,8 @@ def test_attached_up_reports_restarts_and_stops_its_nodes_for_down(write_group: 
         down = raftmq("down", "--config", str(config), cwd=tmp_path)
         assert down.returncode == 0 and down.stdout == "stopped 3 node(s)\n", down.stdout + down.stderr
         assert up.wait(timeout=20) == 0, output.read_text()
-        assert "stopping the cluster (leaders hand over, then each node exits)" in output.read_text()  # down asks up to stop its nodes
+        # down asks up to stop its nodes
+        assert "stopping the cluster (leaders hand over, then each node exits)" in output.read_text()
         restarted = seen[-1]
         assert restarted is not None and all(gone(n.pid) for n in (*state.nodes, *restarted.nodes))
         assert read_state(state_dir) is None
@@ -208,11 +211,13 @@ def test_a_node_that_fails_while_starting_is_one_line(write_group: WriteGroup, t
     meta = tmp_path / "g3" / "n2" / "raft" / "raft.journal.meta"
     meta.parent.mkdir(parents=True)
     meta.write_bytes(b"\x93\x01\x02\x03 not raft metadata")
-    result = CliRunner().invoke(main, ["up", "--detach", "--config", str(config), "--timeout", "20"], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["up", "--detach", "--config", str(config), "--timeout", "20"],
+                                catch_exceptions=False)
     try:
         assert result.exit_code == 1, result.output
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: g3/n2 exited while starting: raftmq node n2: "), result.stderr
+        assert len(lines) == 1 and lines[0].startswith(
+            "Error: g3/n2 exited while starting: raftmq node n2: "), result.stderr
         assert "raft.journal.meta: unreadable Raft metadata" in lines[0]
         assert read_state(tmp_path / "g3") is None  # the supervisor stopped n1 and n3 and cleared the state
         log = (tmp_path / "g3" / "supervisor.log").read_text()

@@ -63,7 +63,8 @@ def test_count_selector_json_and_headers(broker: tuple[str, int]) -> None:
     assert limited.stderr == f"browsed 2 message(s) in {queue}; more are waiting (at most --count 2 shown)\n"
     picked = run("queue", "browse", queue, "--selector", "n > 2", "--json", "--url", url)
     records = [json.loads(line) for line in picked.stdout.splitlines()]
-    assert [(r["body"], r["headers"]["n"], r["destination"]) for r in records] == [("m3", "3", queue), ("m4", "4", queue)]
+    assert ([(r["body"], r["headers"]["n"], r["destination"]) for r in records]
+            == [("m3", "3", queue), ("m4", "4", queue)])
     assert all("ack" not in r["headers"] and r["headers"]["delivery-count"] == "0" for r in records)
     with_headers = run("queue", "browse", queue, "--count", "1", "--show-headers", "--url", url)
     head, _, rest = with_headers.stdout.partition("\n\n")

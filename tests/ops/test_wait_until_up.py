@@ -16,7 +16,8 @@ from raftmq.ops.launcher import DeploymentState, NodeProcess, start_node, wait_u
 from raftmq.ops.status_view import NodeAddress, summarise
 from raftmq.processes import process_start_time
 
-FAILING = "import sys, time; time.sleep(0.5); print('raftmq node n2: raft.journal.meta: unreadable Raft metadata'); sys.exit(1)"
+FAILING = ("import sys, time; time.sleep(0.5); "
+           "print('raftmq node n2: raft.journal.meta: unreadable Raft metadata'); sys.exit(1)")
 STAYING = "import time; time.sleep(30)"
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,8 @@ def test_a_leader_is_not_enough_while_a_node_has_yet_to_answer(tmp_path: Path) -
     # n1 and n3 elected a leader; n2 never answers and exits: that is a failed start, not an up cluster
     state, children = members(tmp_path, {"n1": STAYING, "n2": FAILING, "n3": STAYING})
     try:
-        with pytest.raises(DeploymentError, match=r"^g3/n2 exited while starting: raftmq node n2: .*unreadable Raft metadata"):
+        with pytest.raises(DeploymentError,
+                           match=r"^g3/n2 exited while starting: raftmq node n2: .*unreadable Raft metadata"):
             wait_until_up(state, children, timeout=20, collect=answers({"n1": "leader", "n2": None, "n3": "follower"}))
     finally:
         stop(children)
