@@ -30,8 +30,10 @@ def test_a_restart_of_the_leader_is_read_from_the_logs_and_the_history(tmp_path:
     (logs / "g1-n1.1.log").write_text("\n".join([
         _line(t0 - 5, "raft.leader_changed", node="n1", role="leader", term=3),
         _line(t0 + 0.010, "raft.leader_changed", node="n1", role="follower", term=4),
-        _line(t0 + 0.012, "client.error", session="s", message="not the leader", detail="the node goes", resume_offset=120),
-        _line(t0 + 0.012, "client.error", session="u", message="not the leader", detail="the node goes", resume_offset=None),
+        _line(t0 + 0.012, "client.error", session="s", message="not the leader", detail="the node goes",
+              resume_offset=120),
+        _line(t0 + 0.012, "client.error", session="u", message="not the leader", detail="the node goes",
+              resume_offset=None),
         _line(t0 + 0.030, "client.error", session="w", message="not the leader", detail="a follower now"),
         _line(t0 + 0.013, "client.handed_over", node="n1", session="t", leader="127.0.0.1:2"),
     ]) + "\n")
@@ -42,6 +44,7 @@ def test_a_restart_of_the_leader_is_read_from_the_logs_and_the_history(tmp_path:
     ]) + "\n")
     [row] = hand_overs(tmp_path)
     assert row["old"] == "g1-n1" and row["new"] == "g1-n2" and row["elections"] == 1
-    assert row["leaderless_ms"] == 30.0 and row["not_the_leader"] == 3 and row["handed_over"] == 1 and row["unknown"] == 0
+    assert row["leaderless_ms"] == 30.0 and row["not_the_leader"] == 3
+    assert row["handed_over"] == 1 and row["unknown"] == 0
     assert row["farewells"] == 2 and row["resumed"] == 1 and row["ended"] == 1
     assert row["receipt_gap_ms"] is not None and row["receipt_gap_ms"] >= 0

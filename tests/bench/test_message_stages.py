@@ -62,7 +62,8 @@ def test_entries_of_several_messages_carry_them_all_and_every_ack_settles_its_de
         for index, commands in zip(*_entries(prepared, True, True), strict=True):
             host.commit_log.position.index = index
             replica.apply(commands)
-        held = [len(sub.in_flight) for session in replica.broker.state.sessions.values() for sub in session.subs.values()]
+        held = [len(sub.in_flight) for session in replica.broker.state.sessions.values()
+                for sub in session.subs.values()]
         assert held == [0], "an ACK of the grouped entries named no delivery"
 
 

@@ -37,5 +37,6 @@ def test_a_short_run_under_each_nemesis_is_valid(nemesis: str, tmp_path: Path) -
         assert sum(sum(op.value["dropped_bytes"].values()) for op in made) > 0  # un-fsynced writes were lost
     if nemesis == "corrupt":
         assert any(op.value["damage"] for op in made)
-    assert json.loads((run_dir / "run.json").read_text())["network"] == ("namespaces" if nemesis == "packet" else "loopback")
+    network = json.loads((run_dir / "run.json").read_text())["network"]
+    assert network == ("namespaces" if nemesis == "packet" else "loopback")
     assert any((run_dir / "data" / "g1").glob("n*/raft/raft.journal"))  # every node's files stay for the audit

@@ -92,7 +92,8 @@ def test_the_harness_catches_a_broker_that_does_not_fsync(tmp_path: Path) -> Non
     if problems:
         pytest.skip("; ".join(problems))
     _, result = run(RunOptions(nemeses=("power-loss",), targets=("all",), backlog=True, time_limit_s=12, rate=100,
-                               concurrency=4, seed=1, out=tmp_path / "runs", node_command=unsafe_node.command("no-fsync")))
+                               concurrency=4, seed=1, out=tmp_path / "runs",
+                               node_command=unsafe_node.command("no-fsync")))
     assert not result.valid and result.lost > 0, result.to_dict()
 
 
@@ -106,7 +107,9 @@ def test_the_harness_catches_a_leader_that_writes_without_its_lease(tmp_path: Pa
     problems = requirements(["starve"])
     if problems:
         pytest.skip("; ".join(problems))
-    _, result = run(RunOptions(topology=str(group_file(tmp_path)), workload="stale", nemeses=("pause", "starve", "stutter"),
+    _, result = run(RunOptions(topology=str(group_file(tmp_path)), workload="stale",
+                               nemeses=("pause", "starve", "stutter"),
                                targets=("leader",), time_limit_s=30, rate=500, concurrency=2, seed=33,
                                out=tmp_path / "runs", node_command=unsafe_node.command("no-lease")))
-    assert not result.valid and result.stale_plain + result.stale_own > 0, result.to_dict()  # type: ignore[attr-defined]
+    stale = result.stale_plain + result.stale_own  # type: ignore[attr-defined]
+    assert not result.valid and stale > 0, result.to_dict()

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from chaos.cli import chaos_command
 
 
-def finished(root: Path, name: str, nemeses: list[str], targets: list[str], seed: int, results: dict[str, object] | None) -> None:
+def finished(root: Path, name: str, nemeses: list[str], targets: list[str], seed: int,
+             results: dict[str, object] | None) -> None:
     run_dir = root / name
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"options": {"nemeses": nemeses, "targets": targets, "seed": seed}}))

@@ -97,7 +97,8 @@ def test_a_cross_group_run_with_migrating_consumers_is_valid(tmp_path: Path) -> 
 def test_a_shared_queue_run_under_local_first_with_kills_is_valid(tmp_path: Path) -> None:
     # One queue, a producer and a consumer on every group; consumers migrate, crash, and a
     # group's node is killed: values stay where they arrived or cross, each exactly once.
-    run_dir, result = run(RunOptions(workload="shared-queue", topology=str(lite_cluster(tmp_path, policy="LOCAL_FIRST")),
+    run_dir, result = run(RunOptions(workload="shared-queue",
+                                     topology=str(lite_cluster(tmp_path, policy="LOCAL_FIRST")),
                                      nemeses=("kill",), time_limit_s=10, rate=40, concurrency=3, seed=6,
                                      out=tmp_path / "runs"))
     assert result.valid, result.to_dict()
@@ -111,7 +112,8 @@ def test_a_shared_queue_run_under_local_first_with_kills_is_valid(tmp_path: Path
 @pytest.mark.integration
 def test_a_run_with_groups_draining_while_their_members_die_is_valid(tmp_path: Path) -> None:
     run_dir, result = run(RunOptions(workload="queue", topology=str(lite_cluster(tmp_path)), nemeses=("drain",),
-                                     time_limit_s=14, rate=40, concurrency=3, seed=3, out=tmp_path / "runs", backlog=True))
+                                     time_limit_s=14, rate=40, concurrency=3, seed=3, out=tmp_path / "runs",
+                                     backlog=True))
     assert result.valid, result.to_dict()
     assert result.acknowledged > 150 and result.lost == 0 and result.stored_duplicates == 0
     nemesis = read_history(run_dir / "nemesis.jsonl")
@@ -169,7 +171,8 @@ def discovered_cluster(tmp_path: Path) -> Path:
 
 @pytest.mark.integration
 def test_a_cross_group_run_over_discovered_links_under_kills_is_valid(tmp_path: Path) -> None:
-    run_dir, result = run(RunOptions(workload="cross-group", topology=str(discovered_cluster(tmp_path)), nemeses=("kill",),
+    run_dir, result = run(RunOptions(workload="cross-group", topology=str(discovered_cluster(tmp_path)),
+                                     nemeses=("kill",),
                                      time_limit_s=14, rate=40, concurrency=3, seed=4, out=tmp_path / "runs"))
     assert result.valid, result.to_dict()
     assert result.acknowledged > 150 and result.received == result.acknowledged

@@ -49,9 +49,11 @@ def test_damage_changes_one_bit_or_cuts_one_file_within_its_data(tmp_path: Path)
 
 
 def test_a_refusal_for_damage_is_told_from_other_failures() -> None:
-    assert refused_for_damage("raftmq node n1: data/g1/n1/raft/raft.journal: damaged record at offset 70 ... corruption")
+    assert refused_for_damage(
+        "raftmq node n1: data/g1/n1/raft/raft.journal: damaged record at offset 70 ... corruption")
     assert refused_for_damage("raftmq node n2: journal corrupt: bad magic; refusing to start (restore that file...)")
     assert refused_for_damage("raftmq node n3: raft.snapshot: Raft snapshot fails its checksum")
     assert not refused_for_damage("raftmq node n1: cannot listen on 10.99.1.1:61613: Address already in use")
-    last_words = "raftmq node n2: data/g1/n2/raft/raft.journal: damaged record at offset 9\nlevel='warning' event='node.gc_pause'"
+    last_words = ("raftmq node n2: data/g1/n2/raft/raft.journal: damaged record at offset 9\n"
+                  "level='warning' event='node.gc_pause'")
     assert refusal_for_damage(last_words) == "raftmq node n2: data/g1/n2/raft/raft.journal: damaged record at offset 9"

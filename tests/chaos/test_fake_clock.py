@@ -181,7 +181,8 @@ def test_a_durable_node_under_a_skewed_clock_receipts_delivers_and_expires_by_it
     clock.skew(3600)
     port = processes.free_port()
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "data")]
+    argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}",
+            "--data-dir", str(tmp_path / "data")]
     # A single durable node is a one-member Raft group: pysyncobj's tick thread, its sleeps and
     # the journal's worker threads all run under libfaketime.
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
@@ -195,7 +196,8 @@ def test_a_durable_node_under_a_skewed_clock_receipts_delivers_and_expires_by_it
         queue, expiring = unique("/queue/clock"), unique("/queue/expiring")
         # Expires in 30 min by our clock, which is 30 min ago by the node's: it expires at once.
         in_half_an_hour = int((time.time() + 1800) * 1000)
-        client.send(frame_bytes("SEND", {"destination": expiring, "receipt": "e", "expires": str(in_half_an_hour)}, b"old"))
+        client.send(frame_bytes("SEND", {"destination": expiring, "receipt": "e", "expires": str(in_half_an_hour)},
+                                b"old"))
         client.send(frame_bytes("SEND", {"destination": expiring, "receipt": "k"}, b"kept"))
         client.send(frame_bytes("SUBSCRIBE", {"destination": queue, "id": "1", "ack": "auto"}))
         client.send(frame_bytes("SEND", {"destination": queue, "receipt": "s1"}, b"ahead"))

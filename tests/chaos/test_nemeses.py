@@ -209,7 +209,8 @@ def test_a_leader_that_leaves_its_group_is_replaced_and_rejoins_empty(tmp_path: 
         status = None
         while time.monotonic() < deadline:  # the member that rejoined empty catches up
             status = deployment.status(leader)
-            if status is not None and status.get("broker", {}).get("destinations", {}).get("/queue/n", {}).get("depth") == 120:
+            depth = (status or {}).get("broker", {}).get("destinations", {}).get("/queue/n", {}).get("depth")
+            if status is not None and depth == 120:
                 break
             time.sleep(0.2)
         assert status is not None and status["broker"]["destinations"]["/queue/n"]["depth"] == 120, status

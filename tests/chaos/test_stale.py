@@ -27,12 +27,14 @@ def _history(*frames: tuple[str, str, str, int]) -> History:
         history.record("p0", OK, "send", value)
     for process, f, value, term in frames:
         plain = process[0] in "bm"
-        history.record(process, OK, f, {"value": value, "term": term, "plain": plain} if f == "receive" else {"term": term})
+        history.record(process, OK, f,
+                       {"value": value, "term": term, "plain": plain} if f == "receive" else {"term": term})
     return history
 
 
 def test_a_clean_history_is_valid_and_counts_its_terms() -> None:
-    result = check_stale(_history(("b0", "receive", "p0-0", 1), ("c0", "connect", "", 2), ("c0", "receive", "p0-1", 2)).ops)
+    result = check_stale(_history(("b0", "receive", "p0-0", 1), ("c0", "connect", "", 2),
+                                  ("c0", "receive", "p0-1", 2)).ops)
     assert result.valid and result.terms == 2 and result.stale_plain == result.stale_own == 0
 
 

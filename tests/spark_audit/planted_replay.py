@@ -39,7 +39,8 @@ class DropsOneEnqueue(Replay):
             super().left(store, message, outcome, session)
 
     def contents(self) -> Iterator[tuple[Store, Message, bool]]:
-        return ((store, message, in_flight) for store, message, in_flight in super().contents() if not self._is_lost(message))
+        return ((store, message, in_flight) for store, message, in_flight in super().contents()
+                if not self._is_lost(message))
 
 
 def dropping(run: str, message_id: str) -> type[DropsOneEnqueue]:

@@ -19,7 +19,8 @@ READ = {"groups": 1, "members": 3, "entries": 330, "body_records": 900, "segment
 
 def verdict(name: str, workload: str = "queue", read: dict[str, int] | None = None, **found: int) -> RunVerdict:
     na = workload not in ("queue", "cross-group", "shared-queue")
-    counts: dict[str, int | None] = {c: None if na and c in ("lost", "unexpected", "order") else found.get(c, 0) for c in CHECKS}
+    counts: dict[str, int | None] = {c: None if na and c in ("lost", "unexpected", "order") else found.get(c, 0)
+                                     for c in CHECKS}
     return RunVerdict(name, f"/runs/{name}", workload, counts, dict(read or READ))
 
 
@@ -52,8 +53,10 @@ def test_a_clean_run_says_what_was_proven_with_its_numbers(tmp_path: Path) -> No
     assert "each group's members (3 members in all) agree on every committed Raft entry" in text
     assert "(330 Raft entries, 900 body records read)" in text
     assert "no term had two leaders, nor a new leader's no-op at two indexes (2 terms logged by the members)" in text
-    assert "the Raft journals and snapshots of 3 members and 3 body-journal segments were read without corruption" in text
-    assert "Clean. queue workload, 1 group, 3 members: 330 Raft entries and 900 body records read, 1,200 client operations." in text
+    assert ("the Raft journals and snapshots of 3 members and 3 body-journal segments were read without corruption"
+            in text)
+    assert ("Clean. queue workload, 1 group, 3 members: 330 Raft entries and 900 body records read, "
+            "1,200 client operations.") in text
     assert charts(source) == 0  # nothing found, one run: no chart has anything to show
     assert "plotly" not in source.lower()
 
@@ -62,8 +65,8 @@ def test_a_run_with_a_lost_message_names_it(tmp_path: Path) -> None:
     source, text = page(tmp_path, [verdict("r1", lost=1)], [lost("r1", "g1-p0-30")])
     assert "FINDINGS" in text
     assert ("Findings in 1 of 1 run (1,230 journal records read): 1 acknowledged message lost. "
-            "The other checks (unexpected, stored duplicates, consumer duplicates, divergence, leaders, bridges, order, "
-            "conservation, files) found nothing.") in text
+            "The other checks (unexpected, stored duplicates, consumer duplicates, divergence, leaders, bridges, "
+            "order, conservation, files) found nothing.") in text
     assert "lost : 1 acknowledged message lost (among 300 acknowledged sends): g1-p0-30" in text
     assert "r1 lost g1-p0-30 acknowledged, never received" in text  # the findings table
     # The checks that passed still say what they proved.

@@ -28,7 +28,8 @@ def fact(fact_: str, group: str = "g1", node: str = "n1", **fields: Any) -> tupl
 
 def history(spark: Any, *ops: tuple[str, str, str, str] | tuple[str, str, str, str, bool]) -> Any:
     """(process, type, f, value[, redelivered]) in history order."""
-    rows = [(i, op[1], op[2], op[0], op[3], 0.0, 0.0, None, op[4] if len(op) > 4 else None, None, "r")  # type: ignore[misc]
+    rows = [(i, op[1], op[2], op[0], op[3], 0.0, 0.0, None,  # type: ignore[misc]
+             op[4] if len(op) > 4 else None, None, "r")
             for i, op in enumerate(ops)]
     schema = HISTORY_SCHEMA.replace("`index` long, `process` string, `type` string, `f` string",
                                     "`index` long, `type` string, `f` string, `process` string") + ", `run` string"
@@ -83,7 +84,8 @@ def test_stored_duplicates(spark: Any) -> None:
                    fact("waiting", "g2", message_id="g2-7", store=Q))
     assert items(checks.stored_duplicates(copied)) == ["a"]
     twice = facts(spark, stored("g1-1", "a"), acked("g1-1"), stored("g1-2", "a"), acked("g1-2", position=1))
-    assert [row["detail"] for row in checks.stored_duplicates(twice).collect()] == ["stored twice in one group as g1-1, g1-2"]
+    assert ([row["detail"] for row in checks.stored_duplicates(twice).collect()]
+            == ["stored twice in one group as g1-1, g1-2"])
 
 
 def test_consumer_duplicates(spark: Any) -> None:
@@ -98,24 +100,30 @@ def test_consumer_duplicates(spark: Any) -> None:
 
 
 def test_divergence(spark: Any) -> None:
-    entries = [fact("entry", node=n, index=i, term=1, digest=f"e{i}", committed=True) for n in ("n1", "n2", "n3") for i in (1, 2)]
+    entries = [fact("entry", node=n, index=i, term=1, digest=f"e{i}", committed=True)
+               for n in ("n1", "n2", "n3") for i in (1, 2)]
     empty = spark.createDataFrame([], SEGMENT_SCHEMA_DDL)
     assert items(checks.divergence(facts(spark, *entries), empty)) == []
     changed = fact("entry", node="n2", index=2, term=1, digest="other", committed=True)
     uncommitted = fact("entry", node="n3", index=3, term=2, digest="x", committed=False)  # may differ: never committed
-    bodies = spark.createDataFrame([("r", "g1", n, "s", 0, 0, 5, 0, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
-                                    for n in ("n1", "n2", "n3")], SEGMENT_SCHEMA_DDL)
-    snapshots = [fact("entry", node=n, index=9, term=1, digest="s", committed=True, detail="snapshot") for n in ("n1", "n2", "n3")]
-    held = [fact("snapshot", node=n, index=9, store=Q, message_id="g1-4", kind="ready") for n in ("n1", "n2")]  # n3's is empty
+    bodies = spark.createDataFrame(
+        [("r", "g1", n, "s", 0, 0, 5, 0, 1, 1, Q, "a", "a", "x" if n == "n3" else "d", "ok", None)
+         for n in ("n1", "n2", "n3")], SEGMENT_SCHEMA_DDL)
+    snapshots = [fact("entry", node=n, index=9, term=1, digest="s", committed=True, detail="snapshot")
+                 for n in ("n1", "n2", "n3")]
+    # n3's is empty
+    held = [fact("snapshot", node=n, index=9, store=Q, message_id="g1-4", kind="ready") for n in ("n1", "n2")]
     rows = facts(spark, *entries[:3], changed, *entries[4:], uncommitted, *snapshots, *held)
     found = sorted((row["node"], row["item"]) for row in checks.divergence(rows, bodies).collect())
     assert found == [("n2", "2"), ("n3", "5:0"), ("n3", "snapshot 9")]
 
 
 def test_leaders(spark: Any) -> None:
-    log = spark.createDataFrame([("r", "g1", "n1", "leader", "a:1", 3, "t"), ("r", "g1", "n2", "follower", "a:1", 3, "t"),
+    log = spark.createDataFrame([("r", "g1", "n1", "leader", "a:1", 3, "t"),
+                                 ("r", "g1", "n2", "follower", "a:1", 3, "t"),
                                  ("r", "g1", "n2", "leader", "b:1", 4, "t")],
-                                "run string, group string, member string, role string, leader string, term long, timestamp string")
+                                "run string, group string, member string, role string, leader string, term long, "
+                                "timestamp string")
     noops = facts(spark, *[fact("entry", node=n, index=7, term=3, kind="noop") for n in ("n1", "n2")])
     assert items(checks.leaders(log, noops)) == []
     two = log.unionByName(spark.createDataFrame([("r", "g1", "n3", "leader", "c:1", 3, "t")], log.schema))
@@ -136,11 +144,13 @@ def test_bridges(spark: Any) -> None:
 def test_order(spark: Any) -> None:
     ref = facts(spark, *[stored(f"g1-{i}", v) for i, v in enumerate(["a-0", "a-1", "b-0", "a-2"], start=1)],
                 *[acked(f"g1-{i}", position=i) for i in range(1, 5)])
-    sends = [("a", "invoke", "send", "a-0"), ("a", "invoke", "send", "a-1"), ("b", "invoke", "send", "b-0"), ("a", "invoke", "send", "a-2")]
-    fifo = history(spark, *sends, ("c", "ok", "receive", "a-0"), ("c", "ok", "receive", "b-0"), ("c", "ok", "receive", "a-1"),
-                   ("c", "ok", "receive", "a-2"))
+    sends = [("a", "invoke", "send", "a-0"), ("a", "invoke", "send", "a-1"), ("b", "invoke", "send", "b-0"),
+             ("a", "invoke", "send", "a-2")]
+    fifo = history(spark, *sends, ("c", "ok", "receive", "a-0"), ("c", "ok", "receive", "b-0"),
+                   ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-2"))
     assert items(checks.order(fifo, ref, runs(spark))) == []  # b-0 between a-0 and a-1 is another producer
-    swapped = history(spark, *sends, ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-0"), ("c", "ok", "receive", "a-2"))
+    swapped = history(spark, *sends, ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-0"),
+                      ("c", "ok", "receive", "a-2"))
     assert items(checks.order(swapped, ref, runs(spark))) == ["a-0"]
     # a-1 was delivered (somewhere) and redelivered: its first delivery promises no order
     moved = history(spark, *sends, ("c", "ok", "receive", "a-1"), ("c", "ok", "receive", "a-0"),
@@ -151,7 +161,8 @@ def test_order(spark: Any) -> None:
 def test_conservation(spark: Any) -> None:
     whole = [stored("g1-1", "a"), acked("g1-1"), stored("g1-2", "b"), fact("waiting", message_id="g1-2", store=Q),
              stored("g1-3", "c"), fact("leave", message_id="g1-3", store=Q, kind="dead-lettered"),
-             stored("g1-3", "c", store="/queue/DLQ", kind="dead-letter", first=False), fact("waiting", message_id="g1-3", store="/queue/DLQ")]
+             stored("g1-3", "c", store="/queue/DLQ", kind="dead-letter", first=False),
+             fact("waiting", message_id="g1-3", store="/queue/DLQ")]
     assert items(checks.conservation(facts(spark, *whole))) == []
     assert items(checks.conservation(facts(spark, *whole, stored("g1-4", "d")))) == ["g1-4"]  # entered, then nothing
 

@@ -102,7 +102,8 @@ def test_the_jvm_output_goes_to_a_log_not_into_the_status_line(synthetic_runs: d
     short_lived_jvms): a line that, on the terminal, would run into the status line."""
     assert os.environ.get("JAVA_TOOL_OPTIONS")
     out = tmp_path / "out"
-    status, screen = on_a_terminal([*RAFTMQ, "audit", str(synthetic_runs["clean"].path), "--out", str(out)], timeout=420)
+    status, screen = on_a_terminal([*RAFTMQ, "audit", str(synthetic_runs["clean"].path), "--out", str(out)],
+                                   timeout=420)
     assert status == 0, screen[-3000:]
     assert "starting Spark" in screen  # the status line was drawn (a terminal)
     assert "Picked up JAVA_TOOL_OPTIONS" not in screen, screen[-3000:]

@@ -54,13 +54,15 @@ def test_a_member_replays_into_what_it_stored(tmp_path: Path) -> None:
     log = story()
     log.write(str(tmp_path))
     rows = facts(tmp_path, log.last_index)
+    # Three entered: the retry of "a" was dropped as a duplicate.
     assert [(r["message_id"], r["value"], r["dedup_id"], r["kind"]) for r in of(rows, "enter")] == [
-        ("g1-1", "a", "a", "client"), ("g1-2", "b", "b", "client"), ("g1-3", "c", "c", "client")]  # the retry of a dropped
+        ("g1-1", "a", "a", "client"), ("g1-2", "b", "b", "client"), ("g1-3", "c", "c", "client")]
     assert [(r["message_id"], r["kind"]) for r in of(rows, "leave")] == [("g1-1", "acked")]
     assert sorted((r["message_id"], r["kind"], r["value"]) for r in of(rows, "waiting")) == [
         ("g1-2", "in-flight", "b"), ("g1-3", "in-flight", "c")]
     entries = of(rows, "entry")
-    assert [(r["index"], r["kind"], r["committed"]) for r in entries] == [(i, "noop" if i == 1 else "regular", True) for i in range(1, 6)]
+    assert ([(r["index"], r["kind"], r["committed"]) for r in entries]
+            == [(i, "noop" if i == 1 else "regular", True) for i in range(1, 6)])
     assert len({r["digest"] for r in entries}) == 5
     assert of(rows, "applied")[0]["index"] == 5 and of(rows, "applied")[0]["committed"]
 
@@ -146,7 +148,8 @@ def test_body_segments_read_as_records(tmp_path: Path) -> None:
     log.write(str(tmp_path))
     (path,) = segment_files(str(tmp_path))
     rows = list(segment_rows("r", "g1", "n1", path, last=True))
-    assert [(r[6], r[7], r[12], r[14]) for r in rows] == [(4, 0, "a", "ok"), (4, 1, "b", "ok"), (4, 2, "a", "ok"), (4, 3, "c", "ok")]
+    assert [(r[6], r[7], r[12], r[14]) for r in rows] == [(4, 0, "a", "ok"), (4, 1, "b", "ok"), (4, 2, "a", "ok"),
+                                                          (4, 3, "c", "ok")]
     data = Path(path).read_bytes()
     Path(path).write_bytes(data[:-5])  # an append cut short at the end of the last segment
     assert [r[14] for r in segment_rows("r", "g1", "n1", path, last=True)] == ["torn-tail"]

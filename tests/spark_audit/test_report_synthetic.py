@@ -23,20 +23,23 @@ def text_of(result: AuditResult, out: Path) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", source)))
 
 
-def test_the_report_says_what_was_proven_and_what_was_not(spark: Any, synthetic_runs: dict[str, Any], tmp_path: Path) -> None:
+def test_the_report_says_what_was_proven_and_what_was_not(spark: Any, synthetic_runs: dict[str, Any],
+                                                           tmp_path: Path) -> None:
     clean, lost, value = synthetic_runs["clean"], synthetic_runs["lost"], synthetic_runs["value"]
     result = run_audit(spark, [read_run(clean.path), read_run(lost)])
     by_run = {run.name: run for run in result.runs}
 
     def alone(name: str) -> AuditResult:
-        return AuditResult([by_run[name]], [f for f in result.findings if f["run"] == name], result.seconds, result.master)
+        return AuditResult([by_run[name]], [f for f in result.findings if f["run"] == name], result.seconds,
+                           result.master)
 
     text = text_of(alone(clean.path.name), tmp_path / "clean")
     # 2 groups of 3 members, 60 messages each: what the generator wrote is what the report says was read.
     assert f"Clean: 1 run, {clean.records:,} journal records read; nothing acknowledged was lost" in text
     assert "every one of the 120 acknowledged sends was received, still waits at the end" in text
     assert "no value among the 120 receives was received twice without the redelivered flag" in text
-    assert "each of the 120 arrivals in a store left it (120 acknowledged; or dead-lettered, expired, forwarded)" in text
+    assert ("each of the 120 arrivals in a store left it (120 acknowledged; or dead-lettered, expired, forwarded)"
+            in text)
     assert "each group's members (6 members in all) agree on every committed Raft entry" in text
     assert "and 6 body-journal segments were read without corruption" in text
     assert "Clean. queue workload, 2 groups, 6 members:" in text

@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 QUEUE = "/queue/limited"
 BODY = b"b" * 100
-CORE = CoreConfig(broker_name="embedded", addresses=(AddressSettings(QUEUE, max_size_bytes=1000, address_full_policy=DROP),))
+CORE = CoreConfig(broker_name="embedded",
+                  addresses=(AddressSettings(QUEUE, max_size_bytes=1000, address_full_policy=DROP),))
 COMPACT_BYTES = 4096  # n1's; the others keep the default (64 MiB: never, in this test)
 
 
@@ -47,14 +48,16 @@ def snapshot_of(member: Path) -> tuple[int, Any] | None:
     return last[1], replica["broker"]
 
 
-def test_the_replay_reaches_a_members_own_snapshot_under_byte_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_replay_reaches_a_members_own_snapshot_under_byte_limits(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     settings_of = group_module.raft_settings
 
     def n1_compacts_often(group: Any, node_id: str, *args: Any, **kwargs: Any) -> Any:
         settings = settings_of(group, node_id, *args, **kwargs)
         if node_id != "n1":
             return settings
-        return dataclasses.replace(settings, timings=dataclasses.replace(settings.timings, compact_after_bytes=COMPACT_BYTES))
+        return dataclasses.replace(settings,
+                                   timings=dataclasses.replace(settings.timings, compact_after_bytes=COMPACT_BYTES))
 
     monkeypatch.setattr(group_module, "raft_settings", n1_compacts_often)
     n1, n2 = tmp_path / "n1", tmp_path / "n2"
@@ -79,5 +82,6 @@ def test_the_replay_reaches_a_members_own_snapshot_under_byte_limits(tmp_path: P
     [applied] = [row for row in rows if row["fact"] == "applied"]
     assert applied["committed"] and applied["index"] == index == replay.index
     replayed = msgpack.unpackb(msgpack.packb(replay.broker.snapshot(), use_bin_type=True), raw=False)
-    assert state["dropped"][QUEUE] > 0 and replayed.get("dropped") == state["dropped"], "the replay dropped what n1 dropped"
+    assert state["dropped"][QUEUE] > 0 and replayed.get("dropped") == state["dropped"], (
+        "the replay dropped what n1 dropped")
     assert replayed == state
