@@ -150,7 +150,8 @@ def test_operators_commands_start_without_the_client_or_the_core(command: str) -
 @pytest.mark.integration
 def test_a_stomp_client_loads_the_websocket_library_only_for_a_websocket() -> None:
     result = _python("import sys, raftmq.client.failover; assert 'wsproto' not in sys.modules; "
-                     "from raftmq.client import FailoverClient; import raftmq.client.websocket; assert 'wsproto' in sys.modules")
+                     "from raftmq.client import FailoverClient; import raftmq.client.websocket; "
+                     "assert 'wsproto' in sys.modules")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -18,7 +18,8 @@ from raftmq import compiled
 
 PACKAGE = Path(raftmq.__file__).parent
 REPORT = ("import json, importlib, raftmq.compiled as c; "
-          "print(json.dumps({'mode': c.mode(), 'files': [importlib.import_module(m).__file__ for m in c.HOT_MODULES]}))")
+          "print(json.dumps({'mode': c.mode(), "
+          "'files': [importlib.import_module(m).__file__ for m in c.HOT_MODULES]}))")
 
 
 def _can_compile() -> bool:

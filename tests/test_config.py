@@ -21,11 +21,13 @@ def test_shipped_preset_loads_and_matches_defaults() -> None:
 
 
 def test_values_reach_nested_sections(tmp_path: Path) -> None:
-    config = load_node_config(write(tmp_path, "[node]\nport = 7000\n[core]\nmax_delivery_count = 3\n[limits]\nmax_headers = 9\n"))
+    config = load_node_config(write(tmp_path,
+                                    "[node]\nport = 7000\n[core]\nmax_delivery_count = 3\n[limits]\nmax_headers = 9\n"))
     assert (config.port, config.core.max_delivery_count, config.limits.max_headers) == (7000, 3, 9)
     origins = load_node_config(write(tmp_path, "[node]\nwebsocket_origins = ['https://app.example', 'loopback']\n"))
     assert origins.websocket_origins == ("https://app.example", "loopback")
-    guard = load_node_config(write(tmp_path, "[node]\nadmin_origins = ['https://admin.example']\nhost_names = ['broker.example', '[::1]']\n"))
+    guard = load_node_config(write(tmp_path, "[node]\nadmin_origins = ['https://admin.example']\n"
+                                             "host_names = ['broker.example', '[::1]']\n"))
     assert (guard.admin_origins, guard.host_names) == (("https://admin.example",), ("broker.example", "[::1]"))
 
 
@@ -46,15 +48,21 @@ def test_values_reach_nested_sections(tmp_path: Path) -> None:
         ("[[core.address]]\nmatch = '/queue/a'\nmax_size = 5\n", r"unknown key core\.address\[0\]\.max_size "),
         ("node = 3\n", r"'node' must be a table"),
         ("[node\n", r"node\.toml: not valid TOML"),
-        ("[node]\nfollower_clients = 'Relay'\n", r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
-        ("[node]\nwebsocket_origins = 'loopback'\n", r"node\.websocket_origins must be a list of strings, got str"),
-        ("[node]\nwebsocket_origins = ['app.example.com']\n", r"node\.websocket_origins: 'app.example.com' is not an origin"),
+        ("[node]\nfollower_clients = 'Relay'\n",
+         r"node\.toml: node\.follower_clients must be one of 'relay', 'redirect'"),
+        ("[node]\nwebsocket_origins = 'loopback'\n",
+         r"node\.websocket_origins must be a list of strings, got str"),
+        ("[node]\nwebsocket_origins = ['app.example.com']\n",
+         r"node\.websocket_origins: 'app.example.com' is not an origin"),
         ("[node]\nwebsocket_origins = ['https://app.example/path']\n", r"is not an origin"),
         ("[node]\nwebsocket = '61614'\n", r"node\.toml: node\.websocket: expected host:port"),
-        ("[node]\nadmin_origins = ['admin.example']\n", r"node\.toml: node\.admin_origins: 'admin.example' is not an origin"),
+        ("[node]\nadmin_origins = ['admin.example']\n",
+         r"node\.toml: node\.admin_origins: 'admin.example' is not an origin"),
         ("[node]\nadmin_origins = 'https://admin.example'\n", r"node\.admin_origins must be a list of strings"),
-        ("[node]\nhost_names = ['https://broker.example']\n", r"node\.toml: node\.host_names: 'https://broker.example' is not a host name"),
-        ("[node]\nhost_names = ['broker.example:8161']\n", r"node\.host_names: 'broker.example:8161' is not a host name"),
+        ("[node]\nhost_names = ['https://broker.example']\n",
+         r"node\.toml: node\.host_names: 'https://broker.example' is not a host name"),
+        ("[node]\nhost_names = ['broker.example:8161']\n",
+         r"node\.host_names: 'broker.example:8161' is not a host name"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
@@ -108,7 +116,8 @@ def test_shipped_group_presets_load(name: str) -> None:
 
 
 def test_group_file_fills_every_member(tmp_path: Path) -> None:
-    text = GROUP + '[raft]\nelection_timeout_min_ms = 500\nelection_timeout_max_ms = 900\n[server]\ntick_interval_ms = 250\n[core]\nmax_delivery_count = 4\n'
+    text = GROUP + ("[raft]\nelection_timeout_min_ms = 500\nelection_timeout_max_ms = 900\n"
+                    "[server]\ntick_interval_ms = 250\n[core]\nmax_delivery_count = 4\n")
     group = load_group_config(write_group(tmp_path, text))
     assert [m.id for m in group.members] == ["a", "b"]
     assert group.members[1].admin is None
@@ -139,7 +148,8 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     # and whoever needs it later is told.
     neighbour = load_group_config(write_group(tmp_path, text), require_password=False)
     assert neighbour.password is None and neighbour.members
-    with pytest.raises(ConfigError, match=r"group\.toml: \$RAFTMQ_TEST_PW: group\.password_env names a variable that is not set"):
+    with pytest.raises(ConfigError,
+                       match=r"group\.toml: \$RAFTMQ_TEST_PW: group\.password_env names a variable that is not set"):
         neighbour.require_password()
 
 
@@ -149,19 +159,23 @@ def test_password_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         (lambda t: t.replace('name = "g"\n', ""), r"group\.toml: group\.name is required"),
         (lambda t: t.replace("[group]", "[group]\ncolour = 1"), r"unknown key group\.colour"),
         (lambda t: t + "[raft]\ntick_ms = 5\n", r"unknown key raft\.tick_ms"),
-        (lambda t: t + "[raft]\nelection_timeout_min_ms = '300'\n", r"raft\.election_timeout_min_ms must be int, got str"),
+        (lambda t: t + "[raft]\nelection_timeout_min_ms = '300'\n",
+         r"raft\.election_timeout_min_ms must be int, got str"),
         (lambda t: t + "[raft]\nelection_timeout_max_ms = 200\n", r"raft\.election_timeout_max_ms must exceed"),
         (lambda t: t + "[raft]\nmax_entry_bytes = 33554432\n", r"raft\.max_entry_bytes must be below"),
         (lambda t: t + "[raft]\nentry_format = 4\n", r"group\.toml: raft\.entry_format must be 1, 2 or 3, got 4"),
-        (lambda t: t + "[raft]\nsettle_wait_ms = 6\n", r"group\.toml: raft\.settle_wait_ms must be between 0 and raft\.tick_period_ms"),
+        (lambda t: t + "[raft]\nsettle_wait_ms = 6\n",
+         r"group\.toml: raft\.settle_wait_ms must be between 0 and raft\.tick_period_ms"),
         (lambda t: t + "[raft]\nsettle_wait_ms = -1\n", r"raft\.settle_wait_ms must be between 0"),
         (lambda t: t + "[journal]\nsegment_bytes = 0\n", r"journal\.segment_bytes must be positive"),
         (lambda t: t + "[server]\nport = 1\n", r"server\.port: set by each \[\[node\]\]"),
         (lambda t: t + "[wat]\n", r"unknown table or key 'wat'"),
         (lambda t: t.replace('id = "b"', 'id = "a"'), r"node\[1\]\.id 'a' is used by another"),
         (lambda t: t.replace('id = "b"', 'id = "../b"'), r"node\[1\]\.id '\.\./b': use letters"),
-        (lambda t: t.replace('raft = "127.0.0.1:7102"', 'raft = "127.0.0.1:7101"'), r"node\[1\]\.raft 127\.0\.0\.1:7101 is also node\[0\]\.raft"),
-        (lambda t: t.replace('client = "127.0.0.1:7002"', 'client = "nowhere"'), r"node\[1\]\.client: expected host:port"),
+        (lambda t: t.replace('raft = "127.0.0.1:7102"', 'raft = "127.0.0.1:7101"'),
+         r"node\[1\]\.raft 127\.0\.0\.1:7101 is also node\[0\]\.raft"),
+        (lambda t: t.replace('client = "127.0.0.1:7002"', 'client = "nowhere"'),
+         r"node\[1\]\.client: expected host:port"),
         (lambda t: t.replace('client = "127.0.0.1:7002"\n', ""), r"node\[1\]\.client is required"),
         (lambda t: t.replace("[[node]]", "[[node]]\nport = 1", 1), r"unknown key node\[0\]\.port"),
         (lambda t: t[: t.index("[[node]]")], r"needs at least one \[\[node\]\]"),
@@ -191,7 +205,8 @@ def test_message_ids_are_unique_per_group_by_default(tmp_path: Path) -> None:
 def test_address_settings_load_in_file_order(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
     path.write_text("[core]\nglobal_max_size_bytes = 1000000\n\n"
-                    "[[core.address]]\nmatch = '/queue/orders.>'\nmax_size_messages = 10\naddress_full_policy = 'BLOCK'\n\n"
+                    "[[core.address]]\nmatch = '/queue/orders.>'\nmax_size_messages = 10\n"
+                    "address_full_policy = 'BLOCK'\n\n"
                     "[[core.address]]\nmatch = '/topic/>'\nmax_size_bytes = 4096\naddress_full_policy = 'DROP'\n")
     core = load_config(path).core
     assert [(a.match, a.max_size_messages, a.max_size_bytes, a.address_full_policy) for a in core.addresses] == [
@@ -199,7 +214,8 @@ def test_address_settings_load_in_file_order(tmp_path: Path) -> None:
     assert core.global_max_size_bytes == 1_000_000
 
 
-@pytest.mark.parametrize(("text", "expected"), [("127.0.0.1:61613", ("127.0.0.1", 61613)), ("[::1]:61613", ("::1", 61613)),
+@pytest.mark.parametrize(("text", "expected"), [("127.0.0.1:61613", ("127.0.0.1", 61613)),
+                                                ("[::1]:61613", ("::1", 61613)),
                                                 ("node-1.example:1", ("node-1.example", 1))])
 def test_a_node_option_reads_an_address_as_a_configuration_file_does(text: str, expected: tuple[str, int]) -> None:
     from raftmq.node_cli import _parse_listen

@@ -98,8 +98,10 @@ def test_a_group_files_raft_table_reaches_pysyncobj(tmp_path: Path, monkeypatch:
     assert conf.appendEntriesBatchSizeBytes == 20_000_000
 
 
-def test_the_connection_timeout_is_never_below_the_election_maximum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = GROUP + "[raft]\nelection_timeout_min_ms = 900\nelection_timeout_max_ms = 1800\nconnection_timeout_ms = 1000\n"
+def test_the_connection_timeout_is_never_below_the_election_maximum(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    text = GROUP + ("[raft]\nelection_timeout_min_ms = 900\nelection_timeout_max_ms = 1800\n"
+                    "connection_timeout_ms = 1000\n")
     conf, _ = built_conf(tmp_path, text, monkeypatch)
     assert conf.connectionTimeout == pytest.approx(1.8)
     assert conf.leaderFallbackTimeout == pytest.approx(0.9)  # unset: the election minimum

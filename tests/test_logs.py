@@ -74,7 +74,8 @@ def test_stdlib_records_of_libraries_reach_the_same_handlers(tmp_path: Path) -> 
     loop = asyncio.new_event_loop()
     try:
         # asyncio reports an exception nobody retrieved through its stdlib logger.
-        loop.call_exception_handler({"message": "Task exception was never retrieved", "exception": RuntimeError("boom")})
+        loop.call_exception_handler({"message": "Task exception was never retrieved",
+                                     "exception": RuntimeError("boom")})
     finally:
         loop.close()
     by_logger = {line["logger"]: line for line in json_lines(path)}
@@ -167,7 +168,8 @@ def test_slow_body_journal_fsync_is_logged(tmp_path: Path, monkeypatch: pytest.M
     slow = [line for line in json_lines(path) if line["event"] == "journal.fsync_slow"]
     assert slow, json_lines(path)
     assert {line["file"] for line in slow} >= {segment}  # and its directory, new in this sync
-    assert all(line["level"] == "warning" and line["duration_ms"] >= delay * 1000 and line["threshold_ms"] == 50 for line in slow)
+    assert all(line["level"] == "warning" and line["duration_ms"] >= delay * 1000 and line["threshold_ms"] == 50
+               for line in slow)
 
 
 def test_slow_raft_journal_fsync_is_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,6 +219,7 @@ def test_event_names_are_dotted() -> None:
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
                 name = node.args[0].value
                 area, dot, event = name.partition(".")
-                if not (dot and area.isidentifier() and area.islower() and event.replace(".", "_").isidentifier() and event.islower()):
+                if not (dot and area.isidentifier() and area.islower()
+                        and event.replace(".", "_").isidentifier() and event.islower()):
                     bad.append(f"{source.relative_to(RAFTMQ_DIR.parent)}:{node.lineno}: {name!r}")
     assert bad == []

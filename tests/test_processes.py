@@ -65,7 +65,8 @@ def test_a_pool_skips_taken_and_reserved_ports() -> None:
 
 
 def test_the_default_reserved_ports_hold_every_fixed_port_of_the_presets_and_configs() -> None:
-    files = [*sorted((REPOSITORY / "raftmq" / "presets").glob("*.toml")), *sorted((REPOSITORY / "configs").glob("*.toml"))]
+    files = [*sorted((REPOSITORY / "raftmq" / "presets").glob("*.toml")),
+             *sorted((REPOSITORY / "configs").glob("*.toml"))]
     fixed = {int(port) for path in files for port in re.findall(r"127\.0\.0\.1:(\d+)", path.read_text())}
     assert len(fixed) > 30  # the presets' clients, raft ports and admins
     assert {port for port in fixed if not any(port in span for span in processes.RESERVED_PORTS)} == set()

@@ -184,7 +184,8 @@ def test_the_governing_entry_matches_and_does_not_depend_on_order(
 
 
 def test_most_specific_entry_wins() -> None:
-    entries = [_entry("queue", p) for p in (">", "orders.>", "orders.*", "orders.*.urgent", "orders.eu.>", "*.eu.urgent")]
+    entries = [_entry("queue", p)
+               for p in (">", "orders.>", "orders.*", "orders.*.urgent", "orders.eu.>", "*.eu.urgent")]
     assert governing_entry(entries, "queue", "orders.eu").pattern == "orders.*"  # "*" beats ">"
     assert governing_entry(entries, "queue", "orders.eu.urgent").pattern == "orders.eu.>"  # literal "eu" first
     assert governing_entry(entries, "queue", "orders.us.urgent").pattern == "orders.*.urgent"

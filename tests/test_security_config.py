@@ -88,7 +88,8 @@ def test_anonymous_only_broker(tmp_path: Path) -> None:
         (USER + '[[acl]]\nqueue = "a"\nwrite = ["producer"]\n', r"acl\[0\]\.write: group 'producer' has no member"),
         (USER + '[[acl]]\nqueue = "a"\n[[acl]]\nqueue = "a"\n', r"acl\[1\]\.queue 'a' is also acl\[0\]"),
         ("[tls]\ncert_file = 'c.pem'\n", r"tls\.key_file is required"),
-        ("[tls]\ncert_file = 'missing.pem'\nkey_file = 'missing.key'\n", r"tls\.cert_file: file .*missing\.pem not found"),
+        ("[tls]\ncert_file = 'missing.pem'\nkey_file = 'missing.key'\n",
+         r"tls\.cert_file: file .*missing\.pem not found"),
         ("[tls]\ncert_file = 'c.pem'\nkey_file = 'c.pem'\nverify = true\n", r"unknown key tls\.verify"),
     ],
 )
@@ -104,7 +105,8 @@ def test_tls_file_that_is_not_pem(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tls: cannot load tls\.cert_file .*c\.pem"):
         load_node_config(write(tmp_path, "[tls]\ncert_file = 'c.pem'\nkey_file = 'c.pem'\n"))
     with pytest.raises(ConfigError, match=r"tls\.require_client_cert = true needs tls\.ca_file"):
-        load_node_config(write(tmp_path, "[tls]\ncert_file = 'c.pem'\nkey_file = 'c.pem'\nrequire_client_cert = true\n"))
+        load_node_config(write(tmp_path,
+                               "[tls]\ncert_file = 'c.pem'\nkey_file = 'c.pem'\nrequire_client_cert = true\n"))
 
 
 def test_security_key_inside_node_table_is_refused(tmp_path: Path) -> None:
@@ -140,7 +142,8 @@ def test_group_members_share_the_security_tables(tmp_path: Path, monkeypatch: py
 def test_group_password_from_the_file_is_not_in_the_repr(tmp_path: Path) -> None:
     text = GROUP.replace('password_env = "RAFTMQ_TEST_GROUP_SECRET"', 'password = "inline-secret"')
     group = load_group_config(write(tmp_path, text, "group.toml"))
-    assert group.password == "inline-secret" and "inline-secret" not in repr(group) and "inline-secret" not in str(group)
+    assert group.password == "inline-secret"
+    assert "inline-secret" not in repr(group) and "inline-secret" not in str(group)
     settings = raft_settings(group, "n1")  # what the Raft log is built from
     assert settings.password == "inline-secret" and "inline-secret" not in repr(settings)
 
@@ -150,7 +153,8 @@ def test_group_password_from_the_file_is_not_in_the_repr(tmp_path: Path) -> None
     [
         ('[server]\nsecurity = {}\n', r"server\.security: set by a \[security\] table"),
         ('[[user]]\nname = "a"\npassword = "hunter2"\n', r"group\.toml: user\[0\]\.password: plaintext passwords"),
-        ("[tls]\ncert_file = 'nope.pem'\nkey_file = 'nope.key'\n", r"group\.toml: tls\.cert_file: file .*nope\.pem not found"),
+        ("[tls]\ncert_file = 'nope.pem'\nkey_file = 'nope.key'\n",
+         r"group\.toml: tls\.cert_file: file .*nope\.pem not found"),
     ],
 )
 def test_group_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, expected: str) -> None:

@@ -19,7 +19,8 @@ JSON = {"content-type": "application/json"}
 def verdict(method: str = "POST", headers: dict[str, str] | None = None, *, origins: tuple[str, ...] = (),
             scheme: str = "http", local: str | None = "127.0.0.1", changes: bool | None = None) -> int | None:
     refusal = check_request(method, {"host": "127.0.0.1:8161", **(headers or {})}, scheme=scheme, hosts=HOSTS,
-                            origins=origins, local_address=local, changes=method == "POST" if changes is None else changes)
+                            origins=origins, local_address=local,
+                            changes=method == "POST" if changes is None else changes)
     return None if refusal is None else refusal.status
 
 
@@ -57,7 +58,8 @@ def test_a_change(headers: dict[str, str], expected: int | None) -> None:
     ({**JSON, "origin": "https://evil.example", "sec-fetch-site": "cross-site"}, ("loopback",), 403),
     ({"content-type": "text/plain", "origin": "https://admin.example"}, ("https://admin.example",), 415),
 ])
-def test_admin_origins_let_a_listed_page_in(headers: dict[str, str], origins: tuple[str, ...], expected: int | None) -> None:
+def test_admin_origins_let_a_listed_page_in(headers: dict[str, str], origins: tuple[str, ...],
+                                            expected: int | None) -> None:
     assert verdict("POST", headers, origins=origins) == expected
 
 
@@ -130,7 +132,8 @@ def test_same_origin_takes_default_ports_into_account() -> None:
 def test_cors_is_granted_only_to_a_listed_origin_never_to_the_own_or_a_stranger() -> None:
     listed = {"host": "127.0.0.1:8161", "origin": "https://admin.example"}
     assert cors_headers(listed, "http", ("https://admin.example",)) == {
-        "Access-Control-Allow-Origin": "https://admin.example", "Access-Control-Allow-Credentials": "true", "Vary": "Origin"}
+        "Access-Control-Allow-Origin": "https://admin.example", "Access-Control-Allow-Credentials": "true",
+        "Vary": "Origin"}
     assert cors_headers(listed, "http", ()) == {}
     assert cors_headers({"host": "127.0.0.1:8161", "origin": OWN}, "http", ("*",)) == {}
     assert cors_headers({"host": "127.0.0.1:8161"}, "http", ("*",)) == {}
