@@ -81,7 +81,7 @@ class Job:
     @classmethod
     def load(cls, record: list[Any]) -> Job:
         seq, destination, headers, body, due, period, remaining, repeat, delay, cron = record
-        # pairs: written before blocks
+        # Pairs: headers written before blocks.
         block = headers if isinstance(headers, str) else user_block((n, v) for n, v in headers)
         return cls(seq, destination, block, body, due, period, remaining, repeat, delay, cron)
 

@@ -190,7 +190,7 @@ def _load_store(record: dict[str, Any], shared: bool, pages: PageStore) -> Store
 def _load_op(record: list[Any]) -> TransactionOp:
     if record[0] == "send":
         _, destination, headers, body, now = record
-        # pairs: written before blocks
+        # Pairs: headers written before blocks.
         block = headers if isinstance(headers, str) else user_block((name, value) for name, value in headers)
         return ("send", destination, block, body, now)
     return (record[0], record[1])
