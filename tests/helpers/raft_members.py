@@ -3,15 +3,14 @@
 127.0.0.1, which is honest for everything but process faults (tests/replication/test_raft_log_faults.py
 covers those with real processes).
 
-`fixes_from_environment()` reads `RAFTMQ_TEST_DISABLE_FIX` (comma-separated names from
-`raftmq.replication.pysyncobj.patches.FIX_NAMES`), so a fix's regression test can be shown to
-fail without its fix:
+A group's members are built from the class it is given: `HardenedSyncObj`, or one with fixes
+undone (tests/helpers/unfixed.py, where `RAFTMQ_TEST_DISABLE_FIX` is read), so a fix's
+regression test can be shown to fail without its fix:
 `RAFTMQ_TEST_DISABLE_FIX=fsync pytest tests/replication/test_pysyncobj_transport.py`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,6 @@ import msgpack
 import pytest
 
 from raftmq.processes import free_port
-from raftmq.replication.pysyncobj.patches import ALL_FIXES, Fixes
 from raftmq.replication.pysyncobj.syncobj import SUCCESS, HardenedSyncObj
 from raftmq.replication.pysyncobj.transport import DurableTransport
 from tests.helpers.waiting import wait_until
@@ -28,15 +26,13 @@ from tests.helpers.waiting import wait_until
 __all__ = ["wait_until"]  # the tests of raft members import it from here
 
 
-def fixes_from_environment() -> Fixes:
-    return ALL_FIXES.without(*filter(None, os.environ.get("RAFTMQ_TEST_DISABLE_FIX", "").split(",")))
-
-
 class Member:
     """A HardenedSyncObj whose state machine is the list of entries it applied."""
 
-    def __init__(self, address: str, addresses: list[str], data_dir: str, **kwargs: Any) -> None:
+    def __init__(self, address: str, addresses: list[str], data_dir: str,
+                 syncobj_class: type[HardenedSyncObj] = HardenedSyncObj, **kwargs: Any) -> None:
         self.address, self.addresses, self.data_dir, self.kwargs = address, addresses, data_dir, kwargs
+        self.syncobj_class = syncobj_class
         self.applied: list[bytes] = []
         self.apply_calls = 0
         self.apply_hook: Callable[[int, bytes], None] | None = None
@@ -57,7 +53,8 @@ class Member:
 
     def start(self, with_snapshots: bool = True) -> Member:
         extra = {"snapshot": self.snapshot, "restore": self.restore} if with_snapshots else {}
-        self.obj = HardenedSyncObj(self.address, self.addresses, data_dir=self.data_dir, on_apply=self.on_apply, **extra, **self.kwargs)
+        self.obj = self.syncobj_class(self.address, self.addresses, data_dir=self.data_dir, on_apply=self.on_apply,
+                                      **extra, **self.kwargs)
         return self
 
     def stop(self) -> None:
@@ -73,13 +70,13 @@ class Member:
 class Members:
     """Makes groups of members in a directory and stops all of them at the end of a test."""
 
-    def __init__(self, directory: Any, fixes: Fixes) -> None:
-        self.directory, self.fixes = directory, fixes
+    def __init__(self, directory: Any, syncobj_class: type[HardenedSyncObj] = HardenedSyncObj) -> None:
+        self.directory, self.syncobj_class = directory, syncobj_class
         self.made: list[Member] = []
 
     def __call__(self, size: int, start: bool = True, **kwargs: Any) -> list[Member]:
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(size)]
-        kwargs.setdefault("fixes", self.fixes)
+        kwargs.setdefault("syncobj_class", self.syncobj_class)
         members = [Member(a, addresses, str(self.directory / f"m{len(self.made) + i}"), **kwargs) for i, a in enumerate(addresses)]
         self.made.extend(members)
         if start:

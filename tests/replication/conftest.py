@@ -7,20 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from raftmq.replication.pysyncobj.patches import ALL_FIXES, Fixes, apply_module_fixes
-from tests.helpers.raft_members import Members, fixes_from_environment
+from raftmq.replication.pysyncobj.patches import apply_module_fixes
+from tests.helpers.raft_members import Members
+from tests.helpers.unfixed import syncobj_class, unfixed_from_environment
 
 
 @pytest.fixture
-def fixes() -> Iterator[Fixes]:
-    """All fixes, less those named in RAFTMQ_TEST_DISABLE_FIX. pysyncobj's module-level names
-    are process-wide: they are put back for the tests that follow."""
-    yield fixes_from_environment()
-    apply_module_fixes(ALL_FIXES)
+def unfixed() -> Iterator[frozenset[str]]:
+    """The fixes named in RAFTMQ_TEST_DISABLE_FIX, undone for the members a test builds
+    (tests/helpers/unfixed.py). pysyncobj's module-level names are process-wide: ours are put
+    back for the tests that follow."""
+    yield unfixed_from_environment()
+    apply_module_fixes()
 
 
 @pytest.fixture
-def group(tmp_path: Path, fixes: Fixes) -> Iterator[Members]:
-    members = Members(tmp_path, fixes)
+def group(tmp_path: Path, unfixed: frozenset[str]) -> Iterator[Members]:
+    members = Members(tmp_path, syncobj_class(unfixed))
     yield members
     members.stop_all()

@@ -1,6 +1,7 @@
 """Membership changes of HardenedSyncObj (raftmq/replication/pysyncobj/dynamic_membership.py), members in
 this process (tests/helpers/raft_members.py). The snapshot restart test fails with the fix
-turned off: `RAFTMQ_TEST_DISABLE_FIX=membership pytest tests/replication/test_pysyncobj_membership.py`
+undone (tests/helpers/unfixed.py):
+`RAFTMQ_TEST_DISABLE_FIX=membership pytest tests/replication/test_pysyncobj_membership.py`
 (the journal restart test passes either way: pysyncobj re-applies committed changes in its
 first ticks, before an election could start; the fix also covers the uncommitted tail).
 """
@@ -42,7 +43,7 @@ def newcomer(group: Any, members: list[Member]) -> Member:
     """A member not yet in the group, configured with everyone (itself included)."""
     address = f"127.0.0.1:{free_port()}"
     member = Member(address, [m.address for m in members] + [address], str(group.directory / f"new{len(group.made)}"),
-                    fixes=group.fixes)
+                    syncobj_class=group.syncobj_class)
     group.made.append(member)
     return member.start()
 

@@ -1,6 +1,8 @@
-"""Regression tests of the pysyncobj wing: the Raft journal and snapshot files (raftmq/replication/pysyncobj/raft_journal.py, snapshot_file.py). Each fails with its fix turned off
-(`dump_always`, `dump_journal_race`): `RAFTMQ_TEST_DISABLE_FIX=dump_always pytest tests/replication/test_pysyncobj_raft_journal.py`. Members run in this
-process (tests/helpers/raft_members.py).
+"""Regression tests of the pysyncobj wing: the Raft journal and snapshot files
+(raftmq/replication/pysyncobj/raft_journal.py, snapshot_file.py). Each fails with its fix undone
+(`dump_always`, `dump_journal_race`; planted by tests/helpers/unfixed.py):
+`RAFTMQ_TEST_DISABLE_FIX=dump_always pytest tests/replication/test_pysyncobj_raft_journal.py`.
+Members run in this process (tests/helpers/raft_members.py).
 """
 
 from __future__ import annotations

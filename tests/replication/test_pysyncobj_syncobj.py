@@ -1,6 +1,9 @@
-"""Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj (raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix turned off
-(`fallback`, `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`, `wake_once`): `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run in this
-process (tests/helpers/raft_members.py).
+"""Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj
+(raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix undone (`fallback`,
+`piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`, `wake_once`;
+`solo_commit` together with `wake_once`; planted by tests/helpers/unfixed.py):
+`RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run
+in this process (tests/helpers/raft_members.py).
 """
 
 from __future__ import annotations

@@ -1,14 +1,20 @@
-"""Regression tests of the pysyncobj wing: durable before it speaks, whole entries, the bound port, no spurious truncation (raftmq/replication/pysyncobj/transport.py). Each fails with its fix turned off
-(`fsync`, `entry_size`, `bind`, `no_spurious_truncation`): `RAFTMQ_TEST_DISABLE_FIX=fsync pytest tests/replication/test_pysyncobj_transport.py`. Members run in this
-process (tests/helpers/raft_members.py).
+"""Regression tests of the pysyncobj wing: durable before it speaks, whole entries, the bound port,
+our wire, no spurious truncation (raftmq/replication/pysyncobj/transport.py). Each fails with its
+fix undone (`fsync`, `entry_size`, `bind`, `wire`, `no_spurious_truncation`; planted by
+tests/helpers/unfixed.py): `RAFTMQ_TEST_DISABLE_FIX=fsync pytest tests/replication/test_pysyncobj_transport.py`.
+Members run in this process (tests/helpers/raft_members.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
+import socket
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +22,9 @@ import pysyncobj.pickle as pso_pickle
 import pytest
 from pysyncobj.transport import TCPTransport
 
-from raftmq.replication.pysyncobj.patches import STOCK_APPEND_ENTRIES_BATCH_BYTES, apply_module_fixes
+from raftmq.replication.pysyncobj.patches import apply_module_fixes
 from tests.helpers.raft_members import Member, commit, leader_of, wait_until
+from tests.helpers.unfixed import STOCK
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +83,7 @@ def test_journal_is_durable_before_acks_votes_and_the_leaders_own_count(group: A
 # -- entries above the chunking threshold (entry_size) ----------------------------------------
 
 
-def size_whose_pickle_crosses_a_chunk_boundary(chunk: int = STOCK_APPEND_ENTRIES_BATCH_BYTES) -> int:
+def size_whose_pickle_crosses_a_chunk_boundary(chunk: int = STOCK.appendEntriesBatchSizeBytes) -> int:
     """An entry whose stored command is under 2 chunks while the pickled append-entries entry is
     over: pysyncobj's chunker (which measures the command, not the pickle) then sends 'finish'
     one chunk early and the follower fails to unpickle."""
@@ -137,6 +144,34 @@ def test_the_raft_port_is_bound_to_its_address(group: Any) -> None:
     member.obj.waitBinded()
     port = int(member.address.rsplit(":", 1)[1])
     assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0
+
+
+# -- the wire (wire) ---------------------------------------------------------------------------
+
+
+class RunsWhenUnpickled:
+    """Unpickled, it creates the directory `path`: proof that a stranger's bytes ran as code."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.path,))
+
+
+def test_a_strangers_pickle_sent_to_the_raft_port_never_runs(group: Any, tmp_path: Any) -> None:
+    # Stock pysyncobj unpickles the first frame of any connection to its port (without a
+    # password nothing comes before it): whoever reaches the port runs code in the member. Our
+    # wire decodes nothing before the peer proved the group secret, and never with pickle.
+    (member,) = group(1)
+    assert member.obj is not None
+    member.obj.waitBinded()
+    ran = tmp_path / "ran"
+    frame = zlib.compress(pickle.dumps(RunsWhenUnpickled(str(ran))))  # as pysyncobj's TcpConnection sends
+    host, port = member.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=2) as sock:
+        sock.sendall(struct.pack("i", len(frame)) + frame)
+        assert not wait_until(ran.exists, 1.0), "the Raft port unpickled a stranger's frame"
 
 
 # -- spurious truncation (no_spurious_truncation) ---------------------------------------------

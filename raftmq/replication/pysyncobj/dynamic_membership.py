@@ -60,7 +60,6 @@ class DynamicMembership:
     durable_journal: RaftJournal
     leadership: Any
     _alone: bool
-    fixes: Any
 
     def change_membership(self, change: Change, callback: Callable[[Any, int], None]) -> None:
         """Append a change (leader only; thread-safe). `callback(None, FAIL_REASON)` runs in
@@ -91,17 +90,13 @@ class DynamicMembership:
         return changed
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
-        if command and command[0] == COMMAND_MEMBERSHIP and self.fixes.membership:
+        if command and command[0] == COMMAND_MEMBERSHIP:
             return None  # the configuration changed when the entry was appended
         return SyncObj._SyncObj__doApplyCommand(self, command)
 
     def _SyncObj__updateClusterConfiguration(self, newNodes: Any) -> None:
         # pysyncobj filters itself out of a snapshot's members with `node != selfNode`, a
         # string against a Node, which never matches: it would count itself twice.
-        if not self.fixes.membership:
-            SyncObj._SyncObj__updateClusterConfiguration(self, newNodes)
-            self._members_changed()
-            return
         sync: Any = self
         own = sync.selfNode.address
         SyncObj._SyncObj__updateClusterConfiguration(self, [node for node in newNodes if str(node) != own])
@@ -111,6 +106,18 @@ class DynamicMembership:
         for change in journal_changes(journal, snapshot_index):
             SyncObj._SyncObj__doChangeCluster(self, change.request())
         self._members_changed()
+
+    def _starting_members(self, configured: frozenset[str], snapshot_cluster: Sequence[str] | None,
+                          snapshot_index: int) -> frozenset[str]:
+        """The configuration a (re)starting member uses: its snapshot's and journal's, not the
+        configured one (`initial_members`); pysyncobj used the configured peers until its first
+        ticks re-applied the committed changes."""
+        return initial_members(configured, snapshot_cluster, snapshot_index, self.durable_journal)
+
+    def _snapshot_configuration(self, index: int, log_end_cluster: Iterable[Any]) -> list[str]:
+        """The configuration a snapshot taken at `index` stores: pysyncobj passes the one of the
+        log's end (`log_end_cluster`)."""
+        return self.configuration_at(index)
 
     def configuration_at(self, index: int) -> list[str]:
         """The configuration as of log index `index` (for a snapshot taken there)."""

@@ -1,6 +1,6 @@
-"""The pysyncobj version check, the fix switches (`Fixes`), pysyncobj's module-level names we
-swap (the pickle protocol, the zlib used on the wire, the rename used for snapshot files, the
-journal factory), and helpers the other modules share.
+"""The pysyncobj version check, pysyncobj's module-level names we swap (the pickle protocol, the
+zlib used on the wire, the rename used for snapshot files, the journal factory), and helpers the
+other modules share.
 
 Importing this module imports pysyncobj and raises ImportError unless it is 0.3.17; it changes
 nothing in pysyncobj until `apply_module_fixes` runs (`HardenedSyncObj` calls it).
@@ -14,7 +14,6 @@ import pickle
 import threading
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pysyncobj.pickle as pso_pickle
@@ -34,46 +33,6 @@ if VERSION != PINNED_VERSION:  # every patch below relies on 0.3.17's internals
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
-
-
-@dataclass(frozen=True, slots=True)
-class Fixes:
-    """Which fixes a member runs with (the package docstring says what each closes). The
-    product always runs with all of them (`ALL_FIXES`); a regression test turns one off
-    (`ALL_FIXES.without("fsync")`) to show that it then fails."""
-
-    fsync: bool = True
-    durable_rename: bool = True
-    dump_always: bool = True
-    dump_journal_race: bool = True
-    entry_size: bool = True
-    pickle: bool = True
-    never_raise: bool = True
-    fallback: bool = True
-    bind: bool = True
-    no_spurious_truncation: bool = True
-    solo_commit: bool = True
-    piggyback_commit: bool = True
-    short_candidate_round: bool = True
-    pre_vote: bool = True
-    lease: bool = True
-    wire: bool = True
-    durable_term: bool = True
-    membership: bool = True
-    wake_once: bool = True
-
-    def without(self, *names: str) -> Fixes:
-        unknown = sorted(set(names) - set(FIX_NAMES))
-        if unknown:
-            raise ValueError(f"no such fix: {', '.join(unknown)} (fixes: {', '.join(FIX_NAMES)})")
-        return replace(self, **{name: False for name in names})
-
-
-FIX_NAMES = tuple(field.name for field in fields(Fixes))
-ALL_FIXES = Fixes()
-
-STOCK_APPEND_ENTRIES_BATCH_BYTES = 2**16
-STOCK_LEADER_FALLBACK_TIMEOUT = 30.0
 # How long a candidate waits for the votes of one election round before it tries again. Votes
 # answer within milliseconds; waiting a whole election timeout (0.3-0.6 s) after a split vote
 # is what made a failover take over a second.
@@ -119,12 +78,7 @@ class _StoredZlib:
     decompress = staticmethod(zlib.decompress)
 
 
-_ORIGINALS: dict[str, Any] = {
-    "pickle": pso_pickle.__dict__["__protocol"],
-    "zlib": pso_tcp.zlib,
-    "durable_rename": pso_serializer.atomicReplace,
-    "createJournal": pso_syncobj.createJournal,
-}
+_stock_create_journal = pso_syncobj.createJournal
 _patch_lock = threading.Lock()
 
 
@@ -132,18 +86,16 @@ def _create_journal(journal_file: Any) -> Journal:
     # conf.journalFile carries our already-open journal; anything else keeps stock behaviour.
     if isinstance(journal_file, Journal):
         return journal_file
-    return _ORIGINALS["createJournal"](journal_file)
+    return _stock_create_journal(journal_file)
 
 
-def apply_module_fixes(fixes: Fixes = ALL_FIXES) -> None:
-    """Make pysyncobj's module-level names match `fixes` (idempotent). These names are
-    process-wide: the last member built decides them, which is why only tests pass anything
-    but `ALL_FIXES`."""
+def apply_module_fixes() -> None:
+    """Swap pysyncobj's module-level names for ours (idempotent, process-wide)."""
     with _patch_lock:
         pso_syncobj.createJournal = _create_journal
-        pso_pickle.__dict__["__protocol"] = WIRE_PICKLE_PROTOCOL if fixes.pickle else _ORIGINALS["pickle"]
-        pso_tcp.zlib = _StoredZlib if fixes.pickle else _ORIGINALS["zlib"]
-        pso_serializer.atomicReplace = durable_replace if fixes.durable_rename else _ORIGINALS["durable_rename"]
+        pso_pickle.__dict__["__protocol"] = WIRE_PICKLE_PROTOCOL
+        pso_tcp.zlib = _StoredZlib
+        pso_serializer.atomicReplace = durable_replace
 
 
 assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
@@ -153,7 +105,7 @@ assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
 # Addresses
 
 
-def check_raft_address(address: str, password: str | None, fixes: Fixes = ALL_FIXES) -> tuple[str, int]:
+def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
     """The Raft port unpickles what it receives: off loopback only peers holding the password
     may talk to it. Returns (host, port)."""
     host, sep, port = address.rpartition(":")
@@ -163,7 +115,7 @@ def check_raft_address(address: str, password: str | None, fixes: Fixes = ALL_FI
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not password and fixes.bind:
+    if not loopback and not password:
         raise ConfigError(f"Raft address {address}: not a loopback address, so a password is required (the Raft port runs pickle on what it receives)")
     return host, int(port)
 
@@ -172,12 +124,10 @@ def check_raft_address(address: str, password: str | None, fixes: Fixes = ALL_FI
 # Callbacks in the tick thread
 
 
-def never_raise(fn: Callable[..., Any], what: str, on_error: Callable[[BaseException], None] | None = None,
-                fixes: Fixes = ALL_FIXES) -> Callable[..., Any]:
+def never_raise(fn: Callable[..., Any], what: str,
+                on_error: Callable[[BaseException], None] | None = None) -> Callable[..., Any]:
     """Wrap a function that pysyncobj calls in its tick thread: an exception there makes it
     apply an entry twice (callbacks) or retry it forever (apply). We log and go on."""
-    if not fixes.never_raise:
-        return fn
 
     def guarded(*args: Any) -> Any:
         try:

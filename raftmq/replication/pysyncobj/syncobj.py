@@ -22,15 +22,11 @@ from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, replicated
 from raftmq.config import RaftTimings
 from raftmq.replication.group_secret import group_secret
 from raftmq.replication.leadership import Leadership, LogTip
-from raftmq.replication.pysyncobj.dynamic_membership import DynamicMembership, MembersListener, initial_members
+from raftmq.replication.pysyncobj.dynamic_membership import DynamicMembership, MembersListener
 from raftmq.replication.pysyncobj.patches import (
-    ALL_FIXES,
     CANDIDATE_ROUND_MAX,
     CANDIDATE_ROUND_MIN,
     PREVOTE_LOOKAHEAD,
-    STOCK_APPEND_ENTRIES_BATCH_BYTES,
-    STOCK_LEADER_FALLBACK_TIMEOUT,
-    Fixes,
     WakeOnce,
     apply_module_fixes,
     check_raft_address,
@@ -54,7 +50,7 @@ Snapshotter = Callable[[int, int], bytes]  # (raft index, term) the state is tak
 Restorer = Callable[[bytes, int], None]  # (state, raft index it reflects)
 
 
-def pysyncobj_timings(timings: RaftTimings, fixes: Fixes = ALL_FIXES) -> dict[str, Any]:
+def pysyncobj_timings(timings: RaftTimings) -> dict[str, Any]:
     """`SyncObjConf`'s timing and size arguments for `timings`: the one place Raft's settings
     turn from the config's milliseconds into pysyncobj's seconds."""
 
@@ -69,10 +65,10 @@ def pysyncobj_timings(timings: RaftTimings, fixes: Fixes = ALL_FIXES) -> dict[st
         "appendEntriesPeriod": seconds(timings.append_entries_period_ms),
         "raftMinTimeout": seconds(timings.election_timeout_min_ms),
         "raftMaxTimeout": seconds(timings.election_timeout_max_ms),
-        "leaderFallbackTimeout": seconds(fallback) if fixes.fallback else STOCK_LEADER_FALLBACK_TIMEOUT,
+        "leaderFallbackTimeout": seconds(fallback),
         "connectionTimeout": seconds(max(timings.connection_timeout_ms, timings.election_timeout_max_ms)),
         "connectionRetryTime": seconds(timings.connection_retry_ms),
-        "appendEntriesBatchSizeBytes": timings.append_entries_batch_bytes if fixes.entry_size else STOCK_APPEND_ENTRIES_BATCH_BYTES,
+        "appendEntriesBatchSizeBytes": timings.append_entries_batch_bytes,
     }
 
 
@@ -91,6 +87,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     _SyncObj__newAppendEntriesTime: float
     _SyncObj__raftLeader: Any
 
+    transport_class: type[DurableTransport] = DurableTransport
+
     def __init__(
         self,
         self_address: str,
@@ -108,16 +106,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         secret: str | None = None,
         bind_host: str | None = None,  # bind here rather than on self_address's host
         tls: RaftTls | None = None,  # TLS under the wire (raftmq.security.raft_tls_contexts)
-        fixes: Fixes = ALL_FIXES,  # anything else is for regression tests only
     ) -> None:
-        self.fixes = fixes
         self.raft_tls = tls  # read by the transport's connections
-        apply_module_fixes(fixes)
-        check_raft_address(self_address, password, fixes)
-        if bind_host is not None:
-            check_raft_address(f"{bind_host}:{self_address.rpartition(':')[2]}", password, fixes)
-        for peer in peers:
-            check_raft_address(peer, password, fixes)
+        self._patch_pysyncobj()
+        bind_address = self_address if bind_host is None else f"{bind_host}:{self_address.rpartition(':')[2]}"
+        self._check_addresses([self_address, bind_address, *peers], password)
         os.makedirs(data_dir, exist_ok=True)
         # Members keep their files in <group dir>/<id>/; the group's secret sits beside them.
         self.wire_secret = secret or group_secret(password, os.path.dirname(os.path.abspath(data_dir)))
@@ -137,43 +130,47 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque()
         self.durable_journal = journal if journal is not None else RaftJournal(os.path.join(data_dir, "raft.journal"))
         self.snapshot_path = os.path.join(data_dir, "raft.snapshot")
-        journal_path: Any = self.durable_journal
-        dump_path: str | None = self.snapshot_path
-        if not self.fixes.dump_always:
-            dump_path = None  # stock: journal without a dump file (regression test only)
         snapshot_cluster: list[str] | None = None
         snapshot_index = 0
-        if dump_path is not None and os.path.exists(dump_path):
+        if os.path.exists(self.snapshot_path):
             # Read (and checksum) it now: pysyncobj would log a bad snapshot and start empty.
-            last, previous, snapshot_cluster, _state = read_snapshot_file(dump_path)
+            last, previous, snapshot_cluster, _state = read_snapshot_file(self.snapshot_path)
             snapshot_index = last[1]
-            if self.fixes.dump_journal_race:
-                self.durable_journal.align_to_snapshot(last, previous)
+            self.durable_journal.align_to_snapshot(last, previous)
         # The configured peers only until the log says otherwise (membership changes).
-        members = frozenset({self_address, *peers})
-        if self.fixes.membership:
-            members = initial_members(members, snapshot_cluster, snapshot_index, self.durable_journal)
+        members = self._starting_members(frozenset({self_address, *peers}), snapshot_cluster, snapshot_index)
         if self_address not in members:
             log.warning("raft.not_a_member", node=self_address, members=sorted(members))
         peers = sorted(members - {self_address})
-        conf = SyncObjConf(
-            password=None if self.fixes.wire else password,  # our wire encrypts; pysyncobj's Fernet is not used
-            **pysyncobj_timings(timings, fixes),
+        conf = self._pysyncobj_conf(timings, bind_address)
+        self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
+        self.leadership = Leadership(len(peers) + 1, conf.raftMinTimeout)
+        self._commit_notice_delay = conf.autoTickPeriod
+        self._alone = not peers
+        super().__init__(self_address, peers, conf=conf, transportClass=self.transport_class)
+        self._install_wake_once()
+        self._stand_at_once_alone()
+
+    def _pysyncobj_conf(self, timings: RaftTimings, bind_address: str) -> SyncObjConf:
+        return SyncObjConf(
+            password=None,  # our wire encrypts; pysyncobj's Fernet is not used
+            **pysyncobj_timings(timings),
             # Our group commit coalesces; pysyncobj sends each entry at once (the low-latency path).
             appendEntriesUseBatch=False,
             sendBufferSize=2**21,
             recvBufferSize=2**21,
-            bindAddress=(self_address if bind_host is None else f"{bind_host}:{self_address.rpartition(':')[2]}") if self.fixes.bind else None,
-            journalFile=journal_path,
-            fullDumpFile=dump_path,
-            serializer=self._write_snapshot if dump_path else None,
-            deserializer=self._read_snapshot if dump_path else None,
+            bindAddress=bind_address,
+            journalFile=self.durable_journal,
+            # Always a snapshot file beside the journal: without one a restart after compaction loses the state.
+            fullDumpFile=self.snapshot_path,
+            serializer=self._write_snapshot,
+            deserializer=self._read_snapshot,
             # Compaction is ours, by journal bytes (see _onTick), not by entry count or time.
             logCompactionMinEntries=2**62,
             logCompactionMinTime=10**9,
             logCompactionBatchSize=2**18,
             commandsWaitLeader=False,
-            onStateChanged=never_raise(self._state_changed, "onStateChanged", fixes=fixes),
+            onStateChanged=self._guard(self._state_changed, "onStateChanged"),
             dynamicMembershipChange=True,  # made safe by DynamicMembership
             # Peers by DNS name: a restarted pod or host comes back at a new address, and a name
             # not resolvable yet (pods starting together) is asked again soon; pysyncobj's stock
@@ -183,19 +180,35 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             maxBindRetries=5,
             bindRetryTime=0.2,
         )
-        self.entry_limit_bytes = conf.appendEntriesBatchSizeBytes - 4096
-        self.leadership = Leadership(len(peers) + 1, conf.raftMinTimeout)
-        self._commit_notice_delay = conf.autoTickPeriod
-        self._alone = not peers
-        super().__init__(self_address, peers, conf=conf, transportClass=DurableTransport)
+
+    def _patch_pysyncobj(self) -> None:
+        """pysyncobj's module-level names swapped for ours (`apply_module_fixes`)."""
+        apply_module_fixes()
+
+    @staticmethod
+    def _check_addresses(addresses: Sequence[str], password: str | None) -> None:
+        """Off loopback a password is required (`check_raft_address`)."""
+        for address in addresses:
+            check_raft_address(address, password)
+
+    def _install_wake_once(self) -> None:
+        """pysyncobj's pipe notifier replaced by `WakeOnce` (one wake-up per wait, not per entry)."""
         stock = getattr(self, "_SyncObj__pipeNotifier", None)  # absent where pysyncobj has no pipes
-        if self.fixes.wake_once and stock is not None:
+        if stock is not None:
             self._SyncObj__pipeNotifier = notifier = WakeOnce(self._poller)
             notifier.install(self._poller)
             close_notifier(stock, self._poller)
-        if self._alone and self.fixes.solo_commit:
-            # Nobody else can lead a group of one: stand at the first tick, not an election timeout later.
+
+    def _stand_at_once_alone(self) -> None:
+        """Nobody else can lead a group of one: it stands at its first tick, not an election timeout later."""
+        if self._alone:
             self._SyncObj__raftElectionDeadline = 0.0
+
+    @staticmethod
+    def _guard(fn: Callable[..., Any], what: str,
+               on_error: Callable[[BaseException], None] | None = None) -> Callable[..., Any]:
+        """What pysyncobj calls in its tick thread, made never to raise (`never_raise`)."""
+        return never_raise(fn, what, on_error)
 
     # -- the one replicated method
 
@@ -204,13 +217,13 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         index = self.raftLastApplied + 1  # pysyncobj counts an entry applied after this returns
         log = self.durable_journal
         term = log[index - log[0][1]][2]
-        return never_raise(self._on_apply, "replicated apply", self._apply_failed, self.fixes)(index, term, entry)
+        return self._guard(self._on_apply, "replicated apply", self._apply_failed)(index, term, entry)
 
     def submit(self, entry: bytes, callback: Callable[[Any, int], None]) -> None:
         """Queue one entry (thread-safe). `callback(result, FAIL_REASON)` runs in the tick thread."""
-        if self.fixes.entry_size and len(entry) > self.entry_limit_bytes:
+        if len(entry) > self.entry_limit_bytes:
             raise ValueError(f"Raft entry of {len(entry)} bytes exceeds {self.entry_limit_bytes}")
-        self._apply_entry(entry, callback=never_raise(callback, "commit callback", fixes=self.fixes))
+        self._apply_entry(entry, callback=self._guard(callback, "commit callback"))
 
     def transfer_when_appended(self, callback: Callable[[Any, int], None]) -> None:
         """pysyncobj's transferLeadership (tick thread), denied while submitted entries still
@@ -224,7 +237,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
 
     def run_in_tick_thread(self, fn: Callable[[], None]) -> None:
         """Run `fn` in the tick thread at its next tick (pysyncobj is not thread-safe)."""
-        self._tick_tasks.append(never_raise(fn, "tick task", fixes=self.fixes))
+        self._tick_tasks.append(self._guard(fn, "tick task"))
 
     def _apply_failed(self, exc: BaseException) -> None:
         self.apply_errors += 1
@@ -239,11 +252,10 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             self._handover_election = False
 
     def _tick(self, timeToWait: float) -> None:
+        # Entries added since the last tick (the no-op of a new leader, appends received while
+        # polling) are durable before this tick's commit count includes us.
+        self.make_durable()
         journal = self.durable_journal
-        if self.fixes.fsync:
-            # Entries added since the last tick (the no-op of a new leader, appends received
-            # while polling) are durable before this tick's commit count includes us.
-            journal.sync()
         while self._tick_tasks:
             self._tick_tasks.popleft()()
         limit = self._compact_after_bytes
@@ -261,10 +273,17 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         super()._checkCommandsToApply()
         if isinstance(getattr(self, "_SyncObj__pipeNotifier", None), WakeOnce) and len(self._SyncObj__commandsQueue._FastQueue__queue):
             self._SyncObj__pipeNotifier.notify()  # left for the next tick (a time budget): its poll does not wait
-        if self.fixes.fsync:
-            # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
-            self.durable_journal.sync()
-        if self.fixes.solo_commit and self._alone and self._last_index() > last:
+        # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
+        self.make_durable()
+        self._commit_at_once_alone(last)
+
+    def make_durable(self) -> None:
+        """fdatasync the journal: what it holds is durable before the leader counts it or this
+        member answers an append-entries or votes (the transport calls this before those)."""
+        self.durable_journal.sync()
+
+    def _commit_at_once_alone(self, appended_after: int) -> None:
+        if self._alone and self._last_index() > appended_after:
             # A group of one commits at the top of a tick, and nothing (no follower's answer)
             # wakes this tick's poll: what was just appended would wait a whole tick period.
             self._SyncObj__pipeNotifier.notify()
@@ -277,7 +296,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         # the next entry's append-entries carries the index anyway; otherwise it goes out
         # within a tick. Followers only apply later; what a client is told does not change.
         send_now = SyncObj._SyncObj__applyLogEntries(self)
-        if send_now and self.fixes.piggyback_commit:
+        if send_now:
             notice_at = pso_syncobj.monotonicTime() + self._commit_notice_delay
             if notice_at < float(self._SyncObj__newAppendEntriesTime):
                 self._SyncObj__newAppendEntriesTime = notice_at
@@ -288,9 +307,6 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         """Store the term and vote, then believe them (pysyncobj believed first). If the store
         fails the member stays in the term it stored: the error ends this tick's step before
         any message of the new term leaves, and it tries again at the next one."""
-        if not self.fixes.durable_term:
-            SyncObj._SyncObj__setCurrentTerm(self, term, votedForNodeId)
-            return
         self._SyncObj__raftLog.setCurrentTerm(term, votedForNodeId)
         self._SyncObj__raftCurrentTerm = term
         self._SyncObj__votedForNodeId = votedForNodeId
@@ -301,7 +317,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         # has passed and it is about to stand (again). A shorter round after a split vote
         # keeps the follower timeout's protection against needless elections.
         deadline = getattr(self, "_SyncObj__raftElectionDeadline", None)  # unset while __init__ runs
-        if self.fixes.short_candidate_round and deadline is not None and deadline < pso_syncobj.monotonicTime():
+        if deadline is not None and deadline < pso_syncobj.monotonicTime():
             return CANDIDATE_ROUND_MIN + (CANDIDATE_ROUND_MAX - CANDIDATE_ROUND_MIN) * random.random()
         return SyncObj._SyncObj__generateRaftTimeout(self)
 
@@ -337,11 +353,14 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             return
         leader = self._SyncObj__raftLeader
         if leader is not None:  # once per loss, not per round
-            log.info("raft.leader_lost", leader=str(leader.id), term=self._SyncObj__raftCurrentTerm,
-                     asking="pre-vote" if self.fixes.pre_vote else "vote")
+            log.info("raft.leader_lost", leader=str(leader.id), term=self._SyncObj__raftCurrentTerm, asking="pre-vote")
             self._SyncObj__raftLeader = None  # not heard from for an election timeout: unknown
-        if not self.fixes.pre_vote or self.leadership.take_prevote_win():
-            return
+        if not self.leadership.take_prevote_win():
+            self._start_prevote(now)
+
+    def _start_prevote(self, now: float) -> None:
+        """Ask the others whether we could win, instead of standing now: the election deadline
+        moves past the round; a round won makes us stand (`on_election_message`)."""
         term = self.leadership.start_prevote(self._SyncObj__raftCurrentTerm)
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         tip = self._log_tip()
@@ -358,7 +377,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         if not isinstance(term, int):
             return
         if message["type"] == "higher_term":
-            if self.fixes.pre_vote and term > self._SyncObj__raftCurrentTerm:
+            if term > self._SyncObj__raftCurrentTerm:
                 # Raft: a reply with a higher term makes a leader a follower of that term.
                 log.info("raft.stepped_down_for_higher_term", term=self._SyncObj__raftCurrentTerm, new_term=term)
                 self._SyncObj__setCurrentTerm(term, None)
@@ -375,14 +394,14 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
 
     def ignores_vote_request(self, message: dict[str, Any]) -> bool:
-        return self.fixes.pre_vote and self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
+        return self.leadership.ignores_vote_request(time.monotonic(), message.get("handover") is True)
 
     def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
         term = message.get("term", -1)
         if term >= self._SyncObj__raftCurrentTerm:
             self.leadership.heard_from_leader(time.monotonic())
             self.answering_mark = message.get("lm")
-        elif self.fixes.pre_vote:
+        else:
             # pysyncobj drops an append-entries of an older term without a word. A member whose
             # term got ahead (it won a pre-vote round, then lost the election it stood in) would
             # then never hear of a leader, and stickiness keeps it from standing again: tell
@@ -408,17 +427,16 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
 
     def lease_holds(self, now: float) -> bool:
         """May this member, as leader, write to clients now? (any thread: one float read)"""
-        return not self.fixes.lease or now < self.leadership.lease_expiry
+        return now < self.leadership.lease_expiry
 
     # -- snapshot hooks
 
     def _write_snapshot(self, path: str, raft_data: tuple[Any, ...]) -> None:
         # pysyncobj catches what this raises, keeps the journal and reports a failed snapshot.
         try:
-            last, previous, _cluster = raft_data
+            last, previous, log_end_cluster = raft_data
             state = self._snapshot(last[1], last[2]) if self._snapshot is not None else b""
-            # pysyncobj passes the configuration of the log's end; the snapshot's is at `last`.
-            cluster = self.configuration_at(last[1]) if self.fixes.membership else sorted(str(n) for n in _cluster)
+            cluster = self._snapshot_configuration(last[1], log_end_cluster)
             write_snapshot_file(path, tuple(last), tuple(previous), cluster, state)
         except Exception:
             log.exception("raft.snapshot_failed", retry_in_s=1.0)  # the journal is kept
@@ -428,7 +446,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     def _read_snapshot(self, path: str) -> tuple[Entry, Entry, list[str]]:
         last, previous, cluster, state = read_snapshot_file(path)
         if self._restore is not None:
-            never_raise(self._restore, "snapshot restore", self._apply_failed, self.fixes)(state, last[1])
+            self._guard(self._restore, "snapshot restore", self._apply_failed)(state, last[1])
         return last, previous, cluster
 
     # -- status (plain attribute reads: safe from any thread)

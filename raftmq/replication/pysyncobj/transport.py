@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import structlog
 from pysyncobj.transport import TCPTransport
 
-from raftmq.replication.pysyncobj.patches import Fixes
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.wire import MAX_UNAUTHENTICATED, RaftConnection, frame_max_for
 from raftmq.replication.wire_server import RaftServer
@@ -25,9 +24,10 @@ log = structlog.get_logger("raftmq.replication.pysyncobj")
 class TransportHost(Protocol):
     """What the transport hands a hardened member (`HardenedSyncObj`)."""
 
-    fixes: Fixes
     durable_journal: RaftJournal
     answering_mark: float | None
+
+    def make_durable(self) -> None: ...
 
     def outgoing(self, kind: str, message: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -54,16 +54,8 @@ class DurableTransport(TCPTransport):
     _refusals_logged_at = 0.0
     _refusals_unlogged = 0
 
-    def __init__(self, syncObj: TransportHost, selfNode: Any, otherNodes: Any) -> None:
-        self._fixes = syncObj.fixes  # read by _createServer, which pysyncobj's __init__ calls
-        super().__init__(syncObj, selfNode, otherNodes)
-
     def _createServer(self) -> None:
-        if not self._fixes.wire:
-            super()._createServer()
-            return
-        address = self._syncObj.conf.bindAddress or self._selfNode.address
-        host, port = address.rsplit(":", 1)
+        host, port = self._listen_address().rsplit(":", 1)
         self._server = RaftServer(self._syncObj._poller, host, int(port), self._onNewIncomingConnection, self._accepted)
 
     def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
@@ -73,13 +65,14 @@ class DurableTransport(TCPTransport):
                               frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
                               tls=getattr(self._syncObj, "raft_tls", None))
 
+    def _listen_address(self) -> str:
+        """The configured address (HardenedSyncObj sets `bindAddress`): stock binds 0.0.0.0."""
+        return str(self._syncObj.conf.bindAddress or self._selfNode.address)
+
     def _accepted(self, sock: Any) -> RaftConnection:
         return self._connection(sock=sock)
 
     def addNode(self, node: Any) -> None:
-        if not self._fixes.wire:
-            super().addNode(node)
-            return
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
         if self._shouldConnect(node):
@@ -91,7 +84,7 @@ class DurableTransport(TCPTransport):
             self._connections[node] = conn
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
-        if self._fixes.wire and len(self._unknownConnections) >= MAX_UNAUTHENTICATED:
+        if len(self._unknownConnections) >= MAX_UNAUTHENTICATED:
             self._refused(getattr(conn, "peer", "?"), "too many connections still in their handshake")
             conn.disconnect()
             return
@@ -99,10 +92,9 @@ class DurableTransport(TCPTransport):
 
     def _onTick(self) -> None:
         super()._onTick()
-        if self._fixes.wire:
-            now = time.monotonic()
-            for conn in [*self._unknownConnections, *self._connections.values()]:
-                conn.check_deadlines(now)
+        now = time.monotonic()
+        for conn in [*self._unknownConnections, *self._connections.values()]:
+            conn.check_deadlines(now)
 
     def _refused(self, peer: str, reason: str) -> None:
         # A stranger may hammer the port: one line per second at most, with what was skipped.
@@ -115,11 +107,15 @@ class DurableTransport(TCPTransport):
 
     def send(self, node: Any, message: Any) -> bool:
         kind = message.get("type") if isinstance(message, dict) else None
-        if self._fixes.fsync and kind in _DURABLE_BEFORE_SENDING:
-            self._syncObj.durable_journal.sync()
+        if kind in _DURABLE_BEFORE_SENDING:
+            self._syncObj.make_durable()
         if kind is not None:
             message = self._syncObj.outgoing(kind, message)
         return super().send(node, message)
+
+    def _trim_known_entries(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """An append-entries less the entries this log already holds (`trim_known_entries`)."""
+        return trim_known_entries(self._syncObj.durable_journal, message)
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if not isinstance(message, dict):
@@ -135,10 +131,9 @@ class DurableTransport(TCPTransport):
             sync.on_answer(node, message)
         elif kind == "append_entries":
             sync.on_append_entries(node, message)
-            if sync.fixes.no_spurious_truncation:
-                message = trim_known_entries(sync.durable_journal, message)
-                if message is None:
-                    return
+            message = self._trim_known_entries(message)
+            if message is None:
+                return
         try:
             super()._onMessageReceived(node, message)
         finally:
