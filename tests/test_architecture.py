@@ -232,7 +232,8 @@ IO_FREE = (
     "raftmq.core.", "raftmq.routing.",
     "raftmq.server.stomp.session", "raftmq.server.stomp.translate", "raftmq.server.stomp.decisions",
     "raftmq.server.stomp.frames", "raftmq.server.stomp.adoption", "raftmq.server.stomp.mobility",
-    "raftmq.server.stomp.relay_events", "raftmq.server.websocket.session",
+    "raftmq.server.stomp.relay_events", "raftmq.server.stomp.serving", "raftmq.testing.mobility_sim",
+    "raftmq.server.websocket.session",
     "raftmq.replication.command_codec", "raftmq.replication.entry_codec",
 )
 # In a fresh interpreter: import each module named, then print the I/O libraries that got loaded.

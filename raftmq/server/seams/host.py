@@ -99,7 +99,9 @@ class RelayedConnection(ClientConnection, Protocol):
     """A client connection a relay takes over."""
 
     stream_bytes: int  # bytes of the client's stream read on its socket (raftmq.server.stomp.adoption)
-    eof_pending: bool  # its client (a follower's relay) half-closed before the relay took it over
+    @property
+    def eof_pending(self) -> bool:
+        """Its client (a follower's relay) half-closed before the relay took it over."""
 
 
 class RelayStarter(Protocol):

@@ -29,20 +29,32 @@ from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
-from raftmq.server.stomp.adoption import MAX_HOPS
 from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
 from raftmq.server.stomp.proposing import Proposing
+from raftmq.server.stomp.serving import (
+    AwaitNotice,
+    EndInput,
+    HalfClosed,
+    HandedOver,
+    HandOver,
+    Hold,
+    LeadershipGone,
+    NoticeOver,
+    Park,
+    ParkDone,
+    Release,
+    Serving,
+    ServingEvent,
+    ServingMachine,
+)
 from raftmq.server.stomp.session import SessionState, StompSession
 from raftmq.server.websocket.session import http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
-
-# How long a half-close from a follower's relay waits for this node to learn it lost its leadership.
-MOVE_NOTICE_SECONDS = 0.2
 
 class Connection(Output, Proposing, asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
@@ -68,10 +80,8 @@ class Connection(Output, Proposing, asyncio.Protocol):
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
         self.stream_bytes = 0
-        self.eof_pending = False  # a follower's relay half-closed: its move, or its client's half-close
         self._read_paused_for_writes = self._held_for_redirect = False
-        self._handed_over = False  # relayed to the successor, which serves the session (`relay_to_successor`)
-        self._handing = False  # `hand_over` under way (the node may ask twice: at the role change, and as it stops)
+        self.mobility = ServingMachine()  # hand-over, park, a relay's half-close (raftmq.server.stomp.serving)
         self._beats = HeartBeats(self, self._loop)
         self._connect_timer: asyncio.TimerHandle | None = None
 
@@ -188,28 +198,42 @@ class Connection(Output, Proposing, asyncio.Protocol):
         if self.stomp.state.ended:
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
-        if self.hops and movable and not self.host.commit_log.handing_over:
-            self.host.mobility.spawn(handing.park(self))
-        elif (self.stomp.via_relay or self.hops) and movable:
-            # A follower's relay half-closes to move to a new leader this node may not know of yet (a client's own
-            # half-close looks the same), or to this node's successor: wait a moment for the leadership to go.
-            self.eof_pending = True
-            self.hold_for_redirect()
-            self._loop.call_later(MOVE_NOTICE_SECONDS, self._eof_unclaimed)
-        else:
-            self.input_ended()
+        self._moves(HalfClosed(movable, self.stomp.via_relay, self.hops, self.host.commit_log.handing_over))
         return True
 
-    def _eof_unclaimed(self) -> None:
-        if not self._handed_over and not self._handing and self.stomp.state == SessionState.OPEN:
-            self._held_for_redirect = False  # still leading: the client's own half-close, or its relay moving closer
-            if not self.hops:  # (scheduled only for a movable session: the group has a hand-over secret)
-                return self.input_ended()
-            self.host.mobility.spawn(handing.park(self))
+    def _notice_over(self) -> None:
+        self._moves(NoticeOver(self.stomp.state == SessionState.OPEN, self.hops))
+
+    def _moves(self, event: ServingEvent, leader: str = "") -> bool:
+        """Hand `event` to the session's mobility and carry out what it decides; False when it
+        cannot be handed over (the caller ends it)."""
+        for decision in self.mobility.handle(event):
+            if isinstance(decision, Hold):
+                self.hold_for_redirect()
+            elif isinstance(decision, Release):
+                self._held_for_redirect = False
+            elif isinstance(decision, AwaitNotice):
+                self._loop.call_later(decision.seconds, self._notice_over)
+            elif isinstance(decision, Park):
+                self.host.mobility.spawn(handing.park(self))
+            elif isinstance(decision, HandOver):
+                self.host.mobility.spawn(handing.hand_over(self, decision.leader))
+            elif isinstance(decision, EndInput):
+                self.input_ended()
+            else:  # CannotHandOver
+                return False
+        return True
+
+    @property
+    def eof_pending(self) -> bool:
+        """A relay half-closed this connection (its move, or its client's half-close)."""
+        return self.mobility.eof_pending
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go
         out), then close."""
+        if self.mobility.state is Serving.PARKING:
+            self.mobility.handle(ParkDone())  # a park ends the input, parked or not
         self.stomp.half_closed()
         self.when_settled(self._close_after_flush)  # output may still be queued for this loop turn
 
@@ -291,21 +315,15 @@ class Connection(Output, Proposing, asyncio.Protocol):
 
     def hand_over(self, leader: str) -> bool:
         """Hand this session to the new leader at `leader`; False when it cannot be (the caller closes it)."""
-        if self._handing:
-            return True  # under way already
-        if self.stomp.state != SessionState.OPEN or self.host.hand_over_secret is None or self.closed or self.hops >= MAX_HOPS:
-            return False
-        self._handing = True
-        self.hold_for_redirect()
-        self.host.mobility.spawn(handing.hand_over(self, leader))
-        return True
+        movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None and not self.closed
+        return self._moves(LeadershipGone(leader, movable, self.hops))
 
     def relay_to_successor(self, leader: str, session_id: str, prefix: bytes, refusal: bytes,
                            parked_at: int | None = None) -> None:
         """Pipe this connection to the successor after `prefix` (the ticket): the successor serves
         the session now; `parked_at`: it parks it, and the client resumes it from that offset."""
         self._beats.stop()
-        self._handed_over = True
+        self._moves(HandedOver())
         assert self._transport is not None and not self._out
         self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
 
@@ -390,7 +408,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
 
     def shutdown(self) -> None:  # the node is stopping: tell the client and close
         if self.stomp.state.ended:
-            if not self._handed_over:  # else its relay says goodbye (Relays.farewell)
+            if not self.mobility.handed_over:  # else its relay says goodbye (Relays.farewell)
                 self._close_after_flush()
             return
         for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):

@@ -424,13 +424,19 @@ _HANDLERS: dict[type, Any] = {
 
 def diagram() -> str:
     """The table as a Mermaid state diagram (docs/mobility.md shows it)."""
-    lines = ["stateDiagram-v2", f"    [*] --> {State.CONNECTING.name}"]
-    edges: dict[tuple[State, State], list[str]] = {}
-    for (state, event), targets in TRANSITIONS.items():
-        for target in sorted(targets, key=lambda s: list(State).index(s)):
+    return draw(TRANSITIONS, list(State), State.CONNECTING, State.ENDED)
+
+
+def draw(table: dict[tuple[Any, type], frozenset[Any]], states: list[Any], start: Any, end: Any) -> str:
+    """A transition table as a Mermaid state diagram: an edge per (state, next state), labelled
+    with the events that take it."""
+    lines = ["stateDiagram-v2", f"    [*] --> {start.name}"]
+    edges: dict[tuple[Any, Any], list[str]] = {}
+    for (state, event), targets in table.items():
+        for target in sorted(targets, key=states.index):
             if target is not state:
                 edges.setdefault((state, target), []).append(event.__name__)
     for (state, target), events in edges.items():
         lines.append(f"    {state.name} --> {target.name}: {', '.join(events)}")
-    lines.append(f"    {State.ENDED.name} --> [*]")
+    lines.append(f"    {end.name} --> [*]")
     return "\n".join(lines) + "\n"
