@@ -1,7 +1,7 @@
 """Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj
 (raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix undone (`fallback`,
-`piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`, `wake_once`;
-`solo_commit` together with `wake_once`; planted by tests/helpers/unfixed.py):
+`solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`,
+`wake_once`; planted by tests/helpers/unfixed.py):
 `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run
 in this process (tests/helpers/raft_members.py).
 """
@@ -205,6 +205,35 @@ def test_a_group_of_one_commits_without_waiting_for_its_next_tick(group: Any) ->
         started = time.monotonic()
         commit(solo, b"entry %d" % i, timeout=5.0)
         assert time.monotonic() - started < 0.25, f"entry {i} waited for the tick"
+
+
+def test_a_group_of_one_commits_an_entry_submitted_late_in_a_tick_at_once(group: Any) -> None:
+    # An entry submitted after a tick read the command queue (here from an on-tick callback,
+    # which pysyncobj runs just before the tick thread waits) is appended by the next tick, whose
+    # poll nothing then wakes in a group of one: its commit waited another whole tick period.
+    timings = RaftTimings(tick_period_ms=500, append_entries_period_ms=500, election_timeout_min_ms=1600,
+                          election_timeout_max_ms=1700)
+    (solo,) = group(1, timings=timings)
+    leader_of([solo], timeout=10.0)
+    commit(solo, b"warm-up", timeout=5.0)
+    obj = solo.obj
+    assert obj is not None
+    due: list[bytes] = []  # what the next on-tick callback submits
+    latencies: list[float] = []
+
+    def submit_late_in_the_tick() -> None:
+        if due:
+            submitted = time.monotonic()
+            obj.submit(due.pop(), lambda result, error: latencies.append(time.monotonic() - submitted))
+
+    obj.addOnTickCallback(submit_late_in_the_tick)
+    try:
+        for i in range(3):
+            due.append(b"late %d" % i)
+            assert wait_until(lambda: len(latencies) == i + 1, 5.0), "the entry never committed"
+    finally:
+        obj.removeOnTickCallback(submit_late_in_the_tick)
+    assert max(latencies) < 0.25, f"an entry submitted late in a tick waited for the next one: {latencies}"
 
 
 def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,9 +45,10 @@ Each fix, the hole in 0.3.17 it closes, and the test that shows it (in tests/rep
 - `no_spurious_truncation`: a follower no longer deletes entries it already holds when a late or
   repeated append-entries arrives.
   `test_pysyncobj_transport.py::test_followers_never_delete_entries_they_already_hold`
-- `solo_commit`: a group of one commits what it appended at once, not one tick period later
-  (`wake_once` alone happens to cover it: the test fails with both undone).
-  `test_pysyncobj_syncobj.py::test_a_group_of_one_commits_without_waiting_for_its_next_tick`
+- `solo_commit`: a group of one commits what it appended at once, not one tick period later.
+  `test_pysyncobj_syncobj.py::test_a_group_of_one_commits_an_entry_submitted_late_in_a_tick_at_once`,
+  `test_pysyncobj_syncobj.py::test_a_group_of_one_commits_without_waiting_for_its_next_tick` (this
+  one only with `wake_once` undone too: `WakeOnce` keeps the poll after a woken one from waiting)
 - `short_candidate_round`: a candidate whose votes do not come in (a split vote) retries after
   0.1-0.25 s, not after another whole election timeout.
   `test_pysyncobj_syncobj.py::test_a_candidate_retries_a_failed_round_sooner_than_an_election_timeout`
