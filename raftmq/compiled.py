@@ -50,6 +50,7 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.server.stomp.frames",
     "raftmq.server.stomp.translate",
     "raftmq.server.stomp.session",
+    "raftmq.server.stomp.authorization",
     "raftmq.server.stomp.decisions",
     "raftmq.storage.records",
     "raftmq.storage.payload",

@@ -20,9 +20,9 @@ old leader (`ticket`, `handed_over`), AWAIT_CONNECT → OPEN on its successor (`
 
 Security (raftmq.security): CONNECT's login is checked before anything is proposed; frames
 pipelined behind CONNECT wait for the answer. With an ACL, every SEND / SUBSCRIBE is authorized
-as it is translated; a refusal is `access denied` like any other bad frame: nothing from it on
-reaches the log. Every frame of one `receive` becomes one proposal, so a session's commands
-reach the core in the order they arrived.
+as it is translated (raftmq.server.stomp.authorization); a refusal is `access denied` like any
+other bad frame: nothing from it on reaches the log. Every frame of one `receive` becomes one
+proposal, so a session's commands reach the core in the order they arrived.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from raftmq import __version__
-from raftmq.core.commands import Command, Connect, Disconnect, Send, Subscribe
-from raftmq.core.temporary import owner_token
-from raftmq.core.validation import is_wildcard
+from raftmq.core.commands import Command, Connect, Disconnect
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import RELAYED_HEADER, RESUME_HEADER, Frame
@@ -42,8 +40,9 @@ from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_v
 from raftmq.replication.command_codec import decode_batch, encode_batch
 from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
-from raftmq.security import READ, WRITE, Principal
+from raftmq.security import Principal
 from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
+from raftmq.server.stomp.authorization import SessionAuthorization
 from raftmq.server.stomp.decisions import PREFIX_MAX_BYTES, REDIRECT, Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader, redirect_wanted
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.translate import FrameTranslator
@@ -52,10 +51,7 @@ if TYPE_CHECKING:  # the session's host, as a type: the session itself does no I
     from raftmq.server.seams.host import SessionHost
 
 SERVER_HEADER = f"raftmq/{__version__}"
-# (operation, destination) pairs a session remembers as authorized before starting afresh.
-ALLOWED_CACHE_SIZE = 1024
 ACCESS_REFUSED = "access refused"  # CONNECT: bad or missing credentials (never says which)
-ACCESS_DENIED = "access denied"  # a frame the ACL does not allow
 
 
 class SessionState(IntEnum):
@@ -114,7 +110,7 @@ class StompSession:
         self._held_error: ProtocolError | None = None
         self._principal: Principal | None = None  # who CONNECT authenticated
         self._authorizing = host.security.authorizing
-        self._allowed: set[tuple[str, str]] = set()  # (operation, destination) already checked
+        self._authorization = SessionAuthorization(host)  # the ACL's checks (raftmq.server.stomp.authorization)
         self._buffered = 0  # this session's share of the node's unfinished-frame budget
         # What the client sent before its CONNECT was handled, for a follower to replay to
         # the leader (None: not kept: redirect mode, or more than PREFIX_MAX_BYTES).
@@ -272,8 +268,9 @@ class StompSession:
             return None
         return Ticket(
             self.session_id, self.version, self.send_interval_ms, self.receive_interval_ms, self.cluster_connection,
-            principal.name, tuple(sorted(principal.groups)), translator.client_id, tuple(sorted(translator.transactions)),
-            tuple(sorted(translator.subscriptions)), tuple(sorted(translator.browsers)), peer,
+            principal.name, tuple(sorted(principal.groups)), translator.client_id,
+            tuple(sorted(translator.transactions)), tuple(sorted(translator.subscriptions)),
+            tuple(sorted(translator.browsers)), peer,
             encode_batch(commands) if commands else b"", now_ms, hops,
         )
 
@@ -328,8 +325,10 @@ class StompSession:
 
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster
-        pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n)) if view is not None else frozenset()
-        return FrameTranslator(self.session_id, version, client_id, pullable, view.group if view is not None else None)
+        if view is None:
+            return FrameTranslator(self.session_id, version, client_id, frozenset(), None)
+        pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n))
+        return FrameTranslator(self.session_id, version, client_id, pullable, view.group)
 
     def _accept(self, pending: _PendingConnect, principal: Principal | None, now_ms: int) -> list[Decision]:
         frame = pending.frame
@@ -348,7 +347,8 @@ class StompSession:
             return self.fail("not the leader", detail, extra={"leader": hint} if hint else None)
         self.cluster_connection = frame.get(BRIDGE_CONNECT_HEADER) is not None
         if host.draining is not None and not self.cluster_connection:
-            return self.fail("group draining", f"this group is being drained (scale-down); connect to another: {host.draining}")
+            detail = f"this group is being drained (scale-down); connect to another: {host.draining}"
+            return self.fail("group draining", detail)
         version = pending.version
         self.version = version
         self._parser.version = version
@@ -406,12 +406,13 @@ class StompSession:
         authorizing = self._authorizing
         for frame in frames:
             try:
-                if frame.command == "SEND" and self.cluster_connection and frame.get("destination") == BATCH_DESTINATION:
+                bridge_send = frame.command == "SEND" and self.cluster_connection
+                if bridge_send and frame.get("destination") == BATCH_DESTINATION:
                     self._batch(frame, now_ms, commands, notes)
                     continue
                 command = translator.translate(frame, now_ms)
                 if authorizing:
-                    self._authorize(command, notes)
+                    self._authorization.check(self._principal, command, notes)
             except BatchError as exc:
                 return commands, (exc, exc.receipt if exc.index is not None else frame.get("receipt"))
             except ProtocolError as exc:
@@ -444,41 +445,9 @@ class StompSession:
                     wire.insert(1, ("receipt", inner))
                 command = translator.translate(Frame("SEND", wire, body), now_ms)
                 if self._authorizing:
-                    self._authorize(command, notes)
+                    self._authorization.check(self._principal, command, notes)
             except ProtocolError as exc:
                 refused = BatchError(exc.message, f"message {index} of the batch: {exc.detail}", index)
                 refused.receipt = inner
                 raise refused from None
             commands.append(command)
-
-    def _authorize(self, command: Command, notes: list[Decision]) -> None:
-        """Raise `ProtocolError` (access denied) unless the ACL lets this session's principal
-        do what `command` does; creating a destination also needs admin."""
-        kind = type(command)
-        destination: str | None = getattr(command, "destination", None)
-        if destination is None or owner_token(destination) is not None:
-            return  # a temporary destination: anyone given its name may send, only its owner consume (the core)
-        if kind is Send:
-            operation, creates = WRITE, True
-        elif kind is Subscribe:  # a wildcard queue subscription reads queues, it makes none
-            operation, creates = READ, not (destination.startswith("/queue/") and is_wildcard(destination))
-        else:
-            operation, creates = READ, False  # e.g. a queue browser: reads, creates nothing
-        key = (operation, destination)
-        # An operator may delete a destination: using it again would create it (admin).
-        if key in self._allowed and (not creates or self.host.has_destination(destination)):
-            return
-        principal = self._principal
-        assert principal is not None
-        # The leader's core holds everything committed; a destination another session is
-        # creating right now (proposed, not committed) still counts as new here.
-        exists = self.host.has_destination(destination)
-        refusal = self.host.security.refusal(principal, operation, destination, exists or not creates)
-        if refusal is not None:
-            notes.append(Note("client.access_denied", {"user": principal.name, "operation": operation,
-                                                       "destination": destination}))
-            raise ProtocolError(ACCESS_DENIED, refusal)
-        if exists:  # right until the destination is deleted (checked above)
-            if len(self._allowed) >= ALLOWED_CACHE_SIZE:
-                self._allowed.clear()
-            self._allowed.add(key)
