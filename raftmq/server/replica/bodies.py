@@ -149,7 +149,8 @@ class BodyStore:
         try:
             record = self.journal.read_record(self.journal.locate(*key))
         except KeyError:
-            raise BodyUnavailable(f"no page at raft index {key[0]} ordinal {key[1]} in {self.journal.directory}") from None
+            where = f"raft index {key[0]} ordinal {key[1]} in {self.journal.directory}"
+            raise BodyUnavailable(f"no page at {where}") from None
         except JournalCorrupt as exc:
             raise BodyUnavailable(f"page at raft index {key[0]} ordinal {key[1]}: {exc}") from None
         if record.kind != KIND_PAGE:
@@ -188,7 +189,8 @@ class BodyStore:
         try:
             body = decode_body(self.journal.read(self.journal.locate(*key)))
         except KeyError:
-            raise BodyUnavailable(f"no body at raft index {key[0]} ordinal {key[1]} in {self.journal.directory}") from None
+            where = f"raft index {key[0]} ordinal {key[1]} in {self.journal.directory}"
+            raise BodyUnavailable(f"no body at {where}") from None
         except (JournalCorrupt, ValueError) as exc:
             raise BodyUnavailable(f"body at raft index {key[0]} ordinal {key[1]}: {exc}") from None
         self._cache_put(key, body)

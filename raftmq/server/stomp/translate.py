@@ -82,13 +82,17 @@ class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
-    __slots__ = ("_table", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions", "transactions", "version")
+    __slots__ = (
+        "_table", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions", "transactions",
+        "version",
+    )
 
     def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset(),
                  group: str | None = None) -> None:
         self.session_id = session_id
         self.group = group  # in a cluster of groups, this one's: temporary destinations name it
-        self.pullable = pullable  # store-and-forward queues a neighbour's bridge pulls (raftmq.server.links.passive_link)
+        # store-and-forward queues a neighbour's bridge pulls (raftmq.server.links.passive_link)
+        self.pullable = pullable
         self.version = version
         self.client_id = client_id
         self.transactions: set[str] = set()
@@ -131,11 +135,13 @@ class FrameTranslator:
         else:
             headers = frame.headers
             given = dict(reversed(headers))  # STOMP: the first occurrence of a header wins
-            destination_header, transaction, receipt = given.get("destination"), given.get("transaction"), given.get("receipt")
+            destination_header = given.get("destination")
+            transaction, receipt = given.get("transaction"), given.get("receipt")
             block = user_block(headers)
         destination = check_destination(self._private(destination_header), "SEND")
         if is_internal(destination) and destination != CONTROL_DESTINATION:
-            raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
+            raise ProtocolError("reserved destination",
+                                f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
         if "reply-to:" in block:
@@ -156,7 +162,8 @@ class FrameTranslator:
     def _subscribe(self, frame: Frame, now: int) -> Command:
         destination = check_destination(self._private(frame.get("destination")), "SUBSCRIBE")
         if is_internal(destination) and destination not in self.pullable:
-            raise ProtocolError("reserved destination", f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
+            raise ProtocolError("reserved destination",
+                                f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         sub_id = frame.get("id")
         if sub_id is None or sub_id == "":
             if self.version != "1.0":
@@ -198,7 +205,8 @@ class FrameTranslator:
     def _browse(self, frame: Frame, now: int, destination: str, sub_id: str) -> Command:
         """ActiveMQ's queue browser: copies of the queue's messages, then `browser:end`."""
         if not destination.startswith(QUEUE_PREFIX):
-            raise ProtocolError("browsing works on queues", f"browser:true needs a /queue/ destination, got {destination!r}")
+            raise ProtocolError("browsing works on queues",
+                                f"browser:true needs a /queue/ destination, got {destination!r}")
         limit = DEFAULT_BROWSE_LIMIT
         raw = frame.get(BROWSE_LIMIT_HEADER)
         if raw is not None:
@@ -248,7 +256,8 @@ class FrameTranslator:
         """(ack_id, message_id, subscription, transaction, receipt) of an ACK or NACK."""
         text = frame.text
         if text is not None:  # as the parser kept it: read from the text, no header pairs made
-            ack_id, message_id, subscription = first_of(text, _ID), first_of(text, _MESSAGE_ID), first_of(text, _SUBSCRIPTION)
+            ack_id, message_id = first_of(text, _ID), first_of(text, _MESSAGE_ID)
+            subscription = first_of(text, _SUBSCRIPTION)
             transaction, receipt = first_of(text, _TRANSACTION), first_of(text, _RECEIPT)
         else:
             first = dict(reversed(frame.headers))
