@@ -101,6 +101,11 @@ def sign(password: str, body: bytes) -> str:
     return hmac.new(password.encode(), body, hashlib.sha256).hexdigest()
 
 
+def _signed_by(password: str | None, body: bytes, signature: str | None) -> bool:
+    """Whether `signature` signs `body` with the group secret `password` (never, without a secret)."""
+    return password is not None and signature is not None and hmac.compare_digest(signature, sign(password, body))
+
+
 class AdminServer:
     def __init__(
         self,
@@ -204,7 +209,8 @@ class AdminServer:
         request.body = await reader.readexactly(request.length) if request.length else b""
         extra = cors_headers(headers, scheme, self._origins)
         if request.method == "OPTIONS":  # a preflight: granted only to a listed origin (above)
-            return _http(204, "text/plain", b"", {**extra, **PREFLIGHT_GRANT} if extra else {"Allow": "GET, POST, OPTIONS"})
+            preflight = {**extra, **PREFLIGHT_GRANT} if extra else {"Allow": "GET, POST, OPTIONS"}
+            return _http(204, "text/plain", b"", preflight)
         code, content_type, body = await self._answer(request)
         if request.path.startswith("/api/"):
             extra["Cache-Control"] = "no-store"
@@ -240,7 +246,7 @@ class AdminServer:
         return await self._leadership_answer(body, signature)
 
     async def _leadership_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
-        if self._password is None or signature is None or not hmac.compare_digest(signature, sign(self._password, body)):
+        if not _signed_by(self._password, body, signature):
             return 403, "text/plain", b"bad or missing signature\n"
         if self._hand_over is None:
             return 404, "text/plain", b"no Raft group here\n"
@@ -274,7 +280,7 @@ class AdminServer:
     async def _membership_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
         """Commit one membership change (the leader only). Only a holder of the group secret
         may ask: without one (a single node) nobody may."""
-        if self._password is None or signature is None or not hmac.compare_digest(signature, sign(self._password, body)):
+        if not _signed_by(self._password, body, signature):
             return 403, "text/plain", b"bad or missing signature\n"
         if self._change_members is None:
             return 404, "text/plain", b"no membership changes here\n"
@@ -296,7 +302,7 @@ class AdminServer:
         return _json(200, {"members": list(members)})
 
     def _bodies_answer(self, body: bytes, signature: str | None) -> tuple[int, str, bytes]:
-        if self._password is not None and (signature is None or not hmac.compare_digest(signature, sign(self._password, body))):
+        if self._password is not None and not _signed_by(self._password, body, signature):
             return 403, "text/plain", b"bad or missing signature\n"
         if self._bodies is None:
             return 404, "text/plain", b"no body journal\n"
@@ -328,7 +334,8 @@ async def _read_head(head: bytes, reader: asyncio.StreamReader) -> _Request | An
     lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     method, _, rest = lines[0].partition(" ")
     target, _, version = rest.partition(" ")
-    if not (method.isascii() and method.isalpha()) or not target.startswith(("/", "*")) or not version.startswith("HTTP/1."):
+    method_ok = method.isascii() and method.isalpha()
+    if not method_ok or not target.startswith(("/", "*")) or not version.startswith("HTTP/1."):
         return 400, "text/plain", b"not an HTTP/1.x request line\n"
     path, _, query = target.partition("?")
     headers: dict[str, str] = {}
@@ -366,7 +373,8 @@ def stomp_error(text: str) -> bytes:
     """The STOMP ERROR frame a STOMP client gets here, `text` its body (raftmq's client reads
     `raftmq-port` and fails with NotStompPort at once: raftmq.client.transport)."""
     body = text.encode() + b"\n"
-    head = f"ERROR\ncontent-type:text/plain\ncontent-length:{len(body)}\nmessage:this is a raftmq admin (HTTP) port, not a STOMP port\n"
+    head = (f"ERROR\ncontent-type:text/plain\ncontent-length:{len(body)}\n"
+            "message:this is a raftmq admin (HTTP) port, not a STOMP port\n")
     return f"{head}{PORT_HEADER}:admin\n\n".encode() + body + b"\0"
 
 
@@ -393,7 +401,8 @@ def post_membership(host: str, port: int, change: Change, password: str, timeout
     return status, answer if isinstance(answer, dict) else {"error": str(answer)}
 
 
-def post_hand_over(host: str, port: int, password: str, timeout: float = 15.0, tls: MemberTls = None) -> tuple[int, dict[str, Any]]:
+def post_hand_over(host: str, port: int, password: str, timeout: float = 15.0,
+                   tls: MemberTls = None) -> tuple[int, dict[str, Any]]:
     """Ask a member's admin port to hand its leadership over: (HTTP status, JSON answer)."""
     status, data = _post(host, port, "/leadership", b"{}", "application/json", password, timeout, tls)
     try:
@@ -426,7 +435,8 @@ def fetch_bodies(
         while remaining and time.monotonic() < deadline and (max_bytes is None or size < max_bytes):
             chunk = remaining[:INDEXES_PER_REQUEST]
             try:
-                considered, rows = _post_bodies(host, port, chunk, password, min(timeout, max(0.1, deadline - time.monotonic())), tls)
+                wait = min(timeout, max(0.1, deadline - time.monotonic()))
+                considered, rows = _post_bodies(host, port, chunk, password, wait, tls)
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 log.warning("admin.fetch_failed", peer=f"{host}:{port}", error=str(exc))
                 break
@@ -447,7 +457,9 @@ def _post_bodies(host: str, port: int, indexes: list[int], password: str | None,
     if status != 200:
         raise ValueError(f"HTTP {status}: {data[:200]!r}")
     considered, rows = msgpack.unpackb(data, raw=False)
-    return int(considered), [(int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows]
+    return int(considered), [
+        (int(index), [(int(t), int(k), bytes(p)) for t, k, p in records]) for index, records in rows
+    ]
 
 
 def _post(host: str, port: int, path: str, body: bytes, content_type: str, password: str | None, timeout: float,

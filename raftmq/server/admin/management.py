@@ -63,7 +63,8 @@ class ManagementApi:
     as last read), for the overview and for passing changes on to the leader. `group`: the
     group's name (its file's [group] name); without it, the one the members' /health gives."""
 
-    def __init__(self, node: Node, members: Callable[[], list[dict[str, str | None]]], group: str | None = None) -> None:
+    def __init__(self, node: Node, members: Callable[[], list[dict[str, str | None]]],
+                 group: str | None = None) -> None:
         self.node = node
         self.members = members
         self.group = group
@@ -159,7 +160,9 @@ class ManagementApi:
         peers = self.node.config.cluster_peers
         peer_healths = await asyncio.gather(*(_health(admin, tls) for peer in peers for admin in peer.admins))
         answers = iter(peer_healths)
-        others = {peer.name: [{"admin": admin, **_member_view(next(answers))} for admin in peer.admins] for peer in peers}
+        others = {
+            peer.name: [{"admin": admin, **_member_view(next(answers))} for admin in peer.admins] for peer in peers
+        }
         # A lone group has no cluster section: its name is the group file's (every member's
         # admin port labels its /health with it), never this node's.
         named = next((h["group"] for h in healths if isinstance(h.get("group"), str) and h["group"]), None)
@@ -250,13 +253,15 @@ class ManagementApi:
         rows = []
         for message in found:
             try:
-                body = message.body if isinstance(message.body, (bytes, bytearray)) or bodies is None else bodies.body(message.body)
+                stored = message.body
+                body = stored if isinstance(stored, (bytes, bytearray)) or bodies is None else bodies.body(stored)
                 raw = bytes(body)
             except Exception as exc:  # a body this member cannot read: say so, list the rest
                 raw = f"<unreadable here: {exc}>".encode()
             pairs = pairs_of(message.headers)
             headers = [[name, value] for name, value in pairs]
             first = header_dict(message.headers)  # first occurrence wins
+            deliveries = first.get("dead_letter_deliveries", "")
             rows.append({
                 "message_id": message.message_id,
                 "destination": message.destination,
@@ -267,7 +272,7 @@ class ManagementApi:
                 "delivery_count": message.delivery_count,
                 # A dead letter's: why it died and after how many deliveries (raftmq.core.dead_letter).
                 "dead_letter_reason": first.get("dead_letter_reason"),
-                "dead_letter_deliveries": int(first["dead_letter_deliveries"]) if first.get("dead_letter_deliveries", "").isdigit() else None,
+                "dead_letter_deliveries": int(deliveries) if deliveries.isdigit() else None,
                 "dead_letter_cause": first.get("dead_letter_cause"),
                 "priority": message.priority,
                 "timestamp": message.timestamp,
@@ -335,7 +340,7 @@ class ManagementApi:
             raise ValueError("name the destination")
         target = request.get("to")
         selector = request.get("selector")
-        if (target is not None and not isinstance(target, str)) or (selector is not None and not isinstance(selector, str)):
+        if any(value is not None and not isinstance(value, str) for value in (target, selector)):
             raise ValueError("to and selector are strings")
         return Manage(self._request_id(), op, self.node.clock.now_ms(), "" if op == "close" else destination,
                       target, tuple(ids), selector, bool(request.get("all")), closing)
@@ -347,7 +352,8 @@ class ManagementApi:
         store = self.node.broker.state.queues.get(command.destination)
         if store is None:
             return None  # the core answers "no such destination"
-        origins = {v for m in store.ready.values() if (v := first_header(m.headers, "original-destination")) is not None}
+        found = (first_header(m.headers, "original-destination") for m in store.ready.values())
+        origins = {origin for origin in found if origin is not None}
         for origin in sorted(origins):
             if origin.startswith(("/queue/", "/topic/")):
                 refusal = self._may(principal, ADMIN, origin)
@@ -368,7 +374,8 @@ class ManagementApi:
                 _post_change, leader_admin, path, json.dumps(request).encode(), authorization,
                 self._member_tls if tls is not None else None)
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            return _json(409, {**conflict, "error": f"not the leader, and the leader's admin port did not answer ({exc})"})
+            error = f"not the leader, and the leader's admin port did not answer ({exc})"
+            return _json(409, {**conflict, "error": error})
         if code == 200 and done:
             try:
                 answer = json.loads(data)

@@ -77,10 +77,14 @@ _NODE_COUNTERS = (
     ("internal_errors", "internal_errors", "Client connections closed because handling their input raised."),
     ("body_failures", "body_failures", "Deliveries refused because the message body was missing or corrupt."),
     ("sessions_swept", "sessions_swept", "Sessions of earlier leaders disconnected by this node as the new leader."),
-    ("sessions_handed_over", "sessions_handed_over", "Client sessions this node handed to its successor at a leadership transfer."),
-    ("sessions_adopted", "sessions_adopted", "Client sessions this node adopted from its predecessor at a leadership transfer."),
-    ("relays_moved", "relays_moved", "Relayed client connections this node moved to a new leader, the session resumed there."),
-    ("sessions_resumed", "sessions_resumed", "Client sessions parked here and resumed by a relay that moved closer to its client, or by the client itself."),
+    ("sessions_handed_over", "sessions_handed_over",
+     "Client sessions this node handed to its successor at a leadership transfer."),
+    ("sessions_adopted", "sessions_adopted",
+     "Client sessions this node adopted from its predecessor at a leadership transfer."),
+    ("relays_moved", "relays_moved",
+     "Relayed client connections this node moved to a new leader, the session resumed there."),
+    ("sessions_resumed", "sessions_resumed",
+     "Client sessions parked here and resumed by a relay that moved closer to its client, or by the client itself."),
     ("relayed_sessions", "relayed_total", "Client sessions this node relayed to its group's leader (as a follower)."),
 )
 # (metric suffix, counter key in a destination's stats, help).
@@ -156,7 +160,8 @@ class StatusCollector(Collector):
             families += [
                 gauge("cluster_draining", "1 while the group drains (raftmq group drain): it turns every client away.",
                       0 if cluster.get("draining") is None else 1),
-                counter("cluster_drained", "Messages the group moved to other groups while draining.", cluster.get("drained")),
+                counter("cluster_drained", "Messages the group moved to other groups while draining.",
+                        cluster.get("drained")),
             ]
         families += [counter(name, documentation, status.get(key)) for name, key, documentation in _NODE_COUNTERS]
         yield from (family for family in families if family is not None)
@@ -165,7 +170,8 @@ class StatusCollector(Collector):
         yield from _links((status.get("cluster") or {}).get("links") or [], names, values)
 
     def _destinations(
-        self, destinations: dict[str, dict[str, Any]], rates: dict[str, dict[str, Any]], names: list[str], values: list[str]
+        self, destinations: dict[str, dict[str, Any]], rates: dict[str, dict[str, Any]],
+        names: list[str], values: list[str],
     ) -> Iterator[Metric]:
         label_names = ["destination", "type", *names]
         rows = [
@@ -180,8 +186,10 @@ class StatusCollector(Collector):
 # (metric suffix, key in a link's status, help) of the cluster bridges (on the group's leader).
 _LINK_COUNTERS = (
     ("forwarded", "forwarded", "Messages the neighbouring group confirmed (committed there, removed here)."),
-    ("batches", "batches", "Batch frames the neighbouring group confirmed (forwarded divided by this: messages per batch)."),
-    ("refused", "refused", "Messages the neighbouring group refused (NACKed here; dead-lettered after max deliveries)."),
+    ("batches", "batches",
+     "Batch frames the neighbouring group confirmed (forwarded divided by this: messages per batch)."),
+    ("refused", "refused",
+     "Messages the neighbouring group refused (NACKed here; dead-lettered after max deliveries)."),
     ("adverts_sent", "adverts_sent", "Binding adverts the neighbouring group confirmed."),
 )
 _LINK_GAUGES = (
