@@ -99,7 +99,8 @@ class Bridge(LeaderTask):
         await super().stop()
         await self._close()
         self.state = "stopped"
-        log.info("bridge.stopped", bridge=self.name, forwarded=self.forwarded, batches=self.batches, refused=self.refused)
+        log.info("bridge.stopped", bridge=self.name, forwarded=self.forwarded, batches=self.batches,
+                 refused=self.refused)
 
     # -- the link -----------------------------------------------------------------------------
 
@@ -267,7 +268,8 @@ class Bridge(LeaderTask):
 
     def _outgoing(self, effect: Deliver) -> tuple[str, list[tuple[str, str]]]:
         message = effect.message
-        return outgoing(pairs_of(message.headers), message.message_id, self.neighbour.name, self.settings.use_duplicate_detection)
+        return outgoing(pairs_of(message.headers), message.message_id, self.neighbour.name,
+                        self.settings.use_duplicate_detection)
 
     def _sent(self, session: BridgeSession, ack_id: str | None, future: asyncio.Future[Any]) -> None:
         self.in_flight -= 1
@@ -358,7 +360,8 @@ class Bridge(LeaderTask):
             self._attempt += 1
             self.retry_at = time.monotonic() + delay
             self.last_error = str(event.error) if event.error is not None else self.last_error
-            log.info("bridge.retrying", bridge=self.name, attempt=self._attempt, in_s=round(delay, 3), error=self.last_error)
+            log.info("bridge.retrying", bridge=self.name, attempt=self._attempt, in_s=round(delay, 3),
+                     error=self.last_error)
             session = self._session
             if session is not None and current_members(self.neighbour).clients != self.neighbour.clients:
                 self._members_moved = True  # failing on members that may be gone: start over with the file's
@@ -434,7 +437,8 @@ def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup])
         if peer is None:
             log.error("bridge.no_addresses", group=view.group, neighbour=neighbour)
             continue
-        bridges.append(Bridge(host, view.group, peer, view.link_settings(neighbour), advertises, view.pulls_from(neighbour)))
+        settings = view.link_settings(neighbour)
+        bridges.append(Bridge(host, view.group, peer, settings, advertises, view.pulls_from(neighbour)))
     return bridges
 
 

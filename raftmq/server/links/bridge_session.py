@@ -31,7 +31,8 @@ ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a 
 class BridgeSession:
     """Implements `ClientConnection` for the node; `deliveries` is what the bridge forwards."""
 
-    def __init__(self, host: BridgeSessionHost, session_id: str, queue: str | None, window: int, login: str | None) -> None:
+    def __init__(self, host: BridgeSessionHost, session_id: str, queue: str | None, window: int,
+                 login: str | None) -> None:
         self._host = host
         self._session_id = session_id
         self._queue = queue
@@ -55,7 +56,8 @@ class BridgeSession:
 
     def send(self, destination: str, headers: tuple[tuple[str, str], ...], body: bytes) -> asyncio.Future[None]:
         """Propose a SEND from this session; the future completes once it is applied."""
-        return self._host.propose([Send(self._session_id, destination, user_block(headers), body, self._host.clock.now_ms())])
+        send = Send(self._session_id, destination, user_block(headers), body, self._host.clock.now_ms())
+        return self._host.propose([send])
 
     def settle(self, ack_ids: list[str], forwarded: bool) -> asyncio.Future[None]:
         """ACK forwarded deliveries (the neighbour committed them) or NACK refused ones, in one
@@ -76,7 +78,8 @@ class BridgeSession:
         if self._state.reading and self._host.is_leader:
             self._state = SessionState.DISCONNECTING
             try:
-                await asyncio.wait_for(self._host.propose([Disconnect(self._session_id, self._host.clock.now_ms())]), 2.0)
+                disconnect = Disconnect(self._session_id, self._host.clock.now_ms())
+                await asyncio.wait_for(self._host.propose([disconnect]), 2.0)
             except Exception:
                 pass  # the next leader's sweep disconnects it
         self._closed()

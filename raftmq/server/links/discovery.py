@@ -64,7 +64,8 @@ def _listener(group: DiscoveryGroup) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # every group on this host listens
     sock.bind((group.group_address, group.group_port))  # this multicast group's datagrams only
     interface = socket.inet_aton(group.local_bind_address or "0.0.0.0")
-    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, struct.pack("4s4s", socket.inet_aton(group.group_address), interface))
+    membership = struct.pack("4s4s", socket.inet_aton(group.group_address), interface)
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
     sock.setblocking(False)
     return sock
 
@@ -90,7 +91,8 @@ class Announcer(LeaderTask):
                 for group, sock in sockets:
                     for connection in self._connections:
                         self.seq += 1
-                        heard = Announcement(connection.name, self._group, self._clients, int(self._wall() * 1000), sender, self.seq)
+                        wall_ms = int(self._wall() * 1000)
+                        heard = Announcement(connection.name, self._group, self._clients, wall_ms, sender, self.seq)
                         data = encode_announcement(heard, connection.cluster_password)
                         try:
                             sock.sendto(data, (group.group_address, group.group_port))
@@ -199,6 +201,7 @@ class DiscoveredLinks(LeaderTask):
                 await bridge.start()
             up = self.table.up(group, now)
             if bridge.presence == "up" and not up:
+                discovery = self._connection.discovery
                 log.warning("discovery.group_lost", group=self._own, lost=group,
-                            after_s=self._connection.discovery.refresh_timeout_ms / 1000 if self._connection.discovery else None)
+                            after_s=discovery.refresh_timeout_ms / 1000 if discovery else None)
             bridge.presence = "up" if up else "down"

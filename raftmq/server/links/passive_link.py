@@ -66,7 +66,8 @@ class Puller:
         if advert is not None:
             future = self._session.send(CONTROL_DESTINATION, ((ADVERT_HEADER, advert),), b"")
         else:
-            destination, sent = outgoing(headers, frame.get("message-id") or "", self.own_group, self._duplicate_detection)
+            message_id = frame.get("message-id") or ""
+            destination, sent = outgoing(headers, message_id, self.own_group, self._duplicate_detection)
             future = self._session.send(destination, tuple(sent), frame.body)
         future.add_done_callback(lambda done: self._stored(frame, advert is not None, done))
 

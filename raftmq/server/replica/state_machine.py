@@ -161,7 +161,8 @@ class Replica:
             # Its deliveries went out from the bodies in memory; without them on disk this member
             # cannot serve what it holds: stop (fail-stop); on restart the Raft journal replays it.
             self.failed = True
-            self._host.fail(f"cannot write the body journal at raft index {self._host.commit_log.position.index}: {exc}")
+            index = self._host.commit_log.position.index
+            self._host.fail(f"cannot write the body journal at raft index {index}: {exc}")
             raise
 
     def _execute(self, effect: Effect, session: ClientConnection) -> None:
@@ -186,7 +187,8 @@ class Replica:
         except BodyUnavailable as exc:
             self.body_failures += 1
             log.error("node.body_unavailable", node=self._host.name, message_id=message.message_id, error=str(exc))
-            session.fail("message body unavailable", f"{message.message_id}: not readable on this node", wait_for_log=False)
+            session.fail("message body unavailable", f"{message.message_id}: not readable on this node",
+                         wait_for_log=False)
             return None
 
     def snapshot(self) -> bytes:
@@ -199,7 +201,8 @@ class Replica:
             self.bodies.sync()
             self.bodies.collect(commit_log.snapshot_floor)
             self.bodies.snapshot_taken(index, dump)
-        return msgpack.packb({"format": STATE_FORMAT, "index": index, "broker": dump}, use_bin_type=True)  # type: ignore[no-any-return]
+        state = {"format": STATE_FORMAT, "index": index, "broker": dump}
+        return msgpack.packb(state, use_bin_type=True)  # type: ignore[no-any-return]
 
     def restore(self, data: bytes) -> asyncio.Future[None] | None:
         """Replace the state by a snapshot's (ours after a restart, or the leader's when this

@@ -27,12 +27,12 @@ ticket, and the session carries on there, one relay from its client.
 
 A node that goes (stopped, or removed from its group) has the sessions whose client holds a
 socket to it parked at the successor (their tickets, with no hops, are parked as they arrive;
-one relayed from an earlier hand-over is parked by a half-close, as above), and tells the client: the ERROR `not the leader` it ends the
-connection with carries the resume request's headers (`resume_headers`) and
-`raftmq.resume-offset`, how many bytes of the client's stream the session read. A client that
-kept what it sent (raftmq's own: raftmq.client.resume) sends that CONNECT to the leader with the
-offset, and its bytes from that offset once the answer came: the session carries on, on the
-client's own socket.
+one relayed from an earlier hand-over is parked by a half-close, as above), and tells the
+client: the ERROR `not the leader` it ends the connection with carries the resume request's
+headers (`resume_headers`) and `raftmq.resume-offset`, how many bytes of the client's stream the
+session read. A client that kept what it sent (raftmq's own: raftmq.client.resume) sends that
+CONNECT to the leader with the offset, and its bytes from that offset once the answer came: the
+session carries on, on the client's own socket.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def farewell_frame(session_id: str, leader: str, offset: int, version: str, secr
     """A going node's ERROR `not the leader` to the client of a session parked at `leader`,
     with what the client needs to resume it: the request, and how much of its stream was read."""
     extra = {"leader": leader, RESUME_OFFSET_HEADER: str(offset), **dict(resume_headers(session_id, secret, now_ms))}
-    detail = f"this node goes (stopped, or removed from its group); leader: {leader}, where the session waits to be resumed"
+    detail = (f"this node goes (stopped, or removed from its group); leader: {leader}, "
+              "where the session waits to be resumed")
     return error_frame("not the leader", detail, version, None, extra)
 
 

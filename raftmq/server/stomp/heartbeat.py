@@ -80,7 +80,8 @@ class HeartBeats:
         silent = now - self.last_received
         limit = interval * HEARTBEAT_RECEIVE_GRACE
         if silent > limit:
-            log.info("client.heartbeat_timeout", session=connection.session_id, peer=connection.peer, silent_s=round(silent, 3))
+            log.info("client.heartbeat_timeout", session=connection.session_id, peer=connection.peer,
+                     silent_s=round(silent, 3))
             detail = f"nothing received for {silent:.1f} s (agreed interval {interval:.3f} s)"
             connection.fail("heart-beat timeout", detail)
             return

@@ -95,7 +95,8 @@ class Output:
             # off): what is queued waits, or is dropped when the session fails because the node
             # stepped down (a new leader redelivers it, flagged).
             if self._out_bytes > SLOW_CONSUMER_BYTES:  # it would never read an ERROR behind all that
-                return self.fail("slow consumer", f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read", abort=True)
+                detail = f"more than {SLOW_CONSUMER_BYTES} bytes waiting to be read"
+                return self.fail("slow consumer", detail, abort=True)
             self._flush_scheduled = True
             self._loop.call_later(RECHECK_SECONDS, self._flush)
             return

@@ -8,8 +8,8 @@
   offering only others is refused with 400), after checking its `Origin` against `origins`
   (cross-site WebSocket hijacking: a page of another site cannot use a visitor's browser to
   reach the broker) and, for a browser's (one with `Origin`), its `Host` against `hosts` (403
-  for a name the port is not known by: a rebound DNS name; raftmq.web_guard); no extension is accepted, so `permessage-deflate` (a small message that
-  inflates to gigabytes) never is;
+  for a name the port is not known by: a rebound DNS name; raftmq.web_guard); no extension is
+  accepted, so `permessage-deflate` (a small message that inflates to gigabytes) never is;
 - passes the payload of text and binary messages on as STOMP bytes as it arrives, frame by
   frame: a STOMP frame may span messages and a message may carry several frames, and nothing
   is buffered here beyond one read (the STOMP parser enforces the frame and body limits);
@@ -20,8 +20,9 @@
   when they were written together), text when it is valid UTF-8 and the client last sent
   text, else binary (a binary body cannot go in a text message).
 
-Handshake limits: the request line and headers may take `MAX_HANDSHAKE_BYTES`; past it, or on anything that is not a WebSocket upgrade, the answer is an HTTP error
-and the connection closes. The node bounds the handshakes in progress and the time to CONNECT.
+Handshake limits: the request line and headers may take `MAX_HANDSHAKE_BYTES`; past it, or on
+anything that is not a WebSocket upgrade, the answer is an HTTP error and the connection closes.
+The node bounds the handshakes in progress and the time to CONNECT.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class HandshakeGate:
 
 
 class WebSocketSession:
-    def __init__(self, origins: tuple[str, ...], hosts: HostNames | None = None, local_address: str | None = None) -> None:
+    def __init__(self, origins: tuple[str, ...], hosts: HostNames | None = None,
+                 local_address: str | None = None) -> None:
         self._ws = WSConnection(ConnectionType.SERVER)
         self._origins = origins
         self._hosts = hosts  # None: any Host (a test's session)
