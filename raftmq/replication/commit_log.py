@@ -172,6 +172,10 @@ class CommitLog(ABC):
     def set_role_listener(self, listener: RoleListener | None) -> None:
         """Be told of leadership changes (a log that is always leader never calls it)."""
 
+    def set_leader_listener(self, listener: Callable[[], None] | None) -> None:
+        """Be told, on the event loop, whenever the leader this node knows of may have changed
+        (`leader_hint`, this node's own role included); a log that always leads never calls it."""
+
     @property
     def snapshot_floor(self) -> int:
         """An index at or below that of the last durable snapshot (0: none): entries up to it

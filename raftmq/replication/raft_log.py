@@ -98,6 +98,7 @@ class RaftLog(CommitLog):
         self._apply_errors = 0
         self._last_apply_error: str | None = None
         self._members_listener: Callable[[tuple[str, ...]], None] | None = None
+        self._leader_listener: Callable[[], None] | None = None
 
     # -- CommitLog
 
@@ -131,6 +132,7 @@ class RaftLog(CommitLog):
             restore=self._restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
             on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
+            on_leader_changed=lambda: self._call_on_loop(self._leader_changed),
             password=s.password, secret=s.secret, timings=s.timings, bind_host=s.bind_host,
             tls=None if s.tls is None else raft_tls_contexts(s.tls),
         )
@@ -234,6 +236,16 @@ class RaftLog(CommitLog):
     def set_client_addresses(self, addresses: Mapping[str, str]) -> None:
         """Raft address -> client address, for `leader_hint` (new members join the book)."""
         self._client_addresses = dict(addresses)
+
+    def set_leader_listener(self, listener: Callable[[], None] | None) -> None:
+        self._leader_listener = listener
+
+    def _leader_changed(self) -> None:
+        if self._leader_listener is not None and not self._stopped:
+            try:
+                self._leader_listener()
+            except Exception:
+                log.exception("raft.leader_listener_failed")
 
     def set_members_listener(self, listener: Callable[[tuple[str, ...]], None] | None) -> None:
         """Called on the loop with the members' Raft addresses whenever the configuration changes."""

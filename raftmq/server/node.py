@@ -295,6 +295,11 @@ class Node:
         assert self._address is not None, "node not started"
         return self._address
 
+    def _leader_changed(self) -> None:
+        """The leader this node knows of may have changed (the commit log says so as it learns)."""
+        self.succession.leader_changed()
+        self._relays.leader_changed()
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self._config.fair_queue_depth or any(a.address_full_policy == BLOCK for a in self._config.core.addresses):
@@ -303,6 +308,7 @@ class Node:
                 self._fairness = Fairness(self._config.fair_queue_depth, self._loop.time)
         tune_gc()
         self.commit_log.set_role_listener(self.succession.role_changed)
+        self.commit_log.set_leader_listener(self._leader_changed)
         await self.commit_log.start(self.replica)
         self._server = await self._listen(self._config.bind_host or self._config.host, self._config.port, websocket_only=False)
         self._address = tuple(self._server.sockets[0].getsockname()[:2])

@@ -180,12 +180,16 @@ class Succession:
         """Not the leader any more: close every client connection with an ERROR naming the
         new leader, once it is known (bounded wait)."""
         host = self._host
-        deadline = host.loop.time() + LEADER_HINT_WAIT_SECONDS
-        while self.new_leader() is None and host.sessions and host.loop.time() < deadline:
-            if host.commit_log.is_leader:
-                break  # leader again: the held sessions may have lost commands silently, so they go too
-            await asyncio.sleep(0.02)
+        # (leader again: the held sessions may have lost commands silently, so they go too)
+        await self.takeover.until(
+            lambda: self.new_leader() is not None or not host.sessions or host.commit_log.is_leader,
+            host.loop.time() + LEADER_HINT_WAIT_SECONDS, host.loop)
         self.send_clients_to(self.new_leader(), held_only=host.commit_log.is_leader)
+
+    def leader_changed(self) -> None:
+        """The leader this node knows of may have changed: logged, and a wait for it looks again."""
+        self.note_leader()
+        self.takeover.changed()
 
     def note_leader(self, force: bool = False) -> None:
         """Log `raft.leader_changed` when the leader this node knows of is not the one it last

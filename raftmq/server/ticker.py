@@ -3,7 +3,7 @@
 Every `tick_interval_ms` (at most CLUSTER_TICK_SECONDS in a cluster of groups, whose
 redistribution decides on Ticks), and as soon as a scheduled message or a redelivery delay
 comes due (`Broker.next_due`), so that those are late by about one commit rather than up to
-an interval. A follower uses the interval to check on its leader instead.
+an interval. A follower proposes nothing (it hears of a new leader from its commit log).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ async def tick_forever(node: TickerHost) -> None:
     due: int | None = None
     while True:
         if not node.commit_log.is_leader:
-            await asyncio.sleep(interval)  # a follower proposes nothing: it checks on its leader
-            node.succession.note_leader()
+            await asyncio.sleep(interval)  # a follower proposes nothing
             last = loop.time()
             continue
         # The leader looks again when the next job is due, and at least every DUE_POLL_SECONDS

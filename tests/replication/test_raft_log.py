@@ -416,6 +416,27 @@ def test_transfer_leadership_hands_over(tmp_path: Path) -> None:
     run_group(tmp_path, 3, body)
 
 
+def test_every_member_hears_of_a_new_leader_as_it_learns_of_it(tmp_path: Path) -> None:
+    """The leader listener: told on the loop when the leader a member knows of changes (what
+    relays and sessions act on), by the tick that learned it, not by anyone asking."""
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("x")])
+        heard: list[list[str | None]] = [[] for _ in group.logs]
+        for i, log in enumerate(group.logs):
+            assert log is not None
+            log.set_leader_listener(lambda i=i, log=log: heard[i].append(log.leader_hint))
+        assert await leader.transfer_leadership(timeout=2.0)
+        new = await group.leader()
+        index = group.logs.index(new)
+        third = next(i for i, log in enumerate(group.logs) if log is not leader and log is not new)
+        address = group.clients[group.addresses[index]]
+        assert await eventually(lambda: address in heard[third] and heard[group.logs.index(leader)], 2.0), heard
+        assert heard[index], heard  # its own role changed too
+
+    run_group(tmp_path, 3, body)
+
+
 def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()

@@ -3,6 +3,7 @@ every move in its table, and docs/mobility.md drawing that table."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,32 @@ def test_a_move_outside_the_table_is_refused(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_docs_draw_the_table() -> None:
     text = (Path(__file__).parents[2] / "docs" / "mobility.md").read_text()
     assert "```mermaid\n" + diagram() + "```" in text
+
+
+# Session mobility waits for events (the leader changed, a relay ended, a proposal settled, a
+# flush) or for a named deadline; the one sleep in a loop left is a failed connection's retry.
+MOBILITY_MODULES = ("stomp/relay.py", "stomp/relay_sides.py", "stomp/mobility.py", "stomp/serving.py",
+                    "stomp/hand_over.py", "stomp/adoption.py", "stomp/connection.py", "takeover.py", "succession.py")
+RETRY = "RETRY_SECONDS"
+
+
+def polls(source: str) -> list[int]:
+    """Lines of `asyncio.sleep` calls inside a `while` loop, but for the named retry."""
+    found = []
+    for loop in (node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.While)):
+        for call in (node for node in ast.walk(loop) if isinstance(node, ast.Call)):
+            if ast.unparse(call.func) == "asyncio.sleep" and RETRY not in ast.unparse(call):
+                found.append(call.lineno)
+    return found
+
+
+def test_no_polling_loop_is_left_in_mobility() -> None:
+    server = Path(__file__).parents[2] / "raftmq" / "server"
+    assert {name: polls((server / name).read_text()) for name in MOBILITY_MODULES} == \
+        {name: [] for name in MOBILITY_MODULES}
+
+
+def test_a_planted_poll_is_found() -> None:
+    planted = "async def f():\n    while not done():\n        await asyncio.sleep(0.02)\n"
+    assert polls(planted) == [3]
+    assert polls("async def f():\n    while True:\n        await asyncio.sleep(min(RETRY_SECONDS, 1))\n") == []

@@ -100,6 +100,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         restore: Restorer | None = None,
         on_state_changed: Callable[[int, int], None] | None = None,
         on_members_changed: MembersListener | None = None,
+        on_leader_changed: Callable[[], None] | None = None,
         password: str | None = None,
         timings: RaftTimings = RaftTimings(),
         journal: RaftJournal | None = None,
@@ -120,6 +121,8 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self.won_by_hand_over = False  # our leadership came from the leader's TimeoutNow (a transfer)
         self._on_state_changed = on_state_changed
         self._on_members_changed = on_members_changed
+        self._on_leader_changed = on_leader_changed  # the leader this member knows of changed (tick thread)
+        self._leader_known: Any = None
         self.apply_errors = 0
         self.last_apply_error: str | None = None
         self._on_apply = on_apply
@@ -250,6 +253,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
             self._tick(timeToWait)
         finally:
             self._handover_election = False
+        leader = self._SyncObj__raftLeader
+        if leader is not self._leader_known:  # learned in this tick (an append-entries, a vote, a timeout)
+            self._leader_known = leader
+            if self._on_leader_changed is not None:
+                self._on_leader_changed()
 
     def _tick(self, timeToWait: float) -> None:
         # Entries added since the last tick (the no-op of a new leader, appends received while

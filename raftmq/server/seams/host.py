@@ -292,10 +292,6 @@ class HandOvers(Protocol):
         """(ticket, the bytes of a frame begun) of a session parked here, or why not."""
 
 
-class NotesLeader(Protocol):
-    def note_leader(self) -> None: ...
-
-
 class TickerHost(Protocol):
     """What the ticker (raftmq.server.ticker) needs from the node."""
 
@@ -310,9 +306,6 @@ class TickerHost(Protocol):
 
     @property
     def clock(self) -> Clock: ...
-
-    @property
-    def succession(self) -> NotesLeader: ...
 
 
 class RelayHost(Protocol):

@@ -203,6 +203,16 @@ class RelayMachine:
         return self.state is State.MOVING or resuming
 
     @property
+    def recheck_at(self) -> float | None:
+        """When (loop time) a relay that saw its leader deposed wants `LeaderSeen` again, for its
+        grace; None when it waits for nothing."""
+        if self._deposed_at is None or self.state in (State.CLOSING, State.ENDED):
+            return None
+        if not self.moving and self.kind is not Kind.FOLLOWER:
+            return None  # a hand-over's relay is the deposed leader's own: no grace
+        return max(self._deposed_at, self._upstream_heard) + DEPOSED_GRACE_SECONDS
+
+    @property
     def carries_hand_over(self) -> bool:
         """Relays a session this node handed to a successor (not moved since)."""
         return self.kind is Kind.HAND_OVER and self.state is not State.ENDED

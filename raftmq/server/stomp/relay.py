@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Callable
 
 import structlog
 
@@ -64,21 +65,18 @@ from raftmq.tls import member_client_tls, pinned
 
 log = structlog.get_logger("raftmq.server.relay")
 
-LEADER_POLL_SECONDS = 0.02
 # One attempt to open the connection to the leader (TCP, and TLS when the port uses it).
 UPSTREAM_CONNECT_SECONDS = 1.0
-# How often the follower compares the leader it relays to with the one it knows now (a relay to a
-# deposed leader is told at least this often, for its grace: raftmq.server.stomp.mobility).
-WATCH_SECONDS = 0.1
-# How often it looks whether the leader changed (a change is acted on at once: relays move).
-LEADER_CHANGE_POLL_SECONDS = 0.01
+# A relay whose attempt failed tries again after this long (within its Connect's deadline).
+RETRY_SECONDS = 0.02
 # A closing side whose peer does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
 
 
 class Relays:
-    """A node's relayed connections: starts them, counts them, and closes the ones whose
-    leader was deposed."""
+    """A node's relayed connections: starts them, counts them, and tells each of them the leader
+    this node knows of whenever it changes (`leader_changed`, from the commit log; nothing is
+    polled) and when a relay's grace is up (`RelayMachine.recheck_at`)."""
 
     def __init__(self, node: RelayHost) -> None:
         self._node = node
@@ -86,8 +84,8 @@ class Relays:
         self.total = 0  # sessions relayed to a leader since start
         self.handed_over = 0  # of which sessions this node handed to its successor
         self.moved = 0  # relays that moved to a new leader (the session resumed there)
-        self._watch: asyncio.TimerHandle | None = None
-        self._watched: tuple[str | None, float] = (None, 0.0)  # (the leader, loop time) of the last look at every relay
+        self._recheck: asyncio.TimerHandle | None = None  # the earliest grace of a relay to a deposed leader
+        self._changed = asyncio.Event()  # set (and replaced) when the leader or the set of relays changes
         self._tls: tuple[ssl.SSLContext, bytes] | None = None
         self._none_left = asyncio.Event()  # set while no relay is active (`drained`)
 
@@ -118,14 +116,34 @@ class Relays:
 
     def _begin(self, relay: Relay) -> None:
         self._active.add(relay)
-        if self._watch is None:
-            self._watch = self._node.loop.call_later(LEADER_CHANGE_POLL_SECONDS, self._check_leader)
         relay.start()
 
     def ended(self, relay: Relay) -> None:
         self._active.discard(relay)
         if not self._active:
             self._none_left.set()
+        self._pulse()
+
+    def _pulse(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def until(self, done: Callable[[], bool], seconds: float) -> None:
+        """Until `done()` holds, looked at again at each change (the leader, a relay ended), or
+        `seconds` have passed."""
+        loop = self._node.loop
+        deadline = loop.time() + seconds
+        while not done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    def leader_changed(self) -> None:
+        """The leader this node knows of may have changed: every relay is told."""
+        self._pulse()
+        self.look()
 
     async def drained(self, grace: float) -> None:
         """Until every relay has ended, at most `grace` s: a client told where to resume closes its
@@ -139,27 +157,26 @@ class Relays:
         """The node stops after handing its sessions over: give the relays of other members
         (followers, deposed leaders) up to `grace` to move to the successor; what is left after
         it is this node's own clients'."""
-        loop = self._node.loop
-        deadline = loop.time() + grace
-        while any(relay.carries_hand_over for relay in self._active) and loop.time() < deadline:
-            await asyncio.sleep(LEADER_CHANGE_POLL_SECONDS)
+        await self.until(lambda: not any(relay.carries_hand_over for relay in self._active), grace)
 
     def farewell(self) -> None:
         """The node stops: each session it handed over leaves with its client (`Relay.farewell`)."""
         for relay in list(self._active):
             relay.farewell()
 
-    def _check_leader(self) -> None:
-        self._watch = None
-        if not self._active:
-            return
-        leader = self._node.commit_log.leader_hint
-        now = self._node.loop.time()
-        if leader != self._watched[0] or now - self._watched[1] >= WATCH_SECONDS:
-            self._watched = (leader, now)
-            for relay in list(self._active):
-                relay.check_leader(leader, now)
-        self._watch = self._node.loop.call_later(LEADER_CHANGE_POLL_SECONDS, self._check_leader)
+    def look(self) -> None:
+        """Tell every relay the leader as this node knows it now; then wait for the next change,
+        or for the earliest grace of a relay to a deposed leader."""
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        leader, loop = self._node.commit_log.leader_hint, self._node.loop
+        now = loop.time()
+        for relay in list(self._active):
+            relay.check_leader(leader, now)
+        due = min((at for relay in self._active if (at := relay.machine.recheck_at) is not None), default=None)
+        if due is not None:
+            self._recheck = loop.call_at(due, self.look)
 
     def upstream_tls(self) -> tuple[ssl.SSLContext, bytes] | None:
         """(client context, the group's certificate in DER) when the client port uses TLS."""
@@ -300,10 +317,15 @@ class Relay:
                     failure = str(exc) or type(exc).__name__
                 else:
                     self._upstream = upstream
-                    return self._run(self.machine.handle(Connected(leader, upstream.can_write_eof())))
-            if self._loop.time() >= deadline:
+                    self._run(self.machine.handle(Connected(leader, upstream.can_write_eof())))
+                    return self._relays.look()  # the leader may have changed while it connected
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
                 break
-            await asyncio.sleep(LEADER_POLL_SECONDS)
+            if leader is None:  # until the node learns of a leader
+                await self._relays.until(lambda: self._node.commit_log.leader_hint is not None, remaining)
+            else:
+                await asyncio.sleep(min(RETRY_SECONDS, remaining))
         self._run(self.machine.handle(Unreachable(leader, failure)))
 
     async def _open(self, leader: str) -> asyncio.Transport:
