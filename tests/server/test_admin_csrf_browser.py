@@ -474,7 +474,8 @@ def check_recorder(recorder: Site, origin: str, bodies: dict[str, dict[str, dict
         no_cors, form, sent = posts  # in the page's order (KINDS)
         assert no_cors.headers["content-type"].startswith("text/plain"), no_cors
         assert json.loads(no_cors.body) == bodies["no-cors"][op], no_cors
-        assert form.headers["content-type"].startswith("text/plain") and form.headers.get("sec-fetch-mode") == "navigate"
+        assert form.headers["content-type"].startswith("text/plain")
+        assert form.headers.get("sec-fetch-mode") == "navigate"
         assert json.loads(form.body) == {**bodies["form"][op], "x": "="}, form  # JSON, as the broker reads it
         assert sent.headers["content-type"] == "application/json", sent
         assert json.loads(sent.body) == bodies["cors"][op], sent

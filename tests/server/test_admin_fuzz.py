@@ -493,24 +493,27 @@ class Fuzzer:
         elif roll < 0.09:
             spec.lf = True
         if self.rng.random() < 0.25:
-            spec.noise = tuple(self.pick([
-                b"X-No-Colon-Here", b"\x00\x00\x00", b"X-Nul: a\x00b", b"X-Latin: \xff\xfe\xe9", b" folded continuation",
-                b"\tfolded-too", b"X-Lf: a\nb", b"Expect: 100-continue", b"Connection: keep-alive, Upgrade",
+            noise = [
+                b"X-No-Colon-Here", b"\x00\x00\x00", b"X-Nul: a\x00b", b"X-Latin: \xff\xfe\xe9",
+                b" folded continuation", b"\tfolded-too", b"X-Lf: a\nb", b"Expect: 100-continue",
+                b"Connection: keep-alive, Upgrade",
                 b"Upgrade: websocket", b"X-Forwarded-Host: evil.example", b"X-Forwarded-For: 203.0.113.7",
                 b"Forwarded: host=evil.example", b"Referer: https://evil.example/attack.html",
-                b"Access-Control-Request-Method: POST", b"Cookie: session=stolen"]) for _ in range(self.rng.randrange(1, 4)))
+                b"Access-Control-Request-Method: POST", b"Cookie: session=stolen"]
+            spec.noise = tuple(self.pick(noise) for _ in range(self.rng.randrange(1, 4)))
 
     def bad_line(self, spec: Spec) -> bytes:
         target = spec.target
-        garbage = bytes(self.rng.choice([b for b in range(256) if b not in (10, 13)]) for _ in range(self.rng.randrange(1, 40)))
+        octets = [b for b in range(256) if b not in (10, 13)]  # anything but a line's end
+        garbage = bytes(self.rng.choice(octets) for _ in range(self.rng.randrange(1, 40)))
         return self.pick([
             garbage, f"{spec.method} {target}".encode(), f"{spec.method} {target} HTTP/2.0".encode(),
             f"{spec.method} {target} http/1.1".encode(), f"{spec.method} {target} HTTP/1".encode(),
             f" {target} HTTP/1.1".encode(), f"P0ST {target} HTTP/1.1".encode(), f"POST\x00 {target} HTTP/1.1".encode(),
             f"PO ST {target} HTTP/1.1".encode(), f"POST http://127.0.0.1:{self.node.admin}{target} HTTP/1.1".encode(),
             f"POST x{target} HTTP/1.1".encode(), b"POST  HTTP/1.1", b"CONNECT evil.example:443 HTTP/1.1",
-            f"GET/{target} HTTP/1.1".encode(), f"{spec.method}\t{target}\tHTTP/1.1".encode(), b"\x16\x03\x01\x02\x00\x01",
-            b"-", b"", f"POST-{target} HTTP/1.1".encode()])
+            f"GET/{target} HTTP/1.1".encode(), f"{spec.method}\t{target}\tHTTP/1.1".encode(),
+            b"\x16\x03\x01\x02\x00\x01", b"-", b"", f"POST-{target} HTTP/1.1".encode()])
 
     # -- whole requests
 
@@ -571,7 +574,8 @@ class Fuzzer:
             elif fix == "site":
                 spec.site = self.pick(CROSS_SITE_VALUES)
             elif fix == "type" and spec.path != "/bodies":
-                spec.content_type, spec.json_type = self.pick(["text/plain", "application/x-www-form-urlencoded"]), False
+                spec.content_type = self.pick(["text/plain", "application/x-www-form-urlencoded"])
+                spec.json_type = False
             elif fix == "token" and spec.method == "POST" and spec.path in API_CHANGES:
                 spec.site = self.pick(["same-origin", "none"])  # a browser's: it needs the token it lacks
             else:
@@ -742,7 +746,8 @@ def test_the_admin_port_refuses_what_it_should_not_do_and_changes_nothing(node: 
     assert "Traceback" not in logs and "admin.internal_error" not in logs, logs[-5000:]
     assert "admin.refused" in logs
     assert node.proc.poll() is None
-    print(f"fuzz ({'logins' if node.logins else 'open'}): {sorted(counts.items())} in {time.monotonic() - started:.1f}s")
+    mode = "logins" if node.logins else "open"
+    print(f"fuzz ({mode}): {sorted(counts.items())} in {time.monotonic() - started:.1f}s")
     assert time.monotonic() - started < 60, f"the fuzz took {time.monotonic() - started:.1f}s"
 
 

@@ -81,7 +81,8 @@ def group(tmp_path: Path) -> Any:
 def test_only_known_names_are_answered_and_strangers_change_nothing(group: Group) -> None:
     leader = group.leader()
     port = group.members[leader].admin_port
-    conn, listener = connect(("127.0.0.1", group.members[leader].client_port), headers={"login": "ops", "passcode": PASS})
+    conn, listener = connect(("127.0.0.1", group.members[leader].client_port),
+                             headers={"login": "ops", "passcode": PASS})
     try:
         for i in range(3):
             conn.send(QUEUE, f"m{i}", receipt=f"r{i}")
@@ -91,8 +92,8 @@ def test_only_known_names_are_answered_and_strangers_change_nothing(group: Group
         # DNS rebinding: a page of evil.example resolving to 127.0.0.1 gets nothing, on any path.
         for method, path in PATHS:
             for host in ("evil.example", "evil.example:%d" % port, "127.0.0.1.nip.io"):
-                code, _, data = ask(port, method, path, {"Host": host, "Authorization": OPS, "Content-Type": "application/json"},
-                                    {"destination": QUEUE} if method == "POST" else None)
+                headers = {"Host": host, "Authorization": OPS, "Content-Type": "application/json"}
+                code, _, data = ask(port, method, path, headers, {"destination": QUEUE} if method == "POST" else None)
                 assert code == 421, (method, path, host, code, data)
         # A configured name and the loopback names are answered.
         for host in ("broker.example", f"broker.example:{port}", "localhost", f"[::1]:{port}"):
@@ -113,7 +114,8 @@ def test_only_known_names_are_answered_and_strangers_change_nothing(group: Group
         code, _, data = ask(port, "POST", "/api/destinations/purge", own, {"destination": QUEUE})
         assert code == 403 and json.loads(data)["token"] == "invalid", data
         apps_token = json.loads(ask(port, "GET", "/api/session", {"Authorization": APP})[2])["token"]
-        code, _, _ = ask(port, "POST", "/api/destinations/purge", {**own, "X-Raftmq-Token": apps_token}, {"destination": QUEUE})
+        code, _, _ = ask(port, "POST", "/api/destinations/purge", {**own, "X-Raftmq-Token": apps_token},
+                         {"destination": QUEUE})
         assert code == 403
         # A script's change that is not JSON.
         code, _, _ = ask(port, "POST", "/api/destinations/purge", {"Authorization": OPS, "Content-Type": "text/plain"},
@@ -143,7 +145,8 @@ def test_a_listed_origin_is_granted_and_scripts_probes_and_members_keep_working(
     leader = group.leader()
     follower = next(node for node in group.members if node != leader)
     port = group.members[leader].admin_port
-    conn, listener = connect(("127.0.0.1", group.members[leader].client_port), headers={"login": "ops", "passcode": PASS})
+    conn, listener = connect(("127.0.0.1", group.members[leader].client_port),
+                             headers={"login": "ops", "passcode": PASS})
     try:
         conn.send(QUEUE, "x", receipt="r")
         listener.receipt("r")
@@ -154,7 +157,8 @@ def test_a_listed_origin_is_granted_and_scripts_probes_and_members_keep_working(
                            {"Origin": LISTED, "Access-Control-Request-Method": "POST",
                             "Access-Control-Request-Headers": "content-type,x-raftmq-token"})
     assert code == 204 and headers["access-control-allow-origin"] == LISTED, headers
-    assert headers["access-control-allow-credentials"] == "true" and "X-Raftmq-Token" in headers["access-control-allow-headers"]
+    assert headers["access-control-allow-credentials"] == "true"
+    assert "X-Raftmq-Token" in headers["access-control-allow-headers"]
     assert ask(port, "OPTIONS", "/api/destinations/purge")[0] == 204  # no Origin: no grant asked, none given
     token = json.loads(ask(port, "GET", "/api/session", {"Authorization": OPS, "Origin": LISTED})[2])["token"]
     code, headers, data = ask(port, "POST", "/api/destinations/purge",

@@ -39,11 +39,13 @@ def get(port: int, path: str, timeout: float = 2.0) -> tuple[int, str, bytes]:
 def scrape(port: int) -> Samples:
     code, content_type, body = get(port, "/metrics")
     assert code == 200 and content_type.startswith("text/plain"), (code, content_type)
-    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(body.decode()) for s in family.samples]
+    families = text_string_to_metric_families(body.decode())
+    return [(s.name, s.labels, s.value) for family in families for s in family.samples]
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
-    found = [v for n, found_labels, v in samples if n == name and all(found_labels.get(k) == want for k, want in labels.items())]
+    found = [v for n, found_labels, v in samples
+             if n == name and all(found_labels.get(k) == want for k, want in labels.items())]
     assert len(found) == 1, f"{name} {labels}: {found}"
     return found[0]
 
@@ -88,7 +90,8 @@ def test_metrics_follow_sends_acks_dead_letters_and_disconnects(tmp_path: Path) 
             assert value(sent, "raftmq_destination_enqueued_total", destination=queue, type="queue") == 5
             assert value(sent, "raftmq_destination_depth", destination=queue) == 5
             assert value(sent, "raftmq_connections") == 1 and value(sent, "raftmq_sessions") == 1
-            rates = wait_for(lambda: group.status(leader_id)["rates"]["destinations"][queue]["enqueue_rate"] is not None, 3)
+            rates = wait_for(
+                lambda: group.status(leader_id)["rates"]["destinations"][queue]["enqueue_rate"] is not None, 3)
             assert rates, "no enqueue rate within 3 s"
             status = group.status(leader_id)
             assert status["rates"]["destinations"][queue]["enqueue_rate"] > 0 and status["rates"]["enqueue_rate"] > 0
@@ -193,7 +196,9 @@ def test_a_single_node_serves_its_admin_port_when_configured(tmp_path: Path) -> 
             samples = scrape(admin)
         finally:
             conn.disconnect()
-        assert value(samples, "raftmq_destination_enqueued_total", destination="/queue/solo", group="solo", node="solo") == 2
+        enqueued = value(samples, "raftmq_destination_enqueued_total", destination="/queue/solo", group="solo",
+                         node="solo")
+        assert enqueued == 2
         assert value(samples, "raftmq_connections") == 1
         assert value(samples, "raftmq_raft_commit_index") == value(samples, "raftmq_raft_applied_index") > 0
         assert get(admin, "/nope")[0] == 404
@@ -224,8 +229,8 @@ def test_node_admin_option_serves_health_and_is_checked(tmp_path: Path) -> None:
     client, admin = free_ports(2)
     stdout = tmp_path / "node.out"
     with open(stdout, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{client}", "--in-memory",
-                                 "--admin", f"127.0.0.1:{admin}"], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{client}",
+                                 "--in-memory", "--admin", f"127.0.0.1:{admin}"], stdout=out, stderr=subprocess.STDOUT)
     try:
         ready = wait_for(lambda: "raftmq node listening on" in stdout.read_text() or proc.poll() is not None, 15)
         assert ready and proc.poll() is None, stdout.read_text()

@@ -113,7 +113,8 @@ def test_members_fetch_bodies_over_https_only_from_a_port_with_the_groups_certif
             ours_port, theirs_port = (server.port for server in servers)
             fetched = fetch_bodies([("127.0.0.1", ours_port)], [1, 3], "pw", budget=5.0, tls=member_client_tls(own_tls))
             assert [index for index, _records in fetched] == [1, 3]
-            assert fetch_bodies([("127.0.0.1", theirs_port)], [1], "pw", budget=2.0, tls=member_client_tls(own_tls)) == []
+            client_tls = member_client_tls(own_tls)
+            assert fetch_bodies([("127.0.0.1", theirs_port)], [1], "pw", budget=2.0, tls=client_tls) == []
             assert fetch_bodies([("127.0.0.1", ours_port)], [1], "pw", budget=2.0) == []  # plain HTTP: nothing
         finally:
             for server in servers:

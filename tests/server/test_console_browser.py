@@ -235,13 +235,14 @@ def test_a_followers_console_names_its_group_and_its_actions_are_done_by_the_lea
                 assert MADE in depths(group.members[leader].admin_port)
 
                 # Purge (a button and its confirmation) from the follower's page.
-                purge = driver.find_element(By.CSS_SELECTOR,
-                                            f'#destinations-table button[data-action="purge"][data-destination="{JOBS}"]')
+                button = f'#destinations-table button[data-action="purge"][data-destination="{JOBS}"]'
+                purge = driver.find_element(By.CSS_SELECTOR, button)
                 purge.click()
                 assert JOBS in accept_dialog(driver)
                 wait_until(lambda: f"Purge {JOBS}: purged 3" in status_line(driver),
                            f"the console reports {JOBS} purged", PAGE_WAIT, driver)
-                wait_until(lambda: page_depth(driver, JOBS) == "0", f"the console shows {JOBS} emptied", PAGE_WAIT, driver)
+                wait_until(lambda: page_depth(driver, JOBS) == "0",
+                           f"the console shows {JOBS} emptied", PAGE_WAIT, driver)
                 assert depths(group.members[leader].admin_port)[JOBS] == 0
                 assert driver.find_element(By.ID, "status").get_attribute("data-state") in ("ok", "busy")
                 assert javascript_errors(driver) == []

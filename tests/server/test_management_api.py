@@ -77,7 +77,8 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
                 frame = listener.message()
         wait_for(lambda: (destination_row(group, leader, "/queue/DLQ") or {}).get("depth") == 1)
         # A follower reads its own replica, which applies what the leader did a moment later.
-        row = wait_for(lambda: (found := destination_row(group, follower, "/queue/orders")) and found["dead_lettered"] == 1 and found)
+        row = wait_for(lambda: (found := destination_row(group, follower, "/queue/orders"))
+                       and found["dead_lettered"] == 1 and found)
         assert row["kind"] == "queue" and row["consumers"] == 1 and row["internal"] is False
         # A lone group (no cluster of groups) is named by its group file, on every member.
         for node in group.members:
@@ -111,7 +112,8 @@ def test_destinations_dlq_retry_purge_delete_and_connections(tmp_path: Path) -> 
                               headers={"X-Raftmq-Forwarded": "1"})
         assert status == 409 and answer["leader_admin"] == f"127.0.0.1:{group.members[leader].admin_port}"
         # A change asked of a follower is passed on to the leader, whose answer it gives.
-        status, answer = call(group, follower, "POST", "/api/messages/retry", {"from": "/queue/DLQ", "ids": [dead["message_id"]]})
+        retry = {"from": "/queue/DLQ", "ids": [dead["message_id"]]}
+        status, answer = call(group, follower, "POST", "/api/messages/retry", retry)
         assert (status, answer) == (200, {"ok": True, "moved": 1, "skipped": 0})
         wait_for(lambda: destination_row(group, follower, "/queue/DLQ")["depth"] == 0)
 
@@ -168,11 +170,12 @@ def test_logins_and_acls_decide_who_reads_and_who_changes(tmp_path: Path) -> Non
         assert call(group, leader, "GET", "/api/destinations", login=("ops", "wrong"))[0] == 401
         status, answer = call(group, leader, "GET", "/api/destinations", login=app)
         assert status == 200 and [row["destination"] for row in answer["destinations"]] == ["/queue/app.jobs"]
-        status, answer = call(group, leader, "POST", "/api/destinations/purge", {"destination": "/queue/app.jobs"}, login=app)
+        jobs = {"destination": "/queue/app.jobs"}
+        status, answer = call(group, leader, "POST", "/api/destinations/purge", jobs, login=app)
         assert status == 403 and "may not administer /queue/app.jobs" in answer["error"]
         assert call(group, leader, "GET", "/api/connections", login=app)[0] == 403
         assert call(group, leader, "GET", "/api/connections", login=ops)[0] == 200
-        assert call(group, leader, "POST", "/api/destinations/purge", {"destination": "/queue/app.jobs"}, login=ops)[0] == 200
+        assert call(group, leader, "POST", "/api/destinations/purge", jobs, login=ops)[0] == 200
     finally:
         group.close()
 
@@ -198,15 +201,16 @@ def test_a_follower_passes_a_change_on_to_the_leader_over_https_with_the_callers
             return code, json.loads(data)
 
         ops, app = group.admin_access, AdminAccess(ca_file=str(server.ca), login="app", passcode=PASS)
-        assert post(ops, "/api/destinations/create", {"destination": "/queue/tls.made"}) == (200, {"ok": True, "created": 1})
+        made = {"destination": "/queue/tls.made"}
+        assert post(ops, "/api/destinations/create", made) == (200, {"ok": True, "created": 1})
         code, data = AdminAccess(ca_file=str(server.ca), login="ops", passcode=PASS).request(
             f"https://127.0.0.1:{group.members[leader].admin_port}", "/api/destinations", 5)
         assert code == 200 and "/queue/tls.made" in [row["destination"] for row in json.loads(data)["destinations"]]
-        code, answer = post(app, "/api/destinations/purge", {"destination": "/queue/tls.made"})
+        code, answer = post(app, "/api/destinations/purge", made)
         assert code == 403 and "may not administer /queue/tls.made" in answer["error"], answer
         assert post(AdminAccess(ca_file=str(server.ca), login="ops", passcode="wrong"), "/api/destinations/purge",
                     {"destination": "/queue/tls.made"})[0] == 401
-        assert post(ops, "/api/destinations/purge", {"destination": "/queue/tls.made"}) == (200, {"ok": True, "purged": 0})
+        assert post(ops, "/api/destinations/purge", made) == (200, {"ok": True, "purged": 0})
         for member in group.members.values():
             assert "Traceback" not in member.stderr(), member.stderr()[-3000:]
     finally:
@@ -242,7 +246,8 @@ def test_raftmq_manage_commands_follow_the_leader_from_a_follower(tmp_path: Path
         assert manage("retry", "--all").strip() == "moved 1, skipped 0"
         rows = json.loads(manage("destinations", "--json"))
         jobs = next(row for row in rows if row["destination"] == "/queue/jobs")
-        assert jobs["group"] == "cluster" and wait_for(lambda: destination_row(group, follower, "/queue/jobs")["depth"] == 1)
+        assert jobs["group"] == "cluster"
+        assert wait_for(lambda: destination_row(group, follower, "/queue/jobs")["depth"] == 1)
         assert manage("purge", "/queue/jobs").strip() == "purged 1"
     finally:
         group.close()

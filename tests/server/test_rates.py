@@ -72,7 +72,8 @@ def test_health_verdicts() -> None:
     assert health({"role": "follower", "leader": "127.0.0.1:61613", "failure": None}) == ("ok", None)
     verdict, reason = health({"role": "follower", "leader": None, "failure": None})
     assert verdict == "unavailable" and "no leader" in reason
-    assert health({"role": "leader", "failure": "cannot write the body journal"}) == ("failed", "cannot write the body journal")
+    failed = health({"role": "leader", "failure": "cannot write the body journal"})
+    assert failed == ("failed", "cannot write the body journal")
 
 
 def test_restart_forgets_growth_that_was_not_traffic() -> None:
