@@ -72,11 +72,13 @@ def test_a_ticket_carries_the_session_state_and_is_refused_unsigned_stale_or_for
     pending = [Send("n1:b:1", "/queue/b", "", b"late", NOW, "tx1", "r-late")]
     ticket = old.ticket(pending, "10.0.0.9:5000", NOW, hops=1)
     assert ticket is not None
-    assert (ticket.version, ticket.client_id, ticket.transactions, ticket.subscriptions) == ("1.1", "app-7", ("tx1",), ("s1",))
+    carried = (ticket.version, ticket.client_id, ticket.transactions, ticket.subscriptions)
+    assert carried == ("1.1", "app-7", ("tx1",), ("s1",))
     wire = parse(ticket_frame(ticket, SECRET))
     assert read_ticket(wire, SECRET, NOW + 5) == ticket
     assert "not signed" in refusal_of(lambda: read_ticket(wire, "another-secret", NOW))
-    assert "not signed" in refusal_of(lambda: read_ticket(Frame(wire.command, wire.headers, wire.body.replace(b"app-7", b"app-8")), SECRET, NOW))
+    tampered = Frame(wire.command, wire.headers, wire.body.replace(b"app-7", b"app-8"))
+    assert "not signed" in refusal_of(lambda: read_ticket(tampered, SECRET, NOW))
     assert "out of date" in refusal_of(lambda: read_ticket(wire, SECRET, NOW + TICKET_MAX_AGE_MS + 1))
     renamed = Frame(wire.command, [(k, "n1:b:2" if k == "raftmq.adopt" else v) for k, v in wire.headers], wire.body)
     assert "another session" in refusal_of(lambda: read_ticket(renamed, SECRET, NOW))
@@ -201,7 +203,8 @@ def test_a_claim_waits_for_the_take_over_and_is_refused_for_a_swept_served_or_un
 
     answers = asyncio.run(scenario())
     assert answers[0] is None
-    assert "swept" in (answers[1] or "") and "served here" in (answers[2] or "") and "no such session" in (answers[3] or "")
+    assert "swept" in (answers[1] or "") and "served here" in (answers[2] or "")
+    assert "no such session" in (answers[3] or "")
 
 
 def test_a_principal_survives_the_trip() -> None:
@@ -214,7 +217,8 @@ def test_a_principal_survives_the_trip() -> None:
     new.receive(ticket_frame(ticket, SECRET), NOW)
     new.adopted(ticket, "", NOW)
     assert new._principal == old._principal == Principal(None, frozenset({"anonymous"}))
-    assert [type(c) for c in commands(new.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "z"}), NOW))] == [Subscribe]
+    subscribed = commands(new.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "z"}), NOW))
+    assert [type(c) for c in subscribed] == [Subscribe]
 
 
 def test_a_resume_request_names_a_parked_session_signed_and_in_date() -> None:
@@ -315,6 +319,6 @@ def test_the_tickets_wire_form_is_pinned_not_read_from_the_class() -> None:
     ticket = Ticket("n1:b:1", "1.2", 10, 20, False, "alice", ("ops",), "app-7", ("tx1",), ("s1",), (), "10.0.0.9:5000",
                     b"", NOW, 1)
     connect = parse(ticket_frame(ticket, SECRET))
-    assert msgpack.unpackb(connect.body) == [1, "n1:b:1", "1.2", 10, 20, False, "alice", ["ops"], "app-7", ["tx1"], ["s1"], [],
-                                             "10.0.0.9:5000", b"", NOW, 1]
+    assert msgpack.unpackb(connect.body) == [1, "n1:b:1", "1.2", 10, 20, False, "alice", ["ops"], "app-7", ["tx1"],
+                                             ["s1"], [], "10.0.0.9:5000", b"", NOW, 1]
     assert read_ticket(connect, SECRET, NOW) == ticket

@@ -54,7 +54,8 @@ class Trace:
         return self.events.index(step)
 
 
-def wrap(obj: Any, name: str, before: Callable[..., None] | None = None, after: Callable[..., None] | None = None) -> None:
+def wrap(obj: Any, name: str, before: Callable[..., None] | None = None,
+         after: Callable[..., None] | None = None) -> None:
     original = getattr(obj, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -68,7 +69,8 @@ def wrap(obj: Any, name: str, before: Callable[..., None] | None = None, after: 
     setattr(obj, name, wrapper)
 
 
-def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     steps = written_steps()
     assert sorted(steps) == sorted(["durable", "references", "core", "effects", "bodies", "socket", "settled"])
     trace = Trace()

@@ -75,7 +75,8 @@ def test_a_followers_entry_is_kept_in_neither_cache(tmp_path: Path) -> None:
         assert store.body((7, 0)) == b"follower's"  # from disk, when a follower takes over
 
 
-def test_the_leaders_bodies_are_kept_by_entry_within_the_cache_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_leaders_bodies_are_kept_by_entry_within_the_cache_budget(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     with Journal(tmp_path / "b") as journal:
         store = BodyStore(journal, cache_bytes=400)
         for index in range(1, 5):  # 100 bytes an entry
@@ -165,7 +166,8 @@ def test_records_fetched_from_a_peer_keep_their_ordinals(tmp_path: Path) -> None
         assert lagging.body((11, 0)) == b"11.0"
 
 
-def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression (found measuring a new member catching up with 0.25 GiB waiting): one fetch,
     # bounded by a 5 s budget, brought a prefix of the bodies and the member went on without
     # the rest, every one of them unreadable there.
@@ -195,7 +197,8 @@ def test_a_member_fetches_round_after_round_until_nothing_is_missing(tmp_path: P
 
 
 @pytest.mark.parametrize("password", [None, "secret"])
-def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_bodies_over_the_admin_port(tmp_path: Path, password: str | None,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     with Journal(tmp_path / "a") as journal:
         store = BodyStore(journal)
         for index in range(1, 6):
@@ -242,9 +245,11 @@ def test_node_delivers_bodies_from_the_journal_and_restores_from_a_snapshot(tmp_
             await client.disconnect()
 
             second_journal = Journal(tmp_path / "second")
+            first_bodies = first.replica.bodies
+            assert first_bodies is not None
             second = Node(
                 NodeConfig(port=0), InMemoryLog(), bodies=BodyStore(second_journal),
-                fetch_bodies=lambda indexes: first.replica.bodies.records_at(indexes, 1 << 20)[1],  # type: ignore[union-attr]
+                fetch_bodies=lambda indexes: first_bodies.records_at(indexes, 1 << 20)[1],
             )
             fetching = second.replica.restore(state)
             assert fetching is not None  # it lacks every body: fetched in a worker thread

@@ -42,8 +42,8 @@ def hand_over(group: Group) -> tuple[str, str]:
 
 def client(group: Group, node_id: str, heartbeats: tuple[int, int] = (0, 0)) -> tuple[stomp.Connection12, Listener]:
     """stomp.py on one member only: no failover of its own, so an ERROR or a drop would show."""
-    conn = stomp.Connection12([("127.0.0.1", group.members[node_id].client_port)], timeout=WAIT, reconnect_attempts_max=1,
-                              heartbeats=heartbeats)
+    conn = stomp.Connection12([("127.0.0.1", group.members[node_id].client_port)], timeout=WAIT,
+                              reconnect_attempts_max=1, heartbeats=heartbeats)
     listener = Listener()
     conn.set_listener("t", listener)
     conn.connect(wait=True)
@@ -184,8 +184,9 @@ def test_a_leader_removed_from_its_group_hands_its_sessions_over_and_tells_its_o
         relayed.send(destination, "kept", receipt="before")
         via_follower.receipt("before")
         kept = via_follower.message()
-        code, answer = post_membership(member.host, member.admin_port, Change(REMOVE, f"{member.host}:{member.raft_port}"),
-                                       group_secret(None, group.data_dir), 10.0)
+        removal = Change(REMOVE, f"{member.host}:{member.raft_port}")
+        secret = group_secret(None, group.data_dir)
+        code, answer = post_membership(member.host, member.admin_port, removal, secret, 10.0)
         assert code in (200, 409, 421), answer  # the leader hands over first and names the new one
         error = got.errors.get(timeout=WAIT)
         assert error.headers["message"] == "not the leader"

@@ -65,7 +65,7 @@ def test_a_healed_partition_leaves_the_leader_and_its_clients_alone(tmp_path: Pa
             # The cut was real: the member noticed it no longer heard from its leader.
             assert "raft.leader_lost" in group.members[isolated].stderr(), group.members[isolated].stderr()[-2000:]
             await asyncio.sleep(3.0)  # reconnects, catches up; without pre-vote its term deposes the leader
-            assert not client.closed.done(), f"the leader closed its client: {client.closed.result() if client.closed.done() else ''}"
+            assert not client.closed.done(), f"the leader closed its client: {client.closed.result()}"
             await client.send("/queue/partition", body_for("after"), receipt=True)
             deadline = time.monotonic() + 5
             while len(got) < 3 and time.monotonic() < deadline:

@@ -32,7 +32,8 @@ def test_paused_leader_acknowledges_and_dispatches_nothing_then_steps_down(tmp_p
             # A consumer and a producer on the leader, both working before the pause.
             consumer = await connect("127.0.0.1", group.members[old].client_port)
             got: list[str] = []
-            consumer.subscribe(destination, ack="client-individual", callback=lambda f: got.append(f.get("_AMQ_DUPL_ID")))
+            consumer.subscribe(destination, ack="client-individual",
+                               callback=lambda f: got.append(f.get("_AMQ_DUPL_ID")))
             producer = await connect("127.0.0.1", group.members[old].client_port)
             await producer.send(destination, body_for("before"), [("_AMQ_DUPL_ID", "before")], receipt=True)
             deadline = time.monotonic() + 5

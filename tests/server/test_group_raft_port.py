@@ -144,7 +144,8 @@ def test_silent_strangers_are_capped_and_closed_by_the_handshake_deadline(tmp_pa
         group.start()
         leader = group.leader()
         term = group.status(leader)["term"]
-        socks = [socket.create_connection(raft_address(group, leader), timeout=5) for _ in range(3 * MAX_UNAUTHENTICATED)]
+        address = raft_address(group, leader)
+        socks = [socket.create_connection(address, timeout=5) for _ in range(3 * MAX_UNAUTHENTICATED)]
         try:
             time.sleep(0.5)
             closed_at_once = sum(1 for s in socks if _closed(s, 0.05))
@@ -184,12 +185,13 @@ def test_the_generated_secret_is_private_and_a_member_without_it_cannot_join(tmp
         assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         assert group_secret(None, tmp_path / "another-group") != group_secret(None, group.data_dir)
         # n3, configured with another secret (a password), is refused by both members.
-        config = group.config_path.read_text().replace('[group]\n', '[group]\npassword = "not-the-group-secret-at-all"\n', 1)
+        another_secret = '[group]\npassword = "not-the-group-secret-at-all"\n'
+        config = group.config_path.read_text().replace('[group]\n', another_secret, 1)
         wrong = tmp_path / "wrong.toml"
         wrong.write_text(config)
         with open(tmp_path / "n3-wrong.stdout", "wb") as out, open(tmp_path / "n3-wrong.stderr", "wb") as err:
-            stranger = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--config", str(wrong), "--node", "n3"],
-                                        stdout=out, stderr=err)
+            command = [sys.executable, "-m", "raftmq", "node", "--config", str(wrong), "--node", "n3"]
+            stranger = subprocess.Popen(command, stdout=out, stderr=err)
         deadline = time.monotonic() + 15
         while READY_LINE not in (tmp_path / "n3-wrong.stdout").read_text() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -396,8 +396,8 @@ def test_a_client_that_half_closes_still_gets_its_receipts(group: Group) -> None
     client = RawClient(("127.0.0.1", group.members[follower].client_port))
     destination = unique()
     try:
-        client.send(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"})
-                    + frame_bytes("SEND", {"destination": destination, "receipt": "sent", "persistent": "true"}, b"last words"))
+        last = frame_bytes("SEND", {"destination": destination, "receipt": "sent", "persistent": "true"}, b"last words")
+        client.send(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"}) + last)
         client.sock.shutdown(socket.SHUT_WR)
         frames = client.read_until_closed()
     finally:

@@ -70,7 +70,8 @@ def test_group_of_one_serves_and_keeps_messages_across_restarts(tmp_path: Path) 
         async def send(prefix: str, count: int) -> None:
             client = await connect_leader(addresses)
             for i in range(count):
-                await client.send("/queue/solo", body_for(f"{prefix}-{i}"), [("_AMQ_DUPL_ID", f"{prefix}-{i}")], receipt=True)
+                await client.send("/queue/solo", body_for(f"{prefix}-{i}"), [("_AMQ_DUPL_ID", f"{prefix}-{i}")],
+                                  receipt=True)
             await client.disconnect()
 
         asyncio.run(send("a", 30))

@@ -24,7 +24,8 @@ def test_scheduled_messages_survive_a_leader_kill_and_fire_once_each(tmp_path: P
     try:
         group.start()
         addresses = group.client_addresses()
-        producer = StompPyProducer(addresses, "/queue/later", "sched", count=20, headers={"AMQ_SCHEDULED_DELAY": str(DELAY_MS)})
+        producer = StompPyProducer(addresses, "/queue/later", "sched", count=20,
+                                   headers={"AMQ_SCHEDULED_DELAY": str(DELAY_MS)})
         sent_at = time.time()
         producer.run(timeout=30.0)
         assert producer.receipted == set(producer.ids), producer.errors
@@ -36,8 +37,9 @@ def test_scheduled_messages_survive_a_leader_kill_and_fire_once_each(tmp_path: P
         async def consume() -> list[tuple[float, dict[str, str]]]:
             client = await connect_leader(addresses)
             got: list[tuple[float, dict[str, str]]] = []
-            client.subscribe("/queue/later", ack="client-individual",
-                             callback=lambda frame: (got.append((time.time(), frame.header_dict())), client.ack_nowait(frame)))
+            client.subscribe(
+                "/queue/later", ack="client-individual",
+                callback=lambda frame: (got.append((time.time(), frame.header_dict())), client.ack_nowait(frame)))
             deadline = time.monotonic() + 30
             while len(got) < len(producer.ids) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

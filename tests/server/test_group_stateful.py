@@ -257,7 +257,8 @@ class GroupMachine(RuleBasedStateMachine):
     def no_member_crashed(self) -> None:
         for node_id in self.up:
             member = self.group.members[node_id]
-            assert member.alive, f"{node_id} exited by itself ({member.proc and member.proc.poll()}): {member.stderr()[-2000:]}"
+            assert member.alive, (f"{node_id} exited by itself ({member.proc and member.proc.poll()}): "
+                                  f"{member.stderr()[-2000:]}")
 
     @precondition(lambda self: not self.down)
     @rule(pick=st.integers(0, 1))

@@ -74,7 +74,8 @@ def test_browser_on_a_topic_or_with_a_bad_limit_is_an_error(address) -> None:
     for headers, message in [
         ({"destination": unique("/topic/t"), "id": "b", "browser": "true"}, "browsing works on queues"),
         ({"destination": unique(), "id": "b", "browser": "true", "browser-limit": "0"}, "invalid browser-limit header"),
-        ({"destination": unique(), "id": "b", "browser": "true", "browser-limit": "many"}, "invalid browser-limit header"),
+        ({"destination": unique(), "id": "b", "browser": "true", "browser-limit": "many"},
+         "invalid browser-limit header"),
     ]:
         client = RawClient(address)
         try:

@@ -22,14 +22,27 @@ def _bad_frames(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
     """name -> (bytes of the bad frame, text the ERROR message must contain, expected receipt-id)."""
     return {
         "missing destination": (frame_bytes("SEND", {"receipt": "bad-1"}, b"x"), "destination", "bad-1"),
-        "invalid destination": (frame_bytes("SEND", {"destination": "nowhere", "receipt": "bad-2"}, b"x"), "destination", "bad-2"),
+        "invalid destination": (
+            frame_bytes("SEND", {"destination": "nowhere", "receipt": "bad-2"}, b"x"),
+            "destination",
+            "bad-2",
+        ),
         "bad ack mode": (
-            frame_bytes("SUBSCRIBE", {"destination": queue + "-other", "id": "s9", "ack": "sometimes", "receipt": "bad-3"}),
+            frame_bytes("SUBSCRIBE",
+                        {"destination": queue + "-other", "id": "s9", "ack": "sometimes", "receipt": "bad-3"}),
             "ack",
             "bad-3",
         ),
-        "subscribe without id": (frame_bytes("SUBSCRIBE", {"destination": queue + "-other", "receipt": "bad-4"}), "id", "bad-4"),
-        "unknown transaction (COMMIT)": (frame_bytes("COMMIT", {"transaction": "nope", "receipt": "bad-5"}), "transaction", "bad-5"),
+        "subscribe without id": (
+            frame_bytes("SUBSCRIBE", {"destination": queue + "-other", "receipt": "bad-4"}),
+            "id",
+            "bad-4",
+        ),
+        "unknown transaction (COMMIT)": (
+            frame_bytes("COMMIT", {"transaction": "nope", "receipt": "bad-5"}),
+            "transaction",
+            "bad-5",
+        ),
         "unknown transaction (SEND)": (
             frame_bytes("SEND", {"destination": queue, "transaction": "nope", "receipt": "bad-6"}, b"in-tx"),
             "transaction",
@@ -38,22 +51,35 @@ def _bad_frames(queue: str) -> dict[str, tuple[bytes, str, str | None]]:
         "ack without id": (frame_bytes("ACK", {"receipt": "bad-7"}), "id", "bad-7"),
         "unknown command": (b"FLY\ndestination:" + queue.encode() + b"\n\n\0", "command", None),
         "header without colon": (b"SEND\ndestination" + queue.encode() + b"\n\nbody\0", "header", None),
-        "content-length mismatch": (b"SEND\ndestination:" + queue.encode() + b"\ncontent-length:2\n\nabc\0", "NUL", None),
+        "content-length mismatch": (
+            b"SEND\ndestination:" + queue.encode() + b"\ncontent-length:2\n\nabc\0",
+            "NUL",
+            None,
+        ),
         "oversize content-length": (
             f"SEND\ndestination:{queue}\ncontent-length:{BIG}\n\n".encode(),
             "limit",
             None,
         ),
-        "oversize header line": (b"SEND\ndestination:" + queue.encode() + b"\nx:" + b"a" * 9000 + b"\n\nbody\0", "header line", None),
+        "oversize header line": (
+            b"SEND\ndestination:" + queue.encode() + b"\nx:" + b"a" * 9000 + b"\n\nbody\0",
+            "header line",
+            None,
+        ),
         "bad escape": (b"SEND\ndestination:" + queue.encode() + b"\nx:a\\tb\n\nbody\0", "escape", None),
         "invalid selector": (
-            frame_bytes("SUBSCRIBE", {"destination": queue + "-other", "id": "s8", "selector": "a = = 1", "receipt": "bad-9"}),
+            frame_bytes("SUBSCRIBE",
+                        {"destination": queue + "-other", "id": "s8", "selector": "a = = 1", "receipt": "bad-9"}),
             "selector",
             "bad-9",
         ),
         "second CONNECT": (frame_bytes("CONNECT", {"accept-version": "1.2", "receipt": "bad-8"}), "connected", "bad-8"),
         # Found by the core, after the frames behind it were already appended to the log.
-        "unknown ack id (core)": (frame_bytes("ACK", {"id": "no-such-delivery", "receipt": "bad-10"}), "unknown delivery", "bad-10"),
+        "unknown ack id (core)": (
+            frame_bytes("ACK", {"id": "no-such-delivery", "receipt": "bad-10"}),
+            "unknown delivery",
+            "bad-10",
+        ),
     }
 
 
@@ -140,7 +166,8 @@ def test_client_closing_mid_frame_loses_nothing_acknowledged(address) -> None:
     queue = unique()
     producer = RawClient(address)
     producer.connect()
-    producer.send(b"".join(frame_bytes("SEND", {"destination": queue, "receipt": f"r{i}"}, f"m{i}".encode()) for i in range(20)))
+    producer.send(b"".join(frame_bytes("SEND", {"destination": queue, "receipt": f"r{i}"}, f"m{i}".encode())
+                           for i in range(20)))
     receipts = [producer.read_frame() for _ in range(20)]
     assert [f.headers["receipt-id"] for f in receipts] == [f"r{i}" for i in range(20)]
     # Half a frame, then the connection drops.

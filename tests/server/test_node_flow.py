@@ -164,7 +164,8 @@ def test_stuck_consumer_does_not_stall_other_destinations_or_its_queue(inproc) -
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stuck.sendall(
         frame_bytes("CONNECT", {"accept-version": "1.2"})
-        + frame_bytes("SUBSCRIBE", {"destination": stuck_queue, "id": "s", "ack": "client-individual", "activemq.prefetchSize": "5"})
+        + frame_bytes("SUBSCRIBE", {"destination": stuck_queue, "id": "s", "ack": "client-individual",
+                                    "activemq.prefetchSize": "5"})
     )  # ...and never reads again
     healthy, healthy_listener = connect(inproc.address)
     healthy.subscribe(stuck_queue, id="s", ack="auto")
@@ -199,7 +200,8 @@ def test_auto_ack_consumer_that_never_reads_is_closed_past_the_buffer_cap(monkey
     topic = unique("/topic/flood")
     stuck = socket.create_connection(inproc.address)
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    stuck.sendall(frame_bytes("CONNECT", {"accept-version": "1.2"}) + frame_bytes("SUBSCRIBE", {"destination": topic, "id": "s"}))
+    stuck.sendall(frame_bytes("CONNECT", {"accept-version": "1.2"})
+                  + frame_bytes("SUBSCRIBE", {"destination": topic, "id": "s"}))
     time.sleep(0.1)
     assert len(inproc.node.sessions) == 1
     producer, plistener = connect(inproc.address)
@@ -251,7 +253,8 @@ def test_output_waits_while_the_socket_holds_earlier_bytes_so_a_lapsed_lease_let
     with in_process_node(commit_log=lease) as runner:
         topic = unique("/topic/backlog")
         stuck = socket.create_connection(runner.address)
-        stuck.sendall(frame_bytes("CONNECT", {"accept-version": "1.2"}) + frame_bytes("SUBSCRIBE", {"destination": topic, "id": "s"}))
+        stuck.sendall(frame_bytes("CONNECT", {"accept-version": "1.2"})
+                      + frame_bytes("SUBSCRIBE", {"destination": topic, "id": "s"}))
         deadline = time.monotonic() + 5
         while len(runner.node.sessions) < 1 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -274,9 +277,13 @@ def test_output_waits_while_the_socket_holds_earlier_bytes_so_a_lapsed_lease_let
 @st.composite
 def _frame_soup(draw: st.DrawFn) -> bytes:
     """Frames that are well formed or nearly so, with random commands, headers and bodies."""
-    commands = st.sampled_from(["SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "CONNECT", "DISCONNECT", "BOGUS"])
-    names = st.sampled_from(["destination", "id", "ack", "transaction", "receipt", "selector", "content-length", "activemq.prefetchSize", "x"])
-    values = st.one_of(st.sampled_from(["/queue/fz", "/topic/fz", "client", "auto", "t1", "1", "-1", "a = 'b'", "(", ""]), st.text(max_size=8))
+    commands = st.sampled_from(["SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
+                                "CONNECT", "DISCONNECT", "BOGUS"])
+    names = st.sampled_from(["destination", "id", "ack", "transaction", "receipt", "selector", "content-length",
+                             "activemq.prefetchSize", "x"])
+    values = st.one_of(
+        st.sampled_from(["/queue/fz", "/topic/fz", "client", "auto", "t1", "1", "-1", "a = 'b'", "(", ""]),
+        st.text(max_size=8))
     out = b""
     for _ in range(draw(st.integers(1, 5))):
         headers = draw(st.dictionaries(names, values, max_size=4))
@@ -357,7 +364,8 @@ def _check_translated_send(runner, captured: list[Send]) -> None:  # noqa: ANN00
     client = RawClient(runner.address)
     client.connect()
     queue = unique()
-    client.send(frame_bytes("SEND", {"destination": queue, "receipt": "r", "priority": "7", "x": "1", "content-length": "2"}, b"hi"))
+    client.send(frame_bytes("SEND", {"destination": queue, "receipt": "r", "priority": "7", "x": "1",
+                                     "content-length": "2"}, b"hi"))
     assert client.read_frame().headers["receipt-id"] == "r"
     (send,) = captured
     assert send.destination == queue and send.body == b"hi" and send.receipt == "r"

@@ -31,7 +31,8 @@ class Node:
 
     def __init__(self, tmp: Path, **node_keys: object) -> None:
         (self.port,) = free_ports(1)
-        lines = ["[node]", f"port = {self.port}"] + [f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}" for k, v in node_keys.items()]
+        keys = [f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}" for k, v in node_keys.items()]
+        lines = ["[node]", f"port = {self.port}", *keys]
         (tmp / "node.toml").write_text("\n".join(lines) + "\n")
         self.stdout = tmp / "node.stdout"
         with open(self.stdout, "wb") as out, open(tmp / "node.stderr", "wb") as err:
@@ -202,7 +203,8 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(tmp_path: Path) -> 
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
-        row = next(line for line in Path(f"/proc/{node.proc.pid}/limits").read_text().splitlines() if "open files" in line)
+        limits = Path(f"/proc/{node.proc.pid}/limits").read_text().splitlines()
+        row = next(line for line in limits if "open files" in line)
         node_soft, node_hard = row.split()[3:5]
         assert node_soft == node_hard, row
     finally:

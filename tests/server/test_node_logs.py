@@ -110,7 +110,8 @@ def test_group_member_logs_json_lines_without_credentials(tmp_path: Path) -> Non
     for line in lines:
         assert {"timestamp", "level", "logger", "event"} <= set(line), line
     events = [line["event"] for line in lines]
-    for event in ("node.started", "node.listening", "raft.leader_changed", "client.connected", "client.disconnected", "node.stopped"):
+    for event in ("node.started", "node.listening", "raft.leader_changed", "client.connected", "client.disconnected",
+                  "node.stopped"):
         assert event in events, events
     assert "debug" in {line["level"] for line in lines}  # the level came from the environment
 
@@ -134,7 +135,8 @@ def test_followers_log_the_leader_and_its_successor(tmp_path: Path) -> None:
         term = wait_for_event(logs[first], "raft.leader_changed", role="leader")["term"]
         for node_id in group.members:
             if node_id != first:
-                wait_for_event(logs[node_id], "raft.leader_changed", role="follower", leader=group.members[first].client)
+                wait_for_event(logs[node_id], "raft.leader_changed", role="follower",
+                               leader=group.members[first].client)
 
         group.signal(first, signal.SIGTERM)  # graceful: hands leadership over
         assert group.wait_exit(first) == 0
@@ -143,7 +145,8 @@ def test_followers_log_the_leader_and_its_successor(tmp_path: Path) -> None:
         follower = next(node_id for node_id in rest if node_id != second)
         line = wait_for_event(logs[second], "raft.leader_changed", role="leader")
         assert line["term"] > term
-        line = wait_for_event(logs[follower], "raft.leader_changed", role="follower", leader=group.members[second].client)
+        line = wait_for_event(logs[follower], "raft.leader_changed", role="follower",
+                              leader=group.members[second].client)
         assert line["term"] > term
     finally:
         group.close()
@@ -157,8 +160,9 @@ def test_single_node_console_is_pretty_on_a_terminal_and_writes_no_file(tmp_path
     work = tmp_path / "cwd"
     work.mkdir()
     with open(stdout_path, "wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory"],
-                                stdout=stdout, stderr=slave, stdin=subprocess.DEVNULL, cwd=work, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory"],
+            stdout=stdout, stderr=slave, stdin=subprocess.DEVNULL, cwd=work, env=env)
     os.close(slave)
     seen = b""
     try:
@@ -177,7 +181,8 @@ def test_single_node_console_is_pretty_on_a_terminal_and_writes_no_file(tmp_path
     assert "node.listening" in text, text
     assert "\x1b[" in text  # coloured
     assert "timestamp=" not in text and "event=" not in text  # not the plain key=value lines
-    assert stdout_path.read_text() == f"raftmq node listening on 127.0.0.1:{port} (in memory: nothing survives a restart)\n"
+    assert stdout_path.read_text() == (f"raftmq node listening on 127.0.0.1:{port} "
+                                       "(in memory: nothing survives a restart)\n")
     assert list(work.iterdir()) == []  # no data directory, no --log-file: console only
 
 

@@ -226,7 +226,8 @@ def test_durable_topic_subscription_survives_reconnect_activemq_style(address, t
     topic = unique("/topic/d")
     headers = {"client-id": unique("client")}
     conn, listener = connect(address, headers=headers, transport=transport)
-    conn.subscribe(topic, id="d", ack="client-individual", headers={"activemq.subscriptionName": "audit"}, receipt="sub")
+    conn.subscribe(topic, id="d", ack="client-individual", headers={"activemq.subscriptionName": "audit"},
+                   receipt="sub")
     listener.receipt("sub")
     conn.disconnect()
     producer, plistener = connect(address, transport=transport)
@@ -324,7 +325,8 @@ def test_duplicate_detection_stores_a_message_once(address, transport: str) -> N
 def test_disconnect_receipt_then_close(address) -> None:
     client = RawClient(address)
     client.connect()
-    client.send(frame_bytes("DISCONNECT", {"receipt": "bye"}) + frame_bytes("SEND", {"destination": "/queue/ignored"}, b"x"))
+    client.send(frame_bytes("DISCONNECT", {"receipt": "bye"})
+                + frame_bytes("SEND", {"destination": "/queue/ignored"}, b"x"))
     frames = client.read_until_closed()
     assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "bye")]
 

@@ -158,7 +158,8 @@ def test_frames_pipelined_behind_a_refused_connect_do_nothing(secure: NodeProces
     client = RawClient(secure.address)
     try:
         client.send(
-            frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x", "login": "producer", "passcode": "wrong-passcode"})
+            frame_bytes("CONNECT",
+                        {"accept-version": "1.2", "host": "x", "login": "producer", "passcode": "wrong-passcode"})
             + frame_bytes("SEND", {"destination": destination, "receipt": "r"}, b"sneaked in")
         )
         expect_error_and_close(client, "access refused")
@@ -175,7 +176,8 @@ def test_frames_pipelined_behind_an_accepted_connect_wait_for_the_login_check(se
     client = RawClient(secure.address)
     try:
         client.send(
-            frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x", "login": "first", "passcode": PASSWORDS["first"]})
+            frame_bytes("CONNECT",
+                        {"accept-version": "1.2", "host": "x", "login": "first", "passcode": PASSWORDS["first"]})
             + frame_bytes("SEND", {"destination": destination, "receipt": "r1"}, b"one")
             + frame_bytes("SEND", {"destination": destination, "receipt": "r2"}, b"two")
         )
@@ -256,7 +258,8 @@ def test_send_in_a_transaction_is_checked_and_the_transaction_rolls_back(secure:
         producer.send(
             frame_bytes("BEGIN", {"transaction": "t1"})
             + frame_bytes("SEND", {"destination": allowed, "transaction": "t1"}, b"in the transaction")
-            + frame_bytes("SEND", {"destination": unique("/queue/payroll"), "transaction": "t1", "receipt": "bad"}, b"x")
+            + frame_bytes("SEND", {"destination": unique("/queue/payroll"), "transaction": "t1", "receipt": "bad"},
+                          b"x")
             + frame_bytes("COMMIT", {"transaction": "t1", "receipt": "commit"})
         )
         error = expect_error_and_close(producer, "access denied")
@@ -293,7 +296,8 @@ def test_browsing_a_queue_needs_read(secure: NodeProcess) -> None:
     admin.close()
     producer = login(secure, "producer")
     try:
-        producer.send(frame_bytes("SUBSCRIBE", {"destination": destination, "id": "b", "browser": "true", "receipt": "s"}))
+        producer.send(frame_bytes("SUBSCRIBE",
+                                  {"destination": destination, "id": "b", "browser": "true", "receipt": "s"}))
         error = expect_error_and_close(producer, "access denied")
         assert error["receipt-id"] == "s" and f"may not read from {destination}" in error["body"]
     finally:

@@ -64,7 +64,8 @@ def test_stomp_py_over_websocket_sends_receives_and_gets_receipts(address: tuple
 
 
 def test_the_subprotocol_is_the_first_stomp_one_offered_or_none(address: tuple[str, int]) -> None:
-    offered = websocket.create_connection(ws_url(address, "/stomp"), subprotocols=["v10.stomp", "v12.stomp"], timeout=WAIT)
+    offered = websocket.create_connection(ws_url(address, "/stomp"), subprotocols=["v10.stomp", "v12.stomp"],
+                                          timeout=WAIT)
     plain = websocket.create_connection(ws_url(address, "/"), timeout=WAIT)
     try:
         assert offered.getsubprotocol() == "v10.stomp"
@@ -103,7 +104,8 @@ def test_frames_may_span_messages_and_share_them_and_bodies_may_be_binary(ws: we
     ws.send_binary(whole[25:])
     assert frames(ws, 1)[0].startswith(b"CONNECTED\n")
     body = bytes(range(256)) * 4096  # 1 MiB, every byte value, NULs included
-    ws.send_binary(frame_bytes("SEND", {"destination": queue, "content-length": str(len(body)), "receipt": "big"}, body))
+    ws.send_binary(frame_bytes("SEND", {"destination": queue, "content-length": str(len(body)), "receipt": "big"},
+                               body))
     got = frames(ws, 2)
     message = next(f for f in got if f.startswith(b"MESSAGE\n"))
     assert message.endswith(b"\n\n" + body)
@@ -124,7 +126,8 @@ def frames(client: websocket.WebSocket, count: int) -> list[bytes]:
             if end < 0:
                 break
             head = buffer[:end]
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\n") if line.startswith(b"content-length:")), None)
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\n")
+                           if line.startswith(b"content-length:")), None)
             if length is None:
                 stop = buffer.find(b"\0", end)
                 if stop < 0:
@@ -196,7 +199,8 @@ def upgrade_request(path: str = "/ws", key: str | None = None, drop: tuple[str, 
     (b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 7\r\n"
      b"Sec-WebSocket-Key: x\r\n\r\n", b"4"),
 ])
-def test_a_bad_upgrade_gets_an_http_error_and_a_close(address: tuple[str, int], request_bytes: bytes, status: bytes) -> None:
+def test_a_bad_upgrade_gets_an_http_error_and_a_close(address: tuple[str, int], request_bytes: bytes,
+                                                      status: bytes) -> None:
     answer, closed = raw_upgrade(address, request_bytes)
     assert answer.startswith(b"HTTP/1.1 " + status) and closed, answer[:200]
 

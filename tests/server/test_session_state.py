@@ -41,7 +41,8 @@ def _state_writes_and_orderings(source: str) -> list[str]:
 
 def test_the_shell_neither_sets_nor_orders_a_session_state() -> None:
     offenders = {str(path.relative_to(SERVER)): found for path in sorted(SERVER.rglob("*.py"))
-                 if str(path.relative_to(SERVER)) not in OWNERS and (found := _state_writes_and_orderings(path.read_text()))}
+                 if str(path.relative_to(SERVER)) not in OWNERS
+                 and (found := _state_writes_and_orderings(path.read_text()))}
     assert offenders == {}
 
 

@@ -90,7 +90,8 @@ def test_a_bad_frame_after_good_ones_proposes_the_good_ones_then_refuses_naming_
     session = StompSession(Host(), "s1")
     session.receive(CONNECT, NOW)
     decisions = session.receive(
-        frame("SEND", {"destination": "/queue/a"}, b"ok") + frame("SEND", {"destination": "nowhere", "receipt": "r9"}), NOW
+        frame("SEND", {"destination": "/queue/a"}, b"ok") + frame("SEND", {"destination": "nowhere", "receipt": "r9"}),
+        NOW,
     )
     assert [type(d) for d in decisions] == [Propose, Refuse]
     assert error_headers(refusal(decisions))["receipt-id"] == "r9"
@@ -108,7 +109,8 @@ def test_a_follower_relays_or_names_the_leader() -> None:
     relayed = StompSession(Host(is_leader=False, leader_hint="10.0.0.1:61613"), "s1")
     decisions = relayed.receive(CONNECT, NOW)
     assert decisions == [RelayToLeader(CONNECT)] and relayed.state is SessionState.RELAYED
-    redirected = StompSession(Host(NodeConfig(follower_clients="redirect"), is_leader=False, leader_hint="10.0.0.1:61613"), "s2")
+    redirecting = Host(NodeConfig(follower_clients="redirect"), is_leader=False, leader_hint="10.0.0.1:61613")
+    redirected = StompSession(redirecting, "s2")
     refuse = refusal(redirected.receive(CONNECT, NOW))
     assert refuse.message == "not the leader" and error_headers(refuse)["leader"] == "10.0.0.1:61613"
 
@@ -124,7 +126,8 @@ def test_passcode_check_holds_pipelined_frames_until_answered() -> None:
     host = Host(security=Security(SecurityConfig(authentication=True, users=users)))
     session = StompSession(host, "s1")
     pipelined = frame("SEND", {"destination": "/queue/a"}, b"x")
-    decisions = session.receive(frame("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "pw"}) + pipelined, NOW)
+    connect = frame("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "pw"})
+    decisions = session.receive(connect + pipelined, NOW)
     assert decisions == [CheckLogin("alice", "pw")] and session.authenticating
     assert session.receive(frame("SEND", {"destination": "/queue/b"}, b"y"), NOW) == []  # held too
     principal = host.security.login("alice", "pw")
@@ -152,7 +155,8 @@ def test_the_acl_denies_creating_a_destination_without_admin() -> None:
     host.destinations.add("/queue/orders.old")
     allowed = StompSession(host, "s2")
     allowed.receive(CONNECT, NOW)
-    assert [type(c) for c in commands(allowed.receive(frame("SEND", {"destination": "/queue/orders.old"}), NOW))] == [Send]
+    sent = commands(allowed.receive(frame("SEND", {"destination": "/queue/orders.old"}), NOW))
+    assert [type(c) for c in sent] == [Send]
 
 
 def test_unfinished_input_is_bounded_by_the_nodes_budget() -> None:

@@ -56,8 +56,8 @@ def installed() -> Path:
     """tests/js/node_modules, installed from the lock file if it is not yet."""
     for tool in ("node", "npm"):
         if shutil.which(tool) is None:
-            pytest.fail(f"the stompjs tests need {tool}: as root, `python3 -m chaos.system_packages` (or apt-get install -y nodejs npm)",
-                        pytrace=False)
+            pytest.fail(f"the stompjs tests need {tool}: as root, `python3 -m chaos.system_packages` "
+                        "(or apt-get install -y nodejs npm)", pytrace=False)
     modules = JS / "node_modules"
     with open(JS / ".install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -14,7 +14,8 @@ from raftmq.server.stomp.translate import FrameTranslator, check_destination
 
 
 def subscribe(translator: FrameTranslator, destination: str) -> object:
-    return translator.translate(Frame("SUBSCRIBE", [("destination", destination), ("id", "1"), ("ack", "client-individual")], b""), 1)
+    headers = [("destination", destination), ("id", "1"), ("ack", "client-individual")]
+    return translator.translate(Frame("SUBSCRIBE", headers, b""), 1)
 
 
 def test_a_store_and_forward_queue_is_refused_unless_a_neighbour_pulls_it() -> None:

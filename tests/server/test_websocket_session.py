@@ -17,7 +17,8 @@ def upgrade(session: WebSocketSession, subprotocols: list[str] | None = None,
             headers: list[tuple[bytes, bytes]] | None = None) -> tuple[WSConnection, list[object], list[object]]:
     """The client, the session's actions, and what the client made of the answer."""
     client = WSConnection(ConnectionType.CLIENT)
-    request = client.send(Request(host="broker", target="/ws", subprotocols=subprotocols or [], extra_headers=headers or []))
+    request = client.send(Request(host="broker", target="/ws", subprotocols=subprotocols or [],
+                                  extra_headers=headers or []))
     actions = session.receive(request)
     return client, actions, events(client, actions)
 
