@@ -12,12 +12,9 @@ from __future__ import annotations
 import zlib
 from typing import Protocol
 
-from raftmq.core.cluster_state import ClusterState
-from raftmq.core.dispatch import Dispatcher
-from raftmq.core.message import Message
 from raftmq.core.model import PRIORITY_LEVELS, Store, selector_headers
-from raftmq.core.state import BrokerState
-from raftmq.routing.bindings import Consumers, Route
+from raftmq.core.routing_view import MessageMover
+from raftmq.routing.bindings import Route
 from raftmq.routing.cluster_connection import LOCAL_FIRST, ClusterConnection
 
 # A redistribution moves at most this many messages of one queue per Tick (a Tick's apply
@@ -25,24 +22,12 @@ from raftmq.routing.cluster_connection import LOCAL_FIRST, ClusterConnection
 REDISTRIBUTION_BATCH = 10_000
 
 
-class ClusterRouting(Protocol):
+class ClusterRouting(MessageMover, Protocol):
     """What redistribution uses of raftmq.core.cluster_routing.ClusterRouting (which owns it)."""
-
-    own: str
-    state: BrokerState
-    dispatch: Dispatcher
-
-    @property
-    def cluster_state(self) -> ClusterState: ...
 
     def governing(self, destination: str) -> ClusterConnection | None: ...
 
     def queue_routes(self, destination: str) -> dict[str, Route]: ...
-
-    def forward(self, via: str, destination: str, headers: str, body: object, now: int, to: str,
-                here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None: ...
-
-    def takers(self, consumers: Consumers, matching: dict[str, str]) -> int: ...
 
 
 class Redistribution:

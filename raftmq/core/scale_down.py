@@ -18,38 +18,24 @@ import json
 import zlib
 from typing import Protocol
 
-from raftmq.core.cluster_state import ClusterState
 from raftmq.core.commands import ACK_AUTO
-from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
 from raftmq.core.model import PRIORITY_LEVELS, Store, Subscription, selector_headers
+from raftmq.core.routing_view import MessageMover
 from raftmq.core.selector import Selector
-from raftmq.core.state import BrokerState
 from raftmq.protocol.header_block import block_of
-from raftmq.routing.bindings import Consumers, Route
+from raftmq.routing.bindings import Route
 from raftmq.routing.route import DURABLE_HEADER, SUBSCRIPTION_ONLY_HEADER, is_internal
 
 
-class ClusterRouting(Protocol):
+class ClusterRouting(MessageMover, Protocol):
     """What scale-down uses of raftmq.core.cluster_routing.ClusterRouting (which owns it)."""
-
-    own: str
-    state: BrokerState
-    dispatch: Dispatcher
-
-    @property
-    def cluster_state(self) -> ClusterState: ...
 
     @property
     def next_hops(self) -> dict[str, tuple[int, str]]: ...
 
     def routes_to(self, destination: str) -> dict[str, Route]: ...
-
-    def forward(self, via: str, destination: str, headers: str, body: object, now: int, to: str,
-                here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None: ...
-
-    def takers(self, consumers: Consumers, matching: dict[str, str]) -> int: ...
 
     def selector(self, text: str) -> Selector | None: ...
 

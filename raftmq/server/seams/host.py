@@ -108,8 +108,8 @@ class RelayStarter(Protocol):
     def start(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes) -> None:
         """Take over `transport` (the connection's) and pipe it, after `prefix`, to the leader."""
 
-    def adopt(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str, session_id: str,
-              refusal: bytes, hops: int, parked_at: int | None = None) -> None:
+    def to_successor(self, connection: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str,
+                     session_id: str, refusal: bytes, hops: int, parked_at: int | None = None) -> None:
         """Pipe `transport` to the successor at `leader`, which adopts `session_id` (`prefix`: its
         ticket); `hops`: relays between the client and this node; `parked_at`: the successor
         parks the session, and the client is told to resume it there from that offset."""

@@ -325,7 +325,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._beats.stop()
         self._moves(HandedOver())
         assert self._transport is not None and not self._out
-        self.host.relays.adopt(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
+        self.host.relays.to_successor(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
 
     def resume_here(self, session_id: str, held: bytes) -> None:
         """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""

@@ -36,30 +36,8 @@ import structlog
 from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.server.seams.host import RelayedConnection, RelayHost
+from raftmq.server.stomp import relay_events as ev
 from raftmq.server.stomp.mobility import Kind, RelayMachine
-from raftmq.server.stomp.relay_events import (
-    ClientData,
-    ClientEof,
-    ClientLost,
-    ClientReading,
-    CloseClient,
-    CloseUpstream,
-    Connect,
-    Connected,
-    Count,
-    Decision,
-    Ended,
-    Farewell,
-    HalfCloseUpstream,
-    LeaderSeen,
-    ResumeHere,
-    SendOff,
-    ToClient,
-    ToUpstream,
-    Unreachable,
-    UpstreamData,
-    UpstreamLost,
-)
 from raftmq.server.stomp.relay_sides import ClientSide, UpstreamSide, abort, linger, mark_relayed, set_reading
 from raftmq.tls import member_client_tls, pinned
 
@@ -101,8 +79,8 @@ class Relays:
                                stream_bytes=session.stream_bytes, client_eof=session.eof_pending)
         self._begin(Relay(self, node, session, transport, machine))
 
-    def adopt(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str,
-              session_id: str, refusal: bytes, hops: int, parked_at: int | None = None) -> None:
+    def to_successor(self, session: RelayedConnection, transport: asyncio.Transport, prefix: bytes, leader: str,
+                     session_id: str, refusal: bytes, hops: int, parked_at: int | None = None) -> None:
         """Relay `transport` to the successor at `leader`, which adopts the session (`prefix`: its
         ticket); `hops`: relays between the client and this node (0: the client's own socket);
         `parked_at`: the successor parks it instead, and the client resumes it from that offset."""
@@ -234,66 +212,66 @@ class Relay:
     # -- events in -----------------------------------------------------------------------------
 
     def check_leader(self, leader: str | None, now: float) -> None:
-        self._run(self.machine.handle(LeaderSeen(leader, now)))
+        self._run(self.machine.handle(ev.LeaderSeen(leader, now)))
 
     def client_data(self, data: bytes) -> None:
-        self._run(self.machine.handle(ClientData(data)))
+        self._run(self.machine.handle(ev.ClientData(data)))
         self.session.stream_bytes = self.machine.stream_bytes
 
     def client_eof(self) -> None:
-        self._run(self.machine.handle(ClientEof()))
+        self._run(self.machine.handle(ev.ClientEof()))
 
     def client_lost(self, exc: Exception | None) -> None:
         self._lost = exc
-        self._run(self.machine.handle(ClientLost()))
+        self._run(self.machine.handle(ev.ClientLost()))
 
     def upstream_data(self, data: bytes) -> None:
-        self._run(self.machine.handle(UpstreamData(data, self._loop.time(), self._node.clock.now_ms())))
+        self._run(self.machine.handle(ev.UpstreamData(data, self._loop.time(), self._node.clock.now_ms())))
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed
-            self._run(self.machine.handle(UpstreamLost(self._node.clock.now_ms())))
+            self._run(self.machine.handle(ev.UpstreamLost(self._node.clock.now_ms())))
 
     def farewell(self) -> None:
         """The node stops: a session it handed over leaves with its client (raftmq.server.stomp.mobility, FAREWELL)."""
-        self._run(self.machine.handle(Farewell(self._node.clock.now_ms())))
+        self._run(self.machine.handle(ev.Farewell(self._node.clock.now_ms())))
 
     # -- decisions out ---------------------------------------------------------------------------
 
-    def _run(self, decisions: list[Decision]) -> None:
+    def _run(self, decisions: list[ev.Decision]) -> None:
         for decision in decisions:
-            if isinstance(decision, ToUpstream):
+            if isinstance(decision, ev.ToUpstream):
                 upstream = self._upstream
                 if upstream is not None and not upstream.is_closing():
                     upstream.write(decision.data)
-            elif isinstance(decision, ToClient):
+            elif isinstance(decision, ev.ToClient):
                 if not self._client.is_closing():
                     self._client.write(decision.data)
-            elif isinstance(decision, ClientReading):
+            elif isinstance(decision, ev.ClientReading):
                 set_reading(self._client, decision.on)
-            elif isinstance(decision, HalfCloseUpstream):
+            elif isinstance(decision, ev.HalfCloseUpstream):
                 if self._upstream is not None and not self._upstream.is_closing():
                     self._upstream.write_eof()
-            elif isinstance(decision, CloseUpstream):
+            elif isinstance(decision, ev.CloseUpstream):
                 if self._upstream is not None:
                     self._close(self._upstream)
-            elif isinstance(decision, CloseClient):
+            elif isinstance(decision, ev.CloseClient):
                 self._close(self._client)
-            elif isinstance(decision, Connect):
+            elif isinstance(decision, ev.Connect):
                 self._upstream = None
                 self._task = self._loop.create_task(self._connect(decision.leader, decision.seconds))
-            elif isinstance(decision, SendOff):
+            elif isinstance(decision, ev.SendOff):
                 if not self._client.is_closing():
                     self._client.write(decision.frame)
                 linger(self._client, self.client_lost, self._close)
                 if self._upstream is not None:
                     self._close(self._upstream)
-            elif isinstance(decision, Ended):
+            elif isinstance(decision, ev.Ended):
                 self._end(decision.session_lost)
-            elif isinstance(decision, ResumeHere):
+            elif isinstance(decision, ev.ResumeHere):
                 self.session.connection_lost(None)  # the relayed connection ends here; its client's does not
                 self._node.resume_here(self._client, decision.session_id, decision.held, decision.offset)
-            elif isinstance(decision, Count):
+            elif isinstance(decision, ev.Count):
                 if decision.what == "moved":
                     self._relays.moved += 1
                 else:
@@ -317,7 +295,7 @@ class Relay:
                     failure = str(exc) or type(exc).__name__
                 else:
                     self._upstream = upstream
-                    self._run(self.machine.handle(Connected(leader, upstream.can_write_eof())))
+                    self._run(self.machine.handle(ev.Connected(leader, upstream.can_write_eof())))
                     return self._relays.look()  # the leader may have changed while it connected
             remaining = deadline - self._loop.time()
             if remaining <= 0:
@@ -326,7 +304,7 @@ class Relay:
                 await self._relays.until(lambda: self._node.commit_log.leader_hint is not None, remaining)
             else:
                 await asyncio.sleep(min(RETRY_SECONDS, remaining))
-        self._run(self.machine.handle(Unreachable(leader, failure)))
+        self._run(self.machine.handle(ev.Unreachable(leader, failure)))
 
     async def _open(self, leader: str) -> asyncio.Transport:
         host, port = split_address(leader)
