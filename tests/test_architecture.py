@@ -231,6 +231,7 @@ IO_FREE = (
     "raftmq.protocol.negotiation", "raftmq.protocol.limits",
     "raftmq.core.", "raftmq.routing.",
     "raftmq.server.stomp.session", "raftmq.server.stomp.translate", "raftmq.server.stomp.decisions",
+    "raftmq.server.stomp.authorization",
     "raftmq.server.stomp.frames", "raftmq.server.stomp.adoption", "raftmq.server.stomp.mobility",
     "raftmq.server.stomp.relay_events", "raftmq.server.stomp.serving", "raftmq.testing.mobility_sim",
     "raftmq.server.websocket.session",

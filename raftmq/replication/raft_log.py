@@ -15,9 +15,10 @@ leader's proposals settle (futures complete, proposers are told: `propose_for`) 
 ran for their entry; they fail with `NotLeader` (never submitted) or `CommitFailed` (leadership
 lost, timeout, apply error) and never report success for an entry whose outcome is unknown.
 
-`position` is the (index, term) of the entry `apply` is handling; the role listener
-(`set_role_listener`) hears of every leadership change on the loop, a lost leadership before
-the proposals in flight fail; `snapshot_floor` bounds the index of the last durable snapshot.
+`position` is the (index, term) of the entry `apply` is handling (raftmq.replication.applier
+carries entries, snapshots and restores across); the role listener (`set_role_listener`) hears
+of every leadership change on the loop, a lost leadership before the proposals in flight fail,
+and the leader listener (`set_leader_listener`) of every change of the leader this member knows; `snapshot_floor` bounds the index of the last durable snapshot.
 
 Snapshots: the state machine's `snapshot() -> bytes` and `restore(bytes)` run on the loop, in
 order with `apply` (a restore that finishes later holds what follows until it has). The tick thread waits (bounded) for the snapshot, so it reflects exactly
@@ -27,7 +28,6 @@ the entries applied so far. Compaction is triggered by journal bytes (`compact_a
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import sys
 import time
@@ -39,10 +39,10 @@ from pysyncobj import _RAFT_STATE
 
 from raftmq.core.commands import Command, unawaited
 from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqError
+from raftmq.replication.applier import Applier
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
-from raftmq.replication.entry_codec import ENTRY_FORMAT_LISTS, ROWS_VERSION, batch_of_rows, decode_entry, encode_entry, encode_entry_lists
-from raftmq.replication.handoff import OrderedHandoff
+from raftmq.replication.entry_codec import ENTRY_FORMAT_LISTS, ROWS_VERSION, batch_of_rows, encode_entry, encode_entry_lists
 from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
 from raftmq.replication.leadership_transfer import transfer
 from raftmq.replication.proposals import ProposalQueue
@@ -74,7 +74,6 @@ class RaftLog(CommitLog):
         self.settings = settings
         self._client_addresses = dict(client_addresses or {})
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._machine: StateMachine | None = None
         self._syncobj: HardenedSyncObj | None = None
         self._queue = ProposalQueue()
         self._company_timer: asyncio.TimerHandle | None = None  # while unawaited settlements wait for company
@@ -82,21 +81,14 @@ class RaftLog(CommitLog):
         self._leader_term = 0  # the term of our latest leadership
         self._won_by_hand_over = False  # that leadership came from a transfer (TimeoutNow)
         self._in_flight = InFlightEntries()
+        self._applier = Applier(self._in_flight, settings.timings.snapshot_timeout_ms / 1000)
         self._next_token = 0
         self._pump_scheduled = False
         self._stopped = False
-        self._delivered_index = 0
-        self._position = LogPosition(0, 0)
         self._role_listener: RoleListener | None = None
         # The loop's word on our role (the tick thread flips pysyncobj's first): until the loop
         # hears, proposals wait for `_lost_leadership`, which fails them after the role listener.
         self._leading_on_loop = False
-        self._failed_deliveries: set[int] = set()
-        # Set while a restore finishes (StateMachine.restore returned a future): what the tick
-        # thread hands over meanwhile waits here, in order.
-        self._handoff = OrderedHandoff()
-        self._apply_errors = 0
-        self._last_apply_error: str | None = None
         self._members_listener: Callable[[tuple[str, ...]], None] | None = None
         self._leader_listener: Callable[[], None] | None = None
 
@@ -105,8 +97,8 @@ class RaftLog(CommitLog):
     async def start(self, machine: StateMachine) -> None:
         s = self.settings
         self._loop = asyncio.get_running_loop()
-        self._handoff.start(self._loop)
-        self._machine = machine
+        self._applier.handoff.start(self._loop)
+        self._applier.machine = machine
         if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         os.makedirs(s.data_dir, exist_ok=True)
@@ -127,9 +119,9 @@ class RaftLog(CommitLog):
         s = self.settings
         return HardenedSyncObj(
             s.self_address, list(s.peers), data_dir=s.data_dir, journal=journal,
-            on_apply=self._apply_in_tick_thread,
-            snapshot=self._snapshot_in_tick_thread,
-            restore=self._restore_in_tick_thread,
+            on_apply=self._applier.apply_in_tick_thread,
+            snapshot=self._applier.snapshot_in_tick_thread,
+            restore=self._applier.restore_in_tick_thread,
             on_state_changed=self._state_changed_in_tick_thread,
             on_members_changed=lambda members: self._call_on_loop(self._members_changed, members),
             on_leader_changed=lambda: self._call_on_loop(self._leader_changed),
@@ -210,7 +202,7 @@ class RaftLog(CommitLog):
 
     @property
     def position(self) -> LogPosition:
-        return self._position
+        return self._applier.position
 
     def set_role_listener(self, listener: RoleListener | None) -> None:
         self._role_listener = listener
@@ -278,7 +270,7 @@ class RaftLog(CommitLog):
         raft = self.raft_status()
         return LogStatus(
             is_leader=raft.is_leader, leader=None if raft.is_leader else raft.leader_client, term=raft.term,
-            commit_index=raft.commit_index, applied_index=self._position.index, replicated=True,
+            commit_index=raft.commit_index, applied_index=self._applier.position.index, replicated=True,
             details={name: getattr(raft, name) for name in raft.__slots__},
         )
 
@@ -291,11 +283,11 @@ class RaftLog(CommitLog):
             node=self.settings.self_address, leader=leader,
             leader_client=None if leader is None else self._client_addresses.get(leader),
             is_leader=syncobj.is_leader, term=syncobj.raftCurrentTerm, commit_index=syncobj.raftCommitIndex,
-            last_applied=syncobj.raftLastApplied, delivered_index=self._delivered_index,
+            last_applied=syncobj.raftLastApplied, delivered_index=self._applier.delivered_index,
             journal_entries=len(journal), journal_first_index=_first_index(journal),
             journal_bytes=journal.size_bytes, fsyncs=journal.fsyncs,
-            apply_errors=syncobj.apply_errors + self._apply_errors,
-            last_apply_error=self._last_apply_error or syncobj.last_apply_error,
+            apply_errors=syncobj.apply_errors + self._applier.apply_errors,
+            last_apply_error=self._applier.last_apply_error or syncobj.last_apply_error,
             in_flight_entries=len(self._in_flight), queued_appends=len(self._queue), members=syncobj.members,
         )
 
@@ -362,7 +354,7 @@ class RaftLog(CommitLog):
         pending.timer = self._loop.call_later(self.settings.timings.commit_timeout_ms / 1000, self._expire, token)
 
     def _settle_from_tick_thread(self, token: int, result: Any, error: int) -> None:
-        self._handoff.send(self._settle, token, result, error)
+        self._applier.handoff.send(self._settle, token, result, error)
 
     def _settle(self, token: int, result: Any, error: int) -> None:
         pending = self._in_flight.pop(token)
@@ -370,12 +362,12 @@ class RaftLog(CommitLog):
             return  # already failed (leadership lost, timeout, stop)
         if pending.timer is not None:
             pending.timer.cancel()
-        if error == SUCCESS and result is not None and result not in self._failed_deliveries:
+        if error == SUCCESS and result is not None and result not in self._applier.failed_deliveries:
             if pending.awaited and self._loop is not None:
                 self._queue.company_until = self._loop.time() + self.settings.timings.settle_wait_ms / 1000
             settle_waiters(pending.waiters)
         else:
-            self._failed_deliveries.discard(result)
+            self._applier.failed_deliveries.discard(result)
             if error == SUCCESS:
                 # Committed, but this node could not apply it (its body journal failed): the
                 # group has it, so "not committed" would be a lie a client might act on.
@@ -428,83 +420,8 @@ class RaftLog(CommitLog):
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
-    def _apply_in_tick_thread(self, index: int, term: int, entry: bytes) -> int:
-        # Decoding happens on the loop: the tick thread stays free for heartbeats and I/O.
-        self._handoff.send(self._deliver, index, term, entry)
-        return index
-
-    def _deliver(self, index: int, term: int, entry: bytes) -> None:
-        self._delivered_index = index
-        self._position = LogPosition(index, term)
-        pending = self._in_flight.take_applied(entry)
-        if pending is not None:
-            # Our own entry: apply the commands it was built from rather than decode it again.
-            commands: Sequence[Command] = pending.commands
-        else:
-            try:
-                commands = decode_entry(entry)
-            except CommandCodecError as exc:
-                # Committed but unreadable here (a newer format?): this member's state now lags
-                # the group's. Surface it; never pretend it was applied.
-                log.critical("raft.entry_undecodable", index=index, error=str(exc))
-                self._record_apply_error(index, exc)
-                return
-        if not commands or self._machine is None:
-            return
-        try:
-            self._machine.apply(commands)
-        except Exception as exc:
-            log.exception("raft.apply_failed", index=index)
-            self._record_apply_error(index, exc)
-
-    def _record_apply_error(self, index: int, exc: BaseException) -> None:
-        self._apply_errors += 1
-        self._last_apply_error = f"entry {index}: {type(exc).__name__}: {exc}"
-        self._failed_deliveries.add(index)
-
     def _state_changed_in_tick_thread(self, old: int, new: int) -> None:
         if old == _RAFT_STATE.LEADER and new != _RAFT_STATE.LEADER:
             self._call_on_loop(self._lost_leadership)
         elif new == _RAFT_STATE.LEADER and old != _RAFT_STATE.LEADER:
             self._call_on_loop(self._gained_leadership)
-
-    def _snapshot_in_tick_thread(self, index: int, term: int) -> bytes:
-        assert self._machine is not None and self._loop is not None
-        result: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        snapshot = self._machine.snapshot
-
-        def take() -> None:  # queued after every batch handed over so far: state == last applied
-            if index > self._delivered_index:
-                # Entries of pysyncobj's own (a new leader's no-op, a membership change) reach no
-                # state machine; the state is the one at `index` and says so (`position`).
-                self._delivered_index = index
-                self._position = LogPosition(index, term)
-            try:
-                result.set_result(snapshot())
-            except BaseException as exc:
-                result.set_exception(exc)
-
-        self._handoff.send(take)
-        return result.result(timeout=self.settings.timings.snapshot_timeout_ms / 1000)
-
-    def _restore_in_tick_thread(self, state: bytes, index: int) -> None:
-        self._handoff.send(self._restore_on_loop, state, index)
-
-    def _restore_on_loop(self, state: bytes, index: int) -> None:
-        assert self._machine is not None
-        try:
-            finishing = self._machine.restore(state)
-        except Exception:
-            self._restored(index)
-            log.exception("raft.restore_failed", index=index)
-            return
-        if finishing is None:
-            self._restored(index)
-        else:
-            # Not applied up to `index` until the machine says so (status shows the old index).
-            self._handoff.hold_until(finishing, first=(self._restored, (index,)))
-
-    def _restored(self, index: int) -> None:
-        self._delivered_index = index
-        self._position = LogPosition(index, self._position.term)
-

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from raftmq import compiled
 from raftmq.clock import Clock, SystemClock
 from raftmq.config import NodeConfig, split_address
 from raftmq.core.address_settings import BLOCK
@@ -38,6 +36,7 @@ from raftmq.server.links.bridge import bridges_for
 from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
+from raftmq.server.node_status import cluster_status, node_status
 from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import BodyFetcher, Replica
@@ -425,7 +424,7 @@ class Node:
         else:
             self.rates.sample(self.clock.monotonic(), destinations)
 
-    def _rates(self, destinations: dict[str, Any]) -> dict[str, Any]:
+    def rates_now(self, destinations: dict[str, Any]) -> dict[str, Any]:
         if self._rates_stale:
             self._sample_rates(destinations)
         return self.rates.rates(self.clock.monotonic(), destinations)
@@ -439,67 +438,10 @@ class Node:
         }
 
     def status(self) -> dict[str, Any]:
-        """Role, term, commit / applied index, counters and rates (JSON-able), for /status.
-
-        `sessions` counts this node's client connections; `broker` is the replicated state's
-        counters (the same on every member that applied as much), among them `broker.sessions`,
-        the sessions the group knows. `rates` is this node's view of how fast they move:
-        enqueue / dequeue msg/s in all and per destination (see `raftmq.server.rates`)."""
-        commit_log = self.commit_log
-        broker = self.broker.stats()
-        replica = self.replica
-        status: dict[str, Any] = {
-            "node": self.name,
-            "pid": os.getpid(),
-            "hot_modules": compiled.mode(),  # "compiled" or "pure ..." (raftmq.compiled)
-            "role": "leader" if commit_log.is_leader else "follower",
-            "leader": None if commit_log.is_leader else commit_log.leader_hint,
-            "applied_index": commit_log.position.index,
-            "sessions": len(self.sessions),
-            "relayed_sessions": len(self._relays),
-            "relayed_total": self._relays.total,
-            "apply_failures": replica.apply_failures,
-            "internal_errors": self.internal_errors,
-            "body_failures": replica.body_failures,
-            "sessions_swept": self.succession.sessions_swept,
-            "sessions_handed_over": self._relays.handed_over,  # to a successor, at a leadership transfer
-            "sessions_adopted": self.succession.takeover.adopted,  # from the previous leader
-            "relays_moved": self._relays.moved,  # to a new leader, the session resumed there
-            "sessions_resumed": self.succession.takeover.resumed,  # parked here, resumed by a relay that moved or by its client
-            "leader_changes": self.succession.leader_changes,
-            "failure": self.failure,
-            "broker": broker,
-            "rates": self._rates(broker["destinations"]),
-        }
-        log_status = commit_log.status()
-        if log_status.replicated:
-            status["raft"] = log_status.details
-            status["term"] = log_status.term
-        # One node: whatever is proposed is committed and applied at once.
-        status["commit_index"] = log_status.commit_index
-        if replica.bodies is not None:
-            status["bodies"] = replica.bodies.stats()
-        if self.flow is not None:
-            status["flow"] = {"blocked_connections": self.flow.waiting, "blocks": self.flow.blocks}
-        if self._config.core.cluster is not None:
-            status["cluster"] = self.cluster_status()
-        return status
+        """Role, term, commit / applied index, counters and rates (JSON-able), for /status
+        (raftmq.server.node_status)."""
+        return node_status(self)
 
     def cluster_status(self) -> dict[str, Any]:
-        """The group's name, its links (the bridges run on the leader only) and the groups
-        it knows, for `raftmq status`."""
-        routing = self.broker.routing
-        cluster = self._config.core.cluster
-        assert routing is not None and cluster is not None
-        state = routing.cluster_state
-        return {
-            "group": cluster.group,
-            "links": [bridge.status() for bridge in self.bridges] if self.commit_log.is_leader else [],
-            "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in routing.reachable_groups().items()},
-            "bindings": routing.remote_bindings(),
-            "forwarded": dict(state.forwarded),
-            "redistributed": state.redistributed,
-            "draining": None if state.draining is None else list(state.draining),
-            "drained": state.drained,
-            "unroutable": state.unroutable,
-        }
+        """The group's name, its links and the groups it knows, for `raftmq status`."""
+        return cluster_status(self)

@@ -24,7 +24,7 @@ from raftmq.core.commands import Command, Send
 from raftmq.errors import CommandCodecError, CommitFailed, ConfigError, NotLeader, RaftmqError
 from raftmq.processes import free_port
 from raftmq.protocol.header_block import block_of, header_dict
-from raftmq.replication import raft_log
+from raftmq.replication import applier
 from raftmq.replication.command_codec import decode_batch, encode_batch, encode_rows
 from raftmq.replication.commit_log import InMemoryLog
 from raftmq.replication.entry_codec import decode_entry, encode_entry, encode_entry_lists
@@ -245,7 +245,7 @@ def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(t
 
 def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The leader applies the commands it built its own entries from; followers decode them.
-    real_decode = raft_log.decode_entry
+    real_decode = applier.decode_entry
 
     def decode_refusing_poison(entry: bytes) -> list[Command]:
         commands = real_decode(entry)
@@ -253,7 +253,7 @@ def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path:
             raise CommandCodecError("unknown command format version 99")
         return commands
 
-    monkeypatch.setattr(raft_log, "decode_entry", decode_refusing_poison)
+    monkeypatch.setattr(applier, "decode_entry", decode_refusing_poison)
 
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
