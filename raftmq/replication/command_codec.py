@@ -30,7 +30,8 @@ HEADER_PAIRS = 1  # the version before header blocks: still read, and written on
 SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     1: (c.Connect, ("session", "now", "login", "client_id")),
     2: (c.Disconnect, ("session", "now", "receipt")),
-    3: (c.Subscribe, ("session", "sub_id", "destination", "now", "ack", "selector", "prefetch", "exclusive", "durable_name", "receipt")),
+    3: (c.Subscribe, ("session", "sub_id", "destination", "now", "ack", "selector", "prefetch", "exclusive",
+                      "durable_name", "receipt")),
     4: (c.Unsubscribe, ("session", "sub_id", "now", "drop_durable", "receipt")),
     5: (c.Send, ("session", "destination", "headers", "body", "now", "transaction", "receipt")),
     6: (c.Ack, ("session", "now", "ack_id", "message_id", "subscription", "transaction", "receipt")),
@@ -121,7 +122,9 @@ def decode_batch(data: bytes) -> list[c.Command]:
         raise CommandCodecError("not a command batch: bad envelope")
     version, rows = envelope
     if version != FORMAT_VERSION and version != HEADER_PAIRS:
-        raise CommandCodecError(f"unsupported command format version {version!r} (this build reads {HEADER_PAIRS} and {FORMAT_VERSION})")
+        raise CommandCodecError(
+            f"unsupported command format version {version!r} (this build reads {HEADER_PAIRS} and {FORMAT_VERSION})"
+        )
     if type(rows) is not tuple:
         raise CommandCodecError("not a command batch: rows are not a list")
     return [_decode_row(row) for row in rows]

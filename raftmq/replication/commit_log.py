@@ -142,7 +142,8 @@ class CommitLog(ABC):
         an entry settles, this default through `propose`'s future."""
         def done(future: asyncio.Future[None]) -> None:
             error = CommitFailed("proposal cancelled") if future.cancelled() else future.exception()
-            proposer.settled(number, commands, error if error is None or isinstance(error, Exception) else CommitFailed(repr(error)))
+            failure = error if error is None or isinstance(error, Exception) else CommitFailed(repr(error))
+            proposer.settled(number, commands, failure)
 
         self.propose(commands).add_done_callback(done)
 

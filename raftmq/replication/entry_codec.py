@@ -27,7 +27,10 @@ MAX_ENTRY_UNCOMPRESSED = 64 * 2**20  # refuse to inflate anything bigger (a corr
 # The command version each entry format holds its rows in.
 ROWS_VERSION = {ENTRY_FORMAT: FORMAT_VERSION, ENTRY_FORMAT_PAIRS: HEADER_PAIRS, ENTRY_FORMAT_LISTS: HEADER_PAIRS}
 # Format byte, and a batch's array of two and its version, of formats 3 and 2.
-_HEADS = {form: (bytes([form]), b"\x92" + bytes(msgpack.packb(ROWS_VERSION[form]))) for form in (ENTRY_FORMAT, ENTRY_FORMAT_PAIRS)}
+_HEADS = {
+    form: (bytes([form]), b"\x92" + bytes(msgpack.packb(ROWS_VERSION[form])))
+    for form in (ENTRY_FORMAT, ENTRY_FORMAT_PAIRS)
+}
 _ARRAY_STARTS = frozenset(bytes([first]) for first in (*range(0x90, 0xA0), 0xDC, 0xDD))  # msgpack arrays' first bytes
 
 

@@ -49,7 +49,9 @@ async def change_membership(raft: RaftLog, change: Change, timeout: float = 10.0
         try:
             error = await asyncio.wait_for(answer, max(0.1, deadline - time.monotonic()))
         except TimeoutError:
-            raise CommitFailed(f"membership change {change.op} {change.address}: not committed within {timeout:g} s") from None
+            raise CommitFailed(
+                f"membership change {change.op} {change.address}: not committed within {timeout:g} s"
+            ) from None
         if error == FAIL_REASON.SUCCESS:
             log.info("raft.membership_committed", op=change.op, node=change.address, members=list(member.members))
             return member.members

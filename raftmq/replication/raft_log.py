@@ -6,8 +6,9 @@ entries in flight are small (`light_load_bytes`); otherwise everything that arri
 is coalesced into the next entry, up to `max_entry_bytes` of encoded commands, lz4-compressed.
 ACKs and NACKs nobody waits on (no receipt) never go as a further entry, and on an idle log wait
 up to `settle_wait_ms` after a producer was answered, for its next SEND to take them along.
-The leader applies its own entries from the commands it built them from (no second decode). One Raft entry is therefore one
-`apply` call, and one fdatasync per replication message covers all of it.
+The leader applies its own entries from the commands it built them from (no second decode). One
+Raft entry is therefore one `apply` call, and one fdatasync per replication message covers all
+of it.
 
 Threads: pysyncobj's tick thread applies committed entries on every member and hands them to
 the event loop with `call_soon_threadsafe`, so `apply` runs on the loop, in log order. The
@@ -18,11 +19,13 @@ lost, timeout, apply error) and never report success for an entry whose outcome 
 `position` is the (index, term) of the entry `apply` is handling (raftmq.replication.applier
 carries entries, snapshots and restores across); the role listener (`set_role_listener`) hears
 of every leadership change on the loop, a lost leadership before the proposals in flight fail,
-and the leader listener (`set_leader_listener`) of every change of the leader this member knows; `snapshot_floor` bounds the index of the last durable snapshot.
+and the leader listener (`set_leader_listener`) of every change of the leader this member knows;
+`snapshot_floor` bounds the index of the last durable snapshot.
 
 Snapshots: the state machine's `snapshot() -> bytes` and `restore(bytes)` run on the loop, in
-order with `apply` (a restore that finishes later holds what follows until it has). The tick thread waits (bounded) for the snapshot, so it reflects exactly
-the entries applied so far. Compaction is triggered by journal bytes (`compact_after_bytes`).
+order with `apply` (a restore that finishes later holds what follows until it has). The tick
+thread waits (bounded) for the snapshot, so it reflects exactly the entries applied so far.
+Compaction is triggered by journal bytes (`compact_after_bytes`).
 """
 
 from __future__ import annotations
@@ -42,8 +45,21 @@ from raftmq.errors import CommandCodecError, CommitFailed, NotLeader, RaftmqErro
 from raftmq.replication.applier import Applier
 from raftmq.replication.command_codec import encode_rows
 from raftmq.replication.commit_log import CommitLog, LogPosition, LogStatus, Proposer, RoleListener, StateMachine
-from raftmq.replication.entry_codec import ENTRY_FORMAT_LISTS, ROWS_VERSION, batch_of_rows, encode_entry, encode_entry_lists
-from raftmq.replication.in_flight import FAIL_REASONS, InFlightEntries, PendingEntry, Waiter, fail_waiters, settle_waiters
+from raftmq.replication.entry_codec import (
+    ENTRY_FORMAT_LISTS,
+    ROWS_VERSION,
+    batch_of_rows,
+    encode_entry,
+    encode_entry_lists,
+)
+from raftmq.replication.in_flight import (
+    FAIL_REASONS,
+    InFlightEntries,
+    PendingEntry,
+    Waiter,
+    fail_waiters,
+    settle_waiters,
+)
 from raftmq.replication.leadership_transfer import transfer
 from raftmq.replication.proposals import ProposalQueue
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
@@ -334,7 +350,9 @@ class RaftLog(CommitLog):
         in_flight = len(self._in_flight)
         if in_flight and not self._queue.awaited:
             return False  # settlements nobody waits on join the next entry rather than go alone
-        return in_flight == 0 or (in_flight < s.timings.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes)
+        return in_flight == 0 or (
+            in_flight < s.timings.max_in_flight_entries and self._in_flight.bytes <= s.light_load_bytes
+        )
 
     def _submit(self, pending: PendingEntry) -> None:
         assert self._syncobj is not None and self._loop is not None

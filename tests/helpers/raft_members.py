@@ -77,7 +77,10 @@ class Members:
     def __call__(self, size: int, start: bool = True, **kwargs: Any) -> list[Member]:
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(size)]
         kwargs.setdefault("syncobj_class", self.syncobj_class)
-        members = [Member(a, addresses, str(self.directory / f"m{len(self.made) + i}"), **kwargs) for i, a in enumerate(addresses)]
+        members = [
+            Member(a, addresses, str(self.directory / f"m{len(self.made) + i}"), **kwargs)
+            for i, a in enumerate(addresses)
+        ]
         self.made.extend(members)
         if start:
             for member in members:

@@ -23,7 +23,8 @@ tricky = st.lists(st.one_of(TRICKY, WORDS, st.characters(blacklist_categories=("
                   max_size=8).map("".join)
 NAMES = st.sampled_from(["k", "color", "priority", "expires", "persistent", "JMSXGroupID", "_AMQ_DUPL_ID",
                          "redelivered", "delivery-count", "message-id", "raftmq-term", "subscription", "ack"])
-plain_value = st.text(alphabet=st.characters(blacklist_characters=":\n\r\\\0", blacklist_categories=("Cs",)), max_size=8)
+plain_value = st.text(alphabet=st.characters(blacklist_characters=":\n\r\\\0", blacklist_categories=("Cs",)),
+                      max_size=8)
 
 
 @PROPERTY
@@ -117,8 +118,8 @@ def _translated(translator: FrameTranslator, frame: Frame) -> object:
 
 
 @PROPERTY
-@given(st.lists(st.tuples(ACK_NAMES, st.one_of(plain_value, tricky)), max_size=5), st.sampled_from(["1.0", "1.1", "1.2"]),
-       st.sampled_from(["ACK", "NACK"]))
+@given(st.lists(st.tuples(ACK_NAMES, st.one_of(plain_value, tricky)), max_size=5),
+       st.sampled_from(["1.0", "1.1", "1.2"]), st.sampled_from(["ACK", "NACK"]))
 def test_an_ack_read_from_its_kept_text_is_the_ack_its_eager_reading_gives(
         pairs: list[tuple[str, str]], version: str, command: str) -> None:
     pairs = [(n, v.replace("\r", "")) if version != "1.2" else (n, v) for n, v in pairs]
@@ -133,7 +134,8 @@ def test_an_ack_read_from_its_kept_text_is_the_ack_its_eager_reading_gives(
     if isinstance(answers[0], (Ack, Nack)):
         first = dict(reversed(pairs))
         assert answers[0].receipt == first.get("receipt") and answers[0].transaction is None
-        assert (answers[0].ack_id, answers[0].message_id) == ((first["id"], None) if version == "1.2" else (None, first["message-id"]))
+        expected_ids = (first["id"], None) if version == "1.2" else (None, first["message-id"])
+        assert (answers[0].ack_id, answers[0].message_id) == expected_ids
 
 
 def test_an_ack_is_kept_whole_and_read_without_header_pairs() -> None:

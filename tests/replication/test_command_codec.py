@@ -8,20 +8,29 @@ from hypothesis import strategies as st
 from raftmq.core import commands as c
 from raftmq.errors import CommandCodecError
 from raftmq.protocol.header_block import STRIPPED, block_of
-from raftmq.replication.command_codec import FORMAT_VERSION, HEADER_PAIRS, SCHEMA, decode_batch, encode_batch, encode_rows
+from raftmq.replication.command_codec import (
+    FORMAT_VERSION,
+    HEADER_PAIRS,
+    SCHEMA,
+    decode_batch,
+    encode_batch,
+    encode_rows,
+)
 
 text = st.text(max_size=20)
 opt_text = st.none() | text
 now = st.integers(min_value=0, max_value=2**53)
 # A Send's header block; names as the edge leaves them (never empty, never a transport header).
-headers = st.lists(st.tuples(text.filter(lambda name: bool(name) and name not in STRIPPED), text), max_size=5).map(block_of)
+headers = st.lists(st.tuples(text.filter(lambda name: bool(name) and name not in STRIPPED), text),
+                   max_size=5).map(block_of)
 
 command_strategy = st.one_of(
     st.builds(c.Connect, session=text, now=now, login=opt_text, client_id=opt_text),
     st.builds(c.Disconnect, session=text, now=now, receipt=opt_text),
     st.builds(
         c.Subscribe, session=text, sub_id=text, destination=text, now=now, ack=st.sampled_from(c.ACK_MODES),
-        selector=opt_text, prefetch=st.integers(0, 10_000), exclusive=st.booleans(), durable_name=opt_text, receipt=opt_text,
+        selector=opt_text, prefetch=st.integers(0, 10_000), exclusive=st.booleans(), durable_name=opt_text,
+        receipt=opt_text,
     ),
     st.builds(c.Unsubscribe, session=text, sub_id=text, now=now, drop_durable=st.booleans(), receipt=opt_text),
     st.builds(c.Send, session=text, destination=text, headers=headers, body=st.binary(max_size=64), now=now,

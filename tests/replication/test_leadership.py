@@ -103,9 +103,11 @@ def test_a_new_leader_ignores_votes_for_an_election_timeout_then_only_under_its_
 
 @given(
     members=st.integers(min_value=2, max_value=7),
-    echoes=st.lists(st.tuples(st.integers(min_value=0, max_value=6), st.floats(min_value=0.0, max_value=10.0)), max_size=40),
+    echoes=st.lists(st.tuples(st.integers(min_value=0, max_value=6), st.floats(min_value=0.0, max_value=10.0)),
+                    max_size=40),
 )
-def test_no_voter_of_a_majority_behind_a_lease_grants_before_it_ends(members: int, echoes: list[tuple[int, float]]) -> None:
+def test_no_voter_of_a_majority_behind_a_lease_grants_before_it_ends(members: int,
+                                                                     echoes: list[tuple[int, float]]) -> None:
     """The safety argument, checked: whenever a lease is granted, a majority (leader included)
     received an append-entries at or after `expiry - lease_for`, and a voter that received one
     at time t grants no vote before t + MIN > expiry."""

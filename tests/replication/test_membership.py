@@ -8,7 +8,17 @@ import pickle
 import pytest
 
 from raftmq.errors import ConfigError
-from raftmq.replication.membership import ADD, COMMAND_MEMBERSHIP, REMOVE, Change, apply_changes, change_of_entry, check_change, decode_change, undo_changes
+from raftmq.replication.membership import (
+    ADD,
+    COMMAND_MEMBERSHIP,
+    REMOVE,
+    Change,
+    apply_changes,
+    change_of_entry,
+    check_change,
+    decode_change,
+    undo_changes,
+)
 
 
 def test_a_change_round_trips_and_speaks_pysyncobjs_request() -> None:

@@ -88,7 +88,8 @@ def test_the_entry_of_a_command_is_taken_out_without_running_anything(protocol: 
         def __reduce__(self) -> tuple[Any, ...]:
             return (os.remove, ("/nonexistent",))
 
-    for bad in (b"", b"\x00not a pickle", b"\x00" + pickle.dumps((0, (Planted(),))), b"\x00" + pickle.dumps((0, ("str",)))):
+    for bad in (b"", b"\x00not a pickle", b"\x00" + pickle.dumps((0, (Planted(),))),
+                b"\x00" + pickle.dumps((0, ("str",)))):
         with pytest.raises(RaftJournalError):
             entry_of(bad)
 
@@ -115,7 +116,8 @@ def test_the_pure_decoder_reads_what_the_raft_journal_wrote(tmp_path: Path) -> N
     data = Path(path).read_bytes()
     assert data.startswith(JOURNAL_MAGIC)
     assert list(iter_entries(data, path)) == entries
-    assert [decode_entry(command)[0].body for command, _i, _t in iter_entries(data)] == [f"m{i}".encode() for i in range(1, 8)]
+    bodies = [decode_entry(command)[0].body for command, _i, _t in iter_entries(data)]
+    assert bodies == [f"m{i}".encode() for i in range(1, 8)]
     meta = decode_meta(Path(path + ".meta").read_bytes())
     assert meta == {"term": 3, "voted_for": "127.0.0.1:7001", "commit_index": 6}
 
@@ -199,7 +201,8 @@ def test_a_tail_torn_anywhere_decodes_as_the_reopened_journal_reads_it(tmp_path:
             torn = whole[:cut] + garbage
             scan = scan_journal(torn)
             assert scan.torn and scan.end == start and len(scan.records) == 3
-            assert read_journal_as_the_doc_says(torn) == ([(r.command, r.index, r.term) for r in scan.records], start, True)
+            scanned = [(r.command, r.index, r.term) for r in scan.records]
+            assert read_journal_as_the_doc_says(torn) == (scanned, start, True)
             Path(path).write_bytes(torn)
             reopened = RaftJournal(path)
             assert list(reopened[:]) == [(r.command, r.index, r.term) for r in scan.records]
@@ -252,7 +255,8 @@ def test_damage_in_the_middle_of_the_journal_is_corruption_not_a_torn_tail() -> 
     records = scan_journal(data).records
     for victim in (0, 5, 10):  # the first record, one in the middle, the one before the last
         start = records[victim - 1].end if victim else len(JOURNAL_MAGIC)
-        for offset in (start + 1, start + 9, start + 17, start + 30, records[victim].end - 1):  # length, index, term, command
+        # In the record's length, index, term and command.
+        for offset in (start + 1, start + 9, start + 17, start + 30, records[victim].end - 1):
             flipped = bytearray(data)
             flipped[offset] ^= 0x10
             with pytest.raises(RaftJournalError, match="corruption, not a torn tail"):

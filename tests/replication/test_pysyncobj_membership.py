@@ -107,7 +107,8 @@ def test_a_restarted_member_keeps_the_configuration_its_journal_holds(group: Any
     two = members[:2]
     for member in two:  # configured with the three of the start, as a stale config file
         member.start()
-    assert not wait_until(lambda: any(m.obj is not None and m.obj.is_leader for m in two), 2.0), "two of four elected a leader"
+    elected = wait_until(lambda: any(m.obj is not None and m.obj.is_leader for m in two), 2.0)
+    assert not elected, "two of four elected a leader"
     for member in two:
         assert member.obj is not None and member.obj.leadership.members == 4, member.obj.members
     members[2].start()

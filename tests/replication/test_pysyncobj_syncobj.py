@@ -79,7 +79,8 @@ def test_a_leader_without_quorum_steps_down_within_an_election_timeout(group: An
 # -- wake_once ---------------------------------------------------------------------------------
 
 
-def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(group: Any,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Stock pysyncobj writes a byte to its pipe (a system call) for every submitted entry; the
     # loop thread submits many while the tick thread is awake anyway. Every entry still commits,
     # in order, with no entry left waiting for a tick period.
@@ -125,7 +126,8 @@ class _Poller:
         self.subscribed.pop(fd, None)
 
 
-def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later_wake_ups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # The loop thread may notify while the tick thread drains the pipe. Had that notify marked a
     # wake as pending and its byte been drained, no later notify would write again: every entry
     # submitted while the tick thread sleeps then waited for its poll timeout (1P×1C receipts
@@ -161,7 +163,9 @@ def test_a_submission_while_the_tick_thread_drains_the_pipe_never_silences_later
         notifier.wait(poll_draining, 5.0)
         notifier.wait(lambda timeout: None, 5.0)  # the tick that reads what came during the drain
         notifier.wait(poll_sleeping, 5.0)
-        assert woken == [True], "the notify of an entry submitted during the wait wrote no byte: the tick thread sleeps on"
+        assert woken == [True], (
+            "the notify of an entry submitted during the wait wrote no byte: the tick thread sleeps on"
+        )
     finally:
         close_notifier(notifier, poller)
 
@@ -197,8 +201,8 @@ def test_a_submission_while_the_tick_thread_is_awake_writes_nothing_and_its_next
 def test_a_group_of_one_commits_without_waiting_for_its_next_tick(group: Any) -> None:
     # A long tick makes the stock behaviour unmistakable: each append committed one whole tick
     # later (nothing but the tick wakes a member that has no followers to answer it).
-    (solo,) = group(1, timings=RaftTimings(tick_period_ms=500, append_entries_period_ms=500, election_timeout_min_ms=1600,
-                                           election_timeout_max_ms=1700))
+    (solo,) = group(1, timings=RaftTimings(tick_period_ms=500, append_entries_period_ms=500,
+                                           election_timeout_min_ms=1600, election_timeout_max_ms=1700))
     leader_of([solo], timeout=10.0)
     commit(solo, b"warm-up", timeout=5.0)
     for i in range(3):
@@ -250,7 +254,8 @@ def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch
             sent["empty " + transport._selfNode.address] = sent.get("empty " + transport._selfNode.address, 0) + 1
         return original_send(transport, node, message)
 
-    members = group(3, timings=RaftTimings(append_entries_period_ms=500, election_timeout_min_ms=1600, election_timeout_max_ms=1700))
+    members = group(3, timings=RaftTimings(append_entries_period_ms=500, election_timeout_min_ms=1600,
+                                           election_timeout_max_ms=1700))
     leader = leader_of(members, timeout=10.0)
     commit(leader, b"warm-up")
     monkeypatch.setattr(TCPTransport, "send", counting_send)
@@ -258,7 +263,8 @@ def test_a_commit_index_rides_on_the_next_append_entries(group: Any, monkeypatch
     for k in range(count):
         commit(leader, b"one-at-a-time %d" % k)
     followers = [m for m in members if m is not leader]
-    assert wait_until(lambda: all(len(m.applied) == count + 1 for m in followers), 0.25), "followers did not learn the last commit"
+    learned = wait_until(lambda: all(len(m.applied) == count + 1 for m in followers), 0.25)
+    assert learned, "followers did not learn the last commit"
     monkeypatch.setattr(TCPTransport, "send", original_send)
     empty = sent.get("empty " + leader.address, 0)
     assert sent.get(leader.address, 0) >= 2 * count
@@ -319,7 +325,8 @@ def test_a_cut_off_member_does_not_raise_its_term(group: Any, monkeypatch: pytes
     assert term_of(follower) == term  # it asked (pre-vote), nobody agreed, it never stood
 
 
-def test_a_majority_elects_a_new_leader_when_the_old_one_is_cut_off(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_majority_elects_a_new_leader_when_the_old_one_is_cut_off(group: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # Liveness with pre-vote: the followers stop hearing from the leader, agree, and elect.
     partition = Partition(monkeypatch)
     members = group(3)
@@ -338,7 +345,9 @@ def test_leadership_transfer_still_works_with_stickiness(group: Any) -> None:
     commit(leader, b"x")
     assert leader.obj is not None
     outcome: list[int] = []
-    leader.obj.run_in_tick_thread(lambda: leader.obj.transferLeadership(callback=lambda _r, error: outcome.append(error)))
+    leader.obj.run_in_tick_thread(
+        lambda: leader.obj.transferLeadership(callback=lambda _r, error: outcome.append(error))
+    )
     assert wait_until(lambda: outcome == [SUCCESS], 2.0), outcome
     assert wait_until(lambda: any(m is not leader and m.obj is not None and m.obj.is_leader for m in members), 2.0)
     assert not leader.obj.lease_holds(time.monotonic())
@@ -395,7 +404,8 @@ def test_a_member_whose_term_got_ahead_is_not_left_behind(group: Any) -> None:
 # -- peers found by DNS name --------------------------------------------------------------------
 
 
-def test_a_peer_that_moved_to_another_address_is_found_within_seconds(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_peer_that_moved_to_another_address_is_found_within_seconds(group: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # A restarted pod (or host) comes back under its name at another address. pysyncobj caches
     # a resolved name for 600 s (and a failed lookup for 30 s): a member would keep calling
     # the old address for ten minutes. Its resolver is the process's one; ours asks again.
@@ -437,7 +447,9 @@ def test_no_timeout_now_while_a_submitted_entry_waits_to_be_appended(group: Any)
     commit(leader, b"x")
     obj = leader.obj
     assert obj is not None
-    assert wait_until(lambda: all(m.obj is not None and m.obj.raftLastApplied == obj.raftLastApplied for m in members), 5)
+    assert wait_until(
+        lambda: all(m.obj is not None and m.obj.raftLastApplied == obj.raftLastApplied for m in members), 5
+    )
     answers: list[int] = []
     done = threading.Event()
 

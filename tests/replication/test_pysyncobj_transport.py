@@ -32,7 +32,8 @@ pytestmark = pytest.mark.integration
 # -- fsync ------------------------------------------------------------------------------------
 
 
-def test_journal_is_durable_before_acks_votes_and_the_leaders_own_count(group: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_journal_is_durable_before_acks_votes_and_the_leaders_own_count(group: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     violations: list[str] = []
     replies: dict[str, int] = {}
     original_send = TCPTransport.send
@@ -47,7 +48,9 @@ def test_journal_is_durable_before_acks_votes_and_the_leaders_own_count(group: A
         if isinstance(message, dict) and message.get("type") in ("request_vote", "response_vote"):
             journal = transport._syncObj.durable_journal
             if journal.durable_index < journal[-1][1]:  # the log the vote compared must be durable
-                violations.append(f"{transport._selfNode.address} voted with log {journal[-1][1]}, durable {journal.durable_index}")
+                violations.append(
+                    f"{transport._selfNode.address} voted with log {journal[-1][1]}, durable {journal.durable_index}"
+                )
         return original_send(transport, node, message)
 
     monkeypatch.setattr(TCPTransport, "send", checked_send)
@@ -96,7 +99,8 @@ def size_whose_pickle_crosses_a_chunk_boundary(chunk: int = STOCK.appendEntriesB
 
 
 @pytest.mark.parametrize("size", [100_000, size_whose_pickle_crosses_a_chunk_boundary()])
-def test_large_entries_replicate_whole(group: Any, size: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_large_entries_replicate_whole(group: Any, size: int, monkeypatch: pytest.MonkeyPatch,
+                                       caplog: pytest.LogCaptureFixture) -> None:
     chunked: list[str] = []
     original_send = TCPTransport.send
 

@@ -101,7 +101,8 @@ class InProcessGroup:
             await log.stop()
 
     async def leader(self, timeout: float = 5.0) -> RaftLog:
-        assert await eventually(lambda: any(log is not None and log.is_leader for log in self.logs), timeout), "no leader"
+        elected = await eventually(lambda: any(log is not None and log.is_leader for log in self.logs), timeout)
+        assert elected, "no leader"
         return next(log for log in self.logs if log is not None and log.is_leader)
 
     async def close(self) -> None:
@@ -220,7 +221,8 @@ def test_a_follower_refuses_with_the_leaders_client_address(tmp_path: Path) -> N
     run_group(tmp_path, 3, body)
 
 
-def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     real_apply = StateMachine.apply
 
     def apply_refusing_poison(self: StateMachine, commands: Any) -> None:
@@ -243,7 +245,8 @@ def test_an_entry_that_cannot_be_applied_fails_its_appends_and_the_log_goes_on(t
     run_group(tmp_path, 1, body)
 
 
-def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_follower_that_cannot_decode_an_entry_reports_it_and_goes_on(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # The leader applies the commands it built its own entries from; followers decode them.
     real_decode = applier.decode_entry
 

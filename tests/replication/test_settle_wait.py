@@ -64,7 +64,8 @@ def label(command: Command) -> str:
 
 def run(tmp_path: Path, body: Callable[[RaftLog, Member], Awaitable[None]], settle_wait_ms: float = WAIT_MS) -> None:
     async def main() -> None:
-        settings = RaftSettings("127.0.0.1:1", ("127.0.0.1:1",), str(tmp_path), timings=RaftTimings(settle_wait_ms=settle_wait_ms))
+        settings = RaftSettings("127.0.0.1:1", ("127.0.0.1:1",), str(tmp_path),
+                                timings=RaftTimings(settle_wait_ms=settle_wait_ms))
         log, member = RaftLog(settings), Member()
         loop = asyncio.get_running_loop()
         # What `start` would do, without the member's threads and sockets.
@@ -89,7 +90,8 @@ def test_only_acks_and_nacks_without_a_receipt_are_unawaited() -> None:
     assert not unawaited([])
 
 
-def test_an_unawaited_ack_is_not_a_second_entry_in_flight_and_then_waits_for_the_producers_next_send(tmp_path: Path) -> None:
+def test_an_unawaited_ack_is_not_a_second_entry_in_flight_and_then_waits_for_the_producers_next_send(
+        tmp_path: Path) -> None:
     async def body(log: RaftLog, member: Member) -> None:
         first = log.propose([send("m1")])
         await turn()

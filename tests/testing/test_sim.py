@@ -161,7 +161,8 @@ class NoDuplicateDetection(PlantedCore):
     def apply(self, command: Command) -> list[Effect]:
         if isinstance(command, Send):
             headers = without(command.headers, {"_AMQ_DUPL_ID"})
-            command = Send(command.session, command.destination, headers, command.body, command.now, command.transaction, command.receipt)
+            command = Send(command.session, command.destination, headers, command.body, command.now,
+                           command.transaction, command.receipt)
         return self.core.apply(command)
 
 
@@ -170,7 +171,8 @@ def test_a_retried_send_stored_twice_is_caught() -> None:
     assert "one SEND stored twice" in failure.reason
 
 
-def test_the_command_line_prints_failing_seeds_and_exits_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_line_prints_failing_seeds_and_exits_1(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     assert sim.main(["--seed", "1", "--seeds", "2", "--steps", "40"]) == 0
     assert "2 seeds x 40 steps, 3 replicas: 0 failed" in capsys.readouterr().out
     monkeypatch.setattr(sim, "_stock_core", _only(1, DropsOneSend))

@@ -20,7 +20,14 @@ from typing import Any
 import structlog
 from pysyncobj import SyncObj
 
-from raftmq.replication.membership import COMMAND_MEMBERSHIP, Change, apply_changes, change_of_entry, decode_change, undo_changes
+from raftmq.replication.membership import (
+    COMMAND_MEMBERSHIP,
+    Change,
+    apply_changes,
+    change_of_entry,
+    decode_change,
+    undo_changes,
+)
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")

@@ -29,7 +29,10 @@ from raftmq.errors import ConfigError
 
 PINNED_VERSION = "0.3.17"
 if VERSION != PINNED_VERSION:  # every patch below relies on 0.3.17's internals
-    raise ImportError(f"raftmq needs pysyncobj=={PINNED_VERSION} exactly (its hardening patches are written against it); found {VERSION}")
+    raise ImportError(
+        f"raftmq needs pysyncobj=={PINNED_VERSION} exactly (its hardening patches are written against it); "
+        f"found {VERSION}"
+    )
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
 
@@ -116,7 +119,10 @@ def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
     except ValueError:
         loopback = False
     if not loopback and not password:
-        raise ConfigError(f"Raft address {address}: not a loopback address, so a password is required (the Raft port runs pickle on what it receives)")
+        raise ConfigError(
+            f"Raft address {address}: not a loopback address, so a password is required "
+            "(the Raft port runs pickle on what it receives)"
+        )
     return host, int(port)
 
 

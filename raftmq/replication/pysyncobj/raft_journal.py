@@ -18,7 +18,15 @@ from pysyncobj.journal import Journal
 
 from raftmq.errors import RaftJournalError
 from raftmq.replication.pysyncobj.patches import fsync_directory
-from raftmq.replication.pysyncobj.raft_journal_format import JOURNAL_MAGIC, JOURNAL_RESERVE_BYTES, Entry, decode_meta, encode_meta, encode_record, scan_journal
+from raftmq.replication.pysyncobj.raft_journal_format import (
+    JOURNAL_MAGIC,
+    JOURNAL_RESERVE_BYTES,
+    Entry,
+    decode_meta,
+    encode_meta,
+    encode_record,
+    scan_journal,
+)
 from raftmq.storage.journal import log_if_slow_fsync
 
 log = structlog.get_logger("raftmq.replication.pysyncobj")
@@ -96,7 +104,9 @@ class RaftJournal(Journal):
                                        f"{scan.records[-1].index + 1}), below the stored commit index {committed}: "
                                        "corruption, not a torn tail; remove this member's data directory to resync it "
                                        "from its peers")
-            log.warning("raft.journal_torn_tail_truncated", path=self.path, offset=offset, dropped_bytes=len(data) - offset)
+            log.warning(
+                "raft.journal_torn_tail_truncated", path=self.path, offset=offset, dropped_bytes=len(data) - offset
+            )
             os.ftruncate(self._fd, offset)
             os.fsync(self._fd)
             self._allocated = offset

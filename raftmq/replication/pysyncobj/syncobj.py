@@ -279,7 +279,10 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     def _checkCommandsToApply(self) -> None:
         last = self._last_index()
         super()._checkCommandsToApply()
-        if isinstance(getattr(self, "_SyncObj__pipeNotifier", None), WakeOnce) and len(self._SyncObj__commandsQueue._FastQueue__queue):
+        if (
+            isinstance(getattr(self, "_SyncObj__pipeNotifier", None), WakeOnce)
+            and len(self._SyncObj__commandsQueue._FastQueue__queue)
+        ):
             self._SyncObj__pipeNotifier.notify()  # left for the next tick (a time budget): its poll does not wait
         # The leader appended (and sent) new entries: its own fdatasync overlaps the followers'.
         self.make_durable()
@@ -393,12 +396,19 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
                 self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
         elif message["type"] == "pre_vote":
             theirs = LogTip(int(message.get("last_log_term", 0)), int(message.get("last_log_index", 0)))
-            granted = self.leadership.grants_prevote(time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs)
+            granted = self.leadership.grants_prevote(
+                time.monotonic(), self._SyncObj__raftCurrentTerm, self._log_tip(), term, theirs
+            )
             if granted and self._SyncObj__raftState != _RAFT_STATE.LEADER:
                 self.leadership.stand_aside()
-                self._SyncObj__raftElectionDeadline = pso_syncobj.monotonicTime() + SyncObj._SyncObj__generateRaftTimeout(self)
+                self._SyncObj__raftElectionDeadline = (
+                    pso_syncobj.monotonicTime() + SyncObj._SyncObj__generateRaftTimeout(self)
+                )
             self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": term, "granted": granted})
-        elif self._SyncObj__raftState != _RAFT_STATE.LEADER and self.leadership.prevote_answer(node, term, message.get("granted") is True):
+        elif (
+            self._SyncObj__raftState != _RAFT_STATE.LEADER
+            and self.leadership.prevote_answer(node, term, message.get("granted") is True)
+        ):
             self._SyncObj__raftElectionDeadline = 0.0  # stand in the next tick
 
     def ignores_vote_request(self, message: dict[str, Any]) -> bool:

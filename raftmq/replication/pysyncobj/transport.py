@@ -60,10 +60,12 @@ class DurableTransport(TCPTransport):
 
     def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
         conf = self._syncObj.conf
-        return RaftConnection(self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
-                              bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
-                              frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
-                              tls=getattr(self._syncObj, "raft_tls", None))
+        return RaftConnection(
+            self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
+            bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
+            frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
+            tls=getattr(self._syncObj, "raft_tls", None),
+        )
 
     def _listen_address(self) -> str:
         """The configured address (HardenedSyncObj sets `bindAddress`): stock binds 0.0.0.0."""
