@@ -70,7 +70,7 @@ def run(tmp_path: Path, body: Callable[[RaftLog, Member], Awaitable[None]], sett
         loop = asyncio.get_running_loop()
         # What `start` would do, without the member's threads and sockets.
         log._loop, log._syncobj, log._leading_on_loop = loop, member, True  # type: ignore[assignment]
-        log._handoff.start(loop)
+        log._applier.handoff.start(loop)
         await body(log, member)
 
     asyncio.run(asyncio.wait_for(main(), 10))
