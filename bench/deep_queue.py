@@ -25,7 +25,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.member_catchup import GROUP, QUEUE, Fill, endpoints, group_file_text, leader, rss_bytes, status, stop_group, up_detached, wait_applied
+from bench.member_catchup import (
+    GROUP,
+    QUEUE,
+    Fill,
+    endpoints,
+    group_file_text,
+    leader,
+    rss_bytes,
+    status,
+    stop_group,
+    up_detached,
+    wait_applied,
+)
 from raftmq.client.failover import connect_failover
 from raftmq.processes import free_ports
 from raftmq.protocol.frame import Frame

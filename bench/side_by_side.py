@@ -29,7 +29,18 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.bench_cases import CASES, COUNTS, METRICS, bench_command, combine, declare_queue, new_destination, ratios, run_bench, targets
+from bench.bench_cases import (
+    CASES,
+    COUNTS,
+    METRICS,
+    bench_command,
+    combine,
+    declare_queue,
+    new_destination,
+    ratios,
+    run_bench,
+    targets,
+)
 from bench.node_group import NodeGroup, install_signal_handlers
 from bench.peer_rabbitmq import CONNECT_ARGS, QUEUE_ARGS, RabbitCluster, missing_reason, peers_dir
 

@@ -33,7 +33,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker import SAMPLE, QueueResult, count_deliveries, count_sends, liveness, place_losses, send_outcomes, split_outcomes, split_value
+from chaos.checker import (
+    SAMPLE,
+    QueueResult,
+    count_deliveries,
+    count_sends,
+    liveness,
+    place_losses,
+    send_outcomes,
+    split_outcomes,
+    split_value,
+)
 from chaos.history import FAIL, INFO, INVOKE, OK, Op
 
 

@@ -33,7 +33,13 @@ from typing import Any
 from cluster.table import Table, tables
 from raftmq.errors import ConfigError
 from raftmq.routing.addresses import AddressFilter
-from raftmq.routing.cluster_connection import DEFAULT_REDISTRIBUTION_DELAY_MS, LOAD_BALANCING, ON_DEMAND, ClusterConnection, RetryPolicy
+from raftmq.routing.cluster_connection import (
+    DEFAULT_REDISTRIBUTION_DELAY_MS,
+    LOAD_BALANCING,
+    ON_DEMAND,
+    ClusterConnection,
+    RetryPolicy,
+)
 from raftmq.routing.discovery import DiscoveryGroup
 
 MESH = "mesh"

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raftmq.config import NodeConfig, RaftTimings, build_dataclass, check_follower_clients, load_core, load_node_config, read_toml, split_address
+from raftmq.config import (
+    NodeConfig,
+    RaftTimings,
+    build_dataclass,
+    check_follower_clients,
+    load_core,
+    load_node_config,
+    read_toml,
+    split_address,
+)
 from raftmq.core.config import CoreConfig
 from raftmq.errors import ConfigError
 from raftmq.protocol.limits import Limits

@@ -35,7 +35,15 @@ from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED
 from raftmq.errors import RaftmqError
 from raftmq.protocol.header_block import pairs_of
 from raftmq.replication.entry_codec import decode_entry
-from raftmq.replication.pysyncobj.raft_journal_format import COMMAND_NO_OP, COMMAND_REGULAR, JOURNAL_MAGIC, RECORD, decode_meta, entry_of, scan_journal
+from raftmq.replication.pysyncobj.raft_journal_format import (
+    COMMAND_NO_OP,
+    COMMAND_REGULAR,
+    JOURNAL_MAGIC,
+    RECORD,
+    decode_meta,
+    entry_of,
+    scan_journal,
+)
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
 from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row

@@ -28,7 +28,8 @@ RANKS = {
     "raftmq.hot_values": 0,
     "raftmq.compiled": 0,  # which build of the hot modules runs; the package's __init__ asks it first
     "raftmq.patterns": 0,  # destination-name patterns: the ACL, address settings and routing read them
-    "raftmq.web_guard": 0,  # what a web page may make a node do (Host, Origin, tokens): pure, the admin port and WebSocket ask it
+    # what a web page may make a node do (Host, Origin, tokens): pure, the admin port and WebSocket ask it
+    "raftmq.web_guard": 0,
     "raftmq.protocol": 1,
     "raftmq.routing": 1,  # cluster connections' pure decisions; the core routes with them
     "raftmq.core": 1,
@@ -195,7 +196,8 @@ PRODUCTION_PACKAGES = ("raftmq", "cluster", "chaos", "spark_audit")
 def _reads_toml(path: Path) -> bool:
     """True when the module imports tomllib (or tomli) or names `read_toml`."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] in ("tomllib", "tomli") for alias in node.names):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] in ("tomllib", "tomli")
+                                                for alias in node.names):
             return True
         if isinstance(node, ast.ImportFrom):
             if node.module and node.module.split(".")[0] in ("tomllib", "tomli"):
@@ -245,7 +247,8 @@ _LOADED = ("import importlib, sys\n"
 
 
 def _io_free_modules() -> list[str]:
-    return sorted(m for m in MODULES if any(m == name or (name.endswith(".") and m.startswith(name)) for name in IO_FREE))
+    return sorted(m for m in MODULES
+                  if any(m == name or (name.endswith(".") and m.startswith(name)) for name in IO_FREE))
 
 
 def _libraries_loaded(modules: list[str]) -> list[str]:
@@ -315,7 +318,8 @@ def room_violations(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_room_of_the_node_is_known() -> None:
-    rooms = {".".join(path.relative_to(REPOSITORY).parts[:3]) for path in (REPOSITORY / "raftmq" / "server").glob("*/__init__.py")}
+    packages = (REPOSITORY / "raftmq" / "server").glob("*/__init__.py")
+    rooms = {".".join(path.relative_to(REPOSITORY).parts[:3]) for path in packages}
     assert rooms == set(ROOMS_BELOW) - {"raftmq.server"}
 
 
@@ -325,5 +329,6 @@ def test_rooms_import_one_way() -> None:
 
 def test_the_room_check_names_a_wrong_way_import() -> None:
     # Planted: the seams importing the WebSocket layer (as they did before this check).
-    planted = {**GRAPH, "raftmq.server.seams.host": GRAPH["raftmq.server.seams.host"] | {"raftmq.server.websocket.session"}}
+    seams = "raftmq.server.seams.host"
+    planted = {**GRAPH, seams: GRAPH[seams] | {"raftmq.server.websocket.session"}}
     assert room_violations(planted) == ["raftmq.server.seams.host -> raftmq.server.websocket.session"]

@@ -14,7 +14,17 @@ from hypothesis import strategies as st
 from raftmq.cli import main
 from raftmq.passwords import hash_password, parse_hash, verify_password
 from raftmq.patterns import check_pattern, covers, overlaps, pattern_matches
-from raftmq.security import ADMIN, READ, WRITE, AclEntry, Principal, Security, SecurityConfig, UserEntry, governing_entry
+from raftmq.security import (
+    ADMIN,
+    READ,
+    WRITE,
+    AclEntry,
+    Principal,
+    Security,
+    SecurityConfig,
+    UserEntry,
+    governing_entry,
+)
 
 FAST = {"n": 16, "r": 1, "p": 1}  # cheap scrypt for tests; the format carries the cost
 

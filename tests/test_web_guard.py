@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftmq.web_guard import PREFLIGHT_GRANT, HostNames, TokenMint, check_request, cors_headers, host_of, is_browser, same_origin
+from raftmq.web_guard import (
+    PREFLIGHT_GRANT,
+    HostNames,
+    TokenMint,
+    check_request,
+    cors_headers,
+    host_of,
+    is_browser,
+    same_origin,
+)
 
 HOSTS = HostNames.of("127.0.0.1", "broker.example")
 OWN = "http://127.0.0.1:8161"

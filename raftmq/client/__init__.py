@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from raftmq.client.stomp_client import StompClient, connect
     from raftmq.client.subscription import Subscription
     from raftmq.client.tls import client_ssl_context
-    from raftmq.errors import FailoverExhausted, InvalidFailoverUrl, NotStompPort, RedirectLimitExceeded, SubscriptionEnded, TransactionRolledBack
+    from raftmq.errors import (
+        FailoverExhausted,
+        InvalidFailoverUrl,
+        NotStompPort,
+        RedirectLimitExceeded,
+        SubscriptionEnded,
+        TransactionRolledBack,
+    )
 
 # name -> the module it comes from
 _WHERE = {

@@ -45,7 +45,16 @@ from typing import Any
 
 from raftmq.client.browse import BrowseResult, browse_failover
 from raftmq.client.failover_bound import ConnectionBound
-from raftmq.client.failover_connector import Connector, EventListener, FailoverEvent, Whereabouts, hinted_leader, leader_address, notify, verdict_of
+from raftmq.client.failover_connector import (
+    Connector,
+    EventListener,
+    FailoverEvent,
+    Whereabouts,
+    hinted_leader,
+    leader_address,
+    notify,
+    verdict_of,
+)
 from raftmq.client.failover_outbox import Outbox, PendingSend, new_dupl_id
 from raftmq.client.failover_sends import SendFuture, Sends
 from raftmq.client.failover_subscription import DeliveryCallback, FailoverSubscription, FailoverSubscriptions

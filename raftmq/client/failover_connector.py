@@ -18,7 +18,14 @@ from raftmq.client.failover_outbox import Verdict
 from raftmq.client.failover_url import Address, FailoverOptions, attempt_plan_ms, parse_address
 from raftmq.client.policies import make_policy, rotated
 from raftmq.client.stomp_client import StompClient, connect
-from raftmq.errors import BrokerRefused, ClientError, FailoverExhausted, InvalidFailoverUrl, NotStompPort, RedirectLimitExceeded
+from raftmq.errors import (
+    BrokerRefused,
+    ClientError,
+    FailoverExhausted,
+    InvalidFailoverUrl,
+    NotStompPort,
+    RedirectLimitExceeded,
+)
 from raftmq.protocol.frame import REDIRECT_HEADER
 
 NOT_LEADER = "not the leader"

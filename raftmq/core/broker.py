@@ -38,7 +38,14 @@ from raftmq.core.stats import broker_stats
 from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscription, stays
 from raftmq.core.temp_owners import refusal as temp_refusal
 from raftmq.core.temporary import MARK, alias_of, owner_token
-from raftmq.core.validation import QUEUE_PREFIX, Refused, check_browse, check_subscribe, check_wildcards, is_valid_destination
+from raftmq.core.validation import (
+    QUEUE_PREFIX,
+    Refused,
+    check_browse,
+    check_subscribe,
+    check_wildcards,
+    is_valid_destination,
+)
 from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 

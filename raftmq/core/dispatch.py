@@ -25,7 +25,18 @@ from raftmq.core.message_headers import read_headers
 from raftmq.core.model import NO_ROOM, PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.queue_patterns import QueuePatterns
 from raftmq.core.state import BrokerState
-from raftmq.core.store_observer import ACKED, AUTO_ACKED, DEAD_LETTER, DEAD_LETTERED, DISCARDED, EXPIRED, EXPIRY, PUBLISHED, TAKEN, StoreObserver
+from raftmq.core.store_observer import (
+    ACKED,
+    AUTO_ACKED,
+    DEAD_LETTER,
+    DEAD_LETTERED,
+    DISCARDED,
+    EXPIRED,
+    EXPIRY,
+    PUBLISHED,
+    TAKEN,
+    StoreObserver,
+)
 from raftmq.core.temporary import MARK
 from raftmq.core.validation import QUEUE_PREFIX, destination_name, is_wildcard
 from raftmq.patterns import pattern_matches

@@ -79,7 +79,16 @@ def up_command(config_path: str | None, preset: str | None, detach: bool, timeou
     restart = on-failure, restarted after a back-off, at most max_restarts times per
     restart_window_s. `raftmq status` shows each node's restarts and last exit."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import check_data_dirs, check_ports_free, cluster_lock, launch, remove_state, stop_nodes, topology_selection, wait_until_up
+    from raftmq.ops.launcher import (
+        check_data_dirs,
+        check_ports_free,
+        cluster_lock,
+        launch,
+        remove_state,
+        stop_nodes,
+        topology_selection,
+        wait_until_up,
+    )
     from raftmq.ops.selection import stop_command
     from raftmq.ops.supervisor import launcher_signals
     from raftmq.ops.up import run_attached, start_detached, supervise_detached
@@ -185,7 +194,16 @@ def down_command(config_path: str | None, preset: str | None, timeout: float) ->
     stops every node it launched, waits for each and exits; `down` waits for it, then stops by
     pid whatever is still running (nodes of a supervisor that was killed)."""
     from raftmq.errors import RaftmqError
-    from raftmq.ops.launcher import cluster_lock, read_state, remove_state, running_nodes, state_path, stop_launcher, stop_running_nodes, stopped_line
+    from raftmq.ops.launcher import (
+        cluster_lock,
+        read_state,
+        remove_state,
+        running_nodes,
+        state_path,
+        stop_launcher,
+        stop_running_nodes,
+        stopped_line,
+    )
 
     try:
         topology = _topology(config_path, preset)  # its state directory is all it needs

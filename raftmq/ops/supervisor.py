@@ -46,7 +46,13 @@ from raftmq.ops.launcher import (
     start_node,
     write_state,
 )
-from raftmq.ops.rolling_requests import JOIN, clear_member_request, clear_restart_request, member_requests, requested_restarts
+from raftmq.ops.rolling_requests import (
+    JOIN,
+    clear_member_request,
+    clear_restart_request,
+    member_requests,
+    requested_restarts,
+)
 from raftmq.processes import process_start_time, send_signal
 
 SUPERVISOR_LOG = "supervisor.log"

@@ -67,7 +67,8 @@ class Node:
     """One broker node; in-process usable: `await node.start()`, `node.address`, `await node.stop()`."""
 
     def __init__(self, config: NodeConfig, commit_log: CommitLog | None = None, *, name: str | None = None,
-                 bodies: BodyStore | None = None, fetch_bodies: BodyFetcher | None = None, clock: Clock | None = None) -> None:
+                 bodies: BodyStore | None = None, fetch_bodies: BodyFetcher | None = None,
+                 clock: Clock | None = None) -> None:
         self._config = config
         # Where the `now` of commands and rate samples comes from (a ManualClock in tests);
         # the loop's own timers (heart-beats, timeouts) stay on the loop's clock.
@@ -89,7 +90,8 @@ class Node:
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
         self.mobility = handing.Underway()  # this node's hand-overs, adoptions and parkings under way
-        self.known_names = HostNames.of(config.host, config.bind_host, config.websocket, *config.host_names)  # raftmq.web_guard
+        # The names a web page may use for this node (raftmq.web_guard).
+        self.known_names = HostNames.of(config.host, config.bind_host, config.websocket, *config.host_names)
         self._tick_task: asyncio.Task[None] | None = None
         self._sample_task: asyncio.Task[None] | None = None
         self.rates = RateSampler()  # enqueue/dequeue msg/s for status(); the core has no clock
@@ -178,7 +180,8 @@ class Node:
         if full is not None and full.address_full_policy == BLOCK:
             return True
         fairness = self._fairness
-        return fairness is not None and (store := broker.state.queues.get(destination)) is not None and fairness.holds(store, proposed)
+        store = broker.state.queues.get(destination) if fairness is not None else None
+        return fairness is not None and store is not None and fairness.holds(store, proposed)
 
     def reserve_unfinished(self, grow: int) -> bool:
         if grow > 0 and self.unfinished_frame_bytes + grow > self._config.max_unfinished_frame_bytes:
@@ -223,8 +226,8 @@ class Node:
             # Not the client's own Disconnect: a new leader swept the sessions of this one
             # before it could tell its clients where to go. Tell them now.
             hint = self.succession.new_leader()
-            connection.fail("not the leader", f"this node is no longer the leader of its group; leader: {hint or 'unknown'}",
-                            extra={"leader": hint} if hint else None, wait_for_log=False)
+            detail = f"this node is no longer the leader of its group; leader: {hint or 'unknown'}"
+            connection.fail("not the leader", detail, extra={"leader": hint} if hint else None, wait_for_log=False)
         else:
             connection.disconnect_committed()
 
@@ -309,7 +312,8 @@ class Node:
         self.commit_log.set_role_listener(self.succession.role_changed)
         self.commit_log.set_leader_listener(self._leader_changed)
         await self.commit_log.start(self.replica)
-        self._server = await self._listen(self._config.bind_host or self._config.host, self._config.port, websocket_only=False)
+        host = self._config.bind_host or self._config.host
+        self._server = await self._listen(host, self._config.port, websocket_only=False)
         self._address = tuple(self._server.sockets[0].getsockname()[:2])
         if self._config.websocket is not None:  # a listener for WebSocket clients only
             self._websocket_server = await self._listen(*split_address(self._config.websocket), websocket_only=True)
@@ -380,8 +384,9 @@ class Node:
 
     async def _listen(self, host: str, port: int, websocket_only: bool) -> asyncio.base_events.Server:
         tls = self._security.config.tls
-        return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port, reuse_address=True,
-                                             backlog=1024, ssl=None if tls is None else server_ssl_context(tls))
+        return await self.loop.create_server(lambda: self._new_connection(websocket_only), host, port,
+                                             reuse_address=True, backlog=1024,
+                                             ssl=None if tls is None else server_ssl_context(tls))
 
     def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
         """A relay of this node moved its session here (this node leads now): serve it on the

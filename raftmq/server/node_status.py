@@ -65,7 +65,8 @@ def node_status(node: Reporting) -> dict[str, Any]:
         "sessions_handed_over": node.relays.handed_over,  # to a successor, at a leadership transfer
         "sessions_adopted": node.succession.takeover.adopted,  # from the previous leader
         "relays_moved": node.relays.moved,  # to a new leader, the session resumed there
-        "sessions_resumed": node.succession.takeover.resumed,  # parked here, resumed by a relay that moved or by its client
+        # parked here, resumed by a relay that moved or by its client
+        "sessions_resumed": node.succession.takeover.resumed,
         "leader_changes": node.succession.leader_changes,
         "failure": node.failure,
         "broker": broker,

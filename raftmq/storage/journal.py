@@ -29,7 +29,15 @@ from raftmq.errors import JournalCorrupt, RaftmqError
 from raftmq.storage import records as rec
 from raftmq.storage.batch_cache import BatchCache
 from raftmq.storage.records import Record
-from raftmq.storage.segments import Segment, fsync_directory, list_segment_ids, read_batch, scan_segment, segment_name, write_exact
+from raftmq.storage.segments import (
+    Segment,
+    fsync_directory,
+    list_segment_ids,
+    read_batch,
+    scan_segment,
+    segment_name,
+    write_exact,
+)
 
 log = structlog.get_logger("raftmq.storage.journal")
 

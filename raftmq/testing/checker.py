@@ -25,7 +25,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raftmq.core.commands import ACK_AUTO, ACK_CLIENT, Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Unsubscribe
+from raftmq.core.commands import (
+    ACK_AUTO,
+    ACK_CLIENT,
+    Abort,
+    Ack,
+    Begin,
+    Browse,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 from raftmq.protocol.header_block import first

@@ -38,7 +38,16 @@ from raftmq.errors import RaftmqError
 from raftmq.protocol.header_block import block_of, header_dict, pairs_of, user_block
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DUPLICATE_ID_HEADER, FORWARD_ID_HEADER, ROUTE_HEADER, is_internal, outgoing, sf_queue
+from raftmq.routing.route import (
+    ADVERT_HEADER,
+    CONTROL_DESTINATION,
+    DUPLICATE_ID_HEADER,
+    FORWARD_ID_HEADER,
+    ROUTE_HEADER,
+    is_internal,
+    outgoing,
+    sf_queue,
+)
 
 QUEUE = "/queue/work"
 VALUE_HEADER = "value"

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import random
 
-from chaos.generator import NEMESES, NEMESIS_TARGETS, clock_change, packet_params, partition_grudge, pick_members, schedule
+from chaos.generator import (
+    NEMESES,
+    NEMESIS_TARGETS,
+    clock_change,
+    packet_params,
+    partition_grudge,
+    pick_members,
+    schedule,
+)
 from chaos.grudges import sees
 
 

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raftmq.client import failover_outbox
-from raftmq.client.failover_outbox import DUPL_ID_HEADER, UNNAMED_REFUSALS_TO_BLAME, Outbox, PendingSend, Verdict, with_dupl_id
+from raftmq.client.failover_outbox import (
+    DUPL_ID_HEADER,
+    UNNAMED_REFUSALS_TO_BLAME,
+    Outbox,
+    PendingSend,
+    Verdict,
+    with_dupl_id,
+)
 from raftmq.client.headers import header_list, header_pairs
 
 

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverExhausted, FailoverOptions, TransactionRolledBack, connect_failover
+from raftmq.client import (
+    Address,
+    FailoverClient,
+    FailoverEvent,
+    FailoverExhausted,
+    FailoverOptions,
+    TransactionRolledBack,
+    connect_failover,
+)
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
 from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from raftmq.client import Address, FailoverClient, FailoverEvent, FailoverOptions, connect
 from raftmq.client.resume import ReplayBuffer, resume_plan
 from raftmq.errors import BrokerRefused
-from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
+from raftmq.protocol.frame import (
+    ADOPTED_HEADER,
+    RESUME_HEADER,
+    RESUME_MAC_HEADER,
+    RESUME_OFFSET_HEADER,
+    RESUMED_AT_HEADER,
+    Frame,
+)
 from tests.helpers.fake_broker import FakeBroker, FakeConnection, default_handler
 
 FAST = FailoverOptions(initial_reconnect_delay_ms=5, max_reconnect_delay_ms=20, randomize=False,

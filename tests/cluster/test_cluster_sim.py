@@ -13,7 +13,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from raftmq.testing.cluster_sim import POLICIES, TOPOLOGIES, BrokenBridge, ClusterSimFailure, SimBridge, SimCluster, random_run
+from raftmq.testing.cluster_sim import (
+    POLICIES,
+    TOPOLOGIES,
+    BrokenBridge,
+    ClusterSimFailure,
+    SimBridge,
+    SimCluster,
+    random_run,
+)
 
 pytestmark = pytest.mark.sim
 

@@ -12,7 +12,14 @@ import pytest
 from cluster.connection_tables import parse_cluster_connections
 from cluster.discovery_tables import parse_broadcast_groups, parse_discovery_groups
 from raftmq.errors import ConfigError
-from raftmq.routing.discovery import Announcement, DiscoveryTable, Freshness, decode_announcement, encode_announcement, parse_members
+from raftmq.routing.discovery import (
+    Announcement,
+    DiscoveryTable,
+    Freshness,
+    decode_announcement,
+    encode_announcement,
+    parse_members,
+)
 
 PATH = Path("/etc/raftmq/topology.toml")
 

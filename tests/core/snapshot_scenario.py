@@ -22,7 +22,21 @@ from typing import Any
 import msgpack
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Abort, Ack, Begin, Browse, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Browse,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
 from raftmq.core.config import CoreConfig
 from raftmq.protocol.header_block import block_of
 

@@ -10,7 +10,20 @@ import pytest
 
 from raftmq.core import dead_letter
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
 from raftmq.core.config import CoreConfig
 from raftmq.core.snapshot import SnapshotError, body_refs
 from raftmq.protocol.header_block import block_of

@@ -34,7 +34,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 from raftmq.protocol.header_block import block_of
 from raftmq.testing.store_ledger import StoreLedger

@@ -9,7 +9,15 @@ from raftmq.core.effects import Deliver, Reject
 from raftmq.protocol.header_block import block_of, header_dict, pairs_of
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
-from raftmq.routing.route import ADVERT_HEADER, CONTROL_DESTINATION, DESTINATION_HEADER, FORWARD_ID_HEADER, TO_HEADER, outgoing, sf_queue
+from raftmq.routing.route import (
+    ADVERT_HEADER,
+    CONTROL_DESTINATION,
+    DESTINATION_HEADER,
+    FORWARD_ID_HEADER,
+    TO_HEADER,
+    outgoing,
+    sf_queue,
+)
 
 
 def core(group: str, neighbours: list[str], **connection: object) -> Broker:

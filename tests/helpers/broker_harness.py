@@ -6,7 +6,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Abort, Ack, Begin, Command, Commit, Connect, Disconnect, Nack, Send, Subscribe, Tick, Unsubscribe
+from raftmq.core.commands import (
+    Abort,
+    Ack,
+    Begin,
+    Command,
+    Commit,
+    Connect,
+    Disconnect,
+    Nack,
+    Send,
+    Subscribe,
+    Tick,
+    Unsubscribe,
+)
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver, Effect, Receipt, Reject
 from raftmq.protocol.header_block import block_of

@@ -14,7 +14,15 @@ from click.testing import CliRunner, Result
 
 from cluster import topology as topology_module
 from cluster.group_file import JournalSettings, load_group_config
-from cluster.topology import PRESET_SOURCES, PRESETS, RestartPolicy, default_topology, load_topology, preset_path, preset_topology
+from cluster.topology import (
+    PRESET_SOURCES,
+    PRESETS,
+    RestartPolicy,
+    default_topology,
+    load_topology,
+    preset_path,
+    preset_topology,
+)
 from raftmq.cli import main
 from raftmq.config import RaftTimings, split_address
 from raftmq.errors import ConfigError

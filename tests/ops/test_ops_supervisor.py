@@ -14,8 +14,25 @@ import pytest
 
 from cluster.topology import RestartPolicy
 from raftmq.ops import supervisor as supervisor_module
-from raftmq.ops.launcher import DOWN, GAVE_UP, RESTARTING, RUNNING, DeploymentState, NodeProcess, read_state, start_node, write_state
-from raftmq.ops.rolling_requests import JOIN, LEAVE, member_requests, request_member, request_restart, requested_restarts
+from raftmq.ops.launcher import (
+    DOWN,
+    GAVE_UP,
+    RESTARTING,
+    RUNNING,
+    DeploymentState,
+    NodeProcess,
+    read_state,
+    start_node,
+    write_state,
+)
+from raftmq.ops.rolling_requests import (
+    JOIN,
+    LEAVE,
+    member_requests,
+    request_member,
+    request_restart,
+    requested_restarts,
+)
 from raftmq.ops.supervisor import Supervisor, describe_exit
 from raftmq.processes import process_argv, process_start_time
 

@@ -113,8 +113,9 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
                 wrap(session, "deliver", before=lambda *a: trace.record("effects"))
             connection = node.sessions[producer_session]
             queued: list[int] = []
-            wrap(connection, "_flush", before=lambda: queued.append(len(connection._out)),
-                 after=lambda: trace.record("socket") if queued.pop() and not connection._out else None)
+            output = connection.output
+            wrap(output, "_flush", before=lambda: queued.append(len(output._out)),
+                 after=lambda: trace.record("socket") if queued.pop() and not output._out else None)
             # The commit log tells the producer's connection its proposal settled.
             wrap(connection, "settled", before=lambda *a: trace.record("settled"))
             trace.recording = True

@@ -27,7 +27,15 @@ import pytest
 from cluster.topology import load_topology
 from raftmq import processes
 from raftmq.ops.drain import drain_group
-from tests.helpers.browser import accept_dialog, browser, javascript_errors, save_screenshot, status_line, text_of, wait_until
+from tests.helpers.browser import (
+    accept_dialog,
+    browser,
+    javascript_errors,
+    save_screenshot,
+    status_line,
+    text_of,
+    wait_until,
+)
 from tests.helpers.cluster_harness import Cluster
 from tests.helpers.group_harness import Group
 from tests.helpers.stomp_raw import connect

@@ -13,7 +13,15 @@ import pytest
 
 from raftmq.client import connect
 from raftmq.errors import BrokerRefused, ClientError
-from tests.helpers.group_harness import REDIRECT, Group, Producer, StompPyProducer, body_for, connect_leader, drain_queue
+from tests.helpers.group_harness import (
+    REDIRECT,
+    Group,
+    Producer,
+    StompPyProducer,
+    body_for,
+    connect_leader,
+    drain_queue,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, RejectConnection, Request, TextMessage
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
 
 from raftmq.server.websocket.session import Closed, Opened, Reply, Stomp, WebSocketSession
 from raftmq.web_guard import HostNames, origin_allowed

@@ -46,7 +46,14 @@ import msgpack
 
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import encode_frame, first_frame
-from raftmq.protocol.frame import ADOPTED_HEADER, RESUME_HEADER, RESUME_MAC_HEADER, RESUME_OFFSET_HEADER, RESUMED_AT_HEADER, Frame
+from raftmq.protocol.frame import (
+    ADOPTED_HEADER,
+    RESUME_HEADER,
+    RESUME_MAC_HEADER,
+    RESUME_OFFSET_HEADER,
+    RESUMED_AT_HEADER,
+    Frame,
+)
 from raftmq.server.stomp.frames import error_frame
 
 ADOPT_HEADER = "raftmq.adopt"

@@ -51,12 +51,12 @@ from raftmq.server.stomp.serving import (
     ServingMachine,
 )
 from raftmq.server.stomp.session import SessionState, StompSession
-from raftmq.server.websocket.session import http_error
+from raftmq.server.websocket.session import Opened, http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
-class Connection(Output, Proposing, asyncio.Protocol):
+class Connection(Proposing, asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
@@ -70,10 +70,6 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._clock = host.clock  # the `now` of the commands this connection makes
         self.connected_at = self._clock.now_ms()  # for the admin API's connection list
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._flush_scheduled = False
-        self._after_flush: list[Callable[[], None]] = []  # run once no output waits (Output.when_flushed)
         self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
         self._init_proposing(host.config.max_pending_commands)
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
@@ -83,6 +79,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._read_paused_for_writes = self._held_for_redirect = False
         self.mobility = ServingMachine()  # hand-over, park, a relay's half-close (raftmq.server.stomp.serving)
         self._beats = HeartBeats(self, self._loop)
+        self.output = Output(self, self._loop, self._beats)  # what this connection writes, flushed per turn
         self._connect_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -106,6 +103,35 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def open_for_output(self) -> bool:
         """Deliveries and browse ends still go out (no ERROR is pending)."""
         return not self.stomp.state.ended
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+    @property
+    def websocket(self) -> WebSocketTransport | None:
+        return self._websocket
+
+    @property
+    def closed_for_good(self) -> bool:
+        return self.stomp.state == SessionState.CLOSED
+
+    # What the node, the hand-over and the heart-beats ask of the output.
+    def write(self, data: bytes) -> None:
+        self.output.write(data)
+
+    def abort(self) -> None:
+        self.output.abort()
+
+    def beat(self) -> bool:
+        return self.output.beat()
+
+    @property
+    def unsent(self) -> bool:
+        return self.output.unsent
+
+    def when_flushed(self, then: Callable[[], None]) -> None:
+        self.output.when_flushed(then)
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -156,11 +182,13 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def _upgrade(self, data: bytes) -> None:
         """Carry on over a WebSocket: the handshake, then STOMP inside its messages."""
         assert self._transport is not None
-        self._websocket = upgrade(self._transport, self.host.config.websocket_origins, self.host.websocket_handshakes,
-                                  self, lambda opened: log.info("client.websocket", session=self.session_id, peer=self.peer,
-                                                                path=opened.path, subprotocol=opened.subprotocol,
-                                                                origin=opened.origin),
-                                  self.host.known_names)
+        def opened(handshake: Opened) -> None:
+            log.info("client.websocket", session=self.session_id, peer=self.peer, path=handshake.path,
+                     subprotocol=handshake.subprotocol, origin=handshake.origin)
+
+        host = self.host
+        self._websocket = upgrade(self._transport, host.config.websocket_origins, host.websocket_handshakes, self,
+                                  opened, host.known_names)
         if self._websocket is None:  # too many handshakes: 503 written (and logged), closing
             self.stomp.refused_before_stomp()
             return
@@ -177,14 +205,13 @@ class Connection(Output, Proposing, asyncio.Protocol):
         if not self.stomp.state.ended:
             self.fail("internal error", f"{type(exc).__name__} while handling {what}")
         else:
-            self._close_after_flush()
+            self.output.close_after_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._beats.stop()
         if self._connect_timer is not None:
             self._connect_timer.cancel()
-        self._out.clear()
-        self._flushed()  # nothing waits to go out any more
+        self.output.drop()
         self.forget_flow_held()  # never proposed, never receipted: not the broker's
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
@@ -235,7 +262,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         if self.mobility.state is Serving.PARKING:
             self.mobility.handle(ParkDone())  # a park ends the input, parked or not
         self.stomp.half_closed()
-        self.when_settled(self._close_after_flush)  # output may still be queued for this loop turn
+        self.when_settled(self.output.close_after_flush)  # output may still be queued for this loop turn
 
     def pause_writing(self) -> None:
         self._read_paused_for_writes = True
@@ -264,7 +291,8 @@ class Connection(Output, Proposing, asyncio.Protocol):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
                 self._update_reading()  # what follows the ticket waits for the claim
-                self.host.mobility.spawn(handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset))
+                adopting = handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset)
+                self.host.mobility.spawn(adopting)
 
     def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
         self._execute(decisions)
@@ -324,7 +352,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         the session now; `parked_at`: it parks it, and the client resumes it from that offset."""
         self._beats.stop()
         self._moves(HandedOver())
-        assert self._transport is not None and not self._out
+        assert self._transport is not None and not self.output.unsent
         self.host.relays.to_successor(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
 
     def resume_here(self, session_id: str, held: bytes) -> None:
@@ -346,7 +374,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         """Our Connect was applied: answer CONNECTED and start heart-beating."""
         frame, opened = self.stomp.connect_committed(self.host.commit_log.leader_term)
         if frame is not None:
-            self.write(frame)
+            self.output.write(frame)
         if opened:
             self.opened()
 
@@ -359,18 +387,19 @@ class Connection(Output, Proposing, asyncio.Protocol):
         if self.stomp.state == SessionState.CLOSED:
             return
         self.stomp.half_closed()
-        self._close_after_flush()
+        self.output.close_after_flush()
 
     def deliver(self, effect: Deliver, body: bytes | None = None) -> None:
         """`body`: the message's bytes when the effect holds a body reference (a group)."""
         if not self.stomp.state.ended:
-            self.write(message_frame(effect, self.stomp.version, body, self.host.commit_log.leader_term, self._heads))
+            term = self.host.commit_log.leader_term
+            self.output.write(message_frame(effect, self.stomp.version, body, term, self._heads))
 
     def receipt(self, receipt_id: str) -> None:
         if self.stomp.state != SessionState.CLOSED:
             named = self.stomp.receipt_for(receipt_id)
             if named is not None:
-                self.write(receipt_frame(named, self.stomp.version))
+                self.output.write(receipt_frame(named, self.stomp.version))
 
     def fail(
         self,
@@ -395,7 +424,7 @@ class Connection(Output, Proposing, asyncio.Protocol):
         self._update_reading()
         log.info("client.error", session=self.session_id, peer=self.peer, message=refuse.message, detail=refuse.detail)
         if abort:
-            self.abort()
+            self.output.abort()
         elif wait_for_log:
             self.when_settled(lambda: self._send_error(refuse.frame))
         else:
@@ -404,12 +433,12 @@ class Connection(Output, Proposing, asyncio.Protocol):
     def _send_error(self, frame: bytes) -> None:
         if self.stomp.state == SessionState.CLOSED:
             return
-        self._close_after_flush(frame)
+        self.output.close_after_flush(frame)
 
     def shutdown(self) -> None:  # the node is stopping: tell the client and close
         if self.stomp.state.ended:
             if not self.mobility.handed_over:  # else its relay says goodbye (Relays.farewell)
-                self._close_after_flush()
+                self.output.close_after_flush()
             return
         for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):
             assert isinstance(refusal, Refuse)

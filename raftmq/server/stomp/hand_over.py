@@ -143,7 +143,8 @@ async def hand_over(connection: Handing, leader: str) -> None:
     # This node goes next, and holds the client's own socket: the successor parks the session and
     # the client resumes it there itself (a ticket with no hops); no relay from here is needed.
     parking = host.succession.going and connection.hops == 0 and not stomp.via_relay
-    if not connection.settling and not connection.outcome_unknown and not unsent and secret is not None and not connection.closed:
+    known = not connection.settling and not connection.outcome_unknown  # every command has its outcome
+    if known and not unsent and secret is not None and not connection.closed:
         ticket = stomp.ticket(commands, connection.peer, host.clock.now_ms(), 0 if parking else connection.hops + 1)
     if ticket is None or secret is None:
         why = ("a command's outcome is unknown" if connection.settling or connection.outcome_unknown

@@ -38,12 +38,31 @@ from raftmq.protocol.codec import FrameParser
 from raftmq.protocol.frame import RELAYED_HEADER, RESUME_HEADER, Frame
 from raftmq.protocol.negotiation import HeartBeat, agree_heartbeats, negotiate_version, parse_heart_beat
 from raftmq.replication.command_codec import decode_batch, encode_batch
-from raftmq.routing.forward_batch import BATCH_DESTINATION, BATCH_INDEX_HEADER, BatchError, decode, inner_receipt, message, parse_inner
+from raftmq.routing.forward_batch import (
+    BATCH_DESTINATION,
+    BATCH_INDEX_HEADER,
+    BatchError,
+    decode,
+    inner_receipt,
+    message,
+    parse_inner,
+)
 from raftmq.routing.route import BRIDGE_CONNECT_HEADER, sf_queue
 from raftmq.security import Principal
 from raftmq.server.stomp.adoption import ADOPT_HEADER, ADOPT_PREFIX, REFUSED, Ticket, read_adoption
 from raftmq.server.stomp.authorization import SessionAuthorization
-from raftmq.server.stomp.decisions import PREFIX_MAX_BYTES, REDIRECT, Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader, redirect_wanted
+from raftmq.server.stomp.decisions import (
+    PREFIX_MAX_BYTES,
+    REDIRECT,
+    Adopt,
+    CheckLogin,
+    Decision,
+    Note,
+    Propose,
+    Refuse,
+    RelayToLeader,
+    redirect_wanted,
+)
 from raftmq.server.stomp.frames import connected_frame, error_frame
 from raftmq.server.stomp.translate import FrameTranslator
 

@@ -31,7 +31,16 @@ from dataclasses import dataclass
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
-from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData, Request, TextMessage
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from raftmq.protocol.negotiation import WEBSOCKET_SUBPROTOCOLS
