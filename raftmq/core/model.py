@@ -364,29 +364,7 @@ class Store:
                 ):
                     return owner
                 return None
-        consumers = self.consumers
-        count = len(consumers)
-        index = self.rr
-        headers = None
-        any_room = False
-        for _ in range(count):
-            sub = consumers[index]
-            index += 1
-            if index == count:
-                index = 0
-            if sub.has_room:
-                any_room = True
-                if sub.selector is not None:
-                    if headers is None:
-                        headers = selector_headers(message)
-                    if not sub.selector.matches(headers):
-                        continue
-                self.rr = index
-                if group is not None:
-                    self.groups[group] = sub
-                    sub.groups[group] = None
-                return sub
-        return None if any_room else NO_ROOM
+        return self._first_taker(message, self.consumers, self.rr, True)
 
     def pick_among(self, message: Message, candidates: list[Subscription]) -> Subscription | NoRoom | None:
         """Like `pick`, when only `candidates` may have become able to take a ready message."""
@@ -405,9 +383,22 @@ class Store:
             owner = self.groups.get(group)
             if owner is not None:
                 return self.pick(message) if owner in candidates else None
+        return self._first_taker(message, candidates, 0, False)
+
+    def _first_taker(self, message: Message, subs: list[Subscription], start: int,
+                     rotate: bool) -> Subscription | NoRoom | None:
+        """The first of `subs` from `start` on (round the end) with room whose selector takes
+        `message`, its group sticking to it; None when some had room but none took it, NO_ROOM
+        when none had room. `rotate`: the round robin goes on after it (`rr`)."""
+        count = len(subs)
+        index = start
         headers = None
         any_room = False
-        for sub in candidates:
+        for _ in range(count):
+            sub = subs[index]
+            index += 1
+            if index == count:
+                index = 0
             if sub.has_room:
                 any_room = True
                 if sub.selector is not None:
@@ -415,6 +406,9 @@ class Store:
                         headers = selector_headers(message)
                     if not sub.selector.matches(headers):
                         continue
+                if rotate:
+                    self.rr = index
+                group = message.group
                 if group is not None:
                     self.groups[group] = sub
                     sub.groups[group] = None
