@@ -122,8 +122,10 @@ def limits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[str, Path], limits_run: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The clean runs and a copy per planted anomaly, audited together in one job."""
+            synthetic_runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The clean runs and a copy per planted anomaly, audited together in one job, with the two
+    synthetic runs (under their own names: synth-clean, synth-lost); a Spark job costs tens of
+    seconds of this machine's two cores whatever its size."""
     root = tmp_path_factory.mktemp("audited")
     planted: dict[str, tuple[str, str]] = {}
     runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean"),
@@ -143,7 +145,8 @@ def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[s
     message_id = "g1-" + str(random.Random(5).randint(10, 30))
     spark.dataSource.register(planted_source(conserve.name, message_id))  # in place of the audit's own replay
     try:
-        result = run_audit(spark, [read_run(run) for run in runs], sample=50)
+        synthetic = [synthetic_runs["clean"].path, synthetic_runs["lost"]]
+        result = run_audit(spark, [read_run(run) for run in [*runs, *synthetic]], sample=50)
     finally:
         spark.dataSource.register(NodeFactsSource)
     planted[conserve.name] = ("conservation", message_id)

@@ -14,7 +14,7 @@ from spark_audit.checks import CHECKS
 from spark_audit.job import AuditResult
 from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 def verdict(result: AuditResult, name: str) -> dict[str, int | None]:

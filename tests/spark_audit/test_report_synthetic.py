@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from spark_audit.job import AuditResult, run_audit
-from spark_audit.layout import read_run
+from spark_audit.job import AuditResult
 from spark_audit.report import write
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# The timeout covers the `audited` fixture (real chaos runs and one audit job), made by whichever
+# test of the group asks first.
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 def text_of(result: AuditResult, out: Path) -> str:
@@ -23,10 +24,10 @@ def text_of(result: AuditResult, out: Path) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", source)))
 
 
-def test_the_report_says_what_was_proven_and_what_was_not(spark: Any, synthetic_runs: dict[str, Any],
+def test_the_report_says_what_was_proven_and_what_was_not(audited: dict[str, Any], synthetic_runs: dict[str, Any],
                                                            tmp_path: Path) -> None:
     clean, lost, value = synthetic_runs["clean"], synthetic_runs["lost"], synthetic_runs["value"]
-    result = run_audit(spark, [read_run(clean.path), read_run(lost)])
+    result = audited["result"]  # (audited in the same job as the real runs)
     by_run = {run.name: run for run in result.runs}
 
     def alone(name: str) -> AuditResult:
