@@ -370,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             check(run(seed))
         except (MobilityViolation, ProtocolError) as exc:
             failed += 1
-            print(str(exc).split("\n")[0])
-    print(f"{args.seeds - failed} of {args.seeds} seeds held")
+            sys.stdout.write(str(exc).split("\n")[0] + "\n")
+    sys.stdout.write(f"{args.seeds - failed} of {args.seeds} seeds held\n")
     return 1 if failed else 0
 
 

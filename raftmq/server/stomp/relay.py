@@ -20,8 +20,9 @@ moves, resumes, hands over, says farewell) is decided by its `RelayMachine`
 it opens the connections, copies the bytes, watches the node's leader and carries out the
 machine's decisions. A node that goes (`farewell`) waits for its clients (`drained`).
 
-No leader known yet: the follower waits up to `LEADER_WAIT_SECONDS`, then answers ERROR. TLS
-(pinned to the group's certificate), what a relay counts as: docs/operations.md, "Any node serves any client".
+No leader known yet: the follower waits up to `mobility.LEADER_WAIT_SECONDS` for one, then
+answers ERROR. TLS (pinned to the group's certificate), what a relay counts as:
+docs/operations.md, "Any node serves any client".
 """
 
 from __future__ import annotations
