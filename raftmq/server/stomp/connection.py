@@ -77,7 +77,7 @@ class Connection(Proposing, asyncio.Protocol):
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
         self.stream_bytes = 0
         self._read_paused_for_writes = self._held_for_redirect = False
-        self.mobility = ServingMachine()  # hand-over, park, a relay's half-close (raftmq.server.stomp.serving)
+        self.serving = ServingMachine()  # its mobility: hand-over, park, a relay's half-close (stomp.serving)
         self._beats = HeartBeats(self, self._loop)
         self.output = Output(self, self._loop, self._beats)  # what this connection writes, flushed per turn
         self._connect_timer: asyncio.TimerHandle | None = None
@@ -182,6 +182,7 @@ class Connection(Proposing, asyncio.Protocol):
     def _upgrade(self, data: bytes) -> None:
         """Carry on over a WebSocket: the handshake, then STOMP inside its messages."""
         assert self._transport is not None
+
         def opened(handshake: Opened) -> None:
             log.info("client.websocket", session=self.session_id, peer=self.peer, path=handshake.path,
                      subprotocol=handshake.subprotocol, origin=handshake.origin)
@@ -234,7 +235,7 @@ class Connection(Proposing, asyncio.Protocol):
     def _moves(self, event: ServingEvent, leader: str = "") -> bool:
         """Hand `event` to the session's mobility and carry out what it decides; False when it
         cannot be handed over (the caller ends it)."""
-        for decision in self.mobility.handle(event):
+        for decision in self.serving.handle(event):
             if isinstance(decision, Hold):
                 self.hold_for_redirect()
             elif isinstance(decision, Release):
@@ -254,13 +255,13 @@ class Connection(Proposing, asyncio.Protocol):
     @property
     def eof_pending(self) -> bool:
         """A relay half-closed this connection (its move, or its client's half-close)."""
-        return self.mobility.eof_pending
+        return self.serving.eof_pending
 
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go
         out), then close."""
-        if self.mobility.state is Serving.PARKING:
-            self.mobility.handle(ParkDone())  # a park ends the input, parked or not
+        if self.serving.state is Serving.PARKING:
+            self.serving.handle(ParkDone())  # a park ends the input, parked or not
         self.stomp.half_closed()
         self.when_settled(self.output.close_after_flush)  # output may still be queued for this loop turn
 
@@ -437,7 +438,7 @@ class Connection(Proposing, asyncio.Protocol):
 
     def shutdown(self) -> None:  # the node is stopping: tell the client and close
         if self.stomp.state.ended:
-            if not self.mobility.handed_over:  # else its relay says goodbye (Relays.farewell)
+            if not self.serving.handed_over:  # else its relay says goodbye (Relays.farewell)
                 self.output.close_after_flush()
             return
         for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):
