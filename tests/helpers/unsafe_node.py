@@ -27,24 +27,24 @@ EARLY_RECEIPT_DELAY_SECONDS = 0.2
 
 def plant_early_receipts() -> None:
     from raftmq.core.commands import Command, Send
-    from raftmq.server.stomp.connection import Connection
+    from raftmq.server.stomp.proposing import Proposals
 
-    propose = Connection._propose_now  # the one place a connection proposes
+    propose = Proposals._propose_now  # the one place a connection proposes
 
-    def propose_after_receipting(self: Connection, commands: list[Command]) -> None:
+    def propose_after_receipting(self: Proposals, commands: list[Command]) -> None:
         if not any(isinstance(command, Send) for command in commands):
             propose(self, commands)
             return
         early = []
         for command in commands:
             if isinstance(command, Send) and command.receipt is not None:
-                self.receipt(command.receipt)
+                self.connection.receipt(command.receipt)  # type: ignore[attr-defined]
                 command = Send(command.session, command.destination, command.headers, command.body, command.now,
                                command.transaction, None)
             early.append(command)
         self.host.loop.call_later(EARLY_RECEIPT_DELAY_SECONDS, propose, self, early)
 
-    Connection._propose_now = propose_after_receipting  # type: ignore[method-assign]
+    Proposals._propose_now = propose_after_receipting  # type: ignore[method-assign]
 
 
 def plant_no_fsync() -> None:

@@ -117,7 +117,7 @@ def test_a_member_executes_a_committed_batch_in_the_written_order(tmp_path: Path
             wrap(output, "_flush", before=lambda: queued.append(len(output._out)),
                  after=lambda: trace.record("socket") if queued.pop() and not output._out else None)
             # The commit log tells the producer's connection its proposal settled.
-            wrap(connection, "settled", before=lambda *a: trace.record("settled"))
+            wrap(connection.proposals, "settled", before=lambda *a: trace.record("settled"))
             trace.recording = True
 
         async def on_loop() -> None:

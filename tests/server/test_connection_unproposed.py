@@ -40,9 +40,9 @@ def test_commands_refused_after_the_leadership_left_are_handed_on_in_the_order_p
     async def scenario() -> list[bytes]:
         host = ProposingHost(loop=asyncio.get_running_loop())
         connection = Connection(host, "s")  # type: ignore[arg-type]
-        connection._propose_now([send(b"1"), send(b"2")])
-        connection._propose_now([send(b"3")])
-        connection._propose_now([send(b"4")])
+        connection.proposals._propose_now([send(b"1"), send(b"2")])
+        connection.proposals._propose_now([send(b"3")])
+        connection.proposals._propose_now([send(b"4")])
         connection.hold_for_redirect()
         earlier, later, last = host.proposals
         for commands, proposer, number in (later, last):  # refused at once: a transfer under way

@@ -24,6 +24,7 @@ from typing import cast
 
 import structlog
 
+from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
 from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
@@ -33,7 +34,7 @@ from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Pro
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
 from raftmq.server.stomp.output import Output
-from raftmq.server.stomp.proposing import Proposing
+from raftmq.server.stomp.proposing import Proposals
 from raftmq.server.stomp.serving import (
     AwaitNotice,
     EndInput,
@@ -56,7 +57,7 @@ from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
 
-class Connection(Proposing, asyncio.Protocol):
+class Connection(asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
@@ -71,7 +72,7 @@ class Connection(Proposing, asyncio.Protocol):
         self.connected_at = self._clock.now_ms()  # for the admin API's connection list
         self._transport: asyncio.Transport | None = None
         self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
-        self._init_proposing(host.config.max_pending_commands)
+        self.proposals = Proposals(self, host.config.max_pending_commands)  # and their outcomes
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
@@ -132,6 +133,29 @@ class Connection(Proposing, asyncio.Protocol):
 
     def when_flushed(self, then: Callable[[], None]) -> None:
         self.output.when_flushed(then)
+
+    # What the hand-over asks of the proposals.
+    def when_settled(self, then: Callable[[], None]) -> None:
+        self.proposals.when_settled(then)
+
+    @property
+    def settling(self) -> bool:
+        return self.proposals.settling
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.proposals.outcome_unknown
+
+    @property
+    def unproposed(self) -> list[Command]:
+        return self.proposals.unproposed
+
+    @property
+    def flow_held(self) -> list[Command]:
+        return self.proposals.flow_held
+
+    def forget_flow_held(self) -> None:
+        self.proposals.forget_flow_held()
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
@@ -213,7 +237,7 @@ class Connection(Proposing, asyncio.Protocol):
         if self._connect_timer is not None:
             self._connect_timer.cancel()
         self.output.drop()
-        self.forget_flow_held()  # never proposed, never receipted: not the broker's
+        self.proposals.forget_flow_held()  # never proposed, never receipted: not the broker's
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
         for decision in decisions:
@@ -263,41 +287,41 @@ class Connection(Proposing, asyncio.Protocol):
         if self.serving.state is Serving.PARKING:
             self.serving.handle(ParkDone())  # a park ends the input, parked or not
         self.stomp.half_closed()
-        self.when_settled(self.output.close_after_flush)  # output may still be queued for this loop turn
+        self.proposals.when_settled(self.output.close_after_flush)  # output may still be queued for this loop turn
 
     def pause_writing(self) -> None:
         self._read_paused_for_writes = True
-        self._update_reading()
+        self.update_reading()
 
     def resume_writing(self) -> None:
         self._read_paused_for_writes = False
-        self._update_reading()
+        self.update_reading()
 
     # ---- executing the session's decisions -----------------------------------------------------
 
     def _execute(self, decisions: list[Decision]) -> None:
         for decision in decisions:
             if isinstance(decision, Propose):
-                self._propose(decision)
+                self.proposals.propose(decision)
             elif isinstance(decision, Refuse):
                 self._refuse(decision)
             elif isinstance(decision, Note):
                 log.info(decision.event, session=self.session_id, peer=self.peer, **decision.fields)
             elif isinstance(decision, CheckLogin):
-                self._update_reading()
+                self.update_reading()
                 security = self.host.security
                 checked = self._loop.run_in_executor(None, security.login, decision.login, decision.passcode)
                 checked.add_done_callback(self._login_checked)
             elif isinstance(decision, RelayToLeader):
                 self._relay(decision.prefix)
             elif isinstance(decision, Adopt):
-                self._update_reading()  # what follows the ticket waits for the claim
+                self.update_reading()  # what follows the ticket waits for the claim
                 adopting = handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset)
                 self.host.mobility.spawn(adopting)
 
     def run(self, decisions: list[Decision]) -> None:  # made outside data_received (raftmq.server.stomp.hand_over)
         self._execute(decisions)
-        self._update_reading()
+        self.update_reading()
 
     def _login_checked(self, checked: asyncio.Future[Principal | None]) -> None:
         try:
@@ -305,7 +329,7 @@ class Connection(Proposing, asyncio.Protocol):
         except Exception as exc:  # like data_received: a bug costs this connection only
             self.stomp.authenticating = False
             self._internal_error(exc, "CONNECT")
-        self._update_reading()
+        self.update_reading()
 
     def _relay(self, prefix: bytes) -> None:
         """A follower's client: hand the connection to a relay to the leader. The connection
@@ -316,7 +340,7 @@ class Connection(Proposing, asyncio.Protocol):
             self._connect_timer.cancel()  # CONNECT was read; the leader applies its own limits
         self.host.relays.start(self, transport, prefix)
 
-    def _update_reading(self) -> None:
+    def update_reading(self) -> None:
         transport = self._transport
         state = self.stomp.state
         if transport is None or transport.is_closing() or state == SessionState.RELAYED:
@@ -330,7 +354,7 @@ class Connection(Proposing, asyncio.Protocol):
     @property
     def reading_paused(self) -> bool:
         """By this node: the log, the socket or BLOCK holds it back (its silence is ours)."""
-        return self._read_paused_for_log or self._read_paused_for_writes or self._read_paused_for_flow
+        return self.proposals.paused or self._read_paused_for_writes
 
     @property
     def held_for_redirect(self) -> bool:
@@ -359,7 +383,7 @@ class Connection(Proposing, asyncio.Protocol):
     def resume_here(self, session_id: str, held: bytes) -> None:
         """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""
         self.stomp.authenticating = True  # what the client sends waits for the claim
-        self._update_reading()
+        self.update_reading()
         self.host.mobility.spawn(handing.adopt(self, None, session_id, then=held))
 
     def hold_for_redirect(self) -> None:
@@ -367,7 +391,7 @@ class Connection(Proposing, asyncio.Protocol):
         and let commands that fail meanwhile not answer; the node calls `fail` with the
         leader's address once it knows it (or gives up waiting)."""
         self._held_for_redirect = True
-        self._update_reading()
+        self.update_reading()
 
     # ---- called by the node when commands of this session commit ----------------------------
 
@@ -422,12 +446,12 @@ class Connection(Proposing, asyncio.Protocol):
             self._refuse(decision, wait_for_log=wait_for_log, abort=abort)
 
     def _refuse(self, refuse: Refuse, *, wait_for_log: bool = True, abort: bool = False) -> None:
-        self._update_reading()
+        self.update_reading()
         log.info("client.error", session=self.session_id, peer=self.peer, message=refuse.message, detail=refuse.detail)
         if abort:
             self.output.abort()
         elif wait_for_log:
-            self.when_settled(lambda: self._send_error(refuse.frame))
+            self.proposals.when_settled(lambda: self._send_error(refuse.frame))
         else:
             self._send_error(refuse.frame)
 

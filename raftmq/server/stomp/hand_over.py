@@ -60,7 +60,9 @@ class Handing(ClientConnection, Protocol):
     peer: str
     hops: int
     stream_bytes: int
-    outcome_unknown: bool
+    @property
+    def outcome_unknown(self) -> bool:
+        """A command failed otherwise than NotLeader while held: the session cannot move."""
 
     @property
     def unproposed(self) -> list[Command]:

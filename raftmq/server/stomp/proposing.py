@@ -1,4 +1,4 @@
-"""What a client connection proposes, and what it does with the outcomes (the `Proposing` half of
+"""What a client connection proposes, and what it does with the outcomes (`Proposals`, owned by
 raftmq.server.stomp.connection's `Connection`).
 
 A connection numbers its proposals and hands each to the commit log with `propose_for`: the log
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from raftmq.core.commands import Command
 from raftmq.errors import NotLeader
@@ -21,20 +21,26 @@ from raftmq.server.stomp.decisions import Propose
 from raftmq.server.stomp.session import StompSession
 
 
-class Proposing:
-    """Mixed into `Connection`, whose `__init__` calls `_init_proposing`."""
+class Proposing(Protocol):
+    """What a connection's proposals see of it (raftmq.server.stomp.connection)."""
 
     host: ConnectionHost
     stomp: StompSession
-    _held_for_redirect: bool
 
-    if TYPE_CHECKING:
-        def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
-                 abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
+    @property
+    def held_for_redirect(self) -> bool: ...
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
+             abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
+    def update_reading(self) -> None:
+        """Pause or resume reading the client as what holds it back changed."""
 
-        def _update_reading(self) -> None: ...
 
-    def _init_proposing(self, max_pending: int) -> None:
+class Proposals:
+    """A connection's proposals and their outcomes; the commit log's `Proposer` for it."""
+
+    def __init__(self, connection: Proposing, max_pending: int) -> None:
+        self.connection = connection
+        self.host = connection.host
         self._max_pending = max(1, max_pending)
         self._read_paused_for_log = False  # more than `max_pending` commands wait for the log
         self._read_paused_for_flow = False  # BLOCK: a destination this connection sends to is full
@@ -49,7 +55,12 @@ class Proposing:
         self._unproposed: list[tuple[int, list[Command]]] = []
         self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
 
-    def _propose(self, decision: Propose) -> None:
+    @property
+    def paused(self) -> bool:
+        """Reading is held back: too many commands wait for the log, or BLOCK holds some."""
+        return self._read_paused_for_log or self._read_paused_for_flow
+
+    def propose(self, decision: Propose) -> None:
         commands = decision.commands
         flow = self.host.flow
         if flow is None:
@@ -66,7 +77,7 @@ class Proposing:
         self._flow_held.append(commands)
         if not self._read_paused_for_flow:
             self._read_paused_for_flow = True
-            self._update_reading()
+            self.connection.update_reading()
             flow.wait(self)
 
     def flow_release(self) -> bool:
@@ -74,7 +85,7 @@ class Proposing:
         flow = self.host.flow
         held = self._flow_held
         while held:
-            if self.stomp.state.ended:
+            if self.connection.stomp.state.ended:
                 return True  # what it held goes with it (never proposed, never receipted)
             at = flow.blocked_at(held[0]) if flow is not None else None
             if at is not None:
@@ -84,7 +95,7 @@ class Proposing:
                 return False
             self._propose_now(held.pop(0))
         self._read_paused_for_flow = False
-        self._update_reading()
+        self.connection.update_reading()
         return True
 
     def _propose_now(self, commands: list[Command]) -> None:
@@ -101,7 +112,7 @@ class Proposing:
         self.host.propose_for(commands, self, number)
         if self._pending > self._max_pending and not self._read_paused_for_log:
             self._read_paused_for_log = True
-            self._update_reading()
+            self.connection.update_reading()
 
     def settled(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
         """The commit log's word on proposal `number` (raftmq.replication.commit_log.Proposer)."""
@@ -122,20 +133,21 @@ class Proposing:
                     then()
 
     def _outcome(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
-        if error is not None and self._held_for_redirect:  # the leadership left: never appended, or unknown
+        connection = self.connection
+        if error is not None and connection.held_for_redirect:  # the leadership left: never appended, or unknown
             if isinstance(error, NotLeader):
                 self._unproposed.append((number, list(commands)))
             else:
                 self.outcome_unknown = True
-        elif error is not None and not self.stomp.state.ended:
+        elif error is not None and not connection.stomp.state.ended:
             if isinstance(error, NotLeader):
-                self.fail("not the leader", str(error), extra={"leader": error.leader} if error.leader else None)
+                connection.fail("not the leader", str(error), extra={"leader": error.leader} if error.leader else None)
             else:
-                self.fail("command not committed", f"{type(error).__name__}: {error}")
+                connection.fail("command not committed", f"{type(error).__name__}: {error}")
             return
         if self._read_paused_for_log and self._pending <= self._max_pending // 2:
             self._read_paused_for_log = False
-            self._update_reading()
+            self.connection.update_reading()
 
     def when_settled(self, then: Callable[[], None]) -> None:
         """Run `then` once every proposal made so far has settled (at once if none waits)."""
