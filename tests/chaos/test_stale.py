@@ -87,9 +87,10 @@ def test_starve_holds_a_busy_process_to_its_quota_and_lets_it_go() -> None:
             assert not limit.path.exists()
             # Free again at once: a process moved out while throttled used to stay off the CPU for
             # up to 0.75 s more, in about half the releases (the quota is now lifted first). How
-            # much CPU it then gets depends on the machine's load: only how soon it runs is asked.
+            # much CPU it then gets depends on the machine's load (the whole suite beside it: 30 ms
+            # of CPU once took 0.48 s): only how soon it runs at all is asked, 10 ms of it.
             released, before = time.monotonic(), _cpu_seconds(busy.pid)
-            while _cpu_seconds(busy.pid) - before < 0.03 and time.monotonic() - released < 3:
+            while _cpu_seconds(busy.pid) - before < 0.01 and time.monotonic() - released < 3:
                 time.sleep(0.01)
             assert time.monotonic() - released < 0.4, f"release {round_ + 1} left the process starved"
     finally:
