@@ -388,15 +388,16 @@ class Node:
                                              reuse_address=True, backlog=1024,
                                              ssl=None if tls is None else server_ssl_context(tls))
 
-    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int,
+                    eof: bool = False) -> None:
         """A relay of this node moved its session here (this node leads now): serve it on the
         relay's client transport (raftmq.server.stomp.relay, "moving closer"); `stream_bytes`:
-        what the client sent before `held`."""
+        what the client sent before `held`; `eof`: the client half-closed after it."""
         connection = self._new_connection()
         transport.set_protocol(connection)
         connection.connection_made(transport)
         connection.stream_bytes = stream_bytes
-        connection.resume_here(session_id, held)
+        connection.resume_here(session_id, held, eof)
 
     async def send_clients_off(self) -> None:
         """This node handed its leadership over and goes next (a stop, a removal from its group):

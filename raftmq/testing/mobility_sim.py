@@ -38,7 +38,7 @@ from raftmq.protocol.frame import RESUME_HEADER
 from raftmq.server.stomp import relay_events as ev
 from raftmq.server.stomp import serving as sv
 from raftmq.server.stomp.adoption import adopted_frame
-from raftmq.server.stomp.mobility import Kind, RelayMachine
+from raftmq.server.stomp.mobility import Kind, MobilityError, RelayMachine
 
 SECRET = "simulated"
 SESSION = "L:s1"
@@ -74,7 +74,6 @@ class Sim:
         self._last_arrival: dict[int, float] = {}
         self.serving_machine = serving_machine
         self.log: list[bytes] = []  # the replicated log: frames committed, by whichever leader
-        self.leader = "L"
         self.knows = {"F": "L", "L": "L", "N": "L"}  # whom each node believes leads
         self.parked: dict[str, bytes] = {}  # at N: session -> (nothing kept but its id)
         self.client_got = b""
@@ -253,8 +252,6 @@ class SimServer:
         for decision in self.machine.handle(event):
             if isinstance(decision, sv.Hold):
                 sim.set_reading(self.end, False)
-            elif isinstance(decision, sv.Release):
-                sim.set_reading(self.end, True)
             elif isinstance(decision, sv.AwaitNotice):
                 sim.at(decision.seconds, lambda: self._moves(sv.NoticeOver(not self.end.closed, self.hops)))
             elif isinstance(decision, sv.Park):
@@ -274,7 +271,7 @@ class SimServer:
         self.machine.handle(sv.HandedOver())
         ticket = f"TICKET {self.hops + 1}\0".encode() + self.buffer
         machine = sim.relay_machine(Kind.HAND_OVER, ticket, version="1.2", secret=SECRET, own_address=self.node,
-                               client_eof=self.machine.eof_pending, leader=leader, session_id=SESSION,
+                               client_eof=self.machine.eof_pending, target=leader, session_id=SESSION,
                                refusal=b"ERROR\nmessage:not the leader\n\nrefused\0", outermost=False)
         sim.relays.append(SimRelay(sim, self.node, self.end, machine))
 
@@ -341,13 +338,17 @@ def _learns(sim: Sim, node: str) -> None:
                 server.leadership_gone()
     else:
         _tell_relays(sim)
-        sim.at(0.1, functools.partial(_tell_relays, sim))  # the shell tells them again (their grace)
 
 
 def _tell_relays(sim: Sim) -> None:
-    for relay in list(sim.relays):
-        if relay.node == "F":
-            relay.leader_seen()
+    """As the shell does (raftmq.server.stomp.relay, `Relays.look`): tell each relay the leader,
+    and again when the earliest of them wants it (`recheck_at`: its grace)."""
+    relays = [relay for relay in sim.relays if relay.node == "F"]
+    for relay in relays:
+        relay.leader_seen()
+    due = min((at for relay in relays if (at := relay.machine.recheck_at) is not None), default=None)
+    if due is not None:
+        sim.at(max(due - sim.now, 0.0), functools.partial(_tell_relays, sim))
 
 
 def check(outcome: Outcome) -> None:
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seed, args.seed + args.seeds):
         try:
             check(run(seed))
-        except (MobilityViolation, ProtocolError) as exc:
+        except (MobilityViolation, ProtocolError, MobilityError, sv.ServingError) as exc:
             failed += 1
             sys.stdout.write(str(exc).split("\n")[0] + "\n")
     sys.stdout.write(f"{args.seeds - failed} of {args.seeds} seeds held\n")

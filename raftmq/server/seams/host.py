@@ -332,7 +332,8 @@ class RelayHost(Protocol):
 
     def own_client_address(self) -> str | None: ...
 
-    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int) -> None:
+    def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int,
+                    eof: bool = False) -> None:
         """Serve the session a relay of this node parked, on the relay's client transport."""
 
 

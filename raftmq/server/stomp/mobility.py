@@ -25,7 +25,7 @@ The story the table tells:
   new leader (CONNECTING again, as a resume), or serves it here if this node leads now.
 - FAREWELL: this node goes; the relay half-closed towards the successor, which parks the session;
   when it closes, the client gets the ERROR naming the leader, with where to resume its session.
-- CLOSING: the sides were told to close; ENDED once the client's side is gone.
+- CLOSING: the client was told to close; ENDED once its side is gone, and the upstream with it.
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ ADOPT_CONNECT_SECONDS = 1.0
 # How long a relay to a deposed leader that does not move stays open after the change was seen
 # (counted from the deposed leader's last bytes); so does a move the deposed leader does not answer.
 DEPOSED_GRACE_SECONDS = 0.5
+# How long a relay that moved waits for the new leader to answer its resume request (counted from
+# the change seen, or the new leader's last bytes): the new leader may hold the session's claim
+# for up to a second (raftmq.server.stomp.takeover, CLAIM_WAIT_SECONDS) before it answers.
+RESUME_ANSWER_SECONDS = 2.0
 # A leader's CONNECTED is a few hundred bytes: past this without one, none is coming.
 ANSWER_MAX_BYTES = 4096
 
@@ -137,8 +141,8 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     (_F, UpstreamLost): frozenset({_X}),
     (_F, LeaderSeen): frozenset({_F}),
     (_F, Farewell): frozenset({_F}),
-    **{(_X, event): frozenset({_X}) for event in (Connected, ClientData, ClientEof, UpstreamData, UpstreamLost,
-                                                      LeaderSeen, Farewell)},
+    **{(_X, event): frozenset({_X}) for event in (Connected, Unreachable, ClientData, ClientEof, UpstreamData,
+                                                      UpstreamLost, LeaderSeen, Farewell)},
     (_X, ClientLost): frozenset({_E}),
     **{(_E, event): frozenset({_E}) for event in (Connected, ClientData, ClientEof, ClientLost, UpstreamData,
                                                       UpstreamLost, LeaderSeen, Farewell)},
@@ -160,14 +164,14 @@ def named_session(head: bytes) -> str | None:
 
 class RelayMachine:
     """One relayed connection's mobility. `kind` FOLLOWER: `prefix` is the client's first bytes
-    (its CONNECT); HAND_OVER: `prefix` is the ticket, `leader` the successor, `refusal` the ERROR
+    (its CONNECT); HAND_OVER: `prefix` is the ticket, `target` the successor, `refusal` the ERROR
     the client gets if it is not taken, `outermost` this node holds the client's own socket, and
     `parked_at` (its node goes) the successor parks the session on arrival and the client resumes
     it from that offset. `secret`: the group's hand-over secret (None: sessions never move);
     `own_address`: this node's client address."""
 
     def __init__(self, kind: Kind, prefix: bytes, *, version: str, secret: str | None, own_address: str | None,
-                 stream_bytes: int = 0, client_eof: bool = False, leader: str | None = None,
+                 stream_bytes: int = 0, client_eof: bool = False, target: str | None = None,
                  session_id: str | None = None, refusal: bytes = b"", outermost: bool = True,
                  parked_at: int | None = None) -> None:
         self.kind = kind
@@ -177,7 +181,7 @@ class RelayMachine:
         self.own_address = own_address
         self.stream_bytes = stream_bytes  # bytes of the client's stream read (raftmq.server.stomp.adoption)
         self.client_eof = client_eof  # the client stopped sending (a follower's relay moving, before this node knew)
-        self.target = leader  # the node to connect to (None: the group's leader)
+        self.target = target  # the node to connect to (None: the group's leader)
         self.leader: str | None = None  # the node piped to, once connected
         self.session_id = session_id  # learned from the leader's CONNECTED for a follower's ("": unknown)
         self.refusal = refusal
@@ -191,6 +195,7 @@ class RelayMachine:
         self._answer = b""  # the successor's bytes until its answer is complete
         self._deposed_at: float | None = None
         self._upstream_heard = 0.0  # loop time of the upstream's last bytes
+        self._upstream_open = False  # connected, and not lost since (the shell holds a transport)
 
     def start(self) -> list[Decision]:
         seconds = LEADER_WAIT_SECONDS if self.kind is Kind.FOLLOWER else ADOPT_CONNECT_SECONDS
@@ -210,7 +215,10 @@ class RelayMachine:
             return None
         if not self.moving and self.kind is not Kind.FOLLOWER:
             return None  # a hand-over's relay is the deposed leader's own: no grace
-        return max(self._deposed_at, self._upstream_heard) + DEPOSED_GRACE_SECONDS
+        return max(self._deposed_at, self._upstream_heard) + self._grace()
+
+    def _grace(self) -> float:
+        return RESUME_ANSWER_SECONDS if self.kind is Kind.RESUME else DEPOSED_GRACE_SECONDS
 
     @property
     def carries_hand_over(self) -> bool:
@@ -232,12 +240,12 @@ class RelayMachine:
     # -- the handlers, one per event -----------------------------------------------------------
 
     def _connected(self, event: Connected) -> list[Decision]:
-        self.leader, self.half_close = event.leader, event.half_close
+        self.leader, self.half_close, self._upstream_open = event.leader, event.half_close, True
         prefix, self.prefix = self.prefix, b""
         reading = {Kind.FOLLOWER: True, Kind.HAND_OVER: self.parked_at is None, Kind.RESUME: False}[self.kind]
         self.state = State.RELAYING if self.kind is Kind.FOLLOWER else State.ANSWERING
         decisions: list[Decision] = [ClientReading(reading), ToUpstream(prefix)]
-        if self.client_eof:
+        if self.client_eof and self.kind is not Kind.RESUME:  # (a resume's goes after what it held: `_moved`)
             decisions.append(self._forward_eof())
         decisions += [Count("relayed"), Log("client.relayed", {"leader": event.leader})]
         return decisions
@@ -262,6 +270,7 @@ class RelayMachine:
             ToClient(self.refusal), CloseClient(),
         ]
         if connected:
+            self._upstream_open = False
             decisions.append(CloseUpstream())
         return decisions
 
@@ -279,9 +288,9 @@ class RelayMachine:
 
     def _client_eof(self, event: ClientEof) -> list[Decision]:
         self.client_eof = True
-        if self.state in (State.ANSWERING, State.RELAYING):
+        if self.state is State.RELAYING or (self.state is State.ANSWERING and self.kind is Kind.HAND_OVER):
             return [self._forward_eof()]
-        return []  # forwarded once connected (a move forwards it to the new leader)
+        return []  # forwarded once connected (a move forwards it to the new leader after what it held)
 
     def _forward_eof(self) -> Decision:
         # The client stopped sending but still reads (its receipts): half-close towards the leader
@@ -329,10 +338,12 @@ class RelayMachine:
         if held:
             decisions.append(ToUpstream(held))
         decisions.append(ClientReading(True))
+        if self.client_eof:  # the client's half-close landed while it moved: after what it sent
+            decisions.append(self._forward_eof())
         return decisions
 
     def _upstream_lost(self, event: UpstreamLost) -> list[Decision]:
-        state = self.state
+        state, self._upstream_open = self.state, False
         if state is State.MOVING:
             return self._resume(event.now_ms)  # everything for the client is out: resume it
         if state is State.ANSWERING:
@@ -350,8 +361,8 @@ class RelayMachine:
             self.state = State.ENDED
             return [Count("moved"), Log("client.relay_moved", {"session": session_id, "leader": leader}),
                     Ended(session_lost=False),
-                    ResumeHere(session_id, held, self.stream_bytes - len(held))]
-        self.kind, self.state = Kind.RESUME, State.CONNECTING
+                    ResumeHere(session_id, held, self.stream_bytes - len(held), self.client_eof)]
+        self.kind, self.state, self._deposed_at = Kind.RESUME, State.CONNECTING, None  # its own wait starts
         self.refusal = error_frame("not the leader", f"the session could not be moved to the leader {leader}",
                                    self.version, None, {"leader": leader})
         self.prefix, self.parked_at, self.outermost = resume_frame(session_id, secret, now_ms), None, True
@@ -370,8 +381,10 @@ class RelayMachine:
             return [Log("client.relay_moving", moving_to), ClientReading(False), HalfCloseUpstream()]
         if not moving and self.kind is not Kind.FOLLOWER:
             return []  # a hand-over's relay is the deposed leader's own: it keeps talking
-        if event.now - max(self._deposed_at, self._upstream_heard) < DEPOSED_GRACE_SECONDS:
+        if event.now - max(self._deposed_at, self._upstream_heard) < self._grace():
             return []
+        if self.kind is Kind.RESUME and self.state is not State.MOVING:
+            return self._refuse_adoption("the new leader did not answer the resume request")
         self.state = State.CLOSING
         return [Log("client.relay_closed", {"session": self.session_id, "leader": self.leader, "new_leader": leader}),
                 CloseClient()]
@@ -410,11 +423,16 @@ class RelayMachine:
         return self.stream_bytes - len(self.held)
 
     def _after_end(self, event: Event) -> list[Decision]:
-        """CLOSING: only the client's loss counts (ENDED); what else comes is dropped."""
+        """CLOSING: only the client's loss counts (ENDED: the upstream is closed too, where one is
+        open: a relay closed for its silent deposed leader, or a farewell before the answer);
+        what else comes is dropped."""
         if self.state is State.CLOSING and isinstance(event, ClientLost):
             self.state = State.ENDED
-            return [Ended(session_lost=True)]
-        if isinstance(event, Connected):
+            upstream: list[Decision] = [CloseUpstream()] if self._upstream_open else []
+            return [*upstream, Ended(session_lost=True)]
+        if isinstance(event, UpstreamLost):
+            self._upstream_open = False
+        elif isinstance(event, Connected):
             return [CloseUpstream()]  # the client left while the shell connected
         return []
 

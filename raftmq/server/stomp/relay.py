@@ -89,7 +89,7 @@ class Relays:
         node = self._node
         machine = RelayMachine(Kind.HAND_OVER, prefix, version=session.version, secret=node.hand_over_secret,
                                own_address=node.own_client_address(), stream_bytes=session.stream_bytes,
-                               client_eof=session.eof_pending, leader=leader, session_id=session_id, refusal=refusal,
+                               client_eof=session.eof_pending, target=leader, session_id=session_id, refusal=refusal,
                                outermost=hops == 0, parked_at=parked_at)
         self._begin(Relay(self, node, session, transport, machine))
 
@@ -101,9 +101,11 @@ class Relays:
         self._active.discard(relay)
         if not self._active:
             self._none_left.set()
-        self._pulse()
+        self.changed()
 
-    def _pulse(self) -> None:
+    def changed(self) -> None:
+        """The leader changed, a relay ended, or one no longer carries a hand-over: those waiting
+        (`until`) look again."""
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -121,7 +123,7 @@ class Relays:
 
     def leader_changed(self) -> None:
         """The leader this node knows of may have changed: every relay is told."""
-        self._pulse()
+        self.changed()
         self.look()
 
     async def drained(self, grace: float) -> None:
@@ -195,10 +197,6 @@ class Relay:
         return self.machine.leader
 
     @property
-    def session_id(self) -> str | None:
-        return self.machine.session_id
-
-    @property
     def carries_hand_over(self) -> bool:
         return self.machine.carries_hand_over
 
@@ -213,29 +211,35 @@ class Relay:
     # -- events in -----------------------------------------------------------------------------
 
     def check_leader(self, leader: str | None, now: float) -> None:
-        self._run(self.machine.handle(ev.LeaderSeen(leader, now)))
+        self._handle(ev.LeaderSeen(leader, now))
 
     def client_data(self, data: bytes) -> None:
-        self._run(self.machine.handle(ev.ClientData(data)))
+        self._handle(ev.ClientData(data))
         self.session.stream_bytes = self.machine.stream_bytes
 
     def client_eof(self) -> None:
-        self._run(self.machine.handle(ev.ClientEof()))
+        self._handle(ev.ClientEof())
 
     def client_lost(self, exc: Exception | None) -> None:
         self._lost = exc
-        self._run(self.machine.handle(ev.ClientLost()))
+        self._handle(ev.ClientLost())
 
     def upstream_data(self, data: bytes) -> None:
-        self._run(self.machine.handle(ev.UpstreamData(data, self._loop.time(), self._node.clock.now_ms())))
+        self._handle(ev.UpstreamData(data, self._loop.time(), self._node.clock.now_ms()))
 
     def upstream_lost(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and transport is self._upstream:  # not an attempt that failed
-            self._run(self.machine.handle(ev.UpstreamLost(self._node.clock.now_ms())))
+            self._handle(ev.UpstreamLost(self._node.clock.now_ms()))
 
     def farewell(self) -> None:
         """The node stops: a session it handed over leaves with its client (raftmq.server.stomp.mobility, FAREWELL)."""
-        self._run(self.machine.handle(ev.Farewell(self._node.clock.now_ms())))
+        self._handle(ev.Farewell(self._node.clock.now_ms()))
+
+    def _handle(self, event: ev.Event) -> None:
+        carried = self.machine.carries_hand_over
+        self._run(self.machine.handle(event))
+        if self.machine.carries_hand_over != carried:
+            self._relays.changed()  # (`moved_away` waits for this)
 
     # -- decisions out ---------------------------------------------------------------------------
 
@@ -271,7 +275,8 @@ class Relay:
                 self._end(decision.session_lost)
             elif isinstance(decision, ev.ResumeHere):
                 self.session.connection_lost(None)  # the relayed connection ends here; its client's does not
-                self._node.resume_here(self._client, decision.session_id, decision.held, decision.offset)
+                self._node.resume_here(self._client, decision.session_id, decision.held, decision.offset,
+                                        decision.eof)
             elif isinstance(decision, ev.Count):
                 if decision.what == "moved":
                     self._relays.moved += 1
@@ -296,7 +301,7 @@ class Relay:
                     failure = str(exc) or type(exc).__name__
                 else:
                     self._upstream = upstream
-                    self._run(self.machine.handle(ev.Connected(leader, upstream.can_write_eof())))
+                    self._handle(ev.Connected(leader, upstream.can_write_eof()))
                     return self._relays.look()  # the leader may have changed while it connected
             remaining = deadline - self._loop.time()
             if remaining <= 0:
@@ -305,7 +310,7 @@ class Relay:
                 await self._relays.until(lambda: self._node.commit_log.leader_hint is not None, remaining)
             else:
                 await asyncio.sleep(min(RETRY_SECONDS, remaining))
-        self._run(self.machine.handle(ev.Unreachable(leader, failure)))
+        self._handle(ev.Unreachable(leader, failure))
 
     async def _open(self, leader: str) -> asyncio.Transport:
         host, port = split_address(leader)

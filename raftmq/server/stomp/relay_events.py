@@ -118,11 +118,12 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class ResumeHere:
     """This node leads now: serve the session on the client's socket, then `held`; the client's
-    stream goes on from `offset`."""
+    stream goes on from `offset`; `eof`: the client's half-close came after `held`."""
 
     session_id: str
     held: bytes
     offset: int
+    eof: bool = False
 
 
 @dataclass(frozen=True, slots=True)
