@@ -388,22 +388,31 @@ def test_relays_to_a_paused_leader_close_once_a_new_leader_is_known(group: Group
         again.disconnect()
 
 
-def test_a_client_that_half_closes_still_gets_its_receipts(group: Group) -> None:
-    """CONNECT, SEND with a receipt, then shutdown(SHUT_WR) at once: the follower passes the
-    half-close on and keeps writing what the leader answers until the leader closes."""
+@pytest.mark.parametrize("when", ["at-once", "once-connected"])
+def test_a_client_that_half_closes_still_gets_its_receipts(group: Group, when: str) -> None:
+    """CONNECT, SEND with a receipt, then shutdown(SHUT_WR), at once or once the session is open
+    (the leader then reads the half-close while its SEND commits, and waits to learn whether the
+    relay moves): the follower passes the half-close on and keeps writing what the leader answers
+    until the leader closes."""
     leader = group.leader()
     follower = follower_of(group, leader)
     client = RawClient(("127.0.0.1", group.members[follower].client_port))
     destination = unique()
     try:
         last = frame_bytes("SEND", {"destination": destination, "receipt": "sent", "persistent": "true"}, b"last words")
-        client.send(frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"}) + last)
+        connect = frame_bytes("CONNECT", {"accept-version": "1.2", "host": "x"})
+        if when == "at-once":
+            client.send(connect + last)
+        else:
+            client.send(connect)
+            assert client.read_frame().command == "CONNECTED"
+            client.send(last)
         client.sock.shutdown(socket.SHUT_WR)
         frames = client.read_until_closed()
     finally:
         client.close()
-    assert [f.command for f in frames] == ["CONNECTED", "RECEIPT"], frames
-    assert frames[1].headers["receipt-id"] == "sent"
+    assert [f.command for f in frames] == (["CONNECTED", "RECEIPT"] if when == "at-once" else ["RECEIPT"]), frames
+    assert frames[-1].headers["receipt-id"] == "sent"
     wait_for(lambda: status(group, leader)["broker"]["destinations"].get(destination, {}).get("depth") == 1,
              "the message is stored")
 

@@ -33,7 +33,7 @@ def test_a_relay_of_a_session_adopted_here_half_closes_to_move_closer_and_it_is_
 def test_a_followers_relay_half_closing_waits_for_the_leadership_to_go_then_is_handed_over() -> None:
     machine = sv.ServingMachine()
     decisions = machine.handle(sv.HalfClosed(True, via_relay=True, hops=0, transferring=False))
-    assert decisions == [sv.Hold(), sv.AwaitNotice(sv.MOVE_NOTICE_SECONDS)] and machine.eof_pending
+    assert decisions == [sv.AwaitNotice(sv.MOVE_NOTICE_SECONDS)] and machine.eof_pending
     assert machine.handle(sv.LeadershipGone("n2:1", True, 0)) == [sv.Hold(), sv.HandOver("n2:1")]
     assert machine.handle(sv.NoticeOver(True, 0)) == []  # the hand-over is under way
     assert machine.handle(sv.HandedOver()) == [] and machine.handed_over
@@ -43,7 +43,16 @@ def test_a_followers_relay_half_closing_waits_for_the_leadership_to_go_then_is_h
 def test_a_half_close_unclaimed_by_a_leader_change_is_the_clients_own_or_a_move_closer(
         hops: int, then: sv.ServingDecision) -> None:
     machine = machine_in(sv.HalfClosed(True, via_relay=True, hops=hops, transferring=True))
-    assert machine.handle(sv.NoticeOver(True, hops)) == [sv.Release(), then]
+    assert machine.handle(sv.NoticeOver(True, hops)) == [then]
+
+
+def test_a_half_close_read_while_the_session_is_handed_over_goes_with_it() -> None:
+    """A read under way as the hand-over paused reading brings the client's half-close: the
+    relay to the successor is built with it (`eof_pending`) and passes it on."""
+    machine = machine_in(sv.LeadershipGone("n2:1", True, 0))
+    assert not machine.eof_pending
+    assert machine.handle(sv.HalfClosed(True, via_relay=False, hops=0, transferring=True)) == []
+    assert machine.eof_pending and machine.state is sv.Serving.HANDING_OVER
 
 
 def test_a_session_that_cannot_be_handed_over_is_ended_by_the_caller() -> None:

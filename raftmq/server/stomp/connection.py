@@ -46,7 +46,6 @@ from raftmq.server.stomp.serving import (
     NoticeOver,
     Park,
     ParkDone,
-    Release,
     Serving,
     ServingEvent,
     ServingMachine,
@@ -56,6 +55,7 @@ from raftmq.server.websocket.session import Opened, http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
+
 
 class Connection(asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
@@ -256,14 +256,12 @@ class Connection(asyncio.Protocol):
     def _notice_over(self) -> None:
         self._moves(NoticeOver(self.stomp.state == SessionState.OPEN, self.hops))
 
-    def _moves(self, event: ServingEvent, leader: str = "") -> bool:
+    def _moves(self, event: ServingEvent) -> bool:
         """Hand `event` to the session's mobility and carry out what it decides; False when it
         cannot be handed over (the caller ends it)."""
         for decision in self.serving.handle(event):
             if isinstance(decision, Hold):
                 self.hold_for_redirect()
-            elif isinstance(decision, Release):
-                self._held_for_redirect = False
             elif isinstance(decision, AwaitNotice):
                 self._loop.call_later(decision.seconds, self._notice_over)
             elif isinstance(decision, Park):
@@ -380,11 +378,18 @@ class Connection(asyncio.Protocol):
         assert self._transport is not None and not self.output.unsent
         self.host.relays.to_successor(self, self._transport, prefix, leader, session_id, refusal, self.hops, parked_at)
 
-    def resume_here(self, session_id: str, held: bytes) -> None:
-        """Serve the session parked here for a relay of this node, then what its client sent meanwhile."""
+    def resume_here(self, session_id: str, held: bytes, eof: bool = False) -> None:
+        """Serve the session parked here for a relay of this node, then what its client sent meanwhile
+        (`eof`: and then it half-closed; the socket will not say so again)."""
         self.stomp.authenticating = True  # what the client sends waits for the claim
         self.update_reading()
-        self.host.mobility.spawn(handing.adopt(self, None, session_id, then=held))
+
+        async def resume() -> None:
+            await handing.adopt(self, None, session_id, then=held)
+            if eof and not self.closed:
+                self.eof_received()
+
+        self.host.mobility.spawn(resume())
 
     def hold_for_redirect(self) -> None:
         """This node lost leadership and does not know the new leader yet: read nothing more

@@ -82,12 +82,8 @@ ServingEvent = HalfClosed | LeadershipGone | NoticeOver | HandedOver | ParkDone
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Read nothing more from the client for now."""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    pass
+    """The leadership went: read nothing more from the client, and write nothing more of this
+    term's (what the successor's entries make is the successor's to write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +111,7 @@ class CannotHandOver:
     """The caller ends the session with ERROR `not the leader`."""
 
 
-ServingDecision = Hold | Release | AwaitNotice | HandOver | Park | EndInput | CannotHandOver
+ServingDecision = Hold | AwaitNotice | HandOver | Park | EndInput | CannotHandOver
 
 _S, _W, _H, _P, _D, _E = (Serving.SERVING, Serving.AWAITING_MOVE, Serving.HANDING_OVER, Serving.PARKING,
                           Serving.HANDED_OVER, Serving.ENDING)
@@ -139,7 +135,6 @@ SERVING_TRANSITIONS: dict[tuple[Serving, type], frozenset[Serving]] = {
     (_E, HalfClosed): frozenset({_E}),
     (_E, LeadershipGone): frozenset({_E}),
     (_E, NoticeOver): frozenset({_E}),
-    (_E, ParkDone): frozenset({_E}),
 }
 
 
@@ -174,14 +169,18 @@ class ServingMachine:
             self.state = Serving.HANDING_OVER
             return [Hold(), HandOver(event.leader)]
         if isinstance(event, HalfClosed):
+            if state is Serving.HANDING_OVER:
+                self.eof_pending = True  # (a read under way as reading paused): the successor's relay passes it on
             if state is not Serving.SERVING:
                 return []
             if event.movable and event.hops and not event.transferring:
                 self.state = Serving.PARKING
                 return [Park()]
             if event.movable and (event.via_relay or event.hops):
+                # (nothing is held meanwhile: the input ended, and what this term still commits is
+                # this node's to answer, a receipt the client waits for included)
                 self.state, self.eof_pending = Serving.AWAITING_MOVE, True
-                return [Hold(), AwaitNotice(MOVE_NOTICE_SECONDS)]
+                return [AwaitNotice(MOVE_NOTICE_SECONDS)]
             self.state = Serving.ENDING
             return [EndInput()]
         if isinstance(event, NoticeOver):
@@ -191,7 +190,7 @@ class ServingMachine:
             if not event.open:
                 return []  # it failed meanwhile: its ERROR closes it
             # still leading: the client's own half-close, or its relay moving closer
-            return [Release(), Park() if event.hops else EndInput()]
+            return [Park() if event.hops else EndInput()]
         if isinstance(event, HandedOver):
             self.state = Serving.HANDED_OVER
             return []
