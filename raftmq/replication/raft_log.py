@@ -242,8 +242,12 @@ class RaftLog(CommitLog):
         return self._syncobj
 
     def set_client_addresses(self, addresses: Mapping[str, str]) -> None:
-        """Raft address -> client address, for `leader_hint` (new members join the book)."""
+        """Raft address -> client address, for `leader_hint` (new members join the book). Called
+        on the loop; a leader whose client address was not known until now is a leader changed."""
+        before = self.leader_hint
         self._client_addresses = dict(addresses)
+        if self.leader_hint != before:
+            self._leader_changed()
 
     def set_leader_listener(self, listener: Callable[[], None] | None) -> None:
         self._leader_listener = listener

@@ -440,6 +440,28 @@ def test_every_member_hears_of_a_new_leader_as_it_learns_of_it(tmp_path: Path) -
     run_group(tmp_path, 3, body)
 
 
+def test_a_leader_whose_client_address_arrives_later_is_heard_of_then(tmp_path: Path) -> None:
+    """A member that knows the leader's Raft address but not yet its client address (a new
+    member joins the book later) has no `leader_hint`; the book's update is the change its
+    leader listener is told of (a relay waiting for a leader goes on then)."""
+    async def body(group: InProcessGroup) -> None:
+        leader = await group.leader()
+        await leader.propose([send("x")])
+        follower = next(log for log in group.logs if log is not None and log is not leader)
+        book = {raft: client for raft, client in group.clients.items()
+                if raft != group.addresses[group.logs.index(leader)]}
+        follower.set_client_addresses(book)
+        assert follower.leader_hint is None
+        heard: list[str | None] = []
+        follower.set_leader_listener(lambda: heard.append(follower.leader_hint))
+        follower.set_client_addresses(group.clients)
+        assert heard == [group.clients[group.addresses[group.logs.index(leader)]]]
+        follower.set_client_addresses(group.clients)  # unchanged: nothing to tell
+        assert len(heard) == 1
+
+    run_group(tmp_path, 3, body)
+
+
 def test_compaction_by_bytes_and_restart_restores_state(tmp_path: Path) -> None:
     async def body(group: InProcessGroup) -> None:
         leader = await group.leader()
