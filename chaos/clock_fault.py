@@ -95,7 +95,7 @@ static int is_monotonic(clockid_t c) {
 }
 
 /* time.sleep: an absolute CLOCK_MONOTONIC deadline, which libfaketime shifts by its faked
-   start even when monotonic time is not faked (EINVAL, libfaketime #426). */
+   start even when monotonic time is not faked (EINVAL, wolfcw/libfaketime#426). */
 int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req, struct timespec *rem) {
     static int (*next)(clockid_t, int, const struct timespec *, struct timespec *);
     if (!monotonic_faked() && is_monotonic(clock)) {

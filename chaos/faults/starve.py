@@ -12,7 +12,7 @@ from chaos.faults.strike import Strike
 class Starve(Strike):
     name = "starve"
 
-    def held(self) -> None:
+    def set_up_held(self) -> None:
         self.limits: list[CpuLimit] = []  # the quota of each node hit, as far as it took
 
     def inject(self) -> dict[str, Any]:

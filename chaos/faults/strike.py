@@ -28,9 +28,9 @@ class Strike(ABC):
         self.group = group
         self.hit = hit
         self.rng = rng
-        self.held()
+        self.set_up_held()
 
-    def held(self) -> None:
+    def set_up_held(self) -> None:
         """Set up what the fault holds until its heal (empty until `inject` takes it): none here."""
 
     @abstractmethod

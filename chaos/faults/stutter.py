@@ -14,7 +14,7 @@ from chaos.faults.strike import Strike
 class Stutter(Strike):
     name = "stutter"
 
-    def held(self) -> None:
+    def set_up_held(self) -> None:
         self.stutters: dict[str, Stutters] = {}  # each node hit's stop-and-go, as far as it took
 
     def inject(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ oldest page back into the head when the head runs low, so messages leave in arri
 Pages are not part of the replicated *logic*: every replica pages the same messages at the same
 command (the rules depend only on the state), but where a page lives is the member's business.
 The core alone keeps them in memory (`MemoryPages`); a group member keeps them in page files
-(`raftmq.storage.page_files`), so its memory does not grow with a backlog.
+(`raftmq.server.replica.bodies`), so its memory does not grow with a backlog.
 
 Expiry in the tail: each page knows its earliest expiry; a Tick rewrites only the pages with a
 message due (`Tail.expire`), so a deep tail of messages that never expire costs nothing.

@@ -86,6 +86,7 @@ def node_status(node: Reporting) -> dict[str, Any]:
         status["cluster"] = cluster_status(node)
     return status
 
+
 def cluster_status(node: Reporting) -> dict[str, Any]:
     """The group's name, its links (the bridges run on the leader only) and the groups
     it knows, for `raftmq status`."""

@@ -109,8 +109,8 @@ assert pickle.HIGHEST_PROTOCOL >= WIRE_PICKLE_PROTOCOL
 
 
 def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
-    """The Raft port unpickles what it receives: off loopback only peers holding the password
-    may talk to it. Returns (host, port)."""
+    """Whoever talks to the Raft port as a member writes the group's log: off loopback only peers
+    holding the password (the wire's secret, raftmq.replication.wire) may. Returns (host, port)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise ConfigError(f"Raft address {address!r}: expected host:port")
@@ -121,7 +121,7 @@ def check_raft_address(address: str, password: str | None) -> tuple[str, int]:
     if not loopback and not password:
         raise ConfigError(
             f"Raft address {address}: not a loopback address, so a password is required "
-            "(the Raft port runs pickle on what it receives)"
+            "(whoever reaches the Raft port without one could write the group's log)"
         )
     return host, int(port)
 

@@ -106,7 +106,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         journal: RaftJournal | None = None,
         secret: str | None = None,
         bind_host: str | None = None,  # bind here rather than on self_address's host
-        tls: RaftTls | None = None,  # TLS under the wire (raftmq.security.raft_tls_contexts)
+        tls: RaftTls | None = None,  # TLS under the wire (raftmq.tls.raft_tls_contexts)
     ) -> None:
         self.raft_tls = tls  # read by the transport's connections
         self._patch_pysyncobj()

@@ -386,7 +386,7 @@ _PROBES: dict[str, Callable[[AdminServer], tuple[int, str, bytes]]] = {
 }
 
 
-MemberTls = tuple[ssl_module.SSLContext, bytes] | None  # raftmq.security.member_client_tls, or plain HTTP
+MemberTls = tuple[ssl_module.SSLContext, bytes] | None  # raftmq.tls.member_client_tls, or plain HTTP
 
 
 def post_membership(host: str, port: int, change: Change, password: str, timeout: float = 15.0,

@@ -34,7 +34,7 @@ from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFR
 from raftmq.server.seams.leader_task import LeaderTask
 from raftmq.server.stomp.frames import SERVER_MESSAGE_HEADERS
 
-log = structlog.get_logger("raftmq.server.single_link")
+log = structlog.get_logger("raftmq.server.links.passive_link")
 
 
 class Puller:
