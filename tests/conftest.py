@@ -7,13 +7,30 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from raftmq import processes
-from raftmq.logs import log_through_stdlib_if_unconfigured
-from tests.helpers.worker_groups import START_EARLY, worker_group
+
+def _keep_bytecode() -> None:
+    """Where the environment says PYTHONDONTWRITEBYTECODE, each of the suite's processes (its
+    workers and the hundreds of nodes and commands they start) would compile every module it
+    imports anew, and each worker rewrite the asserts of every test module anew (7 s of CPU each
+    here). The suite keeps that bytecode instead, outside the source folders (.pytest_cache/),
+    for itself and for the processes it starts, which inherit the environment."""
+    if not os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        return
+    prefix = str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "bytecode")
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_keep_bytecode()  # before the imports below, and before any test module is collected
+
+from raftmq import processes  # noqa: E402
+from raftmq.logs import log_through_stdlib_if_unconfigured  # noqa: E402
+from tests.helpers.worker_groups import START_EARLY, worker_group  # noqa: E402
 
 READY_PREFIX = "raftmq node listening on "
 

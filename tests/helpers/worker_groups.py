@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Tests run on four workers (pytest-xdist, pyproject.toml). These share something a second
+# Tests run on five workers (pytest-xdist, pyproject.toml). These share something a second
 # worker must not touch at the same time, so each group runs on one worker, one test at a time:
 # - spark: one session-scoped SparkSession (and its `audited` fixture) for the whole package;
 # - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other

@@ -184,3 +184,11 @@ def test_every_chaos_workload_checked_as_a_queue_gets_the_history_checks() -> No
     queue_like = {name for name, workload in WORKLOADS.items()
                   if issubclass(workload, QueueWorkload) and workload.check is QueueWorkload.check}
     assert queue_like == set(HISTORY_WORKLOADS)  # e.g. shared-queue: lost and unexpected apply to it too
+
+
+def test_the_test_sessions_take_the_suites_spark_defaults(spark: Any) -> None:
+    """conftest's TEST_SPARK_DEFAULTS reach the JVM (through SPARK_CONF_DIR), where the tests
+    count on them for their CPU."""
+    from tests.spark_audit.conftest import TEST_SPARK_DEFAULTS
+
+    assert {key: spark.conf.get(key) for key in TEST_SPARK_DEFAULTS} == TEST_SPARK_DEFAULTS
