@@ -111,6 +111,20 @@ def test_a_resume_waits_for_the_new_leaders_claim_then_is_refused_if_no_answer_c
     assert machine.handle(ClientLost()) == [Ended(session_lost=True)]
 
 
+def test_a_relay_that_resumed_and_moves_again_has_the_deposed_leaders_grace() -> None:
+    machine = relaying()
+    machine.handle(LeaderSeen("n2:1", 2.0))
+    machine.handle(UpstreamLost(2200))
+    machine.handle(Connected("n2:1", half_close=True))
+    machine.handle(UpstreamData(adopted_frame("n1:a:1"), 2.3, 2300))
+    assert machine.kind is Kind.RESUME and machine.state is State.RELAYING
+    # the new leader is deposed in turn: the relay moves again, and waits for it as for any
+    # deposed leader (not as long as for a resume's answer)
+    assert actions(machine.handle(LeaderSeen("n4:1", 3.0))) == [ClientReading(False), HalfCloseUpstream()]
+    assert machine.state is State.MOVING
+    assert machine.recheck_at == 3.0 + mobility.DEPOSED_GRACE_SECONDS
+
+
 def test_a_half_close_that_lands_while_the_relay_moves_goes_after_what_the_client_sent() -> None:
     """A read under way as the relay paused its client brings data, then the client's half-close:
     the new leader gets the resume request, what was held, and only then the half-close (a

@@ -218,7 +218,8 @@ class RelayMachine:
         return max(self._deposed_at, self._upstream_heard) + self._grace()
 
     def _grace(self) -> float:
-        return RESUME_ANSWER_SECONDS if self.kind is Kind.RESUME else DEPOSED_GRACE_SECONDS
+        resuming = self.kind is Kind.RESUME and self.state in (State.CONNECTING, State.ANSWERING)
+        return RESUME_ANSWER_SECONDS if resuming else DEPOSED_GRACE_SECONDS
 
     @property
     def carries_hand_over(self) -> bool:
