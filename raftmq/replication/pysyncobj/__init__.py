@@ -87,10 +87,11 @@ Each fix, the hole in 0.3.17 it closes, and the test that shows it (in tests/rep
   `test_pysyncobj_syncobj.py::test_a_leader_that_stalled_past_its_lease_knows_it_at_once`
 
 The product always runs every fix: no module here has a switch that turns one off. Each test
-above fails with its fix undone (the one so marked, with `wake_once` undone too), and the unfixed behaviour is planted from the test side
-(tests/helpers/unfixed.py: subclasses of `HardenedSyncObj` and `DurableTransport` that call
-pysyncobj's own methods, and pysyncobj's module-level names put back); the small methods these
-override (`make_durable`, `_guard`, `_start_prevote`, ...) are where each fix sits.
+above fails with its fix undone (the one so marked, with `wake_once` undone too), and the
+unfixed behaviour is planted from the test side (tests/helpers/unfixed.py: subclasses of
+`HardenedSyncObj` and `DurableTransport` that call pysyncobj's own methods, and pysyncobj's
+module-level names put back); the small methods these override (`make_durable`, `_guard`,
+`_start_prevote`, ...) are where each fix sits.
 
 Not closed here: one shared send budget per heartbeat can still starve a slow follower ;
 the Raft log between compactions stays in RAM (bounded by `compact_after_bytes`); a damaged
