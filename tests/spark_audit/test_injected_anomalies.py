@@ -14,7 +14,7 @@ from spark_audit.checks import CHECKS
 from spark_audit.job import AuditResult
 from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]  # see test_cli.py
 
 
 def verdict(result: AuditResult, name: str) -> dict[str, int | None]:

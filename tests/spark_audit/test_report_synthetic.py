@@ -15,7 +15,7 @@ from spark_audit.report import write
 
 # The timeout covers the `audited` fixture (real chaos runs and one audit job), made by whichever
 # test of the group asks first.
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]  # see test_cli.py
 
 
 def text_of(result: AuditResult, out: Path) -> str:
