@@ -262,10 +262,10 @@ def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
 def _check_timings(raft: RaftTimings, path: Path) -> None:
     rules = [
         (raft.tick_period_ms > 0, "raft.tick_period_ms must be positive"),
-        (raft.append_entries_period_ms >= raft.tick_period_ms,
+        (raft.heartbeat_ms >= raft.tick_period_ms,
          "raft.append_entries_period_ms must be at least raft.tick_period_ms"),
-        (raft.election_timeout_min_ms > raft.append_entries_period_ms,
-         "raft.election_timeout_min_ms must exceed raft.append_entries_period_ms "
+        (raft.election_timeout_min_ms > 3 * raft.heartbeat_ms,
+         "raft.election_timeout_min_ms must exceed three times raft.append_entries_period_ms "
          "(heart-beats keep followers from electing)"),
         (raft.election_timeout_max_ms > raft.election_timeout_min_ms,
          "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms"),

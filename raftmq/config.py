@@ -217,9 +217,12 @@ class RaftTimings:
     heartbeats, 0.4-1.4 s elections, 30 s fallback); pysyncobj's seconds are made from these
     where its config is built (raftmq.replication.pysyncobj.syncobj)."""
 
-    # 5 ms ticks / 20 ms heartbeats: commit latency ~1-3 ms idle; costs some idle CPU.
+    # The tick thread sleeps until something is due (raftmq.replication.pysyncobj.tick_wait); the
+    # tick period is how soon a commit index reaches followers when nothing else carries it, and
+    # the longest sleep while a deadline is overdue. Heart-beats: None, just under a third of the
+    # minimum election timeout (`heartbeat_ms`; pysyncobj refuses a third or more).
     tick_period_ms: int = 5
-    append_entries_period_ms: int = 20
+    append_entries_period_ms: int | None = None
     # Failover within ~0.5 s; a member stalled longer than 0.3 s (GC, swap) triggers an election.
     election_timeout_min_ms: int = 300
     election_timeout_max_ms: int = 600
@@ -243,6 +246,14 @@ class RaftTimings:
     # falls idle just after answering a producer, it waits up to this long for that producer's
     # next SEND. 0: settlements go out as any proposal.
     settle_wait_ms: float = 1.0
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The append-entries period in force: as configured, or as rare as the election
+        timeout allows (99 ms for the default 300 ms)."""
+        if self.append_entries_period_ms is not None:
+            return self.append_entries_period_ms
+        return max(self.tick_period_ms, (self.election_timeout_min_ms - 1) // 3)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -74,10 +74,10 @@ def built_conf(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> tu
 def test_the_defaults_reach_pysyncobj_as_the_tuned_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf, log = built_conf(tmp_path, GROUP, monkeypatch)
     assert log.settings.timings == RaftTimings()
-    # docs/replication.md: 5 ms ticks, 20 ms heartbeats, 0.3-0.6 s elections, the fallback at
+    # docs/replication.md: 5 ms ticks, 99 ms heartbeats, 0.3-0.6 s elections, the fallback at
     # the election minimum, 24 MiB batches (one 16 MiB body fits).
     assert conf.autoTickPeriod == pytest.approx(0.005)
-    assert conf.appendEntriesPeriod == pytest.approx(0.02)
+    assert conf.appendEntriesPeriod == pytest.approx(0.099)
     assert (conf.raftMinTimeout, conf.raftMaxTimeout) == (pytest.approx(0.3), pytest.approx(0.6))
     assert conf.leaderFallbackTimeout == pytest.approx(0.3)
     assert conf.connectionTimeout == pytest.approx(1.5)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, unsubscribe
+from raftmq.core import commands, ticks, unsubscribe
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
 from raftmq.core.cluster_rights import cluster_login, may_pull
@@ -160,10 +160,12 @@ class Broker:
         return destination in self.state.queues or destination in self.state.topics
 
     def next_due(self) -> int | None:
-        """The earliest time (ms) a Tick has work to do for: a scheduled message or a NACKed
-        one whose redelivery delay ends. Read-only; the node's ticker proposes a Tick then."""
-        times = [t for t in (self.scheduler.next_due(), self.dispatch.next_redelivery()) if t is not None]
-        return min(times) if times else None
+        """The earliest time (ms) a Tick has work to do for (raftmq.core.ticks.next_due)."""
+        return ticks.next_due(self.state, self.scheduler, self.dispatch)
+
+    def wants_ticks(self) -> bool:
+        """Whether a Tick every interval has work besides `next_due`'s (raftmq.core.ticks.wants_ticks)."""
+        return ticks.wants_ticks(self.state, self.routing)
 
     def stats(self) -> dict[str, Any]:
         """Counters per destination, sessions, dead-letter and expiry queues (raftmq.core.stats)."""

@@ -81,6 +81,10 @@ MAX_UNAUTHENTICATED = 16  # strangers still in their handshake, per member
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">4xQ")  # 12-byte GCM nonce: four zero bytes and the frame's sequence number
 _HELLO, _PROOF, _OPEN = range(3)
+# The Raft messages a peer answers (append-entries with its next index, a vote or pre-vote with
+# its answer): a peer sent one of these that says nothing for `timeout` is taken for dead. A
+# member's name, sent once when it connects, is never answered.
+ANSWERED = frozenset({"append_entries", "request_vote", "pre_vote"})
 RaftTls = tuple[ssl.SSLContext, ssl.SSLContext, bytes]  # client context, server context, the group's certificate (DER)
 
 
@@ -142,6 +146,7 @@ class RaftConnection:
         self._phase = _HELLO
         self._handshake_deadline = float("inf")
         self._last_read = time.monotonic()
+        self._awaiting_since: float | None = None  # the first request (ANSWERED) since the last read
         if sock is not None:  # accepted: the peer is the client of the handshake
             self._adopt(sock, client=False)
             self._tcp_established()
@@ -191,6 +196,8 @@ class RaftConnection:
         if self._phase != _OPEN:
             self._pending.append(message)  # pysyncobj may speak first on an accepted connection
             return
+        if self._awaiting_since is None and isinstance(message, dict) and message.get("type") in ANSWERED:
+            self._awaiting_since = time.monotonic()
         self._send_frame(self._seal(encode_message(message)))
 
     def disconnect(self) -> None:
@@ -208,13 +215,26 @@ class RaftConnection:
 
     def check_deadlines(self, now: float) -> None:
         """Called every tick: close a handshake that took too long (a silent stranger sends no
-        event that would let us notice), or a peer that sent nothing for `timeout`."""
+        event that would let us notice), or a peer that has answered nothing for `timeout` since
+        we asked it something (`ANSWERED`). A connection nobody asks anything on (two followers
+        of a working leader) stays open: closing it for its silence made the pair reconnect,
+        with a handshake, every `timeout` for nothing."""
+        if now >= self.next_deadline():
+            if self._phase != _OPEN:
+                self._refuse("handshake not completed in time")
+            else:
+                self.disconnect()
+
+    def next_deadline(self) -> float:
+        """When `check_deadlines` would close this connection if nothing comes meanwhile (on
+        time.monotonic's clock; infinity: never)."""
         if self._state == CONNECTION_STATE.DISCONNECTED:
-            return
-        if self._phase != _OPEN and now > self._handshake_deadline:
-            self._refuse("handshake not completed in time")
-        elif self._phase == _OPEN and now - self._last_read > self._timeout:
-            self.disconnect()
+            return float("inf")
+        if self._phase != _OPEN:
+            return self._handshake_deadline
+        if self._awaiting_since is None:
+            return float("inf")
+        return self._awaiting_since + self._timeout  # cleared by every read
 
     # -- socket ---------------------------------------------------------------------------------
 
@@ -236,6 +256,7 @@ class RaftConnection:
         self._recv_key: AESGCM | None = None
         self._send_seq = self._recv_seq = 0
         self._last_read = time.monotonic()
+        self._awaiting_since = None
         self._handshake_deadline = self._last_read + HANDSHAKE_SECONDS
         self._state = CONNECTION_STATE.CONNECTING
         self._tcp_up = not client
@@ -351,6 +372,7 @@ class RaftConnection:
             self._in += chunk
             budget -= len(chunk)
             self._last_read = time.monotonic()
+            self._awaiting_since = None
             self._parse()
 
     def _parse(self) -> None:

@@ -37,11 +37,12 @@ from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
 from raftmq.server.node_status import cluster_status, node_status
-from raftmq.server.rates import SAMPLE_SECONDS, RateSampler
+from raftmq.server.rates import IDLE_SAMPLE_SECONDS, SAMPLE_SECONDS, RateSampler
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.server.replica.state_machine import BodyFetcher, Replica
 from raftmq.server.seams.flow import Fairness, FlowGate
 from raftmq.server.seams.host import ClientConnection, LeaderService
+from raftmq.server.seams.pulse import Pulse
 from raftmq.server.stomp import hand_over as handing
 from raftmq.server.stomp.connection import Connection
 from raftmq.server.stomp.relay import Relays
@@ -140,6 +141,11 @@ class Node:
     @property
     def broker(self) -> Broker:
         return self.replica.broker
+
+    @property
+    def applied(self) -> Pulse:
+        """Beats after every applied batch and on a role change (raftmq.server.seams.pulse)."""
+        return self.replica.applied
 
     @property
     def is_leader(self) -> bool:
@@ -302,6 +308,10 @@ class Node:
         self.succession.leader_changed()
         self._relays.leader_changed()
 
+    def _role_changed(self, leader: bool) -> None:
+        self.replica.applied.beat()  # the ticker, which proposes only on a leader, looks again
+        self.succession.role_changed(leader)
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self._config.fair_queue_depth or any(a.address_full_policy == BLOCK for a in self._config.core.addresses):
@@ -309,7 +319,7 @@ class Node:
             if self._config.fair_queue_depth:
                 self._fairness = Fairness(self._config.fair_queue_depth, self._loop.time)
         tune_gc()
-        self.commit_log.set_role_listener(self.succession.role_changed)
+        self.commit_log.set_role_listener(self._role_changed)
         self.commit_log.set_leader_listener(self._leader_changed)
         await self.commit_log.start(self.replica)
         host = self._config.bind_host or self._config.host
@@ -318,7 +328,7 @@ class Node:
         if self._config.websocket is not None:  # a listener for WebSocket clients only
             self._websocket_server = await self._listen(*split_address(self._config.websocket), websocket_only=True)
         if self._config.tick_interval_ms > 0:
-            self._tick_task = self._loop.create_task(tick_forever(self))
+            self._tick_task = self._loop.create_task(tick_forever(self, self.replica.applied))
         self._sample_task = self._loop.create_task(self._sample_forever())
         if not self.commit_log.status().replicated:
             self.succession.lead_alone()
@@ -419,9 +429,13 @@ class Node:
     # -- status
 
     async def _sample_forever(self) -> None:
+        seen = -1
         while True:
             self._sample_rates(self.broker.stats()["destinations"])
             await asyncio.sleep(SAMPLE_SECONDS)
+            # Counters move only in applied batches; an idle node still samples often enough to
+            # keep one sample inside the window (a rate of 0, not an unknown one).
+            seen = await self.applied.wait(seen, IDLE_SAMPLE_SECONDS - SAMPLE_SECONDS)
 
     def _sample_rates(self, destinations: dict[str, Any]) -> None:
         if self._rates_stale:

@@ -1,7 +1,8 @@
 """Enqueue / dequeue rates per destination, from periodic samples of the core's counters.
 
 The core keeps only counts (it has no clock: it is the replicated state machine). The node
-samples them about once a second (`sample`) with its monotonic clock; `rates` compares the
+samples them (`sample`) with its monotonic clock about once a second while they move, and every
+`IDLE_SAMPLE_SECONDS` while they stand still; `rates` compares the
 live counters with the oldest sample still inside the window, so a rate covers up to
 `window` seconds and is available about `min_span` seconds after the node started.
 """
@@ -14,6 +15,7 @@ from typing import Any
 WINDOW_SECONDS = 10.0
 MIN_SPAN_SECONDS = 0.5  # shorter spans give rates too noisy to show
 SAMPLE_SECONDS = 1.0
+IDLE_SAMPLE_SECONDS = WINDOW_SECONDS / 2  # while the counters stand still
 
 Counts = dict[str, tuple[int, int, int, int]]  # destination -> (enqueued, dequeued, forwarded, arrived)
 # In a cluster of groups a destination also counts what it sent on to other groups and what

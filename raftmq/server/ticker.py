@@ -1,9 +1,15 @@
 """The node's ticker: how time reaches the broker core (Tick commands, proposed by the leader).
 
-Every `tick_interval_ms` (at most CLUSTER_TICK_SECONDS in a cluster of groups, whose
-redistribution decides on Ticks), and as soon as a scheduled message or a redelivery delay
-comes due (`Broker.next_due`), so that those are late by about one commit rather than up to
-an interval. A follower proposes nothing (it hears of a new leader from its commit log).
+A leader proposes a Tick when a scheduled message, a redelivery delay or a message's expiry
+comes due (`Broker.next_due`), so those are late by about one commit; and every
+`tick_interval_ms` (at most CLUSTER_TICK_SECONDS in a cluster of groups, whose redistribution
+decides on Ticks) while the core has work that Ticks move along without a due time
+(`Broker.wants_ticks`: a queue redistribution watches, a drain, a paged message that expires).
+Otherwise it proposes nothing: an idle group commits nothing and this task sleeps.
+
+It sleeps until the next of those times, or until the node's pulse moves (`applied`): after
+every applied batch (a SEND may have been scheduled, a NACK delayed, a queue filled) and on a
+role change. A follower proposes nothing and sleeps until then. One Tick at a time is in flight.
 """
 
 from __future__ import annotations
@@ -12,49 +18,49 @@ import asyncio
 
 from raftmq.core.commands import Tick
 from raftmq.server.seams.host import TickerHost
+from raftmq.server.seams.pulse import Pulse
 
 CLUSTER_TICK_SECONDS = 0.1
-# How often a leader's ticker looks whether a scheduled message (or a redelivery delay) came
-# due, at most: it sleeps until the next known due time when that is sooner.
-DUE_POLL_SECONDS = 0.02
 
 
-async def tick_forever(node: TickerHost) -> None:
-    """Feed time to the core: every `tick_interval_ms`, and as soon as a scheduled message
-    or a redelivery delay comes due (`Broker.next_due`), so that those are late by about one
-    commit rather than up to an interval. One Tick at a time is in flight."""
+def interval_of(node: TickerHost) -> float:
     interval = node.config.tick_interval_ms / 1000
     if node.config.core.cluster is not None:
         # Redistribution decides on Ticks: often enough to honour a short delay.
         interval = min(interval, CLUSTER_TICK_SECONDS)
+    return interval
+
+
+async def tick_forever(node: TickerHost, applied: Pulse) -> None:
+    """Propose Ticks while this node leads, when `Broker.next_due` or `Broker.wants_ticks` say
+    one has work; `applied` beats after each applied batch and on a role change."""
+    interval = interval_of(node)
     loop = asyncio.get_running_loop()  # the interval runs on the loop's clock, `now` is the node's
     last = loop.time()
     pending: asyncio.Future[None] | None = None
-    due: int | None = None
+    periodic = False  # the core wanted ticks at the interval when last asked
+    asked_at = -1.0  # when `wants_ticks` was last asked (it scans the queues: once per wake at most)
+    seen = -1
     while True:
-        if not node.commit_log.is_leader:
-            await asyncio.sleep(interval)  # a follower proposes nothing
-            last = loop.time()
-            continue
-        # The leader looks again when the next job is due, and at least every DUE_POLL_SECONDS
-        # (a job may have been scheduled meanwhile), never later than the interval.
-        wait = DUE_POLL_SECONDS if due is None else max(0.001, (due - node.clock.now_ms()) / 1000)
-        await asyncio.sleep(min(interval, DUE_POLL_SECONDS, wait))
-        if not _leads(node):  # it may have lost leadership while it slept
-            continue
-        now = node.clock.now_ms()
-        due = node.broker.next_due()
-        if loop.time() - last < interval and (due is None or due > now or (pending is not None and not pending.done())):
-            continue
-        last = loop.time()
-        pending = node.commit_log.propose([Tick(now)])
-        pending.add_done_callback(ignore_outcome)
+        wait: float | None = None  # None: until woken
+        if node.commit_log.is_leader and (pending is None or pending.done()):
+            now_ms = node.clock.now_ms()
+            due = node.broker.next_due()
+            if not periodic or loop.time() - asked_at >= interval:
+                periodic, asked_at = node.broker.wants_ticks(), loop.time()
+            if (due is not None and due <= now_ms) or (periodic and loop.time() - last >= interval):
+                last = loop.time()
+                pending = node.commit_log.propose([Tick(now_ms)])
+                pending.add_done_callback(ignore_outcome)
+                pending.add_done_callback(lambda _: applied.beat())  # a failed one is applied nowhere
+                continue  # its apply (or its failure) moves the pulse
+            times = [] if due is None else [(due - now_ms) / 1000]
+            if periodic:
+                times.append(last + interval - loop.time())
+            wait = max(0.001, min(times)) if times else None
+        seen = await applied.wait(seen, wait)
 
 
 def ignore_outcome(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _leads(node: TickerHost) -> bool:
-    return node.commit_log.is_leader

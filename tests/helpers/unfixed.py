@@ -36,13 +36,15 @@ from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.syncobj import HardenedSyncObj
 from raftmq.replication.pysyncobj.transport import DurableTransport
+from raftmq.replication.wire import RaftConnection, frame_max_for
 
 ENVIRONMENT = "RAFTMQ_TEST_DISABLE_FIX"
 
 # The fixes, in the order of the table in raftmq/replication/pysyncobj/__init__.py.
 FIX_NAMES = ("fsync", "durable_rename", "dump_always", "dump_journal_race", "entry_size", "pickle", "never_raise",
              "fallback", "bind", "no_spurious_truncation", "solo_commit", "short_candidate_round", "piggyback_commit",
-             "pre_vote", "wire", "durable_term", "membership", "wake_once", "lease")
+             "pre_vote", "wire", "durable_term", "membership", "wake_once", "lease", "sleep_until_due",
+             "quiet_connections")
 
 STOCK = SyncObjConf()  # pysyncobj's defaults: 2**16-byte append-entries batches, a 30 s leader fallback
 STOCK_PICKLE_PROTOCOL = 2  # pysyncobj 0.3.17's `pysyncobj.pickle.__protocol`
@@ -304,6 +306,39 @@ class StockWake(HardenedSyncObj):
         pass
 
 
+class StockTickWait(HardenedSyncObj):
+    """`sleep_until_due` undone: the tick thread's poll waits one tick period, due or not."""
+
+    def _poll_timeout(self, tick: float) -> float:
+        return tick
+
+
+class StockIdleConnection(RaftConnection):
+    def check_deadlines(self, now: float) -> None:
+        if self.authenticated and now - self._last_read > self._timeout:
+            self.disconnect()
+        else:
+            super().check_deadlines(now)
+
+
+class StockIdleTransport(DurableTransport):
+    def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
+        conf = self._syncObj.conf
+        return StockIdleConnection(
+            self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
+            bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
+            frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
+            tls=getattr(self._syncObj, "raft_tls", None),
+        )
+
+
+class StockConnectionSilence(HardenedSyncObj):
+    """`quiet_connections` undone: a connection is closed after `connectionTimeout` without a
+    read, whether or not anything on it waits for an answer."""
+
+    transport_class = StockIdleTransport
+
+
 class NoLease(HardenedSyncObj):
     """`lease` undone: a leader writes to clients whenever it believes it leads."""
 
@@ -317,7 +352,7 @@ UNDOING: dict[str, type[HardenedSyncObj]] = {
     "bind": StockBind, "no_spurious_truncation": StockTruncation, "solo_commit": StockSoloCommit,
     "short_candidate_round": StockCandidateRound, "piggyback_commit": StockCommitNotice, "pre_vote": NoPreVote,
     "wire": StockWire, "durable_term": StockTerm, "membership": StockMembership, "wake_once": StockWake,
-    "lease": NoLease,
+    "lease": NoLease, "sleep_until_due": StockTickWait, "quiet_connections": StockConnectionSilence,
 }
 assert set(UNDOING) == set(FIX_NAMES)
 

@@ -1,13 +1,14 @@
 """Regression tests of the pysyncobj wing: elections, commits and the lease of HardenedSyncObj
 (raftmq/replication/pysyncobj/syncobj.py). Each fails with its fix undone (`fallback`,
 `solo_commit`, `piggyback_commit`, `short_candidate_round`, `pre_vote`, `lease`, `durable_term`,
-`wake_once`; planted by tests/helpers/unfixed.py):
+`wake_once`, `sleep_until_due`, `quiet_connections`; planted by tests/helpers/unfixed.py):
 `RAFTMQ_TEST_DISABLE_FIX=pre_vote pytest tests/replication/test_pysyncobj_syncobj.py`. Members run
 in this process (tests/helpers/raft_members.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import threading
@@ -113,6 +114,84 @@ def test_the_tick_thread_is_woken_once_per_wake_not_once_per_submitted_entry(gro
     assert outcomes == [SUCCESS] * 200
     assert leader.applied[-200:] == [b"entry %d" % i for i in range(200)]
     assert len(writes) <= 50, f"{len(writes)} wake-ups written for 200 entries"
+
+
+# -- sleep_until_due, quiet_connections ---------------------------------------------------------
+
+
+def _count_ticks(obj: Any) -> list[int]:
+    """A counter of `obj`'s ticks (the tick thread looks `_onTick` up on the instance each time)."""
+    ticks = [0]
+    tick = obj._onTick
+
+    def counted(time_to_wait: float = 0.0) -> None:
+        ticks[0] += 1
+        tick(time_to_wait)
+
+    obj._onTick = counted
+    return ticks
+
+
+def test_an_idle_member_sleeps_until_something_is_due(group: Any) -> None:
+    # Stock pysyncobj ticks every tick period (5 ms: 200 rounds of Python a second per member)
+    # whatever is due. An idle follower now wakes for the leader's heart-beats (99 ms apart),
+    # the leader for those and their answers; commits still come at once.
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"warm-up", timeout=5.0)
+    counters = {member.address: _count_ticks(member.obj) for member in members}
+    time.sleep(2.0)
+    rates = {address: ticks[0] / 2.0 for address, ticks in counters.items()}
+    assert rates[leader.address] < 60, rates
+    assert all(rate < 30 for address, rate in rates.items() if address != leader.address), rates
+    started = time.monotonic()
+    commit(leader, b"after a sleep", timeout=5.0)
+    assert time.monotonic() - started < 0.05
+
+
+def test_a_tick_task_wakes_a_sleeping_member(group: Any) -> None:
+    # The tick thread sleeps until the next heart-beat (here 500 ms apart); a task handed to it
+    # (a leadership transfer, a test's probe) wakes it rather than waiting for that.
+    timings = RaftTimings(append_entries_period_ms=500, election_timeout_min_ms=1600, election_timeout_max_ms=2000)
+    members = group(3, timings=timings)
+    leader = leader_of(members, timeout=10.0)
+    commit(leader, b"warm-up", timeout=5.0)
+    follower = next(member for member in members if member is not leader)
+    assert follower.obj is not None
+    waits = []
+    for _ in range(5):
+        time.sleep(0.15)
+        ran = threading.Event()
+        started = time.monotonic()
+        follower.obj.run_in_tick_thread(ran.set)
+        assert ran.wait(2.0)
+        waits.append(time.monotonic() - started)
+    assert max(waits) < 0.1, waits
+
+
+def test_a_connection_nobody_asks_anything_on_stays_open(group: Any) -> None:
+    # Two followers of a working leader say nothing to each other. Stock closed such a
+    # connection after `connectionTimeout` (1.5 s) of silence and the pair connected again, a
+    # handshake each time, for nothing; a peer that leaves a request unanswered is still dropped
+    # (the fallback test above: a leader whose followers stopped).
+    members = group(3)
+    leader = leader_of(members)
+    commit(leader, b"warm-up", timeout=5.0)
+    drops: list[str] = []
+    for member in members:
+        transport = member.obj._SyncObj__transport
+        dropped = transport._onDisconnected
+
+        def counted(conn: Any, dropped: Any = dropped, address: str = member.address) -> None:
+            drops.append(address)
+            dropped(conn)
+
+        transport._onDisconnected = counted
+        for conn in transport._connections.values():  # pysyncobj bound the old method into each
+            conn.setOnDisconnectedCallback(functools.partial(counted, conn))
+    time.sleep(4.0)
+    assert drops == []
+    assert leader.obj is not None and leader.obj.is_leader
 
 
 class _Poller:

@@ -42,9 +42,12 @@ def test_commands_carry_the_nodes_clock_not_the_machines() -> None:
             writer.write(b"CONNECT\naccept-version:1.2\n\n\0")
             await asyncio.wait_for(reader.readuntil(b"\0"), 5)
             clock.advance(5_000)
-            writer.write(b"SEND\ndestination:/queue/clocked\nreceipt:r1\n\nx\0")
+            # A message due 100 ms later gives the leader's ticker a Tick to propose (an idle one
+            # proposes none): it sleeps 100 ms of the machine's time, then reads the node's.
+            writer.write(b"SEND\ndestination:/queue/clocked\nreceipt:r1\nAMQ_SCHEDULED_DELAY:100\n\nx\0")
             await asyncio.wait_for(reader.readuntil(b"\0"), 5)
-            while not any(isinstance(c, Tick) and c.now == 1_005_000 for c in log.proposed):
+            clock.advance(100)
+            while not any(isinstance(c, Tick) and c.now == 1_005_100 for c in log.proposed):
                 await asyncio.sleep(0.01)
             writer.close()
         finally:
@@ -54,4 +57,4 @@ def test_commands_carry_the_nodes_clock_not_the_machines() -> None:
     connect = next(c for c in log.proposed if isinstance(c, Connect))
     send = next(c for c in log.proposed if isinstance(c, Send))
     assert (connect.now, send.now) == (1_000_000, 1_005_000)
-    assert {c.now for c in log.proposed if isinstance(c, Tick)} <= {1_000_000, 1_005_000}
+    assert {c.now for c in log.proposed if isinstance(c, Tick)} == {1_005_100}  # none while idle

@@ -14,6 +14,7 @@ Modules:
 - `patches`: the version check, module-level swaps, shared helpers.
 - `raft_journal`: `RaftJournal`, pysyncobj's log on disk in our format.
 - `transport`: `DurableTransport`, durable before it speaks, on our wire.
+- `tick_wait`: how long the tick thread may sleep (the first deadline a tick keeps).
 - `syncobj`: `HardenedSyncObj`, one member with every fix.
 
 This package re-exports nothing, so importing one of its pure modules never loads pysyncobj.
@@ -85,6 +86,14 @@ Each fix, the hole in 0.3.17 it closes, and the test that shows it (in tests/rep
 - `lease`: a leader writes deliveries and receipts only while a majority answered it within the
   lease (raftmq.replication.leadership): a paused leader that resumes writes nothing stale.
   `test_pysyncobj_syncobj.py::test_a_leader_that_stalled_past_its_lease_knows_it_at_once`
+- `sleep_until_due`: the tick thread's poll waits until the first deadline a tick keeps (a
+  heart-beat, an election, a connection's; `tick_wait`), not one tick period whatever is due: an
+  idle member wakes for heart-beats, not 200 times a second.
+  `test_pysyncobj_syncobj.py::test_an_idle_member_sleeps_until_something_is_due`
+- `quiet_connections`: a connection is closed when a request on it (append-entries, a vote) goes
+  unanswered for `connectionTimeout`, not after that long without a read: two followers, which
+  never speak to each other, were disconnected and reconnected (a handshake each) every 1.75 s.
+  `test_pysyncobj_syncobj.py::test_a_connection_nobody_asks_anything_on_stays_open`
 
 The product always runs every fix: no module here has a switch that turns one off. Each test
 above fails with its fix undone (the one so marked, with `wake_once` undone too), and the

@@ -204,10 +204,14 @@ class WakeOnce(PipeNotifier):
         self.pending = False
         self.awake = True  # the tick thread ticks before it waits again: a notify now need only set `due`
 
-    def install(self, poller: Any) -> None:
-        """Make `poller.poll` (what pysyncobj's tick waits in) go through `wait`."""
+    def install(self, poller: Any, timeout_for: Callable[[float], float] | None = None) -> None:
+        """Make `poller.poll` (what pysyncobj's tick waits in) go through `wait`, waiting
+        `timeout_for(tick period)` where given (`tick_wait.poll_timeout`), else the tick period."""
         stock = poller.poll
-        poller.poll = lambda timeout: self.wait(stock, timeout)
+        if timeout_for is None:
+            poller.poll = lambda timeout: self.wait(stock, timeout)
+        else:
+            poller.poll = lambda timeout: self.wait(stock, timeout_for(timeout))
 
 
 def close_notifier(notifier: PipeNotifier, poller: Any) -> None:

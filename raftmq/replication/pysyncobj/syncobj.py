@@ -36,6 +36,7 @@ from raftmq.replication.pysyncobj.patches import (
 from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.snapshot_file import read_snapshot_file, write_snapshot_file
+from raftmq.replication.pysyncobj.tick_wait import poll_timeout
 from raftmq.replication.pysyncobj.transport import DurableTransport
 from raftmq.replication.wire import RaftTls
 
@@ -62,7 +63,7 @@ def pysyncobj_timings(timings: RaftTimings) -> dict[str, Any]:
         fallback = timings.election_timeout_min_ms
     return {
         "autoTickPeriod": seconds(timings.tick_period_ms),
-        "appendEntriesPeriod": seconds(timings.append_entries_period_ms),
+        "appendEntriesPeriod": seconds(timings.heartbeat_ms),
         "raftMinTimeout": seconds(timings.election_timeout_min_ms),
         "raftMaxTimeout": seconds(timings.election_timeout_max_ms),
         "leaderFallbackTimeout": seconds(fallback),
@@ -78,7 +79,7 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
     every member, in log order, in the tick thread; what it returns reaches the submitter's
     callback.
 
-    Timings default to the tuned values (docs/replication.md: 5 ms tick, 20 ms heartbeats,
+    Timings default to the tuned values (docs/replication.md: 5 ms tick, 99 ms heartbeats,
     0.3-0.6 s election timeouts). Shorter timeouts fail over faster but elect spuriously when a
     member stalls (GC, fsync, a busy CPU) for longer than the minimum timeout.
     """
@@ -199,8 +200,12 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         stock = getattr(self, "_SyncObj__pipeNotifier", None)  # absent where pysyncobj has no pipes
         if stock is not None:
             self._SyncObj__pipeNotifier = notifier = WakeOnce(self._poller)
-            notifier.install(self._poller)
+            notifier.install(self._poller, self._poll_timeout)
             close_notifier(stock, self._poller)
+
+    def _poll_timeout(self, tick: float) -> float:
+        """How long this tick's poll waits: until the first deadline a tick keeps (`poll_timeout`)."""
+        return poll_timeout(self, tick, time.monotonic())
 
     def _stand_at_once_alone(self) -> None:
         """Nobody else can lead a group of one: it stands at its first tick, not an election timeout later."""
@@ -239,8 +244,11 @@ class HardenedSyncObj(DynamicMembership, SyncObj):
         self.transferLeadership(callback=callback)
 
     def run_in_tick_thread(self, fn: Callable[[], None]) -> None:
-        """Run `fn` in the tick thread at its next tick (pysyncobj is not thread-safe)."""
+        """Run `fn` in the tick thread at its next tick, which this wakes (pysyncobj is not thread-safe)."""
         self._tick_tasks.append(self._guard(fn, "tick task"))
+        notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+        if notifier is not None:
+            notifier.notify()
 
     def _apply_failed(self, exc: BaseException) -> None:
         self.apply_errors += 1

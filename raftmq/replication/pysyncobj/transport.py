@@ -98,6 +98,15 @@ class DurableTransport(TCPTransport):
         for conn in [*self._unknownConnections, *self._connections.values()]:
             conn.check_deadlines(now)
 
+    def next_deadline(self) -> float:
+        """The first moment (time.monotonic) a tick has a connection to close or to open: a
+        handshake or an answer overdue, or a peer to connect to again after the retry time."""
+        due = min((conn.next_deadline() for conn in [*self._unknownConnections, *self._connections.values()]),
+                  default=float("inf"))
+        if any(not conn.authenticated and self._shouldConnect(node) for node, conn in self._connections.items()):
+            due = min(due, time.monotonic() + self._syncObj.conf.connectionRetryTime)
+        return due
+
     def _refused(self, peer: str, reason: str) -> None:
         # A stranger may hammer the port: one line per second at most, with what was skipped.
         now = time.monotonic()

@@ -19,7 +19,7 @@ One `Bridge` per neighbour runs on the group's leader only (a `LeaderService`). 
   `max_delivery_count` refusals it goes to the dead-letter queue, never silently away;
 - tells the neighbour, as an advert on the control destination, which destinations and
   consumers can be reached through this group (raftmq.routing.bindings): at once on every change,
-  and every `ADVERT_REFRESH_SECONDS` anyway.
+  and every `ADVERT_REFRESH_SECONDS` (30 s) anyway.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ class Bridge(LeaderTask):
                     await self._run()
                 finally:
                     await self._close()
+                    self._host.applied.beat()  # the watcher looks every check period while the link is down
                 self._back.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._back.wait(), self.settings.retry.max_retry_interval_ms / 1000)
@@ -130,8 +131,14 @@ class Bridge(LeaderTask):
         messages in the store-and-forward queue for seconds."""
         last_position: int | None = None
         last_presence = self.presence
+        seen = -1
         while True:
-            await asyncio.sleep(ADVERT_CHECK_SECONDS)
+            # While the link is up there is nothing to hasten: look again when the pulse moves
+            # (an advert applied, the link lost: `run`); while it is down, every check period.
+            down = self.state in ("retrying", "failed", "connecting")
+            seen = await self._host.applied.wait(seen, ADVERT_CHECK_SECONDS if down else None)
+            if not down:
+                await asyncio.sleep(ADVERT_CHECK_SECONDS)  # one look for a burst of batches
             routing = self._host.broker.routing
             advert = None if routing is None else routing.cluster_state.adverts.get(self.neighbour.name)
             position = None if advert is None else advert.position
@@ -319,11 +326,17 @@ class Bridge(LeaderTask):
         log.warning("bridge.refused", bridge=self.name, error=str(error))
 
     async def _advertise(self, client: FailoverClient) -> None:
+        """Advertise when the bindings changed (looked at once the node's pulse moves: an
+        applied batch, a new connection; at most every ADVERT_CHECK_SECONDS), on a new
+        connection, and every ADVERT_REFRESH_SECONDS anyway."""
         last: tuple[Any, ...] | None = None
         last_sent = 0.0
         connection = -1
+        seen = -1
         while True:
-            await asyncio.sleep(ADVERT_CHECK_SECONDS)
+            refresh = None if last is None else max(0.0, last_sent + ADVERT_REFRESH_SECONDS - time.monotonic())
+            seen = await self._host.applied.wait(seen, refresh)
+            await asyncio.sleep(ADVERT_CHECK_SECONDS)  # changes come in bursts: one look for all
             routing = self._host.broker.routing
             if routing is None or not client.is_connected:
                 continue
@@ -348,6 +361,7 @@ class Bridge(LeaderTask):
         if event.kind == "connected":
             self.state = "connected"
             self._attempt = 0
+            self._host.applied.beat()  # the advert goes on the new connection
             self.retry_at = None
             log.info("bridge.connected", bridge=self.name, address=str(event.address))
         elif event.kind == "disconnected":

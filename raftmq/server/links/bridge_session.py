@@ -24,8 +24,13 @@ from raftmq.server.stomp.session import SessionState
 log = structlog.get_logger("raftmq.server.bridge_session")
 
 SUBSCRIPTION_ID = "sf"
-ADVERT_CHECK_SECONDS = 0.1  # how often the bindings are compared with the last advert sent
-ADVERT_REFRESH_SECONDS = 2.0  # an unchanged advert is sent again this often (a restarted neighbour)
+# The bindings are compared with the last advert sent when the node's pulse moves (an applied
+# batch), at most this often.
+ADVERT_CHECK_SECONDS = 0.1
+# An unchanged advert is sent again this often: every advert is receipted (stored by the
+# neighbour's majority) and one goes on every new connection, so this is only a safety net, and
+# each one costs the neighbour a Raft entry.
+ADVERT_REFRESH_SECONDS = 30.0
 
 
 class BridgeSession:

@@ -31,9 +31,11 @@ class ClusterEvents(LeaderTask):
         self._draining: tuple[str, ...] | None = None
 
     async def run(self) -> None:
+        seen = -1
         while True:
             self.check()
-            await asyncio.sleep(WATCH_SECONDS)
+            seen = await self._node.applied.wait(seen)  # nothing changes between applied batches
+            await asyncio.sleep(WATCH_SECONDS)  # one look for a burst of them
 
     def check(self) -> None:
         routing = self._node.broker.routing

@@ -204,4 +204,6 @@ class DiscoveredLinks(LeaderTask):
                 discovery = self._connection.discovery
                 log.warning("discovery.group_lost", group=self._own, lost=group,
                             after_s=discovery.refresh_timeout_ms / 1000 if discovery else None)
+            if bridge.presence != ("up" if up else "down"):
+                self._host.applied.beat()  # the bridge's watcher looks again
             bridge.presence = "up" if up else "down"

@@ -143,8 +143,12 @@ class PassiveLink(LeaderTask):
         last: tuple[Any, ...] | None = None
         last_sent = 0.0
         was_pulling = False
+        seen = -1
         while not session.closed.is_set():
-            await asyncio.sleep(ADVERT_CHECK_SECONDS)
+            # Bindings and pulls change in applied batches; a session ends on a role change,
+            # which moves the pulse too (the refresh bounds the wait anyway).
+            seen = await self._host.applied.wait(seen, ADVERT_REFRESH_SECONDS)
+            await asyncio.sleep(ADVERT_CHECK_SECONDS)  # one look for a burst of batches
             routing = self._host.broker.routing
             pulling = self._pulling()
             if routing is None or not self.advertises:

@@ -31,6 +31,7 @@ from raftmq.core.snapshot import journal_refs
 from raftmq.errors import BodyUnavailable
 from raftmq.server.replica.bodies import BodyStore, IndexRecords
 from raftmq.server.seams.host import ClientConnection, ReplicaHost
+from raftmq.server.seams.pulse import Pulse
 from raftmq.server.stomp.frames import browse_end_frame
 
 log = structlog.get_logger("raftmq.server.replica")
@@ -57,6 +58,7 @@ class Replica:
         self.apply_failures = 0  # commands the core raised on (then the node stops)
         self.failed = False  # an entry could not be applied: nothing after it ever is (fail-stop)
         self.body_failures = 0  # deliveries refused because the body was missing or corrupt
+        self.applied = Pulse()  # beaten after every applied batch (raftmq.server.seams.pulse)
 
     # -- StateMachine
 
@@ -94,6 +96,7 @@ class Replica:
             self._apply_serving(commands)
         if bodies is not None:
             self._end_entry(bodies)
+        self.applied.beat()
 
     def _apply_quietly(self, commands: Sequence[Command]) -> None:
         """No session of the batch is served here: the whole batch in one call into the core;

@@ -27,6 +27,7 @@ from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog, Proposer
 from raftmq.security import Security
 from raftmq.server.seams.flow import FlowGate
+from raftmq.server.seams.pulse import Pulse
 from raftmq.web_guard import HostNames
 
 
@@ -363,6 +364,9 @@ class BridgeHost(BridgeSessionHost, Protocol):
     def broker(self) -> Broker: ...
 
     @property
+    def applied(self) -> Pulse: ...
+
+    @property
     def commit_log(self) -> CommitLog: ...
 
     def new_session_id(self, kind: str) -> str: ...
@@ -376,5 +380,8 @@ class ClusterEventsHost(Protocol):
 
     @property
     def broker(self) -> Broker: ...
+
+    @property
+    def applied(self) -> Pulse: ...
 
     def refuse_clients(self, message: str, detail: str) -> int: ...
