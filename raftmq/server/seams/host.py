@@ -354,8 +354,9 @@ class BridgeSessionHost(Protocol):
     def connection_closed(self, connection: ClientConnection) -> None: ...
 
 
-class BridgeHost(BridgeSessionHost, Protocol):
-    """What a cluster bridge (raftmq.server.links.bridge) needs from the node."""
+class StateWatcherHost(Protocol):
+    """What a task that watches the replicated state (a bridge, the cluster event log) needs:
+    the node's name, its core, and the pulse that moves when the core does."""
 
     @property
     def name(self) -> str: ...
@@ -365,6 +366,10 @@ class BridgeHost(BridgeSessionHost, Protocol):
 
     @property
     def applied(self) -> Pulse: ...
+
+
+class BridgeHost(BridgeSessionHost, StateWatcherHost, Protocol):
+    """What a cluster bridge (raftmq.server.links.bridge) needs from the node."""
 
     @property
     def commit_log(self) -> CommitLog: ...
@@ -372,16 +377,7 @@ class BridgeHost(BridgeSessionHost, Protocol):
     def new_session_id(self, kind: str) -> str: ...
 
 
-class ClusterEventsHost(Protocol):
+class ClusterEventsHost(StateWatcherHost, Protocol):
     """What the cluster event log (raftmq.server.links.cluster_events) needs from the node."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def applied(self) -> Pulse: ...
 
     def refuse_clients(self, message: str, detail: str) -> int: ...
