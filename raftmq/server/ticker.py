@@ -39,15 +39,19 @@ async def tick_forever(node: TickerHost, applied: Pulse) -> None:
     last = loop.time()
     pending: asyncio.Future[None] | None = None
     periodic = False  # the core wanted ticks at the interval when last asked
-    asked_at = -1.0  # when `wants_ticks` was last asked (it scans the queues: once per wake at most)
+    # When `wants_ticks` was last asked: it scans the queues, so at most once per interval (a
+    # wake-up sooner than that leaves it for when the interval is up).
+    asked_at, asked_count = -interval, -1  # and the pulse's count then
     seen = -1
     while True:
         wait: float | None = None  # None: until woken
         if node.commit_log.is_leader and (pending is None or pending.done()):
             now_ms = node.clock.now_ms()
             due = node.broker.next_due()
-            if not periodic or loop.time() - asked_at >= interval:
-                periodic, asked_at = node.broker.wants_ticks(), loop.time()
+            ask_in = asked_at + interval - loop.time()
+            if ask_in <= 0:
+                periodic, ask_in = node.broker.wants_ticks(), interval
+                asked_at, asked_count = loop.time(), applied.count
             if (due is not None and due <= now_ms) or (periodic and loop.time() - last >= interval):
                 last = loop.time()
                 pending = node.commit_log.propose([Tick(now_ms)])
@@ -57,6 +61,8 @@ async def tick_forever(node: TickerHost, applied: Pulse) -> None:
             times = [] if due is None else [(due - now_ms) / 1000]
             if periodic:
                 times.append(last + interval - loop.time())
+            elif asked_count != applied.count:
+                times.append(ask_in)  # applied since the last ask: ask again when the interval is up
             wait = max(0.001, min(times)) if times else None
         seen = await applied.wait(seen, wait)
 
