@@ -58,7 +58,7 @@ class NodeConfig:
     # producers wait once it holds this many messages (ready or in flight), so consumers are served before new
     # SENDs are accepted and no standing queue forms. 0: off (producers only wait for BLOCK).
     fair_queue_depth: int = 0
-    tick_interval_ms: int = 1_000  # how often time is fed to the core (message expiry)
+    tick_interval_ms: int = 1_000  # time into the core while it has periodic work (raftmq.server.ticker)
     # STOMP over WebSocket (raftmq.server.websocket): the client port also answers an HTTP
     # upgrade. Browser pages may connect from these origins: exact ones ("https://app.example"),
     # "loopback" (pages served from this machine) or "*"; a client sending no Origin (not a
