@@ -51,6 +51,26 @@ def test_a_pulse_wakes_its_waiters_once_it_moves() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("timeout", [None, 5.0])
+def test_a_task_cancelled_while_it_waits_is_cancelled_even_when_a_beat_comes_with_the_cancel(
+        timeout: float | None) -> None:
+    # A node stops by cancelling its ticker and sampler and awaiting them: a wait that returned
+    # instead of raising (asyncio.wait_for in 3.11, when what it awaits completes in the turn of
+    # the cancel) left them running, and the stop waited for ever.
+    async def scenario() -> None:
+        pulse = Pulse()
+        for _ in range(20):
+            seen = pulse.count
+            task = asyncio.ensure_future(pulse.wait(seen, timeout))
+            await asyncio.sleep(0)
+            pulse.beat()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.integration
 def test_an_idle_leader_proposes_no_tick_and_a_due_message_gets_one_on_time() -> None:
     log = Recording()

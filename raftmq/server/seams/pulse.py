@@ -6,31 +6,42 @@ while nothing changes instead of looking again every few milliseconds."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 
 class Pulse:
     def __init__(self) -> None:
         self.count = 0
-        self._moved: asyncio.Future[None] | None = None  # shared by every task waiting now
+        self._waiters: list[asyncio.Future[None]] = []
 
     def beat(self) -> None:
         self.count += 1
-        moved, self._moved = self._moved, None
-        if moved is not None and not moved.done():
-            moved.set_result(None)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait(self, seen: int, timeout: float | None = None) -> int:
         """The count, once it is no longer `seen` or after `timeout` seconds (None: no limit).
-        Pass what the last call returned; -1 returns at once."""
+        Pass what the last call returned; -1 returns at once. Each waiter awaits a future of its
+        own, with a timer of its own: a task cancelled while it waits is cancelled, whatever
+        beats meanwhile (asyncio.wait_for in Python 3.11 may return instead, when what it
+        waits for completes in the same loop turn as the cancel)."""
         if self.count != seen:
             return self.count
-        if self._moved is None:
-            self._moved = asyncio.get_running_loop().create_future()
-        moved = asyncio.shield(self._moved)  # a waiter cancelled leaves the others waiting
-        if timeout is None:
-            await moved
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved, timeout)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _time_up, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
         return self.count
+
+
+def _time_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
