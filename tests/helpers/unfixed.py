@@ -36,7 +36,7 @@ from raftmq.replication.pysyncobj.raft_journal import RaftJournal
 from raftmq.replication.pysyncobj.raft_journal_format import Entry
 from raftmq.replication.pysyncobj.syncobj import HardenedSyncObj
 from raftmq.replication.pysyncobj.transport import DurableTransport
-from raftmq.replication.wire import RaftConnection, frame_max_for
+from raftmq.replication.wire import RaftConnection
 
 ENVIRONMENT = "RAFTMQ_TEST_DISABLE_FIX"
 
@@ -322,14 +322,7 @@ class StockIdleConnection(RaftConnection):
 
 
 class StockIdleTransport(DurableTransport):
-    def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
-        conf = self._syncObj.conf
-        return StockIdleConnection(
-            self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
-            bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
-            frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
-            tls=getattr(self._syncObj, "raft_tls", None),
-        )
+    connection_class = StockIdleConnection
 
 
 class StockConnectionSilence(HardenedSyncObj):

@@ -53,6 +53,7 @@ class DurableTransport(TCPTransport):
 
     _refusals_logged_at = 0.0
     _refusals_unlogged = 0
+    connection_class: type[RaftConnection] = RaftConnection
 
     def _createServer(self) -> None:
         host, port = self._listen_address().rsplit(":", 1)
@@ -60,7 +61,7 @@ class DurableTransport(TCPTransport):
 
     def _connection(self, sock: Any = None, bind_host: str | None = None) -> RaftConnection:
         conf = self._syncObj.conf
-        return RaftConnection(
+        return self.connection_class(
             self._syncObj._poller, self._syncObj.wire_secret, timeout=conf.connectionTimeout, sock=sock,
             bind_host=bind_host, send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
             frame_max=frame_max_for(conf.appendEntriesBatchSizeBytes), on_refused=self._refused,
