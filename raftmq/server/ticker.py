@@ -56,8 +56,10 @@ async def tick_forever(node: TickerHost, applied: Pulse) -> None:
                 last = loop.time()
                 pending = node.commit_log.propose([Tick(now_ms)])
                 pending.add_done_callback(ignore_outcome)
-                pending.add_done_callback(lambda _: applied.beat())  # a failed one is applied nowhere
-                continue  # its apply (or its failure) moves the pulse
+                # Its apply beats before its future is settled, and a failed one is applied
+                # nowhere: the settled future wakes this task either way.
+                pending.add_done_callback(lambda _: applied.beat())
+                continue
             times = [] if due is None else [(due - now_ms) / 1000]
             if periodic:
                 times.append(last + interval - loop.time())

@@ -204,14 +204,11 @@ class WakeOnce(PipeNotifier):
         self.pending = False
         self.awake = True  # the tick thread ticks before it waits again: a notify now need only set `due`
 
-    def install(self, poller: Any, timeout_for: Callable[[float], float] | None = None) -> None:
+    def install(self, poller: Any, timeout_for: Callable[[float], float]) -> None:
         """Make `poller.poll` (what pysyncobj's tick waits in) go through `wait`, waiting
-        `timeout_for(tick period)` where given (`tick_wait.poll_timeout`), else the tick period."""
+        `timeout_for(tick period)` (`tick_wait.poll_timeout`)."""
         stock = poller.poll
-        if timeout_for is None:
-            poller.poll = lambda timeout: self.wait(stock, timeout)
-        else:
-            poller.poll = lambda timeout: self.wait(stock, timeout_for(timeout))
+        poller.poll = lambda timeout: self.wait(stock, timeout_for(timeout))
 
 
 def close_notifier(notifier: PipeNotifier, poller: Any) -> None:
