@@ -190,8 +190,7 @@ def test_a_connection_nobody_asks_anything_on_stays_open(group: Any) -> None:
         for conn in transport._connections.values():  # pysyncobj bound the old method into each
             conn.setOnDisconnectedCallback(functools.partial(counted, conn))
     time.sleep(4.0)
-    assert drops == []
-    assert leader.obj is not None and leader.obj.is_leader
+    assert drops == []  # (who leads meanwhile is not asked: a full suite on two cores may move it)
 
 
 class _Poller:
