@@ -64,6 +64,7 @@ from raftmq.routing.route import (
     TO_HEADER,
     is_internal,
     parse_route,
+    producer_forward_id,
     sf_queue,
 )
 
@@ -280,7 +281,9 @@ class ClusterRouting:
         if destination.startswith(QUEUE_PREFIX):
             if passing:
                 assert to is not None
-                if not self._pass_on(connection, destination, headers, body, now, to, here, delivered):
+                # A forward first that fell back keeps the id it was sent with: the target may have it.
+                carried = forward_id if not route else None
+                if not self._pass_on(connection, destination, headers, body, now, to, here, delivered, carried):
                     self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
                 return
             if to is None and group is None:
@@ -289,7 +292,8 @@ class ClusterRouting:
                 if target != self.own:
                     # A static target may not have advertised yet: it is a neighbour, reached directly.
                     via = self._next_hops.get(target, (1, target))[1]
-                    self.forward(via, destination, headers, body, now, target, here)
+                    self.forward(via, destination, headers, body, now, target, here,
+                                 forward_id=None if dupl_id is None else producer_forward_id(dupl_id))
                     return
             self.dispatch.publish(destination, headers, body, now, deduplicated=True, delivered=delivered)
             return
@@ -332,7 +336,30 @@ class ClusterRouting:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _balance(self, connection: ClusterConnection, destination: str, message: Message) -> str:
+    def first_target(self, destination: str, headers: str, turn: int) -> str | None:
+        """The neighbour a client's SEND (outside a transaction, read by raftmq.server.links.forward_first)
+        goes to if the leader forwards it before storing it: where the balancing sends it now,
+        `turn` standing in for the committed round-robin turn. None: it is stored here first (it
+        stays here, its target is more than one link away, it belongs to a JMSXGroupID, it
+        carries routing headers, or the group drains)."""
+        if not destination.startswith(QUEUE_PREFIX) or HEADER_PREFIX in headers \
+                or self.cluster_state.draining is not None:
+            return None
+        connection = self.governing(destination)
+        if connection is None:
+            return None
+        priority, expires, persistent, group, _ = read_headers(headers)
+        if group is not None:
+            return None
+        message = Message("", destination, headers, b"", priority, expires, 0, group, persistent)
+        target = self._balance(connection, destination, message, turn)
+        if target == self.own or self._next_hops.get(target, (1, target))[1] != target:
+            return None
+        return target
+
+    def _balance(self, connection: ClusterConnection, destination: str, message: Message,
+                 turn: int | None = None) -> str:
+        """`turn`: use this one and leave the committed one alone (a forward first)."""
         routes = self.queue_routes(destination)
         if not routes and not connection.static:
             return self.own
@@ -351,10 +378,12 @@ class ClusterRouting:
         takers = [] if store is None else [
             sub for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)]
         own = Candidate(self.own, len(takers), 0, any(sub.has_room for sub in takers))
-        turn = self.cluster_state.turns.get(destination, 0)
+        committed = turn is None
+        if turn is None:
+            turn = self.cluster_state.turns.get(destination, 0)
         target, used = choose(connection.message_load_balancing, own, list(remote.values()), turn,
                               conduit=connection.conduit_subscriptions, prefer_local=connection.prefer_local)
-        if used:
+        if used and committed:
             self.cluster_state.turns[destination] = turn + 1
         return target
 
@@ -368,23 +397,27 @@ class ClusterRouting:
         return True
 
     def _pass_on(self, connection: ClusterConnection, destination: str, headers: str, body: object, now: int,
-                 to: str, here: tuple[str, ...], delivered: int = 0) -> bool:
+                 to: str, here: tuple[str, ...], delivered: int = 0, forward_id: str | None = None) -> bool:
         hop = self._next_hops.get(to)
         if hop is None or hop[1] in here or len(here) > connection.max_hops:
             return False
-        self.forward(hop[1], destination, headers, body, now, to, here, delivered=delivered)
+        self.forward(hop[1], destination, headers, body, now, to, here, delivered=delivered, forward_id=forward_id)
         return True
 
     def forward(self, via: str, destination: str, headers: str, body: object, now: int, to: str,
-                 here: tuple[str, ...], original: Message | None = None, delivered: int = 0) -> None:
+                 here: tuple[str, ...], original: Message | None = None, delivered: int = 0,
+                 forward_id: str | None = None) -> None:
         """Store the message in `via`'s store-and-forward queue, for group `to`; a message moved
-        by redistribution (`original`) carries how often it was delivered here."""
+        by redistribution (`original`) carries how often it was delivered here; `forward_id`: the
+        id it goes with (else the bridge makes one of its message id)."""
         dispatch = self.dispatch
         message_id = dispatch.mint_id()
         tags = [(DESTINATION_HEADER, destination), (TO_HEADER, to), (ROUTE_HEADER, ",".join(here))]
         delivered = original.delivery_count if original is not None else delivered
         if delivered:
             tags.append((DELIVERED_HEADER, str(delivered)))
+        if forward_id is not None:
+            tags.append((FORWARD_ID_HEADER, forward_id))
         tagged = headers + block_of(tags)
         if original is None:
             priority, expires, persistent, group, _ = read_headers(headers)

@@ -6,9 +6,12 @@ the next hop (`sf_queue`), with three headers the bridge reads: the destination 
 (`ROUTE_HEADER`, comma separated, the source first). Its duplicate-detection id on the wire is
 `dedup_id(message id, target)` in `FORWARD_ID_HEADER`: message ids are unique within their
 group, so it never repeats, and a copy sent again (a bridge reconnect, a new leader) is stored
-once. The producer's own `_AMQ_DUPL_ID` travels unchanged (it was checked where the message
-was first stored); a message without one carries the forward id there too, so the bridge's
-client does not invent one, and the core drops that copy again.
+once. A client's SEND routed to another group keeps one forward id whichever way it goes, first
+or through this queue (`producer_forward_id` of its `_AMQ_DUPL_ID`, or the id its forward first
+chose), so the target stores it once either way. The producer's own `_AMQ_DUPL_ID` travels
+unchanged (it was checked where the message was first stored); a message without one carries
+the forward id there too, so the bridge's client does not invent one, and the core drops that
+copy again.
 
 The core removes these headers before it stores a message for its own consumers, so clients
 never see them.
@@ -55,6 +58,24 @@ def dedup_id(message_id: str, target: str) -> str:
     return f"raftmq:{message_id}>{target}"
 
 
+def producer_forward_id(producer_id: str) -> str:
+    """The forward id of a client's SEND that carries its own `_AMQ_DUPL_ID`, whichever way it
+    leaves the group that received it: the same when the producer sends it again (after a
+    resume, or to a new leader), so the target stores it once."""
+    return f"raftmq:p:{producer_id}"
+
+
+def first_headers(headers: tuple[tuple[str, str], ...], own: str, target: str,
+                  forward_id: str) -> list[tuple[str, str]]:
+    """What a SEND forwarded first (raftmq.server.links.forward_first) carries to its target: the
+    client's headers, the target, the route (this group) and the forward id (also as the
+    producer's when it had none, so the bridge's client invents none)."""
+    sent = [*headers, (TO_HEADER, target), (ROUTE_HEADER, own), (FORWARD_ID_HEADER, forward_id)]
+    if not any(name == DUPLICATE_ID_HEADER for name, _ in headers):
+        sent.append((DUPLICATE_ID_HEADER, forward_id))
+    return sent
+
+
 def parse_route(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
@@ -70,10 +91,14 @@ def outgoing(headers: tuple[tuple[str, str], ...], message_id: str, neighbour: s
     destination = ""
     to = neighbour
     producer_id = False
+    carried: str | None = None  # a forward id chosen before it was stored (a forward first that fell back)
     sent: list[tuple[str, str]] = []
     for name, value in headers:
         if name == DESTINATION_HEADER:
             destination = value
+            continue
+        if name == FORWARD_ID_HEADER:
+            carried = value
             continue
         if name == TO_HEADER:
             to = value
@@ -81,7 +106,7 @@ def outgoing(headers: tuple[tuple[str, str], ...], message_id: str, neighbour: s
             producer_id = True
         sent.append((name, value))
     if duplicate_detection:
-        forward_id = dedup_id(message_id, to)
+        forward_id = carried if carried is not None else dedup_id(message_id, to)
         sent.append((FORWARD_ID_HEADER, forward_id))
         if not producer_id:
             sent.append((DUPLICATE_ID_HEADER, forward_id))

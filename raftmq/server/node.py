@@ -36,6 +36,7 @@ from raftmq.server.links.bridge import bridges_for
 from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
+from raftmq.server.links.forward_first import ForwardFirst
 from raftmq.server.node_status import cluster_status, node_status
 from raftmq.server.rates import IDLE_SAMPLE_SECONDS, SAMPLE_SECONDS, RateSampler
 from raftmq.server.replica.bodies import BodyStore
@@ -118,6 +119,8 @@ class Node:
                                                   cluster.discovery))
         if cluster is not None:
             self.add_leader_service(ClusterEvents(self))
+        # A SEND bound for a neighbour goes there before it is stored here.
+        self.forward_first: ForwardFirst | None = ForwardFirst(self) if cluster is not None else None
 
     # -- what connections and the replica ask (ConnectionHost, ReplicaHost)
 

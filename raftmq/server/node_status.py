@@ -9,6 +9,7 @@ from raftmq import compiled
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
 from raftmq.replication.commit_log import CommitLog
+from raftmq.server.links.forward_first import ForwardFirst
 from raftmq.server.replica.state_machine import Replica
 from raftmq.server.seams.flow import FlowGate
 from raftmq.server.seams.host import ClientConnection
@@ -26,6 +27,7 @@ class Reporting(Protocol):
     succession: Succession
     flow: FlowGate | None
     bridges: list[Any]
+    forward_first: ForwardFirst | None
     failure: str | None
     internal_errors: int
 
@@ -100,6 +102,10 @@ def cluster_status(node: Reporting) -> dict[str, Any]:
         "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in routing.reachable_groups().items()},
         "bindings": routing.remote_bindings(),
         "forwarded": dict(state.forwarded),
+        # Since this node leads: SENDs sent to their target before being stored here, and those
+        # that set out so and took the store path after all (raftmq.server.links.forward_first).
+        **(node.forward_first.status() if node.forward_first is not None and node.commit_log.is_leader
+           else {"forwarded_first": 0, "fell_back": 0}),
         "redistributed": state.redistributed,
         "draining": None if state.draining is None else list(state.draining),
         "drained": state.drained,

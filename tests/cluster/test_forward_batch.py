@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from raftmq.errors import BrokerRefused
 from raftmq.protocol.limits import Limits
 from raftmq.routing.forward_batch import BatchError, decode, encode, inner_receipt, message, parse_inner
-from raftmq.server.links.bridge import batch_index
+from raftmq.server.links.first_lane import batch_index
 
 LIMITS = Limits()
 

@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -46,18 +46,19 @@ from raftmq.protocol.header_block import pairs_of
 from raftmq.replication.commit_log import ignore_outcome
 from raftmq.routing.bindings import encode_advert
 from raftmq.routing.cluster_connection import ClusterConnection, ClusterView, PeerGroup
-from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
+from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, encode
 from raftmq.routing.route import ADVERT_HEADER, BRIDGE_CONNECT_HEADER, CONTROL_DESTINATION, outgoing, sf_queue
 from raftmq.server.links.bridge_session import ADVERT_CHECK_SECONDS, ADVERT_REFRESH_SECONDS, BridgeSession
+from raftmq.server.links.first_lane import BATCH_BYTES, BATCH_MESSAGES, SINGLE_BYTES, FirstLane, batch_index
 from raftmq.server.links.passive_link import PassiveLink, Puller
 from raftmq.server.seams.host import BridgeHost
 from raftmq.server.seams.leader_task import LeaderTask
 
+if TYPE_CHECKING:
+    from raftmq.server.links.first_lane import FirstSend, Outcome
+
 log = structlog.get_logger("raftmq.server.bridge")
 
-BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
-BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
-SINGLE_BYTES = 64 * 1024  # a larger body goes in a SEND of its own
 ELECTION_RETRY_SECONDS = 1.0  # while the neighbour elects: at most one attempt this often
 
 Ready = tuple[Deliver, bytes]  # a delivery of the store-and-forward queue, with its body
@@ -92,6 +93,7 @@ class Bridge(LeaderTask):
         self.retries_now = 0  # back-off waits cut short because the neighbour was back
         self._singles: set[str] = set()  # ack ids of deliveries to send alone (their batch was refused whole)
         self._electing_at = 0.0  # the last retry cut short because the neighbour was electing
+        self.firsts = FirstLane(own_group, self._refused)  # forwards first awaiting the neighbour's word
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -320,6 +322,23 @@ class Bridge(LeaderTask):
             _settle(session, [refused[0].ack_id], forwarded=False)
         session.put_back(unknown)  # perhaps stored already: sent again, stored once
 
+    # -- forwards first (raftmq.server.links.forward_first) ----------------------------------------
+
+    def ready_first(self) -> bool:
+        """May a SEND go to the neighbour before it is stored here: connected, with nothing of
+        its store-and-forward queue waiting (that goes first: a producer's order holds), and
+        with duplicate detection (a forward that falls back relies on it)."""
+        client = self._client
+        if self.state != "connected" or client is None or not client.is_connected or self._session is None \
+                or not self.settings.use_duplicate_detection:
+            return False
+        store = self._host.broker.state.queues.get(self.queue)
+        return store is None or (store.depth == 0 and store.in_flight == 0)
+
+    def forward_first(self, sends: list[FirstSend], outcome: Outcome) -> None:
+        """Send `sends` to the neighbour's leader now (raftmq.server.links.first_lane)."""
+        self.firsts.send(self._client, sends, outcome)
+
     def _refused(self, error: BrokerRefused) -> None:
         self.refused += 1
         self.last_error = f"refused by {self.neighbour.name}: {error}"
@@ -366,6 +385,7 @@ class Bridge(LeaderTask):
             log.info("bridge.connected", bridge=self.name, address=str(event.address))
         elif event.kind == "disconnected":
             self.state = "retrying"
+            self.firsts.fall_back_all()
             self.last_error = str(event.error) if event.error is not None else "connection closed"
             log.warning("bridge.disconnected", bridge=self.name, address=str(event.address), error=self.last_error)
         elif event.kind == "attempt_failed":
@@ -394,6 +414,7 @@ class Bridge(LeaderTask):
                 await client.close(timeout=1.0)
         if session is not None:
             await session.close()
+        self.firsts.fall_back_all()
         self.in_flight = 0
         self._singles.clear()  # ack ids of the closed session
 
@@ -412,7 +433,8 @@ class Bridge(LeaderTask):
             "batches": self.batches,
             "refused": self.refused,
             "waiting": waiting,
-            "in_flight": self.in_flight,
+            "in_flight": self.in_flight + self.firsts.in_flight,
+            "forwarded_first": self.firsts.confirmed,
             "adverts_sent": self.adverts_sent,
             "retries_now": self.retries_now,
             "last_error": self.last_error,
@@ -425,16 +447,6 @@ def _settle(session: BridgeSession, ack_ids: list[str], forwarded: bool) -> None
         return  # the next leader's sweep returns them
     future = session.settle(ack_ids, forwarded)
     future.add_done_callback(ignore_outcome)
-
-
-def batch_index(error: BrokerRefused, size: int) -> int | None:
-    """The message of a batch its neighbour refused (None: the batch as a whole)."""
-    raw = error.headers.get(BATCH_INDEX_HEADER)
-    if raw is None or not raw.isdigit() or int(raw) >= size:
-        return None
-    return int(raw)
-
-
 
 
 def bridges_for(host: BridgeHost, view: ClusterView, peers: Sequence[PeerGroup]) -> list[Bridge | PassiveLink]:

@@ -16,13 +16,13 @@ that `raftmq.server.node.Node`'s API reads in one place as their union.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
 from raftmq.clock import Clock
 from raftmq.config import NodeConfig
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Command, Connect
+from raftmq.core.commands import Command, Connect, Send
 from raftmq.core.effects import Deliver, Managed
 from raftmq.replication.commit_log import CommitLog, Proposer
 from raftmq.security import Security
@@ -166,6 +166,18 @@ class SessionHost(Protocol):
         unfinished frames; False, taking nothing, when it would pass the budget."""
 
 
+class FirstForwarder(Protocol):
+    """Forwards first (raftmq.server.links.forward_first.ForwardFirst), as a connection's proposals
+    use them."""
+
+    def plan(self, send: Send) -> Any:
+        """None: `send` takes the store path; else its plan, for `forward`."""
+
+    def forward(self, planned: Sequence[Any], outcome: Callable[[list[Any], int], None]) -> None:
+        """Send the planned SENDs; `outcome(sends, confirmed)` once per forward: each of `sends`
+        has `.send` and `.fallback()`, and the first `confirmed` were stored by their target."""
+
+
 class ConnectionHost(SessionHost, Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -173,6 +185,11 @@ class ConnectionHost(SessionHost, Protocol):
     @property
     def flow(self) -> FlowGate | None:
         """BLOCK's gate (raftmq.server.seams.flow); None when no address setting blocks."""
+
+    @property
+    def forward_first(self) -> FirstForwarder | None:
+        """Sends a SEND bound for a neighbouring group there before it is stored here
+        (raftmq.server.links.forward_first); None outside a cluster of groups."""
 
     @property
     def clock(self) -> Clock: ...

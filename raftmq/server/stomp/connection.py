@@ -240,6 +240,10 @@ class Connection(asyncio.Protocol):
         self.proposals.forget_flow_held()  # never proposed, never receipted: not the broker's
         decisions = self.stomp.closed(self._clock.now_ms())
         self.host.connection_closed(self)
+        # A SEND forwarded first that falls back is proposed for this session: it ends after.
+        self.proposals.when_forwarded(lambda: self._propose_closing(decisions))
+
+    def _propose_closing(self, decisions: list[Decision]) -> None:
         for decision in decisions:
             if isinstance(decision, Propose):
                 self.host.propose(decision.commands).add_done_callback(ignore_outcome)

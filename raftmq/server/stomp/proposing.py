@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Protocol
+from typing import Any, Protocol
 
-from raftmq.core.commands import Command
+from raftmq.core.commands import Command, Send
 from raftmq.errors import NotLeader
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.decisions import Propose
@@ -33,6 +33,8 @@ class Proposing(Protocol):
              abort: bool = False, extra: dict[str, str] | None = None) -> None: ...
     def update_reading(self) -> None:
         """Pause or resume reading the client as what holds it back changed."""
+    def receipt(self, receipt_id: str) -> None:
+        """Write the RECEIPT of a command of this connection."""
 
 
 class Proposals:
@@ -54,14 +56,27 @@ class Proposals:
         # can fail first: refused at once while an earlier one waited): a successor proposes them.
         self._unproposed: list[tuple[int, list[Command]]] = []
         self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
+        # Forwards first (raftmq.server.links.forward_first): SENDs sent to another group before
+        # being stored here, awaiting its word; what came after them and may not go first waits
+        # for them (the client's order holds: a receipt, a DISCONNECT), never proposed before.
+        self._forwarding = 0
+        self._after_forwards: list[list[Command]] = []
+        self._read_paused_for_forwards = False
+        self._when_forwarded: list[Callable[[], None]] = []
 
     @property
     def paused(self) -> bool:
-        """Reading is held back: too many commands wait for the log, or BLOCK holds some."""
-        return self._read_paused_for_log or self._read_paused_for_flow
+        """Reading is held back: too many commands wait for the log or their target group, or BLOCK holds some."""
+        return self._read_paused_for_log or self._read_paused_for_flow or self._read_paused_for_forwards
 
     def propose(self, decision: Propose) -> None:
-        commands = decision.commands
+        self._propose(decision.commands)
+
+    def _propose(self, commands: list[Command]) -> None:
+        if self.host.forward_first is not None and not self.connection.stomp.cluster_connection:
+            commands = self._first(commands)
+            if not commands:
+                return
         flow = self.host.flow
         if flow is None:
             return self._propose_now(commands)
@@ -79,6 +94,65 @@ class Proposals:
             self._read_paused_for_flow = True
             self.connection.update_reading()
             flow.wait(self)
+
+    def _first(self, commands: list[Command]) -> list[Command]:
+        """Forward first the SENDs `commands` starts with that may go (while nothing of this
+        connection waits for the log: a SEND stored here may be bound for the same group); the
+        rest, what may not go first, is returned, or held while forwards are in flight."""
+        if self._after_forwards:
+            self._after_forwards.append(commands)
+            return []
+        forwarder = self.host.forward_first
+        assert forwarder is not None
+        planned = []
+        if not self._unsettled and not self._flow_held:
+            for command in commands:
+                plan = forwarder.plan(command) if isinstance(command, Send) else None
+                if plan is None:
+                    break
+                planned.append(plan)
+        rest = commands[len(planned):]
+        if planned:
+            self._forwarding += len(planned)
+            forwarder.forward(planned, self._forwarded)  # may answer at once (the link just went)
+        if rest and self._forwarding:
+            self._after_forwards.append(rest)
+            rest = []
+        self._pause_for_forwards()
+        return rest
+
+    def _forwarded(self, sends: list[Any], confirmed: int) -> None:
+        """A forward's outcome: the first `confirmed` were stored by their target (their RECEIPTs
+        go now), the rest take the store path here (theirs go once that commits)."""
+        self._forwarding -= len(sends)
+        for first in sends[:confirmed]:
+            if first.send.receipt is not None:
+                self.connection.receipt(first.send.receipt)
+        if confirmed < len(sends):
+            self._propose_now([first.fallback() for first in sends[confirmed:]])
+        if not self._forwarding:
+            held, self._after_forwards = self._after_forwards, []
+            for commands in held:
+                self._propose(commands)
+        self._pause_for_forwards()
+        if not self._forwarding:
+            then, self._when_forwarded = self._when_forwarded, []
+            for call in then:
+                call()
+        self._run_after_settled()
+
+    def _pause_for_forwards(self) -> None:
+        paused = bool(self._after_forwards) or self._forwarding > self._max_pending
+        if paused != self._read_paused_for_forwards:
+            self._read_paused_for_forwards = paused
+            self.connection.update_reading()
+
+    def when_forwarded(self, then: Callable[[], None]) -> None:
+        """Run `then` once no forward first is in flight (at once if none is)."""
+        if self._forwarding:
+            self._when_forwarded.append(then)
+        else:
+            then()
 
     def flow_release(self) -> bool:
         """Propose what BLOCK held while its destinations have room; True once nothing is held."""
@@ -127,10 +201,13 @@ class Proposals:
         try:
             self._outcome(number, commands, error)
         finally:
-            if not self._unsettled and self._after_settled:
-                after, self._after_settled = self._after_settled, []
-                for then in after:
-                    then()
+            self._run_after_settled()
+
+    def _run_after_settled(self) -> None:
+        if not self._unsettled and not self._forwarding and self._after_settled:
+            after, self._after_settled = self._after_settled, []
+            for then in after:
+                then()
 
     def _outcome(self, number: int, commands: Sequence[Command], error: Exception | None) -> None:
         connection = self.connection
@@ -151,14 +228,14 @@ class Proposals:
 
     def when_settled(self, then: Callable[[], None]) -> None:
         """Run `then` once every proposal made so far has settled (at once if none waits)."""
-        if self._unsettled:
+        if self._unsettled or self._forwarding:
             self._after_settled.append(then)
         else:
             then()
 
     @property
-    def settling(self) -> bool:  # commands proposed without an outcome yet
-        return self._pending > 0
+    def settling(self) -> bool:  # commands proposed, or SENDs forwarded first, without an outcome yet
+        return self._pending > 0 or self._forwarding > 0
 
     @property
     def unproposed(self) -> list[Command]:  # failed with NotLeader while held, in the order proposed

@@ -1,0 +1,150 @@
+"""A bridge's forwards first (raftmq.server.links.forward_first): SENDs sent to the neighbour's
+leader before they were stored in this group, each awaiting the neighbour's word.
+
+Each forward goes as the store-and-forward queue's messages go (one SEND, or a batch of up to
+`BATCH_MESSAGES`), with a receipt, and gets exactly one outcome: how many of its SENDs, from the
+first, the neighbour stored. The rest take the store path in this group. That is everything
+not confirmed: refused, sent on a connection that was lost (`fall_back_all`), or not answered
+within `FIRST_TIMEOUT_SECONDS`. A forward that arrived after all is stored once there: the store
+path sends it again with the same forward id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from raftmq.client.failover import FailoverClient
+from raftmq.core.commands import Send
+from raftmq.errors import BrokerRefused, ClientError
+from raftmq.protocol.header_block import block_of, pairs_of
+from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
+from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers
+
+BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
+BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
+SINGLE_BYTES = 64 * 1024  # a larger body goes in a SEND of its own
+FIRST_TIMEOUT_SECONDS = 10.0  # a forward first not confirmed by then takes the store path
+
+
+class FirstSend:
+    """One SEND forwarded first: the command, its target and its forward id."""
+
+    __slots__ = ("send", "target", "forward_id")
+
+    def __init__(self, send: Send, target: str, forward_id: str) -> None:
+        self.send = send
+        self.target = target
+        self.forward_id = forward_id
+
+    def fallback(self) -> Send:
+        """The same SEND for the store path: pinned to its target, with its forward id."""
+        send = self.send
+        pins = block_of(((TO_HEADER, self.target), (FORWARD_ID_HEADER, self.forward_id)))
+        return Send(send.session, send.destination, send.headers + pins, send.body, send.now, None, send.receipt)
+
+
+# A forward's SENDs, and how many of them (from the first) the neighbour confirmed.
+Outcome = Callable[[list[FirstSend], int], None]
+
+
+class _Forward:
+    __slots__ = ("number", "sends", "outcome", "timer")
+
+    def __init__(self, number: int, sends: list[FirstSend], outcome: Outcome) -> None:
+        self.number = number
+        self.sends = sends
+        self.outcome = outcome
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class FirstLane:
+    """One bridge's forwards first in flight; `confirmed`: SENDs the neighbour stored this way."""
+
+    def __init__(self, own_group: str, refused: Callable[[BrokerRefused], None]) -> None:
+        self._own = own_group
+        self._refused = refused  # the bridge's record of a refusal
+        self._waiting: dict[int, _Forward] = {}
+        self._number = 0
+        self.in_flight = 0
+        self.confirmed = 0
+
+    def send(self, client: FailoverClient | None, sends: list[FirstSend], outcome: Outcome) -> None:
+        """Send `sends` now, in batches; `outcome` is told once per batch, in the order sent."""
+        start = 0
+        while start < len(sends):
+            end, size = start, 0
+            while end < len(sends) and end - start < BATCH_MESSAGES and size < BATCH_BYTES:
+                size += _size(sends[end].send.body)
+                end += 1
+                if size > SINGLE_BYTES:
+                    break
+            self._number += 1
+            forward = self._waiting[self._number] = _Forward(self._number, sends[start:end], outcome)
+            start = end
+            self._send(client, forward)
+
+    def _send(self, client: FailoverClient | None, forward: _Forward) -> None:
+        if client is None:
+            return self._done(forward, 0)
+        messages = [(first.send.destination,
+                     first_headers(pairs_of(first.send.headers), self._own, first.target, first.forward_id),
+                     _bytes(first.send.body)) for first in forward.sends]
+        try:
+            if len(messages) == 1:
+                destination, headers, body = messages[0]
+                future = client.send_nowait(destination, body, headers, receipt=True)
+            else:
+                future = client.send_nowait(BATCH_DESTINATION, encode(messages),
+                                            [(BATCH_COUNT_HEADER, str(len(messages)))], receipt=True)
+        except ClientError:
+            return self._done(forward, 0)
+        self.in_flight += len(forward.sends)
+        forward.timer = asyncio.get_running_loop().call_later(FIRST_TIMEOUT_SECONDS, self._done, forward, 0)
+        future.add_done_callback(functools.partial(self._answered, forward))
+
+    def _answered(self, forward: _Forward, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return self._done(forward, 0)
+        error = future.exception()
+        if error is None:
+            return self._done(forward, len(forward.sends))
+        confirmed = 0
+        if isinstance(error, BrokerRefused):
+            self._refused(error)
+            confirmed = batch_index(error, len(forward.sends)) or 0
+        self._done(forward, confirmed)
+
+    def _done(self, forward: _Forward, confirmed: int) -> None:
+        """Once per forward: the first `confirmed` were stored there, the rest fall back."""
+        if self._waiting.pop(forward.number, None) is None:
+            return
+        if forward.timer is not None:
+            forward.timer.cancel()
+            self.in_flight -= len(forward.sends)
+        self.confirmed += confirmed
+        forward.outcome(forward.sends, confirmed)
+
+    def fall_back_all(self) -> None:
+        """The link is lost or closing: every forward not confirmed takes the store path."""
+        for forward in list(self._waiting.values()):
+            self._done(forward, 0)
+
+
+def _bytes(body: object) -> bytes:
+    """A SEND's body as a client frame gave it (bytes, or a view of the frame's buffer)."""
+    return body if isinstance(body, bytes) else bytes(body)  # type: ignore[call-overload]
+
+
+def _size(body: object) -> int:
+    return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+
+
+def batch_index(error: BrokerRefused, size: int) -> int | None:
+    """The message of a batch its neighbour refused (None: the batch as a whole)."""
+    raw = error.headers.get(BATCH_INDEX_HEADER)
+    if raw is None or not raw.isdigit() or int(raw) >= size:
+        return None
+    return int(raw)

@@ -1,0 +1,106 @@
+"""Forward first: a client's SEND that the cluster's balancing sends to a neighbouring group goes
+to that group's leader before it is stored anywhere (docs/cluster.md, "How a message travels").
+
+The leader asks its core where the SEND would go (`ClusterRouting.first_target`, from the same
+committed adverts as the routing of a stored SEND). When that is a neighbour whose bridge is
+connected and has nothing waiting for it, the bridge sends the SEND there at once, with a
+forward id, and the producer's RECEIPT is written when the neighbour answers its own: the
+message was committed once, in the group that holds it now.
+
+Anything else takes the store path, never refusing a SEND (a transaction, a scheduled or
+temporary destination, a link that is down, a neighbour without a leader). So does a forward
+first that does not come back confirmed (refused, its connection lost, `FIRST_TIMEOUT_SECONDS`):
+it is proposed here, pinned to the same target with the same forward id, and the bridge sends it
+from the store-and-forward queue; if the first copy arrived after all, the target stores it once.
+
+The forward id is `producer_forward_id` of the client's `_AMQ_DUPL_ID` when it set one, so a
+SEND the client writes again after a fail-over is caught in the target however it travels;
+else one this leader makes up (`raftmq:f:<nonce>.<n>`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from raftmq.core.commands import Send
+from raftmq.core.schedule import special_headers
+from raftmq.core.temporary import MARK
+from raftmq.protocol.header_block import first
+from raftmq.routing.route import DUPLICATE_ID_HEADER, producer_forward_id
+from raftmq.server.links.bridge import Bridge
+from raftmq.server.links.first_lane import FirstSend, Outcome
+
+
+class FirstHost(Protocol):
+    """What forwards first read of the node (raftmq.server.node.Node)."""
+
+    bridges: list[Any]  # its links (bridges and passive links), discovered ones joining
+
+    @property
+    def broker(self) -> Any: ...  # raftmq.core.broker.Broker: its routing
+
+
+class ForwardFirst:
+    """The leader's forwards first, for every client connection of the node; counts what went
+    first and what fell back (since this node started)."""
+
+    def __init__(self, host: FirstHost) -> None:
+        self._host = host
+        self._nonce = secrets.token_hex(6)
+        self._number = 0
+        self._turn = 0
+        self.first = 0  # SENDs the target confirmed, forwarded first
+        self.fell_back = 0  # SENDs that set out first and took the store path
+
+    def plan(self, send: Send) -> tuple[Bridge, FirstSend] | None:
+        """The bridge and forward of a SEND that goes first; None: it takes the store path."""
+        routing = self._host.broker.routing
+        if routing is None or send.transaction is not None or MARK in send.destination:
+            return None
+        scheduled, replying = special_headers(send.headers)
+        if scheduled or replying:
+            return None
+        producer_id = first(send.headers, DUPLICATE_ID_HEADER)
+        if producer_id:
+            turn = zlib.crc32(producer_id.encode())  # a SEND written again goes where it went
+        else:
+            turn = self._turn
+            self._turn += 1
+        target = routing.first_target(send.destination, send.headers, turn)
+        if target is None:
+            return None
+        bridge = self._bridge(target)
+        if bridge is None or not bridge.ready_first():
+            return None
+        if producer_id:
+            forward_id = producer_forward_id(producer_id)
+        else:
+            self._number += 1
+            forward_id = f"raftmq:f:{self._nonce}.{self._number}"
+        return bridge, FirstSend(send, target, forward_id)
+
+    def forward(self, planned: Sequence[tuple[Bridge, FirstSend]], outcome: Outcome) -> None:
+        """Send each bridge its share (in order); `outcome(sends, confirmed)` for each forward."""
+        by_bridge: dict[int, tuple[Bridge, list[FirstSend]]] = {}
+        for bridge, send in planned:
+            by_bridge.setdefault(id(bridge), (bridge, []))[1].append(send)
+
+        def counted(sends: list[FirstSend], confirmed: int) -> None:
+            self.first += confirmed
+            self.fell_back += len(sends) - confirmed
+            outcome(sends, confirmed)
+
+        for bridge, sends in by_bridge.values():
+            bridge.forward_first(sends, counted)
+
+    def _bridge(self, target: str) -> Bridge | None:
+        for link in self._host.bridges:
+            if isinstance(link, Bridge) and link.neighbour.name == target:
+                return link
+        return None
+
+    def status(self) -> dict[str, int]:
+        return {"forwarded_first": self.first, "fell_back": self.fell_back}
