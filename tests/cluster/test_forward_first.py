@@ -107,7 +107,8 @@ async def test_forwards_cut_off_in_flight_fall_back_and_are_stored_once(cluster:
     total = 2000
     try:
         got_task = await subscribed_on_g3(cluster, consumer, "/queue/cut", total, 60)
-        receipts = [producer.send_nowait("/queue/cut", f"m{index}".encode(), receipt=True) for index in range(total // 2)]
+        receipts = [producer.send_nowait("/queue/cut", f"m{index}".encode(), receipt=True)
+                    for index in range(total // 2)]
         await asyncio.sleep(0.01)
         g3.signal(node, signal.SIGSTOP)
         receipts += [producer.send_nowait("/queue/cut", f"m{index}".encode(), receipt=True)

@@ -1,0 +1,137 @@
+"""A connection's proposals with forwards first (raftmq.server.stomp.proposing): what may go first
+goes, what follows waits for it in the client's order, a confirmed SEND is receipted when its
+target confirms, and one that is not takes the store path before anything that came after it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from raftmq.core.commands import Ack, Command, Send
+from raftmq.server.stomp.decisions import Propose
+from raftmq.server.stomp.proposing import Proposals
+
+
+class Planned:
+    def __init__(self, send: Send) -> None:
+        self.send = send
+
+    def fallback(self) -> Send:
+        send = self.send
+        return Send(send.session, send.destination, send.headers + "fallback\n", send.body, send.now, None,
+                    send.receipt)
+
+
+class Forwarder:
+    """Sends to /queue/far* go first; the test answers each forward."""
+
+    def __init__(self) -> None:
+        self.forwards: list[tuple[list[Planned], Any]] = []
+
+    def plan(self, send: Send) -> Planned | None:
+        return Planned(send) if send.destination.startswith("/queue/far") else None
+
+    def forward(self, planned: Sequence[Planned], outcome: Any) -> None:
+        self.forwards.append((list(planned), outcome))
+
+
+class Host:
+    flow = None
+
+    def __init__(self) -> None:
+        self.forward_first = Forwarder()
+        self.proposed: list[tuple[list[Command], Any, int]] = []
+
+    def propose_for(self, commands: Sequence[Command], proposer: Any, number: int) -> None:
+        self.proposed.append((list(commands), proposer, number))
+
+
+class Connection:
+    held_for_redirect = False
+
+    def __init__(self) -> None:
+        self.host = Host()
+        self.stomp = SimpleNamespace(cluster_connection=False, state=SimpleNamespace(ended=False))
+        self.receipts: list[str] = []
+        self.reading_updates = 0
+
+    def fail(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"failed: {args}")
+
+    def update_reading(self) -> None:
+        self.reading_updates += 1
+
+    def receipt(self, receipt_id: str) -> None:
+        self.receipts.append(receipt_id)
+
+
+def send(destination: str, receipt: str | None = None) -> Send:
+    return Send("s", destination, "", b"x", 1, None, receipt)
+
+
+def setup() -> tuple[Connection, Proposals]:
+    connection = Connection()
+    return connection, Proposals(connection, max_pending=100)  # type: ignore[arg-type]
+
+
+def settle(connection: Connection, proposals: Proposals) -> None:
+    for commands, _, number in connection.host.proposed:
+        proposals.settled(number, commands, None)
+
+
+def test_what_follows_forwards_waits_for_them_and_confirmed_ones_are_receipted_then() -> None:
+    connection, proposals = setup()
+    ack = Ack("s", 1, ack_id="a1")
+    proposals.propose(Propose([send("/queue/far", "r1"), send("/queue/far", "r2"), ack, send("/queue/near", "r3")]))
+    ((planned, outcome),) = connection.host.forward_first.forwards
+    assert [p.send.receipt for p in planned] == ["r1", "r2"]
+    assert connection.host.proposed == [] and proposals.paused and proposals.settling
+    outcome(planned, 2)
+    assert connection.receipts == ["r1", "r2"]
+    assert [commands for commands, _, _ in connection.host.proposed] == [[ack, send("/queue/near", "r3")]]
+    assert not proposals.paused
+
+
+def test_a_forward_not_confirmed_is_proposed_here_before_what_came_after_it() -> None:
+    connection, proposals = setup()
+    first, second = send("/queue/far", "r1"), send("/queue/far", "r2")
+    proposals.propose(Propose([first, second]))
+    proposals.propose(Propose([send("/queue/near", "r3")]))
+    ((planned, outcome),) = connection.host.forward_first.forwards
+    outcome(planned, 1)  # the target stored the first; the second falls back
+    assert connection.receipts == ["r1"]
+    proposed = [commands for commands, _, _ in connection.host.proposed]
+    assert proposed == [[Planned(second).fallback()], [send("/queue/near", "r3")]]
+
+
+def test_a_send_while_a_proposal_of_the_connection_waits_for_the_log_is_stored_first() -> None:
+    connection, proposals = setup()
+    proposals.propose(Propose([send("/queue/near")]))
+    proposals.propose(Propose([send("/queue/far", "r1")]))
+    assert connection.host.forward_first.forwards == []
+    assert len(connection.host.proposed) == 2
+    settle(connection, proposals)
+    proposals.propose(Propose([send("/queue/far", "r2")]))
+    assert len(connection.host.forward_first.forwards) == 1
+
+
+def test_settled_and_closing_wait_for_forwards_in_flight() -> None:
+    connection, proposals = setup()
+    proposals.propose(Propose([send("/queue/far", "r1")]))
+    calls: list[str] = []
+    proposals.when_settled(lambda: calls.append("settled"))
+    proposals.when_forwarded(lambda: calls.append("forwarded"))
+    assert calls == []
+    ((planned, outcome),) = connection.host.forward_first.forwards
+    outcome(planned, 0)  # fell back: proposed here, so not settled yet
+    assert calls == ["forwarded"]
+    settle(connection, proposals)
+    assert calls == ["forwarded", "settled"]
+
+
+def test_a_bridge_connection_never_forwards_first() -> None:
+    connection, proposals = setup()
+    connection.stomp.cluster_connection = True
+    proposals.propose(Propose([send("/queue/far")]))
+    assert connection.host.forward_first.forwards == [] and len(connection.host.proposed) == 1
