@@ -48,13 +48,15 @@ GENERATOR = ["-s", "1024", "--persistent", "--ack", "client-individual", "--rece
 
 
 def forwarded(work: Path) -> dict[str, tuple[int, int]]:
-    """(messages, batch frames) each group's bridges have forwarded so far (its leader's links)."""
+    """(messages, batch frames of the store path) each group's bridges have forwarded so far (its
+    leader's links), whether first or from the store-and-forward queue."""
     done = subprocess.run([*RAFTMQ, "status", "--json"], cwd=work, capture_output=True, text=True, check=False)
     try:
         groups = json.loads(done.stdout)["groups"]
     except (ValueError, KeyError):
         return {}
-    return {g["name"]: (sum(int(link.get("forwarded") or 0) for link in g.get("links", [])),
+    return {g["name"]: (sum(int(link.get("forwarded") or 0) + int(link.get("forwarded_first") or 0)
+                            for link in g.get("links", [])),
                         sum(int(link.get("batches") or 0) for link in g.get("links", []))) for g in groups}
 
 
@@ -188,7 +190,7 @@ def main() -> int:
         print(f"nine nodes ÷ three, CPU per delivered message: ×{ratio:.2f} (aim ≤ ×1.25)")
     if "g1 -> g1" in results and "g1 -> g3" in results:
         ratio = results["g1 -> g3"]["node_cpu_us_per_msg"] / results["g1 -> g1"]["node_cpu_us_per_msg"]
-        print(f"a forwarded message ÷ a local one, same nine nodes, CPU: ×{ratio:.2f} (aim ≤ ×1.5)")
+        print(f"a forwarded message ÷ a local one, same nine nodes, CPU: ×{ratio:.2f} (aim ≤ ×1.3)")
     if "one group" in results and "g1 -> g3" in results:
         ratio = results["g1 -> g3"]["node_cpu_us_per_msg"] / results["one group"]["node_cpu_us_per_msg"]
         print(f"a forwarded message in nine nodes ÷ a local one in three, CPU: ×{ratio:.2f}")
