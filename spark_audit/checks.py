@@ -168,12 +168,13 @@ def bridges(ref: DataFrame, runs: DataFrame) -> DataFrame:
     a store-and-forward queue) stored by the group it was forwarded to."""
     stranded = waiting(ref).where(is_sf())
     hops = F.size(F.split("route", ","))
-    arrivals = ref.where((F.col("fact") == "enter") & (F.col("kind") == "forward") & F.col("route").isNotNull())
+    arrivals = ref.where((F.col("fact") == "enter") & F.col("kind").isin("forward", "first") & F.col("route").isNotNull())
     overlong = arrivals.join(runs.select("run", "max_hops"), "run").where(hops > F.col("max_hops"))
     taken = (ref.where((F.col("fact") == "leave") & (F.col("kind") == "acked") & is_sf())
              .select("run", "group", "message_id", F.substring_index("store", SF_PREFIX, -1).alias("to"))
              .join(messages(ref), ["run", "group", "message_id"]).where(F.col("destination").startswith("/queue/")))
-    stored = messages(ref).where(F.col("kind") == "forward").select(
+    # A forward first that fell back may have been stored there first: its store path's copy then was not.
+    stored = messages(ref).where(F.col("kind").isin("forward", "first")).select(
         "run", F.col("group").alias("to"), "destination", "digest")
     missing = taken.join(stored, ["run", "to", "destination", "digest"], "left_anti")
     return (finding(stranded, "bridges", F.col("message_id"),

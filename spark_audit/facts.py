@@ -5,8 +5,9 @@ Each kind of fact, what it has one row per, and its columns besides run, group a
 - `entry`: a Raft journal record (or a snapshot's last entry): index, term, kind
   (regular/noop/other), digest, committed.
 - `enter`: a message arriving in a store: index (of the entry that did it), message_id, store,
-  destination, dedup_id, value, digest, route, origin (client/forward/dead-letter/expiry/moved),
-  count, first.
+  destination, dedup_id, value, digest, route, origin (client/forward/first/dead-letter/expiry/
+  moved: `first` arrived forwarded first, stored nowhere before), forward_id (of one from
+  another group: what ties it to its producer's SEND), count, first.
 - `leave`: a message leaving a store for good: message_id, store, outcome
   (acked/dead-lettered/expired/taken/discarded), session.
 - `snapshot`: a message a member's snapshot holds (every member that has one): index (the
@@ -50,6 +51,7 @@ FACT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("committed", "boolean"),
     ("first", "boolean"),  # enter: the message id's first arrival at this member (later: dead-letter copies, returns)
     ("detail", "string"),
+    ("forward_id", "string"),  # enter, from another group: the forward's duplicate-detection id
 )
 FACT_NAMES = tuple(name for name, _ in FACT_COLUMNS)
 _INDEX = {name: i for i, name in enumerate(FACT_NAMES)}

@@ -120,7 +120,8 @@ def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
     """Per run, what the checks read (the report says each check's verdict over these): Raft
     `entries` and `body_records` of every member, `members`, body `segments`, `torn_tails` and
     `torn_segments`; at the reference members, `stored` (every arrival in a store), `messages`
-    (first arrivals), `forwarded_in` (those from another group), `consumed` (acknowledged);
+    (first arrivals), `forwarded_in` (those from another group), `forwarded_first_in` (those
+    of them forwarded first: stored nowhere before), `consumed` (acknowledged);
     from the history, `operations`, `acked_sends` and `receives`; leader `terms` logged."""
     read: dict[str, dict[str, int]] = {}
     facts = tables.facts.groupBy("run").agg(
@@ -128,8 +129,10 @@ def _read_counts(tables: Tables) -> dict[str, dict[str, int]]:
         # Only reference members are replayed (docs/audit.md), so these are each group's own counts.
         F.sum((F.col("fact") == "enter").cast("long")).alias("stored"),
         F.sum(((F.col("fact") == "enter") & F.col("first")).cast("long")).alias("messages"),
-        F.sum(((F.col("fact") == "enter") & F.col("first") & (F.col("kind") == "forward")).cast("long"))
+        F.sum(((F.col("fact") == "enter") & F.col("first") & F.col("kind").isin("forward", "first")).cast("long"))
         .alias("forwarded_in"),
+        F.sum(((F.col("fact") == "enter") & F.col("first") & (F.col("kind") == "first")).cast("long"))
+        .alias("forwarded_first_in"),
         F.sum(((F.col("fact") == "leave") & F.col("kind").isin("acked", "auto-acked")).cast("long")).alias("consumed"),
         F.countDistinct("group", "node").alias("members"),
         F.sum(((F.col("fact") == "file") & F.col("detail").startswith("torn")).cast("long")).alias("torn_tails"),

@@ -45,7 +45,7 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
-from raftmq.routing.route import DESTINATION_HEADER, ROUTE_HEADER, TO_HEADER
+from raftmq.routing.route import DESTINATION_HEADER, FIRST_HEADER, FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages
 
@@ -136,6 +136,7 @@ class Replay:
         self.index = 0
         self.origin = "client"
         self.route = ""
+        self.forward_id: str | None = None  # of the SEND applying, when it arrived from another group
         self.broker = Broker(core)
 
     def fact(self, fact: str, **fields: Any) -> None:
@@ -244,13 +245,21 @@ class Replay:
                 self.bodies[(index, ordinal)] = (text_value(body), digest(body))
                 ordinal += 1
                 pairs = pairs_of(command.headers)
-                route = [value for name, value in pairs if name in (ROUTE_HEADER, TO_HEADER)]
-                self.origin = "forward" if route else "client"
+                names = {name for name, _ in pairs}
+                # A SEND forwarded first, stored nowhere before; a forward first that fell back
+                # (its target and forward id pinned, no route yet) is the client's SEND here.
+                if FIRST_HEADER in names:
+                    self.origin = "first"
+                elif ROUTE_HEADER in names or (TO_HEADER in names and FORWARD_ID_HEADER not in names):
+                    self.origin = "forward"
+                else:
+                    self.origin = "client"
                 self.route = next((value for name, value in pairs if name == ROUTE_HEADER), "")
+                self.forward_id = next((value for name, value in pairs if name == FORWARD_ID_HEADER), None)
             elif type(command) is Commit:
-                self.origin, self.route = "client", ""
+                self.origin, self.route, self.forward_id = "client", "", None
             elif type(command) is Tick:
-                self.origin, self.route = "moved", ""
+                self.origin, self.route, self.forward_id = "moved", "", None
             self.broker.apply(command)
         return True
 
@@ -287,7 +296,8 @@ class Replay:
             self.seen.add(message.message_id)
         kind = origin if origin in (DEAD_LETTER, EXPIRY) else self.origin
         self.fact("enter", index=self.index, store=_store_name(store), kind=kind, count=message.delivery_count,
-                  route=self.route or None, first=first, **self.described(message))
+                  route=self.route or None, forward_id=self.forward_id if kind in ("forward", "first") else None,
+                  first=first, **self.described(message))
 
     def left(self, store: Store, message: Message, outcome: str, session: str | None) -> None:
         """A message leaving a store for good (StoreObserver)."""

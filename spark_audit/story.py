@@ -66,7 +66,8 @@ def _clean_lines() -> dict[str, Callable[[Read], str]]:
                               f"({count(r.get('terms', 0), 'term')} logged by the members)"),
         "bridges": lambda r: ("no message was left in a store-and-forward queue, arrived over more hops than max_hops, "
                               "or was taken by a bridge and never stored by the next group "
-                              f"({count(r.get('forwarded_in', 0), 'message')} arrived from another group)"),
+                              f"({count(r.get('forwarded_in', 0), 'message')} arrived from another group, "
+                              f"{r.get('forwarded_first_in', 0):,} of them forwarded first)"),
         "order": lambda r: (f"per consumer, producer and queue, the first deliveries among the "
                             f"{count(r.get('receives', 0), 'receive')} came in the order the queue stored them"),
         "conservation": lambda r: (f"each of the {count(r.get('stored', 0), 'arrival')} in a store left it "

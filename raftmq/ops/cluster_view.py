@@ -40,8 +40,11 @@ def links_table(links: list[dict[str, Any]]) -> Table:
     while its leader announces it, `down` once it stopped (it disappeared: its link retries
     until it comes back); `-` for a link the topology names (no discovery)."""
     table = new_table("links (cluster bridges, run by each group's master)")
-    for column in ("from", "to", "presence", "state", "forwarded", "waiting", "in flight", "last error"):
-        table.add_column(column, justify="right" if column in ("forwarded", "waiting", "in flight") else "left")
+    counts = ("forwarded", "first", "waiting", "in flight")
+    for column in ("from", "to", "presence", "state", *counts, "last error"):
+        table.add_column(column, justify="right" if column in counts else "left")
+    table.caption = ("forwarded: through the store-and-forward queue; first: sent before being stored "
+                     "(fell back: set out first, then stored)")
     for link in links:
         state = str(link.get("state"))
         if state == "retrying" and link.get("retry_in_s") is not None:
@@ -51,8 +54,14 @@ def links_table(links: list[dict[str, Any]]) -> Table:
         presence = link.get("presence")
         presence_text = Text(_text(presence), style={"up": "green", "down": "bold red"}.get(str(presence), ""))
         table.add_row(_text(link.get("from")), _text(link.get("to")), presence_text, Text(state, style=style),
-                      _text(link.get("forwarded")), _text(link.get("waiting")), _text(link.get("in_flight")), error)
+                      _text(link.get("forwarded")), _first(link), _text(link.get("waiting")),
+                      _text(link.get("in_flight")), error)
     return table
+
+
+def _first(link: dict[str, Any]) -> str:
+    first, fell_back = link.get("forwarded_first"), link.get("fell_back")
+    return _text(first) + (f" (fell back: {fell_back})" if fell_back else "")
 
 
 def cluster_table(view: dict[str, dict[str, dict[str, Any]]]) -> Table:

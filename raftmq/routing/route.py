@@ -25,6 +25,7 @@ TO_HEADER = "_raftmq_to"
 DESTINATION_HEADER = "_raftmq_dest"
 ADVERT_HEADER = "_raftmq_advert"
 FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_id)
+FIRST_HEADER = "_raftmq_first"  # on a SEND forwarded first: it was stored nowhere before (the audit reads it)
 # How often a redistributed message had been delivered to consumers where it was: its next
 # delivery, in another group, must still say `redelivered` (at-least-once, flagged).
 DELIVERED_HEADER = "_raftmq_delivered"
@@ -70,7 +71,7 @@ def first_headers(headers: tuple[tuple[str, str], ...], own: str, target: str,
     """What a SEND forwarded first (raftmq.server.links.forward_first) carries to its target: the
     client's headers, the target, the route (this group) and the forward id (also as the
     producer's when it had none, so the bridge's client invents none)."""
-    sent = [*headers, (TO_HEADER, target), (ROUTE_HEADER, own), (FORWARD_ID_HEADER, forward_id)]
+    sent = [*headers, (TO_HEADER, target), (ROUTE_HEADER, own), (FORWARD_ID_HEADER, forward_id), (FIRST_HEADER, "1")]
     if not any(name == DUPLICATE_ID_HEADER for name, _ in headers):
         sent.append((DUPLICATE_ID_HEADER, forward_id))
     return sent

@@ -202,7 +202,7 @@ def test_the_links_table_shows_each_discovered_groups_presence() -> None:
     status = node_status("leader", 2, 5, 5)
     status["cluster"] = {"links": [
         {"from": "g1", "to": "g2", "state": "connected", "forwarded": 5, "waiting": 0, "in_flight": 0,
-         "presence": "up"},
+         "presence": "up", "forwarded_first": 7, "fell_back": 2},
         {"from": "g1", "to": "g3", "state": "retrying", "retry_in_s": 1, "forwarded": 0, "waiting": 4, "in_flight": 0,
          "last_error": "connection refused", "presence": "down"},
         {"from": "g1", "to": "g4", "state": "connected", "forwarded": 0, "waiting": 0, "in_flight": 0},  # a static link
@@ -212,6 +212,6 @@ def test_the_links_table_shows_each_discovered_groups_presence() -> None:
     assert [cell.strip() for cell in header.split("┃")[1:-1]][:4] == ["from", "to", "presence", "state"]
     rows = {(row[0], row[1]): row for row in ([cell.strip() for cell in line.split("│")[1:-1]]
                                              for line in text.splitlines() if line.startswith("│ g1"))}
-    assert rows[("g1", "g2")][2:4] == ["up", "connected"]
+    assert rows[("g1", "g2")][2:6] == ["up", "connected", "5", "7 (fell back: 2)"]
     assert rows[("g1", "g3")][2:4] == ["down", "retrying in 1 s"]
     assert rows[("g1", "g4")][2] == "-"

@@ -135,10 +135,15 @@ def test_bridges(spark: Any) -> None:
     good = facts(spark, stored("g1-1", "a", store=SF + "g2"), acked("g1-1", store=SF + "g2"),
                  stored("g2-4", "a", group="g2", kind="forward", route="g1"))
     assert items(checks.bridges(good, runs(spark, max_hops=1))) == []
+    # A forward first that fell back: its first copy arrived after all, the store path's was one with it.
+    fell_back = facts(spark, stored("g1-1", "a", store=SF + "g2"), acked("g1-1", store=SF + "g2"),
+                      stored("g2-4", "a", group="g2", kind="first", route="g1", forward_id="raftmq:f:x.1"))
+    assert items(checks.bridges(fell_back, runs(spark, max_hops=1))) == []
     bad = facts(spark, stored("g1-1", "a", store=SF + "g2"), acked("g1-1", store=SF + "g2"),  # never arrived in g2
                 stored("g1-2", "b", store=SF + "g3"), fact("waiting", message_id="g1-2", store=SF + "g3"),  # stranded
-                stored("g2-4", "c", group="g2", kind="forward", route="g1,g3"))  # 2 hops
-    assert items(checks.bridges(bad, runs(spark, max_hops=1))) == ["g1-1", "g1-2", "g2-4"]
+                stored("g2-4", "c", group="g2", kind="forward", route="g1,g3"),  # 2 hops
+                stored("g2-5", "d", group="g2", kind="first", route="g1,g3"))  # 2 hops, first
+    assert items(checks.bridges(bad, runs(spark, max_hops=1))) == ["g1-1", "g1-2", "g2-4", "g2-5"]
 
 
 def test_order(spark: Any) -> None:

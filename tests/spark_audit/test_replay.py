@@ -14,6 +14,7 @@ from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
 from raftmq.protocol.header_block import block_of
+from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers, producer_forward_id
 from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, read_entries
@@ -155,3 +156,17 @@ def test_body_segments_read_as_records(tmp_path: Path) -> None:
     assert [r[14] for r in segment_rows("r", "g1", "n1", path, last=True)] == ["torn-tail"]
     assert [r[14] for r in segment_rows("r", "g1", "n1", path, last=False)] == ["corrupt"]
     assert os.path.basename(path) == "00000000000000000004.seg" and command_of([]) != NOOP
+
+
+def test_a_send_forwarded_first_and_a_fallback_are_told_apart(tmp_path: Path) -> None:
+    """In the target, a SEND forwarded first is `first`, with the forward id that ties it to its
+    producer; in the source, a forward first that fell back is the client's SEND."""
+    first = first_headers((("_AMQ_DUPL_ID", "a"),), "g2", "g1", producer_forward_id("a"))
+    fallback = (("_AMQ_DUPL_ID", "b"), (TO_HEADER, "g3"), (FORWARD_ID_HEADER, producer_forward_id("b")))
+    log = GroupLog(CORE)
+    log.propose([Connect("p", 1), Connect("link", 1)])
+    log.propose([Send("link", Q, block_of(first), b"a", 1), Send("p", Q, block_of(fallback), b"b", 1)])
+    log.write(str(tmp_path))
+    entered = of(facts(tmp_path, log.last_index), "enter")
+    assert [(r["value"], r["kind"], r["route"], r["forward_id"]) for r in entered] == [
+        ("a", "first", "g2", producer_forward_id("a")), ("b", "client", None, None)]

@@ -434,7 +434,8 @@ class Bridge(LeaderTask):
             "refused": self.refused,
             "waiting": waiting,
             "in_flight": self.in_flight + self.firsts.in_flight,
-            "forwarded_first": self.firsts.confirmed,
+            "forwarded_first": self.firsts.confirmed,  # sent before being stored here, confirmed there
+            "fell_back": self.firsts.fell_back,  # set out first, then took the store path
             "adverts_sent": self.adverts_sent,
             "retries_now": self.retries_now,
             "last_error": self.last_error,

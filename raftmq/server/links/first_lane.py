@@ -51,47 +51,59 @@ Outcome = Callable[[list[FirstSend], int], None]
 
 
 class _Forward:
-    __slots__ = ("number", "sends", "outcome", "timer")
+    __slots__ = ("number", "items", "timer")
 
-    def __init__(self, number: int, sends: list[FirstSend], outcome: Outcome) -> None:
+    def __init__(self, number: int, items: list[tuple[FirstSend, Outcome]]) -> None:
         self.number = number
-        self.sends = sends
-        self.outcome = outcome
+        self.items = items  # each SEND with whom to tell its outcome (several connections share a batch)
         self.timer: asyncio.TimerHandle | None = None
 
 
 class FirstLane:
-    """One bridge's forwards first in flight; `confirmed`: SENDs the neighbour stored this way."""
+    """One bridge's forwards first in flight; `confirmed`: SENDs the neighbour stored this way;
+    `fell_back`: SENDs that set out so and took the store path."""
 
     def __init__(self, own_group: str, refused: Callable[[BrokerRefused], None]) -> None:
         self._own = own_group
         self._refused = refused  # the bridge's record of a refusal
         self._waiting: dict[int, _Forward] = {}
+        self._queued: list[tuple[FirstSend, Outcome]] = []  # to go at the end of this loop turn
+        self._client: FailoverClient | None = None
         self._number = 0
         self.in_flight = 0
         self.confirmed = 0
+        self.fell_back = 0
 
     def send(self, client: FailoverClient | None, sends: list[FirstSend], outcome: Outcome) -> None:
-        """Send `sends` now, in batches; `outcome` is told once per batch, in the order sent."""
+        """Send `sends` at the end of this loop turn, in batches with whatever else comes in it
+        (from any connection: one Raft entry in the neighbour for many producers); `outcome` is
+        told, in the order sent, how many of each run of them were confirmed."""
+        self._client = client
+        if not self._queued:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._queued.extend((first, outcome) for first in sends)
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
         start = 0
-        while start < len(sends):
+        while start < len(queued):
             end, size = start, 0
-            while end < len(sends) and end - start < BATCH_MESSAGES and size < BATCH_BYTES:
-                size += _size(sends[end].send.body)
+            while end < len(queued) and end - start < BATCH_MESSAGES and size < BATCH_BYTES:
+                size += _size(queued[end][0].send.body)
                 end += 1
                 if size > SINGLE_BYTES:
                     break
             self._number += 1
-            forward = self._waiting[self._number] = _Forward(self._number, sends[start:end], outcome)
+            forward = self._waiting[self._number] = _Forward(self._number, queued[start:end])
             start = end
-            self._send(client, forward)
+            self._send(self._client, forward)
 
     def _send(self, client: FailoverClient | None, forward: _Forward) -> None:
         if client is None:
             return self._done(forward, 0)
         messages = [(first.send.destination,
                      first_headers(pairs_of(first.send.headers), self._own, first.target, first.forward_id),
-                     _bytes(first.send.body)) for first in forward.sends]
+                     _bytes(first.send.body)) for first, _ in forward.items]
         try:
             if len(messages) == 1:
                 destination, headers, body = messages[0]
@@ -101,7 +113,7 @@ class FirstLane:
                                             [(BATCH_COUNT_HEADER, str(len(messages)))], receipt=True)
         except ClientError:
             return self._done(forward, 0)
-        self.in_flight += len(forward.sends)
+        self.in_flight += len(forward.items)
         forward.timer = asyncio.get_running_loop().call_later(FIRST_TIMEOUT_SECONDS, self._done, forward, 0)
         future.add_done_callback(functools.partial(self._answered, forward))
 
@@ -110,11 +122,11 @@ class FirstLane:
             return self._done(forward, 0)
         error = future.exception()
         if error is None:
-            return self._done(forward, len(forward.sends))
+            return self._done(forward, len(forward.items))
         confirmed = 0
         if isinstance(error, BrokerRefused):
             self._refused(error)
-            confirmed = batch_index(error, len(forward.sends)) or 0
+            confirmed = batch_index(error, len(forward.items)) or 0
         self._done(forward, confirmed)
 
     def _done(self, forward: _Forward, confirmed: int) -> None:
@@ -123,14 +135,28 @@ class FirstLane:
             return
         if forward.timer is not None:
             forward.timer.cancel()
-            self.in_flight -= len(forward.sends)
+            self.in_flight -= len(forward.items)
+        self._tell(forward.items, confirmed)
+
+    def _tell(self, items: list[tuple[FirstSend, Outcome]], confirmed: int) -> None:
         self.confirmed += confirmed
-        forward.outcome(forward.sends, confirmed)
+        self.fell_back += len(items) - confirmed
+        start = 0
+        while start < len(items):  # each run of one connection's SENDs, in order
+            outcome = items[start][1]
+            end = start + 1
+            while end < len(items) and items[end][1] is outcome:
+                end += 1
+            outcome([first for first, _ in items[start:end]], max(0, min(confirmed - start, end - start)))
+            start = end
 
     def fall_back_all(self) -> None:
         """The link is lost or closing: every forward not confirmed takes the store path."""
+        queued, self._queued = self._queued, []
         for forward in list(self._waiting.values()):
             self._done(forward, 0)
+        if queued:
+            self._tell(queued, 0)
 
 
 def _bytes(body: object) -> bytes:

@@ -304,12 +304,13 @@
 
     const links = Array.isArray(overview.links) ? overview.links : [];
     syncRows($("links-table"), links, (l) => l.from + "->" + l.to, "data-link",
-      () => newRow(["from", "to", "state", "waiting", "forwarded"]),
+      () => newRow(["from", "to", "state", "waiting", "forwarded", "first"]),
       (row, l) => {
         fill(row, { from: fmt(l.from), to: fmt(l.to), state: fmt(l.state), waiting: fmt(l.waiting),
-          forwarded: fmt(l.forwarded) });
+          forwarded: fmt(l.forwarded),
+          first: fmt(l.forwarded_first) + (l.fell_back ? " (fell back: " + fmt(l.fell_back) + ")" : "") });
         row.dataset.state = fmt(l.state);
-        row.title = Object.keys(l).filter((k) => !["from", "to", "state", "waiting", "forwarded"].includes(k))
+        row.title = Object.keys(l).filter((k) => !["from", "to", "state", "waiting", "forwarded", "forwarded_first"].includes(k))
           .map((k) => k + ": " + fmt(l[k])).join("\n");
       });
     const clustered = overview.groups && Object.keys(overview.groups).length > 0;
