@@ -127,3 +127,32 @@ async def test_forwards_cut_off_in_flight_fall_back_and_are_stored_once(cluster:
         g3.signal(node, signal.SIGCONT)
         await consumer.disconnect()
         await producer.disconnect()
+
+
+@sync
+async def test_a_pipelining_producer_goes_first_once_the_route_exists(cluster: Cluster) -> None:
+    """Its first SENDs are stored in g1 (nobody consumes yet), and there are always some of them
+    waiting for the log while it pipelines: once g3 has a consumer, its SENDs still go first
+    (each waits for those before it), rather than staying on the store path for ever."""
+    consumer = await cluster.client("g3")
+    producer = await cluster.client("g1")
+    total = 3000
+    try:
+        window: list[Any] = []  # 100 receipts in flight, as `raftmq bench` keeps them
+        got_task = None
+        for index in range(total):
+            window.append(producer.send_nowait("/queue/piped", f"m{index}".encode(), receipt=True))
+            if len(window) >= 100:
+                await asyncio.wait_for(window.pop(0), 30)
+            if index == 300:
+                got_task = asyncio.ensure_future(subscribed_on_g3(cluster, consumer, "/queue/piped", total, 60))
+        await asyncio.wait_for(asyncio.gather(*window), 30)
+        assert got_task is not None
+        got = await (await got_task)
+        bodies = Counter(frame.body for frame in got)
+        assert len(bodies) == total and set(bodies.values()) == {1}
+        forwarded_first, fell_back, _ = first_counts(cluster, "g1")
+        assert forwarded_first > total // 2, (forwarded_first, fell_back)
+    finally:
+        await consumer.disconnect()
+        await producer.disconnect()

@@ -10,7 +10,7 @@ from typing import Any
 
 from raftmq.core.commands import Ack, Command, Send
 from raftmq.server.stomp.decisions import Propose
-from raftmq.server.stomp.proposing import Proposals
+from raftmq.server.stomp.proposing import BUSY_WAIT_SECONDS, Proposals
 
 
 class Planned:
@@ -24,22 +24,44 @@ class Planned:
 
 
 class Forwarder:
-    """Sends to /queue/far* go first; the test answers each forward."""
+    """Sends to /queue/far* go first (while `link_busy`, once the link is free); the test
+    answers each forward."""
 
     def __init__(self) -> None:
         self.forwards: list[tuple[list[Planned], Any]] = []
+        self.link_busy = False
+        self.free_waiters: list[Any] = []
 
     def plan(self, send: Send) -> Planned | None:
         return Planned(send) if send.destination.startswith("/queue/far") else None
 
+    def busy(self, plan: Planned) -> bool:
+        return self.link_busy
+
+    def when_free(self, plan: Planned, then: Any) -> None:
+        self.free_waiters.append(then)
+
     def forward(self, planned: Sequence[Planned], outcome: Any) -> None:
         self.forwards.append((list(planned), outcome))
+
+
+class Loop:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[Any] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, call: Any) -> None:
+        self.timers.append(call)
 
 
 class Host:
     flow = None
 
     def __init__(self) -> None:
+        self.loop = Loop()
         self.forward_first = Forwarder()
         self.proposed: list[tuple[list[Command], Any, int]] = []
 
@@ -105,15 +127,20 @@ def test_a_forward_not_confirmed_is_proposed_here_before_what_came_after_it() ->
     assert proposed == [[Planned(second).fallback()], [send("/queue/near", "r3")]]
 
 
-def test_a_send_while_a_proposal_of_the_connection_waits_for_the_log_is_stored_first() -> None:
+def test_a_send_that_may_go_first_waits_for_what_the_connection_proposed_before_it() -> None:
+    """A SEND stored here may be bound for the same group: the next goes first only once it
+    settled, so it cannot overtake it; and a connection that pipelines does not stay on the
+    store path for ever."""
     connection, proposals = setup()
     proposals.propose(Propose([send("/queue/near")]))
     proposals.propose(Propose([send("/queue/far", "r1")]))
-    assert connection.host.forward_first.forwards == []
-    assert len(connection.host.proposed) == 2
-    settle(connection, proposals)
     proposals.propose(Propose([send("/queue/far", "r2")]))
-    assert len(connection.host.forward_first.forwards) == 1
+    assert connection.host.forward_first.forwards == [] and len(connection.host.proposed) == 1
+    assert proposals.paused
+    settle(connection, proposals)
+    assert [[p.send.receipt for p in planned] for planned, _ in connection.host.forward_first.forwards] == [
+        ["r1"], ["r2"]]
+    assert len(connection.host.proposed) == 1 and not proposals.paused
 
 
 def test_settled_and_closing_wait_for_forwards_in_flight() -> None:
@@ -135,3 +162,27 @@ def test_a_bridge_connection_never_forwards_first() -> None:
     connection.stomp.cluster_connection = True
     proposals.propose(Propose([send("/queue/far")]))
     assert connection.host.forward_first.forwards == [] and len(connection.host.proposed) == 1
+
+
+def test_a_send_that_may_go_first_waits_briefly_for_its_links_queue_then_takes_the_store_path() -> None:
+    """Messages of the link's store-and-forward queue not yet on the wire go first: the SEND
+    waits for them (the link says when it is free); a link that stays busy for
+    BUSY_WAIT_SECONDS (it cannot keep up) sends the SEND to the store path."""
+    connection, proposals = setup()
+    forwarder = connection.host.forward_first
+    forwarder.link_busy = True
+    proposals.propose(Propose([send("/queue/far", "r1")]))
+    assert forwarder.forwards == [] and connection.host.proposed == [] and proposals.paused
+    forwarder.link_busy = False
+    for then in forwarder.free_waiters:
+        then()
+    assert [[p.send.receipt for p in planned] for planned, _ in forwarder.forwards] == [["r1"]]
+    ((planned, outcome),) = forwarder.forwards
+    outcome(planned, 1)
+    forwarder.link_busy = True
+    proposals.propose(Propose([send("/queue/far", "r2")]))
+    assert len(forwarder.forwards) == 1 and connection.host.proposed == []
+    connection.host.loop.now += BUSY_WAIT_SECONDS
+    for then in connection.host.loop.timers:
+        then()
+    assert len(forwarder.forwards) == 1 and [c for c, _, _ in connection.host.proposed] == [[send("/queue/far", "r2")]]

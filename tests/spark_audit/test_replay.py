@@ -14,8 +14,8 @@ from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
 from raftmq.protocol.header_block import block_of
-from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers, producer_forward_id
 from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
+from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers, producer_forward_id
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, read_entries
 from spark_audit.replay import member_facts

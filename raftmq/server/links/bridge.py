@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,7 @@ class Bridge(LeaderTask):
         self._singles: set[str] = set()  # ack ids of deliveries to send alone (their batch was refused whole)
         self._electing_at = 0.0  # the last retry cut short because the neighbour was electing
         self.firsts = FirstLane(own_group, self._refused)  # forwards first awaiting the neighbour's word
+        self._free_waiters: list[Callable[[], None]] = []  # SENDs that may go first once the queue went
 
     # -- LeaderService ----------------------------------------------------------------------
 
@@ -228,6 +229,7 @@ class Bridge(LeaderTask):
                 return
             if not self._send_ready(client, session):
                 return
+            self._freed()
 
     def _send_ready(self, client: FailoverClient, session: BridgeSession) -> bool:
         """Send every delivery waiting, in batches where it may; False once the client gave up
@@ -324,16 +326,28 @@ class Bridge(LeaderTask):
 
     # -- forwards first (raftmq.server.links.forward_first) ----------------------------------------
 
-    def ready_first(self) -> bool:
-        """May a SEND go to the neighbour before it is stored here: connected, with nothing of
-        its store-and-forward queue waiting (that goes first: a producer's order holds), and
-        with duplicate detection (a forward that falls back relies on it)."""
+    def ready_first(self) -> bool | None:
+        """May a SEND go to the neighbour before it is stored here: True when connected (with
+        duplicate detection: a forward that falls back relies on it) and every message of its
+        store-and-forward queue went on the wire already (a producer's order holds); None while
+        some wait to be sent (`when_free`); False otherwise."""
         client = self._client
-        if self.state != "connected" or client is None or not client.is_connected or self._session is None \
+        session = self._session
+        if self.state != "connected" or client is None or not client.is_connected or session is None \
                 or not self.settings.use_duplicate_detection:
             return False
         store = self._host.broker.state.queues.get(self.queue)
-        return store is None or (store.depth == 0 and store.in_flight == 0)
+        return None if session.deliveries or (store is not None and store.depth) else True
+
+    def when_free(self, then: Callable[[], None]) -> None:
+        """Call `then` once what waits in the store-and-forward queue went on the wire (or the link ended)."""
+        self._free_waiters.append(then)
+
+    def _freed(self) -> None:
+        if self._free_waiters and self.ready_first() is not None:
+            waiters, self._free_waiters = self._free_waiters, []
+            for then in waiters:
+                then()
 
     def forward_first(self, sends: list[FirstSend], outcome: Outcome) -> None:
         """Send `sends` to the neighbour's leader now (raftmq.server.links.first_lane)."""
@@ -415,6 +429,9 @@ class Bridge(LeaderTask):
         if session is not None:
             await session.close()
         self.firsts.fall_back_all()
+        waiters, self._free_waiters = self._free_waiters, []
+        for then in waiters:
+            then()
         self.in_flight = 0
         self._singles.clear()  # ack ids of the closed session
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import secrets
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from raftmq.core.commands import Send
@@ -32,6 +32,16 @@ from raftmq.protocol.header_block import first
 from raftmq.routing.route import DUPLICATE_ID_HEADER, producer_forward_id
 from raftmq.server.links.bridge import Bridge
 from raftmq.server.links.first_lane import FirstSend, Outcome
+
+
+class Busy:
+    """A plan's answer for a SEND that would go first once what waits in its link's
+    store-and-forward queue went on the wire."""
+
+    __slots__ = ("bridge",)
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
 
 
 class FirstHost(Protocol):
@@ -55,8 +65,9 @@ class ForwardFirst:
         self.first = 0  # SENDs the target confirmed, forwarded first
         self.fell_back = 0  # SENDs that set out first and took the store path
 
-    def plan(self, send: Send) -> tuple[Bridge, FirstSend] | None:
-        """The bridge and forward of a SEND that goes first; None: it takes the store path."""
+    def plan(self, send: Send) -> tuple[Bridge, FirstSend] | Busy | None:
+        """The bridge and forward of a SEND that goes first; `Busy`: it would, once what waits
+        in that link's store-and-forward queue went (`when_free`); None: it takes the store path."""
         routing = self._host.broker.routing
         if routing is None or send.transaction is not None or MARK in send.destination:
             return None
@@ -73,7 +84,12 @@ class ForwardFirst:
         if target is None:
             return None
         bridge = self._bridge(target)
-        if bridge is None or not bridge.ready_first():
+        if bridge is None:
+            return None
+        ready = bridge.ready_first()
+        if ready is None:
+            return Busy(bridge)
+        if not ready:
             return None
         if producer_id:
             forward_id = producer_forward_id(producer_id)
@@ -81,6 +97,14 @@ class ForwardFirst:
             self._number += 1
             forward_id = f"raftmq:f:{self._nonce}.{self._number}"
         return bridge, FirstSend(send, target, forward_id)
+
+    @staticmethod
+    def busy(plan: object) -> bool:
+        return isinstance(plan, Busy)
+
+    @staticmethod
+    def when_free(plan: Busy, then: Callable[[], None]) -> None:
+        plan.bridge.when_free(then)
 
     def forward(self, planned: Sequence[tuple[Bridge, FirstSend]], outcome: Outcome) -> None:
         """Send each bridge its share (in order); `outcome(sends, confirmed)` for each forward."""

@@ -171,7 +171,13 @@ class FirstForwarder(Protocol):
     use them."""
 
     def plan(self, send: Send) -> Any:
-        """None: `send` takes the store path; else its plan, for `forward`."""
+        """None: `send` takes the store path; else its plan, for `forward` (unless `busy`)."""
+
+    def busy(self, plan: Any) -> bool:
+        """The SEND would go first once its link sent what waits in its store-and-forward queue."""
+
+    def when_free(self, plan: Any, then: Callable[[], None]) -> None:
+        """Call `then` once a `busy` plan's link is free (or ended)."""
 
     def forward(self, planned: Sequence[Any], outcome: Callable[[list[Any], int], None]) -> None:
         """Send the planned SENDs; `outcome(sends, confirmed)` once per forward: each of `sends`

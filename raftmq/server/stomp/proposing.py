@@ -20,6 +20,8 @@ from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.decisions import Propose
 from raftmq.server.stomp.session import StompSession
 
+BUSY_WAIT_SECONDS = 0.05  # how long a SEND that may go first waits for its link's queue to go
+
 
 class Proposing(Protocol):
     """What a connection's proposals see of it (raftmq.server.stomp.connection)."""
@@ -57,12 +59,15 @@ class Proposals:
         self._unproposed: list[tuple[int, list[Command]]] = []
         self.outcome_unknown = False  # a command failed otherwise while held: the session cannot move
         # Forwards first (raftmq.server.links.forward_first): SENDs sent to another group before
-        # being stored here, awaiting its word; what came after them and may not go first waits
-        # for them (the client's order holds: a receipt, a DISCONNECT), never proposed before.
+        # being stored here, awaiting its word. What came after them and may not go first waits
+        # for them (the client's order holds: a receipt, a DISCONNECT), never proposed before; a
+        # SEND that may go first waits for what this connection proposed before it (a SEND stored
+        # here may be bound for the same group). Both go once neither is in flight.
         self._forwarding = 0
         self._after_forwards: list[list[Command]] = []
         self._read_paused_for_forwards = False
         self._when_forwarded: list[Callable[[], None]] = []
+        self._busy_since: float | None = None  # loop time a SEND first waited for its link's queue
 
     @property
     def paused(self) -> bool:
@@ -105,21 +110,51 @@ class Proposals:
         forwarder = self.host.forward_first
         assert forwarder is not None
         planned = []
-        if not self._unsettled and not self._flow_held:
-            for command in commands:
-                plan = forwarder.plan(command) if isinstance(command, Send) else None
-                if plan is None:
+        waits = False  # a SEND that may go first, behind proposals of this connection or its link's queue
+        for command in commands:
+            plan = forwarder.plan(command) if isinstance(command, Send) else None
+            if plan is not None and forwarder.busy(plan):
+                # Messages wait in the link's queue: they go first. Waiting for them is brief
+                # unless the link cannot keep up: then, after BUSY_WAIT_SECONDS, the store path.
+                now = self.host.loop.time()
+                if self._busy_since is None:
+                    self._busy_since = now
+                if now - self._busy_since >= BUSY_WAIT_SECONDS:
+                    plan = None
+                else:
+                    waits = True
+                    forwarder.when_free(plan, self._link_free)
+                    self.host.loop.call_later(BUSY_WAIT_SECONDS, self._link_free)
                     break
-                planned.append(plan)
+            if plan is None:
+                break
+            if self._unsettled or self._flow_held:
+                waits = True
+                break
+            self._busy_since = None
+            planned.append(plan)
         rest = commands[len(planned):]
         if planned:
             self._forwarding += len(planned)
             forwarder.forward(planned, self._forwarded)  # may answer at once (the link just went)
-        if rest and self._forwarding:
+        if rest and (self._forwarding or waits):
             self._after_forwards.append(rest)
             rest = []
         self._pause_for_forwards()
         return rest
+
+    def _link_free(self) -> None:
+        if not self._unsettled:
+            self._release()
+            self._pause_for_forwards()
+
+    def _release(self) -> None:
+        """Propose (or forward) what waited, once no forward is in flight (a SEND that may go
+        first waits again while proposals are: `_first`)."""
+        if self._after_forwards and not self._forwarding:
+            held, self._after_forwards = self._after_forwards, []
+            for commands in held:
+                self._propose(commands)
 
     def _forwarded(self, sends: list[Any], confirmed: int) -> None:
         """A forward's outcome: the first `confirmed` were stored by their target (their RECEIPTs
@@ -130,10 +165,7 @@ class Proposals:
                 self.connection.receipt(first.send.receipt)
         if confirmed < len(sends):
             self._propose_now([first.fallback() for first in sends[confirmed:]])
-        if not self._forwarding:
-            held, self._after_forwards = self._after_forwards, []
-            for commands in held:
-                self._propose(commands)
+        self._release()
         self._pause_for_forwards()
         if not self._forwarding:
             then, self._when_forwarded = self._when_forwarded, []
@@ -201,6 +233,9 @@ class Proposals:
         try:
             self._outcome(number, commands, error)
         finally:
+            if not self._unsettled and self._after_forwards:
+                self._release()
+                self._pause_for_forwards()
             self._run_after_settled()
 
     def _run_after_settled(self) -> None:
