@@ -27,6 +27,7 @@ BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
 BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
 SINGLE_BYTES = 64 * 1024  # a larger body goes in a SEND of its own
 FIRST_TIMEOUT_SECONDS = 10.0  # a forward first not confirmed by then takes the store path
+WINDOW = 2  # forwards (batches) in flight per link; what comes meanwhile waits to go in the next
 
 
 class FirstSend:
@@ -69,34 +70,44 @@ class FirstLane:
         self._waiting: dict[int, _Forward] = {}
         self._queued: list[tuple[FirstSend, Outcome]] = []  # to go at the end of this loop turn
         self._client: FailoverClient | None = None
+        self._flushing = False
         self._number = 0
         self.in_flight = 0
         self.confirmed = 0
         self.fell_back = 0
 
     def send(self, client: FailoverClient | None, sends: list[FirstSend], outcome: Outcome) -> None:
-        """Send `sends` at the end of this loop turn, in batches with whatever else comes in it
-        (from any connection: one Raft entry in the neighbour for many producers); `outcome` is
-        told, in the order sent, how many of each run of them were confirmed."""
+        """Send `sends` in batches with whatever else is waiting to go (from any connection: one
+        Raft entry in the neighbour for many producers): at the end of this loop turn while
+        fewer than `WINDOW` forwards are in flight, else as soon as one is answered, so a busier
+        link sends larger batches. `outcome` is told, in the order sent, how many of each run of
+        them were confirmed."""
         self._client = client
-        if not self._queued:
+        if not self._queued and len(self._waiting) < WINDOW:
             asyncio.get_running_loop().call_soon(self._flush)
         self._queued.extend((first, outcome) for first in sends)
 
     def _flush(self) -> None:
-        queued, self._queued = self._queued, []
-        start = 0
-        while start < len(queued):
-            end, size = start, 0
-            while end < len(queued) and end - start < BATCH_MESSAGES and size < BATCH_BYTES:
-                size += _size(queued[end][0].send.body)
-                end += 1
-                if size > SINGLE_BYTES:
-                    break
-            self._number += 1
-            forward = self._waiting[self._number] = _Forward(self._number, queued[start:end])
-            start = end
-            self._send(self._client, forward)
+        if self._flushing:  # a forward answered at once (the link just went): the loop below goes on
+            return
+        self._flushing = True
+        try:
+            queued = self._queued
+            while queued and len(self._waiting) < WINDOW:
+                end, size = 0, 0
+                while end < len(queued) and end < BATCH_MESSAGES and size < BATCH_BYTES:
+                    size += _size(queued[end][0].send.body)
+                    end += 1
+                    if size > SINGLE_BYTES:
+                        break
+                items = queued[:end]
+                del queued[:end]
+                self._number += 1
+                forward = self._waiting[self._number] = _Forward(self._number, items)
+                self._send(self._client, forward)
+                queued = self._queued  # `fall_back_all` may have taken them meanwhile
+        finally:
+            self._flushing = False
 
     def _send(self, client: FailoverClient | None, forward: _Forward) -> None:
         if client is None:
@@ -137,6 +148,8 @@ class FirstLane:
             forward.timer.cancel()
             self.in_flight -= len(forward.items)
         self._tell(forward.items, confirmed)
+        if self._queued:
+            self._flush()
 
     def _tell(self, items: list[tuple[FirstSend, Outcome]], confirmed: int) -> None:
         self.confirmed += confirmed
