@@ -96,3 +96,23 @@ def test_without_a_client_everything_falls_back_at_once() -> None:
         assert outcomes == [("a", ["a0", "a1", "a2"], 0)]
 
     asyncio.run(run())
+
+
+def test_an_answer_lets_one_batch_go_per_free_place_in_the_window() -> None:
+    async def run() -> None:
+        lane, client = FirstLane("g1", lambda error: None), Client()
+        outcomes: list[tuple[str, list[str], int]] = []
+        for index in range(WINDOW):
+            lane.send(client, firsts(f"a{index}-", 1), told(outcomes, "a"))  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+        lane.send(client, firsts("b", 150), told(outcomes, "b"))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert len(client.sent) == WINDOW
+        client.sent[0][1].set_result(None)
+        await asyncio.sleep(0)
+        assert len(client.sent) == WINDOW + 1  # 100 of the 150; the other 50 wait for the next place
+        client.sent[1][1].set_result(None)
+        await asyncio.sleep(0)
+        assert len(client.sent) == WINDOW + 2
+
+    asyncio.run(run())
