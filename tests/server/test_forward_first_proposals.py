@@ -186,3 +186,17 @@ def test_a_send_that_may_go_first_waits_briefly_for_its_links_queue_then_takes_t
     for then in connection.host.loop.timers:
         then()
     assert len(forwarder.forwards) == 1 and [c for c, _, _ in connection.host.proposed] == [[send("/queue/far", "r2")]]
+
+
+def test_a_closing_connection_ends_after_what_waited_to_go_first() -> None:
+    connection, proposals = setup()
+    proposals.propose(Propose([send("/queue/near")]))
+    proposals.propose(Propose([send("/queue/far", "r1")]))  # waits for the SEND stored here
+    calls: list[str] = []
+    proposals.when_forwarded(lambda: calls.append("closing"))
+    assert calls == []
+    settle(connection, proposals)
+    assert calls == []  # r1 went first: in flight
+    ((planned, outcome),) = connection.host.forward_first.forwards
+    outcome(planned, 1)
+    assert calls == ["closing"]

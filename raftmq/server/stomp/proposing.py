@@ -101,9 +101,9 @@ class Proposals:
             flow.wait(self)
 
     def _first(self, commands: list[Command]) -> list[Command]:
-        """Forward first the SENDs `commands` starts with that may go (while nothing of this
-        connection waits for the log: a SEND stored here may be bound for the same group); the
-        rest, what may not go first, is returned, or held while forwards are in flight."""
+        """Forward first the SENDs `commands` starts with that may go now; return the rest, or
+        hold it (`_after_forwards`) while forwards are in flight, or when a SEND that may go first
+        waits for this connection's proposals or for its link's queue."""
         if self._after_forwards:
             self._after_forwards.append(commands)
             return []
@@ -147,6 +147,13 @@ class Proposals:
         if not self._unsettled:
             self._release()
             self._pause_for_forwards()
+            self._check_forwarded()
+
+    def _check_forwarded(self) -> None:
+        if not self._forwarding and not self._after_forwards and self._when_forwarded:
+            then, self._when_forwarded = self._when_forwarded, []
+            for call in then:
+                call()
 
     def _release(self) -> None:
         """Propose (or forward) what waited, once no forward is in flight (a SEND that may go
@@ -167,10 +174,7 @@ class Proposals:
             self._propose_now([first.fallback() for first in sends[confirmed:]])
         self._release()
         self._pause_for_forwards()
-        if not self._forwarding:
-            then, self._when_forwarded = self._when_forwarded, []
-            for call in then:
-                call()
+        self._check_forwarded()
         self._run_after_settled()
 
     def _pause_for_forwards(self) -> None:
@@ -180,8 +184,9 @@ class Proposals:
             self.connection.update_reading()
 
     def when_forwarded(self, then: Callable[[], None]) -> None:
-        """Run `then` once no forward first is in flight (at once if none is)."""
-        if self._forwarding:
+        """Run `then` once no forward first is in flight and nothing waits for one (at once if
+        so): what the client sent before closing is proposed or forwarded before its session ends."""
+        if self._forwarding or self._after_forwards:
             self._when_forwarded.append(then)
         else:
             then()
@@ -236,6 +241,7 @@ class Proposals:
             if not self._unsettled and self._after_forwards:
                 self._release()
                 self._pause_for_forwards()
+                self._check_forwarded()
             self._run_after_settled()
 
     def _run_after_settled(self) -> None:
