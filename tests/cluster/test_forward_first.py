@@ -8,8 +8,6 @@ import asyncio
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +18,11 @@ from tests.helpers.cluster_harness import Cluster, sync, wait_for
 
 pytestmark = pytest.mark.integration
 
-GROUPS = ["g1", "g2", "g3"]
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, GROUPS)
-    try:
-        made.start()
-        made.wait_links()
-        yield made
-    finally:
-        made.close()
+def cluster(three_groups: Cluster) -> Cluster:
+    return three_groups
 
 
 def first_counts(cluster: Cluster, group: str) -> tuple[int, int, int]:

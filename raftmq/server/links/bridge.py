@@ -343,8 +343,8 @@ class Bridge(LeaderTask):
         """Call `then` once what waits in the store-and-forward queue went on the wire (or the link ended)."""
         self._free_waiters.append(then)
 
-    def _freed(self) -> None:
-        if self._free_waiters and self.ready_first() is not None:
+    def _freed(self, ended: bool = False) -> None:
+        if self._free_waiters and (ended or self.ready_first() is not None):
             waiters, self._free_waiters = self._free_waiters, []
             for then in waiters:
                 then()
@@ -429,9 +429,7 @@ class Bridge(LeaderTask):
         if session is not None:
             await session.close()
         self.firsts.fall_back_all()
-        waiters, self._free_waiters = self._free_waiters, []
-        for then in waiters:
-            then()
+        self._freed(ended=True)
         self.in_flight = 0
         self._singles.clear()  # ack ids of the closed session
 

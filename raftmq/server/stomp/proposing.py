@@ -123,8 +123,8 @@ class Proposals:
                     plan = None
                 else:
                     waits = True
-                    forwarder.when_free(plan, self._link_free)
-                    self.host.loop.call_later(BUSY_WAIT_SECONDS, self._link_free)
+                    forwarder.when_free(plan, self._resume_waiting)
+                    self.host.loop.call_later(BUSY_WAIT_SECONDS, self._resume_waiting)
                     break
             if plan is None:
                 break
@@ -143,7 +143,8 @@ class Proposals:
         self._pause_for_forwards()
         return rest
 
-    def _link_free(self) -> None:
+    def _resume_waiting(self) -> None:
+        """What waited may go on: nothing of this connection waits for the log (its link's queue went)."""
         if not self._unsettled:
             self._release()
             self._pause_for_forwards()
@@ -238,10 +239,8 @@ class Proposals:
         try:
             self._outcome(number, commands, error)
         finally:
-            if not self._unsettled and self._after_forwards:
-                self._release()
-                self._pause_for_forwards()
-                self._check_forwarded()
+            if self._after_forwards:
+                self._resume_waiting()
             self._run_after_settled()
 
     def _run_after_settled(self) -> None:
