@@ -14,6 +14,7 @@ from raftmq.client.headers import HeadersArg
 from raftmq.client.stomp_client import StompClient
 from raftmq.errors import ClientError
 from raftmq.protocol.frame import Frame
+from raftmq.routing.route import RESENT_HEADER
 
 SendFuture = asyncio.Future[Frame | None]
 Pending = PendingSend[SendFuture]
@@ -41,9 +42,11 @@ class Sends:
         """Write a SEND on the current connection; False if that connection is already gone."""
         if client is None or pending.future.done():
             return client is not None
+        # Written again (its first outcome unknown): the broker routes it where it may have gone.
+        headers = pending.headers if not pending.writes else [*pending.headers, (RESENT_HEADER, "1")]
         try:
             inner = client.send_nowait(
-                pending.destination, pending.body, pending.headers, pending.receipt, transaction=pending.transaction
+                pending.destination, pending.body, headers, pending.receipt, transaction=pending.transaction
             )
         except ClientError:
             return False  # broken: the supervisor notices and this SEND waits for the next one

@@ -30,6 +30,7 @@ Routing (docs/cluster.md has the reasoning):
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 
 from raftmq.core.cluster_state import ClusterState
@@ -58,6 +59,7 @@ from raftmq.routing.route import (
     DURABLE_HEADER,
     FORWARD_ID_HEADER,
     HEADER_PREFIX,
+    RESENT_HEADER,
     ROUTE_HEADER,
     SF_PREFIX,
     SUBSCRIPTION_ONLY_HEADER,
@@ -235,6 +237,7 @@ class ClusterRouting:
         forward_id: str | None = None
         durable: str | None = None
         subscription_only = False
+        resent = False
         delivered = 0
         pairs = pairs_of(headers) if HEADER_PREFIX in headers else ()
         if any(name.startswith(HEADER_PREFIX) for name, _ in pairs):
@@ -252,6 +255,8 @@ class ClusterRouting:
                     durable = value
                 elif name == SUBSCRIPTION_ONLY_HEADER:
                     subscription_only = True
+                elif name == RESENT_HEADER:
+                    resent = True
                 elif not name.startswith(HEADER_PREFIX):
                     kept.append((name, value))
             if forward_id is not None:  # the bridge's stand-in for a producer id there was none of
@@ -262,6 +267,9 @@ class ClusterRouting:
         check_id = forward_id if forward_id is not None else dupl_id
         if check_id is not None and not deduplicated and not self.state.dedup.remember(destination, check_id):
             return
+        if forward_id is not None and not route and dupl_id is not None and not deduplicated \
+                and not self.state.dedup.remember(destination, dupl_id):
+            return  # a forward first that fell back, of a SEND its client wrote again meanwhile
         if durable is not None:
             if to is None or to == self.own:
                 self.scale_down.store_durable(destination, headers, body, now, durable, delivered, subscription_only)
@@ -288,7 +296,10 @@ class ClusterRouting:
                 return
             if to is None and group is None:
                 message = Message("", destination, headers, body, priority, expires, now, group, persistent)
-                target = self._balance(connection, destination, message)
+                if resent and dupl_id is not None:  # where a forward first of it would have gone
+                    target = self._stable(connection, destination, message, dupl_id) or self.own
+                else:
+                    target = self._balance(connection, destination, message)
                 if target != self.own:
                     # A static target may not have advertised yet: it is a neighbour, reached directly.
                     via = self._next_hops.get(target, (1, target))[1]
@@ -353,9 +364,27 @@ class ClusterRouting:
             return None
         message = Message("", destination, headers, b"", priority, expires, 0, group, persistent)
         target = self._balance(connection, destination, message, turn)
+        producer_id = read_headers(headers)[4]
+        if target != self.own and producer_id is not None:
+            # Not by room, which changes: the same SEND written again goes there (`publish`).
+            target = self._stable(connection, destination, message, producer_id) or self.own
         if target == self.own or self._next_hops.get(target, (1, target))[1] != target:
             return None
         return target
+
+    def _stable(self, connection: ClusterConnection, destination: str, message: Message,
+                producer_id: str) -> str | None:
+        """The group a client's SEND with `producer_id` goes to when it leaves this group first
+        and when its client writes it again: among the nearest other groups with a consumer that
+        would take it, the one a hash of the id names (None: there is none)."""
+        matching = selector_headers(message)
+        remote = [(route.hops, group) for group, route in self.queue_routes(destination).items()
+                  if route.hops <= connection.max_hops and self.takers(route.consumers, matching)]
+        if not remote:
+            return None
+        nearest = min(hops for hops, _ in remote)
+        names = sorted(group for hops, group in remote if hops == nearest)
+        return names[zlib.crc32(producer_id.encode()) % len(names)]
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message,
                  turn: int | None = None) -> str:

@@ -25,6 +25,9 @@ TO_HEADER = "_raftmq_to"
 DESTINATION_HEADER = "_raftmq_dest"
 ADVERT_HEADER = "_raftmq_advert"
 FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_id)
+# On a SEND that raftmq's failover client writes again (its first outcome unknown): the core
+# routes it where a forward first of it went, never by room (raftmq.core.cluster_routing).
+RESENT_HEADER = "_raftmq_resent"
 FIRST_HEADER = "_raftmq_first"  # on a SEND forwarded first: it was stored nowhere before (the audit reads it)
 # How often a redistributed message had been delivered to consumers where it was: its next
 # delivery, in another group, must still say `redelivered` (at-least-once, flagged).

@@ -91,6 +91,9 @@ def test_unreceipted_sends_are_resent_with_their_ids_in_order_before_new_ones() 
             assert [f.body for f in written_again] == [b"m2", b"m3", b"m4", b"m5"]
             assert [f.get("_AMQ_DUPL_ID") for f in written_again] == ["id-2", "id-3", "mine", "id-4"]
             assert [f.get("_AMQ_DUPL_ID") for f in sends(conn)] == ["id-0", "id-1", "id-2", "id-3", "mine"]
+            # Those written again say so (the broker routes them where they may have gone); the new one does not.
+            assert [f.get("_raftmq_resent") for f in written_again] == ["1", "1", "1", None]
+            assert all(f.get("_raftmq_resent") is None for f in sends(conn))
             connected = [e for e in events if e.kind == "connected"]
             assert len(connected) == 1 and connected[0].address == Address("127.0.0.1", second.port)
             assert connected[0].resent == ("id-2", "id-3", "mine")

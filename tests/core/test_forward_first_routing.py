@@ -5,11 +5,19 @@ target and the forward id, so the target stores the message once however it trav
 from __future__ import annotations
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Connect, Send, Subscribe
+from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Connect, Send, Subscribe
 from raftmq.core.effects import Deliver
 from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.cluster_connection import LOCAL_FIRST
-from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers, outgoing, producer_forward_id, sf_queue
+from raftmq.routing.route import (
+    FORWARD_ID_HEADER,
+    RESENT_HEADER,
+    TO_HEADER,
+    first_headers,
+    outgoing,
+    producer_forward_id,
+    sf_queue,
+)
 from tests.core.test_cluster_routing import core, depth, learn
 
 Q = "/queue/q"
@@ -95,3 +103,41 @@ def test_a_producer_id_gives_the_same_forward_id_first_or_stored() -> None:
     delivered = g2.apply(Send("link", Q, block_of(first), b"x", 4))  # written first by a leader that died
     delivered += g2.apply(Send("link", destination, block_of(sent), b"x", 5))  # then by its successor's store path
     assert [type(e) for e in delivered].count(Deliver) == 1
+
+
+def test_a_send_written_again_goes_where_its_forward_first_went_never_by_room() -> None:
+    """LOCAL_FIRST: g1's consumer is full, so the SEND goes first to the group its producer id
+    names; written again by its client after g1's consumer found room, it is not stored in g1
+    (that would be a second copy): it follows the first, where duplicate detection stops it."""
+    g1 = core("g1", ["g2", "g3"], message_load_balancing=LOCAL_FIRST)
+    for name in ("g2", "g3"):
+        neighbour = core(name, ["g1"], message_load_balancing=LOCAL_FIRST)
+        neighbour.apply(Connect("c", 1))
+        neighbour.apply(Subscribe("c", "s", Q, 1, prefetch=1000))
+        learn(g1, neighbour, name, "g1", 1)
+    g1.apply(Connect("l", 1))
+    g1.apply(Subscribe("l", "s", Q, 1, ACK_CLIENT_INDIVIDUAL, prefetch=1))
+    g1.apply(Send("p", Q, block_of((("n", "0"),)), b"x", 3))  # fills the local consumer
+    headers = (("_AMQ_DUPL_ID", "order-7"),)
+    first = target(g1, headers=headers, turn=0)
+    assert first in ("g2", "g3") and first == target(g1, headers=headers, turn=1)  # the id decides
+    g1.apply(Connect("m", 1))
+    g1.apply(Subscribe("m", "s", Q, 1, ACK_CLIENT_INDIVIDUAL, prefetch=10))  # room here now
+    assert target(g1, headers=headers) is None  # a new SEND would stay
+    g1.apply(Send("p", Q, block_of((*headers, (RESENT_HEADER, "1"))), b"x", 5))
+    assert depth(g1, sf_queue(first)) == 1 and depth(g1, Q) == 1  # not stored here beside the first
+    (moved,) = g1.state.queues[sf_queue(first)].ready.values()
+    assert (FORWARD_ID_HEADER, producer_forward_id("order-7")) in outgoing(pairs_of(moved.headers), "", first)[1]
+    g1.check_invariants()
+
+
+def test_a_fallback_and_a_send_written_again_are_one_message_here() -> None:
+    g1, _ = linked()
+    headers = (("_AMQ_DUPL_ID", "order-8"),)
+    g1.apply(fallback(headers, producer_forward_id("order-8")))
+    g1.apply(Send("p", Q, block_of((*headers, (RESENT_HEADER, "1"))), b"x", 4))  # its client wrote it again
+    assert depth(g1, sf_queue("g2")) == 1
+    g3, _ = linked()
+    g3.apply(Send("p", Q, block_of((*headers, (RESENT_HEADER, "1"))), b"x", 4))  # the other order
+    g3.apply(fallback(headers, producer_forward_id("order-8")))
+    assert depth(g3, sf_queue("g2")) == 1
