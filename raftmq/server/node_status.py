@@ -102,8 +102,9 @@ def cluster_status(node: Reporting) -> dict[str, Any]:
         "reachable": {group: {"hops": hops, "via": via} for group, (hops, via) in routing.reachable_groups().items()},
         "bindings": routing.remote_bindings(),
         "forwarded": dict(state.forwarded),
-        # Since this node leads: SENDs sent to their target before being stored here, and those
-        # that set out so and took the store path after all (raftmq.server.links.forward_first).
+        # Since this node started (shown while it leads): SENDs sent to their target before
+        # being stored here, and those that set out so and took the store path after all
+        # (raftmq.server.links.forward_first).
         **(node.forward_first.status() if node.forward_first is not None and node.commit_log.is_leader
            else {"forwarded_first": 0, "fell_back": 0}),
         "redistributed": state.redistributed,

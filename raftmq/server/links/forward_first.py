@@ -3,9 +3,11 @@ to that group's leader before it is stored anywhere (docs/cluster.md, "How a mes
 
 The leader asks its core where the SEND would go (`ClusterRouting.first_target`, from the same
 committed adverts as the routing of a stored SEND). When that is a neighbour whose bridge is
-connected and has nothing waiting for it, the bridge sends the SEND there at once, with a
-forward id, and the producer's RECEIPT is written when the neighbour answers its own: the
-message was committed once, in the group that holds it now.
+connected, the bridge sends the SEND there (raftmq.server.links.first_lane), with a forward id,
+and the producer's RECEIPT is written when the neighbour answers its own: the message was
+committed once, in the group that holds it now. While messages of that link's
+store-and-forward queue wait to go on the wire, the plan is `Busy`: the connection waits for
+them (raftmq.server.stomp.proposing).
 
 Anything else takes the store path, never refusing a SEND (a transaction, a scheduled or
 temporary destination, a link that is down, a neighbour without a leader). So does a forward
@@ -13,9 +15,11 @@ first that does not come back confirmed (refused, its connection lost, `FIRST_TI
 it is proposed here, pinned to the same target with the same forward id, and the bridge sends it
 from the store-and-forward queue; if the first copy arrived after all, the target stores it once.
 
-The forward id is `producer_forward_id` of the client's `_AMQ_DUPL_ID` when it set one, so a
-SEND the client writes again after a fail-over is caught in the target however it travels;
-else one this leader makes up (`raftmq:f:<nonce>.<n>`).
+The forward id is `producer_forward_id` of the client's `_AMQ_DUPL_ID` when it set one, and the
+target is then named by that id (`ClusterRouting.first_target`), so a SEND the client writes
+again after a fail-over goes the same way and is caught there; else the id is one this leader
+makes up (`raftmq:f:<nonce>.<n>`). A SEND written again (`_raftmq_resent`) never goes first:
+it is checked at home by its producer's id first.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class ForwardFirst:
             return None
         producer_id = first(send.headers, DUPLICATE_ID_HEADER)
         if producer_id:
-            turn = zlib.crc32(producer_id.encode())  # a SEND written again goes where it went
+            turn = zlib.crc32(producer_id.encode())  # the target is then named by the id (first_target)
         else:
             turn = self._turn
             self._turn += 1
