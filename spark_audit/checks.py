@@ -168,7 +168,8 @@ def bridges(ref: DataFrame, runs: DataFrame) -> DataFrame:
     a store-and-forward queue) stored by the group it was forwarded to."""
     stranded = waiting(ref).where(is_sf())
     hops = F.size(F.split("route", ","))
-    arrivals = ref.where((F.col("fact") == "enter") & F.col("kind").isin("forward", "first") & F.col("route").isNotNull())
+    arrivals = ref.where((F.col("fact") == "enter") & F.col("kind").isin("forward", "first")
+                         & F.col("route").isNotNull())
     overlong = arrivals.join(runs.select("run", "max_hops"), "run").where(hops > F.col("max_hops"))
     taken = (ref.where((F.col("fact") == "leave") & (F.col("kind") == "acked") & is_sf())
              .select("run", "group", "message_id", F.substring_index("store", SF_PREFIX, -1).alias("to"))

@@ -45,7 +45,14 @@ from raftmq.replication.pysyncobj.raft_journal_format import (
     scan_journal,
 )
 from raftmq.replication.pysyncobj.snapshot_file import decode_snapshot
-from raftmq.routing.route import DESTINATION_HEADER, FIRST_HEADER, FORWARD_ID_HEADER, ROUTE_HEADER, TO_HEADER
+from raftmq.routing.route import (
+    DESTINATION_HEADER,
+    FALLBACK_HEADER,
+    FIRST_HEADER,
+    FORWARD_ID_HEADER,
+    ROUTE_HEADER,
+    TO_HEADER,
+)
 from spark_audit.facts import SUBSCRIPTION_STORE, fact_row
 from spark_audit.member_pages import MemberPages
 
@@ -250,7 +257,7 @@ class Replay:
                 # (its target and forward id pinned, no route yet) is the client's SEND here.
                 if FIRST_HEADER in names:
                     self.origin = "first"
-                elif ROUTE_HEADER in names or (TO_HEADER in names and FORWARD_ID_HEADER not in names):
+                elif (ROUTE_HEADER in names or TO_HEADER in names) and FALLBACK_HEADER not in names:
                     self.origin = "forward"
                 else:
                     self.origin = "client"

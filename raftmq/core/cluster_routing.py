@@ -49,7 +49,7 @@ from raftmq.patterns import pattern_matches
 from raftmq.protocol.header_block import block_of, first, has, pairs_of
 from raftmq.routing.balance import Candidate, choose
 from raftmq.routing.bindings import Advert, Consumers, Route, advert_for, decode_advert, routes, summarise
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from raftmq.routing.cluster_connection import ON_DEMAND, STRICT, ClusterConnection, ClusterView
 from raftmq.routing.route import (
     ADVERT_HEADER,
     DELIVERED_HEADER,
@@ -357,12 +357,14 @@ class ClusterRouting:
                 or self.cluster_state.draining is not None:
             return None
         connection = self.governing(destination)
-        if connection is None:
-            return None
+        if connection is None or connection.message_load_balancing == STRICT:
+            return None  # round robin with this group: the store path keeps the committed turn
         priority, expires, persistent, group, _ = read_headers(headers)
         if group is not None:
             return None
         message = Message("", destination, headers, b"", priority, expires, 0, group, persistent)
+        if connection.message_load_balancing == ON_DEMAND and self._local_takers(destination, message):
+            return None  # likewise
         target = self._balance(connection, destination, message, turn)
         producer_id = read_headers(headers)[4]
         if target != self.own and producer_id is not None:
@@ -371,6 +373,13 @@ class ClusterRouting:
         if target == self.own or self._next_hops.get(target, (1, target))[1] != target:
             return None
         return target
+
+    def _local_takers(self, destination: str, message: Message) -> bool:
+        store = self.state.queues.get(destination)
+        if store is None or not store.consumers:
+            return False
+        matching = selector_headers(message)
+        return any(sub.selector is None or sub.selector.matches(matching) for sub in store.consumers)
 
     def _stable(self, connection: ClusterConnection, destination: str, message: Message,
                 producer_id: str) -> str | None:

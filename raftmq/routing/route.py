@@ -28,6 +28,7 @@ FORWARD_ID_HEADER = "_raftmq_id"  # the forward's duplicate-detection id (dedup_
 # On a SEND that raftmq's failover client writes again (its first outcome unknown): the core
 # routes it where a forward first of it went, never by room (raftmq.core.cluster_routing).
 RESENT_HEADER = "_raftmq_resent"
+FALLBACK_HEADER = "_raftmq_fallback"  # on a forward first that fell back: a client's SEND stored here (the audit)
 FIRST_HEADER = "_raftmq_first"  # on a SEND forwarded first: it was stored nowhere before (the audit reads it)
 # How often a redistributed message had been delivered to consumers where it was: its next
 # delivery, in another group, must still say `redelivered` (at-least-once, flagged).

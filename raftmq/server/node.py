@@ -434,7 +434,8 @@ class Node:
     async def _sample_forever(self) -> None:
         seen = -1
         while True:
-            self._sample_rates(self.broker.stats()["destinations"])
+            destinations = self.broker.stats()["destinations"]
+            self._sample_rates(self.forward_first.count_in(destinations) if self.forward_first else destinations)
             await asyncio.sleep(SAMPLE_SECONDS)
             # Counters move only in applied batches; an idle node still samples often enough to
             # keep one sample inside the window (a rate of 0, not an unknown one).

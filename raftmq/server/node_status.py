@@ -49,6 +49,8 @@ def node_status(node: Reporting) -> dict[str, Any]:
     enqueue / dequeue msg/s in all and per destination (see `raftmq.server.rates`)."""
     commit_log = node.commit_log
     broker = node.broker.stats()
+    if node.forward_first is not None and commit_log.is_leader:
+        node.forward_first.count_in(broker["destinations"])
     replica = node.replica
     status: dict[str, Any] = {
         "node": node.name,

@@ -101,7 +101,8 @@ async def test_a_forward_the_neighbours_acl_refuses_inside_a_batch_is_dead_lette
         deadline = asyncio.get_running_loop().time() + 10
         while link().get("refused") != 3 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
-        assert link()["refused"] == 3 and link()["batches"] >= 1, link()
+        # Refused inside a batch: forwarded first (then the store path's refusals count), or from the queue.
+        assert link()["refused"] == 3 and (link()["batches"] >= 1 or link()["forwarded_first"] >= 1), link()
         assert cluster.queue_depths("/queue/DLQ").get("g1") == 3
         with pytest.raises(TimeoutError):  # and nothing twice
             await asyncio.wait_for(orders.get(), 1.0)

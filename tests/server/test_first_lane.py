@@ -36,7 +36,7 @@ def told(outcomes: list[tuple[str, list[str], int]], connection: str) -> Any:
 
 def test_what_comes_in_one_turn_goes_in_one_batch_and_more_waits_for_the_window() -> None:
     async def run() -> None:
-        lane, client = FirstLane("g1", lambda error: None), Client()
+        lane, client = FirstLane("g1"), Client()
         outcomes: list[tuple[str, list[str], int]] = []
         lane.send(client, firsts("a", 2), told(outcomes, "a"))  # type: ignore[arg-type]
         lane.send(client, firsts("b", 1), told(outcomes, "b"))  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def test_what_comes_in_one_turn_goes_in_one_batch_and_more_waits_for_the_window(
 
 def test_a_refusal_confirms_those_before_it_and_the_rest_fall_back_per_connection() -> None:
     async def run() -> None:
-        lane, client = FirstLane("g1", lambda error: None), Client()
+        lane, client = FirstLane("g1"), Client()
         outcomes: list[tuple[str, list[str], int]] = []
         lane.send(client, firsts("a", 2), told(outcomes, "a"))  # type: ignore[arg-type]
         lane.send(client, firsts("b", 2), told(outcomes, "b"))  # type: ignore[arg-type]
@@ -72,7 +72,7 @@ def test_a_refusal_confirms_those_before_it_and_the_rest_fall_back_per_connectio
 
 def test_a_lost_link_falls_back_what_is_in_flight_and_what_waits() -> None:
     async def run() -> None:
-        lane, client = FirstLane("g1", lambda error: None), Client()
+        lane, client = FirstLane("g1"), Client()
         outcomes: list[tuple[str, list[str], int]] = []
         for index in range(WINDOW + 1):
             lane.send(client, firsts(f"a{index}-", 1), told(outcomes, "a"))  # type: ignore[arg-type]
@@ -89,7 +89,7 @@ def test_a_lost_link_falls_back_what_is_in_flight_and_what_waits() -> None:
 
 def test_without_a_client_everything_falls_back_at_once() -> None:
     async def run() -> None:
-        lane = FirstLane("g1", lambda error: None)
+        lane = FirstLane("g1")
         outcomes: list[tuple[str, list[str], int]] = []
         lane.send(None, firsts("a", 3), told(outcomes, "a"))
         await asyncio.sleep(0)
@@ -100,7 +100,7 @@ def test_without_a_client_everything_falls_back_at_once() -> None:
 
 def test_an_answer_lets_one_batch_go_per_free_place_in_the_window() -> None:
     async def run() -> None:
-        lane, client = FirstLane("g1", lambda error: None), Client()
+        lane, client = FirstLane("g1"), Client()
         outcomes: list[tuple[str, list[str], int]] = []
         for index in range(WINDOW):
             lane.send(client, firsts(f"a{index}-", 1), told(outcomes, "a"))  # type: ignore[arg-type]

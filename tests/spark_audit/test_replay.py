@@ -15,7 +15,7 @@ from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
 from raftmq.protocol.header_block import block_of
 from raftmq.replication.pysyncobj.snapshot_file import write_snapshot_file
-from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers, producer_forward_id
+from raftmq.routing.route import FALLBACK_HEADER, FORWARD_ID_HEADER, TO_HEADER, first_headers, producer_forward_id
 from spark_audit.facts import FACT_NAMES
 from spark_audit.member_files import NOOP, command_of, read_entries
 from spark_audit.replay import member_facts
@@ -162,7 +162,8 @@ def test_a_send_forwarded_first_and_a_fallback_are_told_apart(tmp_path: Path) ->
     """In the target, a SEND forwarded first is `first`, with the forward id that ties it to its
     producer; in the source, a forward first that fell back is the client's SEND."""
     first = first_headers((("_AMQ_DUPL_ID", "a"),), "g2", "g1", producer_forward_id("a"))
-    fallback = (("_AMQ_DUPL_ID", "b"), (TO_HEADER, "g3"), (FORWARD_ID_HEADER, producer_forward_id("b")))
+    fallback = (("_AMQ_DUPL_ID", "b"), (TO_HEADER, "g3"), (FORWARD_ID_HEADER, producer_forward_id("b")),
+                (FALLBACK_HEADER, "1"))
     log = GroupLog(CORE)
     log.propose([Connect("p", 1), Connect("link", 1)])
     log.propose([Send("link", Q, block_of(first), b"a", 1), Send("p", Q, block_of(fallback), b"b", 1)])

@@ -185,8 +185,9 @@ class ManagementApi:
         }
 
     def destinations(self, principal: Principal) -> list[dict[str, Any]]:
-        stats = self.node.broker.stats()["destinations"]
-        rates = self.node.status()["rates"]["destinations"]
+        status = self.node.status()
+        stats = status["broker"]["destinations"]  # with what this leader forwarded first
+        rates = status["rates"]["destinations"]
         rows = []
         for name, counters in stats.items():
             if self._may(principal, READ, name) is not None:

@@ -93,7 +93,7 @@ class Bridge(LeaderTask):
         self.retries_now = 0  # back-off waits cut short because the neighbour was back
         self._singles: set[str] = set()  # ack ids of deliveries to send alone (their batch was refused whole)
         self._electing_at = 0.0  # the last retry cut short because the neighbour was electing
-        self.firsts = FirstLane(own_group, self._refused)  # forwards first awaiting the neighbour's word
+        self.firsts = FirstLane(own_group)  # forwards first awaiting the neighbour's word
         self._free_waiters: list[Callable[[], None]] = []  # SENDs that may go first once the queue went
 
     # -- LeaderService ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ from raftmq.core.commands import Send
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.header_block import block_of, pairs_of
 from raftmq.routing.forward_batch import BATCH_COUNT_HEADER, BATCH_DESTINATION, BATCH_INDEX_HEADER, encode
-from raftmq.routing.route import FORWARD_ID_HEADER, TO_HEADER, first_headers
+from raftmq.routing.route import FALLBACK_HEADER, FORWARD_ID_HEADER, TO_HEADER, first_headers
 
 BATCH_MESSAGES = 100  # messages in one forwarded batch, at most
 BATCH_BYTES = 256 * 1024  # bodies in one batch, at most (past it the batch goes as it is)
@@ -43,7 +43,7 @@ class FirstSend:
     def fallback(self) -> Send:
         """The same SEND for the store path: pinned to its target, with its forward id."""
         send = self.send
-        pins = block_of(((TO_HEADER, self.target), (FORWARD_ID_HEADER, self.forward_id)))
+        pins = block_of(((TO_HEADER, self.target), (FORWARD_ID_HEADER, self.forward_id), (FALLBACK_HEADER, "1")))
         return Send(send.session, send.destination, send.headers + pins, send.body, send.now, None, send.receipt)
 
 
@@ -64,9 +64,8 @@ class FirstLane:
     """One bridge's forwards first in flight; `confirmed`: SENDs the neighbour stored this way;
     `fell_back`: SENDs that set out so and took the store path."""
 
-    def __init__(self, own_group: str, refused: Callable[[BrokerRefused], None]) -> None:
+    def __init__(self, own_group: str) -> None:
         self._own = own_group
-        self._refused = refused  # the bridge's record of a refusal
         self._waiting: dict[int, _Forward] = {}
         self._queued: list[tuple[FirstSend, Outcome]] = []  # to go at the end of this loop turn
         self._client: FailoverClient | None = None
@@ -75,6 +74,7 @@ class FirstLane:
         self.in_flight = 0
         self.confirmed = 0
         self.fell_back = 0
+        self.refusals = 0  # forwards the neighbour refused (in part): what was refused fell back
 
     def send(self, client: FailoverClient | None, sends: list[FirstSend], outcome: Outcome) -> None:
         """Send `sends` in batches with whatever else is waiting to go (from any connection: one
@@ -135,8 +135,8 @@ class FirstLane:
         if error is None:
             return self._done(forward, len(forward.items))
         confirmed = 0
-        if isinstance(error, BrokerRefused):
-            self._refused(error)
+        if isinstance(error, BrokerRefused):  # the store path sends the rest again: its refusals count
+            self.refusals += 1
             confirmed = batch_index(error, len(forward.items)) or 0
         self._done(forward, confirmed)
 

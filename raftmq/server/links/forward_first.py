@@ -68,6 +68,7 @@ class ForwardFirst:
         self._turn = 0
         self.first = 0  # SENDs the target confirmed, forwarded first
         self.fell_back = 0  # SENDs that set out first and took the store path
+        self.by_destination: dict[str, int] = {}  # `first`, per destination
 
     def plan(self, send: Send) -> tuple[Bridge, FirstSend] | Busy | None:
         """The bridge and forward of a SEND that goes first; `Busy`: it would, once what waits
@@ -119,6 +120,10 @@ class ForwardFirst:
         def counted(sends: list[FirstSend], confirmed: int) -> None:
             self.first += confirmed
             self.fell_back += len(sends) - confirmed
+            by_destination = self.by_destination
+            for sent in sends[:confirmed]:
+                destination = sent.send.destination
+                by_destination[destination] = by_destination.get(destination, 0) + 1
             outcome(sends, confirmed)
 
         for bridge, sends in by_bridge.values():
@@ -129,6 +134,15 @@ class ForwardFirst:
             if isinstance(link, Bridge) and link.neighbour.name == target:
                 return link
         return None
+
+    def count_in(self, destinations: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The core's per-destination counters with what this leader forwarded first added to
+        `forwarded` (the core counts what the store path forwarded: it never saw these)."""
+        for destination, count in self.by_destination.items():
+            counters = destinations.get(destination)
+            if counters is not None and "forwarded" in counters:
+                counters["forwarded"] += count
+        return destinations
 
     def status(self) -> dict[str, int]:
         return {"forwarded_first": self.first, "fell_back": self.fell_back}
