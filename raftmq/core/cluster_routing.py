@@ -37,7 +37,7 @@ from raftmq.core.cluster_state import ClusterState
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
-from raftmq.core.model import Delivery, Store, selector_headers
+from raftmq.core.model import Delivery, Store, Subscription, selector_headers
 from raftmq.core.queue_patterns import matches as matches_queue
 from raftmq.core.redistribution import Redistribution
 from raftmq.core.scale_down import ScaleDown
@@ -359,14 +359,14 @@ class ClusterRouting:
         connection = self.governing(destination)
         if connection is None or connection.message_load_balancing == STRICT:
             return None  # round robin with this group: the store path keeps the committed turn
-        priority, expires, persistent, group, _ = read_headers(headers)
+        priority, expires, persistent, group, producer_id = read_headers(headers)
         if group is not None:
             return None
         message = Message("", destination, headers, b"", priority, expires, 0, group, persistent)
-        if connection.message_load_balancing == ON_DEMAND and self._local_takers(destination, message):
+        policy = connection.message_load_balancing
+        if policy == ON_DEMAND and self._local_takers(destination, selector_headers(message)):
             return None  # likewise
         target = self._balance(connection, destination, message, turn)
-        producer_id = read_headers(headers)[4]
         if target != self.own and producer_id is not None:
             # Not by room, which changes: the same SEND written again goes there (`publish`).
             target = self._stable(connection, destination, message, producer_id) or self.own
@@ -374,12 +374,10 @@ class ClusterRouting:
             return None
         return target
 
-    def _local_takers(self, destination: str, message: Message) -> bool:
+    def _local_takers(self, destination: str, matching: dict[str, str]) -> list[Subscription]:
         store = self.state.queues.get(destination)
-        if store is None or not store.consumers:
-            return False
-        matching = selector_headers(message)
-        return any(sub.selector is None or sub.selector.matches(matching) for sub in store.consumers)
+        return [] if store is None else [
+            sub for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)]
 
     def _stable(self, connection: ClusterConnection, destination: str, message: Message,
                 producer_id: str) -> str | None:
@@ -397,7 +395,7 @@ class ClusterRouting:
 
     def _balance(self, connection: ClusterConnection, destination: str, message: Message,
                  turn: int | None = None) -> str:
-        """`turn`: use this one and leave the committed one alone (a forward first)."""
+        """`turn`: use this one, leave the committed one alone (a forward first)."""
         routes = self.queue_routes(destination)
         if not routes and not connection.static:
             return self.own
@@ -412,13 +410,9 @@ class ClusterRouting:
                 remote[target] = Candidate(target, max(1, known.takers if known else 0), 1)
         if not remote:
             return self.own
-        store = self.state.queues.get(destination)
-        takers = [] if store is None else [
-            sub for sub in store.consumers if sub.selector is None or sub.selector.matches(matching)]
+        takers = self._local_takers(destination, matching)
         own = Candidate(self.own, len(takers), 0, any(sub.has_room for sub in takers))
-        committed = turn is None
-        if turn is None:
-            turn = self.cluster_state.turns.get(destination, 0)
+        committed, turn = (True, self.cluster_state.turns.get(destination, 0)) if turn is None else (False, turn)
         target, used = choose(connection.message_load_balancing, own, list(remote.values()), turn,
                               conduit=connection.conduit_subscriptions, prefer_local=connection.prefer_local)
         if used and committed:
