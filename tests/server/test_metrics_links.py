@@ -10,7 +10,7 @@ from raftmq.server.admin.metrics import exposition, metrics_registry
 def test_each_link_has_its_samples() -> None:
     links = [
         {"from": "g1", "to": "g2", "state": "connected", "forwarded": 7, "batches": 2, "refused": 0, "waiting": 3,
-         "in_flight": 2, "adverts_sent": 5},
+         "in_flight": 2, "adverts_sent": 5, "forwarded_first": 11, "fell_back": 3},
         {"from": "g1", "to": "g3", "state": "retrying", "forwarded": 0, "refused": 1, "waiting": 40, "in_flight": 0,
          "adverts_sent": 0},
     ]
@@ -25,3 +25,5 @@ def test_each_link_has_its_samples() -> None:
     assert samples[("raftmq_link_waiting", "g3")] == 40 and samples[("raftmq_link_in_flight", "g2")] == 2
     assert samples[("raftmq_link_forwarded_total", "g2")] == 7 and samples[("raftmq_link_refused_total", "g3")] == 1
     assert samples[("raftmq_link_adverts_sent_total", "g2")] == 5 and samples[("raftmq_link_batches_total", "g2")] == 2
+    assert samples[("raftmq_link_forwarded_first_total", "g2")] == 11
+    assert samples[("raftmq_link_fell_back_total", "g2")] == 3

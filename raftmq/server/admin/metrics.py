@@ -191,6 +191,9 @@ _LINK_COUNTERS = (
     ("refused", "refused",
      "Messages the neighbouring group refused (NACKed here; dead-lettered after max deliveries)."),
     ("adverts_sent", "adverts_sent", "Binding adverts the neighbouring group confirmed."),
+    ("forwarded_first", "forwarded_first",
+     "SENDs sent to the neighbouring group before being stored here, confirmed there."),
+    ("fell_back", "fell_back", "SENDs that set out first, were not confirmed, and took the store path here."),
 )
 _LINK_GAUGES = (
     ("waiting", "waiting", "Messages in the store-and-forward queue towards the neighbouring group."),
