@@ -25,7 +25,6 @@ it is checked at home by its producer's id first.
 from __future__ import annotations
 
 import secrets
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -79,13 +78,9 @@ class ForwardFirst:
         scheduled, replying = special_headers(send.headers)
         if scheduled or replying:
             return None
-        producer_id = first(send.headers, DUPLICATE_ID_HEADER)
-        if producer_id:
-            turn = zlib.crc32(producer_id.encode())  # the target is then named by the id (first_target)
-        else:
-            turn = self._turn
-            self._turn += 1
-        target = routing.first_target(send.destination, send.headers, turn)
+        # With a producer id, first_target names the target by the id, whatever the turn.
+        self._turn += 1
+        target = routing.first_target(send.destination, send.headers, self._turn)
         if target is None:
             return None
         bridge = self._bridge(target)
@@ -96,6 +91,7 @@ class ForwardFirst:
             return Busy(bridge)
         if not ready:
             return None
+        producer_id = first(send.headers, DUPLICATE_ID_HEADER)
         if producer_id:
             forward_id = producer_forward_id(producer_id)
         else:
