@@ -254,3 +254,17 @@ def test_the_acl_authorizes_each_message_of_a_batch() -> None:
     assert [c.destination for c in commands(decisions) if isinstance(c, Send)] == ["/queue/orders.a"]
     headers = error_headers(refusal(decisions))
     assert headers["message"] == "access denied" and headers["raftmq-batch-index"] == "1"
+
+
+def test_the_clusters_own_headers_are_a_bridges_to_send_and_a_clients_send_with_one_is_refused() -> None:
+    forged = b"SEND\ndestination:/queue/a\n_raftmq_to:g3\nreceipt:r1\n\nx\0"
+    bridge = bridge_session()
+    sends = [c for d in bridge.receive(forged, NOW) if isinstance(d, Propose) for c in d.commands]
+    assert [c.destination for c in sends if isinstance(c, Send)] == ["/queue/a"]
+    client = StompSession(Host(), "s2")
+    client.receive(CONNECT, NOW)
+    client.connect_committed()
+    decisions = client.receive(forged, NOW)
+    assert not any(isinstance(d, Propose) for d in decisions)
+    refused = refusal(decisions)
+    assert refused.message == "reserved header" and "_raftmq_to" in refused.detail

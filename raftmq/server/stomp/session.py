@@ -345,9 +345,9 @@ class StompSession:
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster
         if view is None:
-            return FrameTranslator(self.session_id, version, client_id, frozenset(), None)
+            return FrameTranslator(self.session_id, version, client_id, frozenset(), None, self.cluster_connection)
         pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n))
-        return FrameTranslator(self.session_id, version, client_id, pullable, view.group)
+        return FrameTranslator(self.session_id, version, client_id, pullable, view.group, self.cluster_connection)
 
     def _accept(self, pending: _PendingConnect, principal: Principal | None, now_ms: int) -> list[Decision]:
         frame = pending.frame

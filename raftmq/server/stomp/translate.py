@@ -35,7 +35,7 @@ from raftmq.core.temporary import TEMP_QUEUE, TEMP_TOPIC, is_temp_alias, private
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.header_block import block_of, first, first_of, key, pairs_of, user_block
-from raftmq.routing.route import CONTROL_DESTINATION, is_internal
+from raftmq.routing.route import CONTROL_DESTINATION, HEADER_PREFIX, RESENT_HEADER, is_internal
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
@@ -78,18 +78,30 @@ def _is_true(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
+def _refuse_reserved(block: str) -> None:
+    """A client's SEND naming a header of the cluster's own (`_raftmq_to`, `_raftmq_id`, ...):
+    the core would route or deduplicate by it. Only the failover client's resend mark is a
+    client's to set."""
+    for name, _ in pairs_of(block):
+        if name.startswith(HEADER_PREFIX) and name != RESENT_HEADER:
+            raise ProtocolError("reserved header", f"{name!r}: {HEADER_PREFIX} headers belong to the cluster's bridges")
+
+
 class FrameTranslator:
     """Turns one session's frames into commands; holds what the shell must remember to check
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
     __slots__ = (
-        "_table", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions", "transactions",
-        "version",
+        "_table", "bridge", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions",
+        "transactions", "version",
     )
 
     def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset(),
-                 group: str | None = None) -> None:
+                 group: str | None = None, bridge: bool = False) -> None:
         self.session_id = session_id
+        # a cluster connection (a neighbour's bridge, the drain tool): its SENDs may carry the
+        # cluster's own `_raftmq_` headers, which the core acts on; anyone else's may not
+        self.bridge = bridge
         self.group = group  # in a cluster of groups, this one's: temporary destinations name it
         # store-and-forward queues a neighbour's bridge pulls (raftmq.server.links.passive_link)
         self.pullable = pullable
@@ -144,6 +156,8 @@ class FrameTranslator:
                                 f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
+        if HEADER_PREFIX in block and not self.bridge:
+            _refuse_reserved(block)
         if "reply-to:" in block:
             reply = first(block, "reply-to")
             if reply is not None and is_temp_alias(reply):  # a responder elsewhere must be able to send to it
