@@ -8,8 +8,9 @@ module::
     RaftmqError
     ├── ConfigError                    a configuration file or option is invalid (names file and key)
     │   └── InvalidFailoverUrl         a failover: URL or option
-    ├── ProtocolError                  bytes that are not valid STOMP, or break a limit (→ ERROR frame)
-    │   └── FrameTooLarge
+    ├── ProtocolError                  bytes that are not valid STOMP or MQTT, or break a limit (→ ERROR frame)
+    │   ├── FrameTooLarge
+    │   └── MqttError                  an MQTT packet that is malformed or breaks the protocol; `reason_code`
     ├── CodecError                     stored or replicated bytes this version cannot read
     │   ├── CommandCodecError          a replicated command
     │   └── SnapshotError              a broker snapshot
@@ -47,6 +48,8 @@ module::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class RaftmqError(Exception):
     """Base of every error raftmq raises on purpose."""
@@ -69,6 +72,21 @@ class ProtocolError(RaftmqError):
 
 class FrameTooLarge(ProtocolError):
     """A frame, header line or header count broke a configured limit."""
+
+
+class MqttError(ProtocolError):
+    """An MQTT packet that is malformed, breaks the protocol or a limit.
+
+    `reason_code` is MQTT 5's for it (0x81 malformed packet, 0x82 protocol error, 0x84
+    unsupported protocol version, 0x95 packet too large, ...): an MQTT 5 session sends it in its
+    CONNACK or DISCONNECT; an MQTT 3.1.1 session closes the connection (or answers a CONNECT with
+    the 3.1.1 return code that matches).
+    """
+
+    def __init__(self, reason_code: int, message: str, detail: str = "") -> None:
+        super().__init__(message, detail)
+        self.reason_code = reason_code
+        self.packets: Sequence[object] = ()  # the parser's: the packets complete before the bad one
 
 
 class CodecError(RaftmqError):

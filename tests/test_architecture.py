@@ -230,7 +230,7 @@ def test_only_cluster_and_the_node_config_read_toml() -> None:
 IO_LIBRARIES = ("asyncio", "socket", "ssl", "logging", "structlog", "uvloop", "aiofiles")
 IO_FREE = (
     "raftmq.protocol.codec", "raftmq.protocol.frame", "raftmq.protocol.header_block", "raftmq.protocol.escaping",
-    "raftmq.protocol.negotiation", "raftmq.protocol.limits",
+    "raftmq.protocol.negotiation", "raftmq.protocol.limits", "raftmq.protocol.mqtt.",
     "raftmq.core.", "raftmq.routing.",
     "raftmq.server.stomp.session", "raftmq.server.stomp.translate", "raftmq.server.stomp.decisions",
     "raftmq.server.stomp.authorization",
