@@ -43,6 +43,7 @@ class GroupMember:
     client: str  # STOMP listener
     raft: str  # Raft port (pysyncobj); bound exactly there
     admin: str | None = None  # admin HTTP (/status, body fetch between members); None: none
+    mqtt: str | None = None  # MQTT listener (raftmq.server.mqtt); None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class GroupConfig:
             # Message ids are "<broker_name>-<n>": unique per group only if the name is, which
             # matters as soon as groups exchange messages (cluster connections, dedup ids).
             core = dataclasses.replace(core, broker_name=self.name)
-        return dataclasses.replace(self.server, host=host, port=port, name=member.id, core=core)
+        return dataclasses.replace(self.server, host=host, port=port, name=member.id, core=core, mqtt=member.mqtt)
 
     def admin_endpoint(self, member: GroupMember) -> str | None:
         """Where tools ask `member`'s admin port: "host:port", or "https://host:port" when the
@@ -104,7 +105,7 @@ class GroupConfig:
 
 _GROUP_SECTIONS = ("group", "raft", "journal", "server", "limits", "core", "node", *SECURITY_TABLES)
 _GROUP_KEYS = ("name", "data_dir", "password", "password_env")
-_MEMBER_SERVER_KEYS = ("host", "port", "name", "admin")  # set per member, not in [server]
+_MEMBER_SERVER_KEYS = ("host", "port", "name", "admin", "mqtt")  # set per member, not in [server]
 _SINGLE_NODE_KEYS = ("data_dir", "in_memory")  # a group has [group] data_dir and is never in memory
 
 
@@ -118,7 +119,7 @@ def single_node_group(config: NodeConfig, data_dir: str | None = None) -> GroupC
     if not NODE_ID_PATTERN.match(config.name):
         raise ConfigError(f"node.name {config.name!r}: use letters, digits, '_', '.', '-' (it names a directory)")
     member = GroupMember(id=config.name, client=f"{config.host}:{config.port}", raft=SOLO_RAFT_ADDRESS,
-                         admin=config.admin)
+                         admin=config.admin, mqtt=config.mqtt)
     return GroupConfig(name=config.name, data_dir=data_dir or config.data_dir, members=(member,), server=config)
 
 
@@ -134,7 +135,7 @@ def load_config(path: str | Path) -> NodeConfig | GroupConfig:
 
 def load_group_config(path: str | Path, *, require_password: bool = True) -> GroupConfig:
     """Read a group file. Tables: [group] (required: name, data_dir), [raft], [journal],
-    [server], [limits], [core], one [[node]] per member (id, client, raft, admin), and the
+    [server], [limits], [core], one [[node]] per member (id, client, raft, admin, mqtt), and the
     security ones every member shares ([security], [[user]], [[acl]], [tls]).
     `require_password=False`: a password_env that is not set is no error (what a member of
     another group reads of this one: its addresses), `GroupConfig.require_password` raises later."""
@@ -174,7 +175,7 @@ def load_group_config(path: str | Path, *, require_password: bool = True) -> Gro
     server_table = raw.get("server", {})
     for key in (*_MEMBER_SERVER_KEYS, *_SINGLE_NODE_KEYS, "limits", "core", "security"):
         if key in server_table:
-            where = ("each [[node]] (id, client, admin)" if key in _MEMBER_SERVER_KEYS
+            where = ("each [[node]] (id, client, admin, mqtt)" if key in _MEMBER_SERVER_KEYS
                      else "[group] data_dir (a group is always durable)" if key in _SINGLE_NODE_KEYS
                      else f"a [{key}] table")
             raise ConfigError(f"{path}: server.{key}: set by {where}, not in [server]")
@@ -233,7 +234,7 @@ def _member(table: dict[str, Any], path: Path, prefix: str) -> GroupMember:
     if not NODE_ID_PATTERN.match(member.id):
         raise ConfigError(f"{path}: {prefix}.id {member.id!r}: use letters, digits, '_', '.', '-' "
                           "(it names a directory)")
-    for key in ("client", "raft", "admin"):
+    for key in ("client", "raft", "admin", "mqtt"):
         value = getattr(member, key)
         if value is not None:
             try:
@@ -250,7 +251,7 @@ def _check_members(members: tuple[GroupMember, ...], path: Path) -> None:
         if member.id in ids:
             raise ConfigError(f"{path}: node[{i}].id {member.id!r} is used by another [[node]]")
         ids.add(member.id)
-        for key in ("client", "raft", "admin"):
+        for key in ("client", "raft", "admin", "mqtt"):
             value = getattr(member, key)
             if value is None:
                 continue

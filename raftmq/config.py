@@ -76,6 +76,8 @@ class NodeConfig:
     websocket_max_handshakes: int = 100
     # "host:port" of a listener for WebSocket clients only, besides the client port; None: none.
     websocket: str | None = None
+    # "host:port" of a listener for MQTT 3.1.1 and 5.0 clients (raftmq.server.mqtt); None: none.
+    mqtt: str | None = None
     # What a group's follower does with a client: "relay" its session to the leader (any
     # node serves any client), or "redirect" it (ERROR not the leader + a `leader` header).
     follower_clients: str = "relay"
@@ -164,11 +166,13 @@ def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
             raise ConfigError(f"{path}: {prefix}.host_names: {name!r} is not a host name: write a name or an "
                               "address as a browser's Host header carries it, without scheme or port "
                               "('broker.example')")
-    if config.websocket is not None:
-        try:
-            split_address(config.websocket)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: {prefix}.websocket: {exc}") from None
+    for key in ("websocket", "mqtt"):
+        address = getattr(config, key)
+        if address is not None:
+            try:
+                split_address(address)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {prefix}.{key}: {exc}") from None
 
 
 def build_dataclass(cls: type, table: dict[str, Any], path: Path, prefix: str, **extra: Any) -> Any:

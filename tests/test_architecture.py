@@ -50,6 +50,7 @@ RANKS = {
     "raftmq.server.replica": 4,
     "raftmq.server.links": 4,
     "raftmq.server.websocket": 4,  # the WebSocket layer under the STOMP session
+    "raftmq.server.mqtt": 4,  # the MQTT edge: its sans-I/O session and its shell
     "raftmq.server.admin": 4,
     "raftmq.app": 5,
     "raftmq.embedded": 6,
@@ -236,7 +237,7 @@ IO_FREE = (
     "raftmq.server.stomp.authorization",
     "raftmq.server.stomp.frames", "raftmq.server.stomp.adoption", "raftmq.server.stomp.mobility",
     "raftmq.server.stomp.relay_events", "raftmq.server.stomp.serving", "raftmq.testing.mobility_sim",
-    "raftmq.server.websocket.session",
+    "raftmq.server.websocket.session", "raftmq.server.mqtt.session",
     "raftmq.replication.command_codec", "raftmq.replication.entry_codec",
 )
 # In a fresh interpreter: import each module named, then print the I/O libraries that got loaded.
@@ -293,10 +294,11 @@ ROOMS_BELOW = {
     "raftmq.server.stomp": {"raftmq.server.seams", "raftmq.server.websocket"},
     "raftmq.server.replica": {"raftmq.server.seams", "raftmq.server.stomp"},
     "raftmq.server.links": {"raftmq.server.seams", "raftmq.server.stomp"},
+    "raftmq.server.mqtt": {"raftmq.server.seams", "raftmq.server.stomp"},
     "raftmq.server": {"raftmq.server.seams", "raftmq.server.websocket", "raftmq.server.stomp", "raftmq.server.replica",
-                      "raftmq.server.links"},
+                      "raftmq.server.links", "raftmq.server.mqtt"},
     "raftmq.server.admin": {"raftmq.server.seams", "raftmq.server.websocket", "raftmq.server.stomp",
-                            "raftmq.server.replica", "raftmq.server.links", "raftmq.server"},
+                            "raftmq.server.replica", "raftmq.server.links", "raftmq.server.mqtt", "raftmq.server"},
 }
 
 

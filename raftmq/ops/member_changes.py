@@ -59,7 +59,7 @@ def members_file_text(members: tuple[GroupMember, ...]) -> str:
     for member in members:
         lines += ["", "[[node]]"] + [f"{key} = {json.dumps(value)}" for key, value in
                                      (("id", member.id), ("client", member.client), ("raft", member.raft),
-                                      ("admin", member.admin))
+                                      ("admin", member.admin), ("mqtt", member.mqtt))
                                      if value is not None]
     return "\n".join(lines) + "\n"
 

@@ -146,6 +146,8 @@ def connect_bytes(level: int = 4, flags: int = 0x02, name: bytes = b"MQTT", rest
 CASES = [
     # (why, bytes, the parser's version, the reason code)
     ("the first packet is not CONNECT", b"\xc0\x00", None, reasons.PROTOCOL_ERROR),
+    ("a stranger's first bytes, before the packet is complete", b"GET / HTTP/1.1\r\n", None, reasons.PROTOCOL_ERROR),
+    ("a CONNECT larger than a CONNECT can need", b"\x10\x81\x80\x04", None, reasons.PACKET_TOO_LARGE),
     ("MQTT 3.1 (MQIsdp, level 3)", connect_bytes(3, name=b"MQIsdp"), None, reasons.UNSUPPORTED_PROTOCOL_VERSION),
     ("protocol level 6", connect_bytes(6), None, reasons.UNSUPPORTED_PROTOCOL_VERSION),
     ("CONNECT's reserved flag", connect_bytes(flags=0x03), None, reasons.MALFORMED_PACKET),

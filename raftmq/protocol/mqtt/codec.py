@@ -36,6 +36,9 @@ from raftmq.protocol.mqtt.reasons import (
 )
 
 MAX_PACKET = 1 + 4 + MAX_VARINT  # the largest packet MQTT can express
+# Before a CONNECT has been read (a broker's parser) a packet may be at most this large: a CONNECT
+# is a client id, a will and credentials, and a stranger must not make the node hold more.
+CONNECT_MAX = 65_536
 _FLAGS_TWO = {p.PUBREL, p.SUBSCRIBE, p.UNSUBSCRIBE}  # their fixed header's flags are 0b0010
 
 
@@ -64,14 +67,16 @@ class MqttParser:
         offset = 0
         try:
             while len(buffer) - offset >= 2:
+                if self.version is None and buffer[offset] != p.CONNECT << 4:  # known from its first byte
+                    raise protocol_error("the first packet of a connection must be CONNECT")
                 got = read_varint(buffer, offset + 1)
                 if got is None:
                     break
                 length, used = got
                 total = 1 + used + length
-                if total > self.max_packet_size:
-                    raise MqttError(PACKET_TOO_LARGE, "packet too large",
-                                    f"a packet of {total} bytes (limit {self.max_packet_size})")
+                limit = self.max_packet_size if self.version is not None else min(self.max_packet_size, CONNECT_MAX)
+                if total > limit:
+                    raise MqttError(PACKET_TOO_LARGE, "packet too large", f"a packet of {total} bytes (limit {limit})")
                 if len(buffer) - offset < total:
                     break
                 first = buffer[offset]

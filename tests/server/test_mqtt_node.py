@@ -1,0 +1,184 @@
+"""MQTT on a node (raftmq.server.mqtt), with paho-mqtt (pinned) as the client: QoS 0 and 1 both
+ways under 3.1.1 and 5.0, MQTT 5's properties as headers, one address space with STOMP both
+ways, and bad input answered with MQTT's reason and a closed connection, the node serving on."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
+from paho.mqtt.packettypes import PacketTypes  # noqa: E402
+from paho.mqtt.properties import Properties  # noqa: E402
+
+from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
+from raftmq.config import NodeConfig  # noqa: E402
+from raftmq.embedded import EmbeddedBroker  # noqa: E402
+from raftmq.processes import free_ports  # noqa: E402
+from raftmq.protocol.mqtt import packets as p  # noqa: E402
+from raftmq.protocol.mqtt import reasons  # noqa: E402
+from raftmq.protocol.mqtt.codec import MqttParser, encode  # noqa: E402
+
+pytestmark = pytest.mark.integration
+WAIT = 10.0
+
+
+@pytest.fixture
+def broker() -> Iterator[tuple[EmbeddedBroker, int]]:
+    port = free_ports(1)[0]
+    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{port}")) as running:
+        yield running, port
+
+
+class Paho:
+    """A paho client on its own network thread, what it receives in a queue."""
+
+    def __init__(self, port: int, version: int, client_id: str) -> None:
+        self.version = version
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.published: queue.Queue[Any] = queue.Queue()
+        self.ready = threading.Event()
+        self.subscribed: queue.Queue[Any] = queue.Queue()
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                  protocol=paho.MQTTv5 if version == 5 else paho.MQTTv311)
+        self.client.on_connect = lambda *args: self.ready.set()
+        self.client.on_message = lambda _c, _u, message: self.messages.put(message)
+        self.client.on_publish = lambda _c, _u, mid, code, _props: self.published.put((mid, code))
+        self.client.on_subscribe = lambda _c, _u, mid, codes, _props: self.subscribed.put(codes)
+        self.client.connect("127.0.0.1", port, keepalive=30)
+        self.client.loop_start()
+        assert self.ready.wait(WAIT), "no CONNACK"
+
+    def subscribe(self, topic_filter: str, qos: int) -> list[int]:
+        self.client.subscribe(topic_filter, qos)
+        return [int(code.value) for code in self.subscribed.get(timeout=WAIT)]
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_qos_0_and_1_both_ways_with_properties(broker: tuple[EmbeddedBroker, int], version: int) -> None:
+    _, port = broker
+    subscriber, publisher = Paho(port, version, "sub"), Paho(port, version, "pub")
+    try:
+        assert subscriber.subscribe("sensors/+/temp", 1) == [1]
+        assert subscriber.subscribe("sensors/#", 2) == [1]  # QoS 2 is granted 1
+        properties = None
+        if version == 5:
+            properties = Properties(PacketTypes.PUBLISH)
+            properties.UserProperty = [("unit", "C")]
+            properties.ContentType = "text/plain"
+        info = publisher.client.publish("sensors/room1/temp", b"21.5", qos=1, properties=properties)
+        mid, code = publisher.published.get(timeout=WAIT)  # the PUBACK: on a majority's disk
+        assert mid == info.mid and int(getattr(code, "value", code) or 0) == 0
+        publisher.client.publish("sensors/room2/temp", b"19", qos=0)
+        got = sorted((subscriber.messages.get(timeout=WAIT) for _ in range(4)), key=lambda m: (m.topic, m.qos))
+        assert [(m.topic, m.payload, m.qos) for m in got] == [
+            ("sensors/room1/temp", b"21.5", 1), ("sensors/room1/temp", b"21.5", 1),  # each matching filter
+            ("sensors/room2/temp", b"19", 0), ("sensors/room2/temp", b"19", 0)]
+        if version == 5:
+            assert got[0].properties.UserProperty == [("unit", "C")]
+            assert got[0].properties.ContentType == "text/plain"
+        assert subscriber.messages.empty()
+    finally:
+        subscriber.close()
+        publisher.close()
+
+
+def test_one_address_space_with_stomp(broker: tuple[EmbeddedBroker, int]) -> None:
+    running, port = broker
+    mqtt = Paho(port, 5, "bridge-both-ways")
+    stomp = running.client()
+    try:
+        watching = stomp.subscribe("/topic/sensors.>", ack="client-individual")
+        assert mqtt.subscribe("alerts/#", 1) == [1]
+        properties = Properties(PacketTypes.PUBLISH)
+        properties.UserProperty = [("site", "north")]
+        mqtt.client.publish("sensors/room1/temp", b"22", qos=1, properties=properties)
+        message = watching.receive(WAIT)
+        assert message is not None and message.body == b"22"
+        assert message.get("destination") == "/topic/sensors.room1.temp"
+        assert message.get("site") == "north"
+        watching.ack(message)
+        stomp.send("/topic/alerts.fire", b"evacuate", {"persistent": "true", "level": "high"})
+        got = mqtt.messages.get(timeout=WAIT)
+        assert (got.topic, got.payload, got.qos) == ("alerts/fire", b"evacuate", 1)
+        assert ("level", "high") in got.properties.UserProperty
+    finally:
+        mqtt.close()
+        stomp.close()
+
+
+def raw(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_bad_input_gets_mqtts_answer_and_the_node_serves_on(broker: tuple[EmbeddedBroker, int]) -> None:
+    _, port = broker
+    with raw(port) as stranger:  # not MQTT at all: closed, nothing written
+        stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_until_closed(stranger) == b""
+    with raw(port) as old:  # MQTT 3.1: CONNACK "unacceptable protocol version"
+        body = b"\x00\x06MQIsdp\x03\x02\x00\x3c\x00\x01c"
+        old.sendall(bytes((0x10, len(body))) + body)
+        assert MqttParser(4).feed(read_until_closed(old)) == [p.Connack(reasons.UNACCEPTABLE_PROTOCOL_VERSION_311)]
+    with raw(port) as broken:  # MQTT 5, then a PUBLISH whose topic runs past its end: DISCONNECT 0x81
+        broken.sendall(encode(p.Connect("broken", 5)))
+        broken.sendall(b"\x30\x02\x00\x05")
+        answers = MqttParser(5).feed(read_until_closed(broken))
+        assert type(answers[0]) is p.Connack and answers[0].reason_code == 0
+        assert type(answers[-1]) is p.Disconnect and answers[-1].reason_code == reasons.MALFORMED_PACKET
+    with raw(port) as qos2:  # QoS 2 is not served yet, and MQTT 5 was told (maximum_qos 1)
+        qos2.sendall(encode(p.Connect("qos2", 5)))
+        qos2.sendall(encode(p.Publish("a", b"x", 2, packet_id=1), 5))
+        answers = MqttParser(5).feed(read_until_closed(qos2))
+        assert answers[0].properties["maximum_qos"] == 1  # type: ignore[union-attr]
+        assert type(answers[-1]) is p.Disconnect and answers[-1].reason_code == reasons.QOS_NOT_SUPPORTED
+    after = Paho(port, 4, "after")  # the node serves on
+    try:
+        assert after.subscribe("x", 0) == [0]
+    finally:
+        after.close()
+
+
+def test_a_groups_members_each_listen_for_mqtt_the_leader_serves_and_a_follower_refuses(tmp_path: Path) -> None:
+    ports = free_ports(9)
+    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
+                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
+                    for i in range(3))
+    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    with EmbeddedBroker(config=group) as running:
+        leader = running.wait_for_leader()
+        mqtt_port = {m.id: int(m.mqtt.rsplit(":", 1)[1]) for m in members if m.mqtt}
+        follower = next(node for node in mqtt_port if node != leader)
+        with raw(mqtt_port[follower]) as refused:
+            refused.sendall(encode(p.Connect("lost", 5)))
+            [connack] = MqttParser(5).feed(read_until_closed(refused))
+            assert isinstance(connack, p.Connack) and connack.reason_code == reasons.SERVER_UNAVAILABLE
+            assert "leader" in connack.properties["reason_string"]
+        subscriber, publisher = Paho(mqtt_port[leader], 5, "s"), Paho(mqtt_port[leader], 4, "p")
+        try:
+            assert subscriber.subscribe("g/#", 1) == [1]
+            publisher.client.publish("g/x", b"replicated", qos=1)
+            assert publisher.published.get(timeout=WAIT)  # PUBACK: on two of the three members' disks
+            got = subscriber.messages.get(timeout=WAIT)
+            assert (got.topic, got.payload, got.qos) == ("g/x", b"replicated", 1)
+        finally:
+            subscriber.close()
+            publisher.close()

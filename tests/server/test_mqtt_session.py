@@ -1,0 +1,141 @@
+"""An MQTT client's session, sans-I/O (raftmq.server.mqtt.session): packets in, core commands and
+packets out, read with the codec (raftmq.protocol.mqtt.codec)."""
+
+from __future__ import annotations
+
+from raftmq.core.commands import ACK_AUTO, ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect, Noop, Send, Subscribe
+from raftmq.core.effects import Deliver
+from raftmq.core.message import Message
+from raftmq.protocol.header_block import pairs_of
+from raftmq.protocol.mqtt import packets as p
+from raftmq.protocol.mqtt import reasons
+from raftmq.protocol.mqtt.codec import MqttParser, encode
+from raftmq.security import Principal
+from raftmq.server.mqtt.session import CheckLogin, Close, MqttSession, Propose, Write
+
+NOW = 1_000
+ANYONE = Principal("anyone", frozenset())
+
+
+def written(decisions: list[object], version: int = 5) -> list[p.Packet]:
+    parser = MqttParser(version)
+    return [packet for d in decisions if isinstance(d, Write) for packet in parser.feed(d.data)]
+
+
+def proposed(decisions: list[object]) -> list[object]:
+    return [command for d in decisions if isinstance(d, Propose) for command in d.commands]
+
+
+def connected(version: int = 5, **connect: object) -> MqttSession:
+    session = MqttSession("s1", clock=lambda: 1_700_000_000.0)
+    [check] = session.receive(encode(p.Connect("dev", version, **connect)), NOW)  # type: ignore[arg-type]
+    assert isinstance(check, CheckLogin)
+    assert proposed(session.login_checked(ANYONE, NOW)) == [Connect("s1", NOW, None, "dev")]
+    [connack] = written(session.connect_committed(NOW), version)
+    assert isinstance(connack, p.Connack) and connack.reason_code == 0
+    return session
+
+
+def test_the_connack_tells_an_mqtt_5_client_what_is_not_served_yet() -> None:
+    session = MqttSession("s1")
+    session.receive(encode(p.Connect("", 5, properties={"session_expiry_interval": 600})), NOW)
+    session.login_checked(ANYONE, NOW)
+    [connack] = written(session.connect_committed(NOW))
+    assert isinstance(connack, p.Connack)
+    assert connack.properties == {"maximum_qos": 1, "retain_available": 0, "shared_subscription_available": 0,
+                                  "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0}
+
+
+def test_what_comes_behind_the_connect_waits_for_its_commit_and_an_error_there_follows_the_connack() -> None:
+    session = MqttSession("s1")
+    wire = encode(p.Connect("dev", 5)) + encode(p.Publish("a/b", b"x", 1, packet_id=3), 5) + b"\x30\x02\x00\x05"
+    assert [type(d) for d in session.receive(wire, NOW)] == [CheckLogin]
+    session.login_checked(ANYONE, NOW)
+    decisions = session.connect_committed(NOW)
+    packets = written(decisions)
+    assert [type(x) for x in packets] == [p.Connack, p.Disconnect]
+    assert packets[1].reason_code == reasons.MALFORMED_PACKET  # type: ignore[union-attr]
+    sends = [c for c in proposed(decisions) if isinstance(c, Send)]
+    assert [(s.destination, s.receipt) for s in sends] == [("/topic/a.b", "p3")]  # the good one before it
+    assert isinstance(proposed(decisions)[-1], Disconnect) and isinstance(decisions[-1], Close)
+
+
+def test_a_qos_1_publish_is_a_receipted_send_whose_receipt_is_the_puback() -> None:
+    session = connected()
+    publish = p.Publish("sensors/t", b"21", 1, packet_id=7,
+                        properties={"user_property": [("unit", "C")], "content_type": "text/plain",
+                                    "response_topic": "replies/dev", "message_expiry_interval": 60})
+    [send] = proposed(session.receive(encode(publish, 5), NOW))
+    assert isinstance(send, Send) and send.destination == "/topic/sensors.t" and send.receipt == "p7"
+    assert dict(pairs_of(send.headers)) == {"mqtt-qos": "1", "persistent": "true", "content-type": "text/plain",
+                                            "reply-to": "/topic/replies.dev", "expires": "1700000060000",
+                                            "unit": "C"}
+    assert MqttParser(5).feed(session.receipt("p7") or b"") == [p.PubAck(7)]
+    [send0] = proposed(session.receive(encode(p.Publish("a", b"0"), 5), NOW))
+    assert isinstance(send0, Send) and send0.receipt is None
+
+
+def test_subscriptions_their_suback_and_a_refused_filter() -> None:
+    for version, refused in ((5, reasons.TOPIC_FILTER_INVALID), (4, reasons.SUBACK_FAILURE_311)):
+        session = connected(version)
+        subscribe = p.Subscribe(4, [p.Subscription("a/#", 2), p.Subscription("a/#/b", 1), p.Subscription("c", 0)])
+        commands = proposed(session.receive(encode(subscribe, version), NOW))
+        assert [(c.destination, c.ack, c.receipt) for c in commands if isinstance(c, Subscribe)] == [
+            ("/topic/a", ACK_CLIENT_INDIVIDUAL, None), ("/topic/a.>", ACK_CLIENT_INDIVIDUAL, None),
+            ("/topic/c", ACK_AUTO, "s4")]
+        assert MqttParser(version).feed(session.receipt("s4") or b"") == [p.SubAck(4, [1, refused, 0])]
+
+
+def test_a_qos_1_delivery_goes_out_with_a_packet_id_and_its_puback_acks_it() -> None:
+    session = connected()
+    [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("a/+", 1)]), 5), NOW))
+    assert isinstance(subscribe, Subscribe)
+    message = Message("m-1", "/topic/a.b", "mqtt-qos:1\nk:v\n", b"body", persistent=True)
+    packet, commands = session.deliver(Deliver("s1", subscribe.sub_id, "/topic/a.b", message, "ack-1", False, 1),
+                                       b"body", NOW)
+    [publish] = MqttParser(5).feed(packet or b"")
+    assert isinstance(publish, p.Publish) and commands == []
+    assert (publish.topic, publish.payload, publish.qos, publish.properties) == (
+        "a/b", b"body", 1, {"user_property": [("k", "v")]})
+    assert proposed(session.receive(encode(p.PubAck(publish.packet_id or 0), 5), NOW)) == [
+        Ack("s1", NOW, ack_id="ack-1")]
+    assert proposed(session.receive(encode(p.PubAck(publish.packet_id or 0), 5), NOW)) == []  # twice: once
+
+
+def test_a_filter_starting_with_a_wildcard_never_gets_a_dollar_topic() -> None:
+    session = connected()
+    [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("#", 1)]), 5), NOW))
+    assert isinstance(subscribe, Subscribe) and subscribe.destination == "/topic/>"
+    message = Message("m-1", "/topic/$SYS.uptime", "", b"1")
+    packet, commands = session.deliver(Deliver("s1", subscribe.sub_id, "/topic/$SYS.uptime", message, "ack-9",
+                                               False, 1), b"1", NOW)
+    assert packet is None and commands == [Ack("s1", NOW, ack_id="ack-9")]  # consumed, never shown
+
+
+def test_unsubscribe_answers_once_what_came_before_committed() -> None:
+    session = connected()
+    session.receive(encode(p.Subscribe(1, [p.Subscription("a", 0)]), 5), NOW)
+    commands = proposed(session.receive(encode(p.Unsubscribe(2, ["a", "zzz"]), 5), NOW))
+    assert [type(c).__name__ for c in commands] == ["Unsubscribe", "Noop"]
+    assert isinstance(commands[-1], Noop) and commands[-1].receipt == "u2"
+    assert MqttParser(5).feed(session.receipt("u2") or b"") == [
+        p.UnsubAck(2, [reasons.SUCCESS, reasons.NO_SUBSCRIPTION_EXISTED])]
+
+
+def test_refused_connects() -> None:
+    persistent = MqttSession("s1")
+    decisions = persistent.receive(encode(p.Connect("dev", 4, clean_start=False)), NOW)
+    assert written(decisions, 4) == [p.Connack(reasons.SERVER_UNAVAILABLE_311)] and isinstance(decisions[-1], Close)
+    for version, code in ((5, reasons.BAD_USER_NAME_OR_PASSWORD), (4, reasons.BAD_USER_NAME_OR_PASSWORD_311)):
+        session = MqttSession("s1")
+        session.receive(encode(p.Connect("dev", version, username="u", password=b"wrong")), NOW)
+        decisions = session.login_checked(None, NOW)
+        [connack] = written(decisions, version)
+        assert isinstance(connack, p.Connack) and connack.reason_code == code and proposed(decisions) == []
+
+
+def test_a_client_that_disconnects_ends_its_session() -> None:
+    session = connected(4)
+    decisions = session.receive(encode(p.PingReq()) + encode(p.Disconnect()), NOW)
+    assert written(decisions, 4) == [p.PingResp()]
+    assert proposed(decisions) == [Disconnect("s1", NOW)] and session.disconnect_proposed
