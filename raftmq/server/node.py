@@ -407,15 +407,21 @@ class Node:
 
     async def _listen_mqtt(self, host: str, port: int) -> asyncio.base_events.Server:
         tls = self._security.config.tls
+        return await self.loop.create_server(self._new_mqtt_connection, self._config.bind_host or host, port,
+                                             reuse_address=True, backlog=1024,
+                                             ssl=None if tls is None else server_ssl_context(tls))
 
-        def new_connection() -> MqttConnection:
-            session_id = self.new_session_id("m")
-            connection = MqttConnection(self, session_id)
-            self.sessions[session_id] = connection
-            return connection
+    def _new_mqtt_connection(self) -> MqttConnection:
+        session_id = self.new_session_id("m")
+        connection = MqttConnection(self, session_id)
+        self.sessions[session_id] = connection
+        return connection
 
-        return await self.loop.create_server(new_connection, self._config.bind_host or host, port, reuse_address=True,
-                                             backlog=1024, ssl=None if tls is None else server_ssl_context(tls))
+    def serve_mqtt(self, transport: asyncio.Transport, replacing: ClientConnection) -> None:
+        self.sessions.pop(replacing.session_id, None)
+        connection = self._new_mqtt_connection()
+        transport.set_protocol(connection)
+        connection.connection_made(transport)
 
     def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int,
                     eof: bool = False) -> None:

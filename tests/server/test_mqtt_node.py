@@ -182,3 +182,37 @@ def test_a_groups_members_each_listen_for_mqtt_the_leader_serves_and_a_follower_
         finally:
             subscriber.close()
             publisher.close()
+
+
+def test_mqtt_over_websocket_on_the_client_port_beside_stomp(broker: tuple[EmbeddedBroker, int]) -> None:
+    """The URL a stompjs page uses also takes MQTT: the WebSocket subprotocol `mqtt` chooses it."""
+    running, _ = broker
+    host, port = running.addresses[0]
+    received: queue.Queue[Any] = queue.Queue()
+    ready = threading.Event()
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="ws-1", protocol=paho.MQTTv5,
+                         transport="websockets")
+    client.ws_set_options(path="/mqtt")
+    client.on_connect = lambda *args: ready.set()
+    client.on_message = lambda _c, _u, message: received.put(message)
+    subscribed: queue.Queue[Any] = queue.Queue()
+    client.on_subscribe = lambda _c, _u, mid, codes, _props: subscribed.put(codes)
+    client.connect(host, port, keepalive=30)
+    client.loop_start()
+    stomp = running.client()
+    try:
+        assert ready.wait(WAIT), "no CONNACK over the WebSocket"
+        client.subscribe("ws/#", 1)
+        assert [int(c.value) for c in subscribed.get(timeout=WAIT)] == [1]
+        stomp.send("/topic/ws.news", b"\x00\xffbinary", {"persistent": "true"})
+        got = received.get(timeout=WAIT)
+        assert (got.topic, got.payload, got.qos) == ("ws/news", b"\x00\xffbinary", 1)
+        watching = stomp.subscribe("/topic/ws.back")
+        published = client.publish("ws/back", b"from the browser side", qos=1)
+        published.wait_for_publish(WAIT)
+        message = watching.receive(WAIT)
+        assert message is not None and message.body == b"from the browser side"
+    finally:
+        client.disconnect()
+        client.loop_stop()
+        stomp.close()

@@ -57,7 +57,7 @@ def test_origins(origin: str | None, allowed: tuple[str, ...], expected: bool) -
 
 def test_the_first_stomp_subprotocol_offered_is_chosen_and_stomp_flows_both_ways() -> None:
     session = WebSocketSession(("loopback",))
-    client, actions, answer = upgrade(session, ["mqtt", "v11.stomp", "v12.stomp"])
+    client, actions, answer = upgrade(session, ["amqp", "v11.stomp", "v12.stomp", "mqtt"])
     accepted = [e for e in answer if isinstance(e, AcceptConnection)]
     assert accepted and accepted[0].subprotocol == "v11.stomp"
     assert [a for a in actions if isinstance(a, Opened)] == [Opened("/ws", "v11.stomp", None)]
@@ -68,6 +68,19 @@ def test_the_first_stomp_subprotocol_offered_is_chosen_and_stomp_flows_both_ways
     assert text.data == "CONNECTED\n\n\0"  # text for a client that sends text, while it is UTF-8
     [binary] = [e for e in events(client, [Reply(session.send(b"MESSAGE\n\n\xff\0"))]) if isinstance(e, BytesMessage)]
     assert binary.data == b"MESSAGE\n\n\xff\0"
+
+
+def test_mqtt_is_chosen_when_offered_alone_and_travels_in_binary_messages_only() -> None:
+    session = WebSocketSession(("loopback",))
+    client, actions, answer = upgrade(session, ["mqtt"])
+    assert [e.subprotocol for e in answer if isinstance(e, AcceptConnection)] == ["mqtt"]
+    assert [a for a in actions if isinstance(a, Opened)] == [Opened("/ws", "mqtt", None)]
+    connack = b"\x20\x02\x00\x00"  # valid UTF-8, and still binary
+    assert [type(e) for e in events(client, [Reply(session.send(connack))])] == [BytesMessage]
+    got = session.receive(client.send(BytesMessage(b"\xc0\x00")))
+    assert [a.data for a in got if isinstance(a, Stomp)] == [b"\xc0\x00"]
+    refused = session.receive(client.send(TextMessage("text")))
+    assert any(isinstance(a, Closed) and a.code == 1003 for a in refused) and session.closed
 
 
 def test_a_client_that_sends_binary_gets_binary() -> None:
@@ -87,8 +100,8 @@ def test_pings_are_answered_and_a_close_is_answered_and_ends() -> None:
     assert session.send(b"late") == b""
 
 
-def test_an_origin_not_allowed_gets_403_and_a_non_stomp_subprotocol_400() -> None:
-    for subprotocols, headers, status in ((None, [(b"Origin", b"https://evil.example")], 403), (["mqtt"], None, 400)):
+def test_an_origin_not_allowed_gets_403_and_a_subprotocol_neither_stomp_nor_mqtt_400() -> None:
+    for subprotocols, headers, status in ((None, [(b"Origin", b"https://evil.example")], 403), (["amqp"], None, 400)):
         session = WebSocketSession(("loopback",))
         _, actions, answer = upgrade(session, subprotocols, headers)
         assert [e.status_code for e in answer if isinstance(e, RejectConnection)] == [status]

@@ -237,6 +237,10 @@ class ConnectionHost(SessionHost, Protocol):
 
     def rename_session(self, old: str, new: str) -> None: ...
 
+    def serve_mqtt(self, transport: asyncio.Transport, replacing: ClientConnection) -> None:
+        """An upgraded WebSocket chose the subprotocol `mqtt`: an MQTT connection takes over
+        `transport` from `replacing`, whose session had not begun."""
+
     def new_session_id(self, kind: str = "") -> str: ...
 
     @property

@@ -51,7 +51,7 @@ from raftmq.server.stomp.serving import (
     ServingMachine,
 )
 from raftmq.server.stomp.session import SessionState, StompSession
-from raftmq.server.websocket.session import Opened, http_error
+from raftmq.server.websocket.session import MQTT_SUBPROTOCOL, Opened, http_error
 from raftmq.server.websocket.transport import WebSocketTransport, upgrade
 
 log = structlog.get_logger("raftmq.server.connection")
@@ -210,6 +210,11 @@ class Connection(asyncio.Protocol):
         def opened(handshake: Opened) -> None:
             log.info("client.websocket", session=self.session_id, peer=self.peer, path=handshake.path,
                      subprotocol=handshake.subprotocol, origin=handshake.origin)
+            if handshake.subprotocol == MQTT_SUBPROTOCOL and self._websocket is not None:
+                self.stomp.refused_before_stomp()  # this session never begins: MQTT's does
+                if self._connect_timer is not None:
+                    self._connect_timer.cancel()
+                host.serve_mqtt(self._websocket, self)
 
         host = self.host
         self._websocket = upgrade(self._transport, host.config.websocket_origins, host.websocket_handshakes, self,

@@ -20,6 +20,9 @@
   when they were written together), text when it is valid UTF-8 and the client last sent
   text, else binary (a binary body cannot go in a text message).
 
+With the subprotocol `mqtt` the connection carries MQTT instead (raftmq.server.mqtt): every
+message is binary both ways, and a text message from the client closes it (1003).
+
 Handshake limits: the request line and headers may take `MAX_HANDSHAKE_BYTES`; past it, or on
 anything that is not a WebSocket upgrade, the answer is an HTTP error and the connection closes.
 The node bounds the handshakes in progress and the time to CONNECT.
@@ -46,7 +49,8 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from raftmq.protocol.negotiation import WEBSOCKET_SUBPROTOCOLS
 from raftmq.web_guard import HostNames, origin_allowed
 
-SUBPROTOCOLS = WEBSOCKET_SUBPROTOCOLS  # offered, the first of these the client offers is chosen
+MQTT_SUBPROTOCOL = "mqtt"  # MQTT over WebSocket (raftmq.server.mqtt): binary messages only
+SUBPROTOCOLS = (*WEBSOCKET_SUBPROTOCOLS, MQTT_SUBPROTOCOL)  # the first of these the client offers is chosen
 MAX_HANDSHAKE_BYTES = 16 * 1024  # the upgrade request, line and headers
 # Close codes (RFC 6455 section 7.4.1).
 NORMAL = 1000
@@ -128,6 +132,7 @@ class WebSocketSession:
         self.opened = False
         self.closed = False
         self._binary = False  # the client's last message was binary
+        self.mqtt = False  # the chosen subprotocol is MQTT: every message binary, both ways
         self._request = b""  # the upgrade request, until its end is read
 
     def receive(self, data: bytes) -> list[Action]:
@@ -174,6 +179,9 @@ class WebSocketSession:
                 if event.data:
                     actions.append(Stomp(bytes(event.data)))
             elif isinstance(event, TextMessage):
+                if self.mqtt:
+                    actions += self._fail(1003, "MQTT over WebSocket is carried in binary messages")
+                    break
                 self._binary = False
                 if event.data:
                     actions.append(Stomp(event.data.encode("utf-8")))
@@ -206,9 +214,11 @@ class WebSocketSession:
         offered = list(request.subprotocols)
         chosen = next((p for p in offered if p in SUBPROTOCOLS), None)
         if offered and chosen is None:
-            return self._reject(400, f"none of the subprotocols {', '.join(offered)} is STOMP "
+            return self._reject(400, f"none of the subprotocols {', '.join(offered)} is STOMP or MQTT "
                                 f"(offer one of {', '.join(SUBPROTOCOLS)})")
         self.opened = True
+        if chosen == MQTT_SUBPROTOCOL:
+            self.mqtt = self._binary = True
         return [Reply(self._ws.send(AcceptConnection(subprotocol=chosen))), Opened(request.target, chosen, origin)]
 
     def _reject(self, status: int, why: str) -> list[Action]:
@@ -236,7 +246,7 @@ class WebSocketSession:
         """One WebSocket message carrying these STOMP bytes (b"" once closed)."""
         if not self.opened or self.closed:
             return b""
-        if not self._binary:
+        if not self._binary and not self.mqtt:
             try:
                 return self._ws.send(TextMessage(data.decode("utf-8")))
             except UnicodeDecodeError:
