@@ -106,6 +106,7 @@ class MemberProcess:
     client: tuple[str, int]
     raft: tuple[str, int]
     admin: tuple[str, int]
+    mqtt: tuple[str, int] | None = None
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -137,24 +138,27 @@ class NodeGroup:
         root: Path | None = None,
         template: Path = TEMPLATE,
         overrides: dict[str, dict[str, Any]] | None = None,
+        mqtt: bool = False,
     ) -> NodeGroup:
         """Write a group file for `size` members on free ports under `root` (a new temp dir
-        by default, deleted on close); `overrides` patch tables, e.g. {"raft": {...}}."""
+        by default, deleted on close); `overrides` patch tables, e.g. {"raft": {...}}; `mqtt`:
+        each member listens for MQTT too."""
         owns_root = root is None
         root = Path(tempfile.mkdtemp(prefix="raftmq-bench-")) if root is None else root
         root.mkdir(parents=True, exist_ok=True)
         document = tomllib.loads(template.read_text(encoding="utf-8"))
-        ports = free_ports(3 * size)
+        ports = free_ports(4 * size)
         members = [
-            MemberProcess(f"n{i + 1}", ("127.0.0.1", ports[3 * i]), ("127.0.0.1", ports[3 * i + 1]),
-                          ("127.0.0.1", ports[3 * i + 2]))
+            MemberProcess(f"n{i + 1}", ("127.0.0.1", ports[4 * i]), ("127.0.0.1", ports[4 * i + 1]),
+                          ("127.0.0.1", ports[4 * i + 2]), ("127.0.0.1", ports[4 * i + 3]) if mqtt else None)
             for i in range(size)
         ]
         document["group"] = {**document.get("group", {}), "data_dir": str(root / "data")}
         for table, values in (overrides or {}).items():
             document[table] = {**document.get(table, {}), **values}
         document["node"] = [
-            {"id": m.id, "client": _addr(m.client), "raft": _addr(m.raft), "admin": _addr(m.admin)} for m in members
+            {"id": m.id, "client": _addr(m.client), "raft": _addr(m.raft), "admin": _addr(m.admin),
+             **({"mqtt": _addr(m.mqtt)} if m.mqtt else {})} for m in members
         ]
         config_path = root / "group.toml"
         config_path.write_text(toml_dumps(document), encoding="utf-8")

@@ -20,6 +20,7 @@ from raftmq.config import (
     NodeConfig,
     RaftTimings,
     build_dataclass,
+    check_addresses,
     check_follower_clients,
     load_core,
     load_node_config,
@@ -234,13 +235,7 @@ def _member(table: dict[str, Any], path: Path, prefix: str) -> GroupMember:
     if not NODE_ID_PATTERN.match(member.id):
         raise ConfigError(f"{path}: {prefix}.id {member.id!r}: use letters, digits, '_', '.', '-' "
                           "(it names a directory)")
-    for key in ("client", "raft", "admin", "mqtt"):
-        value = getattr(member, key)
-        if value is not None:
-            try:
-                split_address(value)
-            except ValueError as exc:
-                raise ConfigError(f"{path}: {prefix}.{key}: {exc}") from None
+    check_addresses(member, ("client", "raft", "admin", "mqtt"), path, prefix)
     return member
 
 

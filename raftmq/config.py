@@ -166,8 +166,13 @@ def check_follower_clients(config: NodeConfig, path: Path, prefix: str) -> None:
             raise ConfigError(f"{path}: {prefix}.host_names: {name!r} is not a host name: write a name or an "
                               "address as a browser's Host header carries it, without scheme or port "
                               "('broker.example')")
-    for key in ("websocket", "mqtt"):
-        address = getattr(config, key)
+    check_addresses(config, ("websocket", "mqtt"), path, prefix)
+
+
+def check_addresses(table: Any, keys: tuple[str, ...], path: Path, prefix: str) -> None:
+    """Each of `table`'s `keys` that is set is "host:port" (a ConfigError naming file and key)."""
+    for key in keys:
+        address = getattr(table, key)
         if address is not None:
             try:
                 split_address(address)

@@ -45,6 +45,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
                    "configured names; default: [server] bind_host, or each address's own host.")
 @click.option("--admin", "admin", metavar="HOST:PORT",
               help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
+@click.option("--mqtt", "mqtt", metavar="HOST:PORT",
+              help="MQTT 3.1.1 and 5.0 address of a single node (e.g. 127.0.0.1:1883); default: none, or [node] mqtt.")
 @click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Where a single node keeps its journal, in DIR/<name>/; default: [node] data_dir, or ./.raftmq.")
 @click.option("--in-memory", "in_memory", is_flag=True,
@@ -59,8 +61,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     default="info", show_default=True, show_envvar=True, help="Least severe level logged.",
 )
 def node_command(listen: str | None, config_path: str | None, node_id: str | None, topology_path: str | None,
-                 bind_host: str | None, admin: str | None, data_dir: str | None, in_memory: bool, log_file: str | None,
-                 log_level: str) -> None:
+                 bind_host: str | None, admin: str | None, mqtt: str | None, data_dir: str | None, in_memory: bool,
+                 log_file: str | None, log_level: str) -> None:
     """Run one broker node (or one member of a group) in the foreground (Ctrl-C stops it).
 
     A single node is durable: a one-member Raft group with its journal in ./.raftmq/<name>/
@@ -99,11 +101,12 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
     from raftmq.app.group import serve_group
 
     if isinstance(config, GroupConfig):
-        if listen is not None or admin is not None or data_dir is not None or in_memory:
-            raise click.UsageError("--listen, --admin, --data-dir and --in-memory do not apply to a group member: "
-                                   "its [[node]] and [group] name its addresses and data directory")
+        if listen is not None or admin is not None or mqtt is not None or data_dir is not None or in_memory:
+            raise click.UsageError("--listen, --admin, --mqtt, --data-dir and --in-memory do not apply to a group "
+                                   "member: its [[node]] and [group] name its addresses and data directory")
         assert node_id is not None  # a group member is named (checked above)
-        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}")
+        ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}",
+                                  mqtt=config.member(node_id).mqtt)
         from cluster.group_file import load_group_config
 
         assert config_path is not None  # a group comes from a file
@@ -121,6 +124,10 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         admin_address = _parse_listen(admin, "--admin")
         assert admin_address is not None  # given, so parsed (or a UsageError)
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
+    if mqtt is not None:
+        mqtt_address = _parse_listen(mqtt, "--mqtt")
+        assert mqtt_address is not None
+        config = dataclasses.replace(config, mqtt=f"{mqtt_address[0]}:{mqtt_address[1]}")
     source = config_path or "raftmq node --admin"
     if in_memory or config.in_memory:
         if data_dir is not None:
@@ -131,7 +138,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
                 check_exposure(GroupConfig(config.name, config.data_dir, (member,), server=config), config.name, source)
             except ConfigError as exc:
                 raise ConfigRefused(str(exc)) from exc
-        ready = functools.partial(_print_ready, "in memory: nothing survives a restart")
+        ready = functools.partial(_print_ready, "in memory: nothing survives a restart", mqtt=config.mqtt)
         serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
         return
     try:
@@ -142,7 +149,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         check_exposure(group, config.name, source)
     except ConfigError as exc:
         raise ConfigRefused(str(exc)) from exc
-    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}")
+    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}", mqtt=config.mqtt)
     serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
 
 
@@ -197,7 +204,9 @@ def hand_over_command(config_path: str, node_id: str, bind_host: str | None, tim
         raise click.ClickException(f"node {node_id} could not hand its leadership over within the hand-over time")
 
 
-def _print_ready(how: str, host: str, port: int) -> None:
+def _print_ready(how: str, host: str, port: int, mqtt: str | None = None) -> None:
     # What `raftmq up`, scripts and tests wait for on stdout: the prefix up to the address.
     click.echo(f"raftmq node listening on {host}:{port} ({how})")
+    if mqtt is not None:
+        click.echo(f"MQTT 3.1.1 and 5.0 on {mqtt}")
     sys.stdout.flush()

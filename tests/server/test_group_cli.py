@@ -24,7 +24,7 @@ def test_group_config_needs_a_known_member_and_no_listen() -> None:
     unknown = run("--config", group, "--node", "n9")
     assert unknown.returncode != 0 and "configs/group.toml: group g1: no member 'n9'" in unknown.stderr
     listen = run("--config", group, "--node", "n1", "--listen", "127.0.0.1:7000")
-    not_for_members = "--listen, --admin, --data-dir and --in-memory do not apply to a group member"
+    not_for_members = "--listen, --admin, --mqtt, --data-dir and --in-memory do not apply to a group"
     assert listen.returncode != 0 and not_for_members in listen.stderr
     admin = run("--config", group, "--node", "n1", "--admin", "127.0.0.1:7001")
     assert admin.returncode != 0 and not_for_members in admin.stderr

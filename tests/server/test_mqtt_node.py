@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import queue
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +219,32 @@ def test_mqtt_over_websocket_on_the_client_port_beside_stomp(broker: tuple[Embed
         client.disconnect()
         client.loop_stop()
         stomp.close()
+
+
+def test_raftmq_node_with_mqtt_says_where_and_serves_it(tmp_path: Path) -> None:
+    """`raftmq node --mqtt HOST:PORT`, a real process: its startup lines name both listeners."""
+    stomp_port, mqtt_port = free_ports(2)
+    out = tmp_path / "node.stdout"
+    with open(out, "wb") as stdout, open(tmp_path / "node.stderr", "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{stomp_port}",
+                                 "--mqtt", f"127.0.0.1:{mqtt_port}", "--in-memory"], cwd=tmp_path, stdout=stdout,
+                                stderr=stderr)
+    try:
+        deadline = time.monotonic() + 20
+        while "MQTT" not in out.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "node.stderr").read_text()[-2000:]
+            time.sleep(0.05)
+        assert out.read_text().splitlines() == [
+            f"raftmq node listening on 127.0.0.1:{stomp_port} (in memory: nothing survives a restart)",
+            f"MQTT 3.1.1 and 5.0 on 127.0.0.1:{mqtt_port}"]
+        client = Paho(mqtt_port, 4, "cli")
+        try:
+            assert client.subscribe("cli/#", 1) == [1]
+            client.client.publish("cli/hello", b"world", qos=1)
+            got = client.messages.get(timeout=WAIT)
+            assert (got.topic, got.payload) == ("cli/hello", b"world")
+        finally:
+            client.close()
+    finally:
+        proc.kill()
+        proc.wait(10)

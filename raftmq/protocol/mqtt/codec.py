@@ -292,37 +292,26 @@ def encode(packet: p.Packet, version: int = MQTT_311) -> bytes:
         if five:
             write_properties(body, packet.properties)
         return _packet(p.CONNACK, 0, body)
-    if isinstance(packet, p.Subscribe):
+    if isinstance(packet, (p.Subscribe, p.SubAck, p.Unsubscribe, p.UnsubAck)):
         write_u16(body, packet.packet_id)
         if five:
             write_properties(body, packet.properties)
-        for sub in packet.subscriptions:
-            write_string(body, sub.topic_filter)
-            options = sub.qos
-            if five:
-                options |= (0x04 if sub.no_local else 0) | (0x08 if sub.retain_as_published else 0)
-                options |= sub.retain_handling << 4
-            body.append(options)
-        return _packet(p.SUBSCRIBE, 2, body)
-    if isinstance(packet, p.SubAck):
-        write_u16(body, packet.packet_id)
-        if five:
-            write_properties(body, packet.properties)
-        body += bytes(packet.reason_codes)
-        return _packet(p.SUBACK, 0, body)
-    if isinstance(packet, p.Unsubscribe):
-        write_u16(body, packet.packet_id)
-        if five:
-            write_properties(body, packet.properties)
-        for topic_filter in packet.topic_filters:
-            write_string(body, topic_filter)
-        return _packet(p.UNSUBSCRIBE, 2, body)
-    if isinstance(packet, p.UnsubAck):
-        write_u16(body, packet.packet_id)
-        if five:
-            write_properties(body, packet.properties)
+        if isinstance(packet, p.Subscribe):
+            for sub in packet.subscriptions:
+                write_string(body, sub.topic_filter)
+                options = sub.qos
+                if five:
+                    options |= (0x04 if sub.no_local else 0) | (0x08 if sub.retain_as_published else 0)
+                    options |= sub.retain_handling << 4
+                body.append(options)
+            return _packet(p.SUBSCRIBE, 2, body)
+        if isinstance(packet, p.Unsubscribe):
+            for topic_filter in packet.topic_filters:
+                write_string(body, topic_filter)
+            return _packet(p.UNSUBSCRIBE, 2, body)
+        if isinstance(packet, p.SubAck) or five:  # 3.1.1's UNSUBACK carries no reason codes
             body += bytes(packet.reason_codes)
-        return _packet(p.UNSUBACK, 0, body)
+        return _packet(p.SUBACK if isinstance(packet, p.SubAck) else p.UNSUBACK, 0, body)
     if isinstance(packet, p.PingReq):
         return b"\xc0\x00"
     if isinstance(packet, p.PingResp):

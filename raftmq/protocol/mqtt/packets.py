@@ -64,31 +64,28 @@ class Publish:
 
 
 @dataclass(slots=True)
-class PubAck:
+class _Acknowledgement:
+    """PUBACK, PUBREC, PUBREL and PUBCOMP: one shape, four packet types (the classes below)."""
+
     packet_id: int
     reason_code: int = 0
     properties: Properties = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class PubRec:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubAck(_Acknowledgement):
+    __slots__ = ()
 
 
-@dataclass(slots=True)
-class PubRel:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRec(_Acknowledgement):
+    __slots__ = ()
 
 
-@dataclass(slots=True)
-class PubComp:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRel(_Acknowledgement):
+    __slots__ = ()
+
+
+class PubComp(_Acknowledgement):
+    __slots__ = ()
 
 
 @dataclass(slots=True)
