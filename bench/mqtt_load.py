@@ -110,7 +110,7 @@ async def subscriber(index: int, url: str, args: argparse.Namespace, ready: asyn
                      out: dict[str, Any]) -> None:
     peer = await Peer.open(url, f"sub-{os.getpid()}-{index}", args.mqtt_version)
     peer.send(p.Subscribe(1, [p.Subscription(f"{args.prefix}/{index}", args.qos)]))
-    seen: set[int] = set()
+    seen: set[int] = out.setdefault("received_by_subscriber", {}).setdefault(index, set())
     latencies: list[float] = []
     duplicated = 0
     subscribed = False
@@ -137,7 +137,6 @@ async def subscriber(index: int, url: str, args: argparse.Namespace, ready: asyn
         reading = asyncio.ensure_future(peer.read())
     reading.cancel()
     peer.writer.close()
-    out.setdefault("received_by_subscriber", {})[index] = sorted(seen)
     out["duplicated"] = out.get("duplicated", 0) + duplicated
     out.setdefault("latencies", []).extend(latencies)
 
@@ -153,7 +152,18 @@ async def run_slice(indexes: list[int], args: argparse.Namespace) -> dict[str, A
     started = time.monotonic()
     await asyncio.gather(*(publisher(i, args.url[i % len(args.url)], args, stop_at, out) for i in indexes))
     out["publish_seconds"] = time.monotonic() - started
-    await asyncio.sleep(min(DRAIN_SECONDS, 1.0))  # the last deliveries
+    # The deliveries still on their way: until each subscriber has what its publisher had
+    # acknowledged, or DRAIN_SECONDS pass with nothing new arriving.
+    received = out.setdefault("received_by_subscriber", {})
+    last, quiet_since = -1, time.monotonic()
+    while time.monotonic() - quiet_since < DRAIN_SECONDS:
+        missing = sum(len(set(out["acked_by_publisher"][i]) - received.get(i, set())) for i in indexes)
+        if not missing:
+            break
+        count = sum(len(seen) for seen in received.values())
+        if count != last:
+            last, quiet_since = count, time.monotonic()
+        await asyncio.sleep(0.05)
     done.set()
     await asyncio.gather(*subscribers)
     return out

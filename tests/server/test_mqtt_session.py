@@ -3,9 +3,10 @@ packets out, read with the codec (raftmq.protocol.mqtt.codec)."""
 
 from __future__ import annotations
 
-from raftmq.core.commands import ACK_AUTO, ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect, Noop, Send, Subscribe
+from raftmq.core.commands import ACK_AUTO, Connect, Disconnect, Noop, Send, Subscribe
 from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
+from raftmq.errors import MqttError
 from raftmq.protocol.header_block import pairs_of
 from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons
@@ -81,35 +82,53 @@ def test_subscriptions_their_suback_and_a_refused_filter() -> None:
         subscribe = p.Subscribe(4, [p.Subscription("a/#", 2), p.Subscription("a/#/b", 1), p.Subscription("c", 0)])
         commands = proposed(session.receive(encode(subscribe, version), NOW))
         assert [(c.destination, c.ack, c.receipt) for c in commands if isinstance(c, Subscribe)] == [
-            ("/topic/a", ACK_CLIENT_INDIVIDUAL, None), ("/topic/a.>", ACK_CLIENT_INDIVIDUAL, None),
-            ("/topic/c", ACK_AUTO, "s4")]
+            ("/topic/a", ACK_AUTO, None), ("/topic/a.>", ACK_AUTO, None), ("/topic/c", ACK_AUTO, "s4")]
         assert MqttParser(version).feed(session.receipt("s4") or b"") == [p.SubAck(4, [1, refused, 0])]
 
 
-def test_a_qos_1_delivery_goes_out_with_a_packet_id_and_its_puback_acks_it() -> None:
-    session = connected()
+def delivery(sub_id: str, destination: str, headers: str = "mqtt-qos:1\n", body: bytes = b"body") -> Deliver:
+    return Deliver("s1", sub_id, destination, Message("m-1", destination, headers, body, persistent=True), None,
+                   False, 1)
+
+
+def test_a_clean_sessions_qos_1_deliveries_leave_the_core_at_once_and_the_session_keeps_the_window() -> None:
+    session = connected(5, properties={"receive_maximum": 2})
     [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("a/+", 1)]), 5), NOW))
+    assert isinstance(subscribe, Subscribe) and subscribe.ack == ACK_AUTO  # no ack goes through the log
+    sent = [session.deliver(delivery(subscribe.sub_id, "/topic/a.b", f"mqtt-qos:1\nk:{i}\n"), b"%d" % i)
+            for i in range(3)]
+    assert sent[2] is None  # the client's receive maximum is 2: the third waits
+    first, second = (MqttParser(5).feed(packet or b"")[0] for packet in sent[:2])
+    assert isinstance(first, p.Publish) and isinstance(second, p.Publish)
+    assert (first.topic, first.payload, first.qos) == ("a/b", b"0", 1)
+    assert first.properties == {"user_property": [("k", "0")]}
+    decisions = session.receive(encode(p.PubAck(first.packet_id or 0), 5), NOW)
+    assert proposed(decisions) == []
+    [third] = written(decisions)
+    assert isinstance(third, p.Publish) and third.payload == b"2" and third.packet_id not in (second.packet_id, None)
+    assert written(session.receive(encode(p.PubAck(first.packet_id or 0), 5), NOW)) == []  # twice: nothing more
+
+
+def test_a_subscriber_that_never_acknowledges_ends_as_a_slow_consumer() -> None:
+    session = connected(5, properties={"receive_maximum": 1})
+    [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("a", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe)
-    message = Message("m-1", "/topic/a.b", "mqtt-qos:1\nk:v\n", b"body", persistent=True)
-    packet, commands = session.deliver(Deliver("s1", subscribe.sub_id, "/topic/a.b", message, "ack-1", False, 1),
-                                       b"body", NOW)
-    [publish] = MqttParser(5).feed(packet or b"")
-    assert isinstance(publish, p.Publish) and commands == []
-    assert (publish.topic, publish.payload, publish.qos, publish.properties) == (
-        "a/b", b"body", 1, {"user_property": [("k", "v")]})
-    assert proposed(session.receive(encode(p.PubAck(publish.packet_id or 0), 5), NOW)) == [
-        Ack("s1", NOW, ack_id="ack-1")]
-    assert proposed(session.receive(encode(p.PubAck(publish.packet_id or 0), 5), NOW)) == []  # twice: once
+    big = b"x" * (8 * 2**20)
+    try:
+        for _ in range(20):
+            session.deliver(delivery(subscribe.sub_id, "/topic/a"), big)
+    except MqttError as slow:
+        assert slow.reason_code == reasons.QUOTA_EXCEEDED
+    else:
+        raise AssertionError("160 MiB waited for a client that acknowledges nothing")
 
 
 def test_a_filter_starting_with_a_wildcard_never_gets_a_dollar_topic() -> None:
     session = connected()
     [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("#", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe) and subscribe.destination == "/topic/>"
-    message = Message("m-1", "/topic/$SYS.uptime", "", b"1")
-    packet, commands = session.deliver(Deliver("s1", subscribe.sub_id, "/topic/$SYS.uptime", message, "ack-9",
-                                               False, 1), b"1", NOW)
-    assert packet is None and commands == [Ack("s1", NOW, ack_id="ack-9")]  # consumed, never shown
+    assert session.deliver(delivery(subscribe.sub_id, "/topic/$SYS.uptime"), b"1") is None
+    assert session.deliver(delivery(subscribe.sub_id, "/topic/SYS.uptime"), b"1") is not None
 
 
 def test_unsubscribe_answers_once_what_came_before_committed() -> None:

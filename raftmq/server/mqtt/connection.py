@@ -94,11 +94,14 @@ class MqttConnection(asyncio.Protocol):
         if self._closed:
             return
         payload = body if body is not None else bytes(effect.message.body)
-        packet, commands = self.mqtt.deliver(effect, payload, self.host.clock.now_ms())
+        try:
+            packet = self.mqtt.deliver(effect, payload)
+        except MqttError as slow:  # a subscriber that does not acknowledge what it is sent
+            log.warning("mqtt.slow_consumer", session=self._session_id, peer=self._peer, detail=slow.detail)
+            self.fail(slow.message, slow.detail, reason=slow.reason_code)
+            return
         if packet is not None:
             self.write(packet)
-        if commands:
-            self._propose(commands)
 
     def receipt(self, receipt_id: str) -> None:
         packet = self.mqtt.receipt(receipt_id)
@@ -114,10 +117,11 @@ class MqttConnection(asyncio.Protocol):
             self.host.loop.call_soon(self._flush)
 
     def fail(self, message: str, detail: str = "", receipt_id: str | None = None, *, wait_for_log: bool = True,
-             abort: bool = False, extra: dict[str, str] | None = None) -> None:
+             abort: bool = False, extra: dict[str, str] | None = None, reason: int | None = None) -> None:
         """The core refused a command, or the node ends the session: MQTT 5 says why, then close."""
         leader = (extra or {}).get("leader")
-        reason = r.USE_ANOTHER_SERVER if leader else r.IMPLEMENTATION_SPECIFIC_ERROR
+        if reason is None:
+            reason = r.USE_ANOTHER_SERVER if leader else r.IMPLEMENTATION_SPECIFIC_ERROR
         disconnect = self.mqtt.failed(reason, f"{message}: {detail}" if detail else message)
         log.info("mqtt.failed", session=self._session_id, peer=self._peer, message=message, detail=detail)
         if disconnect is not None:

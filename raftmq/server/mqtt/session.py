@@ -5,7 +5,10 @@ and every promise: a PUBACK, like a RECEIPT, is written once a majority has the 
 
 What it serves now: clean sessions; QoS 0 and 1 both ways (a subscription asking for QoS 2 is
 granted 1, and an MQTT 5 CONNACK says `maximum_qos` 1); topic filters with MQTT's whole syntax;
-MQTT 5's properties carried as headers (`HEADERS`); logins and the ACL as for STOMP. Refused with
+MQTT 5's properties carried as headers (`HEADERS`); logins and the ACL as for STOMP. A clean
+session's messages end with it, so its subscriptions take them from the core at once (ack mode
+auto: no acknowledgement goes through the log); the session itself keeps QoS 1 to the client's
+window (`SEND_WINDOW`, or its receive maximum) and holds the rest, up to `MAX_WAITING_BYTES`. Refused with
 MQTT's reasons, until they are built: persistent sessions (3.1.1 clean session 0; an MQTT 5
 session expiry is answered with 0), QoS 2 publications, retained messages, wills and shared
 subscriptions.
@@ -15,10 +18,11 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftmq.core.commands import ACK_AUTO, ACK_CLIENT_INDIVIDUAL, Ack, Command, Connect, Disconnect, Send, Subscribe
+from raftmq.core.commands import ACK_AUTO, Command, Connect, Disconnect, Send, Subscribe
 from raftmq.core.effects import Deliver
 from raftmq.errors import MqttError, ProtocolError
 from raftmq.protocol.header_block import block_of, pairs_of
@@ -33,7 +37,10 @@ QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
 # MQTT 5 properties and the STOMP headers that carry them (docs/mqtt.md); user properties are
 # headers of their own names.
 HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
-PREFETCH = 100  # QoS 1 deliveries in flight per subscription, unless the client's receive maximum is lower
+# QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
+# says so), and what may wait for room before the session ends as a slow consumer.
+SEND_WINDOW = 1_000
+MAX_WAITING_BYTES = 64 * 2**20
 MAX_QOS = 1
 
 
@@ -93,10 +100,13 @@ class MqttSession:
         self._filters: dict[str, _Subscription] = {}  # by core sub id
         self._subacks: dict[str, p.SubAck] = {}  # by receipt: answered once the Subscribes commit
         self._unsubacks: dict[str, p.UnsubAck] = {}
-        self._in_flight: dict[int, str] = {}  # packet id -> ack id of a QoS 1 delivery
+        # QoS 1 deliveries: the packet ids the client has not acknowledged, and what waits for room.
+        self._in_flight: set[int] = set()
+        self._waiting: deque[tuple[str, bytes, tuple[tuple[str, str], ...], bool]] = deque()
+        self._waiting_bytes = 0
         self._packet_ids = itertools.cycle(range(1, 0x10000))
         self._sub_numbers = itertools.count(1)
-        self._receive_maximum = PREFETCH
+        self._send_window = SEND_WINDOW
         self._held: list[p.Packet] = []  # packets behind the CONNECT, until it commits
         self._held_error: MqttError | None = None
 
@@ -149,9 +159,7 @@ class MqttSession:
             self._publish(packet, now, decisions, commands)
         elif kind is p.PubAck:
             assert isinstance(packet, p.PubAck)
-            ack_id = self._in_flight.pop(packet.packet_id, None)
-            if ack_id is not None:  # an unknown id is ignored (a PUBACK sent twice)
-                commands.append(Ack(self.session_id, now, ack_id=ack_id))
+            self._acknowledged(packet.packet_id, decisions)  # an unknown id is ignored (a PUBACK sent twice)
         elif kind is p.Subscribe:
             assert isinstance(packet, p.Subscribe)
             self._subscribe(packet, now, decisions, commands)
@@ -197,7 +205,7 @@ class MqttSession:
         if five:
             if connect.properties.get("session_expiry_interval"):
                 properties["session_expiry_interval"] = 0  # the session ends with the connection
-            self._receive_maximum = min(PREFETCH, connect.properties.get("receive_maximum", PREFETCH))
+            self._send_window = min(SEND_WINDOW, connect.properties.get("receive_maximum", SEND_WINDOW))
         self.client_id = client_id
         self._connack_properties = properties
         password = None if connect.password is None else connect.password.decode("utf-8", "replace")
@@ -301,8 +309,7 @@ class MqttSession:
             made = []
             for destination in destinations:
                 sub_id = f"m{next(self._sub_numbers)}"
-                made.append(Subscribe(self.session_id, sub_id, destination, now,
-                                      ACK_CLIENT_INDIVIDUAL if qos else ACK_AUTO, None, self._receive_maximum))
+                made.append(Subscribe(self.session_id, sub_id, destination, now, ACK_AUTO))
                 subscription.sub_ids.append(sub_id)
             if not all(self._allowed(subscribe, None, decisions) for subscribe in made):
                 codes.append(r.NOT_AUTHORIZED if five else r.SUBACK_FAILURE_311)
@@ -356,31 +363,47 @@ class MqttSession:
             return encode(unsuback, self._version)
         return None
 
-    def deliver(self, effect: Deliver, body: bytes, now_ms: int) -> tuple[bytes | None, list[Command]]:
-        """The PUBLISH of a delivery (None where the subscription is gone or MQTT's `$` rule keeps
-        the message from it), and what to propose (an Ack for a delivery the client will never see)."""
+    def deliver(self, effect: Deliver, body: bytes) -> bytes | None:
+        """The PUBLISH of a delivery: None where the subscription is gone, MQTT's `$` rule keeps
+        the message from it, or the client's window is full (the message waits here). Raises
+        `MqttError` (quota exceeded) when more than `MAX_WAITING_BYTES` wait."""
         subscription = self._filters.get(effect.sub_id)
         topic = topic_of(effect.destination)
         hidden = topic is not None and topic.startswith("$") and subscription is not None \
             and dollar_excluded(subscription.topic_filter)
         if subscription is None or topic is None or hidden:
-            return None, [Ack(self.session_id, now_ms, ack_id=effect.ack_id)] if effect.ack_id else []
+            return None
         pairs = pairs_of(effect.message.headers)
         published = next((int(v) for n, v in pairs if n == QOS_HEADER and v in ("0", "1", "2")), None)
         if published is None:  # a STOMP message: at least once where it was sent persistent
             published = 1 if effect.message.persistent else 0
         qos = min(subscription.qos, published)
-        packet_id = None
-        if effect.ack_id is not None:
-            if qos == 0:  # the subscription acks, the message asked for no more than QoS 0
-                return self._publish_packet(topic, body, 0, None, pairs, effect), [
-                    Ack(self.session_id, now_ms, ack_id=effect.ack_id)]
-            packet_id = self._next_packet_id()
-            self._in_flight[packet_id] = effect.ack_id
-        return self._publish_packet(topic, body, qos, packet_id, pairs, effect), []
+        if qos == 0:
+            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered)
+        if len(self._in_flight) >= self._send_window or self._waiting:
+            self._waiting.append((topic, body, pairs, effect.redelivered))
+            self._waiting_bytes += len(body)
+            if self._waiting_bytes > MAX_WAITING_BYTES:
+                raise MqttError(r.QUOTA_EXCEEDED, "quota exceeded",
+                                f"{self._waiting_bytes} bytes wait for a client that does not acknowledge them")
+            return None
+        return self._send_qos_1(topic, body, pairs, effect.redelivered)
+
+    def _send_qos_1(self, topic: str, body: bytes, pairs: tuple[tuple[str, str], ...], redelivered: bool) -> bytes:
+        packet_id = self._next_packet_id()
+        self._in_flight.add(packet_id)
+        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered)
+
+    def _acknowledged(self, packet_id: int, decisions: list[Decision]) -> None:
+        """The client's PUBACK: its window has room for what waits."""
+        self._in_flight.discard(packet_id)
+        while self._waiting and len(self._in_flight) < self._send_window:
+            topic, body, pairs, redelivered = self._waiting.popleft()
+            self._waiting_bytes -= len(body)
+            decisions.append(Write(self._send_qos_1(topic, body, pairs, redelivered)))
 
     def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,
-                        pairs: tuple[tuple[str, str], ...], effect: Deliver) -> bytes:
+                        pairs: tuple[tuple[str, str], ...], redelivered: bool) -> bytes:
         properties: p.Properties = {}
         if self.version == MQTT_5:
             users = []
@@ -395,7 +418,7 @@ class MqttSession:
                     users.append((name, value))
             if users:
                 properties["user_property"] = users
-        return encode(p.Publish(topic, body, qos, False, effect.redelivered and qos > 0, packet_id, properties),
+        return encode(p.Publish(topic, body, qos, False, redelivered and qos > 0, packet_id, properties),
                       self._version)
 
     def _next_packet_id(self) -> int:
