@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftmq.core.commands import ACK_AUTO, Command, Connect, Disconnect, Send, Subscribe
+from raftmq.core.commands import ACK_AUTO, Command, Connect, Disconnect, Noop, Send, Subscribe, Unsubscribe
 from raftmq.core.effects import Deliver
 from raftmq.errors import MqttError, ProtocolError
 from raftmq.protocol.header_block import block_of, pairs_of
@@ -331,15 +331,11 @@ class MqttSession:
         commands.extend(subscribes)
 
     def _unsubscribe_commands(self, subscription: _Subscription, now: int) -> list[Command]:
-        from raftmq.core.commands import Unsubscribe
-
         for sub_id in subscription.sub_ids:
             self._filters.pop(sub_id, None)
         return [Unsubscribe(self.session_id, sub_id, now) for sub_id in subscription.sub_ids]
 
     def _unsubscribe(self, packet: p.Unsubscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
-        from raftmq.core.commands import Noop
-
         codes = []
         for topic_filter in packet.topic_filters:
             subscription = self._subscriptions.pop(topic_filter, None)
