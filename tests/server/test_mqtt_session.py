@@ -28,7 +28,7 @@ def proposed(decisions: list[object]) -> list[object]:
 
 
 def connected(version: int = 5, **connect: object) -> MqttSession:
-    session = MqttSession("s1", clock=lambda: 1_700_000_000.0)
+    session = MqttSession("s1")
     [check] = session.receive(encode(p.Connect("dev", version, **connect)), NOW)  # type: ignore[arg-type]
     assert isinstance(check, CheckLogin)
     assert proposed(session.login_checked(ANYONE, NOW)) == [Connect("s1", NOW, None, "dev")]
@@ -66,7 +66,7 @@ def test_a_qos_1_publish_is_a_receipted_send_whose_receipt_is_the_puback() -> No
     publish = p.Publish("sensors/t", b"21", 1, packet_id=7,
                         properties={"user_property": [("unit", "C")], "content_type": "text/plain",
                                     "response_topic": "replies/dev", "message_expiry_interval": 60})
-    [send] = proposed(session.receive(encode(publish, 5), NOW))
+    [send] = proposed(session.receive(encode(publish, 5), 1_700_000_000_000))  # the wall clock, in ms
     assert isinstance(send, Send) and send.destination == "/topic/sensors.t" and send.receipt == "p7"
     assert dict(pairs_of(send.headers)) == {"mqtt-qos": "1", "persistent": "true", "content-type": "text/plain",
                                             "reply-to": "/topic/replies.dev", "expires": "1700000060000",

@@ -17,7 +17,6 @@ subscriptions.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
 # MQTT 5 properties and the STOMP headers that carry them (docs/mqtt.md); user properties are
 # headers of their own names.
 HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
+PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way, for deliveries
 # QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
 # says so), and what may wait for room before the session ends as a slow consumer.
 SEND_WINDOW = 1_000
@@ -81,7 +81,7 @@ class _Subscription:
 class MqttSession:
     """One connection's MQTT state: version, client id, subscriptions, deliveries in flight."""
 
-    def __init__(self, session_id: str, authorize: Any = None, clock: Any = time.time) -> None:
+    def __init__(self, session_id: str, authorize: Any = None) -> None:
         self.session_id = session_id
         self.parser = MqttParser()
         self.version: int | None = None
@@ -93,7 +93,6 @@ class MqttSession:
         self.disconnect_proposed = False  # the session's end is on its way to the core
         self.principal: Principal | None = None
         self._authorize = authorize  # (principal, command) -> None, or raises ProtocolError (the ACL)
-        self._clock = clock
         self._connect: p.Connect | None = None
         self._connack_properties: p.Properties = {}
         self._subscriptions: dict[str, _Subscription] = {}  # by topic filter
@@ -143,7 +142,7 @@ class MqttSession:
         if commands:
             decisions.append(Propose(commands))
         if error is not None and not self.closed:
-            decisions += self._refuse(error)
+            decisions += self._refuse(error, now_ms)
         return decisions
 
     def _packet(self, packet: p.Packet, now: int, decisions: list[Decision], commands: list[Command]) -> None:
@@ -264,7 +263,7 @@ class MqttSession:
                         value = value.decode("utf-8", "replace")
                     pairs.append((header, value))
             if "message_expiry_interval" in properties:
-                pairs.append(("expires", str(int(self._clock() * 1000) + 1000 * properties["message_expiry_interval"])))
+                pairs.append(("expires", str(now + 1000 * properties["message_expiry_interval"])))
             pairs.extend(properties.get("user_property", ()))
         return block_of(pairs)
 
@@ -403,10 +402,9 @@ class MqttSession:
         properties: p.Properties = {}
         if self.version == MQTT_5:
             users = []
-            reverse = {header: name for name, header in HEADERS.items()}
             for name, value in pairs:
-                if name in reverse:
-                    prop = reverse[name]
+                if name in PROPERTIES:
+                    prop = PROPERTIES[name]
                     if prop == "response_topic":
                         value = topic_of(value) or value
                     properties[prop] = value.encode() if prop == "correlation_data" else value
@@ -426,7 +424,7 @@ class MqttSession:
 
     # -- ending --------------------------------------------------------------------------------
 
-    def _refuse(self, error: MqttError) -> list[Decision]:
+    def _refuse(self, error: MqttError, now_ms: int) -> list[Decision]:
         """A packet broke the protocol: MQTT 5 says why in a DISCONNECT (or a CONNACK, before
         the session began); 3.1.1 closes the connection."""
         self.closed = True
@@ -441,7 +439,7 @@ class MqttSession:
             decisions.append(Write(encode(p.Disconnect(error.reason_code, reason_string), MQTT_5)))
         if self.connect_proposed:
             self.disconnect_proposed = True
-            decisions.append(Propose([Disconnect(self.session_id, int(self._clock() * 1000))]))
+            decisions.append(Propose([Disconnect(self.session_id, now_ms)]))
         return [*decisions, Close(error.message, error.detail)]
 
     def failed(self, reason_code: int, detail: str) -> bytes | None:
