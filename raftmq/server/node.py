@@ -361,6 +361,10 @@ class Node:
                     pass
         await self.succession.stop()
         self.succession.going = True
+        # A failed node's sessions are not handed over: entries committed after its failure made
+        # deliveries it never wrote, which the successor would take as received. Ended, their
+        # Disconnect returns what they hold to the queues.
+        self.succession.stopping = self.failure is not None
         if self.commit_log.is_leader and await self._hand_over():
             await self.send_clients_off()
         self.succession.stopping = True  # its clients are told it stops, not handed over
