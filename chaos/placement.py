@@ -2,7 +2,7 @@
 packets between any two of them.
 
 `place` copies a topology's files (a preset's, or the user's topology or group file) into the
-run directory, rewriting only each node's `client`, `raft` and `admin` addresses and each
+run directory, rewriting only each node's `client`, `raft`, `admin` and `mqtt` addresses and each
 group's `data_dir` (to `data/<group>`, inside the run directory, where the audit reads it);
 every other setting is kept byte for byte. Two kinds of address:
 
@@ -25,18 +25,18 @@ from cluster.topology import Topology, load_topology, preset_path
 from raftmq.errors import ConfigError
 from raftmq.processes import free_ports
 
-CLIENT_PORT, RAFT_PORT, ADMIN_PORT = 61613, 62613, 8161
+CLIENT_PORT, RAFT_PORT, ADMIN_PORT, MQTT_PORT = 61613, 62613, 8161, 1883
 _DATA_DIR = re.compile(r'^(\s*data_dir\s*=\s*)"[^"\n]*"', re.MULTILINE)
 
-# (group index, member index) -> (client, raft, admin) addresses
-Addresser = Callable[[int, int], tuple[str, str, str]]
+# (group index, member index) -> (client, raft, admin, mqtt) addresses
+Addresser = Callable[[int, int], tuple[str, str, str, str]]
 
 
 def loopback_addresser() -> Addresser:
-    def address(group: int, member: int) -> tuple[str, str, str]:
+    def address(group: int, member: int) -> tuple[str, str, str, str]:
         host = f"127.0.{10 + group}.{member + 1}"
-        client, raft, admin = free_ports(3, host)
-        return f"{host}:{client}", f"{host}:{raft}", f"{host}:{admin}"
+        client, raft, admin, mqtt = free_ports(4, host)
+        return f"{host}:{client}", f"{host}:{raft}", f"{host}:{admin}", f"{host}:{mqtt}"
 
     return address
 
@@ -44,9 +44,9 @@ def loopback_addresser() -> Addresser:
 def host_addresser(hosts: list[list[str]]) -> Addresser:
     """Fixed ports on given hosts: `hosts[g][m]` is member m of group g's own address."""
 
-    def address(group: int, member: int) -> tuple[str, str, str]:
+    def address(group: int, member: int) -> tuple[str, str, str, str]:
         host = hosts[group][member]
-        return f"{host}:{CLIENT_PORT}", f"{host}:{RAFT_PORT}", f"{host}:{ADMIN_PORT}"
+        return f"{host}:{CLIENT_PORT}", f"{host}:{RAFT_PORT}", f"{host}:{ADMIN_PORT}", f"{host}:{MQTT_PORT}"
 
     return address
 
@@ -115,7 +115,7 @@ def place(source: Path, run_dir: Path, addresser: Addresser, password: str | Non
         config = load_group_config(path)
         for m, member in enumerate(config.members):
             new = addresser(g, m)
-            for old, replacement in zip((member.client, member.raft, member.admin), new, strict=True):
+            for old, replacement in zip((member.client, member.raft, member.admin, member.mqtt), new, strict=True):
                 if old is None:
                     continue
                 if text.count(f'"{old}"') != 1:

@@ -59,6 +59,7 @@ DEFAULT_GROUP_NAME = "g1"
 DEFAULT_CLIENT_PORT = 61613
 DEFAULT_RAFT_PORT = 62613
 DEFAULT_ADMIN_PORT = 8161
+DEFAULT_MQTT_PORT = 1883
 DEFAULT_GROUP_SIZE = 3
 
 _TOPOLOGY_KEYS = ("name", "data_dir", "restart", "max_restarts", "restart_window_s", "restart_backoff_ms")
@@ -137,6 +138,7 @@ def default_topology(root: str | Path = DEFAULT_DATA_DIR, size: int = DEFAULT_GR
             client=f"127.0.0.1:{DEFAULT_CLIENT_PORT + i}",
             raft=f"127.0.0.1:{DEFAULT_RAFT_PORT + i}",
             admin=f"127.0.0.1:{DEFAULT_ADMIN_PORT + i}",
+            mqtt=f"127.0.0.1:{DEFAULT_MQTT_PORT + i}",
         )
         for i in range(size)
     )
@@ -159,6 +161,8 @@ def group_file_text(config: GroupConfig) -> str:
                   f"raft = {value(member.raft)}"]
         if member.admin is not None:
             lines.append(f"admin = {value(member.admin)}")
+        if member.mqtt is not None:
+            lines.append(f"mqtt = {value(member.mqtt)}")
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,8 @@ import click
 from raftmq.config import split_address
 from raftmq.logs import LEVELS as LOG_LEVELS
 
+DEFAULT_MQTT_PORT = 1883  # IANA's MQTT port: a single node's unless --mqtt says otherwise
+
 
 class ConfigRefused(click.ClickException):
     """A configuration the node refuses to start with: exit status 78 (EX_CONFIG), which the
@@ -45,8 +47,9 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
                    "configured names; default: [server] bind_host, or each address's own host.")
 @click.option("--admin", "admin", metavar="HOST:PORT",
               help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
-@click.option("--mqtt", "mqtt", metavar="HOST:PORT",
-              help="MQTT 3.1.1 and 5.0 address of a single node (e.g. 127.0.0.1:1883); default: none, or [node] mqtt.")
+@click.option("--mqtt", "mqtt", metavar="HOST:PORT|off",
+              help="MQTT 3.1.1 and 5.0 address of a single node; default: port 1883 on the --listen host, or "
+                   "with --config its [node] mqtt; off: no MQTT port.")
 @click.option("--data-dir", "data_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Where a single node keeps its journal, in DIR/<name>/; default: [node] data_dir, or ./.raftmq.")
 @click.option("--in-memory", "in_memory", is_flag=True,
@@ -124,10 +127,15 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         admin_address = _parse_listen(admin, "--admin")
         assert admin_address is not None  # given, so parsed (or a UsageError)
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
-    if mqtt is not None:
+    if mqtt == "off":
+        config = dataclasses.replace(config, mqtt=None)
+    elif mqtt is not None:
         mqtt_address = _parse_listen(mqtt, "--mqtt")
         assert mqtt_address is not None
         config = dataclasses.replace(config, mqtt=f"{mqtt_address[0]}:{mqtt_address[1]}")
+    elif config_path is None:  # the README's single node: MQTT beside STOMP, on the port MQTT clients try first
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        config = dataclasses.replace(config, mqtt=f"{host}:{DEFAULT_MQTT_PORT}")
     source = config_path or "raftmq node --admin"
     if in_memory or config.in_memory:
         if data_dir is not None:

@@ -30,7 +30,7 @@ PICK_MIN_SPAN = 4_000
 PORT_RANGE_ENV = "RAFTMQ_PORT_RANGE"
 # Never handed out: the fixed ports of the presets and configs/*.toml (client 61613..., raft
 # 62613..., admin 8161..., MQTT 1883), which `raftmq up --preset` and the chaos harness's namespaces bind.
-RESERVED_PORTS = (range(1883, 1884), range(8161, 8300), range(61613, 61800), range(62613, 62800))
+RESERVED_PORTS = (range(1883, 2000), range(8161, 8300), range(61613, 61800), range(62613, 62800))
 POLL_SECONDS = 0.05
 # Right after fork+exec the kernel shows an empty cmdline for a moment.
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5

@@ -153,7 +153,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     logs = tmp_path_factory.mktemp("node")
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     # The default node is durable: its .raftmq/ lands in the test's temp dir (cwd).
-    proc = processes.spawn([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
+    proc = processes.spawn([sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"127.0.0.1:{port}"],
                            stdout_path, stderr_path, cwd=logs)
     try:
         processes.wait_for_line(proc, stdout_path, f"{READY_PREFIX}127.0.0.1:{port}", READY_TIMEOUT, errors=stderr_path)

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from cluster.group_file import GroupConfig
-from raftmq.app.run import ReadyCallback, new_event_loop, raise_fd_limit, run_until_stopped, setup_logging
+from raftmq.app.run import ReadyCallback, new_event_loop, raise_fd_limit, run_until_stopped, setup_logging, unbound
 from raftmq.config import split_address
 from raftmq.errors import ConfigError, JournalCorrupt, RaftmqError
 from raftmq.logs import LOG_FILE_NAME
@@ -194,7 +194,8 @@ async def _run_member(group: GroupConfig, node_id: str, on_ready: ReadyCallback 
             if member.admin is not None:
                 await member.admin.start()
         except OSError as exc:
-            where = group.member(node_id).client if node._server is None else f"{group.member(node_id).admin} (admin)"
+            own = group.member(node_id)
+            where = unbound(node, own.client, own.mqtt, own.admin)
             raise SystemExit(f"raftmq node {node_id}: cannot listen on {where}: {exc.strerror or exc}") from None
         except RaftmqError as exc:
             raise SystemExit(f"raftmq node {node_id}: {exc}") from None

@@ -57,6 +57,15 @@ def setup_logging(who: str, log_file: str | os.PathLike[str] | None, log_level: 
         raise SystemExit(f"{who}: cannot write the log file {log_file}: {exc.strerror or exc}") from None
 
 
+def unbound(node: Node, client: str, mqtt: str | None, admin: str | None) -> str:
+    """Which of a node's addresses it could not listen on, once its start raised OSError."""
+    if node._server is None:
+        return client
+    if mqtt is not None and node._mqtt_server is None:
+        return f"{mqtt} (MQTT: a single node takes --mqtt HOST:PORT or --mqtt off; a member its [[node]] mqtt)"
+    return f"{admin} (admin)"
+
+
 def announce_ready(node: Node, on_ready: ReadyCallback | None) -> None:
     """The node serves clients: log it and tell the caller (the CLI prints the readiness line
     `raftmq node listening on HOST:PORT` that scripts and `raftmq up` wait for)."""
@@ -87,8 +96,9 @@ async def _run(config: NodeConfig, on_ready: ReadyCallback | None) -> None:
     try:
         await node.start()
     except OSError as exc:
-        log.error("node.start_failed", host=config.host, port=config.port, error=str(exc))
-        raise SystemExit(f"raftmq node: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+        where = unbound(node, f"{config.host}:{config.port}", config.mqtt, None)
+        log.error("node.start_failed", address=where, error=str(exc))
+        raise SystemExit(f"raftmq node: cannot listen on {where}: {exc.strerror or exc}") from None
     admin = await _start_admin(node)
     try:
         await run_until_stopped(node, on_ready)

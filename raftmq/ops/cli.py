@@ -164,6 +164,8 @@ def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[s
         click.echo(f"links:   {', '.join(links)}")
     click.echo(f"clients: {per_group[topology.groups[0].name] if len(groups) == 1 else whole}")
     click.echo(f"hosts:   {','.join(node.client for node in state.nodes)}")
+    if any(node.mqtt for node in state.nodes):  # MQTT clients name the member they connect to
+        click.echo(f"mqtt:    {','.join(node.mqtt or '-' for node in state.nodes)}")
     click.echo(f"state:   {_shown(state_path(topology.state_dir))}")
     click.echo(f"logs:    {', '.join(_log_paths(nodes) for nodes in groups)}")
     click.echo(f"restart: {topology.restart.mode}" + (f" (supervisor pid {state.launcher_pid})" if detach else ""))
@@ -393,8 +395,8 @@ def _status_nodes(config_path: str | None) -> list[NodeAddress]:
         raise click.ClickException(
             f"no raftmq cluster state at {state_path(topology.state_dir)}; start one with `raftmq up`, or pass --config"
         )
-    return [NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "")
-            for group, member in topology.members()]
+    return [NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "",
+                        mqtt=member.mqtt) for group, member in topology.members()]
 
 
 @click.command("status")

@@ -68,7 +68,7 @@ def _local_cluster(config_path: str | None) -> Endpoints | None:
         return None
     clients = [[member.client for member in group.config.members] for group in topology.groups]
     admin = tuple(
-        NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "")
+        NodeAddress(group.name, member.id, member.client, group.config.admin_endpoint(member) or "", mqtt=member.mqtt)
         for group, member in topology.members() if member.admin is not None
     )
     return Endpoints(failover_url(clients), admin, f"topology {Path(config_path)}")

@@ -63,9 +63,11 @@ class NodeProcess:
     restarts: int = 0
     state: str = RUNNING
     last_exit: str | None = None  # how it last ended ("killed by SIGKILL at 12:00:01"), for status
+    mqtt: str | None = None  # its MQTT address, if it has one
 
     def address(self) -> NodeAddress:
-        return NodeAddress(self.group, self.id, self.client, self.admin, self.pid, self.restarts, self.last_exit)
+        return NodeAddress(self.group, self.id, self.client, self.admin, self.pid, self.restarts, self.last_exit,
+                           self.mqtt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +281,7 @@ def launch(
             start_time = process_start_time(process.pid)
             started.append(NodeProcess(group.name, member.id, member.client, member.raft,
                                        group.config.admin_endpoint(member) or "",
-                                       process.pid, start_time or 0, argv, str(log_path)))
+                                       process.pid, start_time or 0, argv, str(log_path), mqtt=member.mqtt))
         pid, start_time, own_argv = own_identity()
         state = DeploymentState(topology.name, str(topology.state_dir), tuple(started), pid, start_time, own_argv,
                                 detached, False, topology.restart.mode, topology_selection(topology))

@@ -182,7 +182,7 @@ class MembershipChanger:
         log_path = (Path(self.group.data_dir) / member.id).resolve() / NODE_LOG
         request_member(self.topology.state_dir, JOIN, (self.group.name, member.id),
                        {"argv": argv, "log": str(log_path), "client": member.client, "raft": member.raft,
-                        "admin": member.admin})
+                        "admin": member.admin, "mqtt": member.mqtt})
         self.report(f"{self.group.name}/{member.id}: started by the supervisor of `raftmq up` (log: {log_path})")
 
     def _stop(self, member: GroupMember) -> None:

@@ -40,6 +40,7 @@ class NodeAddress:
     pid: int | None = None
     restarts: int = 0  # by `raftmq up`'s supervisor (its state file)
     last_exit: str | None = None  # how the node last ended, e.g. "was killed by SIGKILL at 12:00:01"
+    mqtt: str | None = None  # its MQTT address, if it has one
 
 
 def fetch_status(admin: str, timeout: float = STATUS_TIMEOUT_SECONDS,
@@ -140,6 +141,8 @@ def drain_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
 def _node_row(node: NodeAddress, status: dict[str, Any] | None, leader_commit: int | None) -> dict[str, Any]:
     row: dict[str, Any] = {"id": node.id, "client": node.client, "admin": node.admin, "pid": node.pid,
                            "up": status is not None}
+    if node.mqtt:
+        row["mqtt"] = node.mqtt
     if node.restarts or node.last_exit:  # what `raftmq up`'s supervisor saw (its state file)
         row.update(restarts=node.restarts, last_exit=node.last_exit)
     if status is None:
@@ -213,13 +216,17 @@ def _nodes_table(group: dict[str, Any]) -> Table:
                          min_width=6 if column == "role" else None)
     # An address cut to "127.0.0.…" is useless: narrower consoles squeeze the other columns.
     table.add_column("client", no_wrap=True, min_width=max((len(row["client"]) for row in group["nodes"]), default=6))
+    mqtt = any(row.get("mqtt") for row in group["nodes"])
+    if mqtt:
+        table.add_column("mqtt", no_wrap=True, min_width=max(len(row.get("mqtt") or "-") for row in group["nodes"]))
     table.add_column("pid", justify="right")
     for row in group["nodes"]:
+        addresses = (row["client"], row.get("mqtt") or "-") if mqtt else (row["client"],)
         if not row["up"]:
             down = Text("down", style="bold red")
             if row.get("last_exit"):
                 down.append(f" ({row['last_exit']})", style="red")
-            table.add_row(row["id"], down, "-", "-", "-", "-", "-", "-", row["client"], _text(row["pid"]))
+            table.add_row(row["id"], down, "-", "-", "-", "-", "-", "-", *addresses, _text(row["pid"]))
             continue
         role = ROLE_NAMES.get(row["role"], row["role"])
         role_text = Text(role, style="bold green" if role == "master" else "")
@@ -232,7 +239,7 @@ def _nodes_table(group: dict[str, Any]) -> Table:
             health = Text(drain["state"], style=DRAIN_STYLE)
         table.add_row(
             row["id"], role_text, health, _text(row["term"]), _text(row["commit_index"]), _text(row["applied_index"]),
-            _text(row["lag"]), _text(row.get("connections")), row["client"], _text(row["pid"]),
+            _text(row["lag"]), _text(row.get("connections")), *addresses, _text(row["pid"]),
         )
     return table
 

@@ -226,7 +226,8 @@ class Supervisor:
             self.children[process.pid] = process
             node = NodeProcess(key[0], key[1], str(spec.get("client", "")), str(spec.get("raft", "")),
                                str(spec.get("admin", "")),
-                               process.pid, process_start_time(process.pid) or 0, argv, str(log_path))
+                               process.pid, process_start_time(process.pid) or 0, argv, str(log_path),
+                               mqtt=str(spec["mqtt"]) if spec.get("mqtt") else None)
             self.state = self.state.with_node(node)
             write_state(self.state)
         self._report(f"{key[0]}/{key[1]} joined its group: started as pid {process.pid}")

@@ -61,7 +61,7 @@ class Node:
 
     def __init__(self, tmp_path: Path, data_dir: Path) -> None:
         self.port = processes.free_port()
-        self.argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}",
+        self.argv = [sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"127.0.0.1:{self.port}",
                      "--data-dir", str(data_dir)]
         self.tmp_path = tmp_path
         self.incarnation = 0

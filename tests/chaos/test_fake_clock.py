@@ -181,7 +181,7 @@ def test_a_durable_node_under_a_skewed_clock_receipts_delivers_and_expires_by_it
     clock.skew(3600)
     port = processes.free_port()
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}",
+    argv = [sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"127.0.0.1:{port}",
             "--data-dir", str(tmp_path / "data")]
     # A single durable node is a one-member Raft group: pysyncobj's tick thread, its sleeps and
     # the journal's worker threads all run under libfaketime.

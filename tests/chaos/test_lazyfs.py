@@ -171,7 +171,7 @@ def test_fsynced_data_and_a_synced_rename_survive(lazyfs: LazyFS) -> None:
 
 def test_a_node_on_the_mount_keeps_what_it_receipted(lazyfs: LazyFS, tmp_path: Path) -> None:
     port = processes.free_port()
-    argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}",
+    argv = [sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"127.0.0.1:{port}",
             "--data-dir", str(lazyfs.mountpoint / "n1")]
     destination = "/queue/lazyfs.durable"
     bodies = [f"message {i}".encode() for i in range(20)]

@@ -451,7 +451,7 @@ def test_destroy_and_clear_stale_leave_nothing_of_ours() -> None:
 @pytest.mark.integration
 def test_a_raftmq_node_runs_in_a_namespace_under_its_own_pid(net: Network, tmp_path: Path) -> None:
     address = net.address("h1")
-    argv = [sys.executable, "-m", "raftmq", "node", "--listen", f"{address}:61613", "--in-memory"]
+    argv = [sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"{address}:61613", "--in-memory"]
     out, err = tmp_path / "node.out", tmp_path / "node.err"
     proc = processes.spawn([*net.exec_prefix("h1"), *argv], out, err, cwd=tmp_path)
     try:

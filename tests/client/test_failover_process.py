@@ -40,7 +40,8 @@ class NodeProcess:
         self.port = processes.free_port()
         self.address = Address("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory"],
+            [sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{self.port}", "--in-memory"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

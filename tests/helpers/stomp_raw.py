@@ -217,7 +217,8 @@ class NodeProcess:
         self.port = free_port()
         self.address = ("127.0.0.1", self.port)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{self.port}", "--in-memory",
+            [sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{self.port}", "--in-memory",
              *(extra_args or [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

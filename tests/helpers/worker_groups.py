@@ -8,7 +8,8 @@ from __future__ import annotations
 # - netns: network namespaces, bridges and 10.99.x.x addresses of the chaos harness (the other
 #   chaos tests run on loopback addresses and free ports, beside anything; a test outside this
 #   group that creates a namespace network fails, `_namespaces_only_in_their_group`);
-# - presets: `raftmq up --preset` starts clusters on the presets' fixed ports.
+# - presets: `raftmq up --preset` starts clusters on the presets' fixed ports (and a single node
+#   on its default MQTT port, 1883, which the default preset's n1 uses too).
 # (Our own scheduler: xdist 3.8's `loadgroup` renames test ids, which pytest 9 no longer allows.)
 WORKER_GROUPS = {
     "tests/spark_audit/": "spark",
@@ -21,6 +22,7 @@ WORKER_GROUPS = {
     "tests/ops/test_ops_up_cluster.py": "presets",
     "tests/ops/test_ops_up_supervised.py": "presets",
     "tests/ops/test_ops_symmetric_features.py": "presets",
+    "tests/server/test_mqtt_node.py::test_a_single_node_serves_mqtt_on_1883": "presets",  # a single node's default port
 }
 # Tests under a group's prefix that share nothing with its group (the spark package's tests that
 # start no SparkSession and need none of its session runs, or start a JVM of their own): any worker

@@ -52,6 +52,22 @@ def test_summary_roles_lag_and_destinations_come_from_the_leader() -> None:
     json.dumps(summary)  # what --json prints
 
 
+def test_the_mqtt_column_shows_only_where_a_member_has_an_mqtt_port() -> None:
+    plain = render_to_string(summarise([(NODES[0], node_status("leader", 4, 1, 1))]), width=120)
+    assert "mqtt" not in plain
+    with_mqtt = [NodeAddress("g1", "n1", "127.0.0.1:61001", "127.0.0.1:62001", 101, mqtt="127.0.0.1:1883"),
+                 NodeAddress("g1", "n2", "127.0.0.1:61002", "127.0.0.1:62002", 102)]
+    summary = summarise([(with_mqtt[0], node_status("leader", 4, 1, 1)), (with_mqtt[1], None)])
+    assert [row.get("mqtt") for row in summary["groups"][0]["nodes"]] == ["127.0.0.1:1883", None]
+    text = render_to_string(summary, width=140)
+    header = next(line for line in text.splitlines() if "client" in line and "node" in line)
+    assert [cell.strip() for cell in header.split("┃")[1:-1]][-3:] == ["client", "mqtt", "pid"], header
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[1:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    assert rows["n1"][-3:] == ["127.0.0.1:61001", "127.0.0.1:1883", "101"]
+    assert rows["n2"][-3:] == ["127.0.0.1:61002", "-", "102"]
+
+
 def test_during_a_hand_over_the_higher_term_is_the_leader() -> None:
     summary = summarise([(NODES[0], node_status("leader", 3, 10, 10)), (NODES[1], node_status("leader", 4, 12, 12))])
     assert summary["groups"][0]["leader"] == "n2"

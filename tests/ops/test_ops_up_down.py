@@ -41,7 +41,7 @@ def cleanup(state: DeploymentState | None) -> None:
 
 
 def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Path) -> None:
-    config = write_group("g1")
+    config = write_group("g1", mqtt=True)
     state_dir = tmp_path / "g1"
     state: DeploymentState | None = None
     try:
@@ -52,6 +52,8 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         clients = [node.client for node in state.nodes]
         assert f"clients: failover:({','.join('stomp://' + c for c in clients)})" in up.stdout
         assert f"hosts:   {','.join(clients)}" in up.stdout
+        assert f"mqtt:    {','.join(str(node.mqtt) for node in state.nodes)}" in up.stdout  # each member's own
+        assert all(node.mqtt for node in state.nodes)
         assert "<data dir>" not in up.stdout  # real paths, not a placeholder
         shown = next(line for line in up.stdout.splitlines() if line.startswith("logs:")).split(None, 1)[1]
         head, ids, tail = re.fullmatch(r"(.*)/\{(.*)\}/(.*)", shown).groups()  # .raftmq/g1/{n1,n2,n3}/node.log
@@ -75,6 +77,7 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         assert len(group["nodes"]) == 3 and group["nodes_up"] == 3
         assert [row["role"] for row in group["nodes"]].count("leader") == 1
         assert {row["pid"] for row in group["nodes"]} == {node.pid for node in state.nodes}
+        assert {row["mqtt"] for row in group["nodes"]} == {node.mqtt for node in state.nodes}
 
         again = raftmq("up", "--detach", "--config", str(config), cwd=tmp_path)
         assert again.returncode != 0 and "already running" in again.stderr, again.stdout + again.stderr
@@ -94,6 +97,7 @@ def test_up_detached_status_kill_and_down(write_group: WriteGroup, tmp_path: Pat
         view = raftmq("status", "--once", "--config", str(config), cwd=tmp_path)
         assert view.returncode == 1 and "2/3 nodes up" in view.stdout and "master" in view.stdout, (
             view.stdout + view.stderr)
+        assert " mqtt " in view.stdout and all(str(node.mqtt) in view.stdout for node in state.nodes)
 
         down = raftmq("down", "--config", str(config), cwd=tmp_path)
         assert down.returncode == 0 and "stopped 2 node(s)" in down.stdout, down.stdout + down.stderr

@@ -229,7 +229,8 @@ def test_node_admin_option_serves_health_and_is_checked(tmp_path: Path) -> None:
     client, admin = free_ports(2)
     stdout = tmp_path / "node.out"
     with open(stdout, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{client}",
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{client}",
                                  "--in-memory", "--admin", f"127.0.0.1:{admin}"], stdout=out, stderr=subprocess.STDOUT)
     try:
         ready = wait_for(lambda: "raftmq node listening on" in stdout.read_text() or proc.poll() is not None, 15)

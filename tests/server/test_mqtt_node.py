@@ -23,7 +23,7 @@ from paho.mqtt.properties import Properties  # noqa: E402
 from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
 from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
+from raftmq.processes import free_port, free_ports  # noqa: E402
 from raftmq.protocol.mqtt import packets as p  # noqa: E402
 from raftmq.protocol.mqtt import reasons  # noqa: E402
 from raftmq.protocol.mqtt.codec import MqttParser, encode  # noqa: E402
@@ -248,3 +248,63 @@ def test_raftmq_node_with_mqtt_says_where_and_serves_it(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def start_node(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp_path / "node.stdout"
+    with open(out, "wb") as stdout, open(tmp_path / "node.stderr", "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", *args], cwd=tmp_path, stdout=stdout,
+                                stderr=stderr)
+    return proc, out
+
+
+def test_a_single_node_serves_mqtt_on_1883_of_its_host_unless_told_otherwise(tmp_path: Path) -> None:
+    """The README's `raftmq node` (here on a free STOMP port): MQTT on port 1883 of the same host,
+    said on its second line; `--mqtt off` opens no MQTT port. (Port 1883 is fixed: this test runs
+    in the presets' worker group, tests/helpers/worker_groups.py.)"""
+    stomp_port = free_port()
+    proc, out = start_node(tmp_path, "--listen", f"127.0.0.1:{stomp_port}", "--in-memory")
+    try:
+        deadline = time.monotonic() + 20
+        while "MQTT" not in out.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "node.stderr").read_text()[-2000:]
+            time.sleep(0.05)
+        assert out.read_text().splitlines()[1] == "MQTT 3.1.1 and 5.0 on 127.0.0.1:1883"
+        client = Paho(1883, 5, "default-port")
+        try:
+            assert client.subscribe("d/#", 1) == [1]
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    (tmp_path / "off").mkdir()
+    proc, out = start_node(tmp_path / "off", "--listen", f"127.0.0.1:{stomp_port}", "--in-memory", "--mqtt", "off")
+    try:
+        deadline = time.monotonic() + 20
+        while "listening" not in out.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert out.read_text().splitlines() == [
+            f"raftmq node listening on 127.0.0.1:{stomp_port} (in memory: nothing survives a restart)"]
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", 1883), timeout=2).close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_an_mqtt_port_in_use_is_named_as_such(tmp_path: Path, durable: bool) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        extra = ("--data-dir", str(tmp_path / "data")) if durable else ("--in-memory",)
+        done = subprocess.run([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{free_port()}",
+                               "--mqtt", f"127.0.0.1:{port}", *extra], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60)
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port} (MQTT: a single node takes --mqtt HOST:PORT or --mqtt off" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -25,7 +25,8 @@ COUNT = 500
 def start(cwd: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     out = cwd / f"node-{time.monotonic_ns()}.stdout"
     with open(out, "wb") as stdout, open(cwd / "node.stderr", "ab") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", *extra],
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{port}", *extra],
                                 cwd=cwd, stdout=stdout, stderr=stderr)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -161,7 +161,8 @@ def test_single_node_console_is_pretty_on_a_terminal_and_writes_no_file(tmp_path
     work.mkdir()
     with open(stdout_path, "wb") as stdout:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory"],
+            [sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{port}", "--in-memory"],
             stdout=stdout, stderr=slave, stdin=subprocess.DEVNULL, cwd=work, env=env)
     os.close(slave)
     seen = b""
@@ -191,7 +192,8 @@ def test_single_node_log_file_option(tmp_path: Path) -> None:
     log_path = tmp_path / "logs" / "node.jsonl"
     stdout_path, stderr_path = tmp_path / "stdout", tmp_path / "stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory",
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{port}", "--in-memory",
                                  "--log-file", str(log_path), "--log-level", "warning"], stdout=stdout, stderr=stderr)
     try:
         wait_ready(proc, stdout_path, stderr_path)
@@ -205,7 +207,8 @@ def test_single_node_log_file_option(tmp_path: Path) -> None:
     assert stderr_path.read_text() == ""
 
     unwritable = stdout_path / "node.jsonl"  # under a regular file
-    proc = subprocess.run([sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}", "--in-memory",
+    proc = subprocess.run([sys.executable, "-m", "raftmq", "node", "--mqtt", "off",
+             "--listen", f"127.0.0.1:{port}", "--in-memory",
                            "--log-file", str(unwritable)], capture_output=True, text=True, timeout=WAIT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stdout == ""
     assert f"raftmq node: cannot write the log file {unwritable}: " in proc.stderr

@@ -41,7 +41,7 @@ def test_port_in_use_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "raftmq", "node", "--listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "raftmq", "node", "--mqtt", "off", "--listen", f"127.0.0.1:{port}"],
             capture_output=True,
             text=True,
             timeout=20,
