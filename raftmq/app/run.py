@@ -61,7 +61,7 @@ def unbound(node: Node, client: str, mqtt: str | None, admin: str | None) -> str
     """Which of a node's addresses it could not listen on, once its start raised OSError."""
     if node._server is None:
         return client
-    if mqtt is not None and node._mqtt_server is None:
+    if mqtt is not None and node.mqtt.server is None:
         return f"{mqtt} (MQTT: a single node takes --mqtt HOST:PORT or --mqtt off; a member its [[node]] mqtt)"
     return f"{admin} (admin)"
 

@@ -37,7 +37,7 @@ from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
 from raftmq.server.links.forward_first import ForwardFirst
-from raftmq.server.mqtt.connection import MqttConnection
+from raftmq.server.mqtt.edge import MqttEdge
 from raftmq.server.node_status import cluster_status, node_status
 from raftmq.server.rates import IDLE_SAMPLE_SECONDS, SAMPLE_SECONDS, RateSampler
 from raftmq.server.replica.bodies import BodyStore
@@ -91,7 +91,7 @@ class Node:
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
-        self._mqtt_server: asyncio.base_events.Server | None = None  # mqtt, when set
+        self.mqtt = MqttEdge(self, lambda: self.replica.broker.state.durables)  # its listener: when `mqtt` is set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
         self.mobility = handing.Underway()  # this node's hand-overs, adoptions and parkings under way
         # The names a web page may use for this node (raftmq.web_guard).
@@ -333,7 +333,10 @@ class Node:
         if self._config.websocket is not None:  # a listener for WebSocket clients only
             self._websocket_server = await self._listen(*split_address(self._config.websocket), websocket_only=True)
         if self._config.mqtt is not None:  # MQTT clients
-            self._mqtt_server = await self._listen_mqtt(*split_address(self._config.mqtt))
+            mqtt_host, mqtt_port = split_address(self._config.mqtt)
+            tls = self._security.config.tls
+            await self.mqtt.listen(self._config.bind_host or mqtt_host, mqtt_port,
+                                   None if tls is None else server_ssl_context(tls))
         if self._config.tick_interval_ms > 0:
             self._tick_task = self._loop.create_task(tick_forever(self, self.replica.applied))
         self._sample_task = self._loop.create_task(self._sample_forever())
@@ -348,7 +351,7 @@ class Node:
         if self._stopping or self._loop is None:
             return
         self._stopping = True
-        for server in filter(None, (self._server, self._websocket_server, self._mqtt_server)):
+        for server in filter(None, (self._server, self._websocket_server, self.mqtt.server)):
             server.close()
         if self.flow is not None:
             self.flow.close()
@@ -409,23 +412,8 @@ class Node:
                                              reuse_address=True, backlog=1024,
                                              ssl=None if tls is None else server_ssl_context(tls))
 
-    async def _listen_mqtt(self, host: str, port: int) -> asyncio.base_events.Server:
-        tls = self._security.config.tls
-        return await self.loop.create_server(self._new_mqtt_connection, self._config.bind_host or host, port,
-                                             reuse_address=True, backlog=1024,
-                                             ssl=None if tls is None else server_ssl_context(tls))
-
-    def _new_mqtt_connection(self) -> MqttConnection:
-        session_id = self.new_session_id("m")
-        connection = MqttConnection(self, session_id)
-        self.sessions[session_id] = connection
-        return connection
-
     def serve_mqtt(self, transport: asyncio.Transport, replacing: ClientConnection) -> None:
-        self.sessions.pop(replacing.session_id, None)
-        connection = self._new_mqtt_connection()
-        transport.set_protocol(connection)
-        connection.connection_made(transport)
+        self.mqtt.serve(transport, replacing)
 
     def resume_here(self, transport: asyncio.Transport, session_id: str, held: bytes, stream_bytes: int,
                     eof: bool = False) -> None:

@@ -3,7 +3,17 @@ packets out, read with the codec (raftmq.protocol.mqtt.codec)."""
 
 from __future__ import annotations
 
-from raftmq.core.commands import ACK_AUTO, Connect, Disconnect, Noop, Send, Subscribe
+from raftmq.core.commands import (
+    ACK_AUTO,
+    ACK_CLIENT_INDIVIDUAL,
+    Ack,
+    Connect,
+    Disconnect,
+    Noop,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
 from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
 from raftmq.errors import MqttError
@@ -12,6 +22,8 @@ from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.security import Principal
+from raftmq.server.mqtt.kept import Kept, durable_name
+from raftmq.server.mqtt.outbound import SEND_WINDOW
 from raftmq.server.mqtt.session import CheckLogin, Close, MqttSession, Propose, Write
 
 NOW = 1_000
@@ -42,9 +54,10 @@ def test_the_connack_tells_an_mqtt_5_client_what_is_not_served_yet() -> None:
     session.receive(encode(p.Connect("", 5, properties={"session_expiry_interval": 600})), NOW)
     session.login_checked(ANYONE, NOW)
     [connack] = written(session.connect_committed(NOW))
-    assert isinstance(connack, p.Connack)
+    assert isinstance(connack, p.Connack) and not connack.session_present
+    # The session is kept until the client ends it: no timer ends it after 600 s yet, and it says so.
     assert connack.properties == {"maximum_qos": 1, "retain_available": 0, "shared_subscription_available": 0,
-                                  "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0}
+                                  "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0xFFFFFFFF}
 
 
 def test_what_comes_behind_the_connect_waits_for_its_commit_and_an_error_there_follows_the_connack() -> None:
@@ -95,7 +108,7 @@ def test_a_clean_sessions_qos_1_deliveries_leave_the_core_at_once_and_the_sessio
     session = connected(5, properties={"receive_maximum": 2})
     [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("a/+", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe) and subscribe.ack == ACK_AUTO  # no ack goes through the log
-    sent = [session.deliver(delivery(subscribe.sub_id, "/topic/a.b", f"mqtt-qos:1\nk:{i}\n"), b"%d" % i)
+    sent = [session.deliver(delivery(subscribe.sub_id, "/topic/a.b", f"mqtt-qos:1\nk:{i}\n"), b"%d" % i, NOW)
             for i in range(3)]
     assert sent[2] is None  # the client's receive maximum is 2: the third waits
     first, second = (MqttParser(5).feed(packet or b"")[0] for packet in sent[:2])
@@ -116,7 +129,7 @@ def test_a_subscriber_that_never_acknowledges_ends_as_a_slow_consumer() -> None:
     big = b"x" * (8 * 2**20)
     try:
         for _ in range(20):
-            session.deliver(delivery(subscribe.sub_id, "/topic/a"), big)
+            session.deliver(delivery(subscribe.sub_id, "/topic/a"), big, NOW)
     except MqttError as slow:
         assert slow.reason_code == reasons.QUOTA_EXCEEDED
     else:
@@ -127,8 +140,8 @@ def test_a_filter_starting_with_a_wildcard_never_gets_a_dollar_topic() -> None:
     session = connected()
     [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("#", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe) and subscribe.destination == "/topic/>"
-    assert session.deliver(delivery(subscribe.sub_id, "/topic/$SYS.uptime"), b"1") is None
-    assert session.deliver(delivery(subscribe.sub_id, "/topic/SYS.uptime"), b"1") is not None
+    assert session.deliver(delivery(subscribe.sub_id, "/topic/$SYS.uptime"), b"1", NOW) is None
+    assert session.deliver(delivery(subscribe.sub_id, "/topic/SYS.uptime"), b"1", NOW) is not None
 
 
 def test_unsubscribe_answers_once_what_came_before_committed() -> None:
@@ -142,9 +155,9 @@ def test_unsubscribe_answers_once_what_came_before_committed() -> None:
 
 
 def test_refused_connects() -> None:
-    persistent = MqttSession("s1")
-    decisions = persistent.receive(encode(p.Connect("dev", 4, clean_start=False)), NOW)
-    assert written(decisions, 4) == [p.Connack(reasons.SERVER_UNAVAILABLE_311)] and isinstance(decisions[-1], Close)
+    nameless = MqttSession("s1")
+    decisions = nameless.receive(encode(p.Connect("", 4, clean_start=False)), NOW)
+    assert written(decisions, 4) == [p.Connack(reasons.IDENTIFIER_REJECTED_311)] and isinstance(decisions[-1], Close)
     for version, code in ((5, reasons.BAD_USER_NAME_OR_PASSWORD), (4, reasons.BAD_USER_NAME_OR_PASSWORD_311)):
         session = MqttSession("s1")
         session.receive(encode(p.Connect("dev", version, username="u", password=b"wrong")), NOW)
@@ -158,3 +171,110 @@ def test_a_client_that_disconnects_ends_its_session() -> None:
     decisions = session.receive(encode(p.PingReq()) + encode(p.Disconnect()), NOW)
     assert written(decisions, 4) == [p.PingResp()]
     assert proposed(decisions) == [Disconnect("s1", NOW)] and session.disconnect_proposed
+
+
+def persistent(version: int = 4, kept: list[Kept] | None = None, clean: bool = False,
+               session_id: str = "s1") -> tuple[MqttSession, list[object]]:
+    """A session of client "dev" that keeps its state (3.1.1 clean session 0, MQTT 5 expiry)."""
+    session = MqttSession(session_id)
+    properties = {"session_expiry_interval": 0xFFFFFFFF} if version == 5 else {}
+    session.receive(encode(p.Connect("dev", version, clean_start=clean, properties=properties)), NOW)
+    session.login_checked(ANYONE, NOW)
+    return session, session.connect_committed(NOW, kept)
+
+
+def test_a_persistent_sessions_subscriptions_are_durable_and_its_qos_1_waits_for_the_puback() -> None:
+    session, decisions = persistent()
+    [connack] = written(decisions, 4)
+    assert connack == p.Connack(0, False) and session.persistent
+    subscribe = p.Subscribe(1, [p.Subscription("a/#", 1), p.Subscription("b", 0)])
+    commands = [c for c in proposed(session.receive(encode(subscribe, 4), NOW)) if isinstance(c, Subscribe)]
+    assert [(c.destination, c.ack, c.durable_name) for c in commands] == [
+        ("/topic/a", ACK_CLIENT_INDIVIDUAL, durable_name("dev", 0, "a/#")),
+        ("/topic/a.>", ACK_CLIENT_INDIVIDUAL, durable_name("dev", 1, "a/#")),
+        ("/topic/b", ACK_AUTO, durable_name("dev", 0, "b"))]
+    assert commands[0].prefetch == SEND_WINDOW
+    effect = Deliver("s1", commands[1].sub_id, "/topic/a.x", Message("m-1", "/topic/a.x", "mqtt-qos:1\n", b"1",
+                                                                     persistent=True), "ack-7", False, 1)
+    [publish] = MqttParser(4).feed(session.deliver(effect, b"1", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.qos == 1 and session.out.take_acks() == []
+    acked = proposed(session.receive(encode(p.PubAck(publish.packet_id or 0), 4), NOW))
+    assert acked == [Ack("s1", NOW, ack_id="ack-7")]  # only now does the core let the message go
+    # A QoS 0 copy of a message on a QoS 1 subscription: nothing waits for the client, the core is told at once.
+    effect0 = Deliver("s1", commands[0].sub_id, "/topic/a", Message("m-2", "/topic/a", "mqtt-qos:0\n", b"0"),
+                      "ack-8", False, 1)
+    [publish0] = MqttParser(4).feed(session.deliver(effect0, b"0", NOW) or b"")
+    assert isinstance(publish0, p.Publish) and publish0.qos == 0
+    assert session.out.take_acks() == [Ack("s1", NOW, ack_id="ack-8")]
+    # Its end leaves the durable subscriptions in the core, collecting.
+    assert proposed(session.receive(encode(p.Disconnect()), NOW)) == [Disconnect("s1", NOW)]
+
+
+def kept_of(*entries: tuple[str, int, str, int, str | None]) -> list[Kept]:
+    return [Kept(durable_name("dev", index, topic_filter), topic_filter, destination, qos, holder)
+            for topic_filter, index, destination, qos, holder in entries]
+
+
+def test_a_persistent_session_resumes_what_the_core_kept_and_ends_an_earlier_holder_first() -> None:
+    kept = kept_of(("a/#", 0, "/topic/a", 1, "old"), ("a/#", 1, "/topic/a.>", 1, "old"), ("b", 0, "/topic/b", 0, None))
+    for version in (4, 5):
+        session, decisions = persistent(version, kept)
+        [connack] = written(decisions, version)
+        assert isinstance(connack, p.Connack) and connack.session_present
+        commands = proposed(decisions)
+        assert commands[0] == Disconnect("old", NOW)  # an earlier leader's connection, not yet swept
+        subscribes = [c for c in commands[1:] if isinstance(c, Subscribe)]
+        assert [(c.destination, c.ack, c.durable_name) for c in subscribes] == [
+            (k.destination, ACK_CLIENT_INDIVIDUAL if k.qos else ACK_AUTO, k.name) for k in kept]
+        assert len(commands) == 4
+        # The resumed filters are the session's: an UNSUBSCRIBE drops both core subscriptions of a/#.
+        dropped = proposed(session.receive(encode(p.Unsubscribe(2, ["a/#"]), version), NOW))
+        assert [(c.sub_id, c.drop_durable) for c in dropped if isinstance(c, Unsubscribe)] == [
+            (subscribes[0].sub_id, True), (subscribes[1].sub_id, True)]
+
+
+def test_a_clean_start_drops_what_the_core_kept() -> None:
+    kept = kept_of(("b", 0, "/topic/b", 0, None))
+    for version, clean_persistent in ((4, False), (5, True)):
+        session = MqttSession("s1")
+        properties = {"session_expiry_interval": 60} if clean_persistent else {}
+        session.receive(encode(p.Connect("dev", version, clean_start=True, properties=properties)), NOW)
+        session.login_checked(ANYONE, NOW)
+        decisions = session.connect_committed(NOW, kept)
+        [connack] = written(decisions, version)
+        assert isinstance(connack, p.Connack) and not connack.session_present
+        subscribe, unsubscribe = proposed(decisions)
+        assert isinstance(subscribe, Subscribe) and subscribe.durable_name == kept[0].name
+        assert unsubscribe == Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True)
+        assert session.persistent is clean_persistent
+
+
+def test_an_mqtt_5_session_without_expiry_resumes_and_then_ends_with_its_connection() -> None:
+    session = MqttSession("s1")
+    session.receive(encode(p.Connect("dev", 5, clean_start=False)), NOW)
+    session.login_checked(ANYONE, NOW)
+    decisions = session.connect_committed(NOW, kept_of(("b", 0, "/topic/b", 1, None)))
+    [resumed] = proposed(decisions)
+    assert isinstance(resumed, Subscribe) and not session.persistent
+    [connack] = written(decisions)
+    assert isinstance(connack, p.Connack) and connack.session_present
+    assert proposed(session.receive(encode(p.Disconnect(), 5), NOW)) == [
+        Unsubscribe("s1", resumed.sub_id, NOW, drop_durable=True), Disconnect("s1", NOW)]
+
+
+def test_an_mqtt_5_disconnect_with_expiry_0_ends_a_persistent_session() -> None:
+    session, _ = persistent(5)
+    [subscribe] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("c", 1)]), 5), NOW))
+    assert isinstance(subscribe, Subscribe) and subscribe.durable_name is not None
+    ending = proposed(session.receive(encode(p.Disconnect(0, {"session_expiry_interval": 0}), 5), NOW))
+    assert ending == [Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True), Disconnect("s1", NOW)]
+
+
+def test_a_filter_subscribed_again_resumes_its_durable_subscription_with_the_new_qos() -> None:
+    session, _ = persistent()
+    [first] = proposed(session.receive(encode(p.Subscribe(1, [p.Subscription("c", 0)]), 4), NOW))
+    again = proposed(session.receive(encode(p.Subscribe(2, [p.Subscription("c", 1)]), 4), NOW))
+    assert isinstance(first, Subscribe)
+    assert again[0] == Unsubscribe("s1", first.sub_id, NOW, drop_durable=False)  # what it collected stays
+    assert isinstance(again[1], Subscribe) and again[1].durable_name == first.durable_name
+    assert again[1].ack == ACK_CLIENT_INDIVIDUAL and again[1].receipt == "s2"

@@ -6,16 +6,21 @@ session: the replica hands it the committed effects (CONNACK on the Connect, PUB
 UNSUBACK on receipts, PUBLISH per delivery). Output is queued and handed to the socket once per
 loop turn while the leader lease holds, as a STOMP connection's is (raftmq.server.stomp.output).
 A follower does not serve MQTT yet: its CONNECT is refused ("server unavailable").
+
+A second connection with a client id takes the session over: the first is ended (MQTT 5:
+DISCONNECT "session taken over") and its end proposed before the second's Connect, so a
+persistent session's subscriptions are free to resume once that Connect commits; what the core
+keeps of the session is read then (`MqttEdge.kept`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
-from raftmq.core.commands import Disconnect
+from raftmq.core.commands import Command
 from raftmq.core.effects import Deliver
 from raftmq.errors import MqttError
 from raftmq.protocol.mqtt import packets as p
@@ -23,6 +28,7 @@ from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5
 from raftmq.security import Principal
+from raftmq.server.mqtt.kept import Kept
 from raftmq.server.mqtt.session import CheckLogin, Close, Decision, MqttSession, Propose, Write
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.authorization import SessionAuthorization
@@ -33,10 +39,19 @@ RECHECK_SECONDS = 0.002  # queued output waits this long for the lease, then loo
 KEEP_ALIVE_GRACE = 1.5  # MQTT: a client silent for one and a half keep-alives is gone
 
 
+class Edge(Protocol):
+    """What a connection asks of the node's MQTT side (raftmq.server.mqtt.edge.MqttEdge)."""
+
+    def kept(self, client_id: str) -> list[Kept]: ...
+    def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None: ...
+    def release(self, client_id: str, connection: MqttConnection) -> None: ...
+
+
 class MqttConnection(asyncio.Protocol):
-    def __init__(self, host: ConnectionHost, session_id: str) -> None:
+    def __init__(self, host: ConnectionHost, session_id: str, edge: Edge) -> None:
         self.host = host
         self._session_id = session_id
+        self._edge = edge
         authorization = SessionAuthorization(host)
         authorize = None
         if host.security.authorizing:
@@ -53,6 +68,7 @@ class MqttConnection(asyncio.Protocol):
         self._keep_alive: asyncio.TimerHandle | None = None
         self._pending = 0  # proposals not yet settled: reading pauses past max_pending_commands
         self._paused = False
+        self._acks_scheduled = False  # a persistent session's acknowledgements, proposed once per loop turn
 
     # -- ClientConnection ----------------------------------------------------------------------
 
@@ -83,7 +99,8 @@ class MqttConnection(asyncio.Protocol):
     def connect_committed(self) -> None:
         if self._keep_alive is not None:
             self._keep_alive.cancel()  # the CONNECT's deadline
-        self._execute(self.mqtt.connect_committed(self.host.clock.now_ms()))
+        client_id = self.mqtt.client_id or ""
+        self._execute(self.mqtt.connect_committed(self.host.clock.now_ms(), self._edge.kept(client_id)))
         if self.mqtt.keep_alive:
             self._watch_keep_alive()
 
@@ -95,13 +112,22 @@ class MqttConnection(asyncio.Protocol):
             return
         payload = body if body is not None else bytes(effect.message.body)
         try:
-            packet = self.mqtt.deliver(effect, payload)
+            packet = self.mqtt.deliver(effect, payload, self.host.clock.now_ms())
         except MqttError as slow:  # a subscriber that does not acknowledge what it is sent
             log.warning("mqtt.slow_consumer", session=self._session_id, peer=self._peer, detail=slow.detail)
             self.fail(slow.message, slow.detail, reason=slow.reason_code)
             return
         if packet is not None:
             self.write(packet)
+        if self.mqtt.out.acks and not self._acks_scheduled:
+            self._acks_scheduled = True
+            self.host.loop.call_soon(self._propose_acks)
+
+    def _propose_acks(self) -> None:
+        self._acks_scheduled = False
+        acks = self.mqtt.out.take_acks()
+        if acks and not self.mqtt.disconnect_proposed:
+            self._propose(acks)
 
     def receipt(self, receipt_id: str) -> None:
         packet = self.mqtt.receipt(receipt_id)
@@ -178,10 +204,24 @@ class MqttConnection(asyncio.Protocol):
             self._keep_alive.cancel()
         self._out.clear()
         self.host.connection_closed(self)
+        if self.mqtt.client_id is not None:
+            self._edge.release(self.mqtt.client_id, self)
         self.mqtt.closed = True
+        self._end_in_core()
+
+    def _end_in_core(self) -> None:
         if self.mqtt.connect_proposed and not self.mqtt.disconnect_proposed:  # the session ends in the core too
-            self.mqtt.disconnect_proposed = True
-            self.host.propose([Disconnect(self._session_id, self.host.clock.now_ms())]).add_done_callback(_ignore)
+            self.host.propose(self.mqtt.ending(self.host.clock.now_ms())).add_done_callback(_ignore)
+
+    def take_over(self) -> None:
+        """Another connection with this client id: this one ends, its session's end proposed now
+        (before the other's Connect)."""
+        disconnect = self.mqtt.failed(r.SESSION_TAKEN_OVER, "another connection with this client id")
+        log.info("mqtt.taken_over", session=self._session_id, peer=self._peer, client_id=self.mqtt.client_id)
+        if disconnect is not None:
+            self.write(disconnect)
+        self._end_in_core()
+        self._close_after_flush()
 
     # -- carrying out decisions ----------------------------------------------------------------
 
@@ -204,9 +244,13 @@ class MqttConnection(asyncio.Protocol):
         if self._closed:
             return
         principal = None if checked.cancelled() or checked.exception() else checked.result()
+        if principal is not None and self.mqtt.client_id is not None:
+            previous = self._edge.claim(self.mqtt.client_id, self)
+            if previous is not None:
+                previous.take_over()
         self._execute(self.mqtt.login_checked(principal, self.host.clock.now_ms()))
 
-    def _propose(self, commands: list[Any]) -> None:
+    def _propose(self, commands: list[Command]) -> None:
         self._pending += len(commands)
         if self._pending > self.host.config.max_pending_commands and not self._paused and self._transport:
             self._paused = True

@@ -3,45 +3,49 @@
 STOMP session proposes, so both protocols share one address space (raftmq.protocol.mqtt.topics)
 and every promise: a PUBACK, like a RECEIPT, is written once a majority has the message on disk.
 
-What it serves now: clean sessions; QoS 0 and 1 both ways (a subscription asking for QoS 2 is
-granted 1, and an MQTT 5 CONNACK says `maximum_qos` 1); topic filters with MQTT's whole syntax;
-MQTT 5's properties carried as headers (`HEADERS`); logins and the ACL as for STOMP. A clean
-session's messages end with it, so its subscriptions take them from the core at once (ack mode
-auto: no acknowledgement goes through the log); the session itself keeps QoS 1 to the client's
-window (`SEND_WINDOW`, or its receive maximum) and holds the rest, up to `MAX_WAITING_BYTES`. Refused with
-MQTT's reasons, until they are built: persistent sessions (3.1.1 clean session 0; an MQTT 5
-session expiry is answered with 0), QoS 2 publications, retained messages, wills and shared
-subscriptions.
+What it serves: clean and persistent sessions (3.1.1 clean session 0; MQTT 5 clean start and
+session expiry), a second connection with the same client id taking the session over; QoS 0 and
+1 both ways (a subscription asking for QoS 2 is granted 1, and an MQTT 5 CONNACK says
+`maximum_qos` 1); topic filters with MQTT's whole syntax; MQTT 5's properties carried as headers
+(raftmq.server.mqtt.outbound); logins and the ACL as for STOMP. A persistent session lives in the
+core as durable subscriptions (raftmq.server.mqtt.kept), so any later leader resumes it; it is
+kept until the client ends it (a clean start, or MQTT 5's session expiry 0 at its end): an MQTT 5
+session expiry is answered with "never" (0xFFFFFFFF), since no timer ends a session yet.
+Refused with MQTT's reasons, until they are built: QoS 2 publications, retained messages, wills
+and shared subscriptions.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from raftmq.core.commands import ACK_AUTO, Command, Connect, Disconnect, Noop, Send, Subscribe, Unsubscribe
+from raftmq.core.commands import (
+    ACK_AUTO,
+    ACK_CLIENT_INDIVIDUAL,
+    Command,
+    Connect,
+    Disconnect,
+    Noop,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
 from raftmq.core.effects import Deliver
 from raftmq.errors import MqttError, ProtocolError
-from raftmq.protocol.header_block import block_of, pairs_of
+from raftmq.protocol.header_block import block_of
 from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5, MQTT_311
-from raftmq.protocol.mqtt.topics import destination_of, destinations_of, dollar_excluded, shared, topic_of
+from raftmq.protocol.mqtt.topics import destination_of, destinations_of, shared
 from raftmq.security import Principal
+from raftmq.server.mqtt.kept import Kept, durable_name
+from raftmq.server.mqtt.outbound import HEADERS, QOS_HEADER, SEND_WINDOW, Outbound, Subscription
 
-QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
-# MQTT 5 properties and the STOMP headers that carry them (docs/mqtt.md); user properties are
-# headers of their own names.
-HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
-PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way, for deliveries
-# QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
-# says so), and what may wait for room before the session ends as a slow consumer.
-SEND_WINDOW = 1_000
-MAX_WAITING_BYTES = 64 * 2**20
 MAX_QOS = 1
+NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
 
 
 @dataclass(slots=True)
@@ -71,13 +75,6 @@ class Close:
 Decision = Propose | Write | CheckLogin | Close
 
 
-@dataclass(slots=True)
-class _Subscription:
-    topic_filter: str
-    qos: int
-    sub_ids: list[str] = field(default_factory=list)
-
-
 class MqttSession:
     """One connection's MQTT state: version, client id, subscriptions, deliveries in flight."""
 
@@ -95,17 +92,14 @@ class MqttSession:
         self._authorize = authorize  # (principal, command) -> None, or raises ProtocolError (the ACL)
         self._connect: p.Connect | None = None
         self._connack_properties: p.Properties = {}
-        self._subscriptions: dict[str, _Subscription] = {}  # by topic filter
-        self._filters: dict[str, _Subscription] = {}  # by core sub id
+        self.clean_start = True
+        self.persistent = False  # its subscriptions outlive the connection (durable in the core)
+        self._subscriptions: dict[str, Subscription] = {}  # by topic filter
+        self._durable: set[str] = set()  # core sub ids of durable subscriptions (made or resumed)
         self._subacks: dict[str, p.SubAck] = {}  # by receipt: answered once the Subscribes commit
         self._unsubacks: dict[str, p.UnsubAck] = {}
-        # QoS 1 deliveries: the packet ids the client has not acknowledged, and what waits for room.
-        self._in_flight: set[int] = set()
-        self._waiting: deque[tuple[str, bytes, tuple[tuple[str, str], ...], bool]] = deque()
-        self._waiting_bytes = 0
-        self._packet_ids = itertools.cycle(range(1, 0x10000))
+        self.out = Outbound(session_id)  # deliveries: PUBLISH packets, the QoS 1 window
         self._sub_numbers = itertools.count(1)
-        self._send_window = SEND_WINDOW
         self._held: list[p.Packet] = []  # packets behind the CONNECT, until it commits
         self._held_error: MqttError | None = None
 
@@ -158,7 +152,8 @@ class MqttSession:
             self._publish(packet, now, decisions, commands)
         elif kind is p.PubAck:
             assert isinstance(packet, p.PubAck)
-            self._acknowledged(packet.packet_id, decisions)  # an unknown id is ignored (a PUBACK sent twice)
+            decisions.extend(Write(data) for data in self.out.acknowledged(packet.packet_id, now))
+            commands.extend(self.out.take_acks())
         elif kind is p.Subscribe:
             assert isinstance(packet, p.Subscribe)
             self._subscribe(packet, now, decisions, commands)
@@ -168,8 +163,10 @@ class MqttSession:
         elif kind is p.PingReq:
             decisions.append(Write(encode(p.PingResp(), self._version)))
         elif kind is p.Disconnect:
-            commands.append(Disconnect(self.session_id, now))
-            self.disconnect_proposed = True
+            assert isinstance(packet, p.Disconnect)
+            if packet.properties.get("session_expiry_interval") == 0:
+                self.persistent = False  # MQTT 5: the session ends with this connection after all
+            commands.extend(self.ending(now))
             self.closed = True
             decisions.append(Close("client disconnected"))
         elif kind is p.Connect:
@@ -185,26 +182,31 @@ class MqttSession:
 
     def _on_connect(self, connect: p.Connect) -> list[Decision]:
         self._connect = connect
-        self.version = connect.version
+        self.version = self.out.version = connect.version
         self.keep_alive = connect.keep_alive
         five = connect.version == MQTT_5
         properties: p.Properties = {"maximum_qos": MAX_QOS, "retain_available": 0,
                                     "shared_subscription_available": 0} if five else {}
-        if not connect.clean_start and not five:
-            return self._connack_refused(r.SERVER_UNAVAILABLE,
-                                         "persistent sessions (clean session 0) are not served yet")
         if connect.will is not None:
             return self._connack_refused(r.IMPLEMENTATION_SPECIFIC_ERROR if five else r.SERVER_UNAVAILABLE,
                                          "will messages are not served yet")
+        self.clean_start = connect.clean_start
         client_id = connect.client_id
         if not client_id:
+            if not five and not connect.clean_start:  # 3.1.1: a session to keep needs a name
+                return self._connack_refused(r.CLIENT_IDENTIFIER_NOT_VALID,
+                                             "a persistent session (clean session 0) needs a client id")
             client_id = f"raftmq-{self.session_id}"
             if five:
                 properties["assigned_client_identifier"] = client_id
         if five:
-            if connect.properties.get("session_expiry_interval"):
-                properties["session_expiry_interval"] = 0  # the session ends with the connection
-            self._send_window = min(SEND_WINDOW, connect.properties.get("receive_maximum", SEND_WINDOW))
+            expiry = connect.properties.get("session_expiry_interval", 0)
+            self.persistent = expiry > 0
+            if self.persistent and expiry != NEVER:
+                properties["session_expiry_interval"] = NEVER  # kept until the client ends it
+            self.out.window = min(SEND_WINDOW, connect.properties.get("receive_maximum", SEND_WINDOW))
+        else:
+            self.persistent = not connect.clean_start
         self.client_id = client_id
         self._connack_properties = properties
         password = None if connect.password is None else connect.password.decode("utf-8", "replace")
@@ -221,13 +223,32 @@ class MqttSession:
         assert self._connect is not None
         return [Propose([Connect(self.session_id, now_ms, self._connect.username, self.client_id)])]
 
-    def connect_committed(self, now_ms: int) -> list[Decision]:
-        """The CONNACK, once the core has the session; then what came behind the CONNECT."""
+    def connect_committed(self, now_ms: int, kept: list[Kept] | None = None) -> list[Decision]:
+        """The CONNACK, once the core has the session; then what came behind the CONNECT.
+        `kept`: what the core keeps of the client id's session (raftmq.server.mqtt.kept), read
+        once the Connect applied: a clean start drops it, else the session resumes it (MQTT's
+        "session present"). A connection that still holds it elsewhere (an earlier leader's,
+        not yet swept) is ended first."""
         self.connected = True
-        connack = Write(encode(p.Connack(r.SUCCESS, False, self._connack_properties), self._version))
+        kept = kept or []
+        commands: list[Command] = [Disconnect(holder, now_ms) for holder in
+                                   sorted({k.holder for k in kept if k.holder and k.holder != self.session_id})]
+        for k in kept:
+            sub_id = f"m{next(self._sub_numbers)}"
+            if self.clean_start:
+                commands += [Subscribe(self.session_id, sub_id, k.destination, now_ms, durable_name=k.name),
+                             Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)]
+                continue
+            subscription = self._subscriptions.setdefault(k.topic_filter, Subscription(k.topic_filter, k.qos))
+            subscription.sub_ids.append(sub_id)
+            self.out.filters[sub_id] = subscription
+            self._durable.add(sub_id)
+            commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now_ms, k.name))
+        present = bool(kept) and not self.clean_start
+        connack = Write(encode(p.Connack(r.SUCCESS, present, self._connack_properties), self._version))
         held, self._held = self._held, []
         error, self._held_error = self._held_error, None
-        return [connack, *self._handle(held, error, now_ms)]
+        return [connack, *([Propose(commands)] if commands else []), *self._handle(held, error, now_ms)]
 
     def _connack_refused(self, reason: int, detail: str) -> list[Decision]:
         self.closed = True
@@ -301,21 +322,24 @@ class MqttSession:
                 codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
                 continue
             qos = min(wanted.qos, MAX_QOS)
-            old = self._subscriptions.pop(topic_filter, None)  # the same filter again replaces it
-            if old is not None:
-                commands.extend(self._unsubscribe_commands(old, now))
-            subscription = _Subscription(topic_filter, qos)
+            subscription = Subscription(topic_filter, qos)
             made = []
-            for destination in destinations:
+            for index, destination in enumerate(destinations):
                 sub_id = f"m{next(self._sub_numbers)}"
-                made.append(Subscribe(self.session_id, sub_id, destination, now, ACK_AUTO))
+                name = durable_name(self.client_id or "", index, topic_filter) if self.persistent else None
+                made.append(self._core_subscribe(sub_id, destination, qos, now, name))
                 subscription.sub_ids.append(sub_id)
             if not all(self._allowed(subscribe, None, decisions) for subscribe in made):
                 codes.append(r.NOT_AUTHORIZED if five else r.SUBACK_FAILURE_311)
                 continue
+            old = self._subscriptions.pop(topic_filter, None)  # the same filter again replaces it
+            if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
+                commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent))
             self._subscriptions[topic_filter] = subscription
-            for sub_id in subscription.sub_ids:
-                self._filters[sub_id] = subscription
+            for subscribe in made:
+                self.out.filters[subscribe.sub_id] = subscription
+                if subscribe.durable_name is not None:
+                    self._durable.add(subscribe.sub_id)
             subscribes += made
             codes.append(qos)
         suback = p.SubAck(packet.packet_id, codes)
@@ -324,15 +348,28 @@ class MqttSession:
             return
         receipt = f"s{packet.packet_id}"
         last = subscribes[-1]
-        subscribes[-1] = Subscribe(last.session, last.sub_id, last.destination, now, last.ack, None, last.prefetch,
-                                   receipt=receipt)
+        subscribes[-1] = self._core_subscribe(last.sub_id, last.destination, 1 if last.ack != ACK_AUTO else 0, now,
+                                              last.durable_name, receipt)
         self._subacks[receipt] = suback
         commands.extend(subscribes)
 
-    def _unsubscribe_commands(self, subscription: _Subscription, now: int) -> list[Command]:
+    def _core_subscribe(self, sub_id: str, destination: str, qos: int, now: int, name: str | None,
+                        receipt: str | None = None) -> Subscribe:
+        """A clean session's subscription takes its messages at once (auto); a durable QoS 1 one
+        leaves each in the core until the client's PUBACK, at most the client's window at a time."""
+        if name is not None and qos:
+            return Subscribe(self.session_id, sub_id, destination, now, ACK_CLIENT_INDIVIDUAL,
+                             prefetch=self.out.window, durable_name=name, receipt=receipt)
+        return Subscribe(self.session_id, sub_id, destination, now, ACK_AUTO, durable_name=name, receipt=receipt)
+
+    def _unsubscribe_commands(self, subscription: Subscription, now: int, drop: bool) -> list[Command]:
         for sub_id in subscription.sub_ids:
-            self._filters.pop(sub_id, None)
-        return [Unsubscribe(self.session_id, sub_id, now) for sub_id in subscription.sub_ids]
+            self.out.filters.pop(sub_id, None)
+        durable = self._durable
+        commands: list[Command] = [Unsubscribe(self.session_id, sub_id, now, drop_durable=drop and sub_id in durable)
+                                   for sub_id in subscription.sub_ids]
+        self._durable.difference_update(subscription.sub_ids)
+        return commands
 
     def _unsubscribe(self, packet: p.Unsubscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
         codes = []
@@ -340,7 +377,7 @@ class MqttSession:
             subscription = self._subscriptions.pop(topic_filter, None)
             codes.append(r.SUCCESS if subscription is not None else r.NO_SUBSCRIPTION_EXISTED)
             if subscription is not None:
-                commands.extend(self._unsubscribe_commands(subscription, now))
+                commands.extend(self._unsubscribe_commands(subscription, now, drop=True))
         receipt = f"u{packet.packet_id}"
         self._unsubacks[receipt] = p.UnsubAck(packet.packet_id, codes)
         commands.append(Noop(self.session_id, now, receipt))  # answered once what came before committed
@@ -358,69 +395,11 @@ class MqttSession:
             return encode(unsuback, self._version)
         return None
 
-    def deliver(self, effect: Deliver, body: bytes) -> bytes | None:
-        """The PUBLISH of a delivery: None where the subscription is gone, MQTT's `$` rule keeps
-        the message from it, or the client's window is full (the message waits here). Raises
-        `MqttError` (quota exceeded) when more than `MAX_WAITING_BYTES` wait."""
-        subscription = self._filters.get(effect.sub_id)
-        topic = topic_of(effect.destination)
-        hidden = topic is not None and topic.startswith("$") and subscription is not None \
-            and dollar_excluded(subscription.topic_filter)
-        if subscription is None or topic is None or hidden:
-            return None
-        pairs = pairs_of(effect.message.headers)
-        published = next((int(v) for n, v in pairs if n == QOS_HEADER and v in ("0", "1", "2")), None)
-        if published is None:  # a STOMP message: at least once where it was sent persistent
-            published = 1 if effect.message.persistent else 0
-        qos = min(subscription.qos, published)
-        if qos == 0:
-            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered)
-        if len(self._in_flight) >= self._send_window or self._waiting:
-            self._waiting.append((topic, body, pairs, effect.redelivered))
-            self._waiting_bytes += len(body)
-            if self._waiting_bytes > MAX_WAITING_BYTES:
-                raise MqttError(r.QUOTA_EXCEEDED, "quota exceeded",
-                                f"{self._waiting_bytes} bytes wait for a client that does not acknowledge them")
-            return None
-        return self._send_qos_1(topic, body, pairs, effect.redelivered)
-
-    def _send_qos_1(self, topic: str, body: bytes, pairs: tuple[tuple[str, str], ...], redelivered: bool) -> bytes:
-        packet_id = self._next_packet_id()
-        self._in_flight.add(packet_id)
-        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered)
-
-    def _acknowledged(self, packet_id: int, decisions: list[Decision]) -> None:
-        """The client's PUBACK: its window has room for what waits."""
-        self._in_flight.discard(packet_id)
-        while self._waiting and len(self._in_flight) < self._send_window:
-            topic, body, pairs, redelivered = self._waiting.popleft()
-            self._waiting_bytes -= len(body)
-            decisions.append(Write(self._send_qos_1(topic, body, pairs, redelivered)))
-
-    def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,
-                        pairs: tuple[tuple[str, str], ...], redelivered: bool) -> bytes:
-        properties: p.Properties = {}
-        if self.version == MQTT_5:
-            users = []
-            for name, value in pairs:
-                if name in PROPERTIES:
-                    prop = PROPERTIES[name]
-                    if prop == "response_topic":
-                        value = topic_of(value) or value
-                    properties[prop] = value.encode() if prop == "correlation_data" else value
-                elif name not in (QOS_HEADER, "persistent", "expires", "priority"):
-                    users.append((name, value))
-            if users:
-                properties["user_property"] = users
-        return encode(p.Publish(topic, body, qos, False, redelivered and qos > 0, packet_id, properties),
-                      self._version)
-
-    def _next_packet_id(self) -> int:
-        for _ in range(0x10000):
-            candidate = next(self._packet_ids)
-            if candidate not in self._in_flight:
-                return candidate
-        raise MqttError(r.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", "65,535 deliveries in flight")
+    def deliver(self, effect: Deliver, body: bytes, now_ms: int) -> bytes | None:
+        """A delivery's PUBLISH (raftmq.server.mqtt.outbound): None where none goes out now.
+        What the core is owed for it (a QoS 0 copy of a QoS 1 subscription's message) waits in
+        `out.take_acks()`."""
+        return self.out.deliver(effect, body, now_ms)
 
     # -- ending --------------------------------------------------------------------------------
 
@@ -438,9 +417,19 @@ class MqttSession:
             reason_string = {"reason_string": error.detail[:200]} if error.detail else {}
             decisions.append(Write(encode(p.Disconnect(error.reason_code, reason_string), MQTT_5)))
         if self.connect_proposed:
-            self.disconnect_proposed = True
-            decisions.append(Propose([Disconnect(self.session_id, now_ms)]))
+            decisions.append(Propose(self.ending(now_ms)))
         return [*decisions, Close(error.message, error.detail)]
+
+    def ending(self, now_ms: int) -> list[Command]:
+        """The session's end in the core: a persistent session's subscriptions go inactive and
+        keep collecting; any other's end (durable ones it resumed are dropped with it)."""
+        self.disconnect_proposed = True
+        commands: list[Command] = []
+        if not self.persistent:
+            commands += [Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)
+                         for sub_id in sorted(self._durable)]
+            self._durable.clear()
+        return [*commands, Disconnect(self.session_id, now_ms)]
 
     def failed(self, reason_code: int, detail: str) -> bytes | None:
         """The server ends the session (the core refused a command, the node stops): MQTT 5's

@@ -1,0 +1,50 @@
+"""A persistent MQTT session's state, kept in the core: each core subscription of each of its
+topic filters is a durable topic subscription, named after the client id and the filter, so that
+whichever leader serves the client next finds them (`kept`) and resumes them. While the client is
+away, the subscriptions collect what is published (the core's durable subscriptions, replicated
+and in the snapshot like any other); a QoS 1 one holds every message until the client's PUBACK.
+
+A name is `mqtt:<length of the client id>:<client id>:<index>:<topic filter>`: the length makes one
+client's prefix no other's, the index tells the two core subscriptions of `a/#` apart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raftmq.core.commands import ACK_AUTO
+
+PREFIX = "mqtt:"
+
+
+def prefix_of(client_id: str) -> str:
+    return f"{PREFIX}{len(client_id)}:{client_id}:"
+
+
+def durable_name(client_id: str, index: int, topic_filter: str) -> str:
+    return f"{prefix_of(client_id)}{index}:{topic_filter}"
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """One durable subscription of a client's session, as the core holds it."""
+
+    name: str
+    topic_filter: str
+    destination: str
+    qos: int  # 1 where the core waits for each message's acknowledgement, else 0
+    holder: str | None  # the core session it is active in, None while the client is away
+
+
+def kept(durables: Mapping[str, Any], client_id: str) -> list[Kept]:
+    """The durable subscriptions of `client_id`'s session in the core's `durables` (by name),
+    in name order (a filter's core subscriptions together, by index)."""
+    prefix = prefix_of(client_id)
+    found = []
+    for name in sorted(name for name in durables if name.startswith(prefix)):
+        sub = durables[name]
+        topic_filter = name[len(prefix):].partition(":")[2]
+        holder = None if sub.session is None else sub.session.session_id
+        found.append(Kept(name, topic_filter, sub.destination, 0 if sub.ack == ACK_AUTO else 1, holder))
+    return found

@@ -1,0 +1,191 @@
+"""MQTT sessions a client keeps (3.1.1 clean session 0, MQTT 5 clean start 0 with a session
+expiry), against a node, with paho-mqtt: what was published while the client was away arrives
+when it comes back, unacknowledged QoS 1 messages come again, a clean start forgets, a second
+connection with the client id takes the session over, and a group's next leader resumes the
+session its predecessor served."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
+from paho.mqtt.packettypes import PacketTypes  # noqa: E402
+from paho.mqtt.properties import Properties  # noqa: E402
+
+from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
+from raftmq.config import NodeConfig  # noqa: E402
+from raftmq.embedded import EmbeddedBroker  # noqa: E402
+from raftmq.processes import free_ports  # noqa: E402
+
+pytestmark = pytest.mark.integration
+WAIT = 10.0
+NEVER = 0xFFFFFFFF
+
+
+class Client:
+    """paho on its own network thread; `keep`: a session the broker keeps (clean session 0, or
+    MQTT 5 clean start 0 with a session expiry); `manual_ack`: PUBACKs only when `ack` says."""
+
+    def __init__(self, port: int, version: int, client_id: str, keep: bool, manual_ack: bool = False) -> None:
+        self.version = version
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.connected: queue.Queue[tuple[bool, int]] = queue.Queue()
+        self.disconnected: queue.Queue[int] = queue.Queue()
+        self.subscribed: queue.Queue[Any] = queue.Queue()
+        five = version == 5
+        kwargs: dict[str, Any] = {} if five else {"clean_session": not keep}
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                  protocol=paho.MQTTv5 if five else paho.MQTTv311, manual_ack=manual_ack, **kwargs)
+        self.client.on_connect = lambda _c, _u, flags, code, _p: self.connected.put(
+            (bool(flags.session_present), int(getattr(code, "value", code))))
+        self.client.on_disconnect = lambda _c, _u, _f, code, _p: self.disconnected.put(
+            int(getattr(code, "value", code)))
+        self.client.on_message = lambda _c, _u, message: self.messages.put(message)
+        self.client.on_subscribe = lambda _c, _u, _mid, codes, _p: self.subscribed.put(codes)
+        connect: dict[str, Any] = {}
+        if five:
+            properties = Properties(PacketTypes.CONNECT)
+            if keep:
+                properties.SessionExpiryInterval = NEVER
+            connect = {"clean_start": not keep, "properties": properties}
+        self.client.connect("127.0.0.1", port, keepalive=30, **connect)
+        self.client.loop_start()
+        self.session_present, code = self.connected.get(timeout=WAIT)
+        assert code == 0, code
+
+    def subscribe(self, topic_filter: str, qos: int) -> None:
+        self.client.subscribe(topic_filter, qos)
+        assert [int(c.value) for c in self.subscribed.get(timeout=WAIT)] == [qos]
+
+    def received(self, count: int) -> list[Any]:
+        return [self.messages.get(timeout=WAIT) for _ in range(count)]
+
+    def nothing_more(self, within: float = 0.5) -> bool:
+        try:
+            self.messages.get(timeout=within)
+        except queue.Empty:
+            return True
+        return False
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def publish_all(port: int, topic: str, bodies: list[bytes]) -> None:
+    publisher = Client(port, 5, "publisher", keep=False)
+    try:
+        for body in bodies:
+            publisher.client.publish(topic, body, qos=1).wait_for_publish(WAIT)  # its PUBACK
+    finally:
+        publisher.close()
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    mqtt = free_ports(1)[0]
+    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{mqtt}")):
+        yield mqtt
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_what_was_published_while_away_arrives_on_return_and_a_clean_start_forgets(port: int, version: int) -> None:
+    first = Client(port, version, "keeper", keep=True)
+    assert not first.session_present
+    first.subscribe("k/#", 1)
+    first.close()
+    publish_all(port, "k/x", [b"one", b"two", b"three"])
+    back = Client(port, version, "keeper", keep=True)
+    try:
+        assert back.session_present  # its subscription was kept: it does not subscribe again
+        got = back.received(3)
+        assert [(m.topic, m.payload, m.qos) for m in got] == [("k/x", b, 1) for b in (b"one", b"two", b"three")]
+        assert back.nothing_more()
+    finally:
+        back.close()
+    fresh = Client(port, version, "keeper", keep=False)  # a clean start: the session is forgotten
+    try:
+        assert not fresh.session_present
+        publish_all(port, "k/x", [b"unheard"])
+        assert fresh.nothing_more()
+    finally:
+        fresh.close()
+    again = Client(port, version, "keeper", keep=True)
+    try:
+        assert not again.session_present
+    finally:
+        again.close()
+
+
+def test_an_unacknowledged_qos_1_message_comes_again_flagged_on_return(port: int) -> None:
+    first = Client(port, 4, "forgetful", keep=True, manual_ack=True)
+    first.subscribe("f", 1)
+    publish_all(port, "f", [b"unacknowledged"])
+    [message] = first.received(1)
+    assert message.payload == b"unacknowledged" and not message.dup
+    first.client.disconnect()  # without a PUBACK
+    first.client.loop_stop()
+    back = Client(port, 4, "forgetful", keep=True, manual_ack=True)
+    try:
+        [again] = back.received(1)
+        assert again.payload == b"unacknowledged" and again.dup  # MQTT's DUP: it may have been seen
+        back.client.ack(again.mid, again.qos)
+        time.sleep(0.3)
+    finally:
+        back.close()
+    settled = Client(port, 4, "forgetful", keep=True)
+    try:
+        assert settled.session_present and settled.nothing_more()  # acknowledged: it does not come a third time
+    finally:
+        settled.close()
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_a_second_connection_with_the_client_id_takes_the_session_over(port: int, version: int) -> None:
+    first = Client(port, version, "twin", keep=True)
+    first.subscribe("t", 1)
+    second = Client(port, version, "twin", keep=True)
+    try:
+        code = first.disconnected.get(timeout=WAIT)
+        if version == 5:
+            assert code == 0x8E  # session taken over
+        assert second.session_present
+        publish_all(port, "t", [b"to the second"])
+        [got] = second.received(1)
+        assert got.payload == b"to the second" and first.messages.empty()
+    finally:
+        first.client.loop_stop()
+        second.close()
+
+
+def test_the_next_leader_resumes_a_session_its_predecessor_served(tmp_path: Path) -> None:
+    ports = free_ports(9)
+    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
+                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
+                    for i in range(3))
+    mqtt = {m.id: int(str(m.mqtt).rsplit(":", 1)[1]) for m in members}
+    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    with EmbeddedBroker(config=group) as running:
+        leader = running.wait_for_leader()
+        first = Client(mqtt[leader], 5, "roamer", keep=True)
+        first.subscribe("r/#", 1)
+        publish_all(mqtt[leader], "r/1", [b"before"])
+        assert first.received(1)[0].payload == b"before"
+        first.client.loop_stop()  # the client is cut off; its leader goes
+        running.stop_node(leader)
+        successor = running.wait_for_leader()
+        assert successor != leader
+        publish_all(mqtt[successor], "r/2", [b"while away", b"and more"])
+        back = Client(mqtt[successor], 5, "roamer", keep=True)
+        try:
+            assert back.session_present
+            assert [m.payload for m in back.received(2)] == [b"while away", b"and more"]
+            assert back.nothing_more()
+        finally:
+            back.close()
