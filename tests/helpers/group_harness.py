@@ -37,6 +37,7 @@ class Member:
         self.id = node_id
         self.host = host
         self.client_port, self.raft_port, self.admin_port = client, raft, admin
+        self.mqtt_port: int | None = None  # with Group(mqtt=True)
         prefix = "" if group == "test" else f"{group}-"
         self.stdout_path = log_dir / f"{prefix}{node_id}.stdout"
         self.stderr_path = log_dir / f"{prefix}{node_id}.stderr"
@@ -60,7 +61,8 @@ class Group:
 
     def __init__(self, tmp_path: Path, size: int = 3, raft: dict[str, Any] | None = None,
                  journal: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
-                 hosts: list[str] | None = None, name: str = "test", core: dict[str, Any] | None = None) -> None:
+                 hosts: list[str] | None = None, name: str = "test", core: dict[str, Any] | None = None,
+                 mqtt: bool = False) -> None:
         self.dir = tmp_path
         self.name = name
         self.data_dir = tmp_path / ("data" if name == "test" else f"data-{name}")
@@ -78,9 +80,13 @@ class Group:
             if values:
                 lines.append(f"[{table}]")
                 lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
-        for member in self.members.values():
+        mqtt_ports = free_ports(size) if mqtt else []
+        for i, member in enumerate(self.members.values()):
             lines += ["[[node]]", f'id = "{member.id}"', f'client = "{member.client}"',
                       f'raft = "{member.host}:{member.raft_port}"', f'admin = "{member.host}:{member.admin_port}"']
+            if mqtt:
+                member.mqtt_port = mqtt_ports[i]
+                lines.append(f'mqtt = "{member.host}:{member.mqtt_port}"')
         self.config_path = tmp_path / ("group.toml" if name == "test" else f"{name}.toml")
         self.config_path.write_text("\n".join(lines) + "\n")
 

@@ -1,0 +1,195 @@
+"""MQTT through leader kills, with real node processes and paho-mqtt: a QoS 1 publisher at about
+500 messages a second and a subscriber whose session the group keeps (clean session 0) ride
+five kill -9s of the leader; every message whose PUBACK the publisher got reaches the subscriber
+(duplicates allowed: QoS 1 is at least once). Each client finds the leader as an MQTT client
+would: by trying the members in turn (a follower answers CONNACK "server unavailable")."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
+
+from tests.helpers.group_harness import Group  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+RATE = 500  # messages a second
+KILLS = 5
+TOPIC = "failover/readings"
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    group = Group(tmp_path, mqtt=True)
+    try:
+        group.start()
+        yield group
+    finally:
+        group.close()
+
+
+def connect_to_leader(group: Group, client_id: str, keep: bool, deadline: float,
+                      on_message: Any = None) -> tuple[Any, bool, queue.Queue[int]]:
+    """A paho 3.1.1 client connected to whichever member serves MQTT now (and its session_present,
+    and the queue its disconnects are told on)."""
+    while time.monotonic() < deadline:
+        for member in group.members.values():
+            if not member.alive or member.mqtt_port is None:
+                continue
+            answers: queue.Queue[tuple[bool, int]] = queue.Queue()
+            gone: queue.Queue[int] = queue.Queue()
+            client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv311,
+                                 clean_session=not keep, reconnect_on_failure=False)
+            client.on_connect = lambda _c, _u, flags, code, _p, answers=answers: answers.put(
+                (bool(flags.session_present), int(getattr(code, "value", code))))
+            client.on_disconnect = lambda _c, _u, _f, code, _p, gone=gone: gone.put(int(getattr(code, "value", code)))
+            if on_message is not None:
+                client.on_message = on_message
+            try:
+                client.connect("127.0.0.1", member.mqtt_port, keepalive=5)
+            except OSError:
+                continue
+            client.loop_start()
+            try:
+                present, code = answers.get(timeout=3)
+            except queue.Empty:
+                present, code = False, -1
+            if code == 0:
+                return client, present, gone
+            client.loop_stop()
+            client.disconnect()
+        time.sleep(0.1)
+    raise AssertionError(f"{client_id}: no member served MQTT in time")
+
+
+class Publisher:
+    """QoS 1 at RATE, each message numbered; after a lost connection it reconnects to the leader
+    and publishes again whatever was not PUBACKed."""
+
+    def __init__(self, group: Group, count: int) -> None:
+        self.group, self.count = group, count
+        self.acked: set[int] = set()
+        self.reconnects = 0
+        self._lock = threading.Lock()
+
+    def run(self, deadline: float) -> None:
+        pending: dict[int, int] = {}  # mid -> number, on the current connection
+        next_number = 0
+        client, gone = self._connect(deadline, pending)
+        started = time.monotonic()
+        while time.monotonic() < deadline:
+            if not gone.empty():
+                client.loop_stop()
+                with self._lock:
+                    unacked = sorted(set(pending.values()) - self.acked)
+                    pending.clear()
+                client, gone = self._connect(deadline, pending)
+                self.reconnects += 1
+                for number in unacked:
+                    self._publish(client, pending, number)
+                continue
+            if next_number < self.count:
+                wait = started + next_number / RATE - time.monotonic()
+                if wait > 0:
+                    time.sleep(min(0.01, wait))
+                    continue
+                self._publish(client, pending, next_number)
+                next_number += 1
+                continue
+            with self._lock:
+                if len(self.acked) == self.count:
+                    break
+            time.sleep(0.05)
+        client.disconnect()
+        client.loop_stop()
+
+    def _connect(self, deadline: float, pending: dict[int, int]) -> tuple[Any, queue.Queue[int]]:
+        client, _, gone = connect_to_leader(self.group, "publisher", False, deadline)
+        self._acked_mids: set[int] = set()  # this connection's (paho numbers each connection's from 1)
+        acked_mids = self._acked_mids
+
+        def published(_c: Any, _u: Any, mid: int, code: Any, _p: Any) -> None:
+            if getattr(code, "is_failure", False):
+                return
+            with self._lock:  # (never held while calling into paho: its thread calls this holding its own)
+                acked_mids.add(mid)
+                number = pending.get(mid)
+                if number is not None:
+                    self.acked.add(number)
+
+        client.on_publish = published
+        return client, gone
+
+    def _publish(self, client: Any, pending: dict[int, int], number: int) -> None:
+        info = client.publish(TOPIC, f"{number}".encode(), qos=1)
+        with self._lock:
+            pending[info.mid] = number
+            if info.mid in self._acked_mids:  # its PUBACK came before this line
+                self.acked.add(number)
+
+
+def test_qos_1_through_five_leader_kills_loses_nothing_acknowledged(group: Group) -> None:
+    deadline = time.monotonic() + 150
+    received: set[int] = set()
+    lock = threading.Lock()
+
+    def on_message(_c: Any, _u: Any, message: Any) -> None:
+        with lock:
+            received.add(int(message.payload))
+
+    subscriber, present, sub_gone = connect_to_leader(group, "keeper", True, deadline, on_message)
+    assert not present
+    subscribed: queue.Queue[Any] = queue.Queue()
+    subscriber.on_subscribe = lambda _c, _u, _mid, codes, _p: subscribed.put(codes)
+    subscriber.subscribe(TOPIC, 1)
+    assert [int(c.value) for c in subscribed.get(timeout=10)] == [1]
+
+    publisher = Publisher(group, count=RATE * 30)  # 30 s: five kills, each member back before the next
+    thread = threading.Thread(target=publisher.run, args=(deadline,), daemon=True)
+    thread.start()
+    resumed = 0
+    kills = 0
+    try:
+        next_kill = time.monotonic() + 2.0
+        while thread.is_alive() and time.monotonic() < deadline:
+            if not sub_gone.empty():  # the subscriber's member died: back to the leader, same session
+                subscriber.loop_stop()
+                subscriber, present, sub_gone = connect_to_leader(group, "keeper", True, deadline, on_message)
+                assert present, "the group lost the subscriber's session"
+                resumed += 1
+            if kills < KILLS and time.monotonic() >= next_kill:
+                leader = group.leader()
+                group.kill(leader)
+                group.wait_exit(leader)
+                group.start(leader)  # back as a follower: the group keeps three members
+                kills += 1
+                next_kill = time.monotonic() + 2.0
+            time.sleep(0.02)
+        thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        assert not thread.is_alive(), (f"the publisher did not finish: {len(publisher.acked)} acknowledged, "
+                                       f"{publisher.reconnects} reconnects, {kills} kills")
+        assert kills == KILLS and publisher.reconnects >= 1 and resumed >= 1
+        assert len(publisher.acked) == publisher.count
+        settle = time.monotonic() + 30
+        while time.monotonic() < settle:
+            if not sub_gone.empty():
+                subscriber.loop_stop()
+                subscriber, present, sub_gone = connect_to_leader(group, "keeper", True, deadline, on_message)
+                assert present
+            with lock:
+                if publisher.acked <= received:
+                    break
+            time.sleep(0.1)
+        with lock:
+            missing = sorted(publisher.acked - received)
+        assert not missing, f"{len(missing)} acknowledged messages never reached the subscriber: {missing[:20]}"
+    finally:
+        subscriber.disconnect()
+        subscriber.loop_stop()
