@@ -1,0 +1,97 @@
+"""MQTT.js 5 (the MQTT client of Node and browser apps) against a 3-member group's leader: in
+Node over TCP to the MQTT port and over WebSocket to the client port, and in headless Chromium
+on a page this test serves, MQTT 3.1.1 and 5.0 each. All run tests/js/mqtt_scenario.js: QoS 1
+and 0 through two overlapping filters (QoS 2 asked, 1 granted), MQTT 5's user property and
+content type, a kept session that finds what was published while it was away, and a clean start
+that forgets it. The package is pinned in tests/js/package-lock.json (tests/helpers/javascript.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.group_file import GroupConfig, GroupMember
+from raftmq.config import NodeConfig
+from raftmq.embedded import EmbeddedBroker
+from raftmq.processes import free_ports
+from tests.helpers.browser import browser, javascript_errors, wait_until
+from tests.helpers.javascript import JS, installed, serve_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def steps(version: int) -> list[str]:
+    return [
+        "connected: session present false",
+        "granted: 1,1",
+        "received: js/room1/temp 21.5 qos1|js/room1/temp 21.5 qos1",
+        *(["properties: unit=C content-type=text/plain"] if version == 5 else []),
+        "received: js/room2/temp 19 qos0|js/room2/temp 19 qos0",
+        "back: session present true",
+        "received: js/room3/temp while away qos1|js/room3/temp while away qos1",
+        "clean start: session present false",
+    ]
+
+
+@pytest.fixture(scope="module")
+def leader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """(client port, MQTT port) of a 3-member group's leader."""
+    ports = free_ports(9)
+    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
+                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
+                    for i in range(3))
+    group = GroupConfig(name="g", data_dir=str(tmp_path_factory.mktemp("mqttjs")), members=members,
+                        server=NodeConfig())
+    with EmbeddedBroker(config=group) as running:
+        member = next(m for m in members if m.id == running.wait_for_leader())
+        yield int(member.client.rsplit(":", 1)[1]), int(str(member.mqtt).rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+@pytest.mark.parametrize("transport", ["tcp", "websocket"])
+def test_mqttjs_in_node(leader: tuple[int, int], transport: str, version: int) -> None:
+    installed()
+    client_port, mqtt_port = leader
+    url = f"mqtt://127.0.0.1:{mqtt_port}" if transport == "tcp" else f"ws://127.0.0.1:{client_port}/mqtt"
+    done = subprocess.run(["node", "mqtt_node.mjs", url, str(version)], cwd=JS, capture_output=True, text=True,
+                          timeout=120, check=False)
+    report = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {"stderr": done.stderr}
+    assert report.get("ok") and report["steps"] == steps(version), report
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>MQTT.js over WebSocket</title>
+<script src="mqtt.min.js"></script><script src="mqtt_scenario.js"></script></head>
+<body><script>
+window.reports = {};
+(async () => {
+  for (const version of [4, 5]) {
+    window.reports[version] = await runMqttScenario(mqtt, %s, version);
+  }
+  window.done = true;
+})();
+</script></body></html>
+"""
+
+
+def test_mqttjs_in_a_browser_page(leader: tuple[int, int], tmp_path: Path) -> None:
+    installed()
+    client_port, _ = leader
+    files = {
+        "/index.html": (PAGE % json.dumps(f"ws://127.0.0.1:{client_port}/mqtt")).encode(),
+        "/mqtt.min.js": (JS / "node_modules/mqtt/dist/mqtt.min.js").read_bytes(),
+        "/mqtt_scenario.js": (JS / "mqtt_scenario.js").read_bytes(),
+    }
+    with serve_files(files) as page, browser(tmp_path / "browser") as driver:
+        driver.get(page)
+        wait_until(lambda: driver.execute_script("return window.done"), "the page's MQTT.js scenarios",
+                   timeout=90, driver=driver)
+        reports = driver.execute_script("return window.reports")
+        for version in (4, 5):
+            report = reports[str(version)]
+            assert report.get("ok") and report["steps"] == steps(version), (version, report,
+                                                                              javascript_errors(driver))
