@@ -5,7 +5,7 @@ Each kind of fact, what it has one row per, and its columns besides run, group a
 - `entry`: a Raft journal record (or a snapshot's last entry): index, term, kind
   (regular/noop/other), digest, committed.
 - `enter`: a message arriving in a store: index (of the entry that did it), message_id, store,
-  destination, dedup_id, value, digest, route, origin (client/forward/first/dead-letter/expiry/
+  destination, dedup_id, value, digest, route, origin (client/forward/first/dead-letter/expiry/retained/
   moved: `first` arrived forwarded first, stored nowhere before), forward_id (of one from
   another group: what ties it to its producer's SEND), count, first.
 - `leave`: a message leaving a store for good: message_id, store, outcome

@@ -31,7 +31,7 @@ from raftmq.core.dispatch import ORIGINAL_DESTINATION
 from raftmq.core.message import Message
 from raftmq.core.message_headers import read_headers
 from raftmq.core.model import Store
-from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED
+from raftmq.core.store_observer import DEAD_LETTER, EXPIRY, PUBLISHED, RETAINED
 from raftmq.errors import RaftmqError
 from raftmq.protocol.header_block import pairs_of
 from raftmq.replication.entry_codec import decode_entry
@@ -296,12 +296,12 @@ class Replay:
 
     def entered(self, store: Store, message: Message, origin: str = PUBLISHED) -> None:
         """A message stored (StoreObserver), or held by the snapshot replay starts from. Its
-        origin: a dead-letter or expiry copy, or else what the command applying says (a client's
+        origin: a dead-letter, expiry or retained copy, or else what the command applying says (a client's
         SEND, one forwarded from another group, a move of a Tick)."""
         first = message.message_id not in self.seen
         if first:
             self.seen.add(message.message_id)
-        kind = origin if origin in (DEAD_LETTER, EXPIRY) else self.origin
+        kind = origin if origin in (DEAD_LETTER, EXPIRY, RETAINED) else self.origin
         self.fact("enter", index=self.index, store=_store_name(store), kind=kind, count=message.delivery_count,
                   route=self.route or None, forward_id=self.forward_id if kind in ("forward", "first") else None,
                   first=first, **self.described(message))

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, ticks, unsubscribe
+from raftmq.core import commands, retained, ticks, unsubscribe
+from raftmq.core import validation as v  # (check_subscribe, check_browse: not per message)
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
 from raftmq.core.cluster_rights import cluster_login, may_pull
@@ -38,14 +39,7 @@ from raftmq.core.stats import broker_stats
 from raftmq.core.temp_owners import claim, forget, index_owners, reply_subscription, stays
 from raftmq.core.temp_owners import refusal as temp_refusal
 from raftmq.core.temporary import MARK, alias_of, owner_token
-from raftmq.core.validation import (
-    QUEUE_PREFIX,
-    Refused,
-    check_browse,
-    check_subscribe,
-    check_wildcards,
-    is_valid_destination,
-)
+from raftmq.core.validation import QUEUE_PREFIX, Refused, check_wildcards, is_valid_destination
 from raftmq.routing.route import CONTROL_DESTINATION, SF_PREFIX, is_internal
 
 
@@ -81,6 +75,7 @@ class Broker:
             commands.Browse: self._browse,
             commands.Noop: self._noop,
             commands.Manage: lambda command: apply_manage(self, command),
+            commands.Recover: lambda command: retained.recover(self.state, self.dispatch, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -231,7 +226,7 @@ class Broker:
         if session is None:
             return
         try:
-            prefetch, selector = check_subscribe(session, command, self.config.default_prefetch)
+            prefetch, selector = v.check_subscribe(session, command, self.config.default_prefetch)
         except Refused as refused:
             return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination
@@ -357,6 +352,8 @@ class Broker:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
             ops.append(("send", destination, command.headers, body, command.now))
         else:
+            if "mqtt-retain:" in command.headers:  # (the common SEND: one search of its header text)
+                retained.keep(self.state, destination, command.headers, command.body, command.now)
             self._publish(destination, command.headers, body, command.now, scheduled, temporary)
         self._done(command.session, command.receipt)
 
@@ -467,7 +464,7 @@ class Broker:
         if session is None:
             return
         try:
-            selector = check_browse(session, command)
+            selector = v.check_browse(session, command)
         except Refused as refused:
             return self._reject(session.session_id, refused.message, refused.detail, command.receipt)
         destination = command.destination

@@ -192,6 +192,16 @@ class Noop:
     receipt: str | None = None
 
 
+@value
+class Recover:
+    """Copy the topics' retained messages that subscription `sub_id` matches into it
+    (raftmq.core.retained): proposed after its Subscribe, by an MQTT session."""
+
+    session: str
+    sub_id: str
+    now: int
+
+
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
@@ -215,10 +225,11 @@ class Manage:
 
 
 Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
-           | Noop | Manage)
+           | Noop | Manage | Recover)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
+    Recover,
 )
 
 

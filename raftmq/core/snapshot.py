@@ -158,6 +158,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
     if state.job_seq:
         data["job_seq"] = state.job_seq
         data["jobs"] = [job.dump() for job in state.jobs.values()]
+    if state.retained:  # only then: a snapshot without any reads as it always did
+        data["retained"] = [[topic, dump_message(message)] for topic, message in state.retained.items()]
     return data
 
 
@@ -299,6 +301,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     for record in data.get("jobs", ()):
         job = Job.load(record)
         state.jobs[job.seq] = job
+    for topic, message in data.get("retained", ()):
+        state.retained[topic] = load_message(message)
     state.rebuild_expiry_index()
     state.redelivery_heap = [(due, token, store) for store in state.stores()
                              for token, (due, _) in store.delayed.items()]
@@ -316,7 +320,7 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
     """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
     or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight
     messages of queues and subscriptions (held-back ones too), sends inside open transactions,
-    and scheduled messages. Paged messages are decoded page by page; a page kept in a body
+    scheduled messages, and retained ones (bytes). Paged messages are decoded page by page; a page kept in a body
     journal is read with `read_page` (its dumped reference -> the page's bytes).
     tests/server/test_group_bodies.py pins this against a real broker."""
 
@@ -348,6 +352,8 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
                     yield op[3]
     for job in dump.get("jobs", ()):
         yield job[3]
+    for _topic, message in dump.get("retained", ()):
+        yield message[3]
 
 
 def _unpaged(store: dict[str, Any]) -> Iterator[list[Any]]:

@@ -30,7 +30,7 @@ from typing import Any
 
 from raftmq.core.cluster_state import ClusterState
 from raftmq.core.dedup import DedupCache
-from raftmq.core.message import body_size
+from raftmq.core.message import Message, body_size
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
 from raftmq.core.schedule import Job
@@ -60,6 +60,7 @@ class BrokerState:
     # (due, token, store) of NACKed messages waiting out their redelivery delay; stale entries skipped.
     redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # SENDs dropped by address_full_policy DROP
+    retained: dict[str, Message] = field(default_factory=dict)  # by topic, bodies as bytes (raftmq.core.retained)
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 
@@ -80,7 +81,7 @@ class BrokerState:
         """Every message body the state holds, as stored (bytes, or in a group the body
         journal's reference), in the order `raftmq.core.snapshot.body_refs` finds them in a
         snapshot of this state: ready messages of the queues; each subscription's in-flight
-        then ready messages; sends inside open transactions; scheduled messages."""
+        then ready messages; sends inside open transactions; scheduled messages; retained ones."""
         for store in self.queues.values():
             yield from _ready_bodies(store)
         for sub in self.subscriptions():
@@ -95,6 +96,8 @@ class BrokerState:
                         yield op[3]
         for job in self.jobs.values():
             yield job.body
+        for message in self.retained.values():
+            yield message.body
 
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""

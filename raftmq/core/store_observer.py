@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 PUBLISHED = "published"  # sent by a client, or arrived from (or on the way to) another group
 DEAD_LETTER = "dead-letter"  # a copy of one that died in another store
 EXPIRY = "expiry"  # a copy of one that expired in another store
+RETAINED = "retained"  # a copy of a topic's retained message, for a subscription that asked (raftmq.core.retained)
 
 # Why a message left a store for good.
 ACKED = "acked"

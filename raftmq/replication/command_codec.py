@@ -44,6 +44,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     12: (c.Browse, ("session", "sub_id", "destination", "now", "limit", "selector", "receipt")),
     13: (c.Noop, ("session", "now", "receipt")),
     14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
+    15: (c.Recover, ("session", "sub_id", "now")),
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from raftmq.core.commands import Ack, Command
 from raftmq.core.effects import Deliver
+from raftmq.core.retained import RETAIN, RETAINED_MARK
 from raftmq.errors import MqttError
 from raftmq.protocol.header_block import pairs_of
 from raftmq.protocol.mqtt import packets as p
@@ -35,6 +36,8 @@ PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way
 # says so), and what may wait for room before the session ends as a slow consumer.
 SEND_WINDOW = 1_000
 MAX_WAITING_BYTES = 64 * 2**20
+# Headers that are no user property of a delivery: the QoS, retain marks and the core's own.
+NOT_PROPERTIES = frozenset({QOS_HEADER, RETAIN, RETAINED_MARK, "persistent", "expires", "priority"})
 
 
 @dataclass(slots=True)
@@ -43,6 +46,7 @@ class Subscription:
 
     topic_filter: str
     qos: int
+    retain_as_published: bool = False  # MQTT 5: a live message keeps its retain flag
     sub_ids: list[str] = field(default_factory=list)
 
 
@@ -53,6 +57,7 @@ class _Waiting:
     pairs: tuple[tuple[str, str], ...]
     redelivered: bool
     ack_id: str | None
+    retain: bool
 
 
 class Outbound:
@@ -87,27 +92,28 @@ class Outbound:
         if published is None:  # a STOMP message: at least once where it was sent persistent
             published = 1 if effect.message.persistent else 0
         qos = min(subscription.qos, published)
+        retain = _retain_flag(pairs, subscription.retain_as_published)
         if qos == 0:
             self._settle_now(effect.ack_id, now)  # at most once: nothing waits for the client's word
-            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered)
+            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered, retain)
         if len(self._in_flight) >= self.window or self._waiting:
-            self._waiting.append(_Waiting(topic, body, pairs, effect.redelivered, effect.ack_id))
+            self._waiting.append(_Waiting(topic, body, pairs, effect.redelivered, effect.ack_id, retain))
             self._waiting_bytes += len(body)
             if self._waiting_bytes > MAX_WAITING_BYTES:
                 raise MqttError(r.QUOTA_EXCEEDED, "quota exceeded",
                                 f"{self._waiting_bytes} bytes wait for a client that does not acknowledge them")
             return None
-        return self._send_qos_1(topic, body, pairs, effect.redelivered, effect.ack_id)
+        return self._send_qos_1(topic, body, pairs, effect.redelivered, effect.ack_id, retain)
 
     def _settle_now(self, ack_id: str | None, now: int) -> None:
         if ack_id is not None:  # a persistent session's QoS 1 subscription: the core waits for it
             self.acks.append(Ack(self.session_id, now, ack_id=ack_id))
 
     def _send_qos_1(self, topic: str, body: bytes, pairs: tuple[tuple[str, str], ...], redelivered: bool,
-                    ack_id: str | None) -> bytes:
+                    ack_id: str | None, retain: bool) -> bytes:
         packet_id = self._next_packet_id()
         self._in_flight[packet_id] = ack_id
-        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered)
+        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered, retain)
 
     def acknowledged(self, packet_id: int, now: int) -> list[bytes]:
         """The client's PUBACK (an unknown id is ignored: a PUBACK sent twice): the core's Ack
@@ -120,11 +126,11 @@ class Outbound:
             waiting = self._waiting.popleft()
             self._waiting_bytes -= len(waiting.body)
             out.append(self._send_qos_1(waiting.topic, waiting.body, waiting.pairs, waiting.redelivered,
-                                        waiting.ack_id))
+                                        waiting.ack_id, waiting.retain))
         return out
 
     def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,
-                        pairs: tuple[tuple[str, str], ...], redelivered: bool) -> bytes:
+                        pairs: tuple[tuple[str, str], ...], redelivered: bool, retain: bool) -> bytes:
         properties: p.Properties = {}
         if self.version == MQTT_5:
             users = []
@@ -134,11 +140,11 @@ class Outbound:
                     if prop == "response_topic":
                         value = topic_of(value) or value
                     properties[prop] = value.encode() if prop == "correlation_data" else value
-                elif name not in (QOS_HEADER, "persistent", "expires", "priority"):
+                elif name not in NOT_PROPERTIES:
                     users.append((name, value))
             if users:
                 properties["user_property"] = users
-        return encode(p.Publish(topic, body, qos, False, redelivered and qos > 0, packet_id, properties),
+        return encode(p.Publish(topic, body, qos, retain, redelivered and qos > 0, packet_id, properties),
                       self.version)
 
     def _next_packet_id(self) -> int:
@@ -147,3 +153,14 @@ class Outbound:
             if candidate not in self._in_flight:
                 return candidate
         raise MqttError(r.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", "65,535 deliveries in flight")
+
+
+def _retain_flag(pairs: tuple[tuple[str, str], ...], as_published: bool) -> bool:
+    """A PUBLISH's retain flag: set on a retained message sent because the subscription is new
+    (the core's recovered copy), and on a live one only where the subscription keeps it (MQTT 5)."""
+    for name, value in pairs:
+        if name == RETAINED_MARK:
+            return True
+        if name == RETAIN and as_published:
+            return value == "true"
+    return False

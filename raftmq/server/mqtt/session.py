@@ -11,8 +11,10 @@ session expiry), a second connection with the same client id taking the session 
 core as durable subscriptions (raftmq.server.mqtt.kept), so any later leader resumes it; it is
 kept until the client ends it (a clean start, or MQTT 5's session expiry 0 at its end): an MQTT 5
 session expiry is answered with "never" (0xFFFFFFFF), since no timer ends a session yet.
-Refused with MQTT's reasons, until they are built: QoS 2 publications, retained messages, wills
-and shared subscriptions.
+Retained messages are the core's (raftmq.core.retained): a PUBLISH with the retain flag is kept for
+its topic, and a new subscription asks the core for the kept ones it matches (MQTT 5's retain
+handling and retain-as-published are kept to). Refused with MQTT's reasons, until they are
+built: QoS 2 publications, wills and shared subscriptions.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from raftmq.core.commands import (
     Connect,
     Disconnect,
     Noop,
+    Recover,
     Send,
     Subscribe,
     Unsubscribe,
 )
 from raftmq.core.effects import Deliver
+from raftmq.core.retained import RETAIN
 from raftmq.errors import MqttError, ProtocolError
 from raftmq.protocol.header_block import block_of
 from raftmq.protocol.mqtt import packets as p
@@ -185,8 +189,7 @@ class MqttSession:
         self.version = self.out.version = connect.version
         self.keep_alive = connect.keep_alive
         five = connect.version == MQTT_5
-        properties: p.Properties = {"maximum_qos": MAX_QOS, "retain_available": 0,
-                                    "shared_subscription_available": 0} if five else {}
+        properties: p.Properties = {"maximum_qos": MAX_QOS, "shared_subscription_available": 0} if five else {}
         if connect.will is not None:
             return self._connack_refused(r.IMPLEMENTATION_SPECIFIC_ERROR if five else r.SERVER_UNAVAILABLE,
                                          "will messages are not served yet")
@@ -261,8 +264,6 @@ class MqttSession:
     def _publish(self, packet: p.Publish, now: int, decisions: list[Decision], commands: list[Command]) -> None:
         if packet.qos > MAX_QOS:
             raise MqttError(r.QOS_NOT_SUPPORTED, "QoS not supported", "QoS 2 publications are not served yet")
-        if packet.retain and self.version == MQTT_5:
-            raise MqttError(r.RETAIN_NOT_SUPPORTED, "retain not supported", "retained messages are not served yet")
         if "topic_alias" in packet.properties:
             raise MqttError(r.TOPIC_ALIAS_INVALID, "topic alias invalid", "this server allows no topic alias")
         send = Send(self.session_id, destination_of(packet.topic), self._headers(packet, now), packet.payload, now,
@@ -273,6 +274,8 @@ class MqttSession:
 
     def _headers(self, packet: p.Publish, now: int) -> str:
         pairs = [(QOS_HEADER, str(packet.qos)), ("persistent", "true" if packet.qos else "false")]
+        if packet.retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
+            pairs.append((RETAIN, "true" if packet.payload else "clear"))
         properties = packet.properties
         if properties:
             for name, header in HEADERS.items():
@@ -312,6 +315,7 @@ class MqttSession:
         five = self.version == MQTT_5
         codes: list[int] = []
         subscribes: list[Subscribe] = []
+        recovering: list[Command] = []  # the topics' retained messages, after the SUBACK's receipt
         for wanted in packet.subscriptions:
             try:
                 share, topic_filter = shared(wanted.topic_filter)
@@ -322,7 +326,7 @@ class MqttSession:
                 codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
                 continue
             qos = min(wanted.qos, MAX_QOS)
-            subscription = Subscription(topic_filter, qos)
+            subscription = Subscription(topic_filter, qos, wanted.retain_as_published)
             made = []
             for index, destination in enumerate(destinations):
                 sub_id = f"m{next(self._sub_numbers)}"
@@ -335,6 +339,8 @@ class MqttSession:
             old = self._subscriptions.pop(topic_filter, None)  # the same filter again replaces it
             if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
                 commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent))
+            if wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None):
+                recovering += [Recover(self.session_id, subscribe.sub_id, now) for subscribe in made]
             self._subscriptions[topic_filter] = subscription
             for subscribe in made:
                 self.out.filters[subscribe.sub_id] = subscription
@@ -352,6 +358,7 @@ class MqttSession:
                                               last.durable_name, receipt)
         self._subacks[receipt] = suback
         commands.extend(subscribes)
+        commands.extend(recovering)
 
     def _core_subscribe(self, sub_id: str, destination: str, qos: int, now: int, name: str | None,
                         receipt: str | None = None) -> Subscribe:
