@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, retained, ticks, unsubscribe
+from raftmq.core import commands, retained, ticks, unsubscribe, wills
 from raftmq.core import validation as v  # (check_subscribe, check_browse: not per message)
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
@@ -76,6 +76,7 @@ class Broker:
             commands.Noop: self._noop,
             commands.Manage: lambda command: apply_manage(self, command),
             commands.Recover: lambda command: retained.recover(self.state, self.dispatch, command),
+            commands.Will: lambda command: wills.set_will(self.state, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -208,6 +209,9 @@ class Broker:
                               list(session.deliveries.values()), drop_durable=False)
             if session.temps:
                 forget(self.state, session, self.dispatch)
+            will = wills.take(self.state, session_id, self.dispatch.now)
+            if will is not None:
+                self._publish(*will)
             if self.dispatch.dirty:
                 self.dispatch.run()
 
@@ -374,6 +378,8 @@ class Broker:
     def publish_again(self, destination: str, headers: str, body: object, now: int) -> None:
         """Publish a message whose duplicate-detection id was checked already: a scheduled one
         whose time came, one an operator retries or moves (raftmq.core.manage)."""
+        if "mqtt-retain:" in headers:  # a delayed will, say: retained as it is published
+            retained.keep(self.state, destination, headers, body, now)
         if self.routing is None:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
         else:

@@ -202,6 +202,20 @@ class Recover:
     now: int
 
 
+@value
+class Will:
+    """The message session `session` leaves behind, published when it ends without the
+    client's goodbye (raftmq.core.wills); no `destination` clears it (the goodbye). `body` is
+    bytes, kept in the state; `delay_ms` publishes it that much later (MQTT 5's will delay)."""
+
+    session: str
+    destination: str
+    headers: str
+    body: bytes
+    now: int
+    delay_ms: int = 0
+
+
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
@@ -225,11 +239,11 @@ class Manage:
 
 
 Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
-           | Noop | Manage | Recover)
+           | Noop | Manage | Recover | Will)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
-    Recover,
+    Recover, Will,
 )
 
 

@@ -17,6 +17,7 @@ from heapq import heapify
 from typing import Any
 
 from raftmq.core.cluster_state import ClusterState
+from raftmq.core.commands import Will
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import body_size, dump_message, load_message
@@ -160,6 +161,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
         data["jobs"] = [job.dump() for job in state.jobs.values()]
     if state.retained:  # only then: a snapshot without any reads as it always did
         data["retained"] = [[topic, dump_message(message)] for topic, message in state.retained.items()]
+    if state.wills:  # likewise
+        data["wills"] = [[w.session, w.destination, w.headers, w.body, w.now, w.delay_ms] for w in state.wills.values()]
     return data
 
 
@@ -303,6 +306,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         state.jobs[job.seq] = job
     for topic, message in data.get("retained", ()):
         state.retained[topic] = load_message(message)
+    for session, destination, headers, body, now, delay_ms in data.get("wills", ()):
+        state.wills[session] = Will(session, destination, headers, bytes(body), now, delay_ms)
     state.rebuild_expiry_index()
     state.redelivery_heap = [(due, token, store) for store in state.stores()
                              for token, (due, _) in store.delayed.items()]
@@ -320,7 +325,7 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
     """Every message body held in a `Broker.snapshot()` dict (format 1), as stored: the bytes,
     or in a group the body journal's `(raft index, ordinal)` reference. Ready and in-flight
     messages of queues and subscriptions (held-back ones too), sends inside open transactions,
-    scheduled messages, and retained ones (bytes). Paged messages are decoded page by page; a page kept in a body
+    scheduled messages, retained ones and wills (bytes). Paged messages are decoded page by page; a page kept in a body
     journal is read with `read_page` (its dumped reference -> the page's bytes).
     tests/server/test_group_bodies.py pins this against a real broker."""
 
@@ -354,6 +359,8 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
         yield job[3]
     for _topic, message in dump.get("retained", ()):
         yield message[3]
+    for will in dump.get("wills", ()):
+        yield will[3]
 
 
 def _unpaged(store: dict[str, Any]) -> Iterator[list[Any]]:

@@ -29,6 +29,7 @@ from heapq import heapify
 from typing import Any
 
 from raftmq.core.cluster_state import ClusterState
+from raftmq.core.commands import Will
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import Message, body_size
 from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
@@ -61,6 +62,7 @@ class BrokerState:
     redelivery_heap: list[tuple[int, int, Store]] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # SENDs dropped by address_full_policy DROP
     retained: dict[str, Message] = field(default_factory=dict)  # by topic, bodies as bytes (raftmq.core.retained)
+    wills: dict[str, Will] = field(default_factory=dict)  # by session, bodies as bytes (raftmq.core.wills)
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 
@@ -81,7 +83,8 @@ class BrokerState:
         """Every message body the state holds, as stored (bytes, or in a group the body
         journal's reference), in the order `raftmq.core.snapshot.body_refs` finds them in a
         snapshot of this state: ready messages of the queues; each subscription's in-flight
-        then ready messages; sends inside open transactions; scheduled messages; retained ones."""
+        then ready messages; sends inside open transactions; scheduled messages; retained ones;
+        wills."""
         for store in self.queues.values():
             yield from _ready_bodies(store)
         for sub in self.subscriptions():
@@ -98,6 +101,8 @@ class BrokerState:
             yield job.body
         for message in self.retained.values():
             yield message.body
+        for will in self.wills.values():
+            yield will.body
 
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""

@@ -45,6 +45,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     13: (c.Noop, ("session", "now", "receipt")),
     14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
     15: (c.Recover, ("session", "sub_id", "now")),
+    16: (c.Will, ("session", "destination", "headers", "body", "now", "delay_ms")),
 }
 
 

@@ -106,8 +106,9 @@ def test_schema_pins_every_command_and_field() -> None:
 
 def test_wire_layout_of_versions_1_and_2_is_pinned() -> None:
     # Logs written by earlier builds must keep decoding: a code's class and field order never
-    # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop, 14 Manage, 15 Recover). Version 2
-    # changed one field's type (a Send's headers: a block, where version 1 has pairs).
+    # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop, 14 Manage,
+    # 15 Recover, 16 Will). Version 2 changed one field's type (a Send's headers: a block, where
+    # version 1 has pairs).
     assert (HEADER_PAIRS, FORMAT_VERSION) == (1, 2)
     assert {code: (cls.__name__, names) for code, (cls, names) in SCHEMA.items()} == {
         1: ("Connect", ("session", "now", "login", "client_id")),
@@ -126,6 +127,7 @@ def test_wire_layout_of_versions_1_and_2_is_pinned() -> None:
         13: ("Noop", ("session", "now", "receipt")),
         14: ("Manage", ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
         15: ("Recover", ("session", "sub_id", "now")),
+        16: ("Will", ("session", "destination", "headers", "body", "now", "delay_ms")),
     }
 
 
@@ -134,6 +136,8 @@ def test_a_browse_row_decodes_from_its_wire_form() -> None:
     assert decode_batch(msgpack.packb([1, [row]])) == [c.Browse("s1", "b1", "/queue/q", 7, 50, "color = 'red'", "r1")]
     assert decode_batch(msgpack.packb([1, [[13, "s1", 8, None]]])) == [c.Noop("s1", 8, None)]
     assert decode_batch(msgpack.packb([2, [[15, "s1", "m3", 9]]])) == [c.Recover("s1", "m3", 9)]
+    will = c.Will("s1", "/topic/gone", "mqtt-qos:1\n", b"\x00bye", 9, 5000)
+    assert decode_batch(encode_batch([will])) == [will]
 
 
 def test_a_manage_row_whose_ids_are_not_strings_is_refused() -> None:

@@ -13,6 +13,7 @@ from raftmq.core.commands import (
     Send,
     Subscribe,
     Unsubscribe,
+    Will,
 )
 from raftmq.core.effects import Deliver
 from raftmq.core.message import Message
@@ -282,3 +283,35 @@ def test_a_filter_subscribed_again_resumes_its_durable_subscription_with_the_new
     assert again[0] == Unsubscribe("s1", first.sub_id, NOW, drop_durable=False)  # what it collected stays
     assert isinstance(again[1], Subscribe) and again[1].durable_name == first.durable_name
     assert again[1].ack == ACK_CLIENT_INDIVIDUAL and again[1].receipt == "s2"
+
+
+def test_a_will_goes_to_the_core_with_the_connect_and_a_goodbye_clears_it() -> None:
+    will = p.Will("status/dev", b"gone", 1, True, {"user_property": [("why", "lost")], "will_delay_interval": 5,
+                                                   "message_expiry_interval": 60})
+    session = MqttSession("s1")
+    session.receive(encode(p.Connect("dev", 5, will=will)), NOW)
+    connect, left = proposed(session.login_checked(ANYONE, NOW))
+    assert connect == Connect("s1", NOW, None, "dev")
+    assert isinstance(left, Will)
+    assert (left.destination, left.body, left.delay_ms) == ("/topic/status.dev", b"gone", 5000)
+    # The will's expiry would count from its CONNECT: not kept (it is published much later).
+    assert dict(pairs_of(left.headers)) == {"mqtt-qos": "1", "persistent": "true", "mqtt-retain": "true", "why": "lost"}
+    session.connect_committed(NOW)
+    assert proposed(session.receive(encode(p.Disconnect(), 5), NOW)) == [Will("s1", "", "", b"", NOW),
+                                                                         Disconnect("s1", NOW)]
+    keeping = MqttSession("s2")
+    keeping.receive(encode(p.Connect("dev2", 5, will=will)), NOW)
+    keeping.login_checked(ANYONE, NOW)
+    keeping.connect_committed(NOW)
+    # MQTT 5's "disconnect with will message": the will is published.
+    assert proposed(keeping.receive(encode(p.Disconnect(reasons.DISCONNECT_WITH_WILL), 5), NOW)) == [
+        Disconnect("s2", NOW)]
+
+
+def test_a_will_that_cannot_be_served_is_refused_with_the_connect() -> None:
+    for will, code in ((p.Will("a*b", b"x"), reasons.TOPIC_NAME_INVALID),  # raftmq reads * as a wildcard
+                       (p.Will("a", b"x", 2), reasons.QOS_NOT_SUPPORTED)):
+        session = MqttSession("s1")
+        decisions = session.receive(encode(p.Connect("dev", 5, will=will)), NOW)
+        [connack] = written(decisions)
+        assert isinstance(connack, p.Connack) and connack.reason_code == code and isinstance(decisions[-1], Close)

@@ -13,8 +13,10 @@ kept until the client ends it (a clean start, or MQTT 5's session expiry 0 at it
 session expiry is answered with "never" (0xFFFFFFFF), since no timer ends a session yet.
 Retained messages are the core's (raftmq.core.retained): a PUBLISH with the retain flag is kept for
 its topic, and a new subscription asks the core for the kept ones it matches (MQTT 5's retain
-handling and retain-as-published are kept to). Refused with MQTT's reasons, until they are
-built: QoS 2 publications, wills and shared subscriptions.
+handling and retain-as-published are kept to). A will (its MQTT 5 delay too) is the core's
+(raftmq.core.wills): kept with the session and published when it ends without the client's
+DISCONNECT, on this leader or by the next one's sweep. Refused with MQTT's reasons, until they
+are built: QoS 2 publications and shared subscriptions.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from raftmq.core.commands import (
     Send,
     Subscribe,
     Unsubscribe,
+    Will,
 )
 from raftmq.core.effects import Deliver
 from raftmq.core.retained import RETAIN
@@ -106,6 +109,7 @@ class MqttSession:
         self._sub_numbers = itertools.count(1)
         self._held: list[p.Packet] = []  # packets behind the CONNECT, until it commits
         self._held_error: MqttError | None = None
+        self._will: Will | None = None  # the CONNECT's, proposed with the Connect (raftmq.core.wills)
 
     # -- bytes in ------------------------------------------------------------------------------
 
@@ -170,6 +174,8 @@ class MqttSession:
             assert isinstance(packet, p.Disconnect)
             if packet.properties.get("session_expiry_interval") == 0:
                 self.persistent = False  # MQTT 5: the session ends with this connection after all
+            if self._will is not None and packet.reason_code != r.DISCONNECT_WITH_WILL:
+                commands.append(Will(self.session_id, "", "", b"", now))  # a goodbye: the will is not published
             commands.extend(self.ending(now))
             self.closed = True
             decisions.append(Close("client disconnected"))
@@ -191,8 +197,9 @@ class MqttSession:
         five = connect.version == MQTT_5
         properties: p.Properties = {"maximum_qos": MAX_QOS, "shared_subscription_available": 0} if five else {}
         if connect.will is not None:
-            return self._connack_refused(r.IMPLEMENTATION_SPECIFIC_ERROR if five else r.SERVER_UNAVAILABLE,
-                                         "will messages are not served yet")
+            refused = self._take_will(connect.will, five)
+            if refused:
+                return refused
         self.clean_start = connect.clean_start
         client_id = connect.client_id
         if not client_id:
@@ -222,9 +229,30 @@ class MqttSession:
         if principal is None:
             return self._connack_refused(r.BAD_USER_NAME_OR_PASSWORD, "bad user name or password")
         self.principal = principal
-        self.connect_proposed = True
         assert self._connect is not None
-        return [Propose([Connect(self.session_id, now_ms, self._connect.username, self.client_id)])]
+        commands: list[Command] = [Connect(self.session_id, now_ms, self._connect.username, self.client_id)]
+        will = self._will
+        if will is not None:
+            send = Send(self.session_id, will.destination, will.headers, will.body, now_ms)
+            if not self._allowed(send, None, []):
+                return self._connack_refused(r.NOT_AUTHORIZED, f"may not publish the will to {will.destination}")
+            commands.append(Will(self.session_id, will.destination, will.headers, will.body, now_ms, will.delay_ms))
+        self.connect_proposed = True
+        return [Propose(commands)]
+
+    def _take_will(self, will: p.Will, five: bool) -> list[Decision]:
+        """The CONNECT's will, kept to propose with the Connect; a refusal if it cannot be."""
+        if five and will.qos > MAX_QOS:
+            return self._connack_refused(r.QOS_NOT_SUPPORTED, "the will's QoS is above the maximum QoS, 1")
+        try:
+            destination = destination_of(will.topic)
+        except MqttError as bad:
+            return self._connack_refused(bad.reason_code, bad.detail or bad.message)
+        qos = min(will.qos, MAX_QOS)
+        headers = self._headers_of(qos, will.retain, will.payload, will.properties, None)
+        delay_ms = 1000 * will.properties.get("will_delay_interval", 0)
+        self._will = Will(self.session_id, destination, headers, will.payload, 0, delay_ms)
+        return []
 
     def connect_committed(self, now_ms: int, kept: list[Kept] | None = None) -> list[Decision]:
         """The CONNACK, once the core has the session; then what came behind the CONNECT.
@@ -273,10 +301,14 @@ class MqttSession:
         commands.append(send)
 
     def _headers(self, packet: p.Publish, now: int) -> str:
-        pairs = [(QOS_HEADER, str(packet.qos)), ("persistent", "true" if packet.qos else "false")]
-        if packet.retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
-            pairs.append((RETAIN, "true" if packet.payload else "clear"))
-        properties = packet.properties
+        return self._headers_of(packet.qos, packet.retain, packet.payload, packet.properties, now)
+
+    @staticmethod
+    def _headers_of(qos: int, retain: bool, payload: bytes, properties: p.Properties, now: int | None) -> str:
+        """A message's header block (`now` None: a will, whose expiry would count from its CONNECT)."""
+        pairs = [(QOS_HEADER, str(qos)), ("persistent", "true" if qos else "false")]
+        if retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
+            pairs.append((RETAIN, "true" if payload else "clear"))
         if properties:
             for name, header in HEADERS.items():
                 if name in properties:
@@ -286,7 +318,7 @@ class MqttSession:
                     elif name == "correlation_data":
                         value = value.decode("utf-8", "replace")
                     pairs.append((header, value))
-            if "message_expiry_interval" in properties:
+            if "message_expiry_interval" in properties and now is not None:
                 pairs.append(("expires", str(now + 1000 * properties["message_expiry_interval"])))
             pairs.extend(properties.get("user_property", ()))
         return block_of(pairs)
