@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, retained, ticks, unsubscribe, wills
+from raftmq.core import commands, exactly_once, retained, ticks, unsubscribe, wills
 from raftmq.core import validation as v  # (check_subscribe, check_browse: not per message)
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
-from raftmq.core.cluster_rights import cluster_login, may_pull
+from raftmq.core.cluster_rights import learn, may_pull
 from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.commands import Ack, Command, Nack, Send
 from raftmq.core.config import CoreConfig
@@ -77,6 +77,8 @@ class Broker:
             commands.Manage: lambda command: apply_manage(self, command),
             commands.Recover: lambda command: retained.recover(self.state, self.dispatch, command),
             commands.Will: lambda command: wills.set_will(self.state, command),
+            commands.Release: self._release,
+            commands.Hold: lambda command: exactly_once.hold(self.state, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -324,7 +326,7 @@ class Broker:
         except Refused as refused:
             return self._reject(command.session, refused.message, refused.detail, command.receipt)
         if destination == CONTROL_DESTINATION:
-            return self._learn(session, command)
+            return learn(self, session, command)
         temporary = MARK in destination
         if temporary and owner_token(destination) is not None:
             claim(self.state, session, destination)
@@ -356,9 +358,13 @@ class Broker:
                 return self._reject(command.session, "unknown transaction", command.transaction, command.receipt)
             ops.append(("send", destination, command.headers, body, command.now))
         else:
-            if "mqtt-retain:" in command.headers:  # (the common SEND: one search of its header text)
-                retained.keep(self.state, destination, command.headers, command.body, command.now)
-            self._publish(destination, command.headers, body, command.now, scheduled, temporary)
+            headers = command.headers
+            if "mqtt-" in headers:  # (the common SEND: one search of its header text)
+                mqtt_headers = exactly_once.stored_headers(self.state, destination, headers, command.body, command.now)
+                if mqtt_headers is None:  # a QoS 2 publication stored before (raftmq.core.exactly_once)
+                    return self._done(command.session, command.receipt)
+                headers = mqtt_headers
+            self._publish(destination, headers, body, command.now, scheduled, temporary)
         self._done(command.session, command.receipt)
 
     def _publish(self, destination: str, headers: str, body: object, now: int, scheduled: bool | None = None,
@@ -384,20 +390,6 @@ class Broker:
             self.dispatch.publish(destination, headers, body, now, deduplicated=True)
         else:
             self.routing.publish(destination, headers, body, now, deduplicated=True)
-
-    def _learn(self, session: Session, command: Send) -> None:
-        """A neighbouring group's advert of its bindings (cluster.bindings)."""
-        routing = self.routing
-        cluster = self.config.cluster
-        if routing is None or cluster is None or command.transaction is not None:
-            return self._reject(session.session_id, "reserved destination", command.destination, command.receipt)
-        if not cluster_login(self.config, session):
-            return self._reject(session.session_id, "reserved destination",
-                                f"{command.destination} takes adverts from the cluster user only", command.receipt)
-        problem = routing.control(command.headers)
-        if problem is not None:
-            return self._reject(session.session_id, "invalid cluster command", problem, command.receipt)
-        self._done(session.session_id, command.receipt)
 
     # -- acknowledgements ----------------------------------------------------------------------
 
@@ -485,6 +477,10 @@ class Broker:
 
     def _noop(self, command: commands.Noop) -> None:
         if self._session(command) is not None:
+            self._done(command.session, command.receipt)
+
+    def _release(self, command: commands.Release) -> None:
+        if exactly_once.release(self.state, command):  # (its session is there to be answered)
             self._done(command.session, command.receipt)
 
     # -- time ------------------------------------------------------------------------------------

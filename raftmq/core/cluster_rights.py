@@ -3,10 +3,24 @@ session sends an advert or consumes a store-and-forward queue."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from raftmq.core.cluster_routing import ClusterRouting
+from raftmq.core.commands import Send
 from raftmq.core.config import CoreConfig
 from raftmq.core.model import Session
 from raftmq.routing.route import SF_PREFIX
+
+
+class Broker(Protocol):
+    """What `learn` needs of `raftmq.core.broker.Broker` (which imports this module)."""
+
+    config: CoreConfig
+    routing: ClusterRouting | None
+
+    def _reject(self, session_id: str, message: str, detail: str, receipt: str | None) -> None: ...
+
+    def _done(self, session_id: str, receipt: str | None) -> None: ...
 
 
 def cluster_login(config: CoreConfig, session: Session) -> bool:
@@ -31,3 +45,18 @@ def may_pull(config: CoreConfig, routing: ClusterRouting | None, session: Sessio
     if not cluster_login(config, session):
         return f"{destination!r} is pulled by the cluster user only"
     return None
+
+
+def learn(broker: Broker, session: Session, command: Send) -> None:
+    """A neighbouring group's advert of its bindings (cluster.bindings), sent to the control
+    destination: taken from the cluster user only, outside a transaction."""
+    routing = broker.routing
+    if routing is None or broker.config.cluster is None or command.transaction is not None:
+        return broker._reject(session.session_id, "reserved destination", command.destination, command.receipt)
+    if not cluster_login(broker.config, session):
+        return broker._reject(session.session_id, "reserved destination",
+                              f"{command.destination} takes adverts from the cluster user only", command.receipt)
+    problem = routing.control(command.headers)
+    if problem is not None:
+        return broker._reject(session.session_id, "invalid cluster command", problem, command.receipt)
+    broker._done(session.session_id, command.receipt)

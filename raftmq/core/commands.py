@@ -216,6 +216,28 @@ class Will:
     delay_ms: int = 0
 
 
+@value
+class Release:
+    """An MQTT QoS 2 publication's key is done with (raftmq.core.exactly_once): the PUBREL, or
+    with `every` each key that begins with `key` (the end of a session the client does not keep)."""
+
+    session: str
+    key: str
+    now: int
+    every: bool = False
+    receipt: str | None = None
+
+
+@value
+class Hold:
+    """Keep `key` among the MQTT keys (raftmq.core.exactly_once) until a `Release` of it: what an
+    MQTT session the client keeps marks itself with, so that a later connection finds it."""
+
+    session: str
+    key: str
+    now: int
+
+
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
@@ -239,11 +261,11 @@ class Manage:
 
 
 Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
-           | Noop | Manage | Recover | Will)
+           | Noop | Manage | Recover | Will | Release | Hold)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
-    Recover, Will,
+    Recover, Will, Release, Hold,
 )
 
 

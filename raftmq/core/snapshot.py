@@ -161,6 +161,8 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
         data["jobs"] = [job.dump() for job in state.jobs.values()]
     if state.retained:  # only then: a snapshot without any reads as it always did
         data["retained"] = [[topic, dump_message(message)] for topic, message in state.retained.items()]
+    if state.once:  # likewise
+        data["once"] = list(state.once)
     if state.wills:  # likewise
         data["wills"] = [[w.session, w.destination, w.headers, w.body, w.now, w.delay_ms] for w in state.wills.values()]
     return data
@@ -306,6 +308,7 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         state.jobs[job.seq] = job
     for topic, message in data.get("retained", ()):
         state.retained[topic] = load_message(message)
+    state.once = dict.fromkeys(str(key) for key in data.get("once", ()))
     for session, destination, headers, body, now, delay_ms in data.get("wills", ()):
         state.wills[session] = Will(session, destination, headers, bytes(body), now, delay_ms)
     state.rebuild_expiry_index()

@@ -63,6 +63,7 @@ class BrokerState:
     dropped: dict[str, int] = field(default_factory=dict)  # SENDs dropped by address_full_policy DROP
     retained: dict[str, Message] = field(default_factory=dict)  # by topic, bodies as bytes (raftmq.core.retained)
     wills: dict[str, Will] = field(default_factory=dict)  # by session, bodies as bytes (raftmq.core.wills)
+    once: dict[str, None] = field(default_factory=dict)  # QoS 2 publications' keys (raftmq.core.exactly_once)
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 

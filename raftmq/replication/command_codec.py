@@ -46,6 +46,8 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     14: (c.Manage, ("request", "op", "now", "destination", "target", "ids", "selector", "every", "closing")),
     15: (c.Recover, ("session", "sub_id", "now")),
     16: (c.Will, ("session", "destination", "headers", "body", "now", "delay_ms")),
+    17: (c.Release, ("session", "key", "now", "every", "receipt")),
+    18: (c.Hold, ("session", "key", "now")),
 }
 
 

@@ -193,3 +193,170 @@ def test_qos_1_through_five_leader_kills_loses_nothing_acknowledged(group: Group
     finally:
         subscriber.disconnect()
         subscriber.loop_stop()
+
+
+class ExactlyOncePublisher:
+    """QoS 2 at RATE_QOS_2 from one paho client whose session is kept (clean session 0): after a
+    lost connection the same client connects to the next leader and, as MQTT has it, sends again
+    each PUBLISH whose PUBREC it missed (same packet id, DUP) and each PUBREL whose PUBCOMP it
+    missed. `completed`: the numbers whose flow ended (PUBCOMP)."""
+
+    def __init__(self, group: Group, count: int) -> None:
+        self.group, self.count = group, count
+        self.completed: set[int] = set()
+        self.reconnects = 0
+        self._numbers: dict[int, int] = {}
+        self._done_mids: set[int] = set()
+        self._lock = threading.Lock()
+        self.mids: list[tuple[int, int]] = []  # (number, packet id), for a failure's message
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="exactly-once", protocol=paho.MQTTv311,
+                                  clean_session=False, reconnect_on_failure=False)
+        self.client.max_inflight_messages_set(50)
+        self.client.max_queued_messages_set(0)
+        self.client.on_publish = self._published
+
+    def _published(self, _c: Any, _u: Any, mid: int, _code: Any, _p: Any) -> None:
+        with self._lock:
+            self._done_mids.add(mid)
+            number = self._numbers.get(mid)
+            if number is not None:
+                self.completed.add(number)
+
+    def connect(self, deadline: float) -> None:
+        answers: queue.Queue[int] = queue.Queue()
+        self.client.on_connect = lambda _c, _u, _f, code, _p: answers.put(int(getattr(code, "value", code)))
+        while time.monotonic() < deadline:
+            for member in self.group.members.values():
+                if not member.alive or member.mqtt_port is None:
+                    continue
+                undo_double_reset(self.client)
+                try:
+                    self.client.connect("127.0.0.1", member.mqtt_port, keepalive=5)
+                except OSError:
+                    continue
+                self.client.loop_start()
+                try:
+                    code = answers.get(timeout=3)
+                except queue.Empty:
+                    code = -1
+                if code == 0:
+                    return
+                self.client.loop_stop()
+            time.sleep(0.1)
+        raise AssertionError("no member served MQTT in time")
+
+    def run(self, deadline: float) -> None:
+        self.connect(deadline)
+        started = time.monotonic()
+        number = 0
+        while time.monotonic() < deadline:
+            if not self.client.is_connected():  # (paho's own state: its disconnect events may be stale)
+                self.client.loop_stop()
+                self.connect(deadline)  # the same client: it resends what it has in flight
+                self.reconnects += 1
+                continue
+            if number < self.count:
+                wait = started + number / RATE_QOS_2 - time.monotonic()
+                if wait > 0:
+                    time.sleep(min(0.01, wait))
+                    continue
+                info = self.client.publish(TOPIC_QOS_2, f"{number}".encode(), qos=2)
+                with self._lock:
+                    self._numbers[info.mid] = number
+                    self.mids.append((number, info.mid))
+                    if info.mid in self._done_mids:
+                        self.completed.add(number)
+                number += 1
+                continue
+            with self._lock:
+                if len(self.completed) == self.count:
+                    break
+            time.sleep(0.05)
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def undo_double_reset(client: Any) -> None:
+    """paho-mqtt 2.1.0 readies its in-flight messages again at every connection attempt: a QoS 2
+    message whose PUBREL it sent (waiting for PUBCOMP) is set to have its PUBREL sent again, and
+    a second attempt before a CONNACK (a member that refuses, one not listening yet) takes that
+    for a message never sent, and PUBLISHes it again, after the broker released its packet id:
+    a new message to any broker, stored twice. The client a user writes must try the leader
+    once; here the attempt before each one is undone instead (docs/mqtt.md says so to users)."""
+    for message in client._out_messages.values():
+        if message.state == paho.mqtt_ms_resend_pubrel:
+            message.state = paho.mqtt_ms_wait_for_pubcomp
+
+
+RATE_QOS_2 = 200
+TOPIC_QOS_2 = "failover/meters"
+
+
+def test_qos_2_through_five_leader_kills_stores_nothing_twice(group: Group) -> None:
+    """A message stored twice would reach the subscriber twice without DUP; one delivered again
+    (its PUBACK lost with a leader) comes flagged DUP, which QoS 1 delivery allows. (The window
+    where the core's key is what stops a second copy — a PUBLISH committed, its PUBREC lost with
+    the leader — is rarely hit here: tests/server/test_mqtt_qos2.py sends a PUBLISH again on
+    purpose.)"""
+    deadline = time.monotonic() + 150
+    first_copies: dict[int, int] = {}  # number -> deliveries without DUP
+    lock = threading.Lock()
+
+    log: list[tuple[float, int, bool, int]] = []
+
+    def on_message(_c: Any, _u: Any, message: Any) -> None:
+        with lock:
+            number = int(message.payload)
+            log.append((time.monotonic(), number, bool(message.dup), message.mid))
+            first_copies.setdefault(number, 0)
+            if not message.dup:
+                first_copies[number] += 1
+
+    subscriber, present, sub_gone = connect_to_leader(group, "meter-reader", True, deadline, on_message)
+    subscribed: queue.Queue[Any] = queue.Queue()
+    subscriber.on_subscribe = lambda _c, _u, _mid, codes, _p: subscribed.put(codes)
+    subscriber.subscribe(TOPIC_QOS_2, 2)
+    assert [int(c.value) for c in subscribed.get(timeout=10)] == [1]
+
+    publisher = ExactlyOncePublisher(group, count=RATE_QOS_2 * 30)
+    thread = threading.Thread(target=publisher.run, args=(deadline,), daemon=True)
+    thread.start()
+    kills = 0
+    try:
+        next_kill = time.monotonic() + 2.0
+        while thread.is_alive() and time.monotonic() < deadline:
+            if not sub_gone.empty():
+                subscriber.loop_stop()
+                subscriber, present, sub_gone = connect_to_leader(group, "meter-reader", True, deadline, on_message)
+                assert present, "the group lost the subscriber's session"
+            if kills < KILLS and time.monotonic() >= next_kill:
+                leader = group.leader()
+                group.kill(leader)
+                group.wait_exit(leader)
+                group.start(leader)
+                kills += 1
+                next_kill = time.monotonic() + 2.0
+            time.sleep(0.02)
+        thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        assert not thread.is_alive(), f"the publisher did not finish: {len(publisher.completed)} completed"
+        assert kills == KILLS and publisher.reconnects >= 1
+        assert len(publisher.completed) == publisher.count
+        settle = time.monotonic() + 30
+        while time.monotonic() < settle:
+            if not sub_gone.empty():
+                subscriber.loop_stop()
+                subscriber, present, sub_gone = connect_to_leader(group, "meter-reader", True, deadline, on_message)
+            with lock:
+                if publisher.completed <= set(first_copies):
+                    break
+            time.sleep(0.1)
+        with lock:
+            missing = sorted(publisher.completed - set(first_copies))
+            twice = sorted(number for number, copies in first_copies.items() if copies > 1)
+        assert not missing, f"{len(missing)} completed publications never reached the subscriber: {missing[:20]}"
+        detail = [entry for entry in log if entry[1] in twice[:3]]
+        detail += [entry for entry in publisher.mids if entry[0] in twice[:3]]
+        assert not twice, f"{len(twice)} publications were stored twice: {twice[:20]} {detail}"
+    finally:
+        subscriber.disconnect()
+        subscriber.loop_stop()

@@ -9,7 +9,9 @@ from raftmq.core.commands import (
     Ack,
     Connect,
     Disconnect,
+    Hold,
     Noop,
+    Release,
     Send,
     Subscribe,
     Unsubscribe,
@@ -40,6 +42,11 @@ def proposed(decisions: list[object]) -> list[object]:
     return [command for d in decisions if isinstance(d, Propose) for command in d.commands]
 
 
+def released(session: str = "s1", client_id: str = "dev") -> Release:
+    """What a session the client does not keep ends with: its QoS 2 keys go (raftmq.core.exactly_once)."""
+    return Release(session, f"mqtt:{len(client_id)}:{client_id}:", NOW, every=True)
+
+
 def subscribes(decisions: list[object]) -> list[Subscribe]:
     return [command for command in proposed(decisions) if isinstance(command, Subscribe)]
 
@@ -61,7 +68,7 @@ def test_the_connack_tells_an_mqtt_5_client_what_is_not_served_yet() -> None:
     [connack] = written(session.connect_committed(NOW))
     assert isinstance(connack, p.Connack) and not connack.session_present
     # The session is kept until the client ends it: no timer ends it after 600 s yet, and it says so.
-    assert connack.properties == {"maximum_qos": 1, "shared_subscription_available": 0,
+    assert connack.properties == {"shared_subscription_available": 0,
                                   "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0xFFFFFFFF}
 
 
@@ -175,7 +182,7 @@ def test_a_client_that_disconnects_ends_its_session() -> None:
     session = connected(4)
     decisions = session.receive(encode(p.PingReq()) + encode(p.Disconnect()), NOW)
     assert written(decisions, 4) == [p.PingResp()]
-    assert proposed(decisions) == [Disconnect("s1", NOW)] and session.disconnect_proposed
+    assert proposed(decisions) == [released(), Disconnect("s1", NOW)] and session.disconnect_proposed
 
 
 def persistent(version: int = 4, kept: list[Kept] | None = None, clean: bool = False,
@@ -228,10 +235,11 @@ def test_a_persistent_session_resumes_what_the_core_kept_and_ends_an_earlier_hol
         assert isinstance(connack, p.Connack) and connack.session_present
         commands = proposed(decisions)
         assert commands[0] == Disconnect("old", NOW)  # an earlier leader's connection, not yet swept
-        subscribes = [c for c in commands[1:] if isinstance(c, Subscribe)]
+        assert commands[1] == Hold("s1", "mqtt:3:dev:session", NOW)  # the session marks itself kept
+        subscribes = [c for c in commands[2:] if isinstance(c, Subscribe)]
         assert [(c.destination, c.ack, c.durable_name) for c in subscribes] == [
             (k.destination, ACK_CLIENT_INDIVIDUAL if k.qos else ACK_AUTO, k.name) for k in kept]
-        assert len(commands) == 4
+        assert len(commands) == 5
         # The resumed filters are the session's: an UNSUBSCRIBE drops both core subscriptions of a/#.
         dropped = proposed(session.receive(encode(p.Unsubscribe(2, ["a/#"]), version), NOW))
         assert [(c.sub_id, c.drop_durable) for c in dropped if isinstance(c, Unsubscribe)] == [
@@ -248,7 +256,9 @@ def test_a_clean_start_drops_what_the_core_kept() -> None:
         decisions = session.connect_committed(NOW, kept)
         [connack] = written(decisions, version)
         assert isinstance(connack, p.Connack) and not connack.session_present
-        subscribe, unsubscribe = proposed(decisions)
+        release, *hold, subscribe, unsubscribe = proposed(decisions)
+        assert release == released()  # QoS 2 keys an earlier session left
+        assert hold == ([Hold("s1", "mqtt:3:dev:session", NOW)] if clean_persistent else [])
         assert isinstance(subscribe, Subscribe) and subscribe.durable_name == kept[0].name
         assert unsubscribe == Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True)
         assert session.persistent is clean_persistent
@@ -264,7 +274,7 @@ def test_an_mqtt_5_session_without_expiry_resumes_and_then_ends_with_its_connect
     [connack] = written(decisions)
     assert isinstance(connack, p.Connack) and connack.session_present
     assert proposed(session.receive(encode(p.Disconnect(), 5), NOW)) == [
-        Unsubscribe("s1", resumed.sub_id, NOW, drop_durable=True), Disconnect("s1", NOW)]
+        Unsubscribe("s1", resumed.sub_id, NOW, drop_durable=True), released(), Disconnect("s1", NOW)]
 
 
 def test_an_mqtt_5_disconnect_with_expiry_0_ends_a_persistent_session() -> None:
@@ -272,7 +282,7 @@ def test_an_mqtt_5_disconnect_with_expiry_0_ends_a_persistent_session() -> None:
     [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("c", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe) and subscribe.durable_name is not None
     ending = proposed(session.receive(encode(p.Disconnect(0, {"session_expiry_interval": 0}), 5), NOW))
-    assert ending == [Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True), Disconnect("s1", NOW)]
+    assert ending == [Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True), released(), Disconnect("s1", NOW)]
 
 
 def test_a_filter_subscribed_again_resumes_its_durable_subscription_with_the_new_qos() -> None:
@@ -297,7 +307,7 @@ def test_a_will_goes_to_the_core_with_the_connect_and_a_goodbye_clears_it() -> N
     # The will's expiry would count from its CONNECT: not kept (it is published much later).
     assert dict(pairs_of(left.headers)) == {"mqtt-qos": "1", "persistent": "true", "mqtt-retain": "true", "why": "lost"}
     session.connect_committed(NOW)
-    assert proposed(session.receive(encode(p.Disconnect(), 5), NOW)) == [Will("s1", "", "", b"", NOW),
+    assert proposed(session.receive(encode(p.Disconnect(), 5), NOW)) == [Will("s1", "", "", b"", NOW), released(),
                                                                          Disconnect("s1", NOW)]
     keeping = MqttSession("s2")
     keeping.receive(encode(p.Connect("dev2", 5, will=will)), NOW)
@@ -305,13 +315,37 @@ def test_a_will_goes_to_the_core_with_the_connect_and_a_goodbye_clears_it() -> N
     keeping.connect_committed(NOW)
     # MQTT 5's "disconnect with will message": the will is published.
     assert proposed(keeping.receive(encode(p.Disconnect(reasons.DISCONNECT_WITH_WILL), 5), NOW)) == [
-        Disconnect("s2", NOW)]
+        released("s2", "dev2"), Disconnect("s2", NOW)]
 
 
 def test_a_will_that_cannot_be_served_is_refused_with_the_connect() -> None:
-    for will, code in ((p.Will("a*b", b"x"), reasons.TOPIC_NAME_INVALID),  # raftmq reads * as a wildcard
-                       (p.Will("a", b"x", 2), reasons.QOS_NOT_SUPPORTED)):
+    for will, code in ((p.Will("a*b", b"x"), reasons.TOPIC_NAME_INVALID),):  # raftmq reads * as a wildcard
         session = MqttSession("s1")
         decisions = session.receive(encode(p.Connect("dev", 5, will=will)), NOW)
         [connack] = written(decisions)
         assert isinstance(connack, p.Connack) and connack.reason_code == code and isinstance(decisions[-1], Close)
+
+
+def test_a_qos_2_publish_is_stored_once_by_a_key_the_core_keeps_until_the_pubrel() -> None:
+    session = connected(5)
+    publish = p.Publish("meter/kwh", b"42", 2, packet_id=9)
+    [send] = proposed(session.receive(encode(publish, 5), NOW))
+    assert isinstance(send, Send) and send.receipt == "q9"
+    assert dict(pairs_of(send.headers))["mqtt-once"] == "mqtt:3:dev:9"
+    assert MqttParser(5).feed(session.receipt("q9") or b"") == [p.PubRec(9)]
+    [release] = proposed(session.receive(encode(p.PubRel(9), 5), NOW))
+    assert release == Release("s1", "mqtt:3:dev:9", NOW, receipt="c9")
+    assert MqttParser(5).feed(session.receipt("c9") or b"") == [p.PubComp(9)]
+
+
+def test_a_kept_session_is_present_while_the_core_holds_its_keys_even_without_subscriptions() -> None:
+    """A publisher's kept session has no subscription: the key it holds (and any QoS 2 key) tells
+    the next connection the session is there, so the client finishes its QoS 2 flows (PUBREL)
+    instead of starting them over (a PUBLISH again, stored twice)."""
+    session = MqttSession("s1")
+    session.receive(encode(p.Connect("dev", 4, clean_start=False)), NOW)
+    session.login_checked(ANYONE, NOW)
+    decisions = session.connect_committed(NOW, [], keys=True)
+    [connack] = written(decisions, 4)
+    assert connack == p.Connack(0, True)
+    assert proposed(decisions) == [Hold("s1", "mqtt:3:dev:session", NOW)]

@@ -43,6 +43,7 @@ class Edge(Protocol):
     """What a connection asks of the node's MQTT side (raftmq.server.mqtt.edge.MqttEdge)."""
 
     def kept(self, client_id: str) -> list[Kept]: ...
+    def holds_keys(self, client_id: str) -> bool: ...
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None: ...
     def release(self, client_id: str, connection: MqttConnection) -> None: ...
 
@@ -100,7 +101,8 @@ class MqttConnection(asyncio.Protocol):
         if self._keep_alive is not None:
             self._keep_alive.cancel()  # the CONNECT's deadline
         client_id = self.mqtt.client_id or ""
-        self._execute(self.mqtt.connect_committed(self.host.clock.now_ms(), self._edge.kept(client_id)))
+        self._execute(self.mqtt.connect_committed(self.host.clock.now_ms(), self._edge.kept(client_id),
+                                                  self._edge.holds_keys(client_id)))
         if self.mqtt.keep_alive:
             self._watch_keep_alive()
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 from raftmq.server.mqtt.connection import MqttConnection
-from raftmq.server.mqtt.kept import Kept, kept
+from raftmq.server.mqtt.kept import Kept, kept, prefix_of
 from raftmq.server.seams.host import ClientConnection, ConnectionHost
 
 
@@ -19,9 +19,11 @@ class EdgeHost(ConnectionHost, Protocol):
 
 
 class MqttEdge:
-    def __init__(self, host: EdgeHost, durables: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(self, host: EdgeHost, durables: Callable[[], Mapping[str, Any]],
+                 once: Callable[[], Mapping[str, None]]) -> None:
         self._host = host
         self._durables = durables  # the core's durable subscriptions, by name
+        self._once = once  # the core's QoS 2 keys (raftmq.core.exactly_once)
         self.server: asyncio.base_events.Server | None = None
         self.clients: dict[str, MqttConnection] = {}  # live sessions by client id
 
@@ -45,6 +47,11 @@ class MqttEdge:
     def kept(self, client_id: str) -> list[Kept]:
         """What the core keeps of `client_id`'s persistent session (raftmq.server.mqtt.kept)."""
         return kept(self._durables(), client_id)
+
+    def holds_keys(self, client_id: str) -> bool:
+        """Whether the core keeps QoS 2 keys of `client_id` (publications it has not released)."""
+        prefix = prefix_of(client_id)
+        return any(key.startswith(prefix) for key in self._once())
 
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None:
         """`connection` is `client_id`'s now; the one that was, if any (its session is taken over)."""

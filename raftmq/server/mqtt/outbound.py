@@ -26,18 +26,12 @@ from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import encode
 from raftmq.protocol.mqtt.packets import MQTT_5
 from raftmq.protocol.mqtt.topics import dollar_excluded, topic_of
+from raftmq.server.mqtt.headers import QOS_HEADER, properties_of
 
-QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
-# MQTT 5 properties and the STOMP headers that carry them (docs/mqtt.md); user properties are
-# headers of their own names.
-HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
-PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way, for deliveries
 # QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
 # says so), and what may wait for room before the session ends as a slow consumer.
 SEND_WINDOW = 1_000
 MAX_WAITING_BYTES = 64 * 2**20
-# Headers that are no user property of a delivery: the QoS, retain marks and the core's own.
-NOT_PROPERTIES = frozenset({QOS_HEADER, RETAIN, RETAINED_MARK, "persistent", "expires", "priority"})
 
 
 @dataclass(slots=True)
@@ -131,19 +125,7 @@ class Outbound:
 
     def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,
                         pairs: tuple[tuple[str, str], ...], redelivered: bool, retain: bool) -> bytes:
-        properties: p.Properties = {}
-        if self.version == MQTT_5:
-            users = []
-            for name, value in pairs:
-                if name in PROPERTIES:
-                    prop = PROPERTIES[name]
-                    if prop == "response_topic":
-                        value = topic_of(value) or value
-                    properties[prop] = value.encode() if prop == "correlation_data" else value
-                elif name not in NOT_PROPERTIES:
-                    users.append((name, value))
-            if users:
-                properties["user_property"] = users
+        properties = properties_of(pairs) if self.version == MQTT_5 else {}
         return encode(p.Publish(topic, body, qos, retain, redelivered and qos > 0, packet_id, properties),
                       self.version)
 

@@ -4,9 +4,10 @@ STOMP session proposes, so both protocols share one address space (raftmq.protoc
 and every promise: a PUBACK, like a RECEIPT, is written once a majority has the message on disk.
 
 What it serves: clean and persistent sessions (3.1.1 clean session 0; MQTT 5 clean start and
-session expiry), a second connection with the same client id taking the session over; QoS 0 and
-1 both ways (a subscription asking for QoS 2 is granted 1, and an MQTT 5 CONNACK says
-`maximum_qos` 1); topic filters with MQTT's whole syntax; MQTT 5's properties carried as headers
+session expiry), a second connection with the same client id taking the session over; QoS 0, 1
+and 2 publications (QoS 2's exactly once by a key the core keeps from PUBLISH to PUBREL:
+raftmq.core.exactly_once), deliveries at QoS 0 and 1 (a subscription asking for QoS 2 is granted
+1); topic filters with MQTT's whole syntax; MQTT 5's properties carried as headers
 (raftmq.server.mqtt.outbound); logins and the ACL as for STOMP. A persistent session lives in the
 core as durable subscriptions (raftmq.server.mqtt.kept), so any later leader resumes it; it is
 kept until the client ends it (a clean start, or MQTT 5's session expiry 0 at its end): an MQTT 5
@@ -16,7 +17,7 @@ its topic, and a new subscription asks the core for the kept ones it matches (MQ
 handling and retain-as-published are kept to). A will (its MQTT 5 delay too) is the core's
 (raftmq.core.wills): kept with the session and published when it ends without the client's
 DISCONNECT, on this leader or by the next one's sweep. Refused with MQTT's reasons, until they
-are built: QoS 2 publications and shared subscriptions.
+are built: shared subscriptions.
 """
 
 from __future__ import annotations
@@ -31,25 +32,27 @@ from raftmq.core.commands import (
     Command,
     Connect,
     Disconnect,
+    Hold,
     Noop,
     Recover,
+    Release,
     Send,
     Subscribe,
     Unsubscribe,
     Will,
 )
 from raftmq.core.effects import Deliver
-from raftmq.core.retained import RETAIN
+from raftmq.core.exactly_once import ONCE
 from raftmq.errors import MqttError, ProtocolError
-from raftmq.protocol.header_block import block_of
 from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5, MQTT_311
 from raftmq.protocol.mqtt.topics import destination_of, destinations_of, shared
 from raftmq.security import Principal
-from raftmq.server.mqtt.kept import Kept, durable_name
-from raftmq.server.mqtt.outbound import HEADERS, QOS_HEADER, SEND_WINDOW, Outbound, Subscription
+from raftmq.server.mqtt.headers import block_of_publish
+from raftmq.server.mqtt.kept import Kept, durable_name, prefix_of
+from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
 
 MAX_QOS = 1
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
@@ -162,6 +165,9 @@ class MqttSession:
             assert isinstance(packet, p.PubAck)
             decisions.extend(Write(data) for data in self.out.acknowledged(packet.packet_id, now))
             commands.extend(self.out.take_acks())
+        elif kind is p.PubRel:
+            assert isinstance(packet, p.PubRel)
+            self._released(packet, now, commands)
         elif kind is p.Subscribe:
             assert isinstance(packet, p.Subscribe)
             self._subscribe(packet, now, decisions, commands)
@@ -195,7 +201,7 @@ class MqttSession:
         self.version = self.out.version = connect.version
         self.keep_alive = connect.keep_alive
         five = connect.version == MQTT_5
-        properties: p.Properties = {"maximum_qos": MAX_QOS, "shared_subscription_available": 0} if five else {}
+        properties: p.Properties = {"shared_subscription_available": 0} if five else {}
         if connect.will is not None:
             refused = self._take_will(connect.will, five)
             if refused:
@@ -242,28 +248,32 @@ class MqttSession:
 
     def _take_will(self, will: p.Will, five: bool) -> list[Decision]:
         """The CONNECT's will, kept to propose with the Connect; a refusal if it cannot be."""
-        if five and will.qos > MAX_QOS:
-            return self._connack_refused(r.QOS_NOT_SUPPORTED, "the will's QoS is above the maximum QoS, 1")
         try:
             destination = destination_of(will.topic)
         except MqttError as bad:
             return self._connack_refused(bad.reason_code, bad.detail or bad.message)
         qos = min(will.qos, MAX_QOS)
-        headers = self._headers_of(qos, will.retain, will.payload, will.properties, None)
+        headers = block_of_publish(qos, will.retain, will.payload, will.properties, None)
         delay_ms = 1000 * will.properties.get("will_delay_interval", 0)
         self._will = Will(self.session_id, destination, headers, will.payload, 0, delay_ms)
         return []
 
-    def connect_committed(self, now_ms: int, kept: list[Kept] | None = None) -> list[Decision]:
+    def connect_committed(self, now_ms: int, kept: list[Kept] | None = None, keys: bool = False) -> list[Decision]:
         """The CONNACK, once the core has the session; then what came behind the CONNECT.
         `kept`: what the core keeps of the client id's session (raftmq.server.mqtt.kept), read
-        once the Connect applied: a clean start drops it, else the session resumes it (MQTT's
-        "session present"). A connection that still holds it elsewhere (an earlier leader's,
-        not yet swept) is ended first."""
+        once the Connect applied, and `keys`: whether it keeps QoS 2 keys of the client's. A
+        clean start drops them, else the session resumes (MQTT's "session present": a client
+        told otherwise starts its QoS 2 flows over, and a PUBLISH whose PUBREL was released
+        would be stored again). A connection that still holds the subscriptions elsewhere (an
+        earlier leader's, not yet swept) is ended first."""
         self.connected = True
         kept = kept or []
         commands: list[Command] = [Disconnect(holder, now_ms) for holder in
                                    sorted({k.holder for k in kept if k.holder and k.holder != self.session_id})]
+        if self.clean_start and self.client_id is not None:  # QoS 2 keys an earlier kept session left
+            commands.append(Release(self.session_id, prefix_of(self.client_id), now_ms, every=True))
+        if self.persistent and self.client_id is not None:  # a later connection finds the session there
+            commands.append(Hold(self.session_id, f"{prefix_of(self.client_id)}session", now_ms))
         for k in kept:
             sub_id = f"m{next(self._sub_numbers)}"
             if self.clean_start:
@@ -275,7 +285,7 @@ class MqttSession:
             self.out.filters[sub_id] = subscription
             self._durable.add(sub_id)
             commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now_ms, k.name))
-        present = bool(kept) and not self.clean_start
+        present = (bool(kept) or keys) and not self.clean_start
         connack = Write(encode(p.Connack(r.SUCCESS, present, self._connack_properties), self._version))
         held, self._held = self._held, []
         error, self._held_error = self._held_error, None
@@ -290,38 +300,29 @@ class MqttSession:
     # -- PUBLISH in ----------------------------------------------------------------------------
 
     def _publish(self, packet: p.Publish, now: int, decisions: list[Decision], commands: list[Command]) -> None:
-        if packet.qos > MAX_QOS:
-            raise MqttError(r.QOS_NOT_SUPPORTED, "QoS not supported", "QoS 2 publications are not served yet")
         if "topic_alias" in packet.properties:
             raise MqttError(r.TOPIC_ALIAS_INVALID, "topic alias invalid", "this server allows no topic alias")
-        send = Send(self.session_id, destination_of(packet.topic), self._headers(packet, now), packet.payload, now,
-                    None, f"p{packet.packet_id}" if packet.qos else None)
+        headers = self._headers(packet, now)
+        receipt = None
+        if packet.qos == 2:  # exactly once: stored once while its key is kept (raftmq.core.exactly_once)
+            headers += f"{ONCE}:{self._once_key(packet.packet_id or 0)}\n"
+            receipt = f"q{packet.packet_id}"  # answered with PUBREC
+        elif packet.qos == 1:
+            receipt = f"p{packet.packet_id}"  # answered with PUBACK
+        send = Send(self.session_id, destination_of(packet.topic), headers, packet.payload, now, None, receipt)
         if not self._allowed(send, packet, decisions):
             return
         commands.append(send)
 
-    def _headers(self, packet: p.Publish, now: int) -> str:
-        return self._headers_of(packet.qos, packet.retain, packet.payload, packet.properties, now)
+    def _once_key(self, packet_id: int) -> str:
+        return f"{prefix_of(self.client_id or '')}{packet_id}"
 
-    @staticmethod
-    def _headers_of(qos: int, retain: bool, payload: bytes, properties: p.Properties, now: int | None) -> str:
-        """A message's header block (`now` None: a will, whose expiry would count from its CONNECT)."""
-        pairs = [(QOS_HEADER, str(qos)), ("persistent", "true" if qos else "false")]
-        if retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
-            pairs.append((RETAIN, "true" if payload else "clear"))
-        if properties:
-            for name, header in HEADERS.items():
-                if name in properties:
-                    value = properties[name]
-                    if name == "response_topic":
-                        value = destination_of(value)
-                    elif name == "correlation_data":
-                        value = value.decode("utf-8", "replace")
-                    pairs.append((header, value))
-            if "message_expiry_interval" in properties and now is not None:
-                pairs.append(("expires", str(now + 1000 * properties["message_expiry_interval"])))
-            pairs.extend(properties.get("user_property", ()))
-        return block_of(pairs)
+    def _released(self, packet: p.PubRel, now: int, commands: list[Command]) -> None:
+        """QoS 2's PUBREL: the key may go; PUBCOMP once that commits."""
+        commands.append(Release(self.session_id, self._once_key(packet.packet_id), now, receipt=f"c{packet.packet_id}"))
+
+    def _headers(self, packet: p.Publish, now: int) -> str:
+        return block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
 
     def _allowed(self, command: Send | Subscribe, packet: p.Publish | None, decisions: list[Decision]) -> bool:
         if self._authorize is None:
@@ -331,10 +332,11 @@ class MqttSession:
         except ProtocolError as refused:
             if packet is None:
                 return False
-            if self.version == MQTT_5 and packet.qos == 1:
+            if self.version == MQTT_5 and packet.qos:
                 assert packet.packet_id is not None
-                decisions.append(Write(encode(p.PubAck(packet.packet_id, r.NOT_AUTHORIZED,
-                                                       {"reason_string": refused.detail}), MQTT_5)))
+                answer = p.PubAck if packet.qos == 1 else p.PubRec
+                decisions.append(Write(encode(answer(packet.packet_id, r.NOT_AUTHORIZED,
+                                                     {"reason_string": refused.detail}), MQTT_5)))
                 return False
             if packet.qos == 0:
                 return False  # at most once: nothing to tell
@@ -424,10 +426,14 @@ class MqttSession:
     # -- effects out ---------------------------------------------------------------------------
 
     def receipt(self, receipt_id: str) -> bytes | None:
-        """The packet a committed receipt answers: PUBACK, SUBACK or UNSUBACK."""
+        """The packet a committed receipt answers: PUBACK, PUBREC, PUBCOMP, SUBACK or UNSUBACK."""
         kind, number = receipt_id[:1], receipt_id[1:]
         if kind == "p":
             return encode(p.PubAck(int(number)), self._version)
+        if kind == "q":
+            return encode(p.PubRec(int(number)), self._version)
+        if kind == "c":
+            return encode(p.PubComp(int(number)), self._version)
         if kind == "s" and (suback := self._subacks.pop(receipt_id, None)) is not None:
             return encode(suback, self._version)
         if kind == "u" and (unsuback := self._unsubacks.pop(receipt_id, None)) is not None:
@@ -468,6 +474,8 @@ class MqttSession:
             commands += [Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)
                          for sub_id in sorted(self._durable)]
             self._durable.clear()
+            if self.client_id is not None:  # its QoS 2 publications not released: forgotten with it
+                commands.append(Release(self.session_id, prefix_of(self.client_id), now_ms, every=True))
         return [*commands, Disconnect(self.session_id, now_ms)]
 
     def failed(self, reason_code: int, detail: str) -> bytes | None:

@@ -1,0 +1,55 @@
+"""MQTT properties and STOMP headers, both ways (the table in docs/mqtt.md): what a PUBLISH (or a
+will) becomes in a message's header block, and what a delivered message's headers give back as
+a PUBLISH's properties."""
+
+from __future__ import annotations
+
+from raftmq.core.retained import RETAIN, RETAINED_MARK
+from raftmq.protocol.header_block import block_of
+from raftmq.protocol.mqtt import packets as p
+from raftmq.protocol.mqtt.topics import destination_of, topic_of
+
+QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
+# MQTT 5 properties and the STOMP headers that carry them; user properties are headers of their
+# own names.
+HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
+PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way, for deliveries
+# Headers that are no user property of a delivery: the QoS, retain marks and the core's own.
+NOT_PROPERTIES = frozenset({QOS_HEADER, RETAIN, RETAINED_MARK, "persistent", "expires", "priority"})
+
+
+def block_of_publish(qos: int, retain: bool, payload: bytes, properties: p.Properties, now: int | None) -> str:
+    """A message's header block (`now` None: a will, whose expiry would count from its CONNECT)."""
+    pairs = [(QOS_HEADER, str(qos)), ("persistent", "true" if qos else "false")]
+    if retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
+        pairs.append((RETAIN, "true" if payload else "clear"))
+    if properties:
+        for name, header in HEADERS.items():
+            if name in properties:
+                value = properties[name]
+                if name == "response_topic":
+                    value = destination_of(value)
+                elif name == "correlation_data":
+                    value = value.decode("utf-8", "replace")
+                pairs.append((header, value))
+        if "message_expiry_interval" in properties and now is not None:
+            pairs.append(("expires", str(now + 1000 * properties["message_expiry_interval"])))
+        pairs.extend(properties.get("user_property", ()))
+    return block_of(pairs)
+
+
+def properties_of(pairs: tuple[tuple[str, str], ...]) -> p.Properties:
+    """A delivery's MQTT 5 properties, from its message's headers."""
+    properties: p.Properties = {}
+    users = []
+    for name, value in pairs:
+        if name in PROPERTIES:
+            prop = PROPERTIES[name]
+            if prop == "response_topic":
+                value = topic_of(value) or value
+            properties[prop] = value.encode() if prop == "correlation_data" else value
+        elif name not in NOT_PROPERTIES:
+            users.append((name, value))
+    if users:
+        properties["user_property"] = users
+    return properties
