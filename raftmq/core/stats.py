@@ -11,7 +11,8 @@ from raftmq.core.state import BrokerState
 
 def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
     """Counters per destination, the session count (connections the group serves), and
-    the dead-letter and expiry queues' depth with the totals sent there. Read-only.
+    the dead-letter and expiry queues' depth with the totals sent there, and what is kept for
+    MQTT clients (`mqtt_stats`). Read-only.
 
     The counters are part of the replicated state (and of snapshots), so every member
     reports the same values once it has applied the same commands: `enqueued` counts
@@ -64,7 +65,17 @@ def broker_stats(state: BrokerState, config: CoreConfig) -> dict[str, Any]:
         # Where dead messages pile up and how many died, without knowing the queue's name.
         "dead_letter": _side_queue(config.dead_letter_queue, "dead_lettered", destinations),
         "expiry": _side_queue(config.expiry_queue, "expired", destinations),
+        "mqtt": mqtt_stats(state),
     }
+
+
+def mqtt_stats(state: BrokerState) -> dict[str, int]:
+    """What the group keeps for MQTT clients: retained messages, wills of open sessions, sessions
+    clients keep (each holds a key of its own) and QoS 2 publications not yet released
+    (raftmq.core.retained, raftmq.core.wills, raftmq.core.exactly_once)."""
+    kept = sum(1 for key in state.once if key.endswith(":session"))
+    return {"retained": len(state.retained), "wills": len(state.wills), "kept_sessions": kept,
+            "qos2_unreleased": len(state.once) - kept}
 
 def _side_queue(name: str, counter: str, destinations: dict[str, dict[str, int]]) -> dict[str, Any]:
     queue = destinations.get(name)

@@ -60,6 +60,7 @@ def node_status(node: Reporting) -> dict[str, Any]:
         "leader": None if commit_log.is_leader else commit_log.leader_hint,
         "applied_index": commit_log.position.index,
         "sessions": len(node.sessions),
+        "mqtt_connections": sum(1 for session in node.sessions.values() if (session.version or "").startswith("mqtt")),
         "relayed_sessions": len(node.relays),
         "relayed_total": node.relays.total,
         "apply_failures": replica.apply_failures,

@@ -36,10 +36,12 @@ UNGROUPED = (
     "tests/spark_audit/test_snapshot_replay.py",
     "tests/spark_audit/test_synth.py",
 )
-# Long tests outside the groups (real chaos runs of 15-30 s each, an audit in a JVM of its own)
+# Long tests outside the groups (real chaos runs of 15-30 s each, an audit in a JVM of its own,
+# MQTT through five leader kills)
 # start before the rest, so the last tests to run are short ones and no worker waits long for
 # the others at the end.
-START_EARLY = ("tests/chaos/", "tests/spark_audit/test_cli.py::test_the_jvm_output_goes_to_a_log")
+START_EARLY = ("tests/chaos/", "tests/spark_audit/test_cli.py::test_the_jvm_output_goes_to_a_log",
+               "tests/server/test_mqtt_failover.py")
 
 
 def worker_group(nodeid: str) -> str | None:

@@ -6,6 +6,7 @@ retain too, and the group's next leader has them (replicated, like everything el
 from __future__ import annotations
 
 import queue
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def broker() -> Iterator[tuple[EmbeddedBroker, int]]:
 @pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
 def test_a_later_subscriber_gets_each_topics_last_retained_message(broker: tuple[EmbeddedBroker, int],
                                                                    version: int) -> None:
-    _, port = broker
+    running, port = broker
     publisher, early = Client(port, version, "pub"), Client(port, version, "early")
     try:
         early.subscribe("home/#")
@@ -92,6 +93,11 @@ def test_a_later_subscriber_gets_each_topics_last_retained_message(broker: tuple
         later = Client(port, version, "later")
         later.subscribe("home/#")
         assert later.received() == [("home/hall", b"18", True)]
+        status = running.status()  # /status and /metrics count what MQTT clients keep
+        assert status["broker"]["mqtt"]["retained"] == 1 and status["mqtt_connections"] == 4
+        metrics = urllib.request.urlopen(f"http://{running.admin_addresses[0]}/metrics", timeout=WAIT).read().decode()
+        assert any(line.startswith("raftmq_mqtt_retained_messages{") and line.endswith(" 1.0")
+                   for line in metrics.splitlines()), metrics
         for client in (late, later):
             client.close()
     finally:

@@ -131,6 +131,7 @@ class StatusCollector(Collector):
         raft = status.get("raft") or {}
         bodies = status.get("bodies") or {}
         broker = status.get("broker") or {}
+        mqtt = broker.get("mqtt") or {}
         families = [
             gauge("up", "1 when the node serves its role (see /health).", 1 if verdict == HEALTH_OK else 0),
             gauge("failed", "1 when the node has failed and is stopping.", 1 if status.get("failure") else 0),
@@ -151,6 +152,14 @@ class StatusCollector(Collector):
                   status.get("relayed_sessions")),
             gauge("sessions", "Client sessions the group's broker state knows (on every member alike).",
                   broker.get("sessions")),
+            gauge("mqtt_connections", "MQTT client connections open on this node (among `connections`).",
+                  status.get("mqtt_connections")),
+            gauge("mqtt_retained_messages", "Retained MQTT messages the group keeps (one per topic at most).",
+                  mqtt.get("retained")),
+            gauge("mqtt_kept_sessions", "MQTT sessions the group keeps for their clients (clean session 0).",
+                  mqtt.get("kept_sessions")),
+            gauge("mqtt_wills", "Will messages of MQTT sessions, published if a session ends without DISCONNECT.",
+                  mqtt.get("wills")),
             gauge("dead_letter_depth", "Messages waiting in the dead-letter queue.",
                   (broker.get("dead_letter") or {}).get("depth")),
             gauge("expiry_depth", "Messages waiting in the expiry queue.", (broker.get("expiry") or {}).get("depth")),
