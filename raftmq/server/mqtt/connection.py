@@ -58,7 +58,7 @@ class MqttConnection(asyncio.Protocol):
         if host.security.authorizing:
             def authorize(principal: Principal | None, command: Any) -> None:
                 authorization.check(principal, command, [])
-        self.mqtt = MqttSession(session_id, authorize)
+        self.mqtt = MqttSession(session_id, authorize, host.config.limits.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._out: list[bytes] = []
@@ -70,6 +70,7 @@ class MqttConnection(asyncio.Protocol):
         self._pending = 0  # proposals not yet settled: reading pauses past max_pending_commands
         self._paused = False
         self._acks_scheduled = False  # a persistent session's acknowledgements, proposed once per loop turn
+        self._refusal: str | None = None  # why its CONNECT is refused before it is read (too many connections)
 
     # -- ClientConnection ----------------------------------------------------------------------
 
@@ -180,7 +181,12 @@ class MqttConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._last_read = self.host.loop.time()
-        timeout = self.host.config.connect_timeout_ms
+        config = self.host.config
+        if self.host.connection_count > config.max_connections:
+            log.warning("client.refused", session=self._session_id, peer=self._peer, reason="too many connections",
+                        max_connections=config.max_connections)
+            self._refusal = f"this node serves at most {config.max_connections} connections"
+        timeout = config.connect_timeout_ms
         if timeout:  # a silent or trickling stranger does not hold a connection for ever
             self._keep_alive = self.host.loop.call_later(timeout / 1000, self._connect_deadline)
 
@@ -192,6 +198,9 @@ class MqttConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.host.loop.time()
+        if self.mqtt.version is None and self._refusal is not None:
+            self._refuse_connect(data, r.SERVER_BUSY, self._refusal)
+            return
         if self.mqtt.version is None and not self.host.is_leader:  # not served here yet
             self._refuse_not_leader(data)
             return
@@ -280,13 +289,17 @@ class MqttConnection(asyncio.Protocol):
         says which node leads, in words: its MQTT address is not known here)."""
         hint = self.host.leader_hint
         log.info("mqtt.not_leader", peer=self._peer, leader=hint)
+        detail = f"this node does not serve MQTT clients now; the group's leader: {hint or 'unknown'}"
+        self._refuse_connect(data, r.SERVER_UNAVAILABLE, detail)
+
+    def _refuse_connect(self, data: bytes, reason: int, detail: str) -> None:
+        """A CONNECT this node does not serve: CONNACK with `reason` (3.1.1: "server unavailable"), closed."""
         try:
             connects = MqttParser().feed(data)
         except MqttError:
             connects = []
         if connects and isinstance(connects[0], p.Connect) and connects[0].version == MQTT_5:
-            detail = f"this node does not serve MQTT clients now; the group's leader: {hint or 'unknown'}"
-            self.write(encode(p.Connack(r.SERVER_UNAVAILABLE, False, {"reason_string": detail}), MQTT_5))
+            self.write(encode(p.Connack(reason, False, {"reason_string": detail}), MQTT_5))
         elif connects:
             self.write(encode(p.Connack(r.SERVER_UNAVAILABLE_311), p.MQTT_311))
         self.mqtt.closed = True

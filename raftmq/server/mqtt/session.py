@@ -44,6 +44,7 @@ from raftmq.core.commands import (
 from raftmq.core.effects import Deliver
 from raftmq.core.exactly_once import ONCE
 from raftmq.errors import MqttError, ProtocolError
+from raftmq.protocol.limits import Limits
 from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
@@ -55,6 +56,7 @@ from raftmq.server.mqtt.kept import Kept, durable_name, prefix_of
 from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
 
 MAX_QOS = 1
+MAX_PACKET_BYTES = Limits().max_frame_bytes  # as large as a STOMP frame may be, unless [limits] says otherwise
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
 
 
@@ -88,9 +90,9 @@ Decision = Propose | Write | CheckLogin | Close
 class MqttSession:
     """One connection's MQTT state: version, client id, subscriptions, deliveries in flight."""
 
-    def __init__(self, session_id: str, authorize: Any = None) -> None:
+    def __init__(self, session_id: str, authorize: Any = None, max_packet_bytes: int = MAX_PACKET_BYTES) -> None:
         self.session_id = session_id
-        self.parser = MqttParser()
+        self.parser = MqttParser(max_packet_size=max_packet_bytes)  # ([limits] max_frame_bytes)
         self.version: int | None = None
         self.client_id: str | None = None
         self.keep_alive = 0
@@ -201,7 +203,8 @@ class MqttSession:
         self.version = self.out.version = connect.version
         self.keep_alive = connect.keep_alive
         five = connect.version == MQTT_5
-        properties: p.Properties = {"shared_subscription_available": 0} if five else {}
+        properties: p.Properties = {"shared_subscription_available": 0,
+                                    "maximum_packet_size": self.parser.max_packet_size} if five else {}
         if connect.will is not None:
             refused = self._take_will(connect.will, five)
             if refused:
