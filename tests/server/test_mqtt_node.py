@@ -20,13 +20,13 @@ paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' 
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 
-from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
 from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
 from raftmq.processes import free_port, free_ports  # noqa: E402
 from raftmq.protocol.mqtt import packets as p  # noqa: E402
 from raftmq.protocol.mqtt import reasons  # noqa: E402
 from raftmq.protocol.mqtt.codec import MqttParser, encode  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WAIT = 10.0
@@ -160,14 +160,9 @@ def test_bad_input_gets_mqtts_answer_and_the_node_serves_on(broker: tuple[Embedd
 
 
 def test_a_groups_members_each_listen_for_mqtt_the_leader_serves_and_a_follower_refuses(tmp_path: Path) -> None:
-    ports = free_ports(9)
-    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
-                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
-                    for i in range(3))
-    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    group, mqtt_port, _ = mqtt_group(tmp_path)
     with EmbeddedBroker(config=group) as running:
         leader = running.wait_for_leader()
-        mqtt_port = {m.id: int(m.mqtt.rsplit(":", 1)[1]) for m in members if m.mqtt}
         follower = next(node for node in mqtt_port if node != leader)
         with raw(mqtt_port[follower]) as refused:
             refused.sendall(encode(p.Connect("lost", 5)))

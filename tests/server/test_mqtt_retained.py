@@ -18,10 +18,10 @@ from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 from paho.mqtt.subscribeoptions import SubscribeOptions  # noqa: E402
 
-from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
 from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
 from raftmq.processes import free_ports  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WAIT = 10.0
@@ -125,12 +125,7 @@ def test_mqtt_5_retain_handling_and_a_stomp_send_that_retains(broker: tuple[Embe
 
 
 def test_the_next_leader_has_the_retained_messages(tmp_path: Path) -> None:
-    ports = free_ports(9)
-    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
-                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
-                    for i in range(3))
-    mqtt = {m.id: int(str(m.mqtt).rsplit(":", 1)[1]) for m in members}
-    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    group, mqtt, _ = mqtt_group(tmp_path)
     with EmbeddedBroker(config=group) as running:
         leader = running.wait_for_leader()
         publisher = Client(mqtt[leader], 5, "device")

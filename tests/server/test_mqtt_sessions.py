@@ -18,10 +18,10 @@ paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' 
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 
-from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
 from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
 from raftmq.processes import free_ports  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WAIT = 10.0
@@ -165,12 +165,7 @@ def test_a_second_connection_with_the_client_id_takes_the_session_over(port: int
 
 
 def test_the_next_leader_resumes_a_session_its_predecessor_served(tmp_path: Path) -> None:
-    ports = free_ports(9)
-    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
-                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
-                    for i in range(3))
-    mqtt = {m.id: int(str(m.mqtt).rsplit(":", 1)[1]) for m in members}
-    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    group, mqtt, _ = mqtt_group(tmp_path)
     with EmbeddedBroker(config=group) as running:
         leader = running.wait_for_leader()
         first = Client(mqtt[leader], 5, "roamer", keep=True)

@@ -15,12 +15,12 @@ import pytest
 
 paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
 
-from cluster.group_file import GroupConfig, GroupMember  # noqa: E402
 from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
 from raftmq.processes import free_ports  # noqa: E402
 from raftmq.protocol.mqtt import packets as p  # noqa: E402
 from raftmq.protocol.mqtt.codec import MqttParser, encode  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WAIT = 10.0
@@ -101,12 +101,7 @@ def test_a_lost_connection_publishes_the_will_and_a_goodbye_does_not(broker: tup
 
 
 def test_the_next_leader_publishes_the_will_of_a_client_its_predecessor_served(tmp_path: Path) -> None:
-    ports = free_ports(9)
-    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
-                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
-                    for i in range(3))
-    mqtt = {m.id: int(str(m.mqtt).rsplit(":", 1)[1]) for m in members}
-    group = GroupConfig(name="g", data_dir=str(tmp_path), members=members, server=NodeConfig())
+    group, mqtt, _ = mqtt_group(tmp_path)
     with EmbeddedBroker(config=group) as running:
         leader = running.wait_for_leader()
         device = connect_with_will(mqtt[leader], "device")

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.group_file import GroupConfig, GroupMember
-from raftmq.config import NodeConfig
 from raftmq.embedded import EmbeddedBroker
-from raftmq.processes import free_ports
 from tests.helpers.browser import browser, javascript_errors, wait_until
 from tests.helpers.javascript import JS, installed, serve_files
+from tests.helpers.mqtt_groups import mqtt_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -40,15 +38,10 @@ def steps(version: int) -> list[str]:
 @pytest.fixture(scope="module")
 def leader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
     """(client port, MQTT port) of a 3-member group's leader."""
-    ports = free_ports(9)
-    members = tuple(GroupMember(id=f"n{i + 1}", client=f"127.0.0.1:{ports[3 * i]}",
-                                raft=f"127.0.0.1:{ports[3 * i + 1]}", mqtt=f"127.0.0.1:{ports[3 * i + 2]}")
-                    for i in range(3))
-    group = GroupConfig(name="g", data_dir=str(tmp_path_factory.mktemp("mqttjs")), members=members,
-                        server=NodeConfig())
+    group, mqtt, clients = mqtt_group(tmp_path_factory.mktemp("mqttjs"))
     with EmbeddedBroker(config=group) as running:
-        member = next(m for m in members if m.id == running.wait_for_leader())
-        yield int(member.client.rsplit(":", 1)[1]), int(str(member.mqtt).rsplit(":", 1)[1])
+        leader = running.wait_for_leader()
+        yield clients[leader], mqtt[leader]
 
 
 @pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
