@@ -349,3 +349,14 @@ def test_a_kept_session_is_present_while_the_core_holds_its_keys_even_without_su
     [connack] = written(decisions, 4)
     assert connack == p.Connack(0, True)
     assert proposed(decisions) == [Hold("s1", "mqtt:3:dev:session", NOW)]
+
+
+def test_a_user_property_named_like_mqtts_own_headers_is_not_carried() -> None:
+    """It would be read before the header MQTT sets: a forged `mqtt-once` could name a key."""
+    session = connected(5)
+    publish = p.Publish("a", b"x", 2, packet_id=4,
+                        properties={"user_property": [("mqtt-once", "mqtt:3:dev:9"), ("mqtt-qos", "0"), ("ok", "1")]})
+    [send] = proposed(session.receive(encode(publish, 5), NOW))
+    assert isinstance(send, Send)
+    assert pairs_of(send.headers) == (("mqtt-qos", "2"), ("persistent", "true"), ("ok", "1"),
+                                      ("mqtt-once", "mqtt:3:dev:4"))

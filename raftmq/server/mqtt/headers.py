@@ -34,7 +34,10 @@ def block_of_publish(qos: int, retain: bool, payload: bytes, properties: p.Prope
                 pairs.append((header, value))
         if "message_expiry_interval" in properties and now is not None:
             pairs.append(("expires", str(now + 1000 * properties["message_expiry_interval"])))
-        pairs.extend(properties.get("user_property", ()))
+        # A user property named like the headers MQTT itself sets (`mqtt-qos`, `mqtt-retain`,
+        # `mqtt-once`, ...) would be read before them: not carried.
+        pairs.extend((name, value) for name, value in properties.get("user_property", ())
+                     if not name.startswith("mqtt-"))
     return block_of(pairs)
 
 

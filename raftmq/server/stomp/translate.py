@@ -30,6 +30,7 @@ from raftmq.core.commands import (
     Subscribe,
     Unsubscribe,
 )
+from raftmq.core.exactly_once import ONCE
 from raftmq.core.selector import compile_selector
 from raftmq.core.temporary import TEMP_QUEUE, TEMP_TOPIC, is_temp_alias, private_name
 from raftmq.errors import ProtocolError, SelectorError
@@ -81,10 +82,13 @@ def _is_true(value: str | None) -> bool:
 def _refuse_reserved(block: str) -> None:
     """A client's SEND naming a header of the cluster's own (`_raftmq_to`, `_raftmq_id`, ...):
     the core would route or deduplicate by it. Only the failover client's resend mark is a
-    client's to set."""
+    client's to set. Nor is MQTT's QoS 2 key (`mqtt-once`, raftmq.core.exactly_once): with
+    another client's key, a SEND would have that client's next QoS 2 publication dropped."""
     for name, _ in pairs_of(block):
         if name.startswith(HEADER_PREFIX) and name != RESENT_HEADER:
             raise ProtocolError("reserved header", f"{name!r}: {HEADER_PREFIX} headers belong to the cluster's bridges")
+        if name == ONCE:
+            raise ProtocolError("reserved header", f"{name!r} is MQTT's own (its QoS 2 publications)")
 
 
 class FrameTranslator:
@@ -156,7 +160,7 @@ class FrameTranslator:
                                 f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         if transaction is not None and transaction not in self.transactions:
             raise ProtocolError("unknown transaction", f"transaction {transaction!r} was not begun on this connection")
-        if HEADER_PREFIX in block and not self.bridge:
+        if (HEADER_PREFIX in block or "mqtt-once:" in block) and not self.bridge:
             _refuse_reserved(block)
         if "reply-to:" in block:
             reply = first(block, "reply-to")
