@@ -10,8 +10,8 @@ snapshots, so a client that finishes its flow with the next leader gets exactly 
 The header is not stored with the message. A session the client keeps holds a key of its own
 too (`Hold`, `<client prefix>session`), released with the others when the session is given up:
 so a later connection learns that the session is there ("session present") even when no
-publication of its is in flight — a client told otherwise starts its QoS 2 flows over, and would
-send again a PUBLISH whose PUBREL the core already released.
+publication of its is in flight (a client told otherwise must discard its session state, its
+QoS 2 flows under way with it, as MQTT says).
 """
 
 from __future__ import annotations

@@ -340,8 +340,8 @@ def test_a_qos_2_publish_is_stored_once_by_a_key_the_core_keeps_until_the_pubrel
 
 def test_a_kept_session_is_present_while_the_core_holds_its_keys_even_without_subscriptions() -> None:
     """A publisher's kept session has no subscription: the key it holds (and any QoS 2 key) tells
-    the next connection the session is there, so the client finishes its QoS 2 flows (PUBREL)
-    instead of starting them over (a PUBLISH again, stored twice)."""
+    the next connection the session is there ("session present"), so the client keeps its
+    session state and finishes its QoS 2 flows (MQTT has a client told otherwise discard it)."""
     session = MqttSession("s1")
     session.receive(encode(p.Connect("dev", 4, clean_start=False)), NOW)
     session.login_checked(ANYONE, NOW)

@@ -266,9 +266,9 @@ class MqttSession:
         `kept`: what the core keeps of the client id's session (raftmq.server.mqtt.kept), read
         once the Connect applied, and `keys`: whether it keeps QoS 2 keys of the client's. A
         clean start drops them, else the session resumes (MQTT's "session present": a client
-        told otherwise starts its QoS 2 flows over, and a PUBLISH whose PUBREL was released
-        would be stored again). A connection that still holds the subscriptions elsewhere (an
-        earlier leader's, not yet swept) is ended first."""
+        told otherwise must discard its session state, its QoS 2 flows under way with it). A
+        connection that still holds the subscriptions elsewhere (an earlier leader's, not yet
+        swept) is ended first."""
         self.connected = True
         kept = kept or []
         commands: list[Command] = [Disconnect(holder, now_ms) for holder in
