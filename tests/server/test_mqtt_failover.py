@@ -77,6 +77,7 @@ class Publisher:
         self.group, self.count = group, count
         self.acked: set[int] = set()
         self.reconnects = 0
+        self.enough = threading.Event()  # publish no more: the run is over once all are acknowledged
         self._lock = threading.Lock()
 
     def run(self, deadline: float) -> None:
@@ -95,7 +96,7 @@ class Publisher:
                 for number in unacked:
                     self._publish(client, pending, number)
                 continue
-            if next_number < self.count:
+            if next_number < self.count and not self.enough.is_set():
                 wait = started + next_number / RATE - time.monotonic()
                 if wait > 0:
                     time.sleep(min(0.01, wait))
@@ -104,7 +105,8 @@ class Publisher:
                 next_number += 1
                 continue
             with self._lock:
-                if len(self.acked) == self.count:
+                if len(self.acked) == next_number:  # every one published is acknowledged
+                    self.count = next_number
                     break
             time.sleep(0.05)
         client.disconnect()
@@ -151,7 +153,7 @@ def test_qos_1_through_five_leader_kills_loses_nothing_acknowledged(group: Group
     subscriber.subscribe(TOPIC, 1)
     assert [int(c.value) for c in subscribed.get(timeout=10)] == [1]
 
-    publisher = Publisher(group, count=RATE * 30)  # 30 s: five kills, each member back before the next
+    publisher = Publisher(group, count=RATE * 120)  # at most; it stops once the five kills are behind it
     thread = threading.Thread(target=publisher.run, args=(deadline,), daemon=True)
     thread.start()
     resumed = 0
@@ -171,6 +173,8 @@ def test_qos_1_through_five_leader_kills_loses_nothing_acknowledged(group: Group
                 group.start(leader)  # back as a follower: the group keeps three members
                 kills += 1
                 next_kill = time.monotonic() + 2.0
+            if kills == KILLS and time.monotonic() >= next_kill:
+                publisher.enough.set()  # the last kill is 2 s behind: what is published now ends the run
             time.sleep(0.02)
         thread.join(timeout=max(1.0, deadline - time.monotonic()))
         assert not thread.is_alive(), (f"the publisher did not finish: {len(publisher.acked)} acknowledged, "
@@ -205,6 +209,7 @@ class ExactlyOncePublisher:
         self.group, self.count = group, count
         self.completed: set[int] = set()
         self.reconnects = 0
+        self.enough = threading.Event()  # publish no more: the run is over once all are completed
         self._numbers: dict[int, int] = {}
         self._done_mids: set[int] = set()
         self._lock = threading.Lock()
@@ -255,7 +260,7 @@ class ExactlyOncePublisher:
                 self.connect(deadline)  # the same client: it resends what it has in flight
                 self.reconnects += 1
                 continue
-            if number < self.count:
+            if number < self.count and not self.enough.is_set():
                 wait = started + number / RATE_QOS_2 - time.monotonic()
                 if wait > 0:
                     time.sleep(min(0.01, wait))
@@ -269,7 +274,8 @@ class ExactlyOncePublisher:
                 number += 1
                 continue
             with self._lock:
-                if len(self.completed) == self.count:
+                if len(self.completed) == number:  # every one published is completed
+                    self.count = number
                     break
             time.sleep(0.05)
         self.client.disconnect()
@@ -318,7 +324,7 @@ def test_qos_2_through_five_leader_kills_stores_nothing_twice(group: Group) -> N
     subscriber.subscribe(TOPIC_QOS_2, 2)
     assert [int(c.value) for c in subscribed.get(timeout=10)] == [1]
 
-    publisher = ExactlyOncePublisher(group, count=RATE_QOS_2 * 30)
+    publisher = ExactlyOncePublisher(group, count=RATE_QOS_2 * 120)
     thread = threading.Thread(target=publisher.run, args=(deadline,), daemon=True)
     thread.start()
     kills = 0
@@ -336,6 +342,8 @@ def test_qos_2_through_five_leader_kills_stores_nothing_twice(group: Group) -> N
                 group.start(leader)
                 kills += 1
                 next_kill = time.monotonic() + 2.0
+            if kills == KILLS and time.monotonic() >= next_kill:
+                publisher.enough.set()  # the last kill is 2 s behind: what is published now ends the run
             time.sleep(0.02)
         thread.join(timeout=max(1.0, deadline - time.monotonic()))
         assert not thread.is_alive(), f"the publisher did not finish: {len(publisher.completed)} completed"
