@@ -22,6 +22,7 @@ from raftmq.core.state import BrokerState
 from raftmq.protocol.header_block import first, without
 
 ONCE = "mqtt-once"
+HELD_SESSION = "session"  # what a kept session's own key ends with, after its client's prefix
 _ONCE_ONLY = frozenset({ONCE})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftmq.core.config import CoreConfig
+from raftmq.core.exactly_once import HELD_SESSION
 from raftmq.core.state import BrokerState
 
 
@@ -73,7 +74,7 @@ def mqtt_stats(state: BrokerState) -> dict[str, int]:
     """What the group keeps for MQTT clients: retained messages, wills of open sessions, sessions
     clients keep (each holds a key of its own) and QoS 2 publications not yet released
     (raftmq.core.retained, raftmq.core.wills, raftmq.core.exactly_once)."""
-    kept = sum(1 for key in state.once if key.endswith(":session"))
+    kept = sum(1 for key in state.once if key.endswith(f":{HELD_SESSION}"))
     return {"retained": len(state.retained), "wills": len(state.wills), "kept_sessions": kept,
             "qos2_unreleased": len(state.once) - kept}
 

@@ -42,7 +42,7 @@ from raftmq.core.commands import (
     Will,
 )
 from raftmq.core.effects import Deliver
-from raftmq.core.exactly_once import ONCE
+from raftmq.core.exactly_once import HELD_SESSION, ONCE
 from raftmq.errors import MqttError, ProtocolError
 from raftmq.protocol.limits import Limits
 from raftmq.protocol.mqtt import packets as p
@@ -276,7 +276,7 @@ class MqttSession:
         if self.clean_start and self.client_id is not None:  # QoS 2 keys an earlier kept session left
             commands.append(Release(self.session_id, prefix_of(self.client_id), now_ms, every=True))
         if self.persistent and self.client_id is not None:  # a later connection finds the session there
-            commands.append(Hold(self.session_id, f"{prefix_of(self.client_id)}session", now_ms))
+            commands.append(Hold(self.session_id, f"{prefix_of(self.client_id)}{HELD_SESSION}", now_ms))
         for k in kept:
             sub_id = f"m{next(self._sub_numbers)}"
             if self.clean_start:
