@@ -25,6 +25,9 @@ WAIT_MS = 5.0
 # For a test whose wait is ended by the producer's next SEND, never by its expiry: a loaded
 # machine (the whole suite in parallel) once took longer than 5 ms between two steps of one.
 LONG_WAIT_MS = 2000.0
+# For a test that looks before the wait is over and after: long enough that a loaded machine
+# (CI once took over 5 ms between two steps) still looks before its end.
+MEDIUM_WAIT_MS = 250.0
 
 
 def send(ident: str) -> Send:
@@ -120,12 +123,12 @@ def test_an_unawaited_ack_goes_alone_once_the_wait_is_over(tmp_path: Path) -> No
         acked = log.propose([ack("a1")])
         await turn()
         assert member.entries() == [["send:m1"]]
-        await asyncio.sleep(WAIT_MS / 1000 * 4)
+        await asyncio.sleep(MEDIUM_WAIT_MS / 1000 * 4)
         assert member.entries() == [["send:m1"], ["ack:a1"]]
         member.commit(1)
         await asyncio.wait_for(acked, 1)
 
-    run(tmp_path, body)
+    run(tmp_path, body, MEDIUM_WAIT_MS)
 
 
 def test_acks_alone_do_not_wait_for_company(tmp_path: Path) -> None:
