@@ -32,6 +32,7 @@ class NodeHandle:
     id: str
     client: str
     admin: str
+    mqtt: str | None  # its MQTT listener (None: it has none)
     argv: tuple[str, ...]
     logs: Path
     member_dir: Path  # its journals and snapshots (absolute)
@@ -70,8 +71,8 @@ class Deployment:
             if topology.cluster_connections and topology.source is not None:
                 argv += ("--topology", str(topology.source.resolve()))
             member_dir = workdir / group.config.member_dir(member.id)
-            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", argv, workdir / "logs",
-                                member_dir)
+            handle = NodeHandle(group.name, member.id, member.client, member.admin or "", member.mqtt, argv,
+                                workdir / "logs", member_dir)
             self.nodes[handle.key] = handle
 
     # -- processes ------------------------------------------------------------------------------
@@ -182,3 +183,7 @@ class Deployment:
 
     def url(self, group: str) -> str:
         return "failover:(" + ",".join(f"stomp://{self.nodes[k].client}" for k in self.members(group)) + ")"
+
+    def mqtt(self, group: str) -> tuple[str, ...]:
+        """Each member's MQTT address, in the order of `url`'s members ("" where a member has none)."""
+        return tuple(self.nodes[k].mqtt or "" for k in self.members(group))

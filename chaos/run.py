@@ -28,6 +28,7 @@ from chaos.deployment import NODE_COMMAND, Deployment
 from chaos.environment import Environment
 from chaos.generator import TARGETS, schedule
 from chaos.history import INVOKE, NEMESIS, OK, History
+from chaos.mqtt import MqttWorkload
 from chaos.nemesis import Nemesis
 from chaos.placement import shape, source_of
 from chaos.report import write_report
@@ -38,7 +39,7 @@ from chaos.workload import Env, NeedsCluster, Workload
 
 WORKLOADS: dict[str, type[Workload]] = {
     w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload, SharedQueueWorkload,
-                        StaleWorkload)
+                        StaleWorkload, MqttWorkload)
 }
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
 DRAIN_MAX_S = 60.0
@@ -135,7 +136,8 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
                     progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
     loop = asyncio.get_running_loop()
     env = Env(tuple(deployment.url(group) for group in deployment.groups()), history, options.concurrency,
-              options.concurrency / max(options.rate, 0.001), options.seed, options.backlog)
+              options.concurrency / max(options.rate, 0.001), options.seed, options.backlog,
+              tuple(deployment.mqtt(group) for group in deployment.groups()))
     workload = WORKLOADS[options.workload](env)
     stop_producing, stop_all = asyncio.Event(), asyncio.Event()
     await workload.start(stop_all)

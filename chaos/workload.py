@@ -9,7 +9,9 @@ of load). `chaos.run` drives any `Workload` the same way:
     stop_all.set(); await workload.close()
     result = workload.check(history.ops)     # pure: the verdict, a QueueResult (or an extension)
 
-`Env` is all a workload may know of the deployment: one failover URL per group.
+`Env` is all a workload may know of the deployment: one failover URL per group and, for MQTT
+clients (which find a group's leader by trying its members in turn), each group's members' MQTT
+addresses, in the order of the URL's members.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class Env:
     interval_s: float  # between one producer's sends (or transactions)
     seed: int
     backlog: bool = False  # consumers wait for the drain: everything sent stays queued through the faults
+    # per group, each member's MQTT address ("host:port"; "" for a member without an MQTT listener)
+    mqtt: tuple[tuple[str, ...], ...] = ()
 
 
 class Workload(ABC):

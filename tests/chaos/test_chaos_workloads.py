@@ -39,7 +39,7 @@ def lite_cluster(tmp_path: Path, ports: list[int] | None = None, policy: str | N
 
 
 def test_the_workloads_are_registered_and_cross_group_needs_a_cluster(tmp_path: Path) -> None:
-    assert list(WORKLOADS) == ["queue", "topic", "transactions", "cross-group", "shared-queue", "stale"]
+    assert list(WORKLOADS) == ["queue", "topic", "transactions", "cross-group", "shared-queue", "stale", "mqtt"]
     with pytest.raises(NeedsCluster, match="--preset symmetric, chain or symmetric-lite"):
         check_options(RunOptions(workload="cross-group"))
     with pytest.raises(NeedsCluster):
