@@ -28,7 +28,7 @@ class LazyCommand:
 
 # What each extra installs that its commands import; missing, the command says which extra to install.
 EXTRAS = {
-    "chaos": ("plotly", "stomp"),
+    "chaos": ("plotly", "stomp", "paho"),
     "spark": ("pyspark", "pyarrow", "pandas", "plotly"),
 }
 

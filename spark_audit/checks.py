@@ -12,18 +12,33 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from raftmq.routing.route import SF_PREFIX
-from spark_audit.derive import consumed, finding, history_runs, is_sf, messages, waiting
+from spark_audit.derive import (
+    HISTORY_WORKLOADS,
+    PER_READER_WORKLOADS,
+    VALUE_WORKLOADS,
+    consumed,
+    finding,
+    history_runs,
+    is_sf,
+    messages,
+    mqtt_repeatable,
+    waiting,
+)
 from spark_audit.facts import SUBSCRIPTION_STORE
 
 CHECKS = ("lost", "unexpected", "stored_duplicates", "consumer_duplicates", "divergence", "leaders", "bridges",
           "order", "conservation", "files")
-# Checks that read the client history, and so judge only workloads whose sends and receives
-# are values of one queue (spark_audit.derive.HISTORY_WORKLOADS).
-HISTORY_CHECKS = ("lost", "unexpected", "order")
+# Checks that read the client history, and the workloads each judges: lost and unexpected those
+# whose every acknowledged value must reach a client (spark_audit.derive.VALUE_WORKLOADS), order
+# those whose sends and receives are values of one queue (HISTORY_WORKLOADS).
+HISTORY_CHECKS: dict[str, tuple[str, ...]] = {"lost": VALUE_WORKLOADS, "unexpected": VALUE_WORKLOADS,
+                                              "order": HISTORY_WORKLOADS}
 
 
-def _ops(history: DataFrame, runs: DataFrame, f: str, type_: str) -> DataFrame:
-    return history.join(history_runs(runs), "run", "left_semi").where((F.col("f") == f) & (F.col("type") == type_))
+def _ops(history: DataFrame, runs: DataFrame, f: str, type_: str,
+         workloads: tuple[str, ...] = VALUE_WORKLOADS) -> DataFrame:
+    return (history.join(history_runs(runs, workloads), "run", "left_semi")
+            .where((F.col("f") == f) & (F.col("type") == type_)))
 
 
 def lost(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
@@ -43,14 +58,14 @@ def lost(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
 
 def unexpected(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
     """Values received (or stored from a client) that no one sent, or whose send certainly failed."""
-    sends = history.join(history_runs(runs), "run", "left_semi").where(F.col("f") == "send")
+    sends = history.join(history_runs(runs, VALUE_WORKLOADS), "run", "left_semi").where(F.col("f") == "send")
     invoked = sends.where(F.col("type") == "invoke").select("run", "value").distinct()
     failed = (sends.where(F.col("type") != "invoke").groupBy("run", "value")
               .agg(F.min(F.col("type") == "fail").alias("all_failed")).where("all_failed").select("run", "value"))
     received = _ops(history, runs, "receive", "ok").groupBy("run", "value").agg(F.min("process").alias("process"))
     never_sent = received.join(invoked, ["run", "value"], "left_anti")
     failed_read = received.join(failed, ["run", "value"], "left_semi")
-    stored = (messages(ref).join(history_runs(runs), "run", "left_semi")
+    stored = (messages(ref).join(history_runs(runs, VALUE_WORKLOADS), "run", "left_semi")
               .where((F.col("kind") == "client") & F.col("value").isNotNull()
                      & F.col("destination").startswith("/queue/"))
               .join(invoked, ["run", "value"], "left_anti"))
@@ -82,14 +97,18 @@ def stored_duplicates(ref: DataFrame) -> DataFrame:
 
 
 def consumer_duplicates(history: DataFrame, runs: DataFrame) -> DataFrame:
-    """A value received twice without the `redelivered` flag (per subscriber for topics): each
-    such reception after the first is a finding, in whatever order the history holds the
-    flagged ones (a closing consumer may record its last MESSAGE after another consumer
-    recorded the redelivery its DISCONNECT caused; chaos.checker counts the same way)."""
+    """A value received twice without the `redelivered` flag (per subscriber for topics and
+    MQTT): each such reception after the first is a finding, in whatever order the history holds
+    the flagged ones (a closing consumer may record its last MESSAGE after another consumer
+    recorded the redelivery its DISCONNECT caused; chaos.checker counts the same way). MQTT's
+    redelivered flag is DUP; of an mqtt run only completed QoS 2 publications are judged
+    (derive.mqtt_repeatable; chaos.mqtt_checker judges the same)."""
     received = (history.where((F.col("f") == "receive") & (F.col("type") == "ok")
                               & ~F.coalesce(F.col("redelivered"), F.lit(False)))
+                .join(mqtt_repeatable(history, runs), ["run", "value"], "left_anti")
                 .join(runs.select("run", "workload"), "run")
-                .withColumn("reader", F.when(F.col("workload") == "topic", F.col("process")).otherwise(F.lit(""))))
+                .withColumn("reader", F.when(F.col("workload").isin(*PER_READER_WORKLOADS), F.col("process"))
+                            .otherwise(F.lit(""))))
     order = Window.partitionBy("run", "reader", "value").orderBy("index")
     again = received.withColumn("nth", F.row_number().over(order)).where(F.col("nth") > 1)
     return finding(again, "consumer_duplicates", F.col("value"),
@@ -197,13 +216,13 @@ def order(history: DataFrame, ref: DataFrame, runs: DataFrame) -> DataFrame:
     is left out: its first delivery may have been in another group than the one that stored it
     last (a consumer that moved, and the message that returned and followed demand), and a
     redelivery promises no order."""
-    receives = _ops(history, runs, "receive", "ok")
+    receives = _ops(history, runs, "receive", "ok", HISTORY_WORKLOADS)
     redelivered = receives.where(F.coalesce(F.col("redelivered"), F.lit(False))).select("run", "value").distinct()
     first = (receives.where(~F.coalesce(F.col("redelivered"), F.lit(False)))
              .join(redelivered, ["run", "value"], "left_anti")
              .withColumn("nth", F.row_number().over(Window.partitionBy("run", "process", "value").orderBy("index")))
              .where("nth = 1").select("run", "process", "index", "value"))
-    producers = (_ops(history, runs, "send", "invoke").groupBy("run", "value")
+    producers = (_ops(history, runs, "send", "invoke", HISTORY_WORKLOADS).groupBy("run", "value")
                  .agg(F.min("process").alias("producer")))
     # A value consumed twice (a stored duplicate, another check's finding) is placed by its first copy.
     earliest = Window.partitionBy("run", "value").orderBy("seq", "group", "store")

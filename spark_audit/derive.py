@@ -21,6 +21,10 @@ from raftmq.routing.route import SF_PREFIX
 
 KEYS = ["run", "group", "node"]
 HISTORY_WORKLOADS = ("queue", "cross-group", "shared-queue")  # whose sends and receives name one queue's values
+# Whose every acknowledged value must reach a client (or wait, or be dead-lettered or expired):
+# the queue ones, and mqtt, whose subscribers (kept sessions) all subscribe before the first PUBLISH.
+VALUE_WORKLOADS = (*HISTORY_WORKLOADS, "mqtt")
+PER_READER_WORKLOADS = ("topic", "mqtt")  # each subscriber gets a copy of each value of its own
 
 
 def is_sf(column: str = "store") -> Any:
@@ -69,8 +73,21 @@ def waiting(ref: DataFrame) -> DataFrame:
     return ref.where(F.col("fact") == "waiting")
 
 
-def history_runs(runs: DataFrame) -> DataFrame:
-    return runs.where(F.col("workload").isin(*HISTORY_WORKLOADS)).select("run")
+def history_runs(runs: DataFrame, workloads: tuple[str, ...] = HISTORY_WORKLOADS) -> DataFrame:
+    return runs.where(F.col("workload").isin(*workloads)).select("run")
+
+
+def mqtt_repeatable(history: DataFrame, runs: DataFrame) -> DataFrame:
+    """(run, value) of an mqtt run's received values that MQTT lets reach a subscriber more than
+    once as new: all but the QoS 2 publications that completed (PUBCOMP), which raftmq stores
+    exactly once. A value's QoS is its publisher's (its `open` op: `{"qos": 2, ...}`)."""
+    mqtt = history.join(history_runs(runs, ("mqtt",)), "run", "left_semi")
+    qos_2 = (mqtt.where((F.col("f") == "open") & (F.col("type") == "ok")
+                        & (F.get_json_object("value", "$.qos") == "2")).select("run", "process"))
+    completed = (mqtt.where((F.col("f") == "send") & (F.col("type") == "ok"))
+                 .join(qos_2, ["run", "process"], "left_semi").select("run", "value"))
+    received = mqtt.where(F.col("f") == "receive").select("run", "value").distinct()
+    return received.join(completed, ["run", "value"], "left_anti")
 
 
 def finding(frame: DataFrame, check: str, item: Any, detail: Any, group: Any = None, node: Any = None) -> DataFrame:

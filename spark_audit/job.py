@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_audit import checks
-from spark_audit.derive import HISTORY_WORKLOADS, reference, with_bodies
+from spark_audit.derive import reference, with_bodies
 from spark_audit.layout import Run
 from spark_audit.tables import Tables, load_tables
 
@@ -89,11 +89,10 @@ def run_audit(spark: Any, runs: list[Run], sample: int = SAMPLE_PER_CHECK) -> Au
     read = _read_counts(tables)
     verdicts = []
     for run in runs:
-        applies = run.workload in HISTORY_WORKLOADS
+        judged = {check: run.workload in workloads for check, workloads in checks.HISTORY_CHECKS.items()}
         verdicts.append(RunVerdict(
             run.name, run.path, run.workload,
-            {check: (None if check in checks.HISTORY_CHECKS and not applies else counts.get((run.name, check), 0))
-             for check in checks.CHECKS},
+            {check: (counts.get((run.name, check), 0) if judged.get(check, True) else None) for check in checks.CHECKS},
             {"groups": len(run.groups), **read.get(run.name, {})},
         ))
     for frame in cached:

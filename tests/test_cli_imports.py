@@ -54,6 +54,7 @@ def test_a_mistyped_command_is_suggested_from_every_name() -> None:
 
 @pytest.mark.parametrize(("command", "extra", "library"), [
     ("audit", "spark", "pyspark"), ("audit", "spark", "plotly"), ("chaos", "chaos", "plotly"),
+    ("chaos", "chaos", "paho"),
 ])
 def test_a_command_without_its_extra_names_the_install(command: str, extra: str, library: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:

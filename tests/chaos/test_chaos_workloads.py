@@ -69,6 +69,23 @@ def test_a_topic_run_under_kills_is_valid(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_an_mqtt_run_under_kills_is_valid(tmp_path: Path) -> None:
+    # paho clients, 3.1.1 and 5: the leader killed, every client finds the next one; the kept
+    # sessions (subscribers', QoS 2 publishers') must live on, nothing acknowledged lost, no
+    # completed QoS 2 publication delivered twice as new.
+    run_dir, result = run(RunOptions(workload="mqtt", nemeses=("kill",), targets=("leader",), time_limit_s=10, rate=40,
+                                     concurrency=4, seed=3, out=tmp_path / "runs"))
+    figures = result.to_dict()
+    assert result.valid, figures
+    assert figures["subscribers"] == 2 and figures["protocols"].keys() == {"3.1.1", "5"}
+    assert result.acknowledged > 150 and figures["qos2_acknowledged"] > 50
+    assert figures["owed"] >= 2 * result.acknowledged and figures["resumed"] > 0
+    ops = read_history(run_dir / "history.jsonl")
+    assert any(op.f == "kill" and op.type == "ok" for op in ops)
+    assert json.loads((run_dir / "results.json").read_text())["owed"] == figures["owed"]
+
+
+@pytest.mark.integration
 def test_a_transactions_run_under_kills_is_valid(tmp_path: Path) -> None:
     run_dir, result = run(RunOptions(workload="transactions", nemeses=("kill",), targets=("leader",), time_limit_s=14,
                                      rate=40, concurrency=3, seed=5, out=tmp_path / "runs"))

@@ -166,6 +166,17 @@ def overlong_route(run: Path) -> str:
     return "overlong-1"
 
 
+def mqtt_receive_twice(run: Path, qos: int) -> str:
+    """An mqtt run: a subscriber's reception of a completed publication of QoS `qos`, repeated
+    without DUP (QoS 2: stored twice, which raftmq promises never happens; QoS 1: allowed)."""
+    ops = read_ops(run)
+    publishers = {op["process"] for op in ops if op["f"] == "open" and op["value"].get("qos") == qos}
+    completed = {op["value"] for op in ops if op["f"] == "send" and op["type"] == "ok" and op["process"] in publishers}
+    at = next(i for i in receives(ops)[len(receives(ops)) // 3:] if ops[i]["value"] in completed)
+    write_ops(run, [*ops[:at + 1], dict(ops[at], redelivered=False), *ops[at + 1:]])
+    return str(ops[at]["value"])
+
+
 GROUP_ANOMALIES = {
     "lost": ("lost", drop_receives),
     "unexpected": ("unexpected", receive_ghost),
@@ -179,4 +190,9 @@ CLUSTER_ANOMALIES = {
     "copy": ("stored_duplicates", forwarded_copy),
     "strand": ("bridges", stranded_forward),
     "overlong": ("bridges", overlong_route),
+}
+MQTT_ANOMALIES = {
+    "lost": ("lost", drop_receives),
+    "unexpected": ("unexpected", receive_ghost),
+    "qos2-twice": ("consumer_duplicates", lambda run: mqtt_receive_twice(run, 2)),
 }

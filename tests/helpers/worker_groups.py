@@ -55,7 +55,7 @@ def worker_group(nodeid: str) -> str | None:
 
 # What one worker makes once for the spark group (WORKER_GROUPS): a test outside
 # the group that asked for one would make it again on its own worker, minutes of CPU.
-GROUP_FIXTURES = frozenset({"spark", "audited", "group_run", "cluster_run", "elastic_runs", "limits_run"})
+GROUP_FIXTURES = frozenset({"spark", "audited", "group_run", "cluster_run", "elastic_runs", "limits_run", "mqtt_run"})
 
 
 class UngroupedSparkTest(RuntimeError):

@@ -16,7 +16,14 @@ from spark_audit.job import run_audit
 from spark_audit.layout import read_run
 from spark_audit.sources import NodeFactsSource
 from spark_audit.synth import SynthRun, make_run
-from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, copy_run, drop_receives
+from tests.helpers.audit_anomalies import (
+    CLUSTER_ANOMALIES,
+    GROUP_ANOMALIES,
+    MQTT_ANOMALIES,
+    copy_run,
+    drop_receives,
+    mqtt_receive_twice,
+)
 from tests.helpers.worker_groups import check_grouped
 from tests.spark_audit.planted_replay import planted_source
 
@@ -90,6 +97,14 @@ def group_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mqtt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of the mqtt workload (paho publishers of QoS 1 and 2, kept-session subscribers)
+    on the default preset under kills."""
+    return _chaos_run(tmp_path_factory.mktemp("mqtt-run"), preset="default", workload="mqtt", nemeses=("kill",),
+                      seed=13, time_limit_s=6.0)
+
+
+@pytest.fixture(scope="session")
 def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run of symmetric-lite (three single-node groups, bridges between them), without
     faults: a killed single-node group can leave messages in a bridge's queue past the drain
@@ -132,7 +147,8 @@ def limits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[str, Path], limits_run: Path,
-            synthetic_runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+            mqtt_run: Path, synthetic_runs: dict[str, Any],
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The clean runs and a copy per planted anomaly, audited together in one job, with the two
     synthetic runs (under their own names: synth-clean, synth-lost); a Spark job costs tens of
     seconds of this machine's two cores whatever its size."""
@@ -140,11 +156,18 @@ def audited(spark: Any, group_run: Path, cluster_run: Path, elastic_runs: dict[s
     planted: dict[str, tuple[str, str]] = {}
     runs = [copy_run(group_run, root, "group-clean"), copy_run(cluster_run, root, "cluster-clean"),
             *(copy_run(run, root, f"{name}-clean") for name, run in elastic_runs.items()),
-            copy_run(limits_run, root, "limits-clean")]
+            copy_run(limits_run, root, "limits-clean"), copy_run(mqtt_run, root, "mqtt-clean")]
     for name, (check, plant) in GROUP_ANOMALIES.items():
         run = copy_run(group_run, root, f"group-{name}")
         planted[run.name] = (check, plant(run))
         runs.append(run)
+    for name, (check, plant) in MQTT_ANOMALIES.items():
+        run = copy_run(mqtt_run, root, f"mqtt-{name}")
+        planted[run.name] = (check, plant(run))
+        runs.append(run)
+    qos_1_twice = copy_run(mqtt_run, root, "mqtt-qos1-twice")  # allowed: QoS 1 is at least once
+    mqtt_receive_twice(qos_1_twice, 1)
+    runs.append(qos_1_twice)
     for name, (check, plant) in CLUSTER_ANOMALIES.items():
         run = copy_run(cluster_run, root, f"cluster-{name}")
         planted[run.name] = (check, plant(run))

@@ -65,6 +65,7 @@ def test_lost(spark: Any) -> None:
     wrong = history(spark, *sent, ("c", "ok", "receive", "a"), ("c", "ok", "receive", "d"))
     assert items(checks.lost(wrong, ref, runs(spark))) == ["c"]
     assert items(checks.lost(wrong, ref, runs(spark, workload="topic"))) == []  # not judged for topics
+    assert items(checks.lost(wrong, ref, runs(spark, workload="mqtt"))) == ["c"]  # everyone subscribed first
 
 
 def test_unexpected(spark: Any) -> None:
@@ -97,6 +98,18 @@ def test_consumer_duplicates(spark: Any) -> None:
     assert items(checks.consumer_duplicates(late, runs(spark))) == []
     # a topic's subscribers each get their copy
     assert items(checks.consumer_duplicates(ops, runs(spark, workload="topic"))) == []
+
+
+def test_consumer_duplicates_of_mqtt_judge_completed_qos_2_publications_per_subscriber(spark: Any) -> None:
+    ops = [("q1p0", "ok", "open", '{"qos":1,"protocol":"3.1.1"}'), ("q2p1", "ok", "open", '{"qos":2,"protocol":"5"}'),
+           ("q1p0", "ok", "send", "q1p0-0"), ("q2p1", "ok", "send", "q2p1-0"), ("q2p1", "info", "send", "q2p1-1"),
+           *[(k, "ok", "receive", v) for k in ("k0", "k1") for v in ("q1p0-0", "q2p1-0", "q2p1-1")],
+           ("k1", "ok", "receive", "q2p1-0", True),  # again with DUP
+           ("k0", "ok", "receive", "q1p0-0"), ("k0", "ok", "receive", "q2p1-1")]  # QoS 1; a flow never completed
+    mqtt = runs(spark, workload="mqtt")
+    assert items(checks.consumer_duplicates(history(spark, *ops), mqtt)) == []
+    again = history(spark, *ops, ("k1", "ok", "receive", "q2p1-0"))  # a completed QoS 2 publication, new twice
+    assert items(checks.consumer_duplicates(again, mqtt)) == ["q2p1-0"]
 
 
 def test_divergence(spark: Any) -> None:

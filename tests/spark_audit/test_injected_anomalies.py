@@ -12,7 +12,7 @@ from chaos.checker import check_queue
 from chaos.history import read_history
 from spark_audit.checks import CHECKS
 from spark_audit.job import AuditResult
-from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES
+from tests.helpers.audit_anomalies import CLUSTER_ANOMALIES, GROUP_ANOMALIES, MQTT_ANOMALIES
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]  # see test_cli.py
 
@@ -25,6 +25,17 @@ def verdict(result: AuditResult, name: str) -> dict[str, int | None]:
 def test_a_real_run_audits_clean(audited: dict[str, Any], name: str) -> None:
     counts = verdict(audited["result"], name)
     assert counts == {check: 0 for check in CHECKS}, [f for f in audited["result"].findings if f["run"] == name]
+
+
+@pytest.mark.parametrize("name", ["mqtt-clean", "mqtt-qos1-twice"])
+def test_a_real_mqtt_run_audits_clean(audited: dict[str, Any], name: str) -> None:
+    # Order is judged per queue (n/a here); a QoS 1 value received twice without DUP is allowed.
+    counts = verdict(audited["result"], name)
+    assert counts == {check: None if check == "order" else 0 for check in CHECKS}, [
+        f for f in audited["result"].findings if f["run"] == name]
+    ops = read_history(audited["runs"][name] / "history.jsonl")
+    assert {op.value["qos"] for op in ops if op.f == "open"} == {1, 2}
+    assert any(op.f == "kill" and op.type == "ok" for op in ops)
 
 
 @pytest.mark.parametrize("name", ["membership", "drain"])
@@ -46,7 +57,7 @@ def test_lost_and_duplicated_equal_the_chaos_checkers(audited: dict[str, Any], n
 
 
 @pytest.mark.parametrize("name", [f"group-{n}" for n in GROUP_ANOMALIES] + [f"cluster-{n}" for n in CLUSTER_ANOMALIES]
-                         + ["group-conservation"])
+                         + [f"mqtt-{n}" for n in MQTT_ANOMALIES] + ["group-conservation"])
 def test_each_planted_anomaly_is_found_by_its_check_alone(audited: dict[str, Any], name: str) -> None:
     check, item = audited["planted"][name]
     counts = verdict(audited["result"], name)
