@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, exactly_once, retained, ticks, unsubscribe, wills
+from raftmq.core import commands, exactly_once, retained, shares, ticks, unsubscribe, wills
 from raftmq.core import validation as v  # (check_subscribe, check_browse: not per message)
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
@@ -79,6 +79,7 @@ class Broker:
             commands.Will: lambda command: wills.set_will(self.state, command),
             commands.Release: self._release,
             commands.Hold: lambda command: exactly_once.hold(self.state, command),
+            commands.Share: lambda command: shares.join(self.state, self.dispatch, command, self._reject, self._done),
         }
 
     # -- public API --------------------------------------------------------------------------

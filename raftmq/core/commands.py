@@ -238,6 +238,25 @@ class Hold:
     now: int
 
 
+@value
+class Share:
+    """Consume the shared subscription of group `group` on topic `destination` (MQTT's
+    `$share/GROUP/FILTER`; raftmq.core.shares) as `sub_id`: one copy of what the topic gets,
+    waiting in a queue of its own, competed for by every session that shares it. `holder` names
+    a session the client keeps (the share keeps collecting for it while it is away, until an
+    Unsubscribe with `drop_durable`); without one, the share is this session's while it lives."""
+
+    session: str
+    sub_id: str
+    group: str
+    destination: str
+    now: int
+    ack: str = ACK_AUTO
+    prefetch: int = 0
+    holder: str | None = None
+    receipt: str | None = None
+
+
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
@@ -261,11 +280,11 @@ class Manage:
 
 
 Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
-           | Noop | Manage | Recover | Will | Release | Hold)
+           | Noop | Manage | Recover | Will | Release | Hold | Share)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
-    Recover, Will, Release, Hold,
+    Recover, Will, Release, Hold, Share,
 )
 
 

@@ -435,3 +435,20 @@ class Topic:
         retired["expired"] += store.expired
         retired["dead_lettered"] += store.dead_lettered
         retired["discarded"] += discarded
+
+
+class Share:
+    """A shared subscription (raftmq.core.shares): `anchor`, an inactive subscription of the
+    topic, copies what it gets into the share's queue, whose consumers are the sessions that
+    share it. `holders`: who keeps the share, each with its ack mode (a live session's id, or
+    the name of a session its client keeps); `members`: each consumer and the holder it stands for."""
+
+    __slots__ = ("anchor", "destination", "group", "holders", "members", "queue")
+
+    def __init__(self, group: str, destination: str, queue: str, anchor: Subscription) -> None:
+        self.group = group
+        self.destination = destination
+        self.queue = queue
+        self.anchor = anchor
+        self.holders: dict[str, str] = {}
+        self.members: dict[Subscription, str] = {}

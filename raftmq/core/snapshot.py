@@ -21,7 +21,7 @@ from raftmq.core.commands import Will
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import body_size, dump_message, load_message
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Store, Subscription, Topic, TransactionOp
+from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Share, Store, Subscription, Topic, TransactionOp
 from raftmq.core.paging import Page, PageStore, Tail, decode_page
 from raftmq.core.paging import journal_indexes as journal_indexes_of
 from raftmq.core.schedule import Job
@@ -163,6 +163,12 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
         data["retained"] = [[topic, dump_message(message)] for topic, message in state.retained.items()]
     if state.once:  # likewise
         data["once"] = list(state.once)
+    if state.shares:  # likewise
+        data["shares"] = [[share.queue, share.group, share.destination, position[id(share.anchor)],
+                           list(share.holders.items()),
+                           [[position[id(sub)], holder] for sub, holder in share.members.items()]]
+                          for share in state.shares.values()]
+        data["share_seq"] = state.share_seq
     if state.wills:  # likewise
         data["wills"] = [[w.session, w.destination, w.headers, w.body, w.now, w.delay_ms] for w in state.wills.values()]
     return data
@@ -225,6 +231,8 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         store = state.queues[record["destination"]] = _load_store(record, shared=True, pages=state.pages)
         for index in record["consumers"]:
             queue_of[index] = store
+    for queue, *_rest, anchor, _holders, _members in data.get("shares", ()):
+        queue_of[anchor] = state.queues[queue]  # a share's anchor copies into its queue
 
     subs: list[Subscription] = []
     for index, record in enumerate(data["subscriptions"]):
@@ -309,6 +317,11 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
     for topic, message in data.get("retained", ()):
         state.retained[topic] = load_message(message)
     state.once = dict.fromkeys(str(key) for key in data.get("once", ()))
+    for queue, group, destination, anchor, holders, members in data.get("shares", ()):
+        share = state.shares[queue] = Share(group, destination, queue, subs[anchor])
+        share.holders.update((str(holder), str(ack)) for holder, ack in holders)
+        share.members.update((subs[index], str(holder)) for index, holder in members)
+    state.share_seq = data.get("share_seq", 0)
     for session, destination, headers, body, now, delay_ms in data.get("wills", ()):
         state.wills[session] = Will(session, destination, headers, bytes(body), now, delay_ms)
     state.rebuild_expiry_index()

@@ -32,7 +32,7 @@ from raftmq.core.cluster_state import ClusterState
 from raftmq.core.commands import Will
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import Message, body_size
-from raftmq.core.model import Delivery, Session, Store, Subscription, Topic, selector_headers
+from raftmq.core.model import Delivery, Session, Share, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
 from raftmq.core.schedule import Job
 from raftmq.errors import InvariantViolated
@@ -64,12 +64,15 @@ class BrokerState:
     retained: dict[str, Message] = field(default_factory=dict)  # by topic, bodies as bytes (raftmq.core.retained)
     wills: dict[str, Will] = field(default_factory=dict)  # by session, bodies as bytes (raftmq.core.wills)
     once: dict[str, None] = field(default_factory=dict)  # QoS 2 publications' keys (raftmq.core.exactly_once)
+    shares: dict[str, Share] = field(default_factory=dict)  # by queue (raftmq.core.shares)
+    share_seq: int = 0  # names the shares' queues
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 
     def stores(self) -> list[Store]:
-        """Every store: the queues', then each topic subscription's own."""
-        return list(self.queues.values()) + [sub.store for topic in self.topics.values() for sub in topic.subs]
+        """Every store: the queues' (shares' among them), then each topic subscription's own."""
+        return list(self.queues.values()) + [sub.store for topic in self.topics.values() for sub in topic.subs
+                                             if not sub.store.shared]
 
     def subscriptions(self) -> list[Subscription]:
         """Every subscription that consumes: active ones (by session; a wildcard queue
@@ -123,6 +126,7 @@ class BrokerState:
         _check_subscriptions(self)
         _check_stores(self)
         _check_topics(self)
+        _check_shares(self)
         _check_expiry(self)
         _check_waiting(self)
 
@@ -186,13 +190,13 @@ def _check_subscriptions(state: BrokerState) -> None:
         name = sub.sub_id
         session = sub.session
         if session is None:
-            _require(sub.durable_name is not None and not sub.store.shared,
+            _require(is_anchor(state, sub) or (sub.durable_name is not None and not sub.store.shared),
                      f"inactive subscription {name} is no durable")
         else:
             _require(state.sessions.get(session.session_id) is session, f"subscription {name} of a session that ended")
             _require(sub.store.consumers.count(sub) == 1,
                      f"active subscription {name} is not one of its store's consumers")
-        if sub.store.shared:
+        if sub.store.shared and not is_anchor(state, sub):
             _require(state.queues.get(sub.destination) is sub.store, f"subscription {name} consumes another queue")
         family = sub.parent.consumers() if sub.parent is not None else [sub]
         held = sum(len(member.in_flight) for member in family)
@@ -315,12 +319,38 @@ def _check_nothing_left_behind(store: Store) -> None:
                 )
 
 
+def is_anchor(state: BrokerState, sub: Subscription) -> bool:
+    """Is `sub` a shared subscription's anchor (raftmq.core.shares), copying into its queue?"""
+    share = state.shares.get(sub.store.destination) if sub.store.shared else None
+    return share is not None and share.anchor is sub
+
+
+def _check_shares(state: BrokerState) -> None:
+    for queue, share in state.shares.items():
+        store = state.queues.get(queue)
+        _require(store is not None and share.queue == queue and share.anchor.store is store,
+                 f"share {queue}: its anchor copies into another queue")
+        topic = state.topics.get(share.destination)
+        _require(topic is not None and share.anchor in topic.subs and share.anchor.session is None,
+                 f"share {queue}: its anchor is not an inactive subscription of {share.destination}")
+        _require(bool(share.holders), f"share {queue}: kept with no holder")
+        assert store is not None
+        _require(list(share.members) == [sub for sub in store.consumers if sub in share.members]
+                 and len(share.members) == len(store.consumers),
+                 f"share {queue}: its consumers are not its members")
+        for member, holder in share.members.items():
+            _require(holder in share.holders, f"share {queue}: {member.sub_id} stands for no holder")
+
+
 def _check_topics(state: BrokerState) -> None:
     for name, topic in state.topics.items():
         _require(topic.destination == name, f"topic {topic.destination} filed as {name}")
         _require(min(topic.published, *topic.retired.values()) >= 0, f"{name}: a negative counter")
         for sub in topic.subs:
-            _require(not sub.store.shared and sub.destination == name, f"{name}: subscription {sub.sub_id} misfiled")
+            _require((not sub.store.shared or is_anchor(state, sub)) and sub.destination == name,
+                     f"{name}: subscription {sub.sub_id} misfiled")
+            if sub.store.shared:
+                continue
             _require(len(sub.store.consumers) == (0 if sub.session is None else 1),
                      f"{name}: subscription {sub.sub_id} consumes {len(sub.store.consumers)} times")
             _require(sub.durable_name is None or state.durables.get(sub.durable_name) is sub,

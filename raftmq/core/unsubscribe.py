@@ -3,6 +3,7 @@ pure core (raftmq.core.broker applies the commands that call these)."""
 
 from __future__ import annotations
 
+from raftmq.core import shares
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.message import Message
 from raftmq.core.model import Delivery, Session, Subscription
@@ -25,7 +26,9 @@ def end_subscriptions(state: BrokerState, dispatch: Dispatcher, session: Session
                 dispatch.mark(child.store)
         elif store.shared:
             store.remove_consumer(sub)
-            if not store.stable:
+            if state.shares:
+                shares.left(state, dispatch, sub, drop_durable)
+            if not store.stable and store.destination in state.queues:
                 dispatch.mark(store)
         elif sub.durable_name is not None and not drop_durable:
             store.consumers.clear()
@@ -45,6 +48,9 @@ def drop_topic_subscription(state: BrokerState, dispatch: Dispatcher, sub: Subsc
                             taken_back: list[Message]) -> None:
     """Drop a topic subscription and what it collected (`taken_back`: its deliveries, returned)."""
     store = sub.store
+    share = state.shares.get(store.destination) if store.shared else None
+    if share is not None:  # a share's anchor (an operator deleting the topic): the share goes
+        return shares.drop(state, dispatch, share)
     topic = state.topics[sub.destination]
     del topic.subs[sub]
     if sub.durable_name is not None and state.durables.get(sub.durable_name) is sub:

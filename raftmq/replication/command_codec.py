@@ -48,6 +48,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     16: (c.Will, ("session", "destination", "headers", "body", "now", "delay_ms")),
     17: (c.Release, ("session", "key", "now", "every", "receipt")),
     18: (c.Hold, ("session", "key", "now")),
+    19: (c.Share, ("session", "sub_id", "group", "destination", "now", "ack", "prefetch", "holder", "receipt")),
 }
 
 

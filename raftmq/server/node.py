@@ -91,8 +91,7 @@ class Node:
         self._session_numbers = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._websocket_server: asyncio.base_events.Server | None = None  # [server] websocket, when set
-        self.mqtt = MqttEdge(self, lambda: self.replica.broker.state.durables,  # its listener: when `mqtt` is set
-                             lambda: self.replica.broker.state.once)
+        self.mqtt = MqttEdge(self, lambda: self.replica.broker.state)  # its listener: when `mqtt` is set
         self.websocket_handshakes = HandshakeGate(config.websocket_max_handshakes)
         self.mobility = handing.Underway()  # this node's hand-overs, adoptions and parkings under way
         # The names a web page may use for this node (raftmq.web_guard).

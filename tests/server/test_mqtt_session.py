@@ -25,9 +25,10 @@ from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.security import Principal
+from raftmq.server.mqtt.decisions import CheckLogin, Close, Propose, Write
 from raftmq.server.mqtt.kept import Kept, durable_name
 from raftmq.server.mqtt.outbound import SEND_WINDOW
-from raftmq.server.mqtt.session import CheckLogin, Close, MqttSession, Propose, Write
+from raftmq.server.mqtt.session import MqttSession
 
 NOW = 1_000
 ANYONE = Principal("anyone", frozenset())
@@ -68,7 +69,7 @@ def test_the_connack_tells_an_mqtt_5_client_what_is_not_served_yet() -> None:
     [connack] = written(session.connect_committed(NOW))
     assert isinstance(connack, p.Connack) and not connack.session_present
     # The session is kept until the client ends it: no timer ends it after 600 s yet, and it says so.
-    assert connack.properties == {"shared_subscription_available": 0, "maximum_packet_size": 17 * 2**20,
+    assert connack.properties == {"maximum_packet_size": 17 * 2**20,
                                   "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0xFFFFFFFF}
 
 

@@ -28,8 +28,9 @@ from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5
 from raftmq.security import Principal
+from raftmq.server.mqtt.decisions import CheckLogin, Close, Decision, Propose, Write
 from raftmq.server.mqtt.kept import Kept
-from raftmq.server.mqtt.session import CheckLogin, Close, Decision, MqttSession, Propose, Write
+from raftmq.server.mqtt.session import MqttSession
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.authorization import SessionAuthorization
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any, Protocol
+from collections.abc import Callable, MutableMapping
+from typing import Protocol
 
+from raftmq.core import shares
+from raftmq.core.state import BrokerState
 from raftmq.server.mqtt.connection import MqttConnection
 from raftmq.server.mqtt.kept import Kept, kept, prefix_of
 from raftmq.server.seams.host import ClientConnection, ConnectionHost
@@ -19,11 +21,9 @@ class EdgeHost(ConnectionHost, Protocol):
 
 
 class MqttEdge:
-    def __init__(self, host: EdgeHost, durables: Callable[[], Mapping[str, Any]],
-                 once: Callable[[], Mapping[str, None]]) -> None:
+    def __init__(self, host: EdgeHost, core: Callable[[], BrokerState]) -> None:
         self._host = host
-        self._durables = durables  # the core's durable subscriptions, by name
-        self._once = once  # the core's QoS 2 keys (raftmq.core.exactly_once)
+        self._core = core  # the core's state: its durable subscriptions, shares and QoS 2 keys, read as they are
         self.server: asyncio.base_events.Server | None = None
         self.clients: dict[str, MqttConnection] = {}  # live sessions by client id
 
@@ -46,12 +46,13 @@ class MqttEdge:
 
     def kept(self, client_id: str) -> list[Kept]:
         """What the core keeps of `client_id`'s persistent session (raftmq.server.mqtt.kept)."""
-        return kept(self._durables(), client_id)
+        state = self._core()
+        return kept(state.durables, client_id, shares.kept(state, prefix_of(client_id)) if state.shares else ())
 
     def holds_keys(self, client_id: str) -> bool:
         """Whether the core keeps QoS 2 keys of `client_id` (publications it has not released)."""
         prefix = prefix_of(client_id)
-        return any(key.startswith(prefix) for key in self._once())
+        return any(key.startswith(prefix) for key in self._core().once)
 
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None:
         """`connection` is `client_id`'s now; the one that was, if any (its session is taken over)."""

@@ -5,11 +5,13 @@ away, the subscriptions collect what is published (the core's durable subscripti
 and in the snapshot like any other); a QoS 1 one holds every message until the client's PUBACK.
 
 A name is `mqtt:<length of the client id>:<client id>:<index>:<topic filter>`: the length makes one
-client's prefix no other's, the index tells the two core subscriptions of `a/#` apart."""
+client's prefix no other's, the index tells the two core subscriptions of `a/#` apart. A shared
+subscription (`$share/GROUP/FILTER`) is kept as a holder of the core's share (raftmq.core.shares)
+named the same way, its filter the whole `$share/...` one: the share keeps collecting for it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +37,13 @@ class Kept:
     destination: str
     qos: int  # 1 where the core waits for each message's acknowledgement, else 0
     holder: str | None  # the core session it is active in, None while the client is away
+    share: str | None = None  # the group of a shared subscription (its name is the share's holder)
 
 
-def kept(durables: Mapping[str, Any], client_id: str) -> list[Kept]:
+def kept(durables: Mapping[str, Any], client_id: str, shared: Sequence[tuple[str, Any, str | None]] = ()) -> list[Kept]:
     """The durable subscriptions of `client_id`'s session in the core's `durables` (by name),
-    in name order (a filter's core subscriptions together, by index)."""
+    in name order (a filter's core subscriptions together, by index), then its shares: `shared`
+    is raftmq.core.shares.kept's (holder, share, consuming session) for the client's prefix."""
     prefix = prefix_of(client_id)
     found = []
     for name in sorted(name for name in durables if name.startswith(prefix)):
@@ -47,4 +51,8 @@ def kept(durables: Mapping[str, Any], client_id: str) -> list[Kept]:
         topic_filter = name[len(prefix):].partition(":")[2]
         holder = None if sub.session is None else sub.session.session_id
         found.append(Kept(name, topic_filter, sub.destination, 0 if sub.ack == ACK_AUTO else 1, holder))
+    for name, share, holder in shared:
+        topic_filter = name[len(prefix):].partition(":")[2]
+        found.append(Kept(name, topic_filter, share.destination, 0 if share.holders[name] == ACK_AUTO else 1,
+                          holder, share.group))
     return found

@@ -25,7 +25,7 @@ from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import encode
 from raftmq.protocol.mqtt.packets import MQTT_5
-from raftmq.protocol.mqtt.topics import dollar_excluded, topic_of
+from raftmq.protocol.mqtt.topics import TOPIC_PREFIX, dollar_excluded, topic_of
 from raftmq.server.mqtt.headers import QOS_HEADER, properties_of
 
 # QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
@@ -75,7 +75,8 @@ class Outbound:
         the message from it, or the client's window is full (the message waits here). Raises
         `MqttError` (quota exceeded) when more than `MAX_WAITING_BYTES` wait."""
         subscription = self.filters.get(effect.sub_id)
-        topic = topic_of(effect.destination)
+        topic = topic_of(effect.destination) if effect.destination.startswith(TOPIC_PREFIX) \
+            else topic_of(effect.message.destination)  # a shared subscription's: its queue's (raftmq.core.shares)
         hidden = topic is not None and topic.startswith("$") and subscription is not None \
             and dollar_excluded(subscription.topic_filter)
         if subscription is None or topic is None or hidden:

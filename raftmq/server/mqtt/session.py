@@ -16,14 +16,17 @@ Retained messages are the core's (raftmq.core.retained): a PUBLISH with the reta
 its topic, and a new subscription asks the core for the kept ones it matches (MQTT 5's retain
 handling and retain-as-published are kept to). A will (its MQTT 5 delay too) is the core's
 (raftmq.core.wills): kept with the session and published when it ends without the client's
-DISCONNECT, on this leader or by the next one's sweep. Refused with MQTT's reasons, until they
-are built: shared subscriptions.
+DISCONNECT, on this leader or by the next one's sweep. A shared subscription
+(`$share/GROUP/FILTER`) is the core's share (raftmq.core.shares): the sessions that share it
+compete for one copy of what its filter matches; a QoS 1 one holds each message in the core until
+the PUBACK, and what a member held when it left goes to another; a persistent session keeps its
+place in the share (the share collects while it is away). No retained message goes to a share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from dataclasses import dataclass
 from typing import Any
 
 from raftmq.core.commands import (
@@ -37,6 +40,7 @@ from raftmq.core.commands import (
     Recover,
     Release,
     Send,
+    Share,
     Subscribe,
     Unsubscribe,
     Will,
@@ -51,6 +55,7 @@ from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5, MQTT_311
 from raftmq.protocol.mqtt.topics import destination_of, destinations_of, shared
 from raftmq.security import Principal
+from raftmq.server.mqtt.decisions import CheckLogin, Close, Decision, Propose, Write
 from raftmq.server.mqtt.headers import block_of_publish
 from raftmq.server.mqtt.kept import Kept, durable_name, prefix_of
 from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
@@ -60,31 +65,6 @@ MAX_PACKET_BYTES = Limits().max_frame_bytes  # as large as a STOMP frame may be,
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
 
 
-@dataclass(slots=True)
-class Propose:
-    commands: list[Command]
-
-
-@dataclass(slots=True)
-class Write:
-    data: bytes
-
-
-@dataclass(slots=True)
-class CheckLogin:
-    username: str | None
-    password: str | None
-
-
-@dataclass(slots=True)
-class Close:
-    """Close the connection (after writing what was decided before, a DISCONNECT or CONNACK among it)."""
-
-    reason: str
-    detail: str = ""
-
-
-Decision = Propose | Write | CheckLogin | Close
 
 
 class MqttSession:
@@ -203,8 +183,7 @@ class MqttSession:
         self.version = self.out.version = connect.version
         self.keep_alive = connect.keep_alive
         five = connect.version == MQTT_5
-        properties: p.Properties = {"shared_subscription_available": 0,
-                                    "maximum_packet_size": self.parser.max_packet_size} if five else {}
+        properties: p.Properties = {"maximum_packet_size": self.parser.max_packet_size} if five else {}
         if connect.will is not None:
             refused = self._take_will(connect.will, five)
             if refused:
@@ -280,14 +259,18 @@ class MqttSession:
         for k in kept:
             sub_id = f"m{next(self._sub_numbers)}"
             if self.clean_start:
-                commands += [Subscribe(self.session_id, sub_id, k.destination, now_ms, durable_name=k.name),
+                commands += [Share(self.session_id, sub_id, k.share, k.destination, now_ms, holder=k.name)
+                             if k.share is not None else
+                             Subscribe(self.session_id, sub_id, k.destination, now_ms, durable_name=k.name),
                              Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)]
                 continue
-            subscription = self._subscriptions.setdefault(k.topic_filter, Subscription(k.topic_filter, k.qos))
+            subscription = self._subscriptions.setdefault(k.topic_filter,
+                                                          Subscription(shared(k.topic_filter)[1], k.qos))
             subscription.sub_ids.append(sub_id)
             self.out.filters[sub_id] = subscription
             self._durable.add(sub_id)
-            commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now_ms, k.name))
+            commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now_ms, k.name) if k.share is None
+                            else self._core_share(sub_id, k.share, k.destination, k.qos, now_ms, k.name))
         present = (bool(kept) or keys) and not self.clean_start
         connack = Write(encode(p.Connack(r.SUCCESS, present, self._connack_properties), self._version))
         held, self._held = self._held, []
@@ -327,7 +310,7 @@ class MqttSession:
     def _headers(self, packet: p.Publish, now: int) -> str:
         return block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
 
-    def _allowed(self, command: Send | Subscribe, packet: p.Publish | None, decisions: list[Decision]) -> bool:
+    def _allowed(self, command: Send | Subscribe | Share, packet: p.Publish | None, decisions: list[Decision]) -> bool:
         if self._authorize is None:
             return True
         try:
@@ -351,37 +334,38 @@ class MqttSession:
     def _subscribe(self, packet: p.Subscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
         five = self.version == MQTT_5
         codes: list[int] = []
-        subscribes: list[Subscribe] = []
+        subscribes: list[Subscribe | Share] = []
         recovering: list[Command] = []  # the topics' retained messages, after the SUBACK's receipt
         for wanted in packet.subscriptions:
             try:
                 share, topic_filter = shared(wanted.topic_filter)
-                if share is not None:
-                    raise MqttError(r.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, "shared subscriptions not supported")
+                if share is not None and wanted.no_local:
+                    raise MqttError(r.PROTOCOL_ERROR, "protocol error", "no local on a shared subscription")
                 destinations = destinations_of(topic_filter)
             except MqttError as refused:
                 codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
                 continue
             qos = min(wanted.qos, MAX_QOS)
             subscription = Subscription(topic_filter, qos, wanted.retain_as_published)
-            made = []
+            made: list[Subscribe | Share] = []
             for index, destination in enumerate(destinations):
                 sub_id = f"m{next(self._sub_numbers)}"
-                name = durable_name(self.client_id or "", index, topic_filter) if self.persistent else None
-                made.append(self._core_subscribe(sub_id, destination, qos, now, name))
+                name = durable_name(self.client_id or "", index, wanted.topic_filter) if self.persistent else None
+                made.append(self._core_subscribe(sub_id, destination, qos, now, name) if share is None
+                            else self._core_share(sub_id, share, destination, qos, now, name))
                 subscription.sub_ids.append(sub_id)
             if not all(self._allowed(subscribe, None, decisions) for subscribe in made):
                 codes.append(r.NOT_AUTHORIZED if five else r.SUBACK_FAILURE_311)
                 continue
-            old = self._subscriptions.pop(topic_filter, None)  # the same filter again replaces it
+            old = self._subscriptions.pop(wanted.topic_filter, None)  # the same filter again replaces it
             if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
                 commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent))
-            if wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None):
+            if share is None and (wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None)):
                 recovering += [Recover(self.session_id, subscribe.sub_id, now) for subscribe in made]
-            self._subscriptions[topic_filter] = subscription
+            self._subscriptions[wanted.topic_filter] = subscription
             for subscribe in made:
                 self.out.filters[subscribe.sub_id] = subscription
-                if subscribe.durable_name is not None:
+                if (subscribe.durable_name if isinstance(subscribe, Subscribe) else subscribe.holder) is not None:
                     self._durable.add(subscribe.sub_id)
             subscribes += made
             codes.append(qos)
@@ -390,9 +374,7 @@ class MqttSession:
             decisions.append(Write(encode(suback, self._version)))
             return
         receipt = f"s{packet.packet_id}"
-        last = subscribes[-1]
-        subscribes[-1] = self._core_subscribe(last.sub_id, last.destination, 1 if last.ack != ACK_AUTO else 0, now,
-                                              last.durable_name, receipt)
+        subscribes[-1] = dataclasses.replace(subscribes[-1], receipt=receipt)
         self._subacks[receipt] = suback
         commands.extend(subscribes)
         commands.extend(recovering)
@@ -405,6 +387,13 @@ class MqttSession:
             return Subscribe(self.session_id, sub_id, destination, now, ACK_CLIENT_INDIVIDUAL,
                              prefetch=self.out.window, durable_name=name, receipt=receipt)
         return Subscribe(self.session_id, sub_id, destination, now, ACK_AUTO, durable_name=name, receipt=receipt)
+
+    def _core_share(self, sub_id: str, group: str, destination: str, qos: int, now: int, name: str | None) -> Share:
+        """A shared subscription's consumer: QoS 1 leaves each message in the core until the
+        client's PUBACK (another member gets it if this one leaves first)."""
+        if qos:
+            return Share(self.session_id, sub_id, group, destination, now, ACK_CLIENT_INDIVIDUAL, self.out.window, name)
+        return Share(self.session_id, sub_id, group, destination, now, ACK_AUTO, holder=name)
 
     def _unsubscribe_commands(self, subscription: Subscription, now: int, drop: bool) -> list[Command]:
         for sub_id in subscription.sub_ids:
