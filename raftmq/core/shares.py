@@ -91,8 +91,9 @@ def _make(state: BrokerState, dispatch: Dispatcher, command: Share) -> SharedSub
 
 def left(state: BrokerState, dispatch: Dispatcher, sub: Subscription, drop_durable: bool) -> None:
     """`sub`, a consumer of a queue, has left it (raftmq.core.unsubscribe): where it was a share's
-    member, its holder goes too unless a kept session holds the share through it (`drop_durable`
-    lets go of that one as well); the share goes with its last holder."""
+    member, its holder goes too (unless another of its consumers stands for it, or a kept session
+    holds the share through it: `drop_durable` lets go of that one as well); the share goes with
+    its last holder."""
     share = state.shares.get(sub.store.destination)
     if share is None:
         return
@@ -100,6 +101,8 @@ def left(state: BrokerState, dispatch: Dispatcher, sub: Subscription, drop_durab
     if holder is None:
         return
     session = sub.session
+    if holder in share.members.values():
+        return  # another of the session's consumers stands for it still
     if drop_durable or (session is not None and holder == session.session_id):
         share.holders.pop(holder, None)
     if not share.holders:

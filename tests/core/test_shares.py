@@ -5,6 +5,10 @@ alive while their client is away, the share gone with its last holder, snapshots
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftmq.core.broker import Broker
 from raftmq.core.commands import ACK_CLIENT_INDIVIDUAL, Ack, Connect, Disconnect, Send, Share, Subscribe, Unsubscribe
@@ -141,3 +145,62 @@ def test_invariants_catch_a_share_whose_member_was_lost() -> None:
         assert "its consumers are not its members" in str(broken)
     else:
         raise AssertionError("a share's lost member went unnoticed")
+
+
+SESSIONS = ("a", "b", "c")
+step = st.one_of(
+    st.tuples(st.just("share"), st.sampled_from(SESSIONS), st.sampled_from(("auto", ACK_CLIENT_INDIVIDUAL)),
+              st.sampled_from((None, "kept-a", "kept-b")), st.sampled_from(("/topic/jobs.*", "/topic/jobs.x"))),
+    st.tuples(st.just("send"), st.sampled_from(("/topic/jobs.x", "/topic/jobs.y"))),
+    st.tuples(st.just("ack"), st.sampled_from(SESSIONS)),
+    st.tuples(st.just("leave"), st.sampled_from(SESSIONS), st.booleans()),
+    st.tuples(st.just("end"), st.sampled_from(SESSIONS)),
+    st.tuples(st.just("snapshot")),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(step, max_size=40))
+def test_any_history_of_shares_keeps_the_invariants_and_survives_snapshots(steps: list[tuple[Any, ...]]) -> None:
+    """Joins (live or kept), sends, acks, leaves (dropping the kept place or not), sessions ending
+    and snapshots in any order: the core's invariants hold after each step, a snapshot restores
+    to the same state, and no message is ever delivered to two members while neither let it go."""
+    broker = Broker()
+    checked(broker, Connect("pub", 0))
+    numbers = iter(range(1, 10_000))
+    held: dict[str, list[str]] = {}  # session -> ack ids it holds (client-individual)
+    for now, action in enumerate(steps, start=1):
+        kind = action[0]
+        if kind == "share":
+            _, session, ack, holder, destination = action
+            if session not in broker.state.sessions:
+                checked(broker, Connect(session, now))
+            effects = checked(broker, Share(session, f"s{next(numbers)}", "g", destination, now, ack, 2, holder))
+        elif kind == "send":
+            effects = checked(broker, Send("pub", action[1], "", f"m{next(numbers)}".encode(), now))
+        elif kind == "ack" and held.get(action[1]):
+            effects = checked(broker, Ack(action[1], now, ack_id=held[action[1]].pop(0)))
+        elif kind == "leave" and action[1] in broker.state.sessions and broker.state.sessions[action[1]].subs:
+            session = broker.state.sessions[action[1]]
+            sub_id = next(iter(session.subs))
+            effects = checked(broker, Unsubscribe(action[1], sub_id, now, drop_durable=action[2]))
+        elif kind == "end" and action[1] in broker.state.sessions:
+            effects = checked(broker, Disconnect(action[1], now))
+            held.pop(action[1], None)
+        elif kind == "snapshot":
+            dump = broker.snapshot()
+            broker = Broker.restore(dump, CoreConfig())
+            broker.state.check_invariants()
+            assert broker.snapshot() == dump
+            continue
+        else:
+            continue
+        for effect in effects:
+            if isinstance(effect, Deliver) and effect.ack_id is not None:
+                held.setdefault(effect.session, []).append(effect.ack_id)
+        for session_id, ack_ids in held.items():  # what a session lost by leaving is no longer its
+            session = broker.state.sessions.get(session_id)
+            held[session_id] = [a for a in ack_ids if session is not None and a in session.deliveries]
+        in_flight = [(d.sub.store.destination, d.message.message_id)
+                     for s in broker.state.sessions.values() for d in s.deliveries.values()]
+        assert len(in_flight) == len(set(in_flight)), "one message of a share held by two members at once"
