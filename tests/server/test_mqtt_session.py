@@ -3,6 +3,8 @@ packets out, read with the codec (raftmq.protocol.mqtt.codec)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from raftmq.core.commands import (
     ACK_AUTO,
     ACK_CLIENT_INDIVIDUAL,
@@ -26,7 +28,7 @@ from raftmq.protocol.mqtt import reasons
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.security import Principal
 from raftmq.server.mqtt.decisions import CheckLogin, Close, Propose, Write
-from raftmq.server.mqtt.kept import Kept, durable_name
+from raftmq.server.mqtt.kept import Kept, durable_name, kept
 from raftmq.server.mqtt.outbound import SEND_WINDOW
 from raftmq.server.mqtt.session import MqttSession
 
@@ -62,14 +64,14 @@ def connected(version: int = 5, **connect: object) -> MqttSession:
     return session
 
 
-def test_the_connack_tells_an_mqtt_5_client_what_is_not_served_yet() -> None:
+def test_the_connack_tells_an_mqtt_5_client_its_limits_and_its_session() -> None:
     session = MqttSession("s1")
     session.receive(encode(p.Connect("", 5, properties={"session_expiry_interval": 600})), NOW)
     session.login_checked(ANYONE, NOW)
     [connack] = written(session.connect_committed(NOW))
     assert isinstance(connack, p.Connack) and not connack.session_present
     # The session is kept until the client ends it: no timer ends it after 600 s yet, and it says so.
-    assert connack.properties == {"maximum_packet_size": 17 * 2**20,
+    assert connack.properties == {"maximum_packet_size": 17 * 2**20, "topic_alias_maximum": 64,
                                   "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0xFFFFFFFF}
 
 
@@ -361,3 +363,85 @@ def test_a_user_property_named_like_mqtts_own_headers_is_not_carried() -> None:
     assert isinstance(send, Send)
     assert pairs_of(send.headers) == (("mqtt-qos", "2"), ("persistent", "true"), ("ok", "1"),
                                       ("mqtt-once", "mqtt:3:dev:4"))
+
+
+def test_a_client_asking_for_no_keep_alive_or_a_longer_one_is_given_the_servers() -> None:
+    for asked, given in ((0, 600), (3600, 600), (30, None)):
+        session = MqttSession("s1")
+        session.receive(encode(p.Connect("dev", 5, keep_alive=asked)), NOW)
+        session.login_checked(ANYONE, NOW)
+        [connack] = written(session.connect_committed(NOW))
+        assert isinstance(connack, p.Connack) and connack.properties.get("server_keep_alive") == given
+        assert session.keep_alive == (given or asked)  # what the shell watches
+    assert connected(4, keep_alive=0).keep_alive == 0  # 3.1.1 has no way to say it
+
+
+def test_topic_aliases_set_and_used_and_a_bad_one_ends_the_session() -> None:
+    session = connected(5)
+    [first] = proposed(session.receive(encode(p.Publish("a/b", b"1", 0, properties={"topic_alias": 3}), 5), NOW))
+    [second] = proposed(session.receive(encode(p.Publish("", b"2", 0, properties={"topic_alias": 3}), 5), NOW))
+    assert isinstance(first, Send) and isinstance(second, Send)
+    assert (first.destination, second.destination) == ("/topic/a.b", "/topic/a.b")
+    assert "topic_alias" not in str(second.headers)
+    for alias, topic, reason in ((65, "x", reasons.TOPIC_ALIAS_INVALID), (9, "", reasons.PROTOCOL_ERROR)):
+        session = connected(5)
+        decisions = session.receive(encode(p.Publish(topic, b"x", 0, properties={"topic_alias": alias}), 5), NOW)
+        [disconnect] = written(decisions)
+        assert isinstance(disconnect, p.Disconnect) and disconnect.reason_code == reason
+        assert isinstance(decisions[-1], Close)
+
+
+def test_a_subscription_identifier_comes_with_each_delivery_and_is_kept_with_the_session() -> None:
+    session = connected(5, clean_start=False, properties={"session_expiry_interval": 60})
+    subscribe_packet = p.Subscribe(1, [p.Subscription("a/+", 1, no_local=True)], {"subscription_identifier": [7]})
+    [subscribe] = subscribes(session.receive(encode(subscribe_packet, 5), NOW))
+    assert subscribe.durable_name == "mqtt:3:dev:0i7n:a/+"  # the options after the index (kept.Options)
+    [publish] = MqttParser(5).feed(session.deliver(delivery(subscribe.sub_id, "/topic/a.b"), b"x", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.properties["subscription_identifier"] == [7]
+    resumed = MqttSession("s2")  # the client's next connection finds the subscription in the core
+    resumed.receive(encode(p.Connect("dev", 5, clean_start=False, properties={"session_expiry_interval": 60})), NOW)
+    resumed.login_checked(ANYONE, NOW)
+    core = {subscribe.durable_name or "": SimpleNamespace(destination="/topic/a.*", ack=ACK_CLIENT_INDIVIDUAL,
+                                                          session=None)}
+    [again] = subscribes(resumed.connect_committed(NOW, kept(core, "dev")))
+    assert again.durable_name == subscribe.durable_name
+    [publish] = MqttParser(5).feed(resumed.deliver(delivery(again.sub_id, "/topic/a.b"), b"x", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.properties["subscription_identifier"] == [7]
+    [send] = proposed(resumed.receive(encode(p.Publish("a/b", b"own", 1, packet_id=3), 5), NOW))
+    assert isinstance(send, Send)  # no-local was kept too
+    assert resumed.deliver(delivery(again.sub_id, "/topic/a.b", send.headers), b"own", NOW) is None
+
+
+def connected_as(client_id: str) -> MqttSession:
+    session = MqttSession(f"s-{client_id}")
+    session.receive(encode(p.Connect(client_id, 5)), NOW)
+    session.login_checked(ANYONE, NOW)
+    session.connect_committed(NOW)
+    return session
+
+
+def test_no_local_leaves_out_the_clients_own_publications_only() -> None:
+    sessions = {name: connected_as(name) for name in ("dev", "other", "plain")}
+    subs = {}
+    for name in ("dev", "other"):
+        no_local = p.Subscribe(1, [p.Subscription("a", 1, no_local=True)])
+        [subs[name]] = subscribes(sessions[name].receive(encode(no_local, 5), NOW))
+    sent = {}
+    for name, session in sessions.items():
+        [sent[name]] = proposed(session.receive(encode(p.Publish("a", name.encode(), 1, packet_id=2), 5), NOW))
+    assert all(isinstance(send, Send) for send in sent.values())
+    got = {name: session.deliver(delivery(subs["dev"].sub_id, "/topic/a", sent[name].headers), b"x", NOW)
+           for name, session in (("dev", sessions["dev"]), ("other", sessions["dev"]), ("plain", sessions["dev"]))}
+    assert got["dev"] is None and got["other"] is not None and got["plain"] is not None
+    assert "mqtt-origin" not in sent["plain"].headers  # without a no-local subscription nothing marks it
+    [publish] = MqttParser(5).feed(got["other"] or b"")
+    assert isinstance(publish, p.Publish) and "user_property" not in publish.properties  # the mark is not told
+
+
+def test_a_delivery_carries_what_is_left_of_its_message_expiry() -> None:
+    session = connected(5)
+    [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("a", 1)]), 5), NOW))
+    expires = NOW + 10_500  # published with 12 s, waited 1.5 s: 10.5 s left, rounded up
+    [publish] = MqttParser(5).feed(session.deliver(delivery(subscribe.sub_id, "/topic/a",
+                                                            f"mqtt-qos:1\nexpires:{expires}\n"), b"x", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.properties == {"message_expiry_interval": 11}

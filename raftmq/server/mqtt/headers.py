@@ -4,18 +4,30 @@ a PUBLISH's properties."""
 
 from __future__ import annotations
 
-from raftmq.core.retained import RETAIN, RETAINED_MARK
+import hashlib
+
+from raftmq.core.retained import RETAIN
 from raftmq.protocol.header_block import block_of
 from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt.topics import destination_of, topic_of
 
 QOS_HEADER = "mqtt-qos"  # the QoS an MQTT message was published with
+# What marks the publications of a client that has a no-local subscription (a digest of its client
+# id: raftmq.server.mqtt.outbound leaves them out of those subscriptions).
+ORIGIN = "mqtt-origin"
 # MQTT 5 properties and the STOMP headers that carry them; user properties are headers of their
 # own names.
 HEADERS = {"content_type": "content-type", "response_topic": "reply-to", "correlation_data": "correlation-id"}
 PROPERTIES = {header: name for name, header in HEADERS.items()}  # the other way, for deliveries
-# Headers that are no user property of a delivery: the QoS, retain marks and the core's own.
-NOT_PROPERTIES = frozenset({QOS_HEADER, RETAIN, RETAINED_MARK, "persistent", "expires", "priority"})
+# Headers that are no user property of a delivery: MQTT's own (`mqtt-...`: the QoS, retain marks,
+# a QoS 2 key, the origin; no client may set one) and the core's.
+NOT_PROPERTIES = frozenset({"persistent", "expires", "priority"})
+MQTT_HEADERS = "mqtt-"
+
+
+def origin_of(client_id: str) -> str:
+    """The `ORIGIN` of a client's publications: a digest, so its client id is not told to others."""
+    return hashlib.blake2b(client_id.encode(), digest_size=8).hexdigest()
 
 
 def block_of_publish(qos: int, retain: bool, payload: bytes, properties: p.Properties, now: int | None) -> str:
@@ -41,17 +53,20 @@ def block_of_publish(qos: int, retain: bool, payload: bytes, properties: p.Prope
     return block_of(pairs)
 
 
-def properties_of(pairs: tuple[tuple[str, str], ...]) -> p.Properties:
-    """A delivery's MQTT 5 properties, from its message's headers."""
+def properties_of(pairs: tuple[tuple[str, str], ...], now: int) -> p.Properties:
+    """A delivery's MQTT 5 properties, from its message's headers; an expiring message's message
+    expiry interval is what is left of it at `now` (MQTT: the time it waited is taken off)."""
     properties: p.Properties = {}
     users = []
     for name, value in pairs:
-        if name in PROPERTIES:
+        if name == "expires" and value.isdigit() and int(value) > 0:
+            properties["message_expiry_interval"] = max(1, -(-(int(value) - now) // 1000))
+        elif name in PROPERTIES:
             prop = PROPERTIES[name]
             if prop == "response_topic":
                 value = topic_of(value) or value
             properties[prop] = value.encode() if prop == "correlation_data" else value
-        elif name not in NOT_PROPERTIES:
+        elif name not in NOT_PROPERTIES and not name.startswith(MQTT_HEADERS):
             users.append((name, value))
     if users:
         properties["user_property"] = users

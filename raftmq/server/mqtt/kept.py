@@ -7,12 +7,15 @@ and in the snapshot like any other); a QoS 1 one holds every message until the c
 A name is `mqtt:<length of the client id>:<client id>:<index>:<topic filter>`: the length makes one
 client's prefix no other's, the index tells the two core subscriptions of `a/#` apart. A shared
 subscription (`$share/GROUP/FILTER`) is kept as a holder of the core's share (raftmq.core.shares)
-named the same way, its filter the whole `$share/...` one: the share keeps collecting for it."""
+named the same way, its filter the whole `$share/...` one: the share keeps collecting for it.
+MQTT 5's subscription options that outlive a connection follow the index (`Options`): `i<n>` its
+subscription identifier, `n` no-local, `r` retain-as-published (`0i7n:a/b`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftmq.core.commands import ACK_AUTO
@@ -24,8 +27,32 @@ def prefix_of(client_id: str) -> str:
     return f"{PREFIX}{len(client_id)}:{client_id}:"
 
 
-def durable_name(client_id: str, index: int, topic_filter: str) -> str:
-    return f"{prefix_of(client_id)}{index}:{topic_filter}"
+@dataclass(frozen=True, slots=True)
+class Options:
+    """A subscription's MQTT 5 options that its kept session must remember."""
+
+    identifier: int | None = None  # its subscription identifier, sent with each delivery
+    no_local: bool = False  # the client's own publications are not delivered to it
+    retain_as_published: bool = False  # a live message keeps its retain flag
+
+    def part(self) -> str:
+        return ((f"i{self.identifier}" if self.identifier else "") + ("n" if self.no_local else "")
+                + ("r" if self.retain_as_published else ""))
+
+
+_OPTIONS = re.compile(r"\d+(?:i(\d+))?(n)?(r)?")
+
+
+def options_of(index_part: str) -> Options:
+    match = _OPTIONS.fullmatch(index_part)
+    if match is None:
+        return Options()
+    identifier, no_local, as_published = match.groups()
+    return Options(int(identifier) if identifier else None, bool(no_local), bool(as_published))
+
+
+def durable_name(client_id: str, index: int, topic_filter: str, options: Options = Options()) -> str:
+    return f"{prefix_of(client_id)}{index}{options.part()}:{topic_filter}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +65,7 @@ class Kept:
     qos: int  # 1 where the core waits for each message's acknowledgement, else 0
     holder: str | None  # the core session it is active in, None while the client is away
     share: str | None = None  # the group of a shared subscription (its name is the share's holder)
+    options: Options = field(default_factory=Options)
 
 
 def kept(durables: Mapping[str, Any], client_id: str, shared: Sequence[tuple[str, Any, str | None]] = ()) -> list[Kept]:
@@ -48,11 +76,12 @@ def kept(durables: Mapping[str, Any], client_id: str, shared: Sequence[tuple[str
     found = []
     for name in sorted(name for name in durables if name.startswith(prefix)):
         sub = durables[name]
-        topic_filter = name[len(prefix):].partition(":")[2]
+        index_part, _colon, topic_filter = name[len(prefix):].partition(":")
         holder = None if sub.session is None else sub.session.session_id
-        found.append(Kept(name, topic_filter, sub.destination, 0 if sub.ack == ACK_AUTO else 1, holder))
+        found.append(Kept(name, topic_filter, sub.destination, 0 if sub.ack == ACK_AUTO else 1, holder,
+                          options=options_of(index_part)))
     for name, share, holder in shared:
-        topic_filter = name[len(prefix):].partition(":")[2]
+        index_part, _colon, topic_filter = name[len(prefix):].partition(":")
         found.append(Kept(name, topic_filter, share.destination, 0 if share.holders[name] == ACK_AUTO else 1,
-                          holder, share.group))
+                          holder, share.group, options_of(index_part)))
     return found

@@ -26,7 +26,7 @@ from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import encode
 from raftmq.protocol.mqtt.packets import MQTT_5
 from raftmq.protocol.mqtt.topics import TOPIC_PREFIX, dollar_excluded, topic_of
-from raftmq.server.mqtt.headers import QOS_HEADER, properties_of
+from raftmq.server.mqtt.headers import ORIGIN, QOS_HEADER, properties_of
 
 # QoS 1 deliveries a client may have unacknowledged (less where an MQTT 5 client's receive maximum
 # says so), and what may wait for room before the session ends as a slow consumer.
@@ -42,6 +42,8 @@ class Subscription:
     qos: int
     retain_as_published: bool = False  # MQTT 5: a live message keeps its retain flag
     sub_ids: list[str] = field(default_factory=list)
+    identifier: int | None = None  # MQTT 5: its subscription identifier, sent with each delivery
+    no_local: bool = False  # MQTT 5: the client's own publications (`ORIGIN` its own) are not delivered
 
 
 @dataclass(slots=True)
@@ -52,6 +54,7 @@ class _Waiting:
     redelivered: bool
     ack_id: str | None
     retain: bool
+    identifier: int | None
 
 
 class Outbound:
@@ -65,6 +68,7 @@ class Outbound:
         self._waiting_bytes = 0
         self._packet_ids = itertools.cycle(range(1, 0x10000))
         self.acks: list[Command] = []  # owed to the core: the shell proposes them (`take_acks`)
+        self.origin: str | None = None  # what marks the client's own publications (`ORIGIN`), if any
 
     def take_acks(self) -> list[Command]:
         acks, self.acks = self.acks, []
@@ -83,6 +87,9 @@ class Outbound:
             self._settle_now(effect.ack_id, now)
             return None
         pairs = pairs_of(effect.message.headers)
+        if subscription.no_local and self.origin is not None and (ORIGIN, self.origin) in pairs:
+            self._settle_now(effect.ack_id, now)  # MQTT 5's no-local: the client's own
+            return None
         published = next((int(v) for n, v in pairs if n == QOS_HEADER and v in ("0", "1", "2")), None)
         if published is None:  # a STOMP message: at least once where it was sent persistent
             published = 1 if effect.message.persistent else 0
@@ -90,25 +97,28 @@ class Outbound:
         retain = _retain_flag(pairs, subscription.retain_as_published)
         if qos == 0:
             self._settle_now(effect.ack_id, now)  # at most once: nothing waits for the client's word
-            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered, retain)
+            return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered, retain,
+                                        subscription.identifier, now)
         if len(self._in_flight) >= self.window or self._waiting:
-            self._waiting.append(_Waiting(topic, body, pairs, effect.redelivered, effect.ack_id, retain))
+            self._waiting.append(_Waiting(topic, body, pairs, effect.redelivered, effect.ack_id, retain,
+                                          subscription.identifier))
             self._waiting_bytes += len(body)
             if self._waiting_bytes > MAX_WAITING_BYTES:
                 raise MqttError(r.QUOTA_EXCEEDED, "quota exceeded",
                                 f"{self._waiting_bytes} bytes wait for a client that does not acknowledge them")
             return None
-        return self._send_qos_1(topic, body, pairs, effect.redelivered, effect.ack_id, retain)
+        return self._send_qos_1(topic, body, pairs, effect.redelivered, effect.ack_id, retain,
+                                subscription.identifier, now)
 
     def _settle_now(self, ack_id: str | None, now: int) -> None:
         if ack_id is not None:  # a persistent session's QoS 1 subscription: the core waits for it
             self.acks.append(Ack(self.session_id, now, ack_id=ack_id))
 
     def _send_qos_1(self, topic: str, body: bytes, pairs: tuple[tuple[str, str], ...], redelivered: bool,
-                    ack_id: str | None, retain: bool) -> bytes:
+                    ack_id: str | None, retain: bool, identifier: int | None, now: int) -> bytes:
         packet_id = self._next_packet_id()
         self._in_flight[packet_id] = ack_id
-        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered, retain)
+        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered, retain, identifier, now)
 
     def acknowledged(self, packet_id: int, now: int) -> list[bytes]:
         """The client's PUBACK (an unknown id is ignored: a PUBACK sent twice): the core's Ack
@@ -121,12 +131,17 @@ class Outbound:
             waiting = self._waiting.popleft()
             self._waiting_bytes -= len(waiting.body)
             out.append(self._send_qos_1(waiting.topic, waiting.body, waiting.pairs, waiting.redelivered,
-                                        waiting.ack_id, waiting.retain))
+                                        waiting.ack_id, waiting.retain, waiting.identifier, now))
         return out
 
     def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,
-                        pairs: tuple[tuple[str, str], ...], redelivered: bool, retain: bool) -> bytes:
-        properties = properties_of(pairs) if self.version == MQTT_5 else {}
+                        pairs: tuple[tuple[str, str], ...], redelivered: bool, retain: bool,
+                        identifier: int | None, now: int) -> bytes:
+        properties = {}
+        if self.version == MQTT_5:
+            properties = properties_of(pairs, now)
+            if identifier is not None:
+                properties["subscription_identifier"] = [identifier]
         return encode(p.Publish(topic, body, qos, retain, redelivered and qos > 0, packet_id, properties),
                       self.version)
 

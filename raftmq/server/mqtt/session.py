@@ -55,14 +55,16 @@ from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5, MQTT_311
 from raftmq.protocol.mqtt.topics import destination_of, destinations_of, shared
 from raftmq.security import Principal
+from raftmq.server.mqtt.aliases import TOPIC_ALIAS_MAXIMUM, TopicAliases
 from raftmq.server.mqtt.decisions import CheckLogin, Close, Decision, Propose, Write
-from raftmq.server.mqtt.headers import block_of_publish
-from raftmq.server.mqtt.kept import Kept, durable_name, prefix_of
+from raftmq.server.mqtt.headers import ORIGIN, block_of_publish, origin_of
+from raftmq.server.mqtt.kept import Kept, Options, durable_name, prefix_of
 from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
 
 MAX_QOS = 1
 MAX_PACKET_BYTES = Limits().max_frame_bytes  # as large as a STOMP frame may be, unless [limits] says otherwise
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
+MAX_KEEP_ALIVE = 600  # s: an MQTT 5 client asking for none, or for more, is told this (server keep-alive)
 
 
 
@@ -95,6 +97,7 @@ class MqttSession:
         self._held: list[p.Packet] = []  # packets behind the CONNECT, until it commits
         self._held_error: MqttError | None = None
         self._will: Will | None = None  # the CONNECT's, proposed with the Connect (raftmq.core.wills)
+        self._aliases = TopicAliases()  # MQTT 5: the client's topic aliases
 
     # -- bytes in ------------------------------------------------------------------------------
 
@@ -203,9 +206,13 @@ class MqttSession:
             if self.persistent and expiry != NEVER:
                 properties["session_expiry_interval"] = NEVER  # kept until the client ends it
             self.out.window = min(SEND_WINDOW, connect.properties.get("receive_maximum", SEND_WINDOW))
+            properties["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
+            if not 0 < self.keep_alive <= MAX_KEEP_ALIVE:  # none, or longer than a dead peer may linger
+                self.keep_alive = properties["server_keep_alive"] = MAX_KEEP_ALIVE
         else:
             self.persistent = not connect.clean_start
         self.client_id = client_id
+        self.out.origin = origin_of(client_id)
         self._connack_properties = properties
         password = None if connect.password is None else connect.password.decode("utf-8", "replace")
         return [CheckLogin(connect.username, password)]
@@ -264,8 +271,9 @@ class MqttSession:
                              Subscribe(self.session_id, sub_id, k.destination, now_ms, durable_name=k.name),
                              Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)]
                 continue
-            subscription = self._subscriptions.setdefault(k.topic_filter,
-                                                          Subscription(shared(k.topic_filter)[1], k.qos))
+            o = k.options
+            subscription = self._subscriptions.setdefault(k.topic_filter, Subscription(
+                shared(k.topic_filter)[1], k.qos, o.retain_as_published, [], o.identifier, o.no_local))
             subscription.sub_ids.append(sub_id)
             self.out.filters[sub_id] = subscription
             self._durable.add(sub_id)
@@ -286,8 +294,8 @@ class MqttSession:
     # -- PUBLISH in ----------------------------------------------------------------------------
 
     def _publish(self, packet: p.Publish, now: int, decisions: list[Decision], commands: list[Command]) -> None:
-        if "topic_alias" in packet.properties:
-            raise MqttError(r.TOPIC_ALIAS_INVALID, "topic alias invalid", "this server allows no topic alias")
+        if "topic_alias" in packet.properties:  # MQTT 5: a number standing for the topic from now on
+            packet.topic = self._aliases.topic(packet.properties["topic_alias"], packet.topic)
         headers = self._headers(packet, now)
         receipt = None
         if packet.qos == 2:  # exactly once: stored once while its key is kept (raftmq.core.exactly_once)
@@ -308,7 +316,12 @@ class MqttSession:
         commands.append(Release(self.session_id, self._once_key(packet.packet_id), now, receipt=f"c{packet.packet_id}"))
 
     def _headers(self, packet: p.Publish, now: int) -> str:
-        return block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
+        headers = block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
+        origin = self.out.origin  # set while the session has a no-local subscription
+        return headers if origin is None or not self._no_local() else f"{headers}{ORIGIN}:{origin}\n"
+
+    def _no_local(self) -> bool:
+        return any(subscription.no_local for subscription in self._subscriptions.values())
 
     def _allowed(self, command: Send | Subscribe | Share, packet: p.Publish | None, decisions: list[Decision]) -> bool:
         if self._authorize is None:
@@ -333,6 +346,7 @@ class MqttSession:
 
     def _subscribe(self, packet: p.Subscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
         five = self.version == MQTT_5
+        identifier = next(iter(packet.properties.get("subscription_identifier", ())), None)
         codes: list[int] = []
         subscribes: list[Subscribe | Share] = []
         recovering: list[Command] = []  # the topics' retained messages, after the SUBACK's receipt
@@ -346,11 +360,14 @@ class MqttSession:
                 codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
                 continue
             qos = min(wanted.qos, MAX_QOS)
-            subscription = Subscription(topic_filter, qos, wanted.retain_as_published)
+            options = Options(identifier, wanted.no_local, wanted.retain_as_published) if five else Options()
+            subscription = Subscription(topic_filter, qos, options.retain_as_published, [], identifier,
+                                        options.no_local)
             made: list[Subscribe | Share] = []
             for index, destination in enumerate(destinations):
                 sub_id = f"m{next(self._sub_numbers)}"
-                name = durable_name(self.client_id or "", index, wanted.topic_filter) if self.persistent else None
+                name = (durable_name(self.client_id or "", index, wanted.topic_filter, options)
+                        if self.persistent else None)
                 made.append(self._core_subscribe(sub_id, destination, qos, now, name) if share is None
                             else self._core_share(sub_id, share, destination, qos, now, name))
                 subscription.sub_ids.append(sub_id)
@@ -359,7 +376,9 @@ class MqttSession:
                 continue
             old = self._subscriptions.pop(wanted.topic_filter, None)  # the same filter again replaces it
             if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
-                commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent))
+                renamed = (old.identifier, old.no_local, old.retain_as_published) != (
+                    identifier, options.no_local, options.retain_as_published)
+                commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent or renamed))
             if share is None and (wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None)):
                 recovering += [Recover(self.session_id, subscribe.sub_id, now) for subscribe in made]
             self._subscriptions[wanted.topic_filter] = subscription
