@@ -15,7 +15,10 @@ globalThis.runMqttScenario = async function runMqttScenario(mqtt, url, version) 
     const queue = [];
     const waiters = [];
     client.on('message', (topic, payload, packet) => {
-      const seen = { topic, body: new TextDecoder().decode(payload), qos: packet.qos, properties: packet.properties };
+      const seen = {
+        topic, body: new TextDecoder().decode(payload), qos: packet.qos, retain: packet.retain,
+        properties: packet.properties,
+      };
       const waiter = waiters.shift();
       if (waiter) waiter(seen); else queue.push(seen);
     });
@@ -66,6 +69,51 @@ globalThis.runMqttScenario = async function runMqttScenario(mqtt, url, version) 
     const fresh = await connect(subscriberId, true);
     subscriber = fresh.client;
     step(`clean start: session present ${fresh.present}`);
+    next = fresh.next;
+    // QoS 2 in, delivered at the granted QoS 1; a retained message for a later subscription.
+    await within(10000, 'subscribe qos2', subscriber.subscribeAsync(`js/${version}/once`, { qos: 2 }));
+    await within(10000, 'publish qos 2', publisher.publishAsync(`js/${version}/once`, 'exactly', { qos: 2 }));
+    const once = await next('qos 2 copy');
+    step(`qos 2: ${once.body} qos${once.qos}`);
+    await within(10000, 'retain', publisher.publishAsync(`js/${version}/status`, 'online', { qos: 1, retain: true }));
+    await within(10000, 'subscribe retained', subscriber.subscribeAsync(`js/${version}/status`, { qos: 1 }));
+    const retained = await next('retained copy');
+    await within(10000, 'forget', publisher.publishAsync(`js/${version}/status`, '', { qos: 1, retain: true }));
+    const cleared = await next('the empty one, live');  // MQTT: it reaches the subscribers as any other
+    step(`retained: ${retained.body} retain ${retained.retain}, then '${cleared.body}' retain ${cleared.retain}`);
+    // A will: its client goes without a DISCONNECT.
+    await within(10000, 'subscribe will', subscriber.subscribeAsync(`js/${version}/will`, { qos: 1 }));
+    const doomed = await within(10000, 'connect doomed', new Promise((resolve, reject) => {
+      const client = mqtt.connect(url, {
+        protocolVersion: version, clientId: `js-doomed-${version}`, reconnectPeriod: 0, connectTimeout: 8000,
+        will: { topic: `js/${version}/will`, payload: 'gone', qos: 1, retain: false },
+      });
+      client.once('connect', () => resolve(client));
+      client.once('error', reject);
+    }));
+    doomed.stream.destroy();
+    const will = await next('will');
+    step(`will: ${will.body}`);
+    doomed.end(true);
+    // A shared subscription: two members, each job to one of them.
+    const members = [];
+    const jobs = [];
+    for (const n of [1, 2]) {
+      const member = await connect(`js-member-${version}-${n}`, true);
+      member.client.on('message', (topic, payload) => jobs.push(new TextDecoder().decode(payload)));
+      await within(10000, 'subscribe share', member.client.subscribeAsync(`$share/js/js/${version}/jobs`, { qos: 1 }));
+      members.push(member.client);
+    }
+    for (const n of [1, 2, 3, 4]) {
+      await within(10000, 'publish job', publisher.publishAsync(`js/${version}/jobs`, `job${n}`, { qos: 1 }));
+    }
+    await within(10000, 'four jobs', new Promise((resolve) => {
+      const look = () => (jobs.length >= 4 ? resolve() : setTimeout(look, 20));
+      look();
+    }));
+    await new Promise((resolve) => setTimeout(resolve, 300));  // none comes twice
+    step(`shared: ${jobs.sort().join(',')}`);
+    for (const member of members) member.end(true);
     report.ok = true;
   } catch (error) {
     report.error = String(error && error.message ? error.message : error);

@@ -2,8 +2,8 @@
 Node over TCP to the MQTT port and over WebSocket to the client port, and in headless Chromium
 on a page this test serves, MQTT 3.1.1 and 5.0 each. All run tests/js/mqtt_scenario.js: QoS 1
 and 0 through two overlapping filters (QoS 2 asked, 1 granted), MQTT 5's user property and
-content type, a kept session that finds what was published while it was away, and a clean start
-that forgets it. The package is pinned in tests/js/package-lock.json (tests/helpers/javascript.py)."""
+content type, a kept session that finds what was published while it was away, a clean start
+that forgets it, a QoS 2 publication, a retained message, a will and a shared subscription. The package is pinned in tests/js/package-lock.json (tests/helpers/javascript.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ def steps(version: int) -> list[str]:
         "back: session present true",
         "received: js/room3/temp while away qos1|js/room3/temp while away qos1",
         "clean start: session present false",
+        "qos 2: exactly qos1",
+        "retained: online retain true, then '' retain false",
+        "will: gone",
+        "shared: job1,job2,job3,job4",
     ]
 
 
