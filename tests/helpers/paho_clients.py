@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import socket
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -17,7 +18,8 @@ class Client:
     """paho on its own network thread; `keep`: a session the broker keeps (clean session 0, or
     MQTT 5 clean start 0 with a session expiry); `manual_ack`: PUBACKs only when `ack` says."""
 
-    def __init__(self, port: int, version: int, client_id: str, keep: bool, manual_ack: bool = False) -> None:
+    def __init__(self, port: int, version: int, client_id: str, keep: bool, manual_ack: bool = False,
+                 will: tuple[str, bytes] | None = None) -> None:
         self.version = version
         self.messages: queue.Queue[Any] = queue.Queue()
         self.connected: queue.Queue[tuple[bool, int]] = queue.Queue()
@@ -33,6 +35,8 @@ class Client:
             int(getattr(code, "value", code)))
         self.client.on_message = lambda _c, _u, message: self.messages.put(message)
         self.client.on_subscribe = lambda _c, _u, _mid, codes, _p: self.subscribed.put(codes)
+        if will is not None:  # published at QoS 1 when the connection is lost
+            self.client.will_set(will[0], will[1], qos=1)
         connect: dict[str, Any] = {}
         if five:
             properties = Properties(PacketTypes.CONNECT)
@@ -61,6 +65,14 @@ class Client:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+
+    def lose(self) -> None:
+        """The connection breaks without a DISCONNECT (its will goes)."""
+        self.client.loop_stop()
+        sock = self.client.socket()
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
 
 def publish_all(port: int, topic: str, bodies: list[bytes]) -> None:
