@@ -1,8 +1,8 @@
 """The `mqtt` workload: paho-mqtt publishers and subscribers on one group, MQTT 3.1.1 and 5
 mixed, each finding the leader by trying the members in turn (chaos.mqtt_client).
 
-- Publishers (`--concurrency`, alternately QoS 1 and QoS 2, two of each kind per protocol
-  version in turn: q1p0 3.1.1, q2p1 3.1.1, q1p2 5, q2p3 5, ...) publish unique values
+- Publishers (`--concurrency`, alternately QoS 1 and QoS 2, the protocol version changing
+  every second one: q1p0 3.1.1, q2p1 3.1.1, q1p2 5, q2p3 5, ...) publish unique values
   `<name>-<seq>` to `chaos/<name>`; each records `open` `{"qos", "protocol"}` first. A
   publication is `send` invoke, then `ok` at its PUBACK (QoS 1) or PUBCOMP (QoS 2), `fail` at
   one with an error reason code, `info` when its outcome is unknown.
