@@ -75,10 +75,10 @@ class Client:
             sock.close()
 
 
-def publish_all(port: int, topic: str, bodies: list[bytes]) -> None:
+def publish_all(port: int, topic: str, bodies: list[bytes], qos: int = 1) -> None:
     publisher = Client(port, 5, "publisher", keep=False)
     try:
         for body in bodies:
-            publisher.client.publish(topic, body, qos=1).wait_for_publish(WAIT)  # its PUBACK
+            publisher.client.publish(topic, body, qos=qos).wait_for_publish(WAIT)  # its PUBACK (PUBCOMP)
     finally:
         publisher.close()

@@ -39,7 +39,7 @@ def subscriber(port: int, topic_filter: str) -> tuple[Any, queue.Queue[Any]]:
     client.connect("127.0.0.1", port)
     client.loop_start()
     client.subscribe(topic_filter, 2)
-    assert [int(c.value) for c in subscribed.get(timeout=WAIT)] == [1]  # deliveries go at QoS 1 at most
+    assert [int(c.value) for c in subscribed.get(timeout=WAIT)] == [2]
     return client, messages
 
 

@@ -28,8 +28,8 @@ from raftmq.protocol.mqtt import reasons
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.security import Principal
 from raftmq.server.mqtt.decisions import CheckLogin, Close, Propose, Write
-from raftmq.server.mqtt.kept import Kept, durable_name, kept
-from raftmq.server.mqtt.outbound import SEND_WINDOW
+from raftmq.server.mqtt.kept import Kept, Options, durable_name, kept
+from raftmq.server.mqtt.outbound import SEND_WINDOW, packet_id_of
 from raftmq.server.mqtt.session import MqttSession
 
 NOW = 1_000
@@ -111,7 +111,7 @@ def test_subscriptions_their_suback_and_a_refused_filter() -> None:
         commands = proposed(session.receive(encode(subscribe, version), NOW))
         assert [(c.destination, c.ack, c.receipt) for c in commands if isinstance(c, Subscribe)] == [
             ("/topic/a", ACK_AUTO, None), ("/topic/a.>", ACK_AUTO, None), ("/topic/c", ACK_AUTO, "s4")]
-        assert MqttParser(version).feed(session.receipt("s4") or b"") == [p.SubAck(4, [1, refused, 0])]
+        assert MqttParser(version).feed(session.receipt("s4") or b"") == [p.SubAck(4, [2, refused, 0])]
 
 
 def delivery(sub_id: str, destination: str, headers: str = "mqtt-qos:1\n", body: bytes = b"body") -> Deliver:
@@ -189,13 +189,13 @@ def test_a_client_that_disconnects_ends_its_session() -> None:
 
 
 def persistent(version: int = 4, kept: list[Kept] | None = None, clean: bool = False,
-               session_id: str = "s1") -> tuple[MqttSession, list[object]]:
+               session_id: str = "s1", releasing: list[int] | None = None) -> tuple[MqttSession, list[object]]:
     """A session of client "dev" that keeps its state (3.1.1 clean session 0, MQTT 5 expiry)."""
     session = MqttSession(session_id)
     properties = {"session_expiry_interval": 0xFFFFFFFF} if version == 5 else {}
     session.receive(encode(p.Connect("dev", version, clean_start=clean, properties=properties)), NOW)
     session.login_checked(ANYONE, NOW)
-    return session, session.connect_committed(NOW, kept)
+    return session, session.connect_committed(NOW, kept, releasing=releasing)
 
 
 def test_a_persistent_sessions_subscriptions_are_durable_and_its_qos_1_waits_for_the_puback() -> None:
@@ -445,3 +445,60 @@ def test_a_delivery_carries_what_is_left_of_its_message_expiry() -> None:
     [publish] = MqttParser(5).feed(session.deliver(delivery(subscribe.sub_id, "/topic/a",
                                                             f"mqtt-qos:1\nexpires:{expires}\n"), b"x", NOW) or b"")
     assert isinstance(publish, p.Publish) and publish.properties == {"message_expiry_interval": 11}
+
+
+def qos_2(message_id: str, sub_id: str, ack_id: str | None, redelivered: bool = False) -> Deliver:
+    message = Message(message_id, "/topic/a", "mqtt-qos:2\n", b"x", persistent=True)
+    return Deliver("s1", sub_id, "/topic/a", message, ack_id, redelivered, 1)
+
+
+def test_a_clean_sessions_qos_2_delivery_goes_pubrec_pubrel_pubcomp_without_the_core() -> None:
+    session = connected(5)
+    [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("a", 2)]), 5), NOW))
+    assert subscribe.ack == ACK_AUTO
+    [publish] = MqttParser(5).feed(session.deliver(qos_2("m-1", subscribe.sub_id, None), b"x", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.qos == 2 and publish.packet_id
+    decisions = session.receive(encode(p.PubRec(publish.packet_id), 5), NOW)
+    assert written(decisions) == [p.PubRel(publish.packet_id)] and proposed(decisions) == []
+    assert written(session.receive(encode(p.PubComp(publish.packet_id), 5), NOW)) == []
+    assert written(session.receive(encode(p.PubComp(publish.packet_id), 5), NOW)) == []  # twice: nothing
+
+
+def test_a_kept_sessions_qos_2_delivery_is_exactly_once_across_connections() -> None:
+    session, _ = persistent(5)
+    [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("a", 2)]), 5), NOW))
+    assert subscribe.ack == ACK_CLIENT_INDIVIDUAL
+    [publish] = MqttParser(5).feed(session.deliver(qos_2("g-7", subscribe.sub_id, "ack-1"), b"x", NOW) or b"")
+    assert isinstance(publish, p.Publish) and publish.packet_id == packet_id_of("g-7")
+    # The client's PUBREC: the core lets the message go and keeps a key; PUBREL once both commit.
+    decisions = session.receive(encode(p.PubRec(publish.packet_id), 5), NOW)
+    key = f"mqtt:3:dev:rel:{publish.packet_id}"
+    assert written(decisions) == []
+    assert proposed(decisions) == [Hold("s1", key, NOW),
+                                   Ack("s1", NOW, ack_id="ack-1", receipt=f"r{publish.packet_id}")]
+    assert MqttParser(5).feed(session.receipt(f"r{publish.packet_id}") or b"") == [p.PubRel(publish.packet_id)]
+    assert proposed(session.receive(encode(p.PubComp(publish.packet_id), 5), NOW)) == [Release("s1", key, NOW)]
+    # A message sent again on the next connection (no PUBREC came) carries the same packet id.
+    name = durable_name("dev", 0, "a", Options(exactly_once=True))
+    assert subscribe.durable_name == name  # granted QoS 2: the name says so, for the next connection
+    core = {name: SimpleNamespace(destination="/topic/a", ack=ACK_CLIENT_INDIVIDUAL, session=None)}
+    assert [k.qos for k in kept(core, "dev")] == [2]
+    again, decisions = persistent(5, [Kept(name, "a", "/topic/a", 2, None)], session_id="s2")
+    [sub] = [s.sub_id for s in subscribes(decisions)]  # the resumed subscription
+    [resent] = MqttParser(5).feed(again.deliver(qos_2("g-9", sub, "ack-2", True), b"x", NOW) or b"")
+    assert isinstance(resent, p.Publish) and resent.dup and resent.packet_id == packet_id_of("g-9")
+    # One the client had received (PUBREC) but not completed: its PUBREL again, never the PUBLISH.
+    _session, decisions = persistent(5, kept_of(("a", 0, "/topic/a", 1, None)), session_id="s3", releasing=[77])
+    assert written(decisions)[1:] == [p.PubRel(77)]
+
+
+def test_a_qos_2_delivery_whose_packet_id_is_taken_waits_for_it() -> None:
+    session, _ = persistent(5)
+    [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("a", 2)]), 5), NOW))
+    first = next(f"m-{n}" for n in range(1000))
+    twin = next(f"m-{n}" for n in range(1, 10**6) if packet_id_of(f"m-{n}") == packet_id_of(first))
+    assert session.deliver(qos_2(first, subscribe.sub_id, "ack-1"), b"x", NOW) is not None
+    assert session.deliver(qos_2(twin, subscribe.sub_id, "ack-2"), b"x", NOW) is None  # its id is in flight
+    session.receive(encode(p.PubRec(packet_id_of(first)), 5), NOW)
+    [twin_publish] = written(session.receive(encode(p.PubComp(packet_id_of(first)), 5), NOW))
+    assert isinstance(twin_publish, p.Publish) and twin_publish.packet_id == packet_id_of(first)

@@ -1,9 +1,10 @@
 """MQTT.js 5 (the MQTT client of Node and browser apps) against a 3-member group's leader: in
 Node over TCP to the MQTT port and over WebSocket to the client port, and in headless Chromium
 on a page this test serves, MQTT 3.1.1 and 5.0 each. All run tests/js/mqtt_scenario.js: QoS 1
-and 0 through two overlapping filters (QoS 2 asked, 1 granted), MQTT 5's user property and
-content type, a kept session that finds what was published while it was away, a clean start
-that forgets it, a QoS 2 publication, a retained message, a will and a shared subscription. The package is pinned in tests/js/package-lock.json (tests/helpers/javascript.py)."""
+and 0 through two overlapping filters, MQTT 5's user property and content type, a kept session
+that finds what was published while it was away, a clean start that forgets it, a QoS 2
+publication delivered at QoS 2, a retained message, a will and a shared subscription. The package
+is pinned in tests/js/package-lock.json (tests/helpers/javascript.py)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 def steps(version: int) -> list[str]:
     return [
         "connected: session present false",
-        "granted: 1,1",
+        "granted: 1,2",
         "received: js/room1/temp 21.5 qos1|js/room1/temp 21.5 qos1",
         *(["properties: unit=C content-type=text/plain"] if version == 5 else []),
         "received: js/room2/temp 19 qos0|js/room2/temp 19 qos0",
         "back: session present true",
         "received: js/room3/temp while away qos1|js/room3/temp while away qos1",
         "clean start: session present false",
-        "qos 2: exactly qos1",
+        "qos 2: exactly qos2",
         "retained: online retain true, then '' retain false",
         "will: gone",
         "shared: job1,job2,job3,job4",

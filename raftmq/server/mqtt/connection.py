@@ -45,6 +45,7 @@ class Edge(Protocol):
 
     def kept(self, client_id: str) -> list[Kept]: ...
     def holds_keys(self, client_id: str) -> bool: ...
+    def releasing(self, client_id: str) -> list[int]: ...
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None: ...
     def release(self, client_id: str, connection: MqttConnection) -> None: ...
 
@@ -104,7 +105,7 @@ class MqttConnection(asyncio.Protocol):
             self._keep_alive.cancel()  # the CONNECT's deadline
         client_id = self.mqtt.client_id or ""
         self._execute(self.mqtt.connect_committed(self.host.clock.now_ms(), self._edge.kept(client_id),
-                                                  self._edge.holds_keys(client_id)))
+                                                  self._edge.holds_keys(client_id), self._edge.releasing(client_id)))
         if self.mqtt.keep_alive:
             self._watch_keep_alive()
 

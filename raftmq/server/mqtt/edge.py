@@ -54,6 +54,12 @@ class MqttEdge:
         prefix = prefix_of(client_id)
         return any(key.startswith(prefix) for key in self._core().once)
 
+    def releasing(self, client_id: str) -> list[int]:
+        """The packet ids of QoS 2 deliveries `client_id` received (PUBREC) and did not complete
+        (raftmq.server.mqtt.outbound): the core keeps a key for each until the PUBCOMP."""
+        prefix = f"{prefix_of(client_id)}rel:"
+        return [int(key[len(prefix):]) for key in self._core().once if key.startswith(prefix)]
+
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None:
         """`connection` is `client_id`'s now; the one that was, if any (its session is taken over)."""
         previous = self.clients.get(client_id)

@@ -9,7 +9,8 @@ client's prefix no other's, the index tells the two core subscriptions of `a/#` 
 subscription (`$share/GROUP/FILTER`) is kept as a holder of the core's share (raftmq.core.shares)
 named the same way, its filter the whole `$share/...` one: the share keeps collecting for it.
 MQTT 5's subscription options that outlive a connection follow the index (`Options`): `i<n>` its
-subscription identifier, `n` no-local, `r` retain-as-published (`0i7n:a/b`)."""
+subscription identifier, `n` no-local, `r` retain-as-published, and `x` a subscription granted
+QoS 2 (`0i7nx:a/b`)."""
 
 from __future__ import annotations
 
@@ -34,21 +35,22 @@ class Options:
     identifier: int | None = None  # its subscription identifier, sent with each delivery
     no_local: bool = False  # the client's own publications are not delivered to it
     retain_as_published: bool = False  # a live message keeps its retain flag
+    exactly_once: bool = False  # granted QoS 2 (the core's ack mode tells 0 from 1, not 1 from 2)
 
     def part(self) -> str:
         return ((f"i{self.identifier}" if self.identifier else "") + ("n" if self.no_local else "")
-                + ("r" if self.retain_as_published else ""))
+                + ("r" if self.retain_as_published else "") + ("x" if self.exactly_once else ""))
 
 
-_OPTIONS = re.compile(r"\d+(?:i(\d+))?(n)?(r)?")
+_OPTIONS = re.compile(r"\d+(?:i(\d+))?(n)?(r)?(x)?")
 
 
 def options_of(index_part: str) -> Options:
     match = _OPTIONS.fullmatch(index_part)
     if match is None:
         return Options()
-    identifier, no_local, as_published = match.groups()
-    return Options(int(identifier) if identifier else None, bool(no_local), bool(as_published))
+    identifier, no_local, as_published, exactly_once = match.groups()
+    return Options(int(identifier) if identifier else None, bool(no_local), bool(as_published), bool(exactly_once))
 
 
 def durable_name(client_id: str, index: int, topic_filter: str, options: Options = Options()) -> str:
@@ -62,7 +64,7 @@ class Kept:
     name: str
     topic_filter: str
     destination: str
-    qos: int  # 1 where the core waits for each message's acknowledgement, else 0
+    qos: int  # 1 or 2 where the core waits for each message's acknowledgement, else 0
     holder: str | None  # the core session it is active in, None while the client is away
     share: str | None = None  # the group of a shared subscription (its name is the share's holder)
     options: Options = field(default_factory=Options)
@@ -78,10 +80,15 @@ def kept(durables: Mapping[str, Any], client_id: str, shared: Sequence[tuple[str
         sub = durables[name]
         index_part, _colon, topic_filter = name[len(prefix):].partition(":")
         holder = None if sub.session is None else sub.session.session_id
-        found.append(Kept(name, topic_filter, sub.destination, 0 if sub.ack == ACK_AUTO else 1, holder,
-                          options=options_of(index_part)))
+        options = options_of(index_part)
+        found.append(Kept(name, topic_filter, sub.destination, _qos(sub.ack, options), holder, options=options))
     for name, share, holder in shared:
         index_part, _colon, topic_filter = name[len(prefix):].partition(":")
-        found.append(Kept(name, topic_filter, share.destination, 0 if share.holders[name] == ACK_AUTO else 1,
-                          holder, share.group, options_of(index_part)))
+        options = options_of(index_part)
+        found.append(Kept(name, topic_filter, share.destination, _qos(share.holders[name], options), holder,
+                          share.group, options))
     return found
+
+
+def _qos(ack: str, options: Options) -> int:
+    return 0 if ack == ACK_AUTO else 2 if options.exactly_once else 1

@@ -1,22 +1,32 @@
 """What an MQTT session sends its client, sans-I/O: the core's deliveries as PUBLISH packets,
-QoS 1 within the client's window (`SEND_WINDOW`, or its MQTT 5 receive maximum), what waits for
-room (up to `MAX_WAITING_BYTES`), and the acknowledgements a persistent session's subscriptions
-owe the core (raftmq.server.mqtt.session owns one `Outbound`).
+QoS 1 and 2 within the client's window (`SEND_WINDOW`, or its MQTT 5 receive maximum), what waits
+for room (up to `MAX_WAITING_BYTES`), and what a persistent session's subscriptions owe the core
+(raftmq.server.mqtt.session owns one `Outbound` and proposes what `take_acks` gives).
 
 A clean session's subscriptions take their messages from the core at once (ack mode auto): its
-QoS 1 window lives here only. A persistent session's QoS 1 subscriptions leave each message in
-the core until the client's PUBACK (ack mode client-individual): the PUBACK becomes the core's Ack,
-so a message the client never acknowledged is delivered again (DUP) when the session resumes,
-on this leader or the next.
+window lives here only. A persistent session's QoS 1 and 2 subscriptions leave each message in
+the core until the client has it (ack mode client-individual): QoS 1's PUBACK becomes the core's
+Ack, so a message the client never acknowledged is delivered again (DUP) when the session
+resumes, on this leader or the next.
+
+QoS 2 to a persistent session, exactly once across reconnections and fail-overs: a message goes
+out with a packet id derived from its message id (`packet_id_of`), so a PUBLISH sent again after
+a reconnection carries the id the client knows it by (both paho and MQTT.js hand a QoS 2 message
+to the application at the PUBREL, once per packet id). The client's PUBREC becomes the core's Ack
+together with a key the core keeps (raftmq.core.exactly_once, `<client prefix>rel:<packet id>`),
+and the PUBREL goes out once both are on a majority's disk; the PUBCOMP releases the key. A
+session resumed while the core keeps such keys sends their PUBRELs again (`releasing`), never
+the PUBLISH.
 """
 
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
-from raftmq.core.commands import Ack, Command
+from raftmq.core.commands import Ack, Command, Hold, Release
 from raftmq.core.effects import Deliver
 from raftmq.core.retained import RETAIN, RETAINED_MARK
 from raftmq.errors import MqttError
@@ -55,6 +65,24 @@ class _Waiting:
     ack_id: str | None
     retain: bool
     identifier: int | None
+    qos: int
+    message_id: str
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A delivery the client has not finished: QoS 1 until its PUBACK, QoS 2 until its PUBREC
+    (`released` False) and then until its PUBCOMP."""
+
+    ack_id: str | None  # the core's, while it waits (a persistent session's)
+    qos: int
+    released: bool = False
+
+
+def packet_id_of(message_id: str) -> int:
+    """The packet id of a QoS 2 delivery to a persistent session: the same for the message
+    whichever connection (and leader) sends it."""
+    return zlib.crc32(message_id.encode()) % 0xFFFF + 1
 
 
 class Outbound:
@@ -63,12 +91,13 @@ class Outbound:
         self.version = p.MQTT_311
         self.window = SEND_WINDOW
         self.filters: dict[str, Subscription] = {}  # by core sub id
-        self._in_flight: dict[int, str | None] = {}  # packet id -> the core's ack id (a persistent session's)
+        self._in_flight: dict[int, _Flight] = {}  # by packet id
         self._waiting: deque[_Waiting] = deque()
         self._waiting_bytes = 0
         self._packet_ids = itertools.cycle(range(1, 0x10000))
         self.acks: list[Command] = []  # owed to the core: the shell proposes them (`take_acks`)
         self.origin: str | None = None  # what marks the client's own publications (`ORIGIN`), if any
+        self.keys = ""  # the client's prefix of the core's keys (raftmq.server.mqtt.kept.prefix_of)
 
     def take_acks(self) -> list[Command]:
         acks, self.acks = self.acks, []
@@ -99,39 +128,88 @@ class Outbound:
             self._settle_now(effect.ack_id, now)  # at most once: nothing waits for the client's word
             return self._publish_packet(topic, body, 0, None, pairs, effect.redelivered, retain,
                                         subscription.identifier, now)
-        if len(self._in_flight) >= self.window or self._waiting:
-            self._waiting.append(_Waiting(topic, body, pairs, effect.redelivered, effect.ack_id, retain,
-                                          subscription.identifier))
+        waiting = _Waiting(topic, body, pairs, effect.redelivered, effect.ack_id, retain, subscription.identifier,
+                           qos, effect.message.message_id)
+        if len(self._in_flight) >= self.window or self._waiting or not self._fits(waiting):
+            self._waiting.append(waiting)
             self._waiting_bytes += len(body)
             if self._waiting_bytes > MAX_WAITING_BYTES:
                 raise MqttError(r.QUOTA_EXCEEDED, "quota exceeded",
                                 f"{self._waiting_bytes} bytes wait for a client that does not acknowledge them")
             return None
-        return self._send_qos_1(topic, body, pairs, effect.redelivered, effect.ack_id, retain,
-                                subscription.identifier, now)
+        return self._send(waiting, now)
 
     def _settle_now(self, ack_id: str | None, now: int) -> None:
         if ack_id is not None:  # a persistent session's QoS 1 subscription: the core waits for it
             self.acks.append(Ack(self.session_id, now, ack_id=ack_id))
 
-    def _send_qos_1(self, topic: str, body: bytes, pairs: tuple[tuple[str, str], ...], redelivered: bool,
-                    ack_id: str | None, retain: bool, identifier: int | None, now: int) -> bytes:
-        packet_id = self._next_packet_id()
-        self._in_flight[packet_id] = ack_id
-        return self._publish_packet(topic, body, 1, packet_id, pairs, redelivered, retain, identifier, now)
+    def _fits(self, waiting: _Waiting) -> bool:
+        """A QoS 2 delivery to a persistent session waits while its packet id is taken."""
+        return not (waiting.qos == 2 and waiting.ack_id is not None
+                    and packet_id_of(waiting.message_id) in self._in_flight)
+
+    def _send(self, waiting: _Waiting, now: int) -> bytes:
+        if waiting.qos == 2 and waiting.ack_id is not None:
+            packet_id = packet_id_of(waiting.message_id)
+        else:
+            packet_id = self._next_packet_id()
+        self._in_flight[packet_id] = _Flight(waiting.ack_id, waiting.qos)
+        return self._publish_packet(waiting.topic, waiting.body, waiting.qos, packet_id, waiting.pairs,
+                                    waiting.redelivered, waiting.retain, waiting.identifier, now)
 
     def acknowledged(self, packet_id: int, now: int) -> list[bytes]:
         """The client's PUBACK (an unknown id is ignored: a PUBACK sent twice): the core's Ack
         where it waits for one, and what now fits in the window."""
-        if packet_id not in self._in_flight:
+        flight = self._in_flight.get(packet_id)
+        if flight is None or flight.qos != 1:
             return []
-        self._settle_now(self._in_flight.pop(packet_id), now)
+        del self._in_flight[packet_id]
+        self._settle_now(flight.ack_id, now)
+        return self._more(now)
+
+    def received(self, packet_id: int, now: int) -> bytes | None:
+        """The client's PUBREC of a QoS 2 delivery: its PUBREL now (a clean session's), or once
+        the core has the Ack and the key (None: the shell answers the receipt `r<packet id>`
+        with `release_packet`). One for an id not in flight is answered PUBREL at once, as MQTT
+        asks (its PUBCOMP then finds nothing)."""
+        flight = self._in_flight.get(packet_id)
+        if flight is None or flight.qos != 2 or flight.released or flight.ack_id is None:
+            if flight is not None and flight.qos == 2:
+                flight.released = True
+            return self.release_packet(packet_id)
+        flight.released = True
+        key = f"{self.keys}rel:{packet_id}"
+        self.acks += [Hold(self.session_id, key, now),  # the receipt, behind both in one entry
+                      Ack(self.session_id, now, ack_id=flight.ack_id, receipt=f"r{packet_id}")]
+        flight.ack_id = key  # what the PUBCOMP releases
+        return None
+
+    def release_packet(self, packet_id: int) -> bytes:
+        return encode(p.PubRel(packet_id), self.version)
+
+    def completed(self, packet_id: int, now: int) -> list[bytes]:
+        """The client's PUBCOMP: the QoS 2 delivery is done (its key released), and what now fits."""
+        flight = self._in_flight.get(packet_id)
+        if flight is None or flight.qos != 2 or not flight.released:
+            return []
+        del self._in_flight[packet_id]
+        if flight.ack_id is not None:
+            self.acks.append(Release(self.session_id, flight.ack_id, now))
+        return self._more(now)
+
+    def releasing(self, packet_ids: list[int]) -> list[bytes]:
+        """A resumed session's QoS 2 deliveries the client had received (PUBREC) but not completed:
+        their PUBRELs again."""
+        for packet_id in packet_ids:
+            self._in_flight[packet_id] = _Flight(f"{self.keys}rel:{packet_id}", 2, released=True)
+        return [self.release_packet(packet_id) for packet_id in packet_ids]
+
+    def _more(self, now: int) -> list[bytes]:
         out = []
-        while self._waiting and len(self._in_flight) < self.window:
+        while self._waiting and len(self._in_flight) < self.window and self._fits(self._waiting[0]):
             waiting = self._waiting.popleft()
             self._waiting_bytes -= len(waiting.body)
-            out.append(self._send_qos_1(waiting.topic, waiting.body, waiting.pairs, waiting.redelivered,
-                                        waiting.ack_id, waiting.retain, waiting.identifier, now))
+            out.append(self._send(waiting, now))
         return out
 
     def _publish_packet(self, topic: str, body: bytes, qos: int, packet_id: int | None,

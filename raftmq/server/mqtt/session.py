@@ -3,24 +3,12 @@
 STOMP session proposes, so both protocols share one address space (raftmq.protocol.mqtt.topics)
 and every promise: a PUBACK, like a RECEIPT, is written once a majority has the message on disk.
 
-What it serves: clean and persistent sessions (3.1.1 clean session 0; MQTT 5 clean start and
-session expiry), a second connection with the same client id taking the session over; QoS 0, 1
-and 2 publications (QoS 2's exactly once by a key the core keeps from PUBLISH to PUBREL:
-raftmq.core.exactly_once), deliveries at QoS 0 and 1 (a subscription asking for QoS 2 is granted
-1); topic filters with MQTT's whole syntax; MQTT 5's properties carried as headers
-(raftmq.server.mqtt.outbound); logins and the ACL as for STOMP. A persistent session lives in the
-core as durable subscriptions (raftmq.server.mqtt.kept), so any later leader resumes it; it is
-kept until the client ends it (a clean start, or MQTT 5's session expiry 0 at its end): an MQTT 5
-session expiry is answered with "never" (0xFFFFFFFF), since no timer ends a session yet.
-Retained messages are the core's (raftmq.core.retained): a PUBLISH with the retain flag is kept for
-its topic, and a new subscription asks the core for the kept ones it matches (MQTT 5's retain
-handling and retain-as-published are kept to). A will (its MQTT 5 delay too) is the core's
-(raftmq.core.wills): kept with the session and published when it ends without the client's
-DISCONNECT, on this leader or by the next one's sweep. A shared subscription
-(`$share/GROUP/FILTER`) is the core's share (raftmq.core.shares): the sessions that share it
-compete for one copy of what its filter matches; a QoS 1 one holds each message in the core until
-the PUBACK, and what a member held when it left goes to another; a persistent session keeps its
-place in the share (the share collects while it is away). No retained message goes to a share.
+What it serves, and where each part lives, is docs/mqtt.md's: clean and kept sessions (kept in the
+core as durable subscriptions: raftmq.server.mqtt.kept), a second connection taking a client id's
+session over, QoS 0, 1 and 2 both ways (QoS 2 publications by a key the core keeps from PUBLISH
+to PUBREL: raftmq.core.exactly_once; deliveries: raftmq.server.mqtt.outbound), retained messages
+(raftmq.core.retained), wills (raftmq.core.wills), shared subscriptions (raftmq.core.shares),
+MQTT 5's properties and subscription options, logins and the ACL as for STOMP.
 """
 
 from __future__ import annotations
@@ -61,7 +49,7 @@ from raftmq.server.mqtt.headers import ORIGIN, block_of_publish, origin_of
 from raftmq.server.mqtt.kept import Kept, Options, durable_name, prefix_of
 from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
 
-MAX_QOS = 1
+MAX_QOS = 2
 MAX_PACKET_BYTES = Limits().max_frame_bytes  # as large as a STOMP frame may be, unless [limits] says otherwise
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
 MAX_KEEP_ALIVE = 600  # s: an MQTT 5 client asking for none, or for more, is told this (server keep-alive)
@@ -150,6 +138,16 @@ class MqttSession:
             assert isinstance(packet, p.PubAck)
             decisions.extend(Write(data) for data in self.out.acknowledged(packet.packet_id, now))
             commands.extend(self.out.take_acks())
+        elif kind is p.PubRec:  # QoS 2 deliveries (raftmq.server.mqtt.outbound)
+            assert isinstance(packet, p.PubRec)
+            release = self.out.received(packet.packet_id, now)  # None: once the core has it
+            if release is not None:
+                decisions.append(Write(release))
+            commands.extend(self.out.take_acks())
+        elif kind is p.PubComp:
+            assert isinstance(packet, p.PubComp)
+            decisions.extend(Write(data) for data in self.out.completed(packet.packet_id, now))
+            commands.extend(self.out.take_acks())
         elif kind is p.PubRel:
             assert isinstance(packet, p.PubRel)
             self._released(packet, now, commands)
@@ -212,7 +210,7 @@ class MqttSession:
         else:
             self.persistent = not connect.clean_start
         self.client_id = client_id
-        self.out.origin = origin_of(client_id)
+        self.out.origin, self.out.keys = origin_of(client_id), prefix_of(client_id)
         self._connack_properties = properties
         password = None if connect.password is None else connect.password.decode("utf-8", "replace")
         return [CheckLogin(connect.username, password)]
@@ -247,7 +245,8 @@ class MqttSession:
         self._will = Will(self.session_id, destination, headers, will.payload, 0, delay_ms)
         return []
 
-    def connect_committed(self, now_ms: int, kept: list[Kept] | None = None, keys: bool = False) -> list[Decision]:
+    def connect_committed(self, now_ms: int, kept: list[Kept] | None = None, keys: bool = False,
+                          releasing: list[int] | None = None) -> list[Decision]:
         """The CONNACK, once the core has the session; then what came behind the CONNECT.
         `kept`: what the core keeps of the client id's session (raftmq.server.mqtt.kept), read
         once the Connect applied, and `keys`: whether it keeps QoS 2 keys of the client's. A
@@ -283,7 +282,8 @@ class MqttSession:
         connack = Write(encode(p.Connack(r.SUCCESS, present, self._connack_properties), self._version))
         held, self._held = self._held, []
         error, self._held_error = self._held_error, None
-        return [connack, *([Propose(commands)] if commands else []), *self._handle(held, error, now_ms)]
+        pubrels = [] if self.clean_start else [Write(data) for data in self.out.releasing(releasing or [])]
+        return [connack, *pubrels, *([Propose(commands)] if commands else []), *self._handle(held, error, now_ms)]
 
     def _connack_refused(self, reason: int, detail: str) -> list[Decision]:
         self.closed = True
@@ -317,11 +317,9 @@ class MqttSession:
 
     def _headers(self, packet: p.Publish, now: int) -> str:
         headers = block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
-        origin = self.out.origin  # set while the session has a no-local subscription
-        return headers if origin is None or not self._no_local() else f"{headers}{ORIGIN}:{origin}\n"
-
-    def _no_local(self) -> bool:
-        return any(subscription.no_local for subscription in self._subscriptions.values())
+        if any(subscription.no_local for subscription in self._subscriptions.values()):
+            return f"{headers}{ORIGIN}:{self.out.origin}\n"  # marked while it has a no-local subscription
+        return headers
 
     def _allowed(self, command: Send | Subscribe | Share, packet: p.Publish | None, decisions: list[Decision]) -> bool:
         if self._authorize is None:
@@ -360,7 +358,8 @@ class MqttSession:
                 codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
                 continue
             qos = min(wanted.qos, MAX_QOS)
-            options = Options(identifier, wanted.no_local, wanted.retain_as_published) if five else Options()
+            options = Options(identifier, wanted.no_local, wanted.retain_as_published, qos == 2) if five \
+                else Options(exactly_once=qos == 2)
             subscription = Subscription(topic_filter, qos, options.retain_as_published, [], identifier,
                                         options.no_local)
             made: list[Subscribe | Share] = []
@@ -376,8 +375,8 @@ class MqttSession:
                 continue
             old = self._subscriptions.pop(wanted.topic_filter, None)  # the same filter again replaces it
             if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
-                renamed = (old.identifier, old.no_local, old.retain_as_published) != (
-                    identifier, options.no_local, options.retain_as_published)
+                renamed = (old.identifier, old.no_local, old.retain_as_published, old.qos == 2) != (
+                    identifier, options.no_local, options.retain_as_published, qos == 2)
                 commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent or renamed))
             if share is None and (wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None)):
                 recovering += [Recover(self.session_id, subscribe.sub_id, now) for subscribe in made]
@@ -443,6 +442,8 @@ class MqttSession:
             return encode(p.PubAck(int(number)), self._version)
         if kind == "q":
             return encode(p.PubRec(int(number)), self._version)
+        if kind == "r":  # a QoS 2 delivery's PUBREC and its key are on a majority's disk
+            return self.out.release_packet(int(number))
         if kind == "c":
             return encode(p.PubComp(int(number)), self._version)
         if kind == "s" and (suback := self._subacks.pop(receipt_id, None)) is not None:
