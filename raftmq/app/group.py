@@ -131,6 +131,8 @@ def open_member(group: GroupConfig, node_id: str, reload: Reload | None = None) 
         fetch_bodies=lambda indexes: _fetch_from_peers(roster.group, node_id, raft, indexes, secret),
     )
     node.hand_over_secret = secret  # sessions move with the leadership (raftmq.server.stomp.hand_over)
+    # A follower relays MQTT clients to the leader's MQTT address (raftmq.server.mqtt.relay).
+    node.mqtt.peers = lambda: {m.client: m.mqtt for m in roster.group.members if m.mqtt}
     admin = None
     if member.admin is not None:
         host, port = split_address(member.admin)

@@ -312,6 +312,7 @@ class Node:
         """The leader this node knows of may have changed (the commit log says so as it learns)."""
         self.succession.leader_changed()
         self._relays.leader_changed()
+        self.mqtt.leader_changed()
 
     def _role_changed(self, leader: bool) -> None:
         self.replica.applied.beat()  # the ticker, which proposes only on a leader, looks again

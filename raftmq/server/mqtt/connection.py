@@ -5,7 +5,8 @@ login check off the loop, writes, a close), and it is the node's `ClientConnecti
 session: the replica hands it the committed effects (CONNACK on the Connect, PUBACK / SUBACK /
 UNSUBACK on receipts, PUBLISH per delivery). Output is queued and handed to the socket once per
 loop turn while the leader lease holds, as a STOMP connection's is (raftmq.server.stomp.output).
-A follower does not serve MQTT yet: its CONNECT is refused ("server unavailable").
+A follower relays a client's connection to the leader (raftmq.server.mqtt.relay), or refuses its
+CONNECT ("server unavailable") where it cannot.
 
 A second connection with a client id takes the session over: the first is ended (MQTT 5:
 DISCONNECT "session taken over") and its end proposed before the second's Connect, so a
@@ -16,6 +17,7 @@ keeps of the session is read then (`MqttEdge.kept`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import structlog
@@ -30,6 +32,7 @@ from raftmq.protocol.mqtt.packets import MQTT_5
 from raftmq.security import Principal
 from raftmq.server.mqtt.decisions import CheckLogin, Close, Decision, Propose, Write
 from raftmq.server.mqtt.kept import Kept
+from raftmq.server.mqtt.relay import MqttRelay
 from raftmq.server.mqtt.session import MqttSession
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp.authorization import SessionAuthorization
@@ -48,6 +51,7 @@ class Edge(Protocol):
     def releasing(self, client_id: str) -> list[int]: ...
     def claim(self, client_id: str, connection: MqttConnection) -> MqttConnection | None: ...
     def release(self, client_id: str, connection: MqttConnection) -> None: ...
+    def relay(self, client: asyncio.Transport, first: bytes, refuse: Callable[[bytes], None]) -> MqttRelay | None: ...
 
 
 class MqttConnection(asyncio.Protocol):
@@ -73,6 +77,7 @@ class MqttConnection(asyncio.Protocol):
         self._paused = False
         self._acks_scheduled = False  # a persistent session's acknowledgements, proposed once per loop turn
         self._refusal: str | None = None  # why its CONNECT is refused before it is read (too many connections)
+        self._relay: MqttRelay | None = None  # a follower's: the connection piped to the leader
 
     # -- ClientConnection ----------------------------------------------------------------------
 
@@ -199,19 +204,37 @@ class MqttConnection(asyncio.Protocol):
             self._close_after_flush()
 
     def data_received(self, data: bytes) -> None:
+        if self._relay is not None:
+            self._relay.forward(data)
+            return
         self._last_read = self.host.loop.time()
         if self.mqtt.version is None and self._refusal is not None:
             self._refuse_connect(data, r.SERVER_BUSY, self._refusal)
             return
-        if self.mqtt.version is None and not self.host.is_leader:  # not served here yet
-            self._refuse_not_leader(data)
+        if self.mqtt.version is None and not self.host.is_leader:  # the leader serves it, through a relay
+            assert self._transport is not None
+            self._relay = self._edge.relay(self._transport, data, self._refuse_relayed)
+            if self._relay is None:
+                self._refuse_not_leader(data)
+            elif self._keep_alive is not None:
+                self._keep_alive.cancel()  # the CONNECT's deadline is the leader's now
             return
         self._execute(self.mqtt.receive(data, self.host.clock.now_ms()))
 
     def eof_received(self) -> bool | None:
         return False
 
+    def pause_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_writable(False)
+
+    def resume_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_writable(True)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._relay is not None:
+            self._relay.close()
         self._closed = True
         if self._keep_alive is not None:
             self._keep_alive.cancel()
@@ -285,6 +308,12 @@ class MqttConnection(asyncio.Protocol):
             error = "cancelled" if done.cancelled() else f"{type(done.exception()).__name__}"
             self.fail("not committed", f"the group did not commit ({error}); reconnect",
                       extra={"leader": self.host.leader_hint or ""} if not self.host.is_leader else None)
+
+    def _refuse_relayed(self, data: bytes) -> None:
+        """The leader could not be reached: the CONNECT is refused here after all."""
+        self._relay = None
+        if not self._closed:
+            self._refuse_not_leader(data)
 
     def _refuse_not_leader(self, data: bytes) -> None:
         """Answer the CONNECT of a client that reached a follower: "server unavailable" (MQTT 5

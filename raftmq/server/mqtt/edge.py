@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Protocol
 
 from raftmq.core import shares
 from raftmq.core.state import BrokerState
 from raftmq.server.mqtt.connection import MqttConnection
 from raftmq.server.mqtt.kept import Kept, kept, prefix_of
+from raftmq.server.mqtt.relay import MqttRelay
 from raftmq.server.seams.host import ClientConnection, ConnectionHost
+from raftmq.tls import member_client_tls
 
 
 class EdgeHost(ConnectionHost, Protocol):
@@ -26,6 +28,11 @@ class MqttEdge:
         self._core = core  # the core's state: its durable subscriptions, shares and QoS 2 keys, read as they are
         self.server: asyncio.base_events.Server | None = None
         self.clients: dict[str, MqttConnection] = {}  # live sessions by client id
+        # The group's members' MQTT addresses by client address (raftmq.app.group sets it): where
+        # a follower relays a client to (raftmq.server.mqtt.relay); none known, none relayed.
+        self.peers: Callable[[], Mapping[str, str]] = dict
+        self.relays: set[MqttRelay] = set()
+        self._tls: tuple[ssl.SSLContext, bytes] | None = None
 
     async def listen(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
         self.server = await self._host.loop.create_server(self.new_connection, host, port, reuse_address=True,
@@ -43,6 +50,35 @@ class MqttEdge:
         connection = self.new_connection()
         transport.set_protocol(connection)
         connection.connection_made(transport)
+
+    def relay(self, client: asyncio.Transport, first: bytes, refuse: Callable[[bytes], None]) -> MqttRelay | None:
+        """A follower's relay of a client's connection to the leader; None where there is none
+        (`follower_clients` is `redirect`, or the leader's MQTT address is not known)."""
+        target = self._leader_mqtt()
+        if target is None or self._host.config.follower_clients != "relay":
+            return None
+        relay = MqttRelay(self._host.loop, client, target, first, self._upstream_tls(), refuse, self.relays.discard)
+        self.relays.add(relay)
+        return relay
+
+    def leader_changed(self) -> None:
+        """Relays to a leader that is no longer this node's leader end: their clients connect again."""
+        target = self._leader_mqtt()
+        for relay in list(self.relays):
+            if relay.target != target:
+                relay.close()
+
+    def _leader_mqtt(self) -> str | None:
+        hint = None if self._host.is_leader else self._host.leader_hint
+        return None if hint is None else self.peers().get(hint)
+
+    def _upstream_tls(self) -> tuple[ssl.SSLContext, bytes] | None:
+        tls = self._host.security.config.tls
+        if tls is None:
+            return None
+        if self._tls is None:
+            self._tls = member_client_tls(tls)
+        return self._tls
 
     def kept(self, client_id: str) -> list[Kept]:
         """What the core keeps of `client_id`'s persistent session (raftmq.server.mqtt.kept)."""
