@@ -9,8 +9,8 @@ What MQTT promises, and what raftmq adds (docs/mqtt.md), and so what is judged:
   (placed in its publisher's sequence relative to what that subscriber received). A shared
   subscription (`$share/G/filter`) is owed each value once, by its members as a whole (competing
   consumers): lost when no member received it.
-- deliveries to subscribers are at QoS 1: at least once, and raftmq flags a delivery made again
-  (a session resumed with it unacknowledged, on this leader or the next) DUP. A QoS 2
+- this workload's subscriptions are QoS 1, so deliveries are at least once, and raftmq flags
+  a delivery made again (a session resumed with it unacknowledged, on this leader or the next) DUP. A QoS 2
   publication is stored exactly once (its key kept in the core from the PUBLISH to the PUBREL,
   through fail-overs), so a completed one reaches a subscriber as new (without DUP) at most
   once. **stored duplicates**: a completed QoS 2 value a subscriber received again without DUP.
