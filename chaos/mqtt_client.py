@@ -1,10 +1,11 @@
 """paho-mqtt against a raftmq group, for the `mqtt` workload (chaos.mqtt): finding the leader,
 one client thread's loop, aborting a connection as a crash does.
 
-Only a group's leader serves MQTT: a follower answers CONNECT with CONNACK "server unavailable"
-(3.1.1: 3; MQTT 5: 0x88, naming the leader's client address in its reason string, or 0x9C
-"use another server" with a server reference). So `Leader.connect` tries the members in turn,
-the one that served last first, and the member a refusal names next, until one accepts.
+A group's leader runs the MQTT sessions; a follower relays a client to it, or (redirecting, or
+knowing no reachable leader) answers CONNECT with CONNACK "server unavailable" (3.1.1: 3;
+MQTT 5: 0x88, naming the leader's client address in its reason string, or 0x9C "use another
+server" with a server reference). So `Leader.connect` tries the members in turn, the one that
+served last first, and the member a refusal names next, until one accepts.
 
 Each client runs in a thread of its own and drives paho's loop itself (`client.loop`), so its
 callbacks run in that thread, between its own steps: no locks but the history's.
