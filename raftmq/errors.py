@@ -43,6 +43,7 @@ module::
     │   └── NetemUnavailable           chaos.netns: no netem qdisc (also a NetnsError)
     ├── NetnsError                     chaos.netns: a namespace, link, rule or qdisc was not set up
     ├── NeedsCluster                   chaos.workload: the workload needs more groups than deployed
+    ├── NoMqtt                         chaos.mqtt: the mqtt workload's group has no MQTT listener
     └── AuditError                     a run directory the audit cannot read as one (spark_audit)
 """
 

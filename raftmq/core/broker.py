@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from raftmq.core import commands, exactly_once, retained, shares, ticks, unsubscribe, wills
+from raftmq.core import commands, exactly_once, lifetimes, retained, shares, ticks, unsubscribe, wills
 from raftmq.core import validation as v  # (check_subscribe, check_browse: not per message)
 from raftmq.core.address_settings import DROP, FAIL, AddressLimits, refusal
 from raftmq.core.browse import browse_store
@@ -80,6 +80,7 @@ class Broker:
             commands.Release: self._release,
             commands.Hold: lambda command: exactly_once.hold(self.state, command),
             commands.Share: lambda command: shares.join(self.state, self.dispatch, command, self._reject, self._done),
+            commands.Expiry: lambda command: lifetimes.claim(self.state, command),
         }
 
     # -- public API --------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class Broker:
                               list(session.deliveries.values()), drop_durable=False)
             if session.temps:
                 forget(self.state, session, self.dispatch)
-            will = wills.take(self.state, session_id, self.dispatch.now)
+            will = lifetimes.ended(self.state, session_id, self.dispatch.now)
             if will is not None:
                 self._publish(*will)
             if self.dispatch.dirty:
@@ -490,6 +491,7 @@ class Broker:
         self.dispatch.expire_due(command.now)
         self.dispatch.release_due(command.now)
         self.scheduler.fire_due(command.now)
+        lifetimes.expire_due(self.state, self.dispatch, command.now, self.publish_again)
         if self.routing is not None:
             self.routing.redistribute(command.now)
             self.routing.drain()

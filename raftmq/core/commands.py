@@ -257,6 +257,19 @@ class Share:
     receipt: str | None = None
 
 
+@value
+class Expiry:
+    """What is kept under `key` (an MQTT client's prefix: its kept subscriptions, shares and QoS 2
+    keys) lives `after_ms` after session `session` ends (MQTT 5's session expiry; -1: until the
+    client ends it), unless another session claims the key first; claiming it also cancels a will
+    still waiting out its delay (raftmq.core.lifetimes)."""
+
+    session: str
+    key: str
+    now: int
+    after_ms: int
+
+
 MANAGE_OPS = ("create", "purge", "delete", "retry", "move", "close")
 
 
@@ -280,11 +293,11 @@ class Manage:
 
 
 Command = (Connect | Disconnect | Subscribe | Unsubscribe | Send | Ack | Nack | Begin | Commit | Abort | Tick | Browse
-           | Noop | Manage | Recover | Will | Release | Hold | Share)
+           | Noop | Manage | Recover | Will | Release | Hold | Share | Expiry)
 
 COMMAND_TYPES: tuple[type, ...] = (
     Connect, Disconnect, Subscribe, Unsubscribe, Send, Ack, Nack, Begin, Commit, Abort, Tick, Browse, Noop, Manage,
-    Recover, Will, Release, Hold, Share,
+    Recover, Will, Release, Hold, Share, Expiry,
 )
 
 

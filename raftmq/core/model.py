@@ -452,3 +452,15 @@ class Share:
         self.anchor = anchor
         self.holders: dict[str, str] = {}
         self.members: dict[Subscription, str] = {}
+
+
+class Lifetime:
+    """How long what an MQTT client keeps lives once session `session` ends (raftmq.core.lifetimes):
+    `after_ms` (-1: until the client ends it); `due` once it is counting (-1 before)."""
+
+    __slots__ = ("after_ms", "due", "session")
+
+    def __init__(self, session: str, after_ms: int, due: int = -1) -> None:
+        self.session = session
+        self.after_ms = after_ms
+        self.due = due

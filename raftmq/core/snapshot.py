@@ -21,7 +21,17 @@ from raftmq.core.commands import Will
 from raftmq.core.config import CoreConfig
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import body_size, dump_message, load_message
-from raftmq.core.model import PRIORITY_LEVELS, Delivery, Session, Share, Store, Subscription, Topic, TransactionOp
+from raftmq.core.model import (
+    PRIORITY_LEVELS,
+    Delivery,
+    Lifetime,
+    Session,
+    Share,
+    Store,
+    Subscription,
+    Topic,
+    TransactionOp,
+)
 from raftmq.core.paging import Page, PageStore, Tail, decode_page
 from raftmq.core.paging import journal_indexes as journal_indexes_of
 from raftmq.core.schedule import Job
@@ -169,6 +179,10 @@ def dump_state(state: BrokerState) -> dict[str, Any]:
                            [[position[id(sub)], holder] for sub, holder in share.members.items()]]
                           for share in state.shares.values()]
         data["share_seq"] = state.share_seq
+    if state.lifetimes or state.delayed_wills:  # likewise
+        data["lifetimes"] = [[key, life.session, life.after_ms, life.due] for key, life in state.lifetimes.items()]
+        data["delayed_wills"] = [[key, due, w.session, w.destination, w.headers, w.body, w.now, w.delay_ms]
+                                 for key, (due, w) in state.delayed_wills.items()]
     if state.wills:  # likewise
         data["wills"] = [[w.session, w.destination, w.headers, w.body, w.now, w.delay_ms] for w in state.wills.values()]
     return data
@@ -322,6 +336,12 @@ def _load(state: BrokerState, data: dict[str, Any], config: CoreConfig) -> Broke
         share.holders.update((str(holder), str(ack)) for holder, ack in holders)
         share.members.update((subs[index], str(holder)) for index, holder in members)
     state.share_seq = data.get("share_seq", 0)
+    for key, session, after_ms, due in data.get("lifetimes", ()):
+        state.lifetimes[key] = Lifetime(session, after_ms, due)
+    for key, due, session, destination, headers, body, now, delay_ms in data.get("delayed_wills", ()):
+        state.delayed_wills[key] = (due, Will(session, destination, headers, bytes(body), now, delay_ms))
+    state.lifetime_of = {life.session: key for key, life in state.lifetimes.items()  # (derived: lifetimes.index)
+                         if life.due < 0 and life.session in state.sessions}
     for session, destination, headers, body, now, delay_ms in data.get("wills", ()):
         state.wills[session] = Will(session, destination, headers, bytes(body), now, delay_ms)
     state.rebuild_expiry_index()
@@ -377,6 +397,8 @@ def body_refs(dump: dict[str, Any], read_page: Callable[[Any], bytes] | None = N
         yield message[3]
     for will in dump.get("wills", ()):
         yield will[3]
+    for delayed in dump.get("delayed_wills", ()):
+        yield delayed[5]
 
 
 def _unpaged(store: dict[str, Any]) -> Iterator[list[Any]]:

@@ -32,7 +32,7 @@ from raftmq.core.cluster_state import ClusterState
 from raftmq.core.commands import Will
 from raftmq.core.dedup import DedupCache
 from raftmq.core.message import Message, body_size
-from raftmq.core.model import Delivery, Session, Share, Store, Subscription, Topic, selector_headers
+from raftmq.core.model import Delivery, Lifetime, Session, Share, Store, Subscription, Topic, selector_headers
 from raftmq.core.paging import MemoryPages, PageStore, decode_page, earliest_expiry
 from raftmq.core.schedule import Job
 from raftmq.errors import InvariantViolated
@@ -66,6 +66,10 @@ class BrokerState:
     once: dict[str, None] = field(default_factory=dict)  # QoS 2 publications' keys (raftmq.core.exactly_once)
     shares: dict[str, Share] = field(default_factory=dict)  # by queue (raftmq.core.shares)
     share_seq: int = 0  # names the shares' queues
+    # MQTT clients' kept state and delayed wills by client key (raftmq.core.lifetimes).
+    lifetimes: dict[str, Lifetime] = field(default_factory=dict)
+    delayed_wills: dict[str, tuple[int, Will]] = field(default_factory=dict)  # key -> (due, will)
+    lifetime_of: dict[str, str] = field(default_factory=dict)  # session -> key (derived)
     # Where paged messages live (raftmq.core.paging): the member's business, not in snapshots.
     pages: PageStore = field(default_factory=MemoryPages)
 
@@ -107,6 +111,8 @@ class BrokerState:
             yield message.body
         for will in self.wills.values():
             yield will.body
+        for _due, will in self.delayed_wills.values():
+            yield will.body
 
     def rebuild_expiry_index(self) -> None:
         """The expiry heap from the ready messages (after a load, or to drop stale entries)."""
@@ -127,6 +133,9 @@ class BrokerState:
         _check_stores(self)
         _check_topics(self)
         _check_shares(self)
+        _require(self.lifetime_of == {life.session: key for key, life in self.lifetimes.items()
+                                      if life.due < 0 and life.session in self.sessions},
+                 "the sessions' lifetimes index is not what the lifetimes say")
         _check_expiry(self)
         _check_waiting(self)
 

@@ -4,6 +4,7 @@ would meet it drops it: replicas never compare the heaps). Pure, like the rest o
 
 from __future__ import annotations
 
+from raftmq.core import lifetimes
 from raftmq.core.cluster_routing import ClusterRouting
 from raftmq.core.dispatch import Dispatcher
 from raftmq.core.schedule import Scheduler
@@ -12,10 +13,12 @@ from raftmq.core.state import BrokerState
 
 def next_due(state: BrokerState, scheduler: Scheduler, dispatch: Dispatcher) -> int | None:
     """The earliest time (ms) a Tick has work to do for: a scheduled message, a NACKed one whose
-    redelivery delay ends, or a ready message whose expiry comes (a paged one: `wants_ticks`)."""
+    redelivery delay ends, a ready message whose expiry comes (a paged one: `wants_ticks`), an
+    MQTT will whose delay ends or an MQTT client's state whose time is up (raftmq.core.lifetimes)."""
     heap = state.expiry_heap
     expiry: int | None = heap[0][0] if heap else None
-    times = [t for t in (scheduler.next_due(), dispatch.next_redelivery(), expiry) if t is not None]
+    times = [t for t in (scheduler.next_due(), dispatch.next_redelivery(), expiry, lifetimes.next_due(state))
+             if t is not None]
     return min(times) if times else None
 
 

@@ -5,13 +5,13 @@ another connection taking its client id over. The client's goodbye clears it fir
 with no destination), so a session's end never needs to say how it ended.
 
 Kept with its body as bytes, like a retained message (raftmq.core.retained), in the state and in
-snapshots; a will with a delay (MQTT 5's will delay interval) is published as a scheduled message
-(`AMQ_SCHEDULED_DELAY`, raftmq.core.schedule), and one with `mqtt-retain:true` is retained too.
+snapshots; one with `mqtt-retain:true` is retained too when it is published. When the session's
+end publishes it — at once, or after its delay (MQTT 5's will delay interval) unless the client
+came back first — is raftmq.core.lifetimes's.
 """
 
 from __future__ import annotations
 
-from raftmq.core import retained
 from raftmq.core.commands import Will
 from raftmq.core.state import BrokerState
 
@@ -23,16 +23,3 @@ def set_will(state: BrokerState, command: Will) -> None:
         state.wills[command.session] = command
     else:
         state.wills.pop(command.session, None)
-
-
-def take(state: BrokerState, session_id: str, now: int) -> tuple[str, str, bytes, int] | None:
-    """The ending session's will, to publish now (destination, headers, body, now), if it left one."""
-    will = state.wills.pop(session_id, None)
-    if will is None:
-        return None
-    headers = will.headers
-    if will.delay_ms > 0:
-        headers += f"AMQ_SCHEDULED_DELAY:{will.delay_ms}\n"
-    elif "mqtt-retain:" in headers:  # (a delayed one is retained when it is published, not before)
-        retained.keep(state, will.destination, headers, will.body, now)
-    return will.destination, headers, will.body, now

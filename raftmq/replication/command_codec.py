@@ -49,6 +49,7 @@ SCHEMA: dict[int, tuple[type, tuple[str, ...]]] = {
     17: (c.Release, ("session", "key", "now", "every", "receipt")),
     18: (c.Hold, ("session", "key", "now")),
     19: (c.Share, ("session", "sub_id", "group", "destination", "now", "ack", "prefetch", "holder", "receipt")),
+    20: (c.Expiry, ("session", "key", "now", "after_ms")),
 }
 
 

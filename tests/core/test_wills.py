@@ -4,7 +4,7 @@ cleared first, delayed through the scheduler, retained when asked, in snapshots 
 from __future__ import annotations
 
 from raftmq.core.broker import Broker
-from raftmq.core.commands import Connect, Disconnect, Recover, Subscribe, Tick, Will
+from raftmq.core.commands import Connect, Disconnect, Expiry, Recover, Subscribe, Tick, Will
 from raftmq.core.config import CoreConfig
 from raftmq.core.effects import Deliver
 from raftmq.core.snapshot import body_refs, journal_indexes
@@ -40,8 +40,9 @@ def test_a_cleared_will_is_never_published_and_a_will_needs_a_session() -> None:
 
 def test_a_delayed_will_is_published_later_and_a_retained_one_is_kept() -> None:
     broker = watching()
+    broker.apply(Expiry("dev", "mqtt:3:dev:", 1, -1))  # its state is kept (raftmq.core.lifetimes)
     broker.apply(Will("dev", "/topic/status.dev", "mqtt-retain:true\n", b"offline", 1, delay_ms=2000))
-    assert delivered(broker.apply(Disconnect("dev", 1000))) == []  # scheduled: two seconds later
+    assert delivered(broker.apply(Disconnect("dev", 1000))) == []  # two seconds later
     assert delivered(broker.apply(Tick(2500))) == []
     assert delivered(broker.apply(Tick(3000))) == [("/topic/status.dev", b"offline")]
     broker.apply(Connect("late", 3100))

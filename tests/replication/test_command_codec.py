@@ -107,7 +107,7 @@ def test_schema_pins_every_command_and_field() -> None:
 def test_wire_layout_of_versions_1_and_2_is_pinned() -> None:
     # Logs written by earlier builds must keep decoding: a code's class and field order never
     # change within a FORMAT_VERSION; new commands only add codes (12 Browse, 13 Noop, 14 Manage,
-    # 15 Recover, 16 Will, 17 Release, 18 Hold, 19 Share). Version 2 changed one field's type (a
+    # 15 Recover, 16 Will, 17 Release, 18 Hold, 19 Share, 20 Expiry). Version 2 changed one field's type (a
     # Send's headers: a block, where version 1 has pairs).
     assert (HEADER_PAIRS, FORMAT_VERSION) == (1, 2)
     assert {code: (cls.__name__, names) for code, (cls, names) in SCHEMA.items()} == {
@@ -131,6 +131,7 @@ def test_wire_layout_of_versions_1_and_2_is_pinned() -> None:
         17: ("Release", ("session", "key", "now", "every", "receipt")),
         18: ("Hold", ("session", "key", "now")),
         19: ("Share", ("session", "sub_id", "group", "destination", "now", "ack", "prefetch", "holder", "receipt")),
+        20: ("Expiry", ("session", "key", "now", "after_ms")),
     }
 
 

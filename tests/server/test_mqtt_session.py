@@ -11,6 +11,7 @@ from raftmq.core.commands import (
     Ack,
     Connect,
     Disconnect,
+    Expiry,
     Hold,
     Noop,
     Release,
@@ -45,6 +46,11 @@ def proposed(decisions: list[object]) -> list[object]:
     return [command for d in decisions if isinstance(d, Propose) for command in d.commands]
 
 
+def lifetime(after_ms: int, session: str = "s1", client_id: str = "dev") -> Expiry:
+    """How long the client's kept state outlives the session (raftmq.core.lifetimes), proposed with its Connect."""
+    return Expiry(session, f"mqtt:{len(client_id)}:{client_id}:", NOW, after_ms)
+
+
 def released(session: str = "s1", client_id: str = "dev") -> Release:
     """What a session the client does not keep ends with: its QoS 2 keys go (raftmq.core.exactly_once)."""
     return Release(session, f"mqtt:{len(client_id)}:{client_id}:", NOW, every=True)
@@ -58,7 +64,11 @@ def connected(version: int = 5, **connect: object) -> MqttSession:
     session = MqttSession("s1")
     [check] = session.receive(encode(p.Connect("dev", version, **connect)), NOW)  # type: ignore[arg-type]
     assert isinstance(check, CheckLogin)
-    assert proposed(session.login_checked(ANYONE, NOW)) == [Connect("s1", NOW, None, "dev")]
+    expiry = connect.get("properties", {}).get("session_expiry_interval", 0)  # type: ignore[attr-defined]
+    if version == 4:
+        expiry = 0 if connect.get("clean_start", True) else 0xFFFFFFFF
+    after = -1 if expiry == 0xFFFFFFFF else 1000 * expiry
+    assert proposed(session.login_checked(ANYONE, NOW)) == [Connect("s1", NOW, None, "dev"), lifetime(after)]
     [connack] = written(session.connect_committed(NOW), version)
     assert isinstance(connack, p.Connack) and connack.reason_code == 0
     return session
@@ -70,9 +80,8 @@ def test_the_connack_tells_an_mqtt_5_client_its_limits_and_its_session() -> None
     session.login_checked(ANYONE, NOW)
     [connack] = written(session.connect_committed(NOW))
     assert isinstance(connack, p.Connack) and not connack.session_present
-    # The session is kept until the client ends it: no timer ends it after 600 s yet, and it says so.
     assert connack.properties == {"maximum_packet_size": 17 * 2**20, "topic_alias_maximum": 64,
-                                  "assigned_client_identifier": "raftmq-s1", "session_expiry_interval": 0xFFFFFFFF}
+                                  "assigned_client_identifier": "raftmq-s1"}
 
 
 def test_what_comes_behind_the_connect_waits_for_its_commit_and_an_error_there_follows_the_connack() -> None:
@@ -285,7 +294,8 @@ def test_an_mqtt_5_disconnect_with_expiry_0_ends_a_persistent_session() -> None:
     [subscribe] = subscribes(session.receive(encode(p.Subscribe(1, [p.Subscription("c", 1)]), 5), NOW))
     assert isinstance(subscribe, Subscribe) and subscribe.durable_name is not None
     ending = proposed(session.receive(encode(p.Disconnect(0, {"session_expiry_interval": 0}), 5), NOW))
-    assert ending == [Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True), released(), Disconnect("s1", NOW)]
+    assert ending == [lifetime(0), Unsubscribe("s1", subscribe.sub_id, NOW, drop_durable=True), released(),
+                      Disconnect("s1", NOW)]
 
 
 def test_a_filter_subscribed_again_resumes_its_durable_subscription_with_the_new_qos() -> None:
@@ -303,8 +313,8 @@ def test_a_will_goes_to_the_core_with_the_connect_and_a_goodbye_clears_it() -> N
                                                    "message_expiry_interval": 60})
     session = MqttSession("s1")
     session.receive(encode(p.Connect("dev", 5, will=will)), NOW)
-    connect, left = proposed(session.login_checked(ANYONE, NOW))
-    assert connect == Connect("s1", NOW, None, "dev")
+    connect, left, expiry = proposed(session.login_checked(ANYONE, NOW))
+    assert (connect, expiry) == (Connect("s1", NOW, None, "dev"), lifetime(0))
     assert isinstance(left, Will)
     assert (left.destination, left.body, left.delay_ms) == ("/topic/status.dev", b"gone", 5000)
     # The will's expiry would count from its CONNECT: not kept (it is published much later).

@@ -122,7 +122,9 @@ def test_a_will_with_a_delay_is_published_that_much_later(broker: tuple[Embedded
     try:
         sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
         will = p.Will("status/slow", b"offline later", 0, False, {"will_delay_interval": 2})
-        sock.sendall(encode(p.Connect("slow", 5, keep_alive=30, will=will)))
+        # (its session is kept for a minute: a session not kept ends with the connection, and its will goes then)
+        sock.sendall(encode(p.Connect("slow", 5, clean_start=False, keep_alive=30, will=will,
+                                      properties={"session_expiry_interval": 60})))
         [connack] = MqttParser(5).feed(sock.recv(4096))
         assert isinstance(connack, p.Connack) and connack.reason_code == 0
         sock.close()

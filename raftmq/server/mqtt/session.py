@@ -13,19 +13,14 @@ MQTT 5's properties and subscription options, logins and the ACL as for STOMP.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 from typing import Any
 
 from raftmq.core.commands import (
-    ACK_AUTO,
-    ACK_CLIENT_INDIVIDUAL,
     Command,
     Connect,
     Disconnect,
+    Expiry,
     Hold,
-    Noop,
-    Recover,
     Release,
     Send,
     Share,
@@ -41,15 +36,15 @@ from raftmq.protocol.mqtt import packets as p
 from raftmq.protocol.mqtt import reasons as r
 from raftmq.protocol.mqtt.codec import MqttParser, encode
 from raftmq.protocol.mqtt.packets import MQTT_5, MQTT_311
-from raftmq.protocol.mqtt.topics import destination_of, destinations_of, shared
+from raftmq.protocol.mqtt.topics import destination_of
 from raftmq.security import Principal
 from raftmq.server.mqtt.aliases import TOPIC_ALIAS_MAXIMUM, TopicAliases
 from raftmq.server.mqtt.decisions import CheckLogin, Close, Decision, Propose, Write
 from raftmq.server.mqtt.headers import ORIGIN, block_of_publish, origin_of
-from raftmq.server.mqtt.kept import Kept, Options, durable_name, prefix_of
-from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound, Subscription
+from raftmq.server.mqtt.kept import Kept, prefix_of
+from raftmq.server.mqtt.outbound import SEND_WINDOW, Outbound
+from raftmq.server.mqtt.subscriptions import MAX_QOS, Subscriptions
 
-MAX_QOS = 2
 MAX_PACKET_BYTES = Limits().max_frame_bytes  # as large as a STOMP frame may be, unless [limits] says otherwise
 NEVER = 0xFFFFFFFF  # MQTT 5's session expiry interval that means "kept until the client ends it"
 MAX_KEEP_ALIVE = 600  # s: an MQTT 5 client asking for none, or for more, is told this (server keep-alive)
@@ -76,12 +71,9 @@ class MqttSession:
         self._connack_properties: p.Properties = {}
         self.clean_start = True
         self.persistent = False  # its subscriptions outlive the connection (durable in the core)
-        self._subscriptions: dict[str, Subscription] = {}  # by topic filter
-        self._durable: set[str] = set()  # core sub ids of durable subscriptions (made or resumed)
-        self._subacks: dict[str, p.SubAck] = {}  # by receipt: answered once the Subscribes commit
-        self._unsubacks: dict[str, p.UnsubAck] = {}
-        self.out = Outbound(session_id)  # deliveries: PUBLISH packets, the QoS 1 window
-        self._sub_numbers = itertools.count(1)
+        self.expiry = 0  # s its state outlives the connection (MQTT 5's session expiry; NEVER: until it ends it)
+        self.out = Outbound(session_id)  # deliveries: PUBLISH packets, the window
+        self.subs = Subscriptions(self, self.out)  # the topic filters and their core subscriptions
         self._held: list[p.Packet] = []  # packets behind the CONNECT, until it commits
         self._held_error: MqttError | None = None
         self._will: Will | None = None  # the CONNECT's, proposed with the Connect (raftmq.core.wills)
@@ -153,16 +145,20 @@ class MqttSession:
             self._released(packet, now, commands)
         elif kind is p.Subscribe:
             assert isinstance(packet, p.Subscribe)
-            self._subscribe(packet, now, decisions, commands)
+            self.subs.subscribe(packet, now, decisions, commands)
         elif kind is p.Unsubscribe:
             assert isinstance(packet, p.Unsubscribe)
-            self._unsubscribe(packet, now, decisions, commands)
+            self.subs.unsubscribe(packet, now, decisions, commands)
         elif kind is p.PingReq:
             decisions.append(Write(encode(p.PingResp(), self._version)))
         elif kind is p.Disconnect:
             assert isinstance(packet, p.Disconnect)
-            if packet.properties.get("session_expiry_interval") == 0:
-                self.persistent = False  # MQTT 5: the session ends with this connection after all
+            expiry = packet.properties.get("session_expiry_interval")
+            if expiry is not None and expiry != self.expiry:  # MQTT 5: how long it lives, said again
+                if not self.expiry:
+                    raise MqttError(r.PROTOCOL_ERROR, "protocol error", "a session expiry on a session not kept")
+                self.expiry, self.persistent = expiry, expiry > 0
+                commands.append(self._lifetime(now))
             if self._will is not None and packet.reason_code != r.DISCONNECT_WITH_WILL:
                 commands.append(Will(self.session_id, "", "", b"", now))  # a goodbye: the will is not published
             commands.extend(self.ending(now))
@@ -199,16 +195,15 @@ class MqttSession:
             if five:
                 properties["assigned_client_identifier"] = client_id
         if five:
-            expiry = connect.properties.get("session_expiry_interval", 0)
-            self.persistent = expiry > 0
-            if self.persistent and expiry != NEVER:
-                properties["session_expiry_interval"] = NEVER  # kept until the client ends it
+            self.expiry = connect.properties.get("session_expiry_interval", 0)
+            self.persistent = self.expiry > 0
             self.out.window = min(SEND_WINDOW, connect.properties.get("receive_maximum", SEND_WINDOW))
             properties["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
             if not 0 < self.keep_alive <= MAX_KEEP_ALIVE:  # none, or longer than a dead peer may linger
                 self.keep_alive = properties["server_keep_alive"] = MAX_KEEP_ALIVE
         else:
             self.persistent = not connect.clean_start
+            self.expiry = NEVER if self.persistent else 0
         self.client_id = client_id
         self.out.origin, self.out.keys = origin_of(client_id), prefix_of(client_id)
         self._connack_properties = properties
@@ -227,11 +222,17 @@ class MqttSession:
         will = self._will
         if will is not None:
             send = Send(self.session_id, will.destination, will.headers, will.body, now_ms)
-            if not self._allowed(send, None, []):
+            if not self.allowed(send, None, []):
                 return self._connack_refused(r.NOT_AUTHORIZED, f"may not publish the will to {will.destination}")
             commands.append(Will(self.session_id, will.destination, will.headers, will.body, now_ms, will.delay_ms))
+        commands.append(self._lifetime(now_ms))  # (it also stops an earlier session's state expiring)
         self.connect_proposed = True
         return [Propose(commands)]
+
+    def _lifetime(self, now: int) -> Expiry:
+        """How long the client's kept state lives once this session ends (raftmq.core.lifetimes)."""
+        after = -1 if self.expiry == NEVER else 1000 * self.expiry
+        return Expiry(self.session_id, prefix_of(self.client_id or ""), now, after)
 
     def _take_will(self, will: p.Will, five: bool) -> list[Decision]:
         """The CONNECT's will, kept to propose with the Connect; a refusal if it cannot be."""
@@ -262,22 +263,7 @@ class MqttSession:
             commands.append(Release(self.session_id, prefix_of(self.client_id), now_ms, every=True))
         if self.persistent and self.client_id is not None:  # a later connection finds the session there
             commands.append(Hold(self.session_id, f"{prefix_of(self.client_id)}{HELD_SESSION}", now_ms))
-        for k in kept:
-            sub_id = f"m{next(self._sub_numbers)}"
-            if self.clean_start:
-                commands += [Share(self.session_id, sub_id, k.share, k.destination, now_ms, holder=k.name)
-                             if k.share is not None else
-                             Subscribe(self.session_id, sub_id, k.destination, now_ms, durable_name=k.name),
-                             Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)]
-                continue
-            o = k.options
-            subscription = self._subscriptions.setdefault(k.topic_filter, Subscription(
-                shared(k.topic_filter)[1], k.qos, o.retain_as_published, [], o.identifier, o.no_local))
-            subscription.sub_ids.append(sub_id)
-            self.out.filters[sub_id] = subscription
-            self._durable.add(sub_id)
-            commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now_ms, k.name) if k.share is None
-                            else self._core_share(sub_id, k.share, k.destination, k.qos, now_ms, k.name))
+        commands += self.subs.resume(kept, self.clean_start, now_ms)
         present = (bool(kept) or keys) and not self.clean_start
         connack = Write(encode(p.Connack(r.SUCCESS, present, self._connack_properties), self._version))
         held, self._held = self._held, []
@@ -304,7 +290,7 @@ class MqttSession:
         elif packet.qos == 1:
             receipt = f"p{packet.packet_id}"  # answered with PUBACK
         send = Send(self.session_id, destination_of(packet.topic), headers, packet.payload, now, None, receipt)
-        if not self._allowed(send, packet, decisions):
+        if not self.allowed(send, packet, decisions):
             return
         commands.append(send)
 
@@ -317,11 +303,11 @@ class MqttSession:
 
     def _headers(self, packet: p.Publish, now: int) -> str:
         headers = block_of_publish(packet.qos, packet.retain, packet.payload, packet.properties, now)
-        if any(subscription.no_local for subscription in self._subscriptions.values()):
+        if self.subs.no_local():
             return f"{headers}{ORIGIN}:{self.out.origin}\n"  # marked while it has a no-local subscription
         return headers
 
-    def _allowed(self, command: Send | Subscribe | Share, packet: p.Publish | None, decisions: list[Decision]) -> bool:
+    def allowed(self, command: Send | Subscribe | Share, packet: p.Publish | None, decisions: list[Decision]) -> bool:
         if self._authorize is None:
             return True
         try:
@@ -340,99 +326,6 @@ class MqttSession:
             raise MqttError(r.NOT_AUTHORIZED, "not authorized", refused.detail) from None
         return True
 
-    # -- SUBSCRIBE, UNSUBSCRIBE ----------------------------------------------------------------
-
-    def _subscribe(self, packet: p.Subscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
-        five = self.version == MQTT_5
-        identifier = next(iter(packet.properties.get("subscription_identifier", ())), None)
-        codes: list[int] = []
-        subscribes: list[Subscribe | Share] = []
-        recovering: list[Command] = []  # the topics' retained messages, after the SUBACK's receipt
-        for wanted in packet.subscriptions:
-            try:
-                share, topic_filter = shared(wanted.topic_filter)
-                if share is not None and wanted.no_local:
-                    raise MqttError(r.PROTOCOL_ERROR, "protocol error", "no local on a shared subscription")
-                destinations = destinations_of(topic_filter)
-            except MqttError as refused:
-                codes.append(refused.reason_code if five else r.SUBACK_FAILURE_311)
-                continue
-            qos = min(wanted.qos, MAX_QOS)
-            options = Options(identifier, wanted.no_local, wanted.retain_as_published, qos == 2) if five \
-                else Options(exactly_once=qos == 2)
-            subscription = Subscription(topic_filter, qos, options.retain_as_published, [], identifier,
-                                        options.no_local)
-            made: list[Subscribe | Share] = []
-            for index, destination in enumerate(destinations):
-                sub_id = f"m{next(self._sub_numbers)}"
-                name = (durable_name(self.client_id or "", index, wanted.topic_filter, options)
-                        if self.persistent else None)
-                made.append(self._core_subscribe(sub_id, destination, qos, now, name) if share is None
-                            else self._core_share(sub_id, share, destination, qos, now, name))
-                subscription.sub_ids.append(sub_id)
-            if not all(self._allowed(subscribe, None, decisions) for subscribe in made):
-                codes.append(r.NOT_AUTHORIZED if five else r.SUBACK_FAILURE_311)
-                continue
-            old = self._subscriptions.pop(wanted.topic_filter, None)  # the same filter again replaces it
-            if old is not None:  # (a durable one is resumed by the same name: what it collected stays)
-                renamed = (old.identifier, old.no_local, old.retain_as_published, old.qos == 2) != (
-                    identifier, options.no_local, options.retain_as_published, qos == 2)
-                commands.extend(self._unsubscribe_commands(old, now, drop=not self.persistent or renamed))
-            if share is None and (wanted.retain_handling == 0 or (wanted.retain_handling == 1 and old is None)):
-                recovering += [Recover(self.session_id, subscribe.sub_id, now) for subscribe in made]
-            self._subscriptions[wanted.topic_filter] = subscription
-            for subscribe in made:
-                self.out.filters[subscribe.sub_id] = subscription
-                if (subscribe.durable_name if isinstance(subscribe, Subscribe) else subscribe.holder) is not None:
-                    self._durable.add(subscribe.sub_id)
-            subscribes += made
-            codes.append(qos)
-        suback = p.SubAck(packet.packet_id, codes)
-        if not subscribes:
-            decisions.append(Write(encode(suback, self._version)))
-            return
-        receipt = f"s{packet.packet_id}"
-        subscribes[-1] = dataclasses.replace(subscribes[-1], receipt=receipt)
-        self._subacks[receipt] = suback
-        commands.extend(subscribes)
-        commands.extend(recovering)
-
-    def _core_subscribe(self, sub_id: str, destination: str, qos: int, now: int, name: str | None,
-                        receipt: str | None = None) -> Subscribe:
-        """A clean session's subscription takes its messages at once (auto); a durable QoS 1 one
-        leaves each in the core until the client's PUBACK, at most the client's window at a time."""
-        if name is not None and qos:
-            return Subscribe(self.session_id, sub_id, destination, now, ACK_CLIENT_INDIVIDUAL,
-                             prefetch=self.out.window, durable_name=name, receipt=receipt)
-        return Subscribe(self.session_id, sub_id, destination, now, ACK_AUTO, durable_name=name, receipt=receipt)
-
-    def _core_share(self, sub_id: str, group: str, destination: str, qos: int, now: int, name: str | None) -> Share:
-        """A shared subscription's consumer: QoS 1 leaves each message in the core until the
-        client's PUBACK (another member gets it if this one leaves first)."""
-        if qos:
-            return Share(self.session_id, sub_id, group, destination, now, ACK_CLIENT_INDIVIDUAL, self.out.window, name)
-        return Share(self.session_id, sub_id, group, destination, now, ACK_AUTO, holder=name)
-
-    def _unsubscribe_commands(self, subscription: Subscription, now: int, drop: bool) -> list[Command]:
-        for sub_id in subscription.sub_ids:
-            self.out.filters.pop(sub_id, None)
-        durable = self._durable
-        commands: list[Command] = [Unsubscribe(self.session_id, sub_id, now, drop_durable=drop and sub_id in durable)
-                                   for sub_id in subscription.sub_ids]
-        self._durable.difference_update(subscription.sub_ids)
-        return commands
-
-    def _unsubscribe(self, packet: p.Unsubscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
-        codes = []
-        for topic_filter in packet.topic_filters:
-            subscription = self._subscriptions.pop(topic_filter, None)
-            codes.append(r.SUCCESS if subscription is not None else r.NO_SUBSCRIPTION_EXISTED)
-            if subscription is not None:
-                commands.extend(self._unsubscribe_commands(subscription, now, drop=True))
-        receipt = f"u{packet.packet_id}"
-        self._unsubacks[receipt] = p.UnsubAck(packet.packet_id, codes)
-        commands.append(Noop(self.session_id, now, receipt))  # answered once what came before committed
-
     # -- effects out ---------------------------------------------------------------------------
 
     def receipt(self, receipt_id: str) -> bytes | None:
@@ -446,9 +339,9 @@ class MqttSession:
             return self.out.release_packet(int(number))
         if kind == "c":
             return encode(p.PubComp(int(number)), self._version)
-        if kind == "s" and (suback := self._subacks.pop(receipt_id, None)) is not None:
+        if kind == "s" and (suback := self.subs.subacks.pop(receipt_id, None)) is not None:
             return encode(suback, self._version)
-        if kind == "u" and (unsuback := self._unsubacks.pop(receipt_id, None)) is not None:
+        if kind == "u" and (unsuback := self.subs.unsubacks.pop(receipt_id, None)) is not None:
             return encode(unsuback, self._version)
         return None
 
@@ -484,8 +377,8 @@ class MqttSession:
         commands: list[Command] = []
         if not self.persistent:
             commands += [Unsubscribe(self.session_id, sub_id, now_ms, drop_durable=True)
-                         for sub_id in sorted(self._durable)]
-            self._durable.clear()
+                         for sub_id in sorted(self.subs.durable)]
+            self.subs.durable.clear()
             if self.client_id is not None:  # its QoS 2 publications not released: forgotten with it
                 commands.append(Release(self.session_id, prefix_of(self.client_id), now_ms, every=True))
         return [*commands, Disconnect(self.session_id, now_ms)]
