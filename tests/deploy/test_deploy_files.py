@@ -288,7 +288,7 @@ def test_each_statefulset_runs_the_members_of_its_group_file(group: str) -> None
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
     ports = {port["name"]: port["containerPort"] for port in container(statefulset)["ports"]}
     for member in members:
-        for kind in ("client", "raft", "admin"):
+        for kind in ("client", "raft", "admin", "mqtt"):
             assert member[kind] == f"{member['id']}.{spec['serviceName']}.{namespace}.svc.cluster.local:{ports[kind]}"
     # Who finds the pods: the Services and the budget select exactly this group's.
     labels = pod["metadata"]["labels"]
@@ -297,7 +297,8 @@ def test_each_statefulset_runs_the_members_of_its_group_file(group: str) -> None
     for service in (headless, client):
         assert service["spec"]["selector"] == labels
         assert all(port["targetPort"] in ports for port in service["spec"]["ports"])
-    assert client["spec"]["type"] == "ClusterIP" and [p["port"] for p in client["spec"]["ports"]] == [ports["client"]]
+    assert client["spec"]["type"] == "ClusterIP"
+    assert [p["port"] for p in client["spec"]["ports"]] == [ports["client"], ports["mqtt"]]  # STOMP, MQTT
     budget = the("PodDisruptionBudget", group, docs)["spec"]
     assert budget == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
     # What `raftmq node` reads.
