@@ -64,6 +64,18 @@ HOT_MODULES: tuple[str, ...] = (
     "raftmq.protocol.header_block",
     "raftmq.core.validation",
     "raftmq.routing.route",
+    "raftmq.protocol.mqtt.primitives",
+    "raftmq.protocol.mqtt.properties",
+    "raftmq.protocol.mqtt.packets",
+    "raftmq.protocol.mqtt.codec",
+    "raftmq.protocol.mqtt.topics",
+    "raftmq.server.mqtt.headers",
+    "raftmq.server.mqtt.outbound",
+    "raftmq.server.mqtt.decisions",
+    "raftmq.server.mqtt.kept",
+    "raftmq.server.mqtt.aliases",
+    "raftmq.server.mqtt.subscriptions",
+    "raftmq.server.mqtt.session",
 )
 
 _PACKAGE = Path(__file__).parent
