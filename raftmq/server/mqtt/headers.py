@@ -30,8 +30,13 @@ def origin_of(client_id: str) -> str:
     return hashlib.blake2b(client_id.encode(), digest_size=8).hexdigest()
 
 
+_PLAIN = tuple(block_of(((QOS_HEADER, str(qos)), ("persistent", "true" if qos else "false"))) for qos in range(3))
+
+
 def block_of_publish(qos: int, retain: bool, payload: bytes, properties: p.Properties, now: int | None) -> str:
     """A message's header block (`now` None: a will, whose expiry would count from its CONNECT)."""
+    if not retain and not properties:
+        return _PLAIN[qos]  # most: made once
     pairs = [(QOS_HEADER, str(qos)), ("persistent", "true" if qos else "false")]
     if retain:  # kept for the topic (raftmq.core.retained); an empty one forgets the topic's
         pairs.append((RETAIN, "true" if payload else "clear"))

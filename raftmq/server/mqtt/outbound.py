@@ -115,12 +115,11 @@ class Outbound:
         if subscription is None or topic is None or hidden:
             self._settle_now(effect.ack_id, now)
             return None
-        pairs = pairs_of(effect.message.headers)
+        pairs, published = _read(effect.message.headers)
         if subscription.no_local and self.origin is not None and (ORIGIN, self.origin) in pairs:
             self._settle_now(effect.ack_id, now)  # MQTT 5's no-local: the client's own
             return None
-        published = next((int(v) for n, v in pairs if n == QOS_HEADER and v in ("0", "1", "2")), None)
-        if published is None:  # a STOMP message: at least once where it was sent persistent
+        if published < 0:  # a STOMP message: at least once where it was sent persistent
             published = 1 if effect.message.persistent else 0
         qos = min(subscription.qos, published)
         retain = _retain_flag(pairs, subscription.retain_as_published)
@@ -229,6 +228,22 @@ class Outbound:
             if candidate not in self._in_flight:
                 return candidate
         raise MqttError(r.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", "65,535 deliveries in flight")
+
+
+_READ: dict[str, tuple[tuple[tuple[str, str], ...], int]] = {}  # a message's headers, read once
+
+
+def _read(headers: str) -> tuple[tuple[tuple[str, str], ...], int]:
+    """The header pairs of a delivery's message and the QoS it was published with (-1: not
+    MQTT's). Most messages have the same few header blocks: each is read once (a thousand kept)."""
+    read = _READ.get(headers)
+    if read is None:
+        pairs = pairs_of(headers)
+        published = next((int(v) for n, v in pairs if n == QOS_HEADER and v in ("0", "1", "2")), -1)
+        if len(_READ) >= 1000:
+            _READ.clear()
+        read = _READ[headers] = (pairs, published)
+    return read
 
 
 def _retain_flag(pairs: tuple[tuple[str, str], ...], as_published: bool) -> bool:

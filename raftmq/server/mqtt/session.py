@@ -331,8 +331,9 @@ class MqttSession:
     def receipt(self, receipt_id: str) -> bytes | None:
         """The packet a committed receipt answers: PUBACK, PUBREC, PUBCOMP, SUBACK or UNSUBACK."""
         kind, number = receipt_id[:1], receipt_id[1:]
-        if kind == "p":
-            return encode(p.PubAck(int(number)), self._version)
+        if kind == "p":  # PUBACK, success: the same four bytes in 3.1.1 and 5
+            packet_id = int(number)
+            return bytes((0x40, 2, packet_id >> 8, packet_id & 0xFF))
         if kind == "q":
             return encode(p.PubRec(int(number)), self._version)
         if kind == "r":  # a QoS 2 delivery's PUBREC and its key are on a majority's disk

@@ -55,9 +55,14 @@ class Subscriptions:
         self.subacks: dict[str, p.SubAck] = {}  # by receipt: answered once the Subscribes commit
         self.unsubacks: dict[str, p.UnsubAck] = {}
         self._numbers = itertools.count(1)
+        self._no_local = False
 
     def no_local(self) -> bool:
-        return any(subscription.no_local for subscription in self.filters.values())
+        """Whether a subscription is no-local (its client's publications are then marked)."""
+        return self._no_local
+
+    def _changed(self) -> None:
+        self._no_local = any(subscription.no_local for subscription in self.filters.values())
 
     def resume(self, kept: list[Kept], clean_start: bool, now: int) -> list[Command]:
         """The core subscriptions of what the core kept of the client's session: resumed, or
@@ -79,6 +84,7 @@ class Subscriptions:
             self.durable.add(sub_id)
             commands.append(self._core_subscribe(sub_id, k.destination, k.qos, now, k.name) if k.share is None
                             else self._core_share(sub_id, k.share, k.destination, k.qos, now, k.name))
+        self._changed()
         return commands
 
     def subscribe(self, packet: p.Subscribe, now: int, decisions: list[Decision], commands: list[Command]) -> None:
@@ -128,6 +134,7 @@ class Subscriptions:
                     self.durable.add(subscribe.sub_id)
             subscribes += made
             codes.append(qos)
+        self._changed()
         suback = p.SubAck(packet.packet_id, codes)
         if not subscribes:
             decisions.append(Write(encode(suback, owner.version or p.MQTT_311)))
@@ -172,6 +179,7 @@ class Subscriptions:
             codes.append(r.SUCCESS if subscription is not None else r.NO_SUBSCRIPTION_EXISTED)
             if subscription is not None:
                 commands.extend(self.unsubscribe_commands(subscription, now, drop=True))
+        self._changed()
         receipt = f"u{packet.packet_id}"
         self.unsubacks[receipt] = p.UnsubAck(packet.packet_id, codes)
         commands.append(Noop(self._owner.session_id, now, receipt))  # answered once what came before committed
