@@ -361,7 +361,7 @@ class Broker:
             ops.append(("send", destination, command.headers, body, command.now))
         else:
             headers = command.headers
-            if "mqtt-" in headers:  # (the common SEND: one search of its header text)
+            if "mqtt-once:" in headers or "mqtt-retain:" in headers:  # (most SENDs: two searches of their headers)
                 mqtt_headers = exactly_once.stored_headers(self.state, destination, headers, command.body, command.now)
                 if mqtt_headers is None:  # a QoS 2 publication stored before (raftmq.core.exactly_once)
                     return self._done(command.session, command.receipt)

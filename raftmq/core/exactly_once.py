@@ -27,8 +27,8 @@ _ONCE_ONLY = frozenset({ONCE})
 
 
 def stored_headers(state: BrokerState, destination: str, headers: str, body: object, now: int) -> str | None:
-    """The header block to store for a SEND whose headers name an `mqtt-` header; None when it is
-    a QoS 2 publication stored before (its key still kept): then nothing is stored."""
+    """The header block to store for a SEND whose headers carry `mqtt-once` or `mqtt-retain`; None
+    when it is a QoS 2 publication stored before (its key still kept): then nothing is stored."""
     if "mqtt-once:" in headers:
         key = first(headers, ONCE)
         if key is not None:
