@@ -38,7 +38,7 @@ PEER_SCRIPTS = {"mosquitto": (["start_mosquitto.sh"], ["stop_mosquitto.sh"]),
 def load(url: str, args: argparse.Namespace, out: Path, name: str) -> dict[str, Any]:
     load_args = mqtt_load.parser().parse_args([
         "--url", url, "-p", str(args.publishers), "-c", str(args.subscribers), "--qos", str(args.qos),
-        "--duration", str(args.duration), "--processes", str(args.processes)])
+        "--duration", str(args.duration), "--processes", str(args.processes), *(["--keep"] if args.keep else [])])
     result = mqtt_load.run(load_args)
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     return result
@@ -86,6 +86,7 @@ def main() -> int:
     parser.add_argument("-p", "--publishers", type=int, default=4)
     parser.add_argument("-c", "--subscribers", type=int, default=4)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="subscribers in kept sessions (mqtt_load --keep)")
     parser.add_argument("--peers", default="mosquitto,rabbitmq", help="comma-separated; empty for none")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

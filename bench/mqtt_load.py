@@ -4,7 +4,8 @@ acknowledged and what came back (docs/benchmarks.md, "MQTT").
     .venv/bin/python -m bench.mqtt_load --url 127.0.0.1:1883 [-p 4] [-c 4] [--qos 1] [--size 1024]
         [--duration 30] [--in-flight 100] [--mqtt-version 4] [--processes 2] [--json F]
 
-Publisher i publishes to topic `<prefix>/i` and subscriber i subscribes to it (clean sessions),
+Publisher i publishes to topic `<prefix>/i` and subscriber i subscribes to it (clean sessions, or
+with `--keep` subscribers whose sessions the broker keeps),
 so each message is delivered once: the MQTT counterpart of `raftmq bench`'s queue case. A QoS 1
 publisher keeps `--in-flight` PUBLISHes waiting for their PUBACK. Each payload starts with the
 publisher's number, its sequence number and the send time: a subscriber counts lost (PUBACKed,
@@ -43,11 +44,23 @@ class Peer:
         self.parser = MqttParser(version)
 
     @classmethod
-    async def open(cls, url: str, client_id: str, version: int) -> Peer:
+    async def open(cls, url: str, client_id: str, version: int, keep: bool = False) -> Peer:
+        """Connected; `keep`: a session the broker keeps (3.1.1 clean session 0; MQTT 5 clean
+        start 0 with a session expiry), started afresh."""
         host, port = url.rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         peer = cls(reader, writer, version)
-        peer.send(p.Connect(client_id, version, keep_alive=60))
+        if keep:  # a clean start first: nothing of an earlier run's session comes back
+            peer.send(p.Connect(client_id, version, keep_alive=60))
+            await peer.read()
+            peer.send(p.Disconnect())
+            writer.close()
+            reader, writer = await asyncio.open_connection(host, int(port))
+            peer = cls(reader, writer, version)
+            expiry = {"session_expiry_interval": 3600} if version == 5 else {}
+            peer.send(p.Connect(client_id, version, clean_start=False, keep_alive=60, properties=expiry))
+        else:
+            peer.send(p.Connect(client_id, version, keep_alive=60))
         [connack] = await peer.read()
         if not isinstance(connack, p.Connack) or connack.reason_code:
             raise RuntimeError(f"{url}: CONNECT refused: {connack}")
@@ -108,7 +121,7 @@ async def publisher(index: int, url: str, args: argparse.Namespace, stop_at: flo
 
 async def subscriber(index: int, url: str, args: argparse.Namespace, ready: asyncio.Event, done: asyncio.Event,
                      out: dict[str, Any]) -> None:
-    peer = await Peer.open(url, f"sub-{os.getpid()}-{index}", args.mqtt_version)
+    peer = await Peer.open(url, f"sub-{os.getpid()}-{index}", args.mqtt_version, keep=args.keep)
     peer.send(p.Subscribe(1, [p.Subscription(f"{args.prefix}/{index}", args.qos)]))
     seen: set[int] = out.setdefault("received_by_subscriber", {}).setdefault(index, set())
     latencies: list[float] = []
@@ -216,6 +229,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--mqtt-version", type=int, choices=(4, 5), default=4)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--keep", action="store_true",
+                        help="subscribers in sessions the broker keeps (clean session 0): their QoS 1 messages wait "
+                             "in the broker for each PUBACK")
     parser.add_argument("--prefix", default=f"bench/{os.getpid()}")
     parser.add_argument("--json", type=Path)
     return parser
