@@ -35,6 +35,7 @@ from raftmq.routing.route import INTERNAL_PREFIXES
 from raftmq.security import ADMIN, READ, Principal
 from raftmq.server.admin import console
 from raftmq.server.admin.http import member_connection
+from raftmq.server.mqtt.connection import MqttConnection
 from raftmq.server.node import Node
 from raftmq.server.stomp.connection import Connection
 from raftmq.tls import member_client_tls
@@ -227,7 +228,7 @@ class ManagementApi:
             core = sessions.get(session_id)
             rows.append({
                 "session": session_id,
-                "kind": "client" if isinstance(connection, Connection) else "link",
+                "kind": "client" if isinstance(connection, (Connection, MqttConnection)) else "link",
                 "peer": connection.peer,
                 "login": core.login if core is not None else None,
                 "client_id": core.client_id if core is not None else None,

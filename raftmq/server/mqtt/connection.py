@@ -78,6 +78,7 @@ class MqttConnection(asyncio.Protocol):
         self._acks_scheduled = False  # a persistent session's acknowledgements, proposed once per loop turn
         self._refusal: str | None = None  # why its CONNECT is refused before it is read (too many connections)
         self._relay: MqttRelay | None = None  # a follower's: the connection piped to the leader
+        self.transport_kind = "tcp"  # "tls", "ws" or "wss" (the management API lists it)
 
     # -- ClientConnection ----------------------------------------------------------------------
 
@@ -185,6 +186,8 @@ class MqttConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's does not subclass asyncio's
+        if self.transport_kind == "tcp" and transport.get_extra_info("ssl_object") is not None:
+            self.transport_kind = "tls"
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._last_read = self.host.loop.time()

@@ -48,6 +48,7 @@ class MqttEdge:
         """MQTT over a WebSocket the STOMP port upgraded: the connection becomes an MQTT one."""
         self._host.sessions.pop(replacing.session_id, None)
         connection = self.new_connection()
+        connection.transport_kind = getattr(replacing, "transport_kind", "ws")  # ws, or wss over TLS
         transport.set_protocol(connection)
         connection.connection_made(transport)
 
