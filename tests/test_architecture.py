@@ -238,7 +238,8 @@ IO_FREE = (
     "raftmq.server.stomp.frames", "raftmq.server.stomp.adoption", "raftmq.server.stomp.mobility",
     "raftmq.server.stomp.relay_events", "raftmq.server.stomp.serving", "raftmq.testing.mobility_sim",
     "raftmq.server.websocket.session", "raftmq.server.mqtt.session", "raftmq.server.mqtt.outbound",
-    "raftmq.server.mqtt.kept",
+    "raftmq.server.mqtt.kept", "raftmq.server.mqtt.subscriptions", "raftmq.server.mqtt.headers",
+    "raftmq.server.mqtt.decisions", "raftmq.server.mqtt.aliases",
     "raftmq.replication.command_codec", "raftmq.replication.entry_codec",
 )
 # In a fresh interpreter: import each module named, then print the I/O libraries that got loaded.
