@@ -1,6 +1,6 @@
 """MQTT measured in one sitting: a raftmq group against the peers (docs/benchmarks.md, "MQTT").
 
-    .venv/bin/python -m bench.mqtt_bench [--duration 30] [--qos 1] [--peers mosquitto,rabbitmq] [--out DIR]
+    .venv/bin/python -m bench.mqtt_bench [--duration 30] [--qos 1] [--keep] [--peers mosquitto,rabbitmq] [--out DIR]
 
 Starts a raftmq group of three `raftmq node` processes (bench.node_group, the shipped
 configs/group.toml, each member with an MQTT listener) and drives its leader with
