@@ -19,7 +19,7 @@ from tests.helpers.group_harness import Group, connect_leader
 class Cluster:
     def __init__(self, tmp_path: Path, groups: list[str], size: int = 1, *, links: Any = "mesh",
                  network: list[dict[str, Any]] | None = None, raft: dict[str, Any] | None = None,
-                 **connection: Any) -> None:
+                 mqtt: bool = False, **connection: Any) -> None:
         """One [[cluster_connection]] with `links` and the `connection` keys; or, given
         `network`, [[network_connector]] tables instead: each dict's "to" (a group name, or a
         list of them) becomes its `uri` of those groups' members."""
@@ -27,7 +27,7 @@ class Cluster:
         timings = {"election_timeout_min_ms": 300, **(raft or {})}
         self.groups = {}
         for name in groups:  # free_ports never hands a port out twice: the groups' ports differ
-            self.groups[name] = Group(tmp_path, size, name=name, raft=timings)
+            self.groups[name] = Group(tmp_path, size, name=name, raft=timings, mqtt=mqtt)
         lines = ["[topology]", 'name = "test-cluster"', f'data_dir = "{tmp_path / "state"}"']
         for name in groups:
             lines += ["[[group]]", f'file = "{name}.toml"']
