@@ -58,6 +58,7 @@ class SoloNode:
     client: int
     admin: int
     stderr: Path
+    mqtt: int
 
     @property
     def console(self) -> str:
@@ -67,10 +68,11 @@ class SoloNode:
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SoloNode]:
     """A single in-memory node with an admin port and a low max_delivery_count, killed by pid."""
-    client, admin = processes.free_ports(2)
+    client, admin, mqtt = processes.free_ports(3)
     config = tmp_path / "node.toml"
     config.write_text(
-        f'[node]\nname = "console"\nport = {client}\nadmin = "127.0.0.1:{admin}"\nin_memory = true\n\n'
+        f'[node]\nname = "console"\nport = {client}\nadmin = "127.0.0.1:{admin}"\nmqtt = "127.0.0.1:{mqtt}"\n'
+        f'in_memory = true\n\n'
         f"[core]\nmax_delivery_count = {MAX_DELIVERIES}\nredelivery_delay_ms = 0\n"
     )
     stdout, stderr = tmp_path / "node.out", tmp_path / "node.err"
@@ -78,7 +80,7 @@ def node(tmp_path: Path) -> Iterator[SoloNode]:
                            cwd=tmp_path)
     try:
         processes.wait_for_line(proc, stdout, f"{READY}127.0.0.1:{client}", READY_TIMEOUT, errors=stderr)
-        yield SoloNode(client, admin, stderr)
+        yield SoloNode(client, admin, stderr, mqtt)
     finally:
         processes.kill(proc)
 
@@ -311,3 +313,25 @@ def test_a_draining_group_says_so_and_internal_queues_offer_no_changes(tmp_path:
                 save_screenshot(driver, SCREENSHOT.with_name("console-draining.png"))
     finally:
         cluster.close()  # a paused member too (SIGCONT, then SIGKILL)
+
+
+def test_the_overview_counts_mqtt_clients_and_what_the_group_keeps_for_them(node: SoloNode, tmp_path: Path) -> None:
+    paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
+    wait_until(lambda: api(node, "/api/overview")[0] == 200, "the admin port answers", READY_TIMEOUT)
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="dashboard-probe", protocol=paho.MQTTv311,
+                         clean_session=False)
+    client.connect("127.0.0.1", node.mqtt, keepalive=30)
+    client.loop_start()
+    try:
+        client.subscribe("probe/#", 1)
+        client.publish("probe/state", b"on", qos=1, retain=True).wait_for_publish(10)
+        wanted = "1 connection \u00b7 1 kept session \u00b7 1 retained \u00b7 0 wills"
+        with browser(tmp_path / "browser") as driver:
+            driver.get(node.console)
+            wait_until(lambda: text_of(driver, '#overview-summary [data-field="mqtt"]') == wanted,
+                       f"the overview says {wanted!r}", PAGE_WAIT, driver)
+        overview = api(node, "/api/overview")[1]
+        assert overview["mqtt"]["connections"] == 1 and overview["mqtt"]["kept_sessions"] == 1, overview
+    finally:
+        client.disconnect()
+        client.loop_stop()

@@ -183,6 +183,8 @@ class ManagementApi:
             "expiry_queue": self.node.config.core.expiry_queue,
             "destinations": len(self.destinations(principal)),
             "connections": len(self.node.sessions),
+            # MQTT's: this node's connections, what the group keeps (retained messages, kept sessions, wills)
+            "mqtt": {"connections": status.get("mqtt_connections", 0), **(status["broker"].get("mqtt") or {})},
         }
 
     def destinations(self, principal: Principal) -> list[dict[str, Any]]:

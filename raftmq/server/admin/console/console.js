@@ -266,12 +266,23 @@
 
   // --- panels ---------------------------------------------------------------------------
 
+  // "2 connections · 1 kept session · 3 retained · 0 wills": MQTT's figures in the overview.
+  function mqttLine(mqtt) {
+    const count = (key, one, many) => {
+      const n = Number(mqtt[key] || 0);
+      return n + " " + (n === 1 ? one : many);
+    };
+    return [count("connections", "connection", "connections"), count("kept_sessions", "kept session", "kept sessions"),
+            count("retained", "retained", "retained"), count("wills", "will", "wills")].join(" \u00b7 ");
+  }
+
   function renderOverview(overview) {
     setNote("overview-note", "");
     const summary = $("overview-summary");
     for (const field of ["group", "node", "role", "leader", "term", "destinations", "connections"]) {
       setText(summary.querySelector('[data-field="' + field + '"]'), fmt(overview[field]));
     }
+    setText(summary.querySelector('[data-field="mqtt"]'), mqttLine(overview.mqtt || {}));
     renderDrain(overview.drain, overview.group);
     setText($("title-group"), fmt(overview.group));
     setText($("title-node"), overview.node ? " \u00b7 " + overview.node : "");
