@@ -15,9 +15,7 @@ from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 from paho.mqtt.subscribeoptions import SubscribeOptions  # noqa: E402
 
-from raftmq.config import NodeConfig  # noqa: E402
-from raftmq.embedded import EmbeddedBroker  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_node  # noqa: E402
 from tests.helpers.paho_clients import WAIT, Client  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -25,9 +23,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    mqtt = free_ports(1)[0]
-    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{mqtt}")):
-        yield mqtt
+    yield from mqtt_node()
 
 
 def subscribe(client: Client, topic_filter: str, identifier: int | None = None, no_local: bool = False) -> None:

@@ -13,11 +13,9 @@ import pytest
 
 paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
 
-from raftmq.config import NodeConfig  # noqa: E402
-from raftmq.embedded import EmbeddedBroker  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
 from raftmq.protocol.mqtt import packets as p  # noqa: E402
 from raftmq.protocol.mqtt.codec import MqttParser, encode  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_node  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WAIT = 10.0
@@ -25,9 +23,7 @@ WAIT = 10.0
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    mqtt = free_ports(1)[0]
-    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{mqtt}")):
-        yield mqtt
+    yield from mqtt_node()
 
 
 def subscriber(port: int, topic_filter: str) -> tuple[Any, queue.Queue[Any]]:

@@ -13,11 +13,9 @@ import pytest
 
 pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
 
-from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
 from raftmq.protocol.mqtt import packets as p  # noqa: E402
-from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group, mqtt_node  # noqa: E402
 from tests.helpers.mqtt_raw import RawMqtt  # noqa: E402
 from tests.helpers.paho_clients import publish_all  # noqa: E402
 
@@ -27,9 +25,7 @@ KEEP = {"session_expiry_interval": 0xFFFFFFFF}
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    mqtt = free_ports(1)[0]
-    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{mqtt}")):
-        yield mqtt
+    yield from mqtt_node()
 
 
 def session(port: int, present: bool) -> RawMqtt:

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
-from raftmq.config import NodeConfig  # noqa: E402
 from raftmq.embedded import EmbeddedBroker  # noqa: E402
-from raftmq.processes import free_ports  # noqa: E402
-from tests.helpers.mqtt_groups import mqtt_group  # noqa: E402
+from tests.helpers.mqtt_groups import mqtt_group, mqtt_node  # noqa: E402
 from tests.helpers.paho_clients import WAIT, Client, publish_all  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -24,9 +22,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    mqtt = free_ports(1)[0]
-    with EmbeddedBroker(config=NodeConfig(mqtt=f"127.0.0.1:{mqtt}")):
-        yield mqtt
+    yield from mqtt_node()
 
 
 @pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
