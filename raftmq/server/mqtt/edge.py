@@ -53,20 +53,22 @@ class MqttEdge:
         connection.connection_made(transport)
 
     def relay(self, client: asyncio.Transport, first: bytes, refuse: Callable[[bytes], None]) -> MqttRelay | None:
-        """A follower's relay of a client's connection to the leader; None where there is none
-        (`follower_clients` is `redirect`, or the leader's MQTT address is not known)."""
-        target = self._leader_mqtt()
-        if target is None or self._host.config.follower_clients != "relay":
+        """A follower's relay of a client's connection to the leader (once one is known); None
+        where there is none: `follower_clients` is `redirect`, or the group's members' MQTT
+        addresses are not known here."""
+        if self._host.config.follower_clients != "relay" or not self.peers():
             return None
-        relay = MqttRelay(self._host.loop, client, target, first, self._upstream_tls(), refuse, self.relays.discard)
+        relay = MqttRelay(self._host.loop, client, self._leader_mqtt, first, self._upstream_tls(), refuse,
+                          self.relays.discard)
         self.relays.add(relay)
         return relay
 
     def leader_changed(self) -> None:
-        """Relays to a leader that is no longer this node's leader end: their clients connect again."""
+        """Relays to a leader that is no longer this node's leader end: their clients connect again
+        (a relay still waiting for a leader to be known goes on waiting)."""
         target = self._leader_mqtt()
         for relay in list(self.relays):
-            if relay.target != target:
+            if relay.target is not None and relay.target != target:
                 relay.close()
 
     def _leader_mqtt(self) -> str | None:

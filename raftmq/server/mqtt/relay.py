@@ -9,7 +9,8 @@ its kept session resumes at the new leader. Unlike a STOMP relay (raftmq.server.
 MQTT one does not move: MQTT clients reconnect by design, and their sessions are the core's.
 
 Back-pressure: a side is not read while the other's write buffer is above its high-water mark.
-No leader known, or the leader not reachable within `CONNECT_SECONDS`: the client gets CONNACK
+No leader known yet (an election under way): the relay waits up to `LEADER_WAIT_SECONDS` for one.
+None by then, or the leader not reachable within `CONNECT_SECONDS`: the client gets CONNACK
 "server unavailable", as a follower answered before relays.
 """
 
@@ -28,6 +29,8 @@ from raftmq.tls import pinned
 log = structlog.get_logger("raftmq.server.mqtt")
 
 CONNECT_SECONDS = 1.0  # to open the connection to the leader (TCP, and TLS where the port uses it)
+LEADER_WAIT_SECONDS = 3.0  # for a leader to be known, when none is
+LEADER_LOOK_SECONDS = 0.02
 MAX_EARLY_BYTES = 1 << 20  # what the client may send before the leader's connection is open
 
 
@@ -50,14 +53,16 @@ class _Upstream(asyncio.Protocol):
 
 
 class MqttRelay:
-    """One client connection piped to the leader's MQTT address `target`. `refuse` answers the
-    client when the leader cannot be reached (given what it sent); `ended` is told once it is over."""
+    """One client connection piped to the leader's MQTT address, which `leader` names (None while
+    no leader is known). `refuse` answers the client when the leader cannot be reached (given what
+    it sent); `ended` is told once it is over. `target`: the address relayed to, once chosen."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: asyncio.Transport, target: str, first: bytes,
-                 tls: tuple[ssl.SSLContext, bytes] | None, refuse: Callable[[bytes], None],
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: asyncio.Transport, leader: Callable[[], str | None],
+                 first: bytes, tls: tuple[ssl.SSLContext, bytes] | None, refuse: Callable[[bytes], None],
                  ended: Callable[[MqttRelay], None]) -> None:
         self.client = client
-        self.target = target
+        self._leader = leader
+        self.target: str | None = None
         self._early: list[bytes] | None = [first]
         self._early_bytes = len(first)
         self._upstream: asyncio.Transport | None = None
@@ -67,7 +72,15 @@ class MqttRelay:
         self._task = loop.create_task(self._open(loop, tls))
 
     async def _open(self, loop: asyncio.AbstractEventLoop, tls: tuple[ssl.SSLContext, bytes] | None) -> None:
-        host, port = split_address(self.target)
+        deadline = loop.time() + LEADER_WAIT_SECONDS
+        while (target := self._leader()) is None and loop.time() < deadline:
+            await asyncio.sleep(LEADER_LOOK_SECONDS)
+        if target is None:
+            log.info("mqtt.relay_failed", error="no leader known")
+            self._give_up()
+            return
+        self.target = target
+        host, port = split_address(target)
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
                 transport, _ = await loop.create_connection(
@@ -81,9 +94,7 @@ class MqttRelay:
                     raise ConnectionRefusedError("its certificate is not this group's ([tls] cert_file)")
         except (OSError, TimeoutError) as failed:  # ssl.SSLError is an OSError
             log.info("mqtt.relay_failed", leader=self.target, error=f"{type(failed).__name__}: {failed}")
-            early, self._early = self._early or [], None
-            self._finish()
-            self._refuse(b"".join(early))
+            self._give_up()
             return
         if self._over:
             upstream.close()
@@ -92,6 +103,11 @@ class MqttRelay:
         early, self._early = self._early or [], None
         upstream.writelines(early)
         log.info("mqtt.relayed", leader=self.target)
+
+    def _give_up(self) -> None:
+        early, self._early = self._early or [], None
+        self._finish()
+        self._refuse(b"".join(early))
 
     def forward(self, data: bytes) -> None:
         """What the client sent next."""
