@@ -33,6 +33,10 @@ globalThis.runMqttScenario = async function runMqttScenario(mqtt, url, version) 
     });
     const next = arrivals(client);  // before the CONNACK: a kept session's messages may come right behind it
     client.once('connect', (connack) => resolve({ client, next, present: Boolean(connack.sessionPresent) }));
+    // A client that does not reconnect waits for ever on what it sent before a close: say so.
+    client.on('disconnect', (packet) => step(`${clientId} told to disconnect: ${packet.reasonCode} ${
+      (packet.properties || {}).reasonString || ''}`));
+    client.on('close', () => { if (!client.disconnecting) step(`${clientId} closed by the server`); });
     client.once('error', reject);
   }));
   const sorted = (messages) => messages.map((m) => `${m.topic} ${m.body} qos${m.qos}`).sort().join('|');

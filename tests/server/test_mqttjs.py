@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from raftmq.config import RaftTimings
 from raftmq.embedded import EmbeddedBroker
 from tests.helpers.browser import browser, javascript_errors, wait_until
 from tests.helpers.javascript import JS, installed, serve_files
@@ -42,8 +44,13 @@ def steps(version: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def leader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    """(client port, MQTT port) of a 3-member group's leader."""
+    """(client port, MQTT port) of a 3-member group's leader. Its elections are patient: these
+    tests are about the client's protocol (fail-over is test_mqtt_failover's). On the default
+    timings a loaded CI machine's half-second fsyncs (every member's at once) can stall the
+    followers past the leader's 0.3 s check-quorum: once a publication timed out there, its
+    connection most likely closed by a leader change under a client that does not reconnect."""
     group, mqtt, clients = mqtt_group(tmp_path_factory.mktemp("mqttjs"))
+    group = replace(group, raft=RaftTimings(election_timeout_min_ms=3000, election_timeout_max_ms=4500))
     with EmbeddedBroker(config=group) as running:
         leader = running.wait_for_leader()
         yield clients[leader], mqtt[leader]
