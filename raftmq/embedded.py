@@ -10,10 +10,18 @@
     with EmbeddedBroker(nodes=3) as broker:          # a Raft group of three, in a temp directory
         broker.stop_node(broker.wait_for_leader())   # the clients of broker.url fail over
 
+    with EmbeddedBroker(name="svc", data_dir="svc-data"):   # durable, and in-VM as vm://svc
+        with Client.connect("vm://svc") as client:   # no socket: raftmq.vm
+            client.send("/queue/a", "hello")          # the receipt: on disk
+
 The nodes run on one asyncio event loop in a background thread owned by the broker (each
 Raft member adds pysyncobj's tick thread); every method here is called from any other thread
 and waits for the loop. Every node listens on 127.0.0.1 (STOMP and an admin HTTP port serving
 `/status`, which `raftmq queue stat --admin` reads), on ports picked free at start.
+
+With `name`, the broker also serves in-VM clients of this process (`vm://NAME`, raftmq.vm): the
+same sessions as over its sockets, without them; a sync client of a vm:// URL runs on the
+broker's loop. A group's in-VM connections are served by the member that leads when they open.
 
 One node without `data_dir` keeps everything in memory (`InMemoryLog`). Several nodes, or
 one with a `data_dir`, are a Raft group (`RaftLog`, body journal) whose files go to
@@ -42,9 +50,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.group_file import GroupConfig, GroupMember
+from raftmq import vm
 from raftmq.client.sync import Client
 from raftmq.config import NodeConfig, split_address
-from raftmq.errors import EmbeddedBrokerError
+from raftmq.errors import EmbeddedBrokerError, NoVmBroker
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports
 from raftmq.server.admin.http import AdminServer
@@ -82,6 +91,7 @@ class EmbeddedBroker:
         *,
         admin: bool = True,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        name: str | None = None,
     ) -> None:
         if isinstance(config, GroupConfig):
             if nodes not in (1, len(config.members)):
@@ -91,6 +101,8 @@ class EmbeddedBroker:
         elif nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
         self._requested_nodes = nodes
+        self.name = name
+        self._vm: vm.VmBroker | None = None
         self._config = config
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._admin = admin
@@ -126,6 +138,9 @@ class EmbeddedBroker:
                 self._call(self._start_node(node_id), max(0.1, deadline - time.monotonic()))
             if self._group is not None:
                 self.wait_for_leader(max(0.1, deadline - time.monotonic()))
+            if self.name is not None:
+                assert self._loop is not None
+                self._vm = vm.serve(self.name, self._loop, self._accept_in_vm)
         except BaseException as exc:
             self.stop()
             if isinstance(exc, Exception) and not isinstance(exc, EmbeddedBrokerError):
@@ -141,6 +156,9 @@ class EmbeddedBroker:
                 return
             self._state = "stopped"
             clients, self._clients = self._clients, []
+        if self._vm is not None:
+            vm.unserve(self._vm)  # no new in-VM connection; those open end with the nodes
+            self._vm = None
         for client in clients:
             try:
                 client.close()
@@ -184,7 +202,10 @@ class EmbeddedBroker:
 
     @property
     def url(self) -> str:
-        """A failover URL naming every node: `failover:(stomp://127.0.0.1:P1,...)`."""
+        """A failover URL naming every node: `failover:(stomp://127.0.0.1:P1,...)`; with a
+        `name`, `vm://NAME` (the same broker without a socket)."""
+        if self.name is not None:
+            return f"vm://{self.name}"
         hosts = ",".join(f"stomp://{host}:{port}" for host, port in self.addresses)
         return f"failover:({hosts})"
 
@@ -384,6 +405,19 @@ class EmbeddedBroker:
         loop = asyncio.get_running_loop()
         await loop.shutdown_asyncgens()
         await loop.shutdown_default_executor()
+
+    def _accept_in_vm(self) -> asyncio.Protocol:
+        """(On the loop.) A new in-VM connection: the leader serves it, or any running member
+        (it relays the session to the leader)."""
+        best: tuple[int, Node] | None = None
+        for running in self._running.values():
+            log = running.node.commit_log
+            if log.is_leader and (best is None or log.status().term > best[0]):
+                best = (log.status().term, running.node)
+        if best is None and not self._running:
+            raise NoVmBroker(f"the in-VM broker {self.name!r} has no running node")
+        node = best[1] if best is not None else next(iter(self._running.values())).node
+        return node.accept_in_vm()
 
     async def _leader(self) -> str | None:
         best: tuple[int, str] | None = None

@@ -28,6 +28,7 @@ module::
     ├── ClientError                    raised by raftmq.client
     │   ├── BrokerRefused              the broker answered ERROR
     │   ├── NotStompPort               the address is a raftmq admin or Raft port, or HTTP
+    │   ├── NoVmBroker                 a vm:// URL names no broker running in this process
     │   ├── RedirectLimitExceeded      too many leader redirects
     │   ├── FailoverExhausted          every reconnect attempt failed
     │   ├── SubscriptionEnded          the subscription ended cleanly
@@ -113,6 +114,10 @@ class ClientError(RaftmqError):
 class NotStompPort(ClientError):
     """The address answered as no STOMP port does (a raftmq admin or Raft port, an HTTP server):
     trying it again cannot help."""
+
+
+class NoVmBroker(ClientError):
+    """A `vm://NAME` URL names no in-VM broker running in this process (raftmq.vm)."""
 
 
 class RedirectLimitExceeded(ClientError):

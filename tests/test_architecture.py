@@ -31,6 +31,7 @@ RANKS = {
     # what a web page may make a node do (Host, Origin, tokens): pure, the admin port and WebSocket ask it
     "raftmq.web_guard": 0,
     "raftmq.protocol": 1,
+    "raftmq.vm": 1,  # in-VM connections: the clients dial what an embedded broker serves
     "raftmq.routing": 1,  # cluster connections' pure decisions; the core routes with them
     "raftmq.core": 1,
     "raftmq.passwords": 1,

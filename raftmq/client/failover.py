@@ -97,6 +97,7 @@ class FailoverClient:
         ca_file: str | None = None,
         tls: bool = False,
         websocket_path: str | None = None,
+        in_vm: bool = False,
         resume: bool = True,
     ) -> None:
         """TLS: `ssl_context`, or `ca_file` (the CA that signed the brokers' certificates), or
@@ -117,6 +118,7 @@ class FailoverClient:
             "limits": limits,
             "timeout": self.options.connect_timeout_ms / 1000,
             "websocket_path": websocket_path,  # ws:// addresses: STOMP inside a WebSocket
+            "in_vm": in_vm,  # vm:// addresses: brokers in this process, by name (raftmq.vm)
             "resume": resume,
         }
         self._connector = Connector(
@@ -153,6 +155,7 @@ class FailoverClient:
         target = parse_failover_url(url)
         kwargs.setdefault("tls", target.tls)
         kwargs.setdefault("websocket_path", target.websocket_path)
+        kwargs.setdefault("in_vm", target.in_vm)
         return cls(target.groups, with_overrides(target.options, kwargs), **kwargs)
 
     # -- state ----------------------------------------------------------------------------------

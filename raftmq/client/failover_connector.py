@@ -24,6 +24,7 @@ from raftmq.errors import (
     FailoverExhausted,
     InvalidFailoverUrl,
     NotStompPort,
+    NoVmBroker,
     RedirectLimitExceeded,
 )
 from raftmq.protocol.frame import REDIRECT_HEADER
@@ -177,6 +178,8 @@ class Connector:
             except ClientError as exc:
                 if is_access_refused(exc) or isinstance(exc, NotStompPort):
                     raise  # every node shares the users: wrong credentials stay wrong; so do wrong ports
+                if startup and isinstance(exc, NoVmBroker):
+                    raise  # a name no broker of this process serves (later, one stopped: it may be back)
                 errors.append(exc)
                 self._emit(FailoverEvent("attempt_failed", error=exc, attempt=attempt))
         if not errors:
@@ -201,6 +204,7 @@ class Connector:
         start = known.group if known.group is not None else self._group_policy.select(count)
         failures: list[str] = []
         wrong_ports = 0  # addresses that answered as no STOMP port does (an admin or Raft port)
+        unserved = 0  # vm:// names no broker of this process serves
         for group in rotated(range(count), start):
             for address in self.node_order(group, known):
                 try:
@@ -213,10 +217,13 @@ class Connector:
                         raise
                     failures.append(f"{address}: {exc}")
                     wrong_ports += isinstance(exc, NotStompPort)
+                    unserved += isinstance(exc, NoVmBroker)
                     continue
                 return client, group, landed
         if failures and wrong_ports == len(failures):
             raise NotStompPort("no STOMP port among the addresses: " + "; ".join(failures))
+        if failures and unserved == len(failures):
+            raise NoVmBroker("; ".join(failures))
         raise ClientError("no leader reachable: " + "; ".join(failures))
 
     async def _connect_following_redirects(self, group: int, address: Address) -> tuple[StompClient, Address]:
@@ -224,7 +231,10 @@ class Connector:
         path = [address]
         while True:
             try:
-                client = await connect(target.host, target.port, **self._connect_kwargs)
+                kwargs = self._connect_kwargs
+                if target.port and kwargs.get("in_vm"):  # an in-VM broker's redirect names a TCP address
+                    kwargs = {**kwargs, "in_vm": False}
+                client = await connect(target.host, target.port, **kwargs)
             except BrokerRefused as exc:
                 leader = hinted_leader(exc)
                 if leader is None:

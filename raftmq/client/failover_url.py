@@ -7,6 +7,7 @@ Accepted forms::
     failover:((stomp://a1:1,stomp://a2:2,stomp://a3:3),(stomp://b1:1,stomp://b2:2))?...
     stomp://h1:61613,h2:61613          (a plain host list; `tcp://` and bare HOST:PORT work too)
     failover:(stomp+ssl://h1:61614,stomp+ssl://h2:61614)   (TLS; `ssl://` works too)
+    vm://svc                           (in-VM: the broker `EmbeddedBroker(name="svc")` runs in this process)
 
 TLS is a property of the whole URL (`FailoverTarget.tls`): every member of a group shares its
 `[tls]` table, and a leader named in a redirect is reached the same way. Addresses without a
@@ -38,6 +39,7 @@ from raftmq.errors import InvalidFailoverUrl
 DEFAULT_STOMP_PORT = 61613
 ADDRESS_SCHEMES = ("stomp", "tcp")
 WEBSOCKET_SCHEMES = ("ws", "wss")  # STOMP over WebSocket (wss: with TLS); the address has a path
+VM_SCHEME = "vm"  # an in-VM broker (raftmq.vm): the address is its name, with no port
 
 
 class Address(NamedTuple):
@@ -101,6 +103,7 @@ class FailoverTarget:
     options: FailoverOptions
     tls: bool = False  # a stomp+ssl:// (or ssl://, wss://) URL
     websocket_path: str | None = None  # ws:// or wss:// addresses: STOMP over WebSocket to this path
+    in_vm: bool = False  # vm:// addresses: brokers in this process (raftmq.vm), by name
 
 
 def _parse_ms(value: str) -> float:
@@ -175,16 +178,17 @@ def parse_failover_url(url: str) -> FailoverTarget:
                 raise InvalidFailoverUrl(f"unexpected {rest!r} after the address list in {url!r}")
             options = _parse_query(rest[1:], url) if rest else FailoverOptions()
             return FailoverTarget(_parse_groups(inner, url), options, _uses_tls(inner, url),
-                                  _websocket_path(inner, url))
+                                  _websocket_path(inner, url), _in_vm(inner, url))
         if "?" in body:
             raise InvalidFailoverUrl(f"put the addresses in parentheses to give options: failover:(...)?... in {url!r}")
         return FailoverTarget(_parse_groups(body, url), FailoverOptions(), _uses_tls(body, url),
-                              _websocket_path(body, url))
+                              _websocket_path(body, url), _in_vm(body, url))
     if "?" in text:
         raise InvalidFailoverUrl(f"options need the failover:(...)?... form, in {url!r}")
     if "(" in text or ")" in text:
         raise InvalidFailoverUrl(f"parenthesised groups need the failover: prefix, in {url!r}")
-    return FailoverTarget(_parse_groups(text, url), FailoverOptions(), _uses_tls(text, url), _websocket_path(text, url))
+    return FailoverTarget(_parse_groups(text, url), FailoverOptions(), _uses_tls(text, url), _websocket_path(text, url),
+                          _in_vm(text, url))
 
 
 def _uses_tls(addresses: str, url: str) -> bool:
@@ -198,6 +202,15 @@ def _uses_tls(addresses: str, url: str) -> bool:
     if len(tls) > 1:
         raise InvalidFailoverUrl(f"mixes TLS (stomp+ssl://) and plain (stomp://) addresses: {url!r}")
     return tls == {True}
+
+
+def _in_vm(addresses: str, url: str) -> bool:
+    """Whether the (already validated) addresses are in-VM ones; refuses a mix with others."""
+    kinds = {item.strip("( ").partition("://")[0].lower() == VM_SCHEME
+             for item in addresses.split(",") if "://" in item}
+    if len(kinds) > 1:
+        raise InvalidFailoverUrl(f"mixes in-VM (vm://) and network addresses: {url!r}")
+    return kinds == {True}
 
 
 def _websocket_path(addresses: str, url: str) -> str | None:
@@ -230,10 +243,12 @@ def parse_address(text: str) -> Address:
     rest = raw
     if "://" in raw:
         scheme, rest = raw.split("://", 1)
+        if scheme.lower() == VM_SCHEME:
+            return _vm_address(rest, raw)
         if scheme.lower() not in (*ADDRESS_SCHEMES, *TLS_SCHEMES, *WEBSOCKET_SCHEMES):
             raise InvalidFailoverUrl(
                 f"unsupported scheme {scheme!r} in {raw!r}; use stomp:// or tcp://, stomp+ssl:// or ssl:// for TLS, "
-                "ws:// or wss:// for WebSocket"
+                "ws:// or wss:// for WebSocket, vm:// for a broker in this process"
             )
         if scheme.lower() in WEBSOCKET_SCHEMES and "/" in rest:
             rest = rest[:rest.find("/")]  # the path is the URL's (FailoverTarget.websocket_path)
@@ -261,6 +276,14 @@ def parse_address(text: str) -> Address:
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise InvalidFailoverUrl(f"bad port {port_text!r} in {raw!r}")
     return Address(host, int(port_text))
+
+
+def _vm_address(name: str, raw: str) -> Address:
+    """`vm://NAME`: the in-VM broker's name as the host, port 0."""
+    name = name.rstrip("/")
+    if not name or not all(c.isalnum() or c in "._-" for c in name):
+        raise InvalidFailoverUrl(f"an in-VM broker's name is letters, digits, '.', '-' or '_': {raw!r}")
+    return Address(name, 0)
 
 
 def _matching_paren(text: str, start: int, url: str) -> int:

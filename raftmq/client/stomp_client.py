@@ -460,10 +460,11 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     ca_file: str | None = None,
     websocket_path: str | None = None,
+    in_vm: bool = False,
     resume: bool = True,
 ) -> StompClient:
     """Open a TCP connection and complete the STOMP handshake (inside a WebSocket to
-    `websocket_path` when given: raftmq.client.websocket).
+    `websocket_path` when given: raftmq.client.websocket; `in_vm`: no socket, raftmq.vm).
 
     `version` is the highest STOMP version offered (lower ones are offered too); `vhost` goes
     in the CONNECT `host` header (RabbitMQ wants `/`). `heartbeat` is (can send every ms,
@@ -478,7 +479,7 @@ async def connect(
     client._dial = (context, websocket_path)
     try:
         async with asyncio.timeout(timeout):
-            await dial(client._transport, host, port, context, websocket_path)
+            await dial(client._transport, host, port, context, websocket_path, in_vm)
             await client._handshake(
                 host,
                 login=login,

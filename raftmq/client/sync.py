@@ -8,7 +8,9 @@
 
 The asyncio client runs on an event loop in a background thread owned by this object; every
 method hands a coroutine to that loop and waits for its result. Event listeners added with
-`add_listener` run on that thread and must not block.
+`add_listener` run on that thread and must not block. A `vm://NAME` URL's client runs on the loop
+of the in-VM broker it names instead (raftmq.vm): then nothing but the caller's thread and the
+broker's takes part in a round trip.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import EventListener
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
-from raftmq.client.failover_url import Address
+from raftmq.client.failover_url import Address, parse_failover_url
 from raftmq.client.headers import HeadersArg
 from raftmq.client.subscription import DEFAULT_QUEUE_SIZE
 from raftmq.errors import ClientError, SubscriptionEnded
@@ -53,6 +55,37 @@ class _LoopThread:
             future.cancel()
             raise TimeoutError(f"no result within {timeout} s") from None
 
+    def await_soon(self, start: Callable[[], asyncio.Future[T]], timeout: float | None = None) -> T:
+        """`start()` on the loop, then wait for the future it returns: one hop each way, without
+        a coroutine's task (a receipted send's path)."""
+        if asyncio._get_running_loop() is self.loop:
+            raise RuntimeError("the sync client cannot be called from its own event-loop thread (an event listener?)")
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def settle(done: asyncio.Future[T]) -> None:
+            if done.cancelled():
+                result.cancel()
+            elif (error := done.exception()) is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(done.result())
+
+        def begin() -> None:
+            try:
+                started = start()
+            except BaseException as exc:
+                result.set_exception(exc)
+                return
+            started.add_done_callback(settle)
+
+        if self.loop.is_closed():
+            raise ClientError("the event loop this client ran on has stopped")
+        self.loop.call_soon_threadsafe(begin)
+        try:
+            return result.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no result within {timeout} s") from None
+
     def stop(self) -> None:
         if self.loop.is_closed():
             return
@@ -60,6 +93,44 @@ class _LoopThread:
         self.thread.join(timeout=CLOSE_TIMEOUT)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+class _BorrowedLoop(_LoopThread):
+    """An in-VM broker's loop, which the client runs on and does not own."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:  # (not super's: that would start a loop)
+        self.loop = loop
+        self.thread = None  # type: ignore[assignment]
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            coro.close()
+            raise RuntimeError("the sync client cannot be called from its in-VM broker's event-loop thread")
+        if self.loop.is_closed():
+            coro.close()
+            raise ClientError("the in-VM broker this client ran on has stopped")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no result within {timeout} s") from None
+
+    def stop(self) -> None:
+        pass  # the broker's
+
+
+def _runner_for(url: str) -> _LoopThread:
+    target = parse_failover_url(url)
+    if target.in_vm:
+        from raftmq import vm
+
+        return _BorrowedLoop(vm.served(target.groups[0][0].host).loop)
+    return _LoopThread()
 
 
 class Client:
@@ -75,7 +146,7 @@ class Client:
         """Connect to `url` (any form `parse_failover_url` accepts). Keyword arguments are those
         of `FailoverClient` plus `FailoverOptions` field overrides (e.g.
         `max_reconnect_attempts=3`). Raises `ClientError` if no connection within `timeout`."""
-        runner = _LoopThread()
+        runner = _runner_for(url)
 
         async def build() -> FailoverClient:
             client = FailoverClient.from_url(url, **kwargs)
@@ -139,6 +210,9 @@ class Client:
         if the outcome is unknown (no RECEIPT within `timeout`, the client gave up)."""
         payload = body.encode("utf-8") if isinstance(body, str) else body
         failover = self._failover
+        if receipt and timeout is None and not self._closed:  # the common case, without a task
+            return self._runner.await_soon(
+                lambda: failover.send_nowait(destination, payload, headers, True, transaction=transaction))
 
         async def send() -> Frame | None:
             try:
@@ -197,6 +271,9 @@ class Client:
         self._closed = True
         try:
             self._runner.run(self._failover.close(CLOSE_TIMEOUT), timeout=CLOSE_TIMEOUT + 5)
+        except ClientError:
+            if not self._runner.loop.is_closed():
+                raise  # (an in-VM broker that stopped took the connection with it)
         finally:
             self._runner.stop()
 

@@ -247,9 +247,15 @@ def _ignore(_: object) -> None:
 
 
 async def dial(protocol: StompTransport, host: str, port: int, context: ssl.SSLContext | None,
-               websocket_path: str | None) -> None:
+               websocket_path: str | None, in_vm: bool = False) -> None:
     """Open the connection `protocol` speaks on: TCP, TLS with `context`, and STOMP inside a
-    WebSocket to `websocket_path` when given (raftmq.client.websocket)."""
+    WebSocket to `websocket_path` when given (raftmq.client.websocket); with `in_vm`, no socket:
+    the broker named `host` in this process (raftmq.vm)."""
+    if in_vm:
+        from raftmq import vm
+
+        await vm.dial(host, protocol)
+        return
     loop = asyncio.get_running_loop()
     ws = None
     if websocket_path is not None:

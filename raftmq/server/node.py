@@ -438,6 +438,10 @@ class Node:
         self.succession.stopping = True  # from now on its clients are told it goes, not handed over
         self._relays.farewell()
 
+    def accept_in_vm(self) -> Connection:
+        """The connection of a client in this process (raftmq.vm), served as a socket's."""
+        return self._new_connection()
+
     def _new_connection(self, websocket_only: bool = False) -> Connection:
         session_id = self.new_session_id()
         connection = Connection(self, session_id, websocket_only)

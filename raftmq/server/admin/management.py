@@ -235,7 +235,7 @@ class ManagementApi:
                 "login": core.login if core is not None else None,
                 "client_id": core.client_id if core is not None else None,
                 "version": connection.version,
-                # tcp, tls, ws or wss (a follower's relayed client: how it reached the follower)
+                # tcp, tls, ws, wss or vm (a follower's relayed client: how it reached the follower)
                 "transport": getattr(connection, "transport_kind", "internal"),
                 "since": getattr(connection, "connected_at", None),
                 "subscriptions": len(core.subs) if core is not None else 0,

@@ -61,7 +61,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, host: ConnectionHost, session_id: str, websocket_only: bool = False) -> None:
         self.host = host
         self.session_id = session_id
-        self.transport_kind = "tcp"  # "tls", "ws" or "wss" (the management API lists it)
+        self.transport_kind = "tcp"  # "tls", "ws", "wss" or "vm" (the management API lists it)
         self._websocket_only = websocket_only  # the dedicated WebSocket listener's: no plain STOMP
         self._sniffed = False  # the first bytes said STOMP or WebSocket
         self._websocket: WebSocketTransport | None = None
@@ -165,6 +165,8 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+            if peer[0] == "vm":  # a client in this process (raftmq.vm)
+                self.transport_kind = "vm"
         if transport.get_extra_info("ssl_object") is not None:
             self.transport_kind = "tls"
         self._beats.last_received = self._beats.last_written = self._loop.time()
