@@ -311,7 +311,17 @@ class SyncSubscription:
             except TimeoutError:
                 return None
 
-        return self._client._run(receive())
+        def start() -> asyncio.Future[Delivery | None]:
+            ready = subscription.get_nowait() if subscription.active else None
+            if ready is None:
+                return asyncio.ensure_future(receive())
+            done: asyncio.Future[Delivery | None] = asyncio.get_running_loop().create_future()
+            done.set_result(ready)  # one waiting already: no task
+            return done
+
+        if self._client._closed:
+            raise ClientError("client is closed")
+        return self._client._runner.await_soon(start)
 
     def __iter__(self) -> Iterator[Delivery]:
         """Every message until the subscription ends (blocks while none arrive)."""
