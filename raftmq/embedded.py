@@ -40,22 +40,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.group_file import GroupConfig, GroupMember
+from cluster.network_uris import parse_network
 from raftmq import vm
 from raftmq.client.sync import Client
 from raftmq.config import NodeConfig, split_address
 from raftmq.errors import EmbeddedBrokerError, NoVmBroker
 from raftmq.logs import log_through_stdlib_if_unconfigured
 from raftmq.processes import free_ports
+from raftmq.routing.cluster_connection import ClusterView
 from raftmq.server.admin.http import AdminServer
 from raftmq.server.node import Node
 from raftmq.server.replica.bodies import BodyStore
@@ -66,6 +69,7 @@ DEFAULT_START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0  # a graceful stop of every node (hand-overs and drains are bounded inside)
 LEADER_POLL_SECONDS = 0.02
 LOOPBACK = "127.0.0.1"
+EMBEDDED_FILE = "embedded.json"  # what a named broker with a data directory ran as (`_record`)
 
 
 @dataclass
@@ -81,6 +85,9 @@ class EmbeddedBroker:
     `config`: a `NodeConfig` holds the settings every node shares (limits, core, heart-beats);
     its host, port and name are replaced (loopback, free ports, ids n1..nN). A `GroupConfig`
     is used as it is: its members name every address, `nodes` must be left at 1 or match.
+    `name`: serve in-VM clients as `vm://NAME`. `network`: ActiveMQ network-connector URIs
+    (cluster.network_uris: `multicast://ADDRESS:PORT?group=G` finds the other brokers announcing
+    there, peer to peer); the group is then called `name`, signed with `cluster_password`.
     """
 
     def __init__(
@@ -92,6 +99,8 @@ class EmbeddedBroker:
         admin: bool = True,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         name: str | None = None,
+        network: Sequence[str] = (),
+        cluster_password: str | None = None,
     ) -> None:
         if isinstance(config, GroupConfig):
             if nodes not in (1, len(config.members)):
@@ -100,6 +109,12 @@ class EmbeddedBroker:
                 raise ValueError("a GroupConfig names its own data_dir; do not pass data_dir too")
         elif nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
+        if network and (name is None or data_dir is None or isinstance(config, GroupConfig)):
+            raise ValueError("a broker in a network needs a name (its group's, unique in the network) and a "
+                             "data_dir (what waits for the network is kept there); not a GroupConfig")
+        # multicast:// URIs (cluster.network_uris): checked now, so a bad one fails the constructor
+        self._network = parse_network(network, cluster_password) if network else None
+        self._network_uris = tuple(network)
         self._requested_nodes = nodes
         self.name = name
         self._vm: vm.VmBroker | None = None
@@ -133,6 +148,7 @@ class EmbeddedBroker:
         deadline = time.monotonic() + self.start_timeout
         try:
             self._plan()
+            self._record()
             self._start_loop()
             for node_id in self._node_ids:
                 self._call(self._start_node(node_id), max(0.1, deadline - time.monotonic()))
@@ -297,6 +313,30 @@ class EmbeddedBroker:
         else:
             self._node_ids = ("n1",)
 
+    def _record(self) -> None:
+        """A named broker with a data directory leaves `embedded.json` there: its group, its
+        network URIs and its core settings, so `raftmq audit` replays its journal as it ran."""
+        group = self._group
+        if group is None or self.name is None or self._data_dir is None:
+            return
+        core = group.server.core
+        table: dict[str, Any] = {f.name: getattr(core, f.name) for f in dataclasses.fields(core)
+                                 if f.name not in ("addresses", "cluster")}
+        table["address"] = [dataclasses.asdict(address) for address in core.addresses]
+        record = {"format": 1, "group": group.name, "members": [member.id for member in group.members],
+                  "network": list(self._network_uris), "core": table}
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        (self._data_dir / EMBEDDED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+    def _in_network(self, server: NodeConfig, name: str, members: tuple[GroupMember, ...]) -> NodeConfig:
+        """`server` with the group's place in its network: its connections, where it announces."""
+        if self._network is None:
+            return server
+        view = ClusterView(name, self._network.connections)
+        return dataclasses.replace(server, core=dataclasses.replace(server.core, cluster=view),
+                                   cluster_broadcast=self._network.broadcast,
+                                   cluster_group_clients=tuple(member.client for member in members))
+
     def _generated_group(self, server: NodeConfig) -> GroupConfig:
         if self._data_dir is None:
             self._temp_dir = Path(tempfile.mkdtemp(prefix="raftmq-embedded-"))
@@ -313,7 +353,9 @@ class EmbeddedBroker:
             )
             for i in range(count)
         )
-        return GroupConfig(name="embedded", data_dir=str(data_dir), members=members, server=server)
+        name = self.name or "embedded"
+        return GroupConfig(name=name, data_dir=str(data_dir), members=members,
+                           server=self._in_network(server, name, members))
 
     def _start_loop(self) -> None:
         loop = asyncio.new_event_loop()

@@ -6,39 +6,22 @@ reports what it saw."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.multicast_namespace import loopback_namespace
+
 pytestmark = pytest.mark.integration
-
-
-def run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
 
 
 @pytest.fixture
 def namespace() -> Iterator[str]:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create a network namespace")
-    name = f"rmqdisc{uuid.uuid4().hex[:6]}"
-    made = run("ip", "netns", "add", name)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace: {made.stderr.strip()}")
-    try:
-        for command in (["ip", "link", "set", "lo", "up"], ["ip", "link", "set", "lo", "multicast", "on"],
-                        ["ip", "route", "add", "224.0.0.0/4", "dev", "lo"]):
-            done = run("ip", "netns", "exec", name, *command)
-            assert done.returncode == 0, done.stderr
+    with loopback_namespace("rmqdisc") as name:
         yield name
-    finally:
-        run("ip", "netns", "delete", name)
 
 
 @pytest.mark.parametrize("password", [None, "s3cret"])
