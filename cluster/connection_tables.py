@@ -20,6 +20,10 @@ Artemis's vocabulary in snake_case (docs/cluster.md has every key)::
     cluster_password_env = "RAFTMQ_CLUSTER_PASSWORD"   # or cluster_password = "..."
     tls_ca_file = "ca.pem"        # the groups' client ports use [tls]: bridges verify them with this CA
 
+    [[cluster_connection]]        # instead of groups/links: edges (embedded brokers, raftmq.embedded)
+    name = "edges"                # that no topology lists may open a link to these groups
+    accept_edges = ["hub"]
+
 `parse_cluster_connections` checks every key and names the file and key in its `ConfigError`;
 what it builds (`ClusterConnection`) is in raftmq.routing.cluster_connection.
 """
@@ -49,7 +53,7 @@ _KEYS = (
     "name", "address", "groups", "links", "message_load_balancing", "max_hops", "redistribution_delay_ms",
     "use_duplicate_detection", "retry_interval_ms", "retry_interval_multiplier", "max_retry_interval_ms",
     "reconnect_attempts", "confirmation_window", "cluster_user", "cluster_password", "cluster_password_env",
-    "discovery_group", "tls_ca_file",
+    "discovery_group", "tls_ca_file", "accept_edges",
 )
 
 
@@ -83,7 +87,21 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
     if members is not None and (not isinstance(members, list) or not all(isinstance(g, str) for g in members)):
         table.fail("groups", f"must be a list of group names, got {members!r}")
     found: DiscoveryGroup | None = None
-    if "discovery_group" in raw:
+    hubs: tuple[str, ...] = ()
+    if "accept_edges" in raw:
+        wanted_hubs = raw["accept_edges"]
+        if not (isinstance(wanted_hubs, list) and wanted_hubs and all(isinstance(g, str) for g in wanted_hubs)):
+            table.fail("accept_edges", f"must be a list of group names, got {wanted_hubs!r}")
+        if members is not None or "links" in raw or "discovery_group" in raw:
+            table.fail("accept_edges", "and groups/links/discovery_group are both set: a connection either lists "
+                       "its groups, discovers them or accepts edges")
+        for group in wanted_hubs:
+            if group not in known_groups:
+                table.fail("accept_edges", f"names {group!r}, which is no group of this topology "
+                           f"(groups: {', '.join(known_groups)})")
+        hubs = tuple(sorted(set(wanted_hubs)))
+        links: tuple[tuple[str, str], ...] = ()
+    elif "discovery_group" in raw:
         wanted = table.text("discovery_group", None)
         if wanted not in discovery:
             table.fail("discovery_group", f"names {wanted!r}, which is no [[discovery_group]] of this topology "
@@ -91,7 +109,7 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
         if members is not None or "links" in raw:
             table.fail("discovery_group", "and groups/links are both set: the groups are either listed or discovered")
         found = discovery[wanted or ""]
-        links: tuple[tuple[str, str], ...] = ()
+        links = ()
     else:
         links = _links(table, members, raw.get("links", MESH))
     for a, b in links:
@@ -135,6 +153,7 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
         cluster_password=password,
         tls_ca_file=ca_file,
         discovery=found,
+        edge_hubs=hubs,
     )
 
 

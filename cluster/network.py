@@ -36,7 +36,7 @@ from raftmq.errors import ConfigError
 from raftmq.routing.addresses import AddressFilter
 from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, RetryPolicy
 
-_KEYS = (
+CONNECTOR_KEYS = (
     "group", "name", "uri", "networkTTL", "messageTTL", "consumerTTL", "conduitSubscriptions", "duplex", "dynamicOnly",
     "decreaseNetworkConsumerPriority", "suppressDuplicateQueueSubscriptions", "excludedDestinations",
     "dynamicallyIncludedDestinations", "staticallyIncludedDestinations", "prefetchSize", "initialReconnectDelay",
@@ -44,7 +44,7 @@ _KEYS = (
     "userName", "password", "password_env",
 )
 _SCHEMES = ("stomp", "stomp+nio", "stomp+ssl", "tcp", "nio")
-_ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z+]+)://)?(?P<host>[^:/?]+):(?P<port>\d+)/?$")
+ADDRESS = re.compile(r"^(?:(?P<scheme>[a-z+]+)://)?(?P<host>[^:/?]+):(?P<port>\d+)/?$")
 # Classic replays messages back to a broker whose consumers left only when told to, and its
 # users find messages stuck; raftmq does by default, after the cluster connections' delay.
 DEFAULT_REPLAY_DELAY_MS = 500
@@ -78,7 +78,7 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
     merged: dict[_Options, tuple[str, set[tuple[str, str]], set[tuple[str, str]]]] = {}
     names: set[str] = set(taken)
     for index, entry in enumerate(tables(path, "network_connector", entries)):
-        table = Table(path, f"network_connector[{index}]", entry, _KEYS, "network_connector option")
+        table = Table(path, f"network_connector[{index}]", entry, CONNECTOR_KEYS, "network_connector option")
         group = table.text("group", None)
         if group is None:
             table.fail("group", "is required: the group whose broker declares the connector")
@@ -92,7 +92,7 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
         targets = _targets(table, owner)
         if group in targets:
             table.fail("uri", f"names a member of {group!r} itself")
-        options = _options(table)
+        options = connector_options(table)
         edges = {(group, target) for target in targets}
         if table.flag("duplex", False):
             edges |= {(target, group) for target in targets}
@@ -104,12 +104,12 @@ def parse_network_connectors(path: Path, entries: Any, members: dict[str, tuple[
             merged[options] = (known[0], known[1] | edges, known[2] | openers)
     connections: list[ClusterConnection] = []
     for options, (name, edges, openers) in merged.items():
-        connections.extend(_compile(name, options, edges, openers))
+        connections.extend(compile_connector(name, options, edges, openers))
     _check_shadowing(path, connections)
     return tuple(connections)
 
 
-def _compile(name: str, options: _Options, edges: set[tuple[str, str]],
+def compile_connector(name: str, options: _Options, edges: set[tuple[str, str]],
              openers: set[tuple[str, str]]) -> list[ClusterConnection]:
     links = tuple(sorted({(min(a, b), max(a, b)) for a, b in edges}))
     common: dict[str, Any] = dict(
@@ -163,7 +163,7 @@ def _targets(table: Table, owner: dict[str, str]) -> set[str]:
         items.append(item.rstrip(")"))
     groups: set[str] = set()
     for item in items:
-        match = _ADDRESS.match(item)
+        match = ADDRESS.match(item)
         if match is None or (match["scheme"] is not None and match["scheme"] not in _SCHEMES):
             table.fail("uri", f"has {item!r}, not a broker address (stomp://HOST:PORT; schemes: {', '.join(_SCHEMES)})")
         address = f"{match['host']}:{match['port']}"
@@ -176,7 +176,7 @@ def _targets(table: Table, owner: dict[str, str]) -> set[str]:
     return groups
 
 
-def _options(table: Table) -> _Options:
+def connector_options(table: Table) -> _Options:
     ttl = table.integer("networkTTL", 1, 1)
     initial = table.integer("initialReconnectDelay", 1000, 1)
     maximum = table.integer("maxReconnectDelay", 30_000, 1)

@@ -4,6 +4,9 @@
     multicast://239.255.2.3:6155?group=shop     # peer-to-peer: every broker announcing on that
                                                 # multicast address and port under that group
                                                 # name is a neighbour of every other (a mesh)
+    static:(stomp://hub1:61613,stomp://hub2:61613)?duplex=true&excludedDestinations=queue://audit.>
+                                                # an edge: one link to the group those members
+                                                # make (a hub), opened by this broker only
 
 A `multicast://` URI becomes a cluster connection with discovery, named after its `group`
 (default "default", as Classic's `multicast://default`), and the broadcast group this broker
@@ -13,17 +16,35 @@ announces itself on (raftmq.routing.discovery): the same machinery as a topology
 a second), `refreshTimeout` (default 5000: a broker not heard of for that long is shown down and
 what is routed to it waits for it); `interface`: the local address to send and listen on. A cluster
 password signs the announcements and refuses unsigned ones (a stranger's are ignored).
+
+A `static:(...)` URI lists one group's members (a hub: a group of a topology whose
+`[[cluster_connection]]` says `accept_edges`, docs/topologies.md); it becomes a connection with a
+`Hub` (raftmq.routing.cluster_connection): this broker opens the link's only connection, learns the
+hub's name there, sends its messages to the hub's consumers and, with `duplex=true`, takes the
+hub's messages for its own consumers. The options are those of a `[[network_connector]]`
+(cluster.network, docs/cluster.md), in the query: `duplex`, `networkTTL`, `messageTTL`,
+`consumerTTL`, `conduitSubscriptions`, `dynamicOnly`, `decreaseNetworkConsumerPriority`,
+`excludedDestinations`, `dynamicallyIncludedDestinations`, `staticallyIncludedDestinations`
+(comma-separated lists), `prefetchSize`, `initialReconnectDelay`, `maxReconnectDelay`,
+`useExponentialBackOff`, `backOffMultiplier`, `replayWhenNoConsumers`, `replayDelay`, `userName`
+and `password_env`; the password is the broker's `cluster_password`, never in the URI.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
 
+from cluster.network import ADDRESS, CONNECTOR_KEYS, compile_connector, connector_options
+from cluster.table import Table
 from raftmq.errors import ConfigError
-from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection
+from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, Hub
 from raftmq.routing.discovery import BroadcastGroup, DiscoveryGroup
 
 DEFAULT_BROADCAST_PERIOD_MS = 500
@@ -39,8 +60,9 @@ class EmbeddedNetwork:
     broadcast: tuple[BroadcastGroup, ...] = ()
 
 
-def parse_network(uris: Sequence[str], password: str | None = None) -> EmbeddedNetwork:
-    """The network `uris` describe; `ConfigError` naming the URI and what is wrong with it."""
+def parse_network(uris: Sequence[str], password: str | None = None, group: str = "embedded") -> EmbeddedNetwork:
+    """The network `uris` of the broker whose group is `group` describe; `ConfigError` naming
+    the URI and what is wrong with it."""
     if isinstance(uris, str):
         raise ConfigError(f"network: a list of URIs, not one string: [{uris!r}]")
     connections: list[ClusterConnection] = []
@@ -48,13 +70,16 @@ def parse_network(uris: Sequence[str], password: str | None = None) -> EmbeddedN
     for uri in uris:
         scheme = uri.partition(":")[0].lower()
         if scheme == "multicast":
-            connection, group = _multicast(uri, password)
+            connection, announced = _multicast(uri, password)
             if any(c.name == connection.name for c in connections):
                 raise ConfigError(f"network: two multicast URIs with group {connection.name!r}")
             connections.append(connection)
-            broadcast.append(group)
+            broadcast.append(announced)
+        elif scheme == "static":
+            connections.extend(_static(uri, password, group, f"{group}-network-{len(connections)}"))
         else:
-            raise ConfigError(f"network: {uri!r}: expected multicast://ADDRESS:PORT (peer-to-peer discovery)")
+            raise ConfigError(f"network: {uri!r}: expected multicast://ADDRESS:PORT (peer-to-peer discovery) or "
+                              "static:(stomp://HOST:PORT,...) (a hub's members)")
     return EmbeddedNetwork(tuple(connections), tuple(broadcast))
 
 
@@ -97,3 +122,61 @@ def _ms(uri: str, options: dict[str, str], key: str, default: int) -> int:
     if not text.isdigit() or int(text) < 10:
         raise ConfigError(f"network: {uri!r}: {key} must be a whole number of ms, at least 10, got {text!r}")
     return int(text)
+
+
+_LISTS = ("excludedDestinations", "dynamicallyIncludedDestinations", "staticallyIncludedDestinations")
+_STATIC = re.compile(r"^static:\((?P<addresses>[^()]*)\)(?:\?(?P<query>.*))?$", re.IGNORECASE)
+
+
+class _UriTable(Table):
+    """A URI's query read as a `[[network_connector]]` table: errors name the URI."""
+
+    def __init__(self, uri: str, raw: dict[str, Any]) -> None:
+        self.uri = uri
+        keys = tuple(k for k in CONNECTOR_KEYS if k not in ("group", "name", "uri"))
+        super().__init__(Path("network"), uri, raw, keys, "static: URI option")
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise ConfigError(f"network: {self.uri!r}: {key} {problem}")
+
+
+def _static(uri: str, password: str | None, group: str, name: str) -> list[ClusterConnection]:
+    match = _STATIC.match(uri.strip())
+    if match is None:
+        raise ConfigError(f"network: {uri!r}: expected static:(stomp://HOST:PORT,...) with options after a '?'")
+    addresses = []
+    for item in match["addresses"].split(","):
+        found = ADDRESS.match(item.strip())
+        if found is None or (found["scheme"] is not None and found["scheme"] not in ("stomp", "tcp", "nio")):
+            raise ConfigError(f"network: {uri!r}: {item.strip()!r} is not a hub member's address "
+                              "(stomp://HOST:PORT; tcp:// and nio:// work too)")
+        addresses.append(f"{found['host']}:{found['port']}")
+    raw: dict[str, Any] = {}
+    for key, value in parse_qsl(match["query"] or "", keep_blank_values=True):
+        if key == "password":
+            raise ConfigError(f"network: {uri!r}: password: pass it as the broker's cluster_password, "
+                              "never in a URI (or password_env)")
+        raw[key] = _typed(key, value)
+    if password is not None and "userName" in raw and "password_env" not in raw:
+        raw["password"] = password
+    table = _UriTable(uri, raw)
+    options = connector_options(table)
+    duplex = table.flag("duplex", False)
+    compiled = compile_connector(name, options, set(), set())
+    hub = Hub(group, tuple(addresses), duplex)
+    return [dataclasses.replace(connection, links=(), forwards=None, openers=None, hub=hub)
+            for connection in compiled]
+
+
+def _typed(key: str, value: str) -> Any:
+    """A query value as the TOML table would hold it."""
+    if key in _LISTS:
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if value in ("true", "false"):
+        return value == "true"
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        return float(value)
+    except ValueError:
+        return value

@@ -100,6 +100,8 @@ class NodeConfig:
     # Where the leader announces its group (cluster.discovery_tables).
     cluster_broadcast: tuple[BroadcastGroup, ...] = ()
     cluster_group_clients: tuple[str, ...] = ()  # this group's members' STOMP addresses, as announced
+    # An edge's (raftmq.embedded): where it keeps the names of the hubs it learned. Not a TOML key.
+    cluster_hubs_file: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
     # Users, ACL and TLS: top-level [security], [[user]], [[acl]], [tls] tables (raftmq.security_config).
     security: SecurityConfig = field(default_factory=SecurityConfig)

@@ -86,8 +86,10 @@ class EmbeddedBroker:
     its host, port and name are replaced (loopback, free ports, ids n1..nN). A `GroupConfig`
     is used as it is: its members name every address, `nodes` must be left at 1 or match.
     `name`: serve in-VM clients as `vm://NAME`. `network`: ActiveMQ network-connector URIs
-    (cluster.network_uris: `multicast://ADDRESS:PORT?group=G` finds the other brokers announcing
-    there, peer to peer); the group is then called `name`, signed with `cluster_password`.
+    (cluster.network_uris): `static:(stomp://HUB:PORT,...)?duplex=true` links it to a hub as an
+    edge, `multicast://ADDRESS:PORT?group=G` finds the other brokers announcing there, peer to
+    peer; the group is then called `name`; `cluster_password` signs the announcements and is the
+    password of a static URI's `userName`.
     """
 
     def __init__(
@@ -113,7 +115,7 @@ class EmbeddedBroker:
             raise ValueError("a broker in a network needs a name (its group's, unique in the network) and a "
                              "data_dir (what waits for the network is kept there); not a GroupConfig")
         # multicast:// URIs (cluster.network_uris): checked now, so a bad one fails the constructor
-        self._network = parse_network(network, cluster_password) if network else None
+        self._network = parse_network(network, cluster_password, name or "") if network else None
         self._network_uris = tuple(network)
         self._requested_nodes = nodes
         self.name = name
@@ -335,7 +337,8 @@ class EmbeddedBroker:
         view = ClusterView(name, self._network.connections)
         return dataclasses.replace(server, core=dataclasses.replace(server.core, cluster=view),
                                    cluster_broadcast=self._network.broadcast,
-                                   cluster_group_clients=tuple(member.client for member in members))
+                                   cluster_group_clients=tuple(member.client for member in members),
+                                   cluster_hubs_file=str(self._data_dir / "hubs.json") if self._data_dir else None)
 
     def _generated_group(self, server: NodeConfig) -> GroupConfig:
         if self._data_dir is None:

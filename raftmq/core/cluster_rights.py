@@ -40,7 +40,7 @@ def may_pull(config: CoreConfig, routing: ClusterRouting | None, session: Sessio
     neighbour = destination[len(SF_PREFIX):] if destination.startswith(SF_PREFIX) else None
     view = routing.view if routing is not None else None
     if (view is None or neighbour is None
-            or not (neighbour in view.neighbours or (view.discovery and neighbour != view.group))):
+            or not (neighbour in view.neighbours or (view.dynamic and neighbour != view.group))):
         return f"{destination!r}: $.raftmq. names belong to the cluster's bridges"
     if not cluster_login(config, session):
         return f"{destination!r} is pulled by the cluster user only"

@@ -30,6 +30,9 @@ ADOPTED_HEADER = "raftmq.adopted"
 # On MESSAGE and CONNECTED: the Raft term of the leader that wrote the frame (raftmq.client.terms
 # drops a MESSAGE from a deposed leader by it).
 TERM_HEADER = "raftmq-term"
+# On CONNECTED from a node in a cluster of groups: its group's name (an embedded broker's link
+# to a hub learns the hub's name so: raftmq.server.links.hub_links).
+GROUP_HEADER = "raftmq-group"
 
 
 # Compiled (raftmq.compiled), so the clients' own frames (a failover Delivery) are Python subclasses.

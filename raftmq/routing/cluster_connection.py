@@ -39,6 +39,19 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Hub:
+    """An edge's link to a hub (an embedded broker's `static:(...)` network connector,
+    cluster.network_uris): the edge group opens one connection to the group at `addresses`,
+    learns its name on connecting (raftmq.server.links.hub_links), pushes its messages there and
+    pulls the hub's traffic back on that connection; with `duplex` the hub's messages may come
+    to the edge's consumers (the edge advertises them), else none do."""
+
+    edge: str  # the group that opens the link (the embedded broker's)
+    addresses: tuple[str, ...]  # "host:port" of the hub's members' STOMP listeners
+    duplex: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConnection:
     name: str
     links: tuple[tuple[str, str], ...]  # undirected, each pair in name order, sorted
@@ -68,6 +81,11 @@ class ClusterConnection:
     prefer_local: bool = False  # ON_DEMAND: the nearest groups with a consumer only
     dynamic_only: bool = False  # inactive durable subscriptions are not advertised
     static: bool = False  # queues: downstream neighbours take messages without a consumer
+    # Edges and hubs, groups that find each other at run time like discovered ones: on an
+    # edge, its link to a hub (`links` empty); on a hub, `edge_hubs`: the groups of this topology
+    # that accept edges, groups it lists nowhere that open a link to them (embedded brokers).
+    hub: Hub | None = None
+    edge_hubs: tuple[str, ...] = ()
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -80,6 +98,10 @@ class ClusterConnection:
     def forwards_to(self, source: str, target: str) -> bool:
         """Whether messages of `source` may go to its neighbour `target` (and so `target`
         advertises its bindings to `source`)."""
+        if self.hub is not None:
+            return source != target and (source == self.hub.edge or (self.hub.duplex and target == self.hub.edge))
+        if self.edge_hubs:
+            return source != target and (source in self.edge_hubs or target in self.edge_hubs)
         if self.discovery is not None:
             return source != target
         if self.forwards is None:
@@ -88,11 +110,20 @@ class ClusterConnection:
 
     def opens(self, group: str, neighbour: str) -> bool:
         """Whether `group` opens a connection to its neighbour `neighbour`."""
+        if self.hub is not None:
+            return group == self.hub.edge and neighbour != group
+        if self.edge_hubs:
+            return neighbour in self.edge_hubs and group not in self.edge_hubs
         if self.discovery is not None:
             return group != neighbour
         if self.openers is None:
             return (min(group, neighbour), max(group, neighbour)) in self.links
         return (group, neighbour) in self.openers
+
+    @property
+    def found_at_run_time(self) -> bool:
+        """Its groups are not listed: discovered, an edge's hub, or a hub's edges."""
+        return self.discovery is not None or self.hub is not None or bool(self.edge_hubs)
 
     @property
     def advert_hops(self) -> int:
@@ -134,13 +165,27 @@ class ClusterView:
 
     @property
     def discovery(self) -> tuple[ClusterConnection, ...]:
-        """The connections whose groups are found at run time."""
+        """The connections whose groups are found by discovery."""
         return tuple(c for c in self.connections if c.discovery is not None)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether some of its neighbours are found at run time (discovered, a hub, edges)."""
+        return any(c.found_at_run_time for c in self.connections)
+
+    @property
+    def hubs(self) -> tuple[ClusterConnection, ...]:
+        """This edge's links to hubs."""
+        return tuple(c for c in self.connections if c.hub is not None and c.hub.edge == self.group)
+
+    @property
+    def accepts_edges(self) -> bool:
+        return any(self.group in c.edge_hubs for c in self.connections)
 
     def accepts(self, sender: str) -> bool:
         """Whether an advert from group `sender` is taken: one this group forwards to, or any
-        other group under a connection with discovery."""
-        return sender in self.downstream or (sender != self.group and bool(self.discovery))
+        other group under a connection whose groups are found at run time."""
+        return sender in self.downstream or (sender != self.group and self.dynamic)
 
     def opens(self, neighbour: str) -> bool:
         """Whether this group opens a connection to `neighbour` (its bridge pushes)."""
@@ -179,6 +224,7 @@ class PeerGroup:
 
 def cluster_view(group: str, connections: tuple[ClusterConnection, ...]) -> ClusterView | None:
     """`group`'s view, or None when no connection links it to another group (one with
-    discovery counts: it may find some)."""
-    mine = tuple(c for c in connections if c.neighbours(group) or c.discovery is not None)
+    discovery, an edge's hub or a hub's edges count: it may find some)."""
+    mine = tuple(c for c in connections if c.neighbours(group) or c.discovery is not None
+                 or (c.hub is not None and c.hub.edge == group) or group in c.edge_hubs)
     return ClusterView(group, mine) if mine else None

@@ -37,6 +37,7 @@ from raftmq.server.links.bridge_session import BridgeSession
 from raftmq.server.links.cluster_events import ClusterEvents
 from raftmq.server.links.discovery import Announcer, DiscoveredLinks
 from raftmq.server.links.forward_first import ForwardFirst
+from raftmq.server.links.hub_links import EdgeLinks, HubLink
 from raftmq.server.mqtt.edge import MqttEdge
 from raftmq.server.node_status import cluster_status, node_status
 from raftmq.server.rates import IDLE_SAMPLE_SECONDS, SAMPLE_SECONDS, RateSampler
@@ -116,6 +117,11 @@ class Node:
         if cluster is not None:
             for connection in cluster.discovery:  # their bridges join self.bridges as groups are found
                 self.add_leader_service(DiscoveredLinks(self, cluster.group, connection, self.bridges))
+            hubs_file = config.cluster_hubs_file
+            for connection in cluster.hubs:  # an edge's (embedded broker's) links to its hubs
+                self.add_leader_service(HubLink(self, cluster.group, connection, self.bridges, hubs_file))
+            if cluster.accepts_edges:  # a hub's passive links to the edges that show themselves
+                self.add_leader_service(EdgeLinks(self, cluster, self.bridges))
             if cluster.discovery and config.cluster_broadcast:
                 self.add_leader_service(Announcer(cluster.group, config.cluster_group_clients, config.cluster_broadcast,
                                                   cluster.discovery))

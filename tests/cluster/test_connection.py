@@ -140,3 +140,20 @@ def test_a_node_started_with_a_topology_joins_its_cluster() -> None:
     other = topology_path.parent / "chain-g2.toml"
     with pytest.raises(ConfigError, match="not"):
         with_cluster(load_group_config(other), other, topology_path)
+
+
+def test_a_connection_accepting_edges() -> None:
+    def edges(**entry: Any) -> ClusterConnection:
+        (connection,) = parse_cluster_connections(PATH, [{"name": "edges", **entry}], GROUPS)
+        return connection
+
+    connection = edges(accept_edges=["g1"])
+    assert connection.edge_hubs == ("g1",) and connection.links == ()
+    view = cluster_view("g1", (connection,))
+    assert view is not None and view.accepts_edges and view.accepts("svc")
+    assert cluster_view("g2", (connection,)) is None
+    for entry, problem in (({"accept_edges": ["g9"]}, "names 'g9', which is no group"),
+                           ({"accept_edges": "g1"}, "must be a list of group names"),
+                           ({"accept_edges": ["g1"], "groups": ["g1", "g2"]}, "groups/links/discovery_group")):
+        with pytest.raises(ConfigError, match=problem):
+            edges(**entry)

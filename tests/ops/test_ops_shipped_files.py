@@ -15,7 +15,8 @@ from raftmq.config import NodeConfig, load_node_config
 
 REPO = Path(__file__).resolve().parents[2]
 # NodeConfig fields that are no key of [node]: tables of their own, or filled from a topology.
-NOT_NODE_KEYS = {"limits", "core", "security", "cluster_peers", "cluster_broadcast", "cluster_group_clients"}
+NOT_NODE_KEYS = {"limits", "core", "security", "cluster_peers", "cluster_broadcast", "cluster_group_clients",
+                 "cluster_hubs_file"}
 
 
 def test_configs_node_toml_names_every_node_key() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from raftmq.core.effects import BrowseEnd, Deliver
 from raftmq.errors import ProtocolError
 from raftmq.protocol.codec import encode_frame
-from raftmq.protocol.frame import TERM_HEADER, Frame
+from raftmq.protocol.frame import GROUP_HEADER, TERM_HEADER, Frame
 from raftmq.protocol.header_block import pairs_of
 
 # Headers the server sets on MESSAGE; a stored user header of the same name is not copied,
@@ -197,7 +197,8 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:500] or "error"
 
 
-def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, server: str, term: int = 0) -> bytes:
+def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, server: str, term: int = 0,
+                    group: str | None = None) -> bytes:
     headers = [
         ("version", version),
         ("heart-beat", f"{heart_beat[0]},{heart_beat[1]}"),
@@ -206,4 +207,6 @@ def connected_frame(version: str, heart_beat: tuple[int, int], session_id: str, 
     ]
     if term:
         headers.append((TERM_HEADER, str(term)))
+    if group is not None:
+        headers.append((GROUP_HEADER, group))
     return encode_frame(Frame("CONNECTED", headers), version)

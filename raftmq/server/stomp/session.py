@@ -197,7 +197,9 @@ class StompSession:
         self._connected_sent = True
         config = self.host.config
         offer = (config.heartbeat_send_ms, config.heartbeat_receive_ms)
-        frame = connected_frame(self.version, offer, self.session_id, SERVER_HEADER, term)
+        view = config.core.cluster  # in a cluster of groups, the group's name too (GROUP_HEADER)
+        frame = connected_frame(self.version, offer, self.session_id, SERVER_HEADER, term,
+                                view.group if view is not None else None)
         if self.state != SessionState.CONNECTING:
             return frame, False
         self.state = SessionState.OPEN
@@ -347,7 +349,8 @@ class StompSession:
         if view is None:
             return FrameTranslator(self.session_id, version, client_id, frozenset(), None, self.cluster_connection)
         pullable = frozenset(sf_queue(n) for n in view.neighbours if view.pulled_by(n))
-        return FrameTranslator(self.session_id, version, client_id, pullable, view.group, self.cluster_connection)
+        return FrameTranslator(self.session_id, version, client_id, pullable, view.group, self.cluster_connection,
+                               view.accepts_edges)
 
     def _accept(self, pending: _PendingConnect, principal: Principal | None, now_ms: int) -> list[Decision]:
         frame = pending.frame

@@ -36,7 +36,7 @@ from raftmq.core.temporary import TEMP_QUEUE, TEMP_TOPIC, is_temp_alias, private
 from raftmq.errors import ProtocolError, SelectorError
 from raftmq.protocol.frame import Frame
 from raftmq.protocol.header_block import block_of, first, first_of, key, pairs_of, user_block
-from raftmq.routing.route import CONTROL_DESTINATION, HEADER_PREFIX, RESENT_HEADER, is_internal
+from raftmq.routing.route import CONTROL_DESTINATION, HEADER_PREFIX, RESENT_HEADER, SF_PREFIX, is_internal
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
@@ -96,12 +96,12 @@ class FrameTranslator:
     them (the negotiated version, the client id, open transactions, live subscription ids)."""
 
     __slots__ = (
-        "_table", "bridge", "browsers", "client_id", "group", "pullable", "session_id", "subscriptions",
+        "_table", "bridge", "browsers", "client_id", "edges", "group", "pullable", "session_id", "subscriptions",
         "transactions", "version",
     )
 
     def __init__(self, session_id: str, version: str, client_id: str | None, pullable: frozenset[str] = frozenset(),
-                 group: str | None = None, bridge: bool = False) -> None:
+                 group: str | None = None, bridge: bool = False, edges: bool = False) -> None:
         self.session_id = session_id
         # a cluster connection (a neighbour's bridge, the drain tool): its SENDs may carry the
         # cluster's own `_raftmq_` headers, which the core acts on; anyone else's may not
@@ -109,6 +109,9 @@ class FrameTranslator:
         self.group = group  # in a cluster of groups, this one's: temporary destinations name it
         # store-and-forward queues a neighbour's bridge pulls (raftmq.server.links.passive_link)
         self.pullable = pullable
+        # this group accepts edges (embedded brokers it lists nowhere): any other group's
+        # store-and-forward queue may be an edge's to pull (the core checks who asks)
+        self.edges = edges
         self.version = version
         self.client_id = client_id
         self.transactions: set[str] = set()
@@ -177,9 +180,13 @@ class FrameTranslator:
             return private_name(destination, self.session_id, self.group)
         return destination
 
+    def _edge_pulls(self, destination: str) -> bool:
+        return (self.edges and destination.startswith(SF_PREFIX) and len(destination) > len(SF_PREFIX)
+                and destination != SF_PREFIX + (self.group or ""))
+
     def _subscribe(self, frame: Frame, now: int) -> Command:
         destination = check_destination(self._private(frame.get("destination")), "SUBSCRIBE")
-        if is_internal(destination) and destination not in self.pullable:
+        if is_internal(destination) and destination not in self.pullable and not self._edge_pulls(destination):
             raise ProtocolError("reserved destination",
                                 f"{destination!r}: $.raftmq. names belong to the cluster's bridges")
         sub_id = frame.get("id")

@@ -1,0 +1,142 @@
+"""An embedded broker in the network (ActiveMQ's "embedded brokers" topology): a service's own
+durable broker linked to a hub by a Classic network connector URI (`static:(...)`), the hub a
+group whose topology accepts edges and lists the service nowhere. In one process here (the
+real-process test with a cut network and kill -9 is tests/embedded/test_edge_processes.py):
+messages go both ways with `duplex`, one way without; while the hub is away the service gets
+its receipts from its own broker and what waited moves, exactly once, when the hub is back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.group_file import GroupConfig, GroupMember
+from raftmq.client.sync import Client
+from raftmq.config import NodeConfig
+from raftmq.core.config import CoreConfig
+from raftmq.embedded import EmbeddedBroker
+from raftmq.processes import free_ports
+from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 20.0
+
+
+def hub_group(data: Path) -> GroupConfig:
+    """A group of one that accepts edges, as a topology's `accept_edges` makes it."""
+    client, raft, admin = free_ports(3)
+    view = ClusterView("hub", (ClusterConnection(name="edges", links=(), edge_hubs=("hub",)),))
+    member = GroupMember(id="h1", client=f"127.0.0.1:{client}", raft=f"127.0.0.1:{raft}", admin=f"127.0.0.1:{admin}")
+    return GroupConfig(name="hub", data_dir=str(data), members=(member,),
+                       server=NodeConfig(core=CoreConfig(cluster=view)))
+
+
+@pytest.fixture
+def hub_config(tmp_path: Path) -> GroupConfig:
+    return hub_group(tmp_path / "hub")
+
+
+@pytest.fixture
+def hub(hub_config: GroupConfig) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(config=hub_config) as running:
+        yield running
+
+
+def collect(subscription: Any, count: int, timeout: float = TIMEOUT) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        message = subscription.receive(0.2)
+        if message is not None:
+            got.append(message.body.decode())
+            subscription.ack(message)
+    return got
+
+
+def link_state(broker: EmbeddedBroker) -> dict[str, Any]:
+    links = broker.status().get("cluster", {}).get("links", [])
+    return {link["to"]: link for link in links}
+
+
+def test_a_duplex_edge_sends_to_the_hub_and_receives_from_it(hub: EmbeddedBroker, tmp_path: Path) -> None:
+    hub_address = hub.addresses[0]
+    uri = f"static:(stomp://{hub_address[0]}:{hub_address[1]})?duplex=true"
+    with EmbeddedBroker(name="svc", data_dir=tmp_path / "svc", network=[uri]) as edge, \
+            Client.connect(hub.url) as at_hub, Client.connect("vm://svc") as in_service:
+        orders = at_hub.subscribe("/queue/orders", ack="client-individual")
+        replies = in_service.subscribe("/queue/replies.svc", ack="client-individual")
+        deadline = time.monotonic() + TIMEOUT
+        while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert link_state(edge)["hub"]["state"] == "connected"
+        for number in range(100):
+            in_service.send("/queue/orders", f"order-{number}")
+        assert sorted(collect(orders, 100)) == sorted(f"order-{n}" for n in range(100))
+        for number in range(50):
+            at_hub.send("/queue/replies.svc", f"reply-{number}")
+        assert sorted(collect(replies, 50)) == sorted(f"reply-{n}" for n in range(50))
+        assert collect(orders, 1, timeout=1) == [] and collect(replies, 1, timeout=1) == []  # once each
+        hub_links = link_state(hub)
+        assert hub_links["svc"]["opened_by"] == "svc" and hub_links["svc"]["state"] == "connected"
+
+
+def test_without_duplex_the_hubs_messages_stay_at_the_hub(hub: EmbeddedBroker, tmp_path: Path) -> None:
+    hub_address = hub.addresses[0]
+    uri = f"static:(stomp://{hub_address[0]}:{hub_address[1]})"
+    with EmbeddedBroker(name="oneway", data_dir=tmp_path / "oneway", network=[uri]) as edge, \
+            Client.connect(hub.url) as at_hub, Client.connect("vm://oneway") as in_service:
+        orders = at_hub.subscribe("/queue/orders", ack="client-individual")
+        replies = in_service.subscribe("/queue/replies.oneway", ack="client-individual")
+        deadline = time.monotonic() + TIMEOUT
+        while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        in_service.send("/queue/orders", "one way")
+        assert collect(orders, 1) == ["one way"]
+        at_hub.send("/queue/replies.oneway", "stays")
+        assert collect(replies, 1, timeout=3) == []
+
+
+def test_while_the_hub_is_away_the_service_publishes_and_what_waited_moves_once(
+        hub_config: GroupConfig, tmp_path: Path) -> None:
+    hub = EmbeddedBroker(config=hub_config).start()
+    host, port = hub.addresses[0]
+    uri = f"static:(stomp://{host}:{port})?duplex=true&initialReconnectDelay=100&maxReconnectDelay=500"
+    try:
+        with EmbeddedBroker(name="svc", data_dir=tmp_path / "svc", network=[uri]) as edge, \
+                Client.connect("vm://svc") as in_service:
+            with Client.connect(hub.url) as at_hub:
+                early = at_hub.subscribe("/queue/orders", ack="client-individual")  # the service learns of it
+                deadline = time.monotonic() + TIMEOUT
+                while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                in_service.send("/queue/orders", "before")
+                assert collect(early, 1) == ["before"]
+            hub.stop()
+            started = time.monotonic()
+            for number in range(200):  # each receipted by the service's own broker
+                in_service.send("/queue/orders", f"away-{number}", timeout=5)
+            assert time.monotonic() - started < 10
+            assert link_state(edge)["hub"]["state"] != "connected"
+            hub = EmbeddedBroker(config=hub_config).start()
+            with Client.connect(hub.url) as at_hub:
+                orders = at_hub.subscribe("/queue/orders", ack="client-individual")
+                assert sorted(collect(orders, 200, timeout=30)) == sorted(f"away-{n}" for n in range(200))
+                assert collect(orders, 1, timeout=2) == []
+    finally:
+        hub.stop()
+
+
+def test_a_hub_nobody_reaches_costs_the_service_nothing(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    uri = f"static:(stomp://127.0.0.1:{port})?initialReconnectDelay=100"
+    with EmbeddedBroker(name="alone", data_dir=tmp_path / "alone", network=[uri]) as edge, \
+            Client.connect("vm://alone") as client:
+        subscription = client.subscribe("/queue/local", ack="client-individual")
+        client.send("/queue/local", "still served")
+        assert collect(subscription, 1) == ["still served"]
+        assert link_state(edge) == {}  # no hub known yet: nothing is routed to one
