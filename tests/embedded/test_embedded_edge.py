@@ -14,26 +14,15 @@ from typing import Any
 
 import pytest
 
-from cluster.group_file import GroupConfig, GroupMember
+from cluster.group_file import GroupConfig
 from raftmq.client.sync import Client
-from raftmq.config import NodeConfig
-from raftmq.core.config import CoreConfig
 from raftmq.embedded import EmbeddedBroker
 from raftmq.processes import free_ports
-from raftmq.routing.cluster_connection import ClusterConnection, ClusterView
+from tests.helpers.edge_hub import hub_group
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 20.0
-
-
-def hub_group(data: Path) -> GroupConfig:
-    """A group of one that accepts edges, as a topology's `accept_edges` makes it."""
-    client, raft, admin = free_ports(3)
-    view = ClusterView("hub", (ClusterConnection(name="edges", links=(), edge_hubs=("hub",)),))
-    member = GroupMember(id="h1", client=f"127.0.0.1:{client}", raft=f"127.0.0.1:{raft}", admin=f"127.0.0.1:{admin}")
-    return GroupConfig(name="hub", data_dir=str(data), members=(member,),
-                       server=NodeConfig(core=CoreConfig(cluster=view)))
 
 
 @pytest.fixture

@@ -8,11 +8,7 @@ two go on; a stranger's unsigned announcement is ignored."""
 from __future__ import annotations
 
 import json
-import os
-import select
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +20,7 @@ import pytest
 from raftmq.embedded import EmbeddedBroker
 from raftmq.errors import ConfigError
 from tests.helpers.multicast_namespace import loopback_namespace, run
+from tests.helpers.service_peer import Peer
 
 pytestmark = pytest.mark.integration
 
@@ -36,54 +33,6 @@ PASSWORD = "peer-secret"
 def namespace() -> Iterator[str]:
     with loopback_namespace("rmqp2p") as name:
         yield name
-
-
-class Peer:
-    """One service process, driven over its stdin and stdout (tests/helpers/p2p_peer.py)."""
-
-    def __init__(self, namespace: str, name: str, data: Path, uri: str) -> None:
-        self.name = name
-        self.process = subprocess.Popen(
-            ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.helpers.p2p_peer", name,
-             str(data / name), uri, PASSWORD],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(data / f"{name}.stderr", "w"),
-            text=True, start_new_session=True)
-        assert self.ask(None, timeout=60) == {"ready": name}
-
-    def ask(self, line: str | None, timeout: float = 60) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        if line is not None:
-            self.process.stdin.write(line + "\n")
-            self.process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
-            if ready:
-                answer = self.process.stdout.readline()
-                assert answer, f"{self.name} exited ({self.process.poll()})"
-                return dict(json.loads(answer))
-        raise AssertionError(f"{self.name}: no answer to {line!r} within {timeout} s")
-
-    def links(self) -> dict[str, str]:
-        return dict(self.ask("links")["links"])
-
-    def received(self) -> list[str]:
-        return list(self.ask("received")["received"])
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.write("stop\n")
-                self.process.stdin.flush()
-                self.process.wait(30)
-            except (OSError, subprocess.TimeoutExpired, ValueError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
 
 
 def free_udp_port() -> int:
@@ -108,7 +57,7 @@ def test_three_services_find_each_other_exchange_and_survive_a_kill(namespace: s
     peers: dict[str, Peer] = {}
     try:
         for name in ("a", "b", "c"):
-            peers[name] = Peer(namespace, name, data, uri)
+            peers[name] = Peer(['ip', 'netns', 'exec', namespace], name, data, uri, PASSWORD)
         started = time.monotonic()
         everyone = {"a", "b", "c"}
 

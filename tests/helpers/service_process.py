@@ -1,11 +1,15 @@
-"""One service process of the peer-to-peer test (tests/embedded/test_peer_to_peer.py): an
-embedded durable broker that finds the others by signed multicast, and a consumer of its own
-inbox through vm://. Driven by lines on stdin, answering with JSON lines on stdout:
+"""One service process of the embedded-broker tests (tests/embedded/test_peer_to_peer.py,
+tests/embedded/test_edge_processes.py): an embedded durable broker in the network its URI names
+(signed multicast, or a hub), and a consumer of its own inbox through vm://. Driven by lines on
+stdin, answering with JSON lines on stdout:
 
-    python -m tests.helpers.p2p_peer NAME DATA_DIR MULTICAST_URI PASSWORD
+    python -m tests.helpers.service_process NAME DATA_DIR NETWORK_URI PASSWORD
     -> {"ready": NAME}
     <- links                    -> {"links": {"b": "connected", ...}}
     <- send DEST COUNT TAG      -> {"sent": TAG, "count": COUNT}   (each receipted by this broker)
+    <- log DEST FROM TO TAG     -> {"logged": TAG, "count": N}     (TAG-FROM .. TAG-(TO-1), each
+                                   with itself as duplicate-detection id, appended to
+                                   DATA_DIR.receipted once its receipt came)
     <- received                 -> {"received": [body, ...]}       (what the inbox consumer got)
     <- stop                     -> the broker stops, the process exits 0
 """
@@ -60,6 +64,14 @@ def main() -> int:
                 for number in range(count):
                     producer.send(destination, f"{tag}-{number}")
                 say({"sent": tag, "count": count})
+            elif words[0] == "log":
+                destination, first, end, tag = words[1], int(words[2]), int(words[3]), words[4]
+                with open(f"{data_dir}.receipted", "a", encoding="utf-8") as receipted:
+                    for number in range(first, end):  # a duplicate-detection id: sent again after a crash, stored once
+                        producer.send(destination, f"{tag}-{number}", {"_AMQ_DUPL_ID": f"{tag}-{number}"})
+                        receipted.write(f"{tag}-{number}\n")
+                        receipted.flush()  # in the kernel's cache: a kill -9 keeps it
+                say({"logged": tag, "count": end - first})
             elif words[0] == "received":
                 with lock:
                     say({"received": list(received)})
