@@ -128,4 +128,31 @@ def test_a_hub_nobody_reaches_costs_the_service_nothing(tmp_path: Path) -> None:
         subscription = client.subscribe("/queue/local", ack="client-individual")
         client.send("/queue/local", "still served")
         assert collect(subscription, 1) == ["still served"]
-        assert link_state(edge) == {}  # no hub known yet: nothing is routed to one
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and link_state(edge).get(f"hub at 127.0.0.1:{port}", {}).get(
+                "state") != "retrying":
+            time.sleep(0.1)
+        (link,) = link_state(edge).values()  # no hub known yet: nothing is routed to one
+        assert link["to"] == f"hub at 127.0.0.1:{port}" and link["state"] == "retrying"
+        assert f"127.0.0.1:{port}" in link["last_error"] and "cannot connect" in link["last_error"]
+
+
+def test_a_hub_with_a_cluster_user_links_only_edges_logged_in_as_it(tmp_path: Path) -> None:
+    with EmbeddedBroker(config=hub_group(tmp_path / "hub", "cluster", "pw")) as hub, hub.client() as at_hub:
+        orders = at_hub.subscribe("/queue/orders", ack="client-individual")
+        host, port = hub.addresses[0]
+        anonymous = f"static:(stomp://{host}:{port})?initialReconnectDelay=100&maxReconnectDelay=300"
+        with EmbeddedBroker(name="stranger", data_dir=tmp_path / "stranger", network=[anonymous]) as edge, \
+                Client.connect("vm://stranger") as client:
+            client.send("/queue/orders", "not from the cluster user")
+            time.sleep(3)
+            assert collect(orders, 1, timeout=1) == []
+            assert "reserved destination" in (link_state(edge)["hub"]["last_error"] or "")  # says why
+        logged_in = f"{anonymous}&userName=cluster"
+        with EmbeddedBroker(name="member", data_dir=tmp_path / "member", network=[logged_in],
+                            cluster_password="pw") as edge, Client.connect("vm://member") as client:
+            deadline = time.monotonic() + TIMEOUT
+            while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            client.send("/queue/orders", "from the cluster user")
+            assert collect(orders, 1) == ["from the cluster user"]

@@ -67,6 +67,16 @@ def test_the_management_api_lists_in_vm_connections(tmp_path: Path) -> None:
         assert [(row["transport"], row["peer"]) for row in clients] == [("vm", "vm:vm-listed-client")]
 
 
+def test_no_heart_beats_in_vm() -> None:
+    with EmbeddedBroker(name="vm-quiet") as broker:
+        host, port = broker.addresses[0]
+        with Client.connect("vm://vm-quiet") as quiet, Client.connect(f"stomp://{host}:{port}") as tcp:
+            agreed = quiet.failover._client._agreed_heartbeat  # type: ignore[union-attr]
+            assert (agreed.send_ms, agreed.receive_ms) == (0, 0)
+            agreed = tcp.failover._client._agreed_heartbeat  # type: ignore[union-attr]
+            assert agreed.send_ms > 0 and agreed.receive_ms > 0  # what the TCP client offers
+
+
 def test_transactions_commit_and_abort() -> None:
     with EmbeddedBroker(name="vm-tx") as broker, broker.client() as consumer:
         with Client.connect("vm://vm-tx") as producer:

@@ -84,9 +84,19 @@ class HubLink(LeaderTask):
         self._hubs_file = hubs_file
         self.bridge: Bridge | None = None
         self.hub_name: str | None = read_hub_names(hubs_file).get(hub_key(connection))
+        self.state = "connecting"  # until the hub's name is known; then the bridge's status shows
+        self.last_error: str | None = None
+        self.retry_at: float | None = None
+
+    async def start(self) -> None:
+        if self.hub_name is None:
+            self._links.append(self)  # shown as the link until the bridge takes its place
+        await super().start()
 
     async def stop(self) -> None:
         await super().stop()
+        if self in self._links:
+            self._links.remove(self)
         bridge, self.bridge = self.bridge, None
         if bridge is not None:
             await bridge.stop()
@@ -103,8 +113,10 @@ class HubLink(LeaderTask):
             except (ClientError, OSError, TimeoutError) as exc:
                 delay = connection.retry.delay_ms(attempt) / 1000
                 attempt += 1
-                log.info("hub.unreachable", group=self._own, hub=list(connection.hub.addresses), error=str(exc),
-                         retry_in_s=delay)
+                self.state, self.last_error = "retrying", str(exc)
+                self.retry_at = asyncio.get_running_loop().time() + delay
+                log.warning("hub.unreachable", group=self._own, hub=list(connection.hub.addresses), error=str(exc),
+                            retry_in_s=delay)
                 await asyncio.sleep(delay)
                 continue
             write_hub_name(self._hubs_file, hub_key(connection), self.hub_name)
@@ -112,9 +124,20 @@ class HubLink(LeaderTask):
         peer = PeerGroup(self.hub_name, connection.hub.addresses)
         bridge = self.bridge = Bridge(self._host, self._own, peer, connection, advertises=connection.hub.duplex,
                                       pulls=True)
+        if self in self._links:
+            self._links.remove(self)
         self._links.append(bridge)
         await bridge.start()
         await asyncio.Event().wait()  # the bridge runs until this service stops
+
+    def status(self) -> dict[str, Any]:
+        """The link while the hub's name is unknown (its group is shown as its addresses)."""
+        assert self._connection.hub is not None
+        retry_at = self.retry_at
+        retry_in = None if retry_at is None else max(0.0, round(retry_at - asyncio.get_running_loop().time(), 1))
+        return {"from": self._own, "to": f"hub at {','.join(self._connection.hub.addresses)}", "state": self.state,
+                "retry_in_s": retry_in if self.state == "retrying" else None, "forwarded": 0, "refused": 0,
+                "waiting": 0, "in_flight": 0, "adverts_sent": 0, "last_error": self.last_error}
 
     async def _probe(self) -> str:
         """The hub's group name, from the CONNECTED of a member (any: a follower answers too)."""
