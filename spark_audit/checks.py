@@ -33,6 +33,8 @@ CHECKS = ("lost", "unexpected", "stored_duplicates", "consumer_duplicates", "div
 # those whose sends and receives are values of one queue (HISTORY_WORKLOADS).
 HISTORY_CHECKS: dict[str, tuple[str, ...]] = {"lost": VALUE_WORKLOADS, "unexpected": VALUE_WORKLOADS,
                                               "order": HISTORY_WORKLOADS}
+# Every check that reads the client history: none applies to a run without one (embedded brokers').
+CLIENT_CHECKS = ("lost", "unexpected", "consumer_duplicates", "order")
 
 
 def _ops(history: DataFrame, runs: DataFrame, f: str, type_: str,

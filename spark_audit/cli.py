@@ -29,7 +29,8 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     """Prove from what every node stored that nothing acknowledged was lost, nothing was stored
     twice, no replicas diverged and no two leaders shared a term.
 
-    RUN_DIR is a chaos run directory (it holds run.json) or a directory of them (runs/).
+    RUN_DIR is a chaos run directory (it holds run.json), embedded brokers' (their data_dirs
+    are RUN_DIR/data/<name>/, each with its embedded.json), or a directory of them (runs/).
     Exit status 0 only when every run is clean; 1 when a check found something; 2 when an
     argument is not a run directory.
     """

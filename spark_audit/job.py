@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from spark_audit import checks
 from spark_audit.derive import reference, with_bodies
+from spark_audit.embedded_runs import EMBEDDED_WORKLOAD
 from spark_audit.layout import Run
 from spark_audit.tables import Tables, load_tables
 
@@ -90,6 +91,8 @@ def run_audit(spark: Any, runs: list[Run], sample: int = SAMPLE_PER_CHECK) -> Au
     verdicts = []
     for run in runs:
         judged = {check: run.workload in workloads for check, workloads in checks.HISTORY_CHECKS.items()}
+        if run.workload == EMBEDDED_WORKLOAD:  # no client history: the stored files alone are judged
+            judged.update(dict.fromkeys(checks.CLIENT_CHECKS, False))
         verdicts.append(RunVerdict(
             run.name, run.path, run.workload,
             {check: (counts.get((run.name, check), 0) if judged.get(check, True) else None) for check in checks.CHECKS},

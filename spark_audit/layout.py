@@ -1,7 +1,8 @@
 """Where things are in a chaos run directory (docs/chaos.md, "The run directory"), read on the
 driver: which runs an argument names, each run's groups and members, the core configuration
 each group's members ran with, and the files the readers turn into tables. Small files only
-(run.json, topology, metadata): nothing here reads a journal."""
+(run.json, topology, metadata): nothing here reads a journal. A directory of embedded brokers'
+data directories (data/<group>/embedded.json, no run.json) is a run too (spark_audit.embedded_runs)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raftmq.core.config import CoreConfig
 from raftmq.errors import AuditError, ConfigError
+from spark_audit.embedded_runs import (
+    EMBEDDED_FILE,
+    EMBEDDED_WORKLOAD,
+    embedded_cores,
+    embedded_records,
+    is_embedded_data_dir,
+    max_hops,
+)
 
 if TYPE_CHECKING:
     from cluster.topology import Topology
@@ -38,25 +47,34 @@ class MemberFiles:
 class Run:
     name: str  # the run directory's name: unique within one audit
     path: str
-    workload: str
+    workload: str  # run.json's; embedded brokers' runs: EMBEDDED_WORKLOAD (no client history)
     groups: tuple[str, ...]
     members: tuple[MemberFiles, ...]
     max_hops: int  # the longest route a cluster connection allows (0: one group, nothing forwards)
 
 
+def is_run(path: Path) -> bool:
+    """A chaos run directory (it has run.json), or embedded brokers' (data/<group>/embedded.json)."""
+    return (path / RUN_FILE).is_file() or bool(embedded_records(path))
+
+
 def expand(paths: list[str]) -> list[Path]:
-    """Run directories named by `paths`: a run directory itself (it has run.json), or a directory
-    whose children are run directories. Sorted, without repeats; a path that is neither is an
-    error naming it."""
+    """Run directories named by `paths`: a run directory itself (it has run.json, or embedded
+    brokers' data/<group>/embedded.json), or a directory whose children are run directories.
+    Sorted, without repeats; a path that is neither is an error naming it."""
     found: dict[Path, None] = {}
     for text in paths:
         path = Path(text)
-        if (path / RUN_FILE).is_file():
+        if is_run(path):
             found[path.resolve()] = None
+        elif is_embedded_data_dir(path):
+            raise AuditError(f"{path}: one embedded broker's data directory; audit the directory that holds "
+                             f"it as data/{path.name}/ (docs/audit.md, \"Embedded brokers\")")
         elif path.is_dir():
-            children = sorted(child for child in path.iterdir() if (child / RUN_FILE).is_file())
+            children = sorted(child for child in path.iterdir() if is_run(child))
             if not children:
-                raise AuditError(f"{path}: neither a run directory (no {RUN_FILE}) nor a directory of runs")
+                raise AuditError(f"{path}: neither a run directory (no {RUN_FILE}, no data/<group>/{EMBEDDED_FILE}) "
+                                 "nor a directory of runs")
             for child in children:
                 found[child.resolve()] = None
         else:
@@ -68,11 +86,14 @@ def expand(paths: list[str]) -> list[Path]:
 
 
 def read_run(path: Path) -> Run:
-    try:
-        meta = json.loads((path / RUN_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise AuditError(f"{path / RUN_FILE}: unreadable ({exc})") from None
-    workload = str(meta.get("options", {}).get("workload", "queue"))
+    embedded = not (path / RUN_FILE).is_file() and bool(embedded_records(path))
+    meta: Any = {}
+    if not embedded:
+        try:
+            meta = json.loads((path / RUN_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise AuditError(f"{path / RUN_FILE}: unreadable ({exc})") from None
+    workload = EMBEDDED_WORKLOAD if embedded else str(meta.get("options", {}).get("workload", "queue"))
     data = path / "data"
     members = []
     groups = []
@@ -83,7 +104,9 @@ def read_run(path: Path) -> Run:
         members += [MemberFiles(path.name, group_dir.name, node.name, str(node)) for node in nodes]
     if not members:
         raise AuditError(f"{path}: no member data under data/<group>/<node>/raft")
-    return Run(path.name, str(path), workload, tuple(groups), tuple(members), _max_hops(path, meta))
+    # embedded brokers: each group's embedded.json read now, so a bad one is named before Spark starts
+    hops = max_hops(embedded_cores(path, groups)) if embedded else _max_hops(path, meta)
+    return Run(path.name, str(path), workload, tuple(groups), tuple(members), hops)
 
 
 def _placed_topology(path: Path, meta: dict[str, object]) -> Path:
@@ -119,6 +142,8 @@ def core_configs(run: Run) -> dict[str, CoreConfig]:
     from cluster.node_settings import node_cluster_settings
 
     path = Path(run.path)
+    if run.workload == EMBEDDED_WORKLOAD:
+        return embedded_cores(path, run.groups)
     meta = json.loads((path / RUN_FILE).read_text())
     topology = _load(path, meta)
     configs = {}

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from spark_audit.embedded_runs import EMBEDDED_WORKLOAD
+
 Read = dict[str, int]
 
 # What a clean check proves, for the headline.
@@ -105,6 +107,8 @@ def check_line(check: str, n: int | None, read: Read, workload: str,
     """(status, sentence) for one check of one run: `ok`, `bad` or `na`; a bad one names the
     first of its `sample` of findings."""
     if n is None:
+        if workload == EMBEDDED_WORKLOAD:
+            return "na", "not judged: embedded brokers keep no client history, only what they stored"
         return "na", (f"not judged: the {workload} workload's sends and receives are not the values of one queue "
                       "(its chaos checker judges them)")
     if n == 0:
@@ -148,10 +152,11 @@ def verdict(data: dict[str, Any]) -> str:
         if partly:
             some = sum(1 for run in runs if run["counts"][partly[0]] is not None)
             text += (f" ({_join([c.replace('_', ' ') for c in partly])} judged in {some} of {count(len(runs), 'run')}: "
-                     "the others' workloads are judged by the chaos checkers.)")
-        unjudged = [c.replace("_", " ") for c in checks if c not in judged]
+                     f"{_why_not(runs, partly, 'the others')}.)")
+        unjudged = [c for c in checks if c not in judged]
         if unjudged:
-            text += f" ({_join(unjudged)} not judged: the runs' workloads are judged by the chaos checkers.)"
+            text += (f" ({_join([c.replace('_', ' ') for c in unjudged])} not judged: "
+                     f"{_why_not(runs, unjudged, 'the runs')}.)")
         return text
     bad_runs = sum(1 for run in runs if not run["clean"])
     totals = {c: sum(run["counts"][c] or 0 for run in runs) for c in checks}
@@ -161,6 +166,18 @@ def verdict(data: dict[str, Any]) -> str:
     if quiet:
         text += f" The other checks ({', '.join(quiet)}) found nothing."
     return text
+
+
+def _why_not(runs: list[dict[str, Any]], checks: list[str], which: str) -> str:
+    """Why `checks` were not judged in some of `runs`: their workloads have chaos checkers of
+    their own, or they are embedded brokers', which keep no client history."""
+    workloads = {run["workload"] for run in runs if any(run["counts"][c] is None for c in checks)}
+    reasons = []
+    if workloads - {EMBEDDED_WORKLOAD}:
+        reasons.append(f"{which}' workloads are judged by the chaos checkers")
+    if EMBEDDED_WORKLOAD in workloads:
+        reasons.append("embedded brokers keep no client history")
+    return "; ".join(reasons)
 
 
 def _join(parts: list[str]) -> str:

@@ -60,7 +60,8 @@ def test_spark_connect_on_a_standalone_master_gives_the_same_verdicts(audited: d
 def test_a_directory_that_is_no_run_is_refused_by_name(tmp_path: Path) -> None:
     done = subprocess.run([*RAFTMQ, "audit", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert f"{tmp_path}: neither a run directory (no run.json) nor a directory of runs" in done.stderr
+    assert (f"{tmp_path}: neither a run directory (no run.json, no data/<group>/embedded.json) nor a directory of runs"
+            in done.stderr)
 
 
 def on_a_terminal(command: list[str], timeout: float) -> tuple[int, str]:
