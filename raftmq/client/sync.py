@@ -44,10 +44,20 @@ class _LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name="raftmq-client-loop", daemon=True)
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self.thread:
-            coro.close()
+    def _check_caller(self) -> None:
+        """Refuse a call that would wait for the loop from the loop's own thread, or for a
+        loop that is gone."""
+        if asyncio._get_running_loop() is self.loop:
             raise RuntimeError("the sync client cannot be called from its own event-loop thread (an event listener?)")
+        if self.loop.is_closed():
+            raise ClientError("the event loop this client ran on has stopped")
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        try:
+            self._check_caller()
+        except BaseException:
+            coro.close()
+            raise
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
@@ -58,8 +68,7 @@ class _LoopThread:
     def await_soon(self, start: Callable[[], asyncio.Future[T]], timeout: float | None = None) -> T:
         """`start()` on the loop, then wait for the future it returns: one hop each way, without
         a coroutine's task (a receipted send's path)."""
-        if asyncio._get_running_loop() is self.loop:
-            raise RuntimeError("the sync client cannot be called from its own event-loop thread (an event listener?)")
+        self._check_caller()
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def settle(done: asyncio.Future[T]) -> None:
@@ -78,8 +87,6 @@ class _LoopThread:
                 return
             started.add_done_callback(settle)
 
-        if self.loop.is_closed():
-            raise ClientError("the event loop this client ran on has stopped")
         self.loop.call_soon_threadsafe(begin)
         try:
             return result.result(timeout)
@@ -96,29 +103,10 @@ class _LoopThread:
 
 
 class _BorrowedLoop(_LoopThread):
-    """An in-VM broker's loop, which the client runs on and does not own."""
+    """An in-VM broker's loop, which the client runs on and does not own (nor stops)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:  # (not super's: that would start a loop)
         self.loop = loop
-        self.thread = None  # type: ignore[assignment]
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            coro.close()
-            raise RuntimeError("the sync client cannot be called from its in-VM broker's event-loop thread")
-        if self.loop.is_closed():
-            coro.close()
-            raise ClientError("the in-VM broker this client ran on has stopped")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no result within {timeout} s") from None
 
     def stop(self) -> None:
         pass  # the broker's
