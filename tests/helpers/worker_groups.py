@@ -19,6 +19,7 @@ WORKER_GROUPS = {
     "tests/chaos/test_chaos_runs.py::test_a_run_under_kills_pauses_and_partitions": "netns",
     "tests/chaos/test_chaos_families.py::test_a_short_run_under_each_nemesis_is_valid[packet]": "netns",
     "tests/ops/test_hosts_rehearsal.py": "netns",
+    "tests/embedded/test_edge_processes.py": "netns",
     "tests/ops/test_ops_up_cluster.py": "presets",
     "tests/ops/test_ops_up_supervised.py": "presets",
     "tests/ops/test_ops_symmetric_features.py": "presets",

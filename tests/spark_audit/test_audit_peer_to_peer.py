@@ -34,6 +34,7 @@ def until(predicate: Any, timeout: float) -> bool:
 
 @pytest.mark.spark
 @pytest.mark.integration  # service processes with embedded brokers, in a network namespace
+@pytest.mark.slow  # half a minute on the spark worker, the suite's longest: `pytest -m slow` runs it
 @pytest.mark.timeout(900)  # the session's SparkSession may start here
 def test_a_mesh_of_embedded_brokers_one_killed_audits_clean(spark: Any, tmp_path: Path) -> None:
     data = tmp_path / "data"
