@@ -19,6 +19,7 @@ from raftmq.client.sync import Client
 from raftmq.embedded import EmbeddedBroker
 from raftmq.processes import free_ports
 from tests.helpers.edge_hub import hub_group
+from tests.helpers.service_peer import until
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +53,10 @@ def link_state(broker: EmbeddedBroker) -> dict[str, Any]:
     return {link["to"]: link for link in links}
 
 
+def wait_linked(edge: EmbeddedBroker, to: str = "hub") -> None:
+    assert until(lambda: link_state(edge).get(to, {}).get("state") == "connected", TIMEOUT), link_state(edge)
+
+
 def test_a_duplex_edge_sends_to_the_hub_and_receives_from_it(hub: EmbeddedBroker, tmp_path: Path) -> None:
     hub_address = hub.addresses[0]
     uri = f"static:(stomp://{hub_address[0]}:{hub_address[1]})?duplex=true"
@@ -59,10 +64,7 @@ def test_a_duplex_edge_sends_to_the_hub_and_receives_from_it(hub: EmbeddedBroker
             Client.connect(hub.url) as at_hub, Client.connect("vm://svc") as in_service:
         orders = at_hub.subscribe("/queue/orders", ack="client-individual")
         replies = in_service.subscribe("/queue/replies.svc", ack="client-individual")
-        deadline = time.monotonic() + TIMEOUT
-        while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert link_state(edge)["hub"]["state"] == "connected"
+        wait_linked(edge)
         for number in range(100):
             in_service.send("/queue/orders", f"order-{number}")
         assert sorted(collect(orders, 100)) == sorted(f"order-{n}" for n in range(100))
@@ -81,9 +83,7 @@ def test_without_duplex_the_hubs_messages_stay_at_the_hub(hub: EmbeddedBroker, t
             Client.connect(hub.url) as at_hub, Client.connect("vm://oneway") as in_service:
         orders = at_hub.subscribe("/queue/orders", ack="client-individual")
         replies = in_service.subscribe("/queue/replies.oneway", ack="client-individual")
-        deadline = time.monotonic() + TIMEOUT
-        while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_linked(edge)
         in_service.send("/queue/orders", "one way")
         assert collect(orders, 1) == ["one way"]
         at_hub.send("/queue/replies.oneway", "stays")
@@ -100,9 +100,7 @@ def test_while_the_hub_is_away_the_service_publishes_and_what_waited_moves_once(
                 Client.connect("vm://svc") as in_service:
             with Client.connect(hub.url) as at_hub:
                 early = at_hub.subscribe("/queue/orders", ack="client-individual")  # the service learns of it
-                deadline = time.monotonic() + TIMEOUT
-                while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                wait_linked(edge)
                 in_service.send("/queue/orders", "before")
                 assert collect(early, 1) == ["before"]
             hub.stop()
@@ -128,10 +126,7 @@ def test_a_hub_nobody_reaches_costs_the_service_nothing(tmp_path: Path) -> None:
         subscription = client.subscribe("/queue/local", ack="client-individual")
         client.send("/queue/local", "still served")
         assert collect(subscription, 1) == ["still served"]
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline and link_state(edge).get(f"hub at 127.0.0.1:{port}", {}).get(
-                "state") != "retrying":
-            time.sleep(0.1)
+        assert until(lambda: link_state(edge).get(f"hub at 127.0.0.1:{port}", {}).get("state") == "retrying", TIMEOUT)
         (link,) = link_state(edge).values()  # no hub known yet: nothing is routed to one
         assert link["to"] == f"hub at 127.0.0.1:{port}" and link["state"] == "retrying"
         assert f"127.0.0.1:{port}" in link["last_error"] and "cannot connect" in link["last_error"]
@@ -151,8 +146,6 @@ def test_a_hub_with_a_cluster_user_links_only_edges_logged_in_as_it(tmp_path: Pa
         logged_in = f"{anonymous}&userName=cluster"
         with EmbeddedBroker(name="member", data_dir=tmp_path / "member", network=[logged_in],
                             cluster_password="pw") as edge, Client.connect("vm://member") as client:
-            deadline = time.monotonic() + TIMEOUT
-            while link_state(edge).get("hub", {}).get("state") != "connected" and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_linked(edge)
             client.send("/queue/orders", "from the cluster user")
             assert collect(orders, 1) == ["from the cluster user"]

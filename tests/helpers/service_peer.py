@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +64,13 @@ class Peer:
             except (OSError, subprocess.TimeoutExpired, ValueError):
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
+
+
+def until(predicate: Callable[[], object], timeout: float) -> bool:
+    """Whether `predicate()` came true within `timeout` seconds (asked every 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False

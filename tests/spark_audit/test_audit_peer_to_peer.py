@@ -7,7 +7,6 @@ dead, it finds what waits for it in its neighbour's store-and-forward queue: `br
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,11 @@ from spark_audit.checks import CHECKS, CLIENT_CHECKS
 from spark_audit.job import run_audit
 from spark_audit.layout import read_run
 from tests.helpers.multicast_namespace import loopback_namespace
-from tests.helpers.service_peer import Peer
+from tests.helpers.service_peer import Peer, until
 
 PASSWORD = "audit-secret"
 EACH = 50
 
-
-def until(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.spark
