@@ -278,6 +278,7 @@ class SyncSubscription:
     def __init__(self, client: Client, subscription: FailoverSubscription) -> None:
         self._client = client
         self._subscription = subscription
+        self._pending: asyncio.Future[Delivery] | None = None  # a get under way (on the loop)
 
     @property
     def id(self) -> str:
@@ -289,27 +290,51 @@ class SyncSubscription:
 
     def receive(self, timeout: float | None = None) -> Delivery | None:
         """The next message, or None if none came within `timeout` seconds. Raises
-        `SubscriptionEnded` once closed, or the `ClientError` that ended the subscription."""
-        subscription = self._subscription
+        `SubscriptionEnded` once closed, or the `ClientError` that ended the subscription.
 
-        async def receive() -> Delivery | None:
-            try:
-                async with asyncio.timeout(timeout):
-                    return await subscription.get()
-            except TimeoutError:
-                return None
-
-        def start() -> asyncio.Future[Delivery | None]:
-            ready = subscription.get_nowait() if subscription.active else None
-            if ready is None:
-                return asyncio.ensure_future(receive())
-            done: asyncio.Future[Delivery | None] = asyncio.get_running_loop().create_future()
-            done.set_result(ready)  # one waiting already: no task
-            return done
-
+        One `get` of the subscription at a time runs on the loop, kept across calls: a call
+        that times out leaves it waiting, and the message it then takes is the next call's."""
         if self._client._closed:
             raise ClientError("client is closed")
-        return self._client._runner.await_soon(start)
+        return self._client._runner.await_soon(lambda: self._next_delivery(timeout))
+
+    def _next_delivery(self, timeout: float | None) -> asyncio.Future[Delivery | None]:
+        """(On the loop.) What `receive` waits for: the pending get's outcome, or None at `timeout`."""
+        loop = asyncio.get_running_loop()
+        pending = self._pending
+        if pending is None:
+            subscription = self._subscription
+            ready = subscription.get_nowait() if subscription.active else None
+            if ready is not None:  # one waiting already: no task
+                done: asyncio.Future[Delivery | None] = loop.create_future()
+                done.set_result(ready)
+                return done
+            pending = self._pending = asyncio.ensure_future(subscription.get())
+        if pending.done():
+            self._pending = None
+            return pending  # type: ignore[return-value]
+        answer: asyncio.Future[Delivery | None] = loop.create_future()
+
+        def arrived(got: asyncio.Future[Delivery]) -> None:
+            if answer.done():
+                return  # the call timed out: the next one takes it (still `_pending`)
+            self._pending = None
+            if got.cancelled():
+                answer.cancel()
+            elif (error := got.exception()) is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(got.result())
+
+        pending.add_done_callback(arrived)
+        if timeout is not None:
+            def expire() -> None:
+                if not answer.done():
+                    answer.set_result(None)
+
+            expiry = loop.call_later(timeout, expire)
+            answer.add_done_callback(lambda _: expiry.cancel())
+        return answer
 
     def __iter__(self) -> Iterator[Delivery]:
         """Every message until the subscription ends (blocks while none arrive)."""

@@ -182,3 +182,35 @@ def test_the_broker_still_listens_on_its_socket_too() -> None:
             tcp.send("/queue/vm.both", "over tcp")
             message = subscription.receive(TIMEOUT)
             assert message is not None and message.body == b"over tcp"
+
+
+def test_a_receive_that_times_out_loses_nothing() -> None:
+    """A timed-out `receive` leaves its get waiting on the loop; what that get then takes is
+    the next call's, over TCP as in-VM (the sync client keeps one get under way)."""
+    with EmbeddedBroker(name="vm-patience") as broker:
+        host, port = broker.addresses[0]
+        for url in ("vm://vm-patience", f"stomp://{host}:{port}"):
+            with Client.connect(url) as client:
+                destination = f"/queue/patience.{url.partition(':')[0]}"
+                subscription = client.subscribe(destination, ack="client-individual")
+                got: list[str] = []
+
+                def take(timeout: float) -> bool:
+                    message = subscription.receive(timeout)
+                    if message is not None:
+                        got.append(message.body.decode())
+                        subscription.ack(message)
+                    return message is not None
+
+                for number in range(200):
+                    take(0.0005)  # mostly times out, its get left waiting
+                    client.send(destination, f"m{number}")
+                    if number % 2:
+                        take(0.0005)
+                    else:  # by now every message sent so far came, once, in order
+                        while len(got) <= number and take(2):
+                            pass
+                        assert got == [f"m{n}" for n in range(number + 1)], url
+                while len(got) < 200 and take(2):
+                    pass
+                assert got == [f"m{n}" for n in range(200)], url
