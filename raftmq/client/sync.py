@@ -272,6 +272,11 @@ class Client:
         self.close()
 
 
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()  # looked at: asyncio does not report it as never retrieved
+
+
 class SyncSubscription:
     """Blocking access to one `FailoverSubscription`."""
 
@@ -310,6 +315,7 @@ class SyncSubscription:
                 done.set_result(ready)
                 return done
             pending = self._pending = asyncio.ensure_future(subscription.get())
+            pending.add_done_callback(_retrieved)  # its end (SubscriptionEnded) may find no caller
         if pending.done():
             self._pending = None
             return pending  # type: ignore[return-value]
