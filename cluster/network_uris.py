@@ -27,7 +27,9 @@ hub's messages for its own consumers. The options are those of a `[[network_conn
 `excludedDestinations`, `dynamicallyIncludedDestinations`, `staticallyIncludedDestinations`
 (comma-separated lists), `prefetchSize`, `initialReconnectDelay`, `maxReconnectDelay`,
 `useExponentialBackOff`, `backOffMultiplier`, `replayWhenNoConsumers`, `replayDelay`, `userName`
-and `password_env`; the password is the broker's `cluster_password`, never in the URI.
+and `password_env`; the password is the broker's `cluster_password`, never in the URI. With
+`stomp+ssl://` addresses the link speaks TLS, the hub's certificates checked against `caFile`
+(and their names against the addresses).
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def _ms(uri: str, options: dict[str, str], key: str, default: int) -> int:
 
 
 _LISTS = ("excludedDestinations", "dynamicallyIncludedDestinations", "staticallyIncludedDestinations")
+_PLAIN, _TLS = ("stomp", "tcp", "nio"), ("stomp+ssl", "ssl")
 _STATIC = re.compile(r"^static:\((?P<addresses>[^()]*)\)(?:\?(?P<query>.*))?$", re.IGNORECASE)
 
 
@@ -144,19 +147,33 @@ def _static(uri: str, password: str | None, group: str, name: str) -> list[Clust
     match = _STATIC.match(uri.strip())
     if match is None:
         raise ConfigError(f"network: {uri!r}: expected static:(stomp://HOST:PORT,...) with options after a '?'")
-    addresses = []
+    addresses, tls = [], set()
     for item in match["addresses"].split(","):
         found = ADDRESS.match(item.strip())
-        if found is None or (found["scheme"] is not None and found["scheme"] not in ("stomp", "tcp", "nio")):
+        if found is None or (found["scheme"] is not None and found["scheme"] not in (*_PLAIN, *_TLS)):
             raise ConfigError(f"network: {uri!r}: {item.strip()!r} is not a hub member's address "
-                              "(stomp://HOST:PORT; tcp:// and nio:// work too)")
+                              "(stomp://HOST:PORT, or stomp+ssl://HOST:PORT for TLS; tcp://, nio://, ssl:// too)")
+        tls.add(found["scheme"] in _TLS)
         addresses.append(f"{found['host']}:{found['port']}")
+    if len(tls) > 1:
+        raise ConfigError(f"network: {uri!r}: mixes TLS (stomp+ssl://) and plain (stomp://) addresses")
     raw: dict[str, Any] = {}
+    ca_file: str | None = None
     for key, value in parse_qsl(match["query"] or "", keep_blank_values=True):
         if key == "password":
             raise ConfigError(f"network: {uri!r}: password: pass it as the broker's cluster_password, "
                               "never in a URI (or password_env)")
+        if key == "caFile":
+            ca_file = value
+            continue
         raw[key] = _typed(key, value)
+    if tls == {True} and ca_file is None:
+        raise ConfigError(f"network: {uri!r}: a stomp+ssl:// hub needs caFile=PATH (the CA that signed its "
+                          "members' certificates)")
+    if ca_file is not None and tls != {True}:
+        raise ConfigError(f"network: {uri!r}: caFile is for stomp+ssl:// addresses")
+    if ca_file is not None and not Path(ca_file).is_file():
+        raise ConfigError(f"network: {uri!r}: caFile {ca_file!r} is not a file")
     if password is not None and "userName" in raw and "password_env" not in raw:
         raw["password"] = password
     table = _UriTable(uri, raw)
@@ -164,7 +181,8 @@ def _static(uri: str, password: str | None, group: str, name: str) -> list[Clust
     duplex = table.flag("duplex", False)
     compiled = compile_connector(name, options, set(), set())
     hub = Hub(group, tuple(addresses), duplex)
-    return [dataclasses.replace(connection, links=(), forwards=None, openers=None, hub=hub)
+    ca = str(Path(ca_file).resolve()) if ca_file is not None else None
+    return [dataclasses.replace(connection, links=(), forwards=None, openers=None, hub=hub, tls_ca_file=ca)
             for connection in compiled]
 
 

@@ -86,7 +86,11 @@ def test_a_hubs_view_of_its_edges() -> None:
 @pytest.mark.parametrize(("uri", "message"), [
     ("static:stomp://h:1", "expected static:\\(stomp://HOST:PORT,...\\)"),
     ("static:(stomp://h)", "'stomp://h' is not a hub member's address"),
-    ("static:(stomp+ssl://h:1)", "is not a hub member's address"),
+    ("static:(stomp+ssl://h:1)", "a stomp\\+ssl:// hub needs caFile=PATH"),
+    ("static:(stomp+ssl://h:1,stomp://h:2)?caFile=x", "mixes TLS"),
+    ("static:(stomp://h:1)?caFile=ca.pem", "caFile is for stomp\\+ssl:// addresses"),
+    ("static:(stomp+ssl://h:1)?caFile=/nonexistent/ca.pem", "is not a file"),
+    ("static:(http://h:1)", "is not a hub member's address"),
     ("static:(stomp://h:1)?password=x", "pass it as the broker's cluster_password"),
     ("static:(stomp://h:1)?duplex=maybe", "duplex must be true or false"),
     ("static:(stomp://h:1)?bogus=1", "bogus is not a static: URI option"),

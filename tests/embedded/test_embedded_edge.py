@@ -18,8 +18,10 @@ from cluster.group_file import GroupConfig
 from raftmq.client.sync import Client
 from raftmq.embedded import EmbeddedBroker
 from raftmq.processes import free_ports
+from raftmq.security import TlsConfig
 from tests.helpers.edge_hub import hub_group
 from tests.helpers.service_peer import until
+from tests.helpers.tls_certs import make_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +151,23 @@ def test_a_hub_with_a_cluster_user_links_only_edges_logged_in_as_it(tmp_path: Pa
             wait_linked(edge)
             client.send("/queue/orders", "from the cluster user")
             assert collect(orders, 1) == ["from the cluster user"]
+
+
+def test_an_edge_reaches_its_hub_over_tls_checking_its_certificate(tmp_path: Path) -> None:
+    server, _client = make_certificates(tmp_path / "tls")
+    other_ca, _ = make_certificates(tmp_path / "other", ca_name="another CA")
+    tls = TlsConfig(cert_file=str(server.cert), key_file=str(server.key))
+    with EmbeddedBroker(config=hub_group(tmp_path / "hub", tls=tls)) as hub:
+        host, port = hub.addresses[0]
+        with Client.connect(f"stomp+ssl://{host}:{port}", ca_file=str(server.ca)) as at_hub:
+            orders = at_hub.subscribe("/queue/orders", ack="client-individual")
+            trusted = f"static:(stomp+ssl://{host}:{port})?caFile={server.ca}&initialReconnectDelay=100"
+            with EmbeddedBroker(name="secure", data_dir=tmp_path / "secure", network=[trusted]) as edge, \
+                    Client.connect("vm://secure") as client:
+                wait_linked(edge)
+                client.send("/queue/orders", "over tls")
+                assert collect(orders, 1) == ["over tls"]
+        untrusted = f"static:(stomp+ssl://{host}:{port})?caFile={other_ca.ca}&initialReconnectDelay=100"
+        with EmbeddedBroker(name="fooled", data_dir=tmp_path / "fooled", network=[untrusted]) as edge:
+            assert until(lambda: "certificate verify failed" in str(
+                link_state(edge).get(f"hub at {host}:{port}", {}).get("last_error")), TIMEOUT), link_state(edge)
