@@ -71,21 +71,13 @@ class _LoopThread:
         self._check_caller()
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-        def settle(done: asyncio.Future[T]) -> None:
-            if done.cancelled():
-                result.cancel()
-            elif (error := done.exception()) is not None:
-                result.set_exception(error)
-            else:
-                result.set_result(done.result())
-
         def begin() -> None:
             try:
                 started = start()
             except BaseException as exc:
                 result.set_exception(exc)
                 return
-            started.add_done_callback(settle)
+            started.add_done_callback(lambda done: _settle(result, done))
 
         self.loop.call_soon_threadsafe(begin)
         try:
@@ -272,6 +264,16 @@ class Client:
         self.close()
 
 
+def _settle(result: asyncio.Future[T] | concurrent.futures.Future[T], done: asyncio.Future[T]) -> None:
+    """`done`'s outcome, given to `result`."""
+    if done.cancelled():
+        result.cancel()
+    elif (error := done.exception()) is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(done.result())
+
+
 def _retrieved(done: asyncio.Future[Any]) -> None:
     if not done.cancelled():
         done.exception()  # looked at: asyncio does not report it as never retrieved
@@ -321,16 +323,11 @@ class SyncSubscription:
             return pending  # type: ignore[return-value]
         answer: asyncio.Future[Delivery | None] = loop.create_future()
 
-        def arrived(got: asyncio.Future[Delivery]) -> None:
+        def arrived(got: asyncio.Future[Any]) -> None:
             if answer.done():
                 return  # the call timed out: the next one takes it (still `_pending`)
             self._pending = None
-            if got.cancelled():
-                answer.cancel()
-            elif (error := got.exception()) is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(got.result())
+            _settle(answer, got)
 
         pending.add_done_callback(arrived)
         if timeout is not None:
