@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
 
+from tests.cluster.conftest import linked_groups  # noqa: E402
 from tests.helpers.cluster_harness import Cluster  # noqa: E402
 from tests.helpers.paho_clients import WAIT, Client  # noqa: E402
 
@@ -22,13 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, ["g1", "g2", "g3"], mqtt=True)
-    try:
-        made.start()
-        made.wait_links()
-        yield made
-    finally:
-        made.close()
+    yield from linked_groups(tmp_path, mqtt=True)
 
 
 def mqtt_port(cluster: Cluster, group: str) -> int:

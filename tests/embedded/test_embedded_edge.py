@@ -55,14 +55,18 @@ def link_state(broker: EmbeddedBroker) -> dict[str, Any]:
     return {link["to"]: link for link in links}
 
 
+def edge_uri(hub: EmbeddedBroker, query: str = "") -> str:
+    """A `static:` network URI naming `hub`'s member."""
+    host, port = hub.addresses[0]
+    return f"static:(stomp://{host}:{port}){query}"
+
+
 def wait_linked(edge: EmbeddedBroker, to: str = "hub") -> None:
     assert until(lambda: link_state(edge).get(to, {}).get("state") == "connected", TIMEOUT), link_state(edge)
 
 
 def test_a_duplex_edge_sends_to_the_hub_and_receives_from_it(hub: EmbeddedBroker, tmp_path: Path) -> None:
-    hub_address = hub.addresses[0]
-    uri = f"static:(stomp://{hub_address[0]}:{hub_address[1]})?duplex=true"
-    with EmbeddedBroker(name="svc", data_dir=tmp_path / "svc", network=[uri]) as edge, \
+    with EmbeddedBroker(name="svc", data_dir=tmp_path / "svc", network=[edge_uri(hub, "?duplex=true")]) as edge, \
             Client.connect(hub.url) as at_hub, Client.connect("vm://svc") as in_service:
         orders = at_hub.subscribe("/queue/orders", ack="client-individual")
         replies = in_service.subscribe("/queue/replies.svc", ack="client-individual")
@@ -79,9 +83,7 @@ def test_a_duplex_edge_sends_to_the_hub_and_receives_from_it(hub: EmbeddedBroker
 
 
 def test_without_duplex_the_hubs_messages_stay_at_the_hub(hub: EmbeddedBroker, tmp_path: Path) -> None:
-    hub_address = hub.addresses[0]
-    uri = f"static:(stomp://{hub_address[0]}:{hub_address[1]})"
-    with EmbeddedBroker(name="oneway", data_dir=tmp_path / "oneway", network=[uri]) as edge, \
+    with EmbeddedBroker(name="oneway", data_dir=tmp_path / "oneway", network=[edge_uri(hub)]) as edge, \
             Client.connect(hub.url) as at_hub, Client.connect("vm://oneway") as in_service:
         orders = at_hub.subscribe("/queue/orders", ack="client-individual")
         replies = in_service.subscribe("/queue/replies.oneway", ack="client-individual")

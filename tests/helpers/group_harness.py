@@ -382,3 +382,21 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     return repr(value)
+
+
+def secured_group(tmp_path: Path, password: str, *, mqtt: bool = False) -> tuple[Group, str]:
+    """A group with [tls] and one operator login, `ops` with `password`, allowed everything;
+    returns it and its CA file."""
+    from raftmq.passwords import hash_password
+    from tests.helpers.tls_certs import make_certificates
+
+    server, _client = make_certificates(tmp_path / "certs")
+    group = Group(tmp_path, mqtt=mqtt)
+    text = group.config_path.read_text()
+    text += f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\n'
+    text += f'[[user]]\nname = "ops"\npassword_hash = "{hash_password(password)}"\ngroups = ["ops"]\n'
+    text += '[[acl]]\nqueue = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
+    text += '[[acl]]\ntopic = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
+    group.config_path.write_text(text)
+    group.admin_access = AdminAccess(ca_file=str(server.ca), login="ops", passcode=password)
+    return group, str(server.ca)

@@ -17,13 +17,13 @@ import pytest
 
 from raftmq.client.admin import AdminAccess
 from raftmq.core.commands import Send
-from raftmq.passwords import hash_password
 from raftmq.security import TlsConfig
 from raftmq.server.admin.http import AdminServer, fetch_bodies
 from raftmq.server.admin.metrics import READY_MAX_LAG, readiness
 from raftmq.server.replica.bodies import BodyStore
 from raftmq.storage.journal import Journal
 from raftmq.tls import admin_ssl_context, member_client_tls
+from tests.helpers import group_harness
 from tests.helpers.bodies import store_entry
 from tests.helpers.group_harness import Group
 from tests.helpers.tls_certs import make_certificates
@@ -39,16 +39,7 @@ def raftmq(*args: str, env: dict[str, str] | None = None, cwd: Path | None = Non
 
 def secured_group(tmp_path: Path) -> tuple[Group, str]:
     """A group with [tls] and one operator login; returns it and its CA file."""
-    server, _client = make_certificates(tmp_path / "certs")
-    group = Group(tmp_path)
-    text = group.config_path.read_text()
-    text += f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\n'
-    text += f'[[user]]\nname = "ops"\npassword_hash = "{hash_password(PASS)}"\ngroups = ["ops"]\n'
-    text += '[[acl]]\nqueue = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
-    text += '[[acl]]\ntopic = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
-    group.config_path.write_text(text)
-    group.admin_access = AdminAccess(ca_file=str(server.ca), login="ops", passcode=PASS)
-    return group, str(server.ca)
+    return group_harness.secured_group(tmp_path, PASS)
 
 
 @pytest.mark.integration

@@ -16,10 +16,7 @@ import pytest
 
 paho = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[test]' (paho-mqtt)")
 
-from raftmq.client.admin import AdminAccess  # noqa: E402
-from raftmq.passwords import hash_password  # noqa: E402
-from tests.helpers.group_harness import Group  # noqa: E402
-from tests.helpers.tls_certs import make_certificates  # noqa: E402
+from tests.helpers.group_harness import secured_group  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PASS = "s3cret-pass"
@@ -43,26 +40,19 @@ def tls_client(port: int, ca: Path, client_id: str, keep: bool) -> tuple[Any, qu
 
 
 def test_mqtt_over_tls_through_a_follower_and_what_the_operator_sees(tmp_path: Path) -> None:
-    server, _client = make_certificates(tmp_path / "certs")
-    group = Group(tmp_path, mqtt=True)
-    text = group.config_path.read_text()
-    text += f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\n'
-    text += f'[[user]]\nname = "ops"\npassword_hash = "{hash_password(PASS)}"\ngroups = ["ops"]\n'
-    text += '[[acl]]\ntopic = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
-    text += '[[acl]]\nqueue = ">"\nread = ["ops"]\nwrite = ["ops"]\nadmin = ["ops"]\n'
-    group.config_path.write_text(text)
-    access = AdminAccess(ca_file=str(server.ca), login="ops", passcode=PASS)
-    group.admin_access = access
+    group, ca = secured_group(tmp_path, PASS, mqtt=True)
+    access = group.admin_access
+    assert access is not None
     group.start()
     clients: list[Any] = []
     try:
         leader = group.leader()
         follower = next(node for node in group.members if node != leader)
-        subscriber, messages = tls_client(group.members[follower].mqtt_port or 0, server.ca, "watcher", keep=True)
+        subscriber, messages = tls_client(group.members[follower].mqtt_port or 0, Path(ca), "watcher", keep=True)
         clients.append(subscriber)
         subscriber.subscribe("ops/#", 1)
         subscriber.subscribe("$share/workers/jobs", 1)
-        publisher, _ = tls_client(group.members[leader].mqtt_port or 0, server.ca, "sender", keep=False)
+        publisher, _ = tls_client(group.members[leader].mqtt_port or 0, Path(ca), "sender", keep=False)
         clients.append(publisher)
         time.sleep(0.5)
         publisher.publish("ops/temp", b"over tls", qos=1).wait_for_publish(WAIT)
