@@ -275,7 +275,4 @@ class VmTransport(asyncio.Transport):
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
+    return asyncio._get_running_loop() is loop

@@ -13,6 +13,7 @@ raftmq.client.failover), so that frame alone is not written again.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,8 +80,24 @@ class Verdict:
     message: str
 
 
-def new_dupl_id() -> str:
-    return f"raftmq-{uuid.uuid4().hex}"
+class _DuplIds:
+    """Duplicate-detection ids, unique across processes and time: a random 128-bit prefix drawn
+    once per process (again in a forked child), then a counter. `uuid4()` per SEND would read
+    the kernel's random source on every message."""
+
+    def __init__(self) -> None:
+        self._renew()
+        os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._prefix = f"raftmq-{uuid.uuid4().hex}-"
+        self._count = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count)}"
+
+
+new_dupl_id = _DuplIds()
 
 
 def with_dupl_id(headers: HeadersArg, make_id: Callable[[], str]) -> tuple[list[tuple[str, str]], str]:

@@ -94,6 +94,11 @@ class FailoverSubscription:
         return not self._ended
 
     @property
+    def queue_size(self) -> int:
+        """How many messages wait here at most before reading is held (per connection)."""
+        return self._queue_size
+
+    @property
     def attached(self) -> bool:
         return self._inner is not None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -67,23 +68,30 @@ class _LoopThread:
 
     def await_soon(self, start: Callable[[], asyncio.Future[T]], timeout: float | None = None) -> T:
         """`start()` on the loop, then wait for the future it returns: one hop each way, without
-        a coroutine's task (a receipted send's path)."""
+        a coroutine's task (a receipted send's path). The outcome comes back through a
+        `queue.SimpleQueue`, the lightest of the thread hand-offs."""
         self._check_caller()
-        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        box: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
         def begin() -> None:
             try:
                 started = start()
             except BaseException as exc:
-                result.set_exception(exc)
+                box.put((False, exc))
                 return
-            started.add_done_callback(lambda done: _settle(result, done))
+            if started.done():
+                _hand_over(box, started)
+            else:
+                started.add_done_callback(lambda done: _hand_over(box, done))
 
         self.loop.call_soon_threadsafe(begin)
         try:
-            return result.result(timeout)
-        except concurrent.futures.TimeoutError:
+            ok, value = box.get(timeout=timeout)
+        except queue.Empty:
             raise TimeoutError(f"no result within {timeout} s") from None
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
 
     def stop(self) -> None:
         if self.loop.is_closed():
@@ -213,12 +221,12 @@ class Client:
         prefetch: int | None = None,
         queue_size: int = DEFAULT_QUEUE_SIZE,
     ) -> SyncSubscription:
-        async def subscribe() -> FailoverSubscription:
-            return self._failover.subscribe(
+        async def subscribe() -> SyncSubscription:
+            return SyncSubscription(self, self._failover.subscribe(
                 destination, id=id, ack=ack, headers=headers, prefetch=prefetch, queue_size=queue_size
-            )
+            ))
 
-        return SyncSubscription(self, self._run(subscribe()))
+        return self._run(subscribe())
 
     def browse(
         self, destination: str, limit: int | None = None, *, selector: str | None = None, timeout: float = 10.0
@@ -274,18 +282,85 @@ def _settle(result: asyncio.Future[T] | concurrent.futures.Future[T], done: asyn
         result.set_result(done.result())
 
 
+def _hand_over(box: queue.SimpleQueue[tuple[bool, Any]], done: asyncio.Future[Any]) -> None:
+    """`done`'s outcome, put in `box` for the thread that waits on it."""
+    if done.cancelled():
+        box.put((False, concurrent.futures.CancelledError()))
+    elif (error := done.exception()) is not None:
+        box.put((False, error))
+    else:
+        box.put((True, done.result()))
+
+
+def _wake(room: asyncio.Future[None]) -> None:
+    if not room.done():
+        room.set_result(None)
+
+
 def _retrieved(done: asyncio.Future[Any]) -> None:
     if not done.cancelled():
         done.exception()  # looked at: asyncio does not report it as never retrieved
 
 
 class SyncSubscription:
-    """Blocking access to one `FailoverSubscription`."""
+    """Blocking access to one `FailoverSubscription` (made on the client's loop).
+
+    In `auto` ack mode a pump on the loop moves each message, as it arrives, into a thread-safe
+    hand-off queue that `receive` reads without a hop to the loop: the broker considers those
+    messages consumed already, so nothing is lost by taking them early. The pump holds at most
+    `queue_size // 2` (at least one) there, then waits for `receive` to take half of them; the
+    subscription's own queue (`queue_size`) and its hold on reading do the rest. In the client
+    ack modes each `receive` takes a message from the subscription on the loop, so that a
+    connection that breaks takes with it only what the application has not yet received."""
 
     def __init__(self, client: Client, subscription: FailoverSubscription) -> None:
         self._client = client
         self._subscription = subscription
         self._pending: asyncio.Future[Delivery] | None = None  # a get under way (on the loop)
+        self._pumped: queue.SimpleQueue[tuple[bool, Any]] | None = None  # auto mode's hand-off
+        self._pump_limit = max(1, subscription.queue_size // 2)
+        self._pump_room: asyncio.Future[None] | None = None  # the pump waits on it while full
+        self._pump_end: BaseException | None = None  # what ended the pump, for every later receive
+        if subscription.ack_mode == "auto":
+            self._pumped = queue.SimpleQueue()
+            asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        """(On the loop.) Move what arrives into the hand-off queue, up to `_pump_limit` waiting."""
+        subscription, pumped, limit = self._subscription, self._pumped, self._pump_limit
+        assert pumped is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                pumped.put((True, await subscription.get()))
+                while pumped.qsize() < limit and (ready := subscription.get_nowait()) is not None:
+                    pumped.put((True, ready))
+                if pumped.qsize() >= limit:
+                    room = self._pump_room = loop.create_future()
+                    if pumped.qsize() >= limit:  # (the reader may have emptied it meanwhile)
+                        await room
+                    self._pump_room = None
+        except BaseException as exc:  # SubscriptionEnded, the ClientError that ended it, a cancel
+            pumped.put((False, exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    def _take_pumped(self, timeout: float | None) -> Delivery | None:
+        pumped = self._pumped
+        assert pumped is not None
+        if self._pump_end is not None:
+            raise self._pump_end
+        try:
+            ok, value = pumped.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if not ok:
+            self._pump_end = value
+            raise value
+        room = self._pump_room
+        if room is not None and pumped.qsize() <= self._pump_limit // 2:
+            self._client._runner.loop.call_soon_threadsafe(_wake, room)
+        return value  # type: ignore[no-any-return]
 
     @property
     def id(self) -> str:
@@ -303,6 +378,8 @@ class SyncSubscription:
         that times out leaves it waiting, and the message it then takes is the next call's."""
         if self._client._closed:
             raise ClientError("client is closed")
+        if self._pumped is not None:
+            return self._take_pumped(timeout)
         return self._client._runner.await_soon(lambda: self._next_delivery(timeout))
 
     def _next_delivery(self, timeout: float | None) -> asyncio.Future[Delivery | None]:

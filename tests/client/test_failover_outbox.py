@@ -188,3 +188,26 @@ def test_a_settled_send_leaves_nothing_behind() -> None:
     outbox.written("r1", subscription)
     outbox.forget(old)
     assert outbox.receipts == {"r1": subscription}
+
+
+def test_new_dupl_ids_are_distinct_and_a_forked_child_draws_its_own() -> None:
+    """Ids are a per-process random prefix and a counter: a forked child must not repeat its
+    parent's (the broker would drop the child's message as a duplicate)."""
+    import os
+
+    ids = [failover_outbox.new_dupl_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(i.startswith("raftmq-") for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id, then leave at once
+        os.write(write, failover_outbox.new_dupl_id().encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        child_id = os.read(read, 200).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    parent_next = failover_outbox.new_dupl_id()
+    assert child_id and child_id.rsplit("-", 1)[0] != parent_next.rsplit("-", 1)[0]
+    assert child_id not in ids and child_id != parent_next

@@ -181,7 +181,7 @@ def test_kill_9_mid_stream_fails_over_resending_with_the_same_ids(two_nodes: tup
         assert numbers == on_second
         for frame in received:
             dupl_id = frame.get("_AMQ_DUPL_ID")
-            assert dupl_id is not None and re.fullmatch(r"raftmq-[0-9a-f]{32}", dupl_id)
+            assert dupl_id is not None and re.fullmatch(r"raftmq-[0-9a-f]{32}-[0-9]+", dupl_id)
             assert dupl_id == assigned[int(frame.body)]
         assert set(resent) <= {frame.get("_AMQ_DUPL_ID") for frame in received}
         assert [assigned.index(dupl_id) for dupl_id in resent] == sorted(assigned.index(d) for d in resent)

@@ -75,6 +75,43 @@ def test_iterating_a_subscription_ends_when_it_is_closed(broker: tuple[str, int]
             subscription.receive(timeout=0.1)
 
 
+def test_an_auto_subscription_hands_over_at_most_half_its_queue_and_loses_nothing(broker: tuple[str, int]) -> None:
+    """In auto mode messages move to the receiving thread as they arrive, but no more than
+    `queue_size // 2` wait there: the rest stay with the subscription (and the broker)."""
+    destination = queue_name()
+    url = f"stomp://{broker[0]}:{broker[1]}"
+    with Client.connect(url) as client, Client.connect(url) as producer:
+        subscription = client.subscribe(destination, queue_size=8)
+        for i in range(100):
+            producer.send(destination, f"m{i}")
+        time.sleep(0.3)  # the pump has taken what it may
+        pumped = subscription._pumped
+        assert pumped is not None and 1 <= pumped.qsize() <= 4
+        received = [subscription.receive(timeout=5) for _ in range(100)]
+        assert [m.body if m is not None else None for m in received] == [f"m{i}".encode() for i in range(100)]
+        assert subscription.receive(timeout=0.2) is None
+        producer.send(destination, "late")
+        late = subscription.receive(timeout=5)
+        assert late is not None and late.body == b"late"
+
+
+def test_a_closed_auto_subscription_hands_out_what_was_queued_then_ends(broker: tuple[str, int]) -> None:
+    destination = queue_name()
+    with Client.connect(f"stomp://{broker[0]}:{broker[1]}") as client:
+        subscription = client.subscribe(destination)
+        for i in range(3):
+            client.send(destination, f"m{i}")
+        first = subscription.receive(timeout=5)
+        assert first is not None and first.body == b"m0"
+        time.sleep(0.2)  # the other two arrived
+        subscription.close()
+        assert [m.body for m in (subscription.receive(timeout=5), subscription.receive(timeout=5)) if m] == [
+            b"m1", b"m2"]
+        for _ in range(2):
+            with pytest.raises(SubscriptionEnded):
+                subscription.receive(timeout=0.1)
+
+
 def test_transactions_through_the_facade(broker: tuple[str, int]) -> None:
     destination = queue_name()
     with Client.connect(f"stomp://{broker[0]}:{broker[1]}") as client:
