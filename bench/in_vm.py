@@ -1,7 +1,7 @@
 """In-VM (`vm://NAME`) against loopback TCP to the same in-process broker, in one sitting
 (docs/benchmarks.md, "In-VM").
 
-    .venv/bin/python -m bench.in_vm [--duration 20] [--rounds 2] [--durable] [--json FILE]
+    .venv/bin/python -m bench.in_vm [--duration 20] [--rounds 2] [--durable] [--floor] [--json FILE]
 
 One `EmbeddedBroker(name="bench")` in this process (in memory, or with `--durable` a group of one
 in a temp directory: a receipt is then an fsync), and raftmq's sync clients connected to it by
@@ -15,13 +15,24 @@ in a temp directory: a receipt is then an fsync), and raftmq's sync clients conn
 
 For each run: the whole process's CPU (every thread, idle included: `os.times`) per delivered
 message. Prints in-VM ÷ TCP. A message lost or received twice makes it exit 1.
+
+With `--floor`, first the parts a sync round trip is made of, on the same broker:
+
+- **hop**: a thread hands the broker's loop a call and waits for its answer, nothing done there
+  (`call_soon_threadsafe` there, a `queue.SimpleQueue` back): the least a sync call costs;
+- **in-loop**: a receipted SEND from the asyncio client running on the broker's own loop (no
+  thread), by `vm://` and by TCP, back to back ("busy": the loop never sleeps) and with a 1 ms
+  pause after each ("after sleep": the loop sleeps between SENDs, as it does in a round trip);
+  the loop thread's CPU per SEND, the pause's own CPU taken off.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import queue
 import statistics
 import sys
 import tempfile
@@ -30,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raftmq import vm
+from raftmq.client.failover import FailoverClient
 from raftmq.client.sync import Client
 from raftmq.embedded import EmbeddedBroker
 
@@ -114,20 +127,75 @@ def run(url: str, label: str, producers: int, consumers: int, size: int, duratio
     return result
 
 
+def _hop_us(loop: Any, count: int) -> tuple[float, float]:
+    """Wall and process CPU µs of one bare hop pair to `loop` and back."""
+    def hop() -> None:
+        box: queue.SimpleQueue[int] = queue.SimpleQueue()
+        loop.call_soon_threadsafe(box.put, 1)
+        box.get()
+
+    for _ in range(count // 10):
+        hop()
+    cpu, began = _cpu(), time.perf_counter()
+    for _ in range(count):
+        hop()
+    return (time.perf_counter() - began) * 1e6 / count, (_cpu() - cpu) * 1e6 / count
+
+
+async def _in_loop_us(url: str, count: int, pause: float | None) -> float:
+    """(On the broker's loop.) The loop thread's CPU µs per receipted SEND of an asyncio client on
+    that loop, with `pause` seconds of sleep after each (that sleep's own CPU taken off)."""
+    client = FailoverClient.from_url(url)
+    await client.start()
+    try:
+        destination = f"/queue/in-vm-floor-{time.monotonic_ns()}"
+
+        async def timed(send: bool) -> float:
+            began = time.thread_time()
+            for _ in range(count):
+                if send:
+                    await client.send(destination, b"x" * 100, None, True)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+            return time.thread_time() - began
+
+        await timed(True)  # warm up
+        spent = await timed(True) - (await timed(False) if pause is not None else 0.0)
+        return spent * 1e6 / count
+    finally:
+        await client.close(5)
+
+
+def floor(loop: Any, urls: dict[str, str]) -> dict[str, Any]:
+    wall, cpu = _hop_us(loop, 20_000)
+    result: dict[str, Any] = {"hop_us": round(wall, 1), "hop_cpu_us": round(cpu, 1)}
+    print(f"hop to the broker's loop and back, nothing done: {wall:.1f} µs (process CPU {cpu:.1f} µs)", flush=True)
+    for label in ("vm", "tcp"):
+        for name, pause, count in (("busy", None, 20_000), ("after_sleep", 0.001, 3_000)):
+            spent = asyncio.run_coroutine_threadsafe(_in_loop_us(urls[label], count, pause), loop).result()
+            result[f"in_loop_{label}_{name}_cpu_us"] = round(spent, 1)
+            print(f"in-loop receipted SEND, {label}, {name.replace('_', ' ')}: {spent:.1f} µs of loop CPU", flush=True)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--durable", action="store_true", help="a group of one in a temp dir (receipts fsynced)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--floor", action="store_true", help="first measure the parts of a round trip")
     args = parser.parse_args()
     results: list[dict[str, Any]] = []
+    parts: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="raftmq-in-vm-") as work:
         with EmbeddedBroker(name=NAME, data_dir=Path(work) / "data" if args.durable else None) as broker:
             host, port = broker.addresses[0]
             urls = {"vm": f"vm://{NAME}", "tcp": f"stomp://{host}:{port}"}
             print(f"broker: {'durable (group of one, fsync)' if args.durable else 'in memory'}, pid {os.getpid()}, "
                   f"{os.cpu_count()} CPUs", flush=True)
+            if args.floor:
+                parts = floor(vm.served(NAME).loop, urls)
             for case in ((1, 1, 100), (4, 4, 1024)):
                 for _ in range(args.rounds):
                     for label in ("vm", "tcp"):
@@ -149,7 +217,8 @@ def main() -> int:
         print(f"{key}: RTT in-VM ÷ TCP {summary[key]['rtt_vm_over_tcp']:.2f}, throughput in-VM ÷ TCP "
               f"{summary[key]['throughput_vm_over_tcp']:.2f}, CPU/msg {summary[key]['cpu_us_per_msg']}", flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps({"durable": args.durable, "runs": results, "summary": summary}, indent=2))
+        record = {"durable": args.durable, "floor": parts, "runs": results, "summary": summary}
+        args.json.write_text(json.dumps(record, indent=2))
     bad = [r for r in results if r["lost"] or r["duplicated"]]
     return 1 if bad else 0
 
