@@ -264,6 +264,26 @@ def test_a_followers_console_names_its_group_and_its_actions_are_done_by_the_lea
         group.close()
 
 
+def misaligned_columns(driver: Any) -> list[str]:
+    """Columns of the console's tables whose header is aligned otherwise than their cells (a
+    right-aligned number under a left-aligned header looks like the next column's)."""
+    return list(driver.execute_script("""
+        const wrong = [];
+        for (const table of document.querySelectorAll("table[id]")) {
+          const heads = Array.from(table.querySelectorAll("thead th"));
+          for (const row of table.querySelectorAll("tbody tr")) {
+            Array.from(row.children).forEach((cell, i) => {
+              const head = heads[i];
+              if (!head) return;
+              const a = getComputedStyle(head).textAlign, b = getComputedStyle(cell).textAlign;
+              if (a !== b) wrong.push(table.id + " " + head.textContent + ": " + a + " over " + b);
+            });
+          }
+        }
+        return Array.from(new Set(wrong));
+    """))
+
+
 def test_a_draining_group_says_so_and_internal_queues_offer_no_changes(tmp_path: Path) -> None:
     """Two single-node groups, linked: g1's console while g1 drains to g2 (paused, so what g1
     holds waits in its store-and-forward queue), then once g2 took everything."""
@@ -287,6 +307,9 @@ def test_a_draining_group_says_so_and_internal_queues_offer_no_changes(tmp_path:
                 wait_until(lambda: actions_of(driver, "/queue/orders") == ["purge", "delete"],
                            "the console offers Purge and Delete on /queue/orders", PAGE_WAIT, driver)
                 assert actions_of(driver, internal) == [], actions_of(driver, internal)
+                wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "#links-table tbody tr"),
+                           "the console lists g1's links", PAGE_WAIT, driver)
+                assert misaligned_columns(driver) == []
                 body = driver.find_element(By.TAG_NAME, "body")
                 assert body.get_attribute("data-drain") == "serving"
                 assert not driver.find_element(By.ID, "drain-notice").is_displayed()
