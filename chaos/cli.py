@@ -17,7 +17,7 @@ from rich.text import Text
 
 from chaos.checker import QueueResult
 from chaos.environment import requirements
-from chaos.generator import TARGETS
+from chaos.generator import CLUSTER_ONLY, TARGETS
 from chaos.nemesis import NEMESES
 from chaos.run import WORKLOADS, Progress, RunOptions, check_options, group_count, run, summary_row
 from chaos.workload import NeedsCluster
@@ -80,16 +80,19 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     options = RunOptions(preset, topology, workload, tuple(names), time_limit, rate, concurrency, seed, Path(out),
                          targets, backlog)
     if nemesis == "all" and group_count(options) < 2:  # every nemesis that can strike one group
-        options = dataclasses.replace(options, nemeses=tuple(n for n in names if n != "drain"))
+        options = dataclasses.replace(options, nemeses=tuple(n for n in names if n not in CLUSTER_ONLY),
+                                      asked=tuple(names))
     usable(options)
     console = Console(stderr=True)
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:
 
         def show(progress: Progress) -> None:
+            # The summary's words: deliveries count redeliveries too (received counts distinct values).
             counts = progress.counts
-            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  ok {counts.get('ok', 0)}"
-                        f"  fail {counts.get('fail', 0)}  info {counts.get('info', 0)}"
-                        f"  received {counts.get('receive', 0)}")
+            sends = "transactions " if workload == "transactions" else ""
+            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  {sends}acknowledged {counts.get('ok', 0)}"
+                        f"  failed {counts.get('fail', 0)}  indeterminate {counts.get('info', 0)}"
+                        f"  deliveries {counts.get('receive', 0)}")
             if progress.fault:
                 line.append(f"  fault: {progress.fault}", style="bold red")
             live.update(line)
@@ -99,15 +102,32 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     if as_json:
         click.echo(json.dumps(row, indent=2))
     else:
-        common = ("attempted", "acknowledged", "failed", "indeterminate", "received", "lost", "lost_middle",
-                  "unexpected", "recovered", "redelivered", "stored_duplicates", "unavailable_max_s")
+        common = ("attempted", "acknowledged", "failed", "indeterminate", "received", "deliveries", "lost",
+                  "lost_middle", "unexpected", "recovered", "redelivered", "stored_duplicates", "unavailable_max_s")
         own = [k for k, v in row.items() if k not in QueueResult.__dataclass_fields__ and isinstance(v, int | float)
-               and not isinstance(v, bool) and k != "run"]
+               and not isinstance(v, bool) and k not in ("run", "time_needed_for_all_s")]
         for key in (*common, *own):  # the workload's own counts after the common ones
             click.echo(f"{key:<26} {row[key]}")
+        for line in strike_lines(row):
+            click.echo(line)
         click.echo(f"{'verdict':<26} {'valid' if result.valid else 'INVALID'}")
         click.echo(f"{'run directory':<26} {run_dir}")
     sys.exit(0 if result.valid else 1)
+
+
+def strike_lines(row: dict[str, Any]) -> list[str]:
+    """The summary's lines on faults: those that struck, with counts, and each asked-for kind
+    that did not, with why (and the time a run with this seed needs for all of them)."""
+    struck = row.get("faults_struck") or {}
+    lines = [f"{'faults struck':<26} " + (", ".join(f"{kind} ×{count}" for kind, count in struck.items())
+                                            if struck else "none")]
+    why: dict[str, str] = row.get("not_struck_why") or {}
+    by_reason: dict[str, list[str]] = {}
+    for kind, reason in why.items():
+        by_reason.setdefault(reason, []).append(kind)
+    for reason, kinds in by_reason.items():
+        lines.append(f"{'not struck':<26} {', '.join(kinds)} ({reason})")
+    return lines
 
 
 @chaos_command.command("matrix")

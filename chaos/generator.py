@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,23 +51,49 @@ class Fault:
     heal_after_s: float
 
 
+FAULT_S = (1.5, 3.0)  # how long a fault lasts: past the election timeout
+CALM_S = (3.0, 4.0)  # the calm after each heal: the cluster recovers and shows it
+CLUSTER_ONLY = ("drain",)  # nemeses that need a cluster of groups
+
+
 def schedule(seed: int, nemeses: list[str], time_limit_s: float, first_s: float = 2.0,
              targets: tuple[str, ...] = TARGETS) -> list[Fault]:
-    """Faults until `time_limit_s`, each healed before the next: a fault lasts 1.5-4 s
-    (past the election timeout), then 3-5 s of calm let the cluster recover and show it."""
+    """Faults until `time_limit_s`, each healed before the next: a fault lasts 1.5-3 s
+    (past the election timeout), then 3-4 s of calm let the cluster recover and show it (at
+    most 7 s a fault: four fit in 30 s). Several kinds are struck in rounds, each round every
+    kind once in a seeded order: no kind strikes twice before every kind has struck once."""
     rng = random.Random(seed)
     faults: list[Fault] = []
     at = first_s
-    while nemeses:
-        duration = round(rng.uniform(1.5, 4.0), 3)
+    kinds = list(dict.fromkeys(nemeses))
+    queue: list[str] = []
+    while kinds:
+        duration = round(rng.uniform(*FAULT_S), 3)
         if at + duration > time_limit_s:
             break
-        nemesis = rng.choice(nemeses)
+        if not queue:  # a new round: every kind once, in an order of this seed's
+            queue = rng.sample(kinds, len(kinds))
+        nemesis = queue.pop(0)
         allowed = [t for t in targets if t in NEMESIS_TARGETS[nemesis]] or list(NEMESIS_TARGETS[nemesis])
         faults.append(Fault(round(at, 3), nemesis, rng.choice(allowed), rng.randrange(1 << 16), rng.randrange(1 << 30),
                             duration))
-        at += duration + rng.uniform(3.0, 5.0)
+        at += duration + rng.uniform(*CALM_S)
     return faults
+
+
+def time_needed_for_all(seed: int, nemeses: list[str], first_s: float = 2.0,
+                        targets: tuple[str, ...] = TARGETS) -> int:
+    """The `--time-limit` (whole seconds) under which this seed's schedule strikes every one of
+    `nemeses` at least once: the end of its first round, plus a second a fault for heals that
+    take longer than planned (a restart, a repair)."""
+    kinds = list(dict.fromkeys(nemeses))
+    if not kinds:
+        return 0
+    # Every fault takes at most FAULT_S[1] + CALM_S[1]: the first round ends before this bound.
+    bound = first_s + len(kinds) * (FAULT_S[1] + CALM_S[1])
+    first_round = schedule(seed, kinds, bound, first_s, targets)[:len(kinds)]
+    end = first_round[-1].at_s + first_round[-1].heal_after_s
+    return math.ceil(end) + len(kinds)
 
 
 def pick_members(members: list[str], leader: str | None, target: str, pick: int) -> list[str]:

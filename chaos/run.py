@@ -1,8 +1,11 @@
 """One chaos run: start the cluster in a fresh run directory, run the workload while the
 nemesis follows its schedule, heal everything, drain, check, and leave the evidence behind.
 
-The run directory (`runs/<time>-<workload>-<nemeses>-s<seed>/` by default) holds `run.json`
-(options, seed, topology, the fault schedule), `history.jsonl`, `nemesis.jsonl`,
+The run directory (`runs/<time>-<workload>-<nemeses>-s<seed>/` by default, named by the kinds
+scheduled to strike, or `<n>-nemeses` past four) holds `run.json` (options, seed, topology, the
+fault schedule; `nemeses_asked`, `faults_struck` (kind -> count of faults that struck),
+`nemeses_not_struck` with `not_struck_why`, and `time_needed_for_all_s`: the `--time-limit`
+under which the seed strikes every kind), `history.jsonl`, `nemesis.jsonl`,
 `results.json` (the checker's verdict), `report.html`, `topology/` (the topology's files as the
 nodes ran them: every node on an address of its own), `logs/` (every node's output, one file
 per start) and `data/<group>/<node>/` (every node's journals and snapshots, written there by the
@@ -16,6 +19,7 @@ import asyncio
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +30,12 @@ from chaos.client import QueueWorkload
 from chaos.cross_group import CrossGroupWorkload, SharedQueueWorkload
 from chaos.deployment import NODE_COMMAND, Deployment
 from chaos.environment import Environment
-from chaos.generator import TARGETS, schedule
-from chaos.history import INVOKE, NEMESIS, OK, History
+from chaos.generator import NEMESES, TARGETS, Fault, schedule, time_needed_for_all
+from chaos.history import FAIL, INVOKE, NEMESIS, OK, History, Op
 from chaos.mqtt import MqttWorkload
 from chaos.nemesis import Nemesis
 from chaos.placement import shape, source_of
-from chaos.report import write_report
+from chaos.report import faults_struck, write_report
 from chaos.stale import StaleWorkload
 from chaos.topic import TopicWorkload
 from chaos.transactions import TransactionsWorkload
@@ -59,6 +63,7 @@ class RunOptions:
     targets: tuple[str, ...] = TARGETS  # which members faults may hit (leader, one, minority, majority, all)
     backlog: bool = False  # consumers wait for the drain (the workloads that have consumers to hold back)
     node_command: tuple[str, ...] = ()  # how a node starts (argv before --config); () is deployment.NODE_COMMAND
+    asked: tuple[str, ...] = ()  # the nemeses the user asked for, when `nemeses` holds only those that can strike
 
 
 @dataclass
@@ -69,9 +74,44 @@ class Progress:
     phase: str = "starting"
 
 
-def run_directory(options: RunOptions) -> Path:
+def run_directory(options: RunOptions, faults: list[Fault]) -> Path:
+    """Named by the kinds scheduled to strike (not those asked for), in the order they come."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    return options.out / f"{stamp}-{options.workload}-{'+'.join(options.nemeses) or 'none'}-s{options.seed}"
+    kinds = list(dict.fromkeys(fault.nemesis for fault in faults))
+    named = "+".join(kinds) if len(kinds) <= 4 else f"{len(kinds)}-nemeses"
+    return options.out / f"{stamp}-{options.workload}-{named or 'none'}-s{options.seed}"
+
+
+def planned(options: RunOptions, faults: list[Fault]) -> dict[str, Any]:
+    """What run.json says before the run: the kinds asked for, those scheduled, and the
+    `--time-limit` this seed needs for every kind that can strike here."""
+    return {
+        "nemeses_asked": list(options.asked or options.nemeses),
+        "nemeses_scheduled": dict(Counter(fault.nemesis for fault in faults)),
+        "time_needed_for_all_s": time_needed_for_all(options.seed, list(options.nemeses), targets=options.targets),
+    }
+
+
+def struck_facts(options: RunOptions, faults: list[Fault], ops: list[Op]) -> dict[str, Any]:
+    """What run.json says after the run: the faults that struck (kind -> count), the kinds
+    asked for that did not, and why each did not."""
+    struck = faults_struck(ops)
+    scheduled = {fault.nemesis for fault in faults}
+    needed = time_needed_for_all(options.seed, list(options.nemeses), targets=options.targets)
+    failed = {op.f: op.error for op in ops if op.process == NEMESIS and op.type == FAIL and op.f in NEMESES}
+    why: dict[str, str] = {}
+    for kind in options.asked or options.nemeses:
+        if kind in struck:
+            continue
+        if kind not in options.nemeses:
+            why[kind] = "needs a cluster of groups (--preset symmetric, chain or symmetric-lite)"
+        elif kind not in scheduled:
+            why[kind] = f"did not fit in {options.time_limit_s:g} s: seed {options.seed} needs --time-limit {needed}"
+        elif kind in failed:
+            why[kind] = f"could not be made: {failed[kind]}"
+        else:
+            why[kind] = "scheduled, but the run ended first (a heal before it ran long)"
+    return {"faults_struck": struck, "nemeses_not_struck": list(why), "not_struck_why": why}
 
 
 def group_count(options: RunOptions) -> int:
@@ -92,21 +132,24 @@ def check_options(options: RunOptions) -> None:
 
 def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, QueueResult]:
     check_options(options)
-    run_dir = run_directory(options).resolve()
+    faults = schedule(options.seed, list(options.nemeses), options.time_limit_s, targets=options.targets)
+    run_dir = run_directory(options, faults).resolve()
     run_dir.mkdir(parents=True)
     environment = Environment(run_dir, options.nemeses)
     source = source_of(options.preset, options.topology)
+    facts: dict[str, Any] = {}
     try:
         topology = environment.place(source)
-        faults = schedule(options.seed, list(options.nemeses), options.time_limit_s, targets=options.targets)
-        (run_dir / "run.json").write_text(json.dumps({
+        facts = {
             "options": {**dataclasses.asdict(options), "out": str(options.out)},
             "topology": str(source),
             "placed": str(topology.source),
             "network": "namespaces" if environment.network is not None else "loopback",
             "groups": [spec.name for spec in topology.groups],
             "faults": [dataclasses.asdict(fault) for fault in faults],
-        }, indent=2))
+            **planned(options, faults),
+        }
+        (run_dir / "run.json").write_text(json.dumps(facts, indent=2))
         deployment = Deployment(topology, run_dir, options.node_command or NODE_COMMAND)
         history = History(run_dir / "history.jsonl")
         progress = Progress()
@@ -128,7 +171,10 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
             if op.process == NEMESIS:
                 nemesis_log.write(op.to_json() + "\n")
     (run_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2))
-    write_report(run_dir / "report.html", run_dir.name, history.ops, result)
+    facts.update(struck_facts(options, faults, history.ops))
+    (run_dir / "run.json").write_text(json.dumps(facts, indent=2))
+    write_report(run_dir / "report.html", run_dir.name, history.ops, result,
+                 {"workload": options.workload, "seed": options.seed, "not_struck_why": facts["not_struck_why"]})
     return run_dir, result
 
 
@@ -180,4 +226,8 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
 
 
 def summary_row(run_dir: Path, result: QueueResult) -> dict[str, Any]:
-    return {"run": run_dir.name, **{k: v for k, v in result.to_dict().items() if not k.endswith("_values")}}
+    """The checker's counts, and from run.json what struck and what did not."""
+    facts = json.loads((run_dir / "run.json").read_text())
+    return {"run": run_dir.name, **{k: v for k, v in result.to_dict().items() if not k.endswith("_values")},
+            **{key: facts.get(key) for key in ("faults_struck", "nemeses_asked", "nemeses_not_struck", "not_struck_why",
+                                               "time_needed_for_all_s")}}
