@@ -45,6 +45,7 @@ from raftmq.routing.cluster_connection import (
     RetryPolicy,
 )
 from raftmq.routing.discovery import DiscoveryGroup
+from raftmq.security_config import reading_names_only
 
 MESH = "mesh"
 CHAIN = "chain"
@@ -135,7 +136,7 @@ def _parse_one(table: Table, known_groups: tuple[str, ...], discovery: dict[str,
     ca_file = table.text("tls_ca_file", None)
     if ca_file is not None:
         ca_path = table.path.parent / ca_file
-        if not ca_path.is_file():
+        if not ca_path.is_file() and not reading_names_only():
             table.fail("tls_ca_file", f"names {ca_file!r}, which is not a file ({ca_path})")
         ca_file = str(ca_path.resolve())
     return ClusterConnection(

@@ -5,9 +5,12 @@ does: the topology and every group file (bridges read their neighbours' members)
 `password_env` / `cluster_password_env`).
 
 `render_host` builds them as text (nothing is written); `raftmq deploy render` writes them.
-Files the configuration names beside it (TLS certificates and keys, discovery files) are
-listed in `HostFiles.referenced`: the operator puts them in place, as secrets are not copied
-into rendered files.
+Files the configuration names (TLS certificates, keys and CAs, discovery files) need not exist
+where it is rendered: they are listed, each at its path on the host and with the key that names
+it, in `HostFiles.to_place` and in the file `INSTANCE.to-place.txt` among the rendered ones.
+The operator puts them in place, as secrets are not copied into rendered files.
+`HostFiles.loopback_only` says when every address of the members is a loopback one (a
+configuration for one machine: other hosts could not reach them); nothing is resolved.
 """
 
 from __future__ import annotations
@@ -15,15 +18,26 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from cluster.topology import Topology
+from raftmq.config import split_address
 from raftmq.errors import ConfigError
+from raftmq.web_guard import is_loopback_name
 
 _DATA_DIR = re.compile(r'^(\s*data_dir\s*=\s*)"[^"\n]*"', re.MULTILINE)
 _ENV_KEYS = ("password_env", "cluster_password_env")
 _FILE_KEYS = ("cert_file", "key_file", "ca_file", "tls_ca_file", "file")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ADDRESS_KINDS = ("client", "raft", "admin", "mqtt")
+
+
+@dataclass(frozen=True, slots=True)
+class NamedFile:
+    """A file the configuration names, for the operator to put in place on the host."""
+
+    path: str  # where it must be on the host (absolute)
+    named_by: str  # the rendered files and keys naming it: "group.toml tls.cert_file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +47,21 @@ class HostFiles:
     node: str
     files: dict[str, str]  # path relative to the configuration directory -> text
     secrets: tuple[str, ...]  # environment variables the node needs (the files name them)
-    referenced: tuple[str, ...]  # files the configuration names, relative to the configuration directory
+    to_place: tuple[NamedFile, ...]  # files the configuration names, which the operator puts in place
+    addresses: tuple[str, ...]  # every member's client, raft, admin and mqtt address ("host:port")
 
     @property
     def env_name(self) -> str:
         return f"{self.instance}.env"
+
+    @property
+    def to_place_name(self) -> str:
+        return f"{self.instance}.to-place.txt"
+
+    @property
+    def loopback_only(self) -> bool:
+        """Every address is a loopback one (127.0.0.0/8, ::1, localhost): one machine's configuration."""
+        return bool(self.addresses) and all(is_loopback_name(split_address(a)[0]) for a in self.addresses)
 
 
 def instance_name(topology: Topology, group: str, node: str) -> str:
@@ -69,7 +93,7 @@ def render_host(topology: Topology, node: str, *, group: str | None = None, conf
     owner = find_member(topology, node, group)
     files: dict[str, str] = {}
     secrets: list[str] = []
-    referenced: list[str] = []
+    to_place: list[NamedFile] = []
     paths = [source, *(spec.config_path.resolve() for spec in topology.groups)]
     for path in dict.fromkeys(paths):
         try:
@@ -85,13 +109,14 @@ def render_host(topology: Topology, node: str, *, group: str | None = None, conf
                 raise ConfigError(f"{path}: no [group] data_dir to move under {state_dir}")
         files[str(relative)] = text
         raw = tomllib.loads(text)
-        secrets.extend(_values(raw, _ENV_KEYS))
+        secrets.extend(value for _, value in _values(raw, _ENV_KEYS))
         directory = relative.parent
-        for name in _values(raw, _FILE_KEYS):
+        for key, name in _values(raw, _FILE_KEYS):
             if name.endswith(".toml") and any(str(directory / name) == str(p.relative_to(base)) for p in paths
                                               if p.is_relative_to(base)):
                 continue  # a group file: rendered above
-            referenced.append(str(directory / name) if not Path(name).is_absolute() else name)
+            on_host = name if PurePosixPath(name).is_absolute() else str(config_dir / directory / name)
+            to_place.append(NamedFile(on_host, f"{relative} {key}"))
     for name in secrets:
         if not ENV_NAME.match(name):
             raise ConfigError(f"{source}: {name!r} is no environment variable name")
@@ -104,19 +129,37 @@ def render_host(topology: Topology, node: str, *, group: str | None = None, conf
     lines = [f"# raftmq@{instance}: node {node} of group {owner} (rendered by `raftmq deploy render`)"]
     lines += [f"{key}={value}" for key, value in env.items()]
     files[f"{instance}.env"] = "\n".join(lines) + "\n"
-    return HostFiles(instance, owner, node, files, tuple(dict.fromkeys(secrets)), tuple(dict.fromkeys(referenced)))
+    naming: dict[str, list[str]] = {}  # one line per file, with every key that names it
+    for item in to_place:
+        naming.setdefault(item.path, []).append(item.named_by)
+    placed = tuple(NamedFile(path, ", ".join(keys)) for path, keys in naming.items())
+    files[f"{instance}.to-place.txt"] = _listing(instance, node, owner, placed)
+    addresses = tuple(getattr(member, kind) for _, member in topology.members() for kind in _ADDRESS_KINDS
+                      if getattr(member, kind) is not None)
+    return HostFiles(instance, owner, node, files, tuple(dict.fromkeys(secrets)), placed, addresses)
 
 
-def _values(raw: object, keys: tuple[str, ...]) -> list[str]:
-    """Every string value of `keys` anywhere in a parsed TOML document."""
-    found: list[str] = []
+def _listing(instance: str, node: str, group: str, placed: tuple[NamedFile, ...]) -> str:
+    """INSTANCE.to-place.txt: one path a line, each with the key that names it."""
+    lines = [f"# Files to put in place on the host of node {node} of group {group} (raftmq@{instance}) before",
+             "# starting it: the configuration names them; `raftmq deploy render` does not copy them.",
+             "# Keys: mode 0640, group raftmq. One path a line, then the file and key naming it."]
+    width = max((len(item.path) for item in placed), default=0)
+    lines += [f"{item.path.ljust(width)}  # {item.named_by}" for item in placed] or ["# (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def _values(raw: object, keys: tuple[str, ...], where: str = "") -> list[tuple[str, str]]:
+    """(dotted key, value) of every string value of `keys` anywhere in a parsed TOML document."""
+    found: list[tuple[str, str]] = []
     if isinstance(raw, dict):
         for key, value in raw.items():
+            dotted = f"{where}.{key}" if where else key
             if key in keys and isinstance(value, str):
-                found.append(value)
+                found.append((dotted, value))
             else:
-                found.extend(_values(value, keys))
+                found.extend(_values(value, keys, dotted))
     elif isinstance(raw, list):
-        for item in raw:
-            found.extend(_values(item, keys))
+        for i, item in enumerate(raw):
+            found.extend(_values(item, keys, f"{where}[{i}]"))
     return found

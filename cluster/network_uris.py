@@ -48,6 +48,7 @@ from cluster.table import Table
 from raftmq.errors import ConfigError
 from raftmq.routing.cluster_connection import ON_DEMAND, ClusterConnection, Hub
 from raftmq.routing.discovery import BroadcastGroup, DiscoveryGroup
+from raftmq.security_config import reading_names_only
 
 DEFAULT_BROADCAST_PERIOD_MS = 500
 DEFAULT_REFRESH_TIMEOUT_MS = 5000
@@ -172,7 +173,7 @@ def _static(uri: str, password: str | None, group: str, name: str) -> list[Clust
                           "members' certificates)")
     if ca_file is not None and tls != {True}:
         raise ConfigError(f"network: {uri!r}: caFile is for stomp+ssl:// addresses")
-    if ca_file is not None and not Path(ca_file).is_file():
+    if ca_file is not None and not Path(ca_file).is_file() and not reading_names_only():
         raise ConfigError(f"network: {uri!r}: caFile {ca_file!r} is not a file")
     if password is not None and "userName" in raw and "password_env" not in raw:
         raw["password"] = password

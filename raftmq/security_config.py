@@ -30,6 +30,9 @@ Every error names the file, the key and what was expected, like the rest of raft
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,27 @@ def load_security(raw: dict[str, Any], path: Path) -> SecurityConfig:
     tls = None if tls_table is None else _tls(_table(raw, "tls", path), path)
     allow_open_admin = _bool(section, "allow_open_admin", path, "security", default=False)
     return SecurityConfig(authentication, allow_anonymous, anonymous_groups, users, acl, tls, allow_open_admin)
+
+
+# Set by `files_named_only()`: a configuration is read for another host (`raftmq deploy render`),
+# where the files it names (TLS certificates, keys, CAs) will be put in place.
+_NAMES_ONLY: ContextVar[bool] = ContextVar("raftmq_files_named_only", default=False)
+
+
+@contextmanager
+def files_named_only() -> Iterator[None]:
+    """Within it, the files a configuration names need not exist here (nor are TLS files
+    loaded): it is read for the host it will run on, which has them."""
+    token = _NAMES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _NAMES_ONLY.reset(token)
+
+
+def reading_names_only() -> bool:
+    """Whether `files_named_only()` is in effect."""
+    return _NAMES_ONLY.get()
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -147,6 +171,8 @@ def _tls(table: dict[str, Any], path: Path) -> TlsConfig:
         raise ConfigError(f"{path}: tls.require_client_cert = true needs tls.ca_file "
                           "(the CA that signs client certificates)")
     tls = TlsConfig(cert_file, key_file, ca_file, require, _bool(table, "raft", path, "tls", default=False))
+    if reading_names_only():
+        return tls
     try:
         server_ssl_context(tls)
     except (ssl.SSLError, OSError) as exc:
@@ -212,6 +238,6 @@ def _file(table: dict[str, Any], key: str, path: Path) -> str:
     file = Path(value).expanduser()
     if not file.is_absolute():
         file = path.parent / file
-    if not file.is_file():
+    if not file.is_file() and not reading_names_only():
         raise ConfigError(f"{path}: tls.{key}: file {file} not found (expected a PEM file)")
     return str(file.resolve())

@@ -33,12 +33,15 @@ def render_command(topology: str, node: str, group: str | None, out: str, config
     from cluster.host_files import render_host
     from cluster.topology import load_topology
     from raftmq.errors import ConfigError
+    from raftmq.security_config import files_named_only
 
     for option, value in (("--config-dir", config_dir), ("--state-dir", state_dir)):
         if not PurePosixPath(value).is_absolute():
             raise click.BadParameter(f"must be an absolute path, got {value!r}", param_hint=option)
     try:
-        host = render_host(load_topology(topology), node, group=group, config_dir=PurePosixPath(config_dir),
+        with files_named_only():  # TLS files and CAs are the host's: they need not be here
+            loaded = load_topology(topology)
+        host = render_host(loaded, node, group=group, config_dir=PurePosixPath(config_dir),
                            state_dir=PurePosixPath(state_dir))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -62,6 +65,13 @@ def render_command(topology: str, node: str, group: str | None, out: str, config
     click.echo(f"wrote {len(host.files)} file(s) to {target}/; on the host they go to {config_dir}/")
     if host.secrets and not secrets_from_env:
         click.echo(f"fill in {', '.join(host.secrets)} in {host.env_name} (mode 0600, owner root: systemd reads it)")
-    if host.referenced:
-        click.echo(f"put these beside them, as the files name them: {', '.join(host.referenced)}")
+    if host.to_place:
+        click.echo(f"put these files in place on the host of {host.node} (listed in {host.to_place_name}):")
+        width = max(len(item.path) for item in host.to_place)
+        for item in host.to_place:
+            click.echo(f"  {item.path.ljust(width)}  ({item.named_by})")
     click.echo(f"then: systemctl enable --now raftmq@{host.instance}")
+    if host.loopback_only:
+        click.echo(f"warning: every address of the members is a loopback one ({host.addresses[0]}, ...): "
+                   "only processes on one machine can reach them, so nodes on separate hosts would not "
+                   "find each other; give each [[node]] its host's name or address", err=True)
