@@ -76,6 +76,9 @@ def extensions() -> list[object]:
     from mypyc.build import mypycify
 
     paths = [str(source(module).relative_to(ROOT)) for module in hot_modules()]
+    print(f"raftmq: compiling {len(paths)} hot modules with mypyc from their source (raftmq/compiled.py lists "
+          f"them; about a minute, quiet unless pip runs with -v; {COMPILE_ENV}=0 installs pure Python instead)",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="raftmq-build-") as work:  # mypycify reads the config and is done with it
         config = Path(work) / "mypy.ini"
         config.write_text(BUILD_MYPY_CONFIG, encoding="utf-8")

@@ -103,3 +103,27 @@ def test_the_compiled_core_is_closed_to_subclasses() -> None:
         pytest.skip("no compiled build here")
     with pytest.raises(TypeError, match="interpreted classes cannot inherit from compiled"):
         type("Planted", (Broker,), {})(CoreConfig())
+
+
+def test_the_build_names_the_compile_before_it_starts(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """setup.py says what the long silent step is (mypyc over the hot modules) before doing it;
+    run here with mypyc and setuptools' setup stubbed out, so nothing is built."""
+    import runpy
+    import types
+
+    import setuptools
+
+    calls: list[list[str]] = []
+    fake = types.ModuleType("mypyc.build")
+    fake.mypycify = lambda args, **kwargs: calls.append(list(args)) or []  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mypyc.build", fake)
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
+    monkeypatch.setenv("RAFTMQ_COMPILE", "1")
+    if not _can_compile():
+        pytest.skip("no C compiler here: the build installs pure Python and says so instead")
+    runpy.run_path(str(PACKAGE.parent / "setup.py"), run_name="__main__")
+    err = capsys.readouterr().err
+    assert f"raftmq: compiling {len(compiled.HOT_MODULES)} hot modules with mypyc" in err, err
+    assert "RAFTMQ_COMPILE=0" in err
+    assert len(calls) == 1
