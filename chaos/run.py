@@ -104,7 +104,7 @@ def struck_facts(options: RunOptions, faults: list[Fault], ops: list[Op]) -> dic
         if kind in struck:
             continue
         if kind not in options.nemeses:
-            why[kind] = "needs a cluster of groups (--preset symmetric, chain or symmetric-lite)"
+            why[kind] = "needs a cluster of groups: --preset symmetric, chain or symmetric-lite"
         elif kind not in scheduled:
             why[kind] = f"did not fit in {options.time_limit_s:g} s: seed {options.seed} needs --time-limit {needed}"
         elif kind in failed:
