@@ -42,12 +42,13 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     from spark_audit import story
     from spark_audit.job import run_audit
     from spark_audit.layout import expand, read_run
-    from spark_audit.report import to_json, verdict_table, write
+    from spark_audit.report import TABLE_WIDTH, not_struck_lines, to_json, verdict_table, write
 
     if master and remote:
         raise click.UsageError("give --master or --remote, not both")
     console = Console(stderr=as_json)
-    console.width = max(console.width, 140)  # the verdict table has a column per check
+    if not console.is_terminal:  # piped: the table's own width, not rich's default of 80
+        console.width = TABLE_WIDTH
     try:
         paths = expand(list(run_dirs))
         runs = [read_run(path) for path in paths]
@@ -78,7 +79,9 @@ def audit_command(run_dirs: tuple[str, ...], master: str | None, remote: str | N
     if as_json:
         click.echo(json.dumps(to_json(result), indent=2, default=str))
     else:
-        console.print(verdict_table(result))
+        console.print(verdict_table(result, width=min(console.width, TABLE_WIDTH)))
+        for line in not_struck_lines(result):
+            console.print(escape(line), highlight=False)
         for finding in result.findings[:FINDINGS_SHOWN]:
             where = "/".join(str(part) for part in (finding["group"], finding["node"]) if part)
             text = escape(f"{finding['run']} {where} {finding['item']}: {finding['detail']}")

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from spark_audit import checks
 from spark_audit.derive import reference, with_bodies
 from spark_audit.embedded_runs import EMBEDDED_WORKLOAD
+from spark_audit.faults import RunFaults
 from spark_audit.layout import Run
 from spark_audit.tables import Tables, load_tables
 
@@ -28,6 +29,7 @@ class RunVerdict:
     workload: str
     counts: dict[str, int | None]  # per check; None: the check does not apply to this workload
     read: dict[str, int] = field(default_factory=dict)
+    faults: RunFaults | None = None  # what struck the run (None: embedded brokers', no nemesis)
 
     @property
     def clean(self) -> bool:
@@ -97,6 +99,7 @@ def run_audit(spark: Any, runs: list[Run], sample: int = SAMPLE_PER_CHECK) -> Au
             run.name, run.path, run.workload,
             {check: (counts.get((run.name, check), 0) if judged.get(check, True) else None) for check in checks.CHECKS},
             {"groups": len(run.groups), **read.get(run.name, {})},
+            run.faults,
         ))
     for frame in cached:
         frame.unpersist()

@@ -24,6 +24,7 @@ from spark_audit.embedded_runs import (
     is_embedded_data_dir,
     max_hops,
 )
+from spark_audit.faults import RunFaults, read_faults
 
 if TYPE_CHECKING:
     from cluster.topology import Topology
@@ -51,6 +52,7 @@ class Run:
     groups: tuple[str, ...]
     members: tuple[MemberFiles, ...]
     max_hops: int  # the longest route a cluster connection allows (0: one group, nothing forwards)
+    faults: RunFaults | None = None  # what struck (run.json); None: embedded brokers', no nemesis
 
 
 def is_run(path: Path) -> bool:
@@ -106,7 +108,8 @@ def read_run(path: Path) -> Run:
         raise AuditError(f"{path}: no member data under data/<group>/<node>/raft")
     # embedded brokers: each group's embedded.json read now, so a bad one is named before Spark starts
     hops = max_hops(embedded_cores(path, groups)) if embedded else _max_hops(path, meta)
-    return Run(path.name, str(path), workload, tuple(groups), tuple(members), hops)
+    return Run(path.name, str(path), workload, tuple(groups), tuple(members), hops,
+               None if embedded else read_faults(meta))
 
 
 def _placed_topology(path: Path, meta: dict[str, object]) -> Path:

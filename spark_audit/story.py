@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from spark_audit import faults
 from spark_audit.embedded_runs import EMBEDDED_WORKLOAD
 
 Read = dict[str, int]
@@ -134,10 +135,11 @@ def run_summary(run: dict[str, Any]) -> str:
             f"{count(r.get('entries', 0), 'Raft entry', 'Raft entries')} and "
             f"{count(r.get('body_records', 0), 'body record')} read, "
             f"{count(r.get('operations', 0), 'client operation')}.")
+    struck = " " + faults.sentence(faults.from_json(run.get("faults"))) if "faults" in run else ""
     if run["clean"]:
-        return f"Clean. {read}"
+        return f"Clean. {read}{struck}"
     bad = [found(check, n) for check, n in run["counts"].items() if n]
-    return f"Findings: {', '.join(bad)}. {read}"
+    return f"Findings: {', '.join(bad)}. {read}{struck}"
 
 
 def verdict(data: dict[str, Any]) -> str:
