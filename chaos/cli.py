@@ -87,12 +87,7 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
     with Live(Text("starting the cluster..."), console=console, transient=True, refresh_per_second=4) as live:
 
         def show(progress: Progress) -> None:
-            # The summary's words: deliveries count redeliveries too (received counts distinct values).
-            counts = progress.counts
-            sends = "transactions " if workload == "transactions" else ""
-            line = Text(f"{progress.phase} {progress.elapsed_s:5.1f}s  {sends}acknowledged {counts.get('ok', 0)}"
-                        f"  failed {counts.get('fail', 0)}  indeterminate {counts.get('info', 0)}"
-                        f"  deliveries {counts.get('receive', 0)}")
+            line = Text(live_line(progress, workload))
             if progress.fault:
                 line.append(f"  fault: {progress.fault}", style="bold red")
             live.update(line)
@@ -113,6 +108,16 @@ def run_command(preset: str, topology: str | None, workload: str, nemesis: str, 
         click.echo(f"{'verdict':<26} {'valid' if result.valid else 'INVALID'}")
         click.echo(f"{'run directory':<26} {run_dir}")
     sys.exit(0 if result.valid else 1)
+
+
+def live_line(progress: Progress, workload: str) -> str:
+    """The progress line in the summary's words: deliveries count redeliveries too (the
+    summary's `received` counts distinct values)."""
+    counts = progress.counts
+    sends = "transactions " if workload == "transactions" else ""
+    return (f"{progress.phase} {progress.elapsed_s:5.1f}s  {sends}acknowledged {counts.get('ok', 0)}"
+            f"  failed {counts.get('fail', 0)}  indeterminate {counts.get('info', 0)}"
+            f"  deliveries {counts.get('receive', 0)}")
 
 
 def strike_lines(row: dict[str, Any]) -> list[str]:

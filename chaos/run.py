@@ -198,7 +198,7 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
         for op in history.ops:
             if op.process == NEMESIS or op.type == INVOKE:
                 continue
-            if op.f == "receive":
+            if op.f == "receive" and op.type == OK:  # as the checker counts deliveries
                 counts["receive"] = counts.get("receive", 0) + 1
             elif op.f in ("send", "txn"):
                 counts[op.type] = counts.get(op.type, 0) + 1

@@ -80,3 +80,11 @@ def test_the_facts_name_what_struck_and_why_the_rest_did_not() -> None:
     assert lines[0].split(None, 2)[2] == f"{first} ×1"
     assert any(line.startswith("not struck") and "drain (needs a cluster" in line for line in lines)
     assert any(f"needs --time-limit {needed}" in line and ", ".join(unscheduled) in line for line in lines)
+
+
+def test_the_live_line_uses_the_summarys_words() -> None:
+    from chaos.cli import live_line
+    from chaos.run import Progress
+
+    line = live_line(Progress(12.5, {"ok": 10, "fail": 1, "info": 2, "receive": 11}, None, "running"), "queue")
+    assert line == "running  12.5s  acknowledged 10  failed 1  indeterminate 2  deliveries 11"
