@@ -6,15 +6,21 @@ operator tools, the chaos harness or the audit."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
+import socket
 import sys
 
 import click
+from click.core import ParameterSource
 
 from raftmq.config import split_address
 from raftmq.logs import LEVELS as LOG_LEVELS
 
 DEFAULT_MQTT_PORT = 1883  # IANA's MQTT port: a single node's unless --mqtt says otherwise
+# A single node's admin port (/status, /metrics, the console), on loopback only: clear of STOMP's
+# 61613, MQTT's 1883 and the presets' admin ports (8161-8169, the test preset's 8261-8263).
+DEFAULT_ADMIN = "127.0.0.1:8160"
 
 
 class ConfigRefused(click.ClickException):
@@ -30,7 +36,29 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
     try:
         return split_address(value)  # "[::1]:61613" gives "::1", as in a configuration file
     except ValueError:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option) from None
+        port = value.rpartition(":")[2]
+        why = f": port {port} is out of range (1-65535)" if ":" in value and port.isdigit() else ""
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}{why}", param_hint=option) from None
+
+
+def _port_taken(address: str) -> bool:
+    """Whether another process listens on `address` ("host:port") now: a bind as the server's
+    (SO_REUSEADDR, so a port in TIME_WAIT is free) fails with EADDRINUSE."""
+    host, port = split_address(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _console_url(admin: str | None, tls: bool) -> str | None:
+    """The address a browser opens for the web console, served at `/` of the admin port."""
+    if admin is None:
+        return None
+    return f"{admin}/" if admin.startswith("https://") else f"{'https' if tls else 'http'}://{admin}/"
 
 
 @click.command("node")
@@ -45,8 +73,11 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 @click.option("--bind-host", "bind_host", metavar="HOST", envvar="RAFTMQ_BIND_HOST", show_envvar=True,
               help="Bind every port on HOST (0.0.0.0: all interfaces) while peers and clients keep using the "
                    "configured names; default: [server] bind_host, or each address's own host.")
-@click.option("--admin", "admin", metavar="HOST:PORT",
-              help="Admin HTTP address of a single node (/status, /metrics, /health); default: none, or [node] admin.")
+@click.option("--admin", "admin", metavar="HOST:PORT|off", envvar="RAFTMQ_ADMIN", show_envvar=True,
+              help=f"Admin HTTP address of a single node: /status, /metrics, /health and the web console at /; "
+                   f"default: {DEFAULT_ADMIN} (loopback only; taken by another process: the node runs without "
+                   f"one and says so), or with --config its [node] admin; off: no admin port. The environment "
+                   f"variable applies where the config file names none.")
 @click.option("--mqtt", "mqtt", metavar="HOST:PORT|off",
               help="MQTT 3.1.1 and 5.0 address of a single node; default: port 1883 on the --listen host, or "
                    "with --config its [node] mqtt; off: no MQTT port.")
@@ -103,13 +134,17 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         raise ConfigRefused(str(exc)) from exc
     from raftmq.app.group import serve_group
 
+    admin_from_env = click.get_current_context().get_parameter_source("admin") is ParameterSource.ENVIRONMENT
     if isinstance(config, GroupConfig):
+        if admin_from_env:
+            admin = None  # a member's admin address is its [[node]]'s
         if listen is not None or admin is not None or mqtt is not None or data_dir is not None or in_memory:
             raise click.UsageError("--listen, --admin, --mqtt, --data-dir and --in-memory do not apply to a group "
                                    "member: its [[node]] and [group] name its addresses and data directory")
         assert node_id is not None  # a group member is named (checked above)
         ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}",
-                                  mqtt=config.member(node_id).mqtt)
+                                  mqtt=config.member(node_id).mqtt,
+                                  console=_console_url(config.admin_endpoint(config.member(node_id)), False))
         from cluster.group_file import load_group_config
 
         assert config_path is not None  # a group comes from a file
@@ -123,10 +158,26 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         config = config.with_address(*address)
     if bind_host:
         config = dataclasses.replace(config, bind_host=bind_host)
-    if admin is not None:
+    defaulted = False  # the built-in admin address, which gives way to another process
+    if admin_from_env and config.admin is not None:
+        admin = None  # the config file's own admin address wins over the environment's
+    if admin == "off":
+        config = dataclasses.replace(config, admin=None)
+    elif admin is not None:
         admin_address = _parse_listen(admin, "--admin")
         assert admin_address is not None  # given, so parsed (or a UsageError)
         config = dataclasses.replace(config, admin=f"{admin_address[0]}:{admin_address[1]}")
+    elif config_path is None:  # the README's single node: its console and /status on loopback
+        config = dataclasses.replace(config, admin=DEFAULT_ADMIN)
+        defaulted = True
+    if config.admin is not None and _port_taken(config.admin):
+        if not defaulted:
+            raise click.ClickException(f"the admin port {config.admin} is taken by another process: --admin HOST:PORT "
+                                       "picks another, --admin off runs the node without one")
+        click.echo(f"raftmq node: the admin port {config.admin} is taken by another process (another raftmq node?): "
+                   "this node runs without /status, /metrics and the console; --admin HOST:PORT picks another "
+                   "port, --admin off silences this", err=True)
+        config = dataclasses.replace(config, admin=None)
     if mqtt == "off":
         config = dataclasses.replace(config, mqtt=None)
     elif mqtt is not None:
@@ -137,6 +188,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         host = f"[{config.host}]" if ":" in config.host else config.host
         config = dataclasses.replace(config, mqtt=f"{host}:{DEFAULT_MQTT_PORT}")
     source = config_path or "raftmq node --admin"
+    console = _console_url(config.admin, config.security.tls is not None)
     if in_memory or config.in_memory:
         if data_dir is not None:
             raise click.UsageError("--data-dir and --in-memory: choose one")
@@ -146,7 +198,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
                 check_exposure(GroupConfig(config.name, config.data_dir, (member,), server=config), config.name, source)
             except ConfigError as exc:
                 raise ConfigRefused(str(exc)) from exc
-        ready = functools.partial(_print_ready, "in memory: nothing survives a restart", mqtt=config.mqtt)
+        ready = functools.partial(_print_ready, "in memory: nothing survives a restart", mqtt=config.mqtt,
+                                  console=console)
         serve(config, on_ready=ready, log_file=log_file, log_level=log_level)
         return
     try:
@@ -157,7 +210,8 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         check_exposure(group, config.name, source)
     except ConfigError as exc:
         raise ConfigRefused(str(exc)) from exc
-    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}", mqtt=config.mqtt)
+    ready = functools.partial(_print_ready, f"durable: data in {group.member_dir(config.name)}", mqtt=config.mqtt,
+                              console=console)
     serve_group(group, config.name, on_ready=ready, log_file=log_file, log_level=log_level)
 
 
@@ -212,9 +266,11 @@ def hand_over_command(config_path: str, node_id: str, bind_host: str | None, tim
         raise click.ClickException(f"node {node_id} could not hand its leadership over within the hand-over time")
 
 
-def _print_ready(how: str, host: str, port: int, mqtt: str | None = None) -> None:
+def _print_ready(how: str, host: str, port: int, mqtt: str | None = None, console: str | None = None) -> None:
     # What `raftmq up`, scripts and tests wait for on stdout: the prefix up to the address.
     click.echo(f"raftmq node listening on {host}:{port} ({how})")
     if mqtt is not None:
         click.echo(f"MQTT 3.1.1 and 5.0 on {mqtt}")
+    if console is not None:
+        click.echo(f"console: {console} (and /status, /metrics, /health)")
     sys.stdout.flush()

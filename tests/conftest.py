@@ -27,6 +27,9 @@ def _keep_bytecode() -> None:
 
 
 _keep_bytecode()  # before the imports below, and before any test module is collected
+# A single `raftmq node` opens its admin port on the fixed 127.0.0.1:8160 unless told otherwise:
+# the suite's nodes (and the processes they start) open none unless a test asks for one.
+os.environ.setdefault("RAFTMQ_ADMIN", "off")
 
 from raftmq import processes  # noqa: E402
 from raftmq.logs import log_through_stdlib_if_unconfigured  # noqa: E402

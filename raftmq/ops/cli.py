@@ -152,6 +152,7 @@ def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[s
                      detach: bool) -> None:
     from cluster.topology import failover_urls
     from raftmq.ops.launcher import state_path
+    from raftmq.ops.status_view import console_url
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
     per_group, whole = failover_urls(topology)
@@ -166,6 +167,9 @@ def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[s
     click.echo(f"hosts:   {','.join(node.client for node in state.nodes)}")
     if any(node.mqtt for node in state.nodes):  # MQTT clients name the member they connect to
         click.echo(f"mqtt:    {','.join(node.mqtt or '-' for node in state.nodes)}")
+    consoles = [console_url(node.admin) for node in state.nodes]
+    if any(consoles):  # every member serves the web console; a follower's passes changes to its leader
+        click.echo(f"console: {','.join(url or '-' for url in consoles)}")
     click.echo(f"state:   {_shown(state_path(topology.state_dir))}")
     click.echo(f"logs:    {', '.join(_log_paths(nodes) for nodes in groups)}")
     click.echo(f"restart: {topology.restart.mode}" + (f" (supervisor pid {state.launcher_pid})" if detach else ""))

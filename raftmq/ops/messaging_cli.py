@@ -92,7 +92,9 @@ def _run(endpoints: Endpoints, operation: Callable[[], Any]) -> Any:
     try:
         return operation()
     except FailoverExhausted as exc:
-        raise click.ClickException(f"cannot connect to {endpoints.url} ({endpoints.source}): {exc}") from None
+        # Not told where (no --url): most likely the local cluster is not running.
+        hint = "; is a cluster running? (`raftmq up`)" if endpoints.source != "--url" else ""
+        raise click.ClickException(f"cannot connect to {endpoints.url} ({endpoints.source}): {exc}{hint}") from None
     except BrokerRefused as exc:
         detail = exc.body.decode("utf-8", "replace").strip().splitlines()
         extra = f" ({detail[0]})" if detail and detail[0] != str(exc) else ""  # a bare ERROR repeats its message
@@ -208,9 +210,14 @@ def receive_command(destination: str, count: int, timeout: float, ack: str, show
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
     if count and received < count:
-        click.echo(f"received {received} of {count} message(s) from {destination}; "
-                   f"none came within {timeout:g} s", err=True)
+        if received == 0:
+            click.echo(f"waited {timeout:g} s and got nothing from {destination} (--timeout waits longer)", err=True)
+        else:
+            click.echo(f"received {received} of {count} message(s) from {destination}; "
+                       f"none came within {timeout:g} s", err=True)
         raise SystemExit(1)
+    if not count and received == 0:
+        click.echo(f"waited {timeout:g} s and got nothing from {destination}", err=True)
 
 
 # -- queue -----------------------------------------------------------------------------------

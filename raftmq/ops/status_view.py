@@ -109,10 +109,19 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             "dead_letter": _dict(broker.get("dead_letter")),
             "expiry": _dict(broker.get("expiry")),
             "nodes": nodes,
+            "consoles": {node.id: url for node, _status in members if (url := console_url(node.admin)) is not None},
             "destinations": destinations,
             "links": list((_dict(leader[1].get("cluster")).get("links") or []) if leader is not None else []),
         })
     return {"ok": all(group["ok"] for group in summary), "groups": summary, "cluster": cluster_view(summary)}
+
+
+def console_url(admin: str) -> str | None:
+    """The web console's address in a browser (`/` of the admin port) from an admin address as
+    tools ask it ("host:port", or "https://host:port" with [tls]); None for none ("")."""
+    if not admin:
+        return None
+    return f"{admin}/" if admin.startswith("https://") else f"http://{admin}/"
 
 
 def held(status: dict[str, Any]) -> int:
@@ -177,6 +186,8 @@ def render_status(summary: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     for group in summary.get("groups", []):
         parts.append(_nodes_table(group))
+        if group.get("consoles"):
+            parts.append(_consoles_line(group))
         if group.get("drain") is not None:
             parts.append(_drain_line(group))
         if any(not name.startswith(INTERNAL_PREFIXES) for name in group["destinations"]):
@@ -245,6 +256,14 @@ def _nodes_table(group: dict[str, Any]) -> Table:
 
 
 DRAIN_STYLE = "bold yellow"
+
+
+def _consoles_line(group: dict[str, Any]) -> Text:
+    """Where each member's web console opens (any member's works; a follower's passes changes on)."""
+    consoles = group["consoles"]
+    leader = group.get("leader")
+    return Text("console: " + ", ".join(f"{node} {url}" + (" (master)" if node == leader else "")
+                                          for node, url in consoles.items()))
 
 
 def _drain_line(group: dict[str, Any]) -> Text:
