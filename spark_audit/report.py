@@ -26,6 +26,7 @@ SHORT = {"unexpected": "unexp", "stored_duplicates": "dup-stored", "consumer_dup
 # stages' fixed costs, not reading: no rate is shown (docs/sittings/2026-11-audit.md: 319 k
 # records of 75 runs, 105 s, against 10 M records at 23 k/s).
 RATE_FROM_RECORDS = 1_000_000
+HTML_NAME = 40  # characters of a run's name in audit.html's table of runs (the whole name is its tooltip)
 TABLE_WIDTH = 100  # the terminal table fits this many columns, whatever the run names
 NOT_STRUCK_INLINE = 3  # a row names up to this many asked-for kinds that did not strike; more go below the table
 
@@ -169,7 +170,7 @@ def _page(data: dict[str, Any]) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>raftmq audit: {verdict}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin-bottom:2em}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}.ok{{background:#e8f6e8}}
-td.name{{overflow-wrap:anywhere;max-width:22em}}
+td.name{{overflow-wrap:anywhere;min-width:12em;max-width:20em}}
 .bad{{background:#f9d6d5;font-weight:bold}}
 .na{{color:#999}}.verdict{{font-size:1.15em}}li{{margin:3px 0}}li.ok{{list-style:'\\2713  ';background:none}}
 li.bad{{list-style:'\\2717  ';color:#b03a2e}}summary{{cursor:pointer;font-size:1.05em}}</style></head><body>
@@ -193,7 +194,8 @@ def _table(data: dict[str, Any]) -> str:
         struck = "none (embedded brokers)" if faults is None else struck_text(faults)
         missed = f"<br><span class=na>not struck: {html.escape(', '.join(faults.not_struck))}</span>" \
             if faults is not None and faults.not_struck else ""
-        rows.append(f"<tr><td class=name>{html.escape(run['run'])}</td><td>{html.escape(run['workload'])}</td>"
+        name = f"<td class=name title='{html.escape(run['run'])}'>{html.escape(shorten(run['run'], HTML_NAME))}</td>"
+        rows.append(f"<tr>{name}<td>{html.escape(run['workload'])}</td>"
                     f"<td>{html.escape(struck)}{missed}</td>{''.join(cells)}{verdict}</tr>")
     return (f"<table><tr><th>run</th><th>workload</th><th>faults struck</th>{head}<th>verdict</th></tr>"
             f"{''.join(rows)}</table>")

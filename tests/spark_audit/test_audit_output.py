@@ -132,3 +132,10 @@ def test_the_html_chart_shows_per_check_what_was_compared_and_how_many_passed(tm
     assert "faults struck" in text and "transfer ×2" in text
     _, html_path = write(AuditResult(runs[:1], [], 1.0, "local[1]"), tmp_path / "one")
     assert html_path.read_text().count('class="plotly-graph-div"') == 1  # one run: the chart still says it
+
+
+def test_the_html_table_shortens_a_long_run_name_and_keeps_it_whole_in_its_tooltip(tmp_path: Path) -> None:
+    name = "20261126T083957-queue-" + "+".join(ALL) + "-s1"
+    source, text = page(tmp_path, [run(name), run("short-s2")])
+    assert f"<td class=name title='{name}'>20261126T083957-queu…ership-partition-s1</td>" in source
+    assert "<td class=name title='short-s2'>short-s2</td>" in source
