@@ -189,15 +189,22 @@ def table_command(runs: tuple[Path, ...]) -> None:
 
 
 def row_of(run_dir: Path) -> dict[str, Any]:
-    """A summary row from a run directory; a run with no results.json ended in a harness error."""
-    options = json.loads((run_dir / "run.json").read_text())["options"]
+    """A summary row from a run directory; a run with no results.json ended in a harness error.
+    `scenario` is what was asked (`all` for every kind); `struck`, the faults that struck, with
+    counts, where run.json records them (runs made before it did have none)."""
+    record = json.loads((run_dir / "run.json").read_text())
+    options = record["options"]
     targets = options.get("targets") or list(TARGETS)
-    scenario = "+".join(options["nemeses"]) + ("" if set(targets) == set(TARGETS) else "@" + "|".join(targets))
+    asked = record.get("nemeses_asked") or options.get("asked") or options["nemeses"]
+    kinds = "all" if set(asked) == set(NEMESES) else "+".join(options["nemeses"])
+    scenario = kinds + ("" if set(targets) == set(TARGETS) else "@" + "|".join(targets))
+    row: dict[str, Any] = {"scenario": scenario, "seed": options["seed"], "run": run_dir.name}
+    if isinstance(record.get("faults_struck"), dict):
+        row["struck"] = ", ".join(f"{kind} ×{count}" for kind, count in record["faults_struck"].items()) or "none"
     results = run_dir / "results.json"
     if not results.exists():
-        return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, "valid": False,
-                "error": "no results"}
-    return {"scenario": scenario, "seed": options["seed"], "run": run_dir.name, **json.loads(results.read_text())}
+        return {**row, "valid": False, "error": "no results"}
+    return {**row, **json.loads(results.read_text())}
 
 
 def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
@@ -206,8 +213,10 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
                                 "unexpected", "unavailable_max_s", "valid")
     if any("stale_plain" in row for row in rows):  # stale runs among them: their own verdict's counts
         columns = (*columns[:-1], "terms", "stale_plain", "stale_own", "valid")
+    if any("struck" in row for row in rows):
+        columns = (columns[0], "struck", *columns[1:])
     for column in columns:
-        table.add_column(column.replace("_", " "), justify="left" if column == "scenario" else "right")
+        table.add_column(column.replace("_", " "), justify="left" if column in ("scenario", "struck") else "right")
     for row in rows:
         table.add_row(*(str(row.get(c, "")) if c != "valid" else
                         ("valid" if row[c] else "ERROR" if "error" in row else "INVALID") for c in columns))

@@ -33,3 +33,23 @@ def test_a_table_of_runs(tmp_path: Path) -> None:
     finished(tmp_path, "d", ["clock"], [], 2, {**good, "lost": 2, "valid": False})
     result = runner.invoke(chaos_command, ["table", str(tmp_path)])
     assert result.exit_code == 1 and "ERROR" in result.output and "INVALID" in result.output
+
+
+def test_a_run_given_every_kind_shows_all_and_what_struck(tmp_path: Path) -> None:
+    """A run asked for every kind is `all`, not fourteen names, and its row says which faults
+    struck (run.json's faults_struck), not what was asked."""
+    from chaos.generator import NEMESES
+
+    good = {"attempted": 10, "acknowledged": 10, "lost": 0, "stored_duplicates": 0, "unexpected": 0,
+            "unavailable_max_s": 0.5, "valid": True}
+    run_dir = tmp_path / "every"
+    run_dir.mkdir()
+    asked = list(NEMESES)
+    (run_dir / "run.json").write_text(json.dumps({
+        "options": {"nemeses": [n for n in asked if n != "drain"], "targets": [], "seed": 4, "asked": asked},
+        "nemeses_asked": asked, "faults_struck": {"transfer": 1, "kill": 2}}))
+    (run_dir / "results.json").write_text(json.dumps(good))
+    result = CliRunner().invoke(chaos_command, ["table", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "transfer ×1, kill ×2" in result.output, result.output
+    assert "power-loss" not in result.output and " all " in result.output, result.output
