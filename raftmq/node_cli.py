@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import socket
 import sys
 
 import click
@@ -16,6 +15,7 @@ from click.core import ParameterSource
 
 from raftmq.config import split_address
 from raftmq.logs import LEVELS as LOG_LEVELS
+from raftmq.processes import bind_error
 
 DEFAULT_MQTT_PORT = 1883  # IANA's MQTT port: a single node's unless --mqtt says otherwise
 # A single node's admin port (/status, /metrics, the console), on loopback only: clear of STOMP's
@@ -44,14 +44,8 @@ def _parse_listen(value: str | None, option: str = "--listen") -> tuple[str, int
 def _port_taken(address: str) -> bool:
     """Whether another process listens on `address` ("host:port") now: a bind as the server's
     (SO_REUSEADDR, so a port in TIME_WAIT is free) fails with EADDRINUSE."""
-    host, port = split_address(address)
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
+    error = bind_error(*split_address(address))
+    return error is not None and error.errno == errno.EADDRINUSE
 
 
 def _console_url(admin: str | None, tls: bool) -> str | None:

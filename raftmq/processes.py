@@ -29,8 +29,9 @@ PICK_LOW = 20_000
 PICK_MIN_SPAN = 4_000
 PORT_RANGE_ENV = "RAFTMQ_PORT_RANGE"
 # Never handed out: the fixed ports of the presets and configs/*.toml (client 61613..., raft
-# 62613..., admin 8161..., MQTT 1883), which `raftmq up --preset` and the chaos harness's namespaces bind.
-RESERVED_PORTS = (range(1883, 2000), range(8161, 8300), range(61613, 61800), range(62613, 62800))
+# 62613..., admin 8161..., MQTT 1883) and the single node's admin port (8160), which `raftmq up
+# --preset`, `raftmq node` and the chaos harness's namespaces bind.
+RESERVED_PORTS = (range(1883, 2000), range(8160, 8300), range(61613, 61800), range(62613, 62800))
 POLL_SECONDS = 0.05
 # Right after fork+exec the kernel shows an empty cmdline for a moment.
 EMPTY_CMDLINE_WAIT_SECONDS = 0.5
@@ -119,6 +120,18 @@ def split_port_range(low: int, high: int, index: int, count: int) -> tuple[int, 
 def format_port_range(low: int, high: int) -> str:
     """[low, high) as RAFTMQ_PORT_RANGE spells it."""
     return f"{low}-{high - 1}"
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why a listener could not bind (host, port) now, or None: a bind as a server's listener
+    (SO_REUSEADDR, so a port in TIME_WAIT is free), let go at once."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
 
 
 def _bindable(host: str, port: int) -> bool:

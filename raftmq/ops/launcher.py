@@ -16,7 +16,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from cluster.topology import PRESETS, Topology, preset_path
 from raftmq.config import split_address
 from raftmq.errors import ConfigError, DeploymentError
 from raftmq.ops.status_view import NodeAddress, collect_status
-from raftmq.processes import is_same_process, own_identity, process_start_time, send_signal, spawn
+from raftmq.processes import bind_error, is_same_process, own_identity, process_start_time, send_signal, spawn
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
@@ -206,14 +205,9 @@ def check_ports_free(topology: Topology) -> None:
 
 def check_port_free(address: str, label: str) -> None:
     """DeploymentError `<label> <address> is not available (why)` unless it can be bound."""
-    host, port = split_address(address)
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Like the nodes' listeners: a closed connection's TIME_WAIT does not block us.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise DeploymentError(f"{label} {address} is not available ({exc.strerror or exc})") from None
+    error = bind_error(*split_address(address))  # as the nodes' listeners bind: TIME_WAIT does not block
+    if error is not None:
+        raise DeploymentError(f"{label} {address} is not available ({error.strerror or error})")
 
 
 def check_data_dirs(topology: Topology) -> None:
