@@ -150,6 +150,21 @@ def farewell_frame(session_id: str, leader: str, offset: int, version: str, secr
     return error_frame("not the leader", detail, version, None, extra)
 
 
+# A release (`release_frame`) reaches the shell as a resume request with this offset: the
+# decision that carries a request (raftmq.server.stomp.decisions.Adopt, a compiled module) has no
+# field of its own for it, and no client's offset can be negative.
+RELEASED = -1
+RELEASE_HEADER = "raftmq.release"
+
+
+def release_frame(session_id: str, secret: str, now_ms: int) -> bytes:
+    """Tell the leader that the client of `session_id`, adopted there, ended its side: the relay
+    holding the client's socket half-closes or closes next, and that is the client's own end, not
+    a move (the session ends at once instead of waiting parked). Signed as a resume request."""
+    return encode_frame(Frame("CONNECT", [*resume_headers(session_id, secret, now_ms), (RELEASE_HEADER, "true")]),
+                        "1.2")
+
+
 def resume_frame(session_id: str, secret: str, now_ms: int) -> bytes:
     """Ask the leader for a session parked there, as a member of the group."""
     return encode_frame(Frame("CONNECT", resume_headers(session_id, secret, now_ms)), "1.2")
@@ -173,7 +188,8 @@ def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
 class Request:
     """What an adoption CONNECT asks of the leader: to take a session handed over (its `ticket`),
     or to resume one parked here, for a relay (no `offset`) or for the client itself (`offset`:
-    how much of its stream was read, where it goes on)."""
+    how much of its stream was read, where it goes on); `RELEASED`: the client of a session
+    served here ended its side (`release_frame`)."""
 
     session_id: str
     ticket: Ticket | None = None
@@ -185,6 +201,8 @@ def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> Request:
     this group did not sign, one out of date, or one that does not parse."""
     if frame.get(RESUME_HEADER) is not None:
         session_id = read_resume(frame, secret, now_ms)
+        if frame.get(RELEASE_HEADER) is not None:
+            return Request(session_id, None, RELEASED)
         offset = frame.get(RESUME_OFFSET_HEADER)
         if offset is not None and not offset.isdigit():
             raise ProtocolError(REFUSED, f"{RESUME_OFFSET_HEADER} must be a count of bytes, got {offset!r}")

@@ -30,6 +30,7 @@ from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
+from raftmq.server.stomp.adoption import RELEASED
 from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
@@ -74,6 +75,7 @@ class Connection(asyncio.Protocol):
         self._heads: dict[str, tuple[str, bytes]] = {}  # MESSAGE heads by subscription id (frames.message_head)
         self.proposals = Proposals(self, host.config.max_pending_commands)  # and their outcomes
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
+        self.client_gone = False  # the relay holding its client's socket said the client ended (a release)
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
         self.stream_bytes = 0
@@ -261,11 +263,12 @@ class Connection(asyncio.Protocol):
         if self.stomp.state.ended:
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
-        self._moves(HalfClosed(movable, self.stomp.via_relay, self.hops, self.host.commit_log.handing_over))
+        self._moves(HalfClosed(movable, self.stomp.via_relay, self.hops, self.host.commit_log.handing_over,
+                               self.client_gone))
         return True
 
     def _notice_over(self) -> None:
-        self._moves(NoticeOver(self.stomp.state == SessionState.OPEN, self.hops))
+        self._moves(NoticeOver(self.stomp.state == SessionState.OPEN, self.hops, self.client_gone))
 
     def _moves(self, event: ServingEvent) -> bool:
         """Hand `event` to the session's mobility and carry out what it decides; False when it
@@ -323,6 +326,8 @@ class Connection(asyncio.Protocol):
                 checked.add_done_callback(self._login_checked)
             elif isinstance(decision, RelayToLeader):
                 self._relay(decision.prefix)
+            elif isinstance(decision, Adopt) and decision.offset == RELEASED:
+                handing.released(self, decision.session_id)
             elif isinstance(decision, Adopt):
                 self.update_reading()  # what follows the ticket waits for the claim
                 adopting = handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset)

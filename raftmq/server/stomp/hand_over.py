@@ -60,6 +60,7 @@ class Handing(ClientConnection, Protocol):
     peer: str
     hops: int
     stream_bytes: int
+    client_gone: bool  # its relay said the client ended: a half-close is the client's own
     @property
     def outcome_unknown(self) -> bool:
         """A command failed otherwise than NotLeader while held: the session cannot move."""
@@ -232,6 +233,22 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
         connection.stream_bytes -= len(unfinished)  # counted when the client sent them
 
 
+def released(connection: Handing, session_id: str) -> None:
+    """The relay holding the client's socket of `session_id`, adopted here, says (on `connection`,
+    a notice of its own: raftmq.server.stomp.adoption.release_frame) that its client ended its side:
+    the half-close that follows is the client's own, so the session ends at once (its
+    unacknowledged deliveries go back to their queues), not parked for a move that will not come.
+    Answered once noted, so the relay half-closes after this."""
+    sessions: dict[str, Any] = getattr(connection.host, "sessions", {})  # the node's connections by session id
+    served = sessions.get(session_id)
+    noted = served is not None and bool(getattr(served, "hops", 0))  # adopted: a half-close there would park it
+    if served is not None and noted:
+        served.client_gone = True
+    log.info("client.released", session=session_id, via=connection.peer, noted=noted)
+    connection.write(adopted_frame(session_id))
+    connection.input_ended()
+
+
 async def park(connection: Handing) -> None:
     """The relay that holds the client's socket half-closed this adopted session's connection
     to move closer (raftmq.server.stomp.adoption): once its commands have outcomes and its
@@ -240,7 +257,8 @@ async def park(connection: Handing) -> None:
     host = connection.host
     await _settle(connection, output=True)
     ticket = None
-    if not connection.settling and not connection.unsent and not connection.closed and host.is_leader:
+    if (not connection.settling and not connection.unsent and not connection.closed and host.is_leader
+            and not connection.client_gone):  # (its client's own end, said as the park began)
         ticket = connection.stomp.ticket(connection.unproposed, connection.peer, host.clock.now_ms(), 1)
     if ticket is None:
         log.info("client.not_parked", session=connection.session_id, peer=connection.peer)

@@ -54,6 +54,7 @@ from raftmq.server.stomp.relay_events import (
     HalfCloseUpstream,
     LeaderSeen,
     Log,
+    Release,
     ResumeHere,
     SendOff,
     ToClient,
@@ -167,13 +168,14 @@ class RelayMachine:
     (its CONNECT); HAND_OVER: `prefix` is the ticket, `target` the successor, `refusal` the ERROR
     the client gets if it is not taken, `outermost` this node holds the client's own socket, and
     `parked_at` (its node goes) the successor parks the session on arrival and the client resumes
-    it from that offset. `secret`: the group's hand-over secret (None: sessions never move);
+    it from that offset; `own_socket`: the client's own socket, not another member's relay (whose
+    half-close may be its move). `secret`: the group's hand-over secret (None: sessions never move);
     `own_address`: this node's client address."""
 
     def __init__(self, kind: Kind, prefix: bytes, *, version: str, secret: str | None, own_address: str | None,
                  stream_bytes: int = 0, client_eof: bool = False, target: str | None = None,
                  session_id: str | None = None, refusal: bytes = b"", outermost: bool = True,
-                 parked_at: int | None = None) -> None:
+                 parked_at: int | None = None, own_socket: bool = True) -> None:
         self.kind = kind
         self.state = State.CONNECTING
         self.version = version
@@ -186,6 +188,7 @@ class RelayMachine:
         self.session_id = session_id  # learned from the leader's CONNECTED for a follower's ("": unknown)
         self.refusal = refusal
         self.outermost = outermost
+        self.own_socket = own_socket  # the client's own socket (not another member's relay of it)
         self.parked_at = parked_at
         self.prefix = prefix  # what goes upstream first, then what the client sent until connected
         self.held = b""  # what the client sent while its session moves (after the resume's answer)
@@ -296,12 +299,23 @@ class RelayMachine:
     def _forward_eof(self) -> Decision:
         # The client stopped sending but still reads (its receipts): half-close towards the leader
         # too when the connection can (TLS cannot), else close it after the flush.
-        return HalfCloseUpstream() if self.half_close else CloseUpstream()
+        return self._released(HalfCloseUpstream() if self.half_close else CloseUpstream())
+
+    def _released(self, then: HalfCloseUpstream | CloseUpstream) -> Decision:
+        """`then`, after the serving node heard that the client's side ended, where it would take
+        the half-close for a move and park the session (one adopted there: a relay that moved, or
+        a deposed leader's of its own client): its unacknowledged messages then go back at once."""
+        adopted = self.kind is Kind.RESUME or (self.kind is Kind.HAND_OVER and self.parked_at is None)
+        if (adopted and self.own_socket and self.outermost and self.state is State.RELAYING and self.half_close
+                and self.leader and self.session_id and self.secret is not None):
+            return Release(self.leader, self.session_id, then)
+        return then
 
     def _client_lost(self, event: ClientLost) -> list[Decision]:
         connected = self.state is not State.CONNECTING  # (a resume connects anew: the old upstream is gone)
+        # what the client sent still reaches it (after the notice of its end, unless it half-closed first)
+        upstream = [CloseUpstream() if self.client_eof else self._released(CloseUpstream())] if connected else []
         self.state = State.ENDED
-        upstream: list[Decision] = [CloseUpstream()] if connected else []  # what the client sent still reaches it
         return [*upstream, Ended(session_lost=True)]
 
     def _upstream_data(self, event: UpstreamData) -> list[Decision]:
@@ -340,7 +354,7 @@ class RelayMachine:
             decisions.append(ToUpstream(held))
         decisions.append(ClientReading(True))
         if self.client_eof:  # the client's half-close landed while it moved: after what it sent
-            decisions.append(self._forward_eof())
+            decisions.append(HalfCloseUpstream() if self.half_close else CloseUpstream())  # (no release yet)
         return decisions
 
     def _upstream_lost(self, event: UpstreamLost) -> list[Decision]:

@@ -38,7 +38,8 @@ from raftmq.config import split_address
 from raftmq.errors import RelayRefused
 from raftmq.server.seams.host import RelayedConnection, RelayHost
 from raftmq.server.stomp import relay_events as ev
-from raftmq.server.stomp.mobility import Kind, RelayMachine
+from raftmq.server.stomp.adoption import release_frame
+from raftmq.server.stomp.mobility import ANSWER_MAX_BYTES, Kind, RelayMachine
 from raftmq.server.stomp.relay_sides import ClientSide, UpstreamSide, abort, linger, mark_relayed, set_reading
 from raftmq.tls import member_client_tls, pinned
 
@@ -48,6 +49,8 @@ log = structlog.get_logger("raftmq.server.relay")
 UPSTREAM_CONNECT_SECONDS = 1.0
 # A relay whose attempt failed tries again after this long (within its Connect's deadline).
 RETRY_SECONDS = 0.02
+# How long the notice of a client's end (`Release`) may take before the upstream closes anyway.
+RELEASE_SECONDS = 0.5
 # A closing side whose peer does not read what is left is dropped after this long.
 CLOSE_GRACE_SECONDS = 5.0
 
@@ -90,7 +93,8 @@ class Relays:
         machine = RelayMachine(Kind.HAND_OVER, prefix, version=session.version, secret=node.hand_over_secret,
                                own_address=node.own_client_address(), stream_bytes=session.stream_bytes,
                                client_eof=session.eof_pending, target=leader, session_id=session_id, refusal=refusal,
-                               outermost=hops == 0, parked_at=parked_at)
+                               outermost=hops == 0, parked_at=parked_at,
+                               own_socket=hops == 0 and not via_relay(session))
         self._begin(Relay(self, node, session, transport, machine))
 
     def _begin(self, relay: Relay) -> None:
@@ -169,6 +173,12 @@ class Relays:
         return self._tls
 
 
+def via_relay(session: RelayedConnection) -> bool:
+    """Another member's relay carries this connection (its CONNECT was marked relayed)."""
+    stomp = getattr(session, "stomp", None)
+    return bool(getattr(stomp, "via_relay", False))
+
+
 class Relay:
     """One client connection piped to another node: the asyncio shell of its `RelayMachine`
     (raftmq.server.stomp.mobility), which decides; this does the I/O. `leader`: the client
@@ -186,6 +196,7 @@ class Relay:
         self._upstream: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._lost: Exception | None = None  # how the client's connection ended
+        self._releasing: set[asyncio.Task[None]] = set()  # a notice of the client's end on its way
 
     def start(self) -> None:
         # Nothing more is read from the client until the leader's connection can take it.
@@ -277,6 +288,10 @@ class Relay:
                 self.session.connection_lost(None)  # the relayed connection ends here; its client's does not
                 self._node.resume_here(self._client, decision.session_id, decision.held, decision.offset,
                                         decision.eof)
+            elif isinstance(decision, ev.Release):
+                task = self._loop.create_task(self._release(decision))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
             elif isinstance(decision, ev.Count):
                 if decision.what == "moved":
                     self._relays.moved += 1
@@ -332,6 +347,27 @@ class Relay:
         if side.lost:
             raise ConnectionResetError("closed as soon as it was opened")
         return upstream
+
+    async def _release(self, release: ev.Release) -> None:
+        """Tell the node serving the session that its client's side ended (a signed notice on a
+        connection of its own; its answer says it was read), then half-close or close the upstream:
+        that node then takes the half-close for the client's own, not a move. A node that does
+        not answer within `RELEASE_SECONDS` parks the session as before (it expires)."""
+        secret = self._node.hand_over_secret
+        if secret is not None:
+            try:
+                async with asyncio.timeout(RELEASE_SECONDS):
+                    host, port = split_address(release.leader)
+                    reader, writer = await asyncio.open_connection(host, port)
+                    try:
+                        writer.write(release_frame(release.session_id, secret, self._node.clock.now_ms()))
+                        await reader.read(ANSWER_MAX_BYTES)  # its answer, or its close
+                    finally:
+                        writer.close()
+            except (OSError, TimeoutError, ValueError) as exc:
+                log.info("client.release_failed", node=self._node.name, session=release.session_id,
+                         leader=release.leader, detail=str(exc) or type(exc).__name__)
+        self._run([release.then])
 
     def _end(self, session_lost: bool) -> None:
         self._relays.ended(self)

@@ -127,6 +127,18 @@ class ResumeHere:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """The client of a session adopted at `leader` (this relay holds the client's own socket) ended
+    its side: tell that node so (a signed notice on a connection of its own, answered), then carry
+    out `then`, the half-close or close that follows. Its session then ends there at once, as an
+    ordinary session does, instead of being parked for a move that will not come."""
+
+    leader: str
+    session_id: str
+    then: HalfCloseUpstream | CloseUpstream
+
+
+@dataclass(frozen=True, slots=True)
 class Count:
     """One more for the node's figures: `relayed` (a connection opened upstream) or `moved`."""
 
@@ -140,4 +152,4 @@ class Log:
 
 
 Decision = (Connect | ToUpstream | ToClient | ClientReading | HalfCloseUpstream | CloseUpstream | CloseClient | SendOff
-            | Ended | ResumeHere | Count | Log)
+            | Ended | ResumeHere | Release | Count | Log)

@@ -11,6 +11,8 @@ session is served on (raftmq.server.stomp.connection is its shell). What moves a
   move to a new leader this node may not know of yet, and looks just like a client's own half-close:
   the connection waits `MOVE_NOTICE_SECONDS` for the leadership to go (then the session is handed
   over, and the relay resumes it at the successor) before it takes the half-close as the client's.
+  The relay holding the client's own socket of a session adopted here tells this node first when
+  the half-close is its client's (a release, `client_gone`): the session then ends, not parked.
 
 `SERVING_TRANSITIONS` is every move, as `mobility.TRANSITIONS` is for the relay.
 """
@@ -49,6 +51,7 @@ class HalfClosed:
     via_relay: bool  # a follower's relay carries the connection
     hops: int  # relays between the client and this node (an adopted session's)
     transferring: bool  # this node is handing its leadership over right now
+    client_gone: bool = False  # the relay holding the client's socket said its client ended (a release)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class LeadershipGone:
 class NoticeOver:
     open: bool  # the session is still open
     hops: int
+    client_gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +177,9 @@ class ServingMachine:
                 self.eof_pending = True  # (a read under way as reading paused): the successor's relay passes it on
             if state is not Serving.SERVING:
                 return []
+            if event.client_gone:  # its relay said so first: the client's own, not a move
+                self.state = Serving.ENDING
+                return [EndInput()]
             if event.movable and event.hops and not event.transferring:
                 self.state = Serving.PARKING
                 return [Park()]
@@ -186,11 +193,12 @@ class ServingMachine:
         if isinstance(event, NoticeOver):
             if state is not Serving.AWAITING_MOVE:
                 return []
-            self.state = Serving.ENDING if not (event.open and event.hops) else Serving.PARKING
+            parks = event.open and event.hops and not event.client_gone
+            self.state = Serving.PARKING if parks else Serving.ENDING
             if not event.open:
                 return []  # it failed meanwhile: its ERROR closes it
             # still leading: the client's own half-close, or its relay moving closer
-            return [Park() if event.hops else EndInput()]
+            return [Park() if parks else EndInput()]
         if isinstance(event, HandedOver):
             self.state = Serving.HANDED_OVER
             return []
