@@ -26,6 +26,7 @@ from raftmq.server.stomp.relay_events import (
     HalfCloseUpstream,
     LeaderSeen,
     Log,
+    Release,
     ResumeHere,
     SendOff,
     ToClient,
@@ -128,7 +129,8 @@ def test_a_relay_that_resumed_and_moves_again_has_the_deposed_leaders_grace() ->
 def test_a_half_close_that_lands_while_the_relay_moves_goes_after_what_the_client_sent() -> None:
     """A read under way as the relay paused its client brings data, then the client's half-close:
     the new leader gets the resume request, what was held, and only then the half-close (a
-    half-closed connection takes no more bytes)."""
+    half-closed connection takes no more bytes), announced as the client's own (a release: the
+    session ends there rather than parked for a move)."""
     machine = relaying()
     machine.handle(LeaderSeen("n2:1", 2.0))
     assert machine.handle(ClientData(b"late")) == [] and machine.handle(ClientEof()) == []
@@ -136,7 +138,7 @@ def test_a_half_close_that_lands_while_the_relay_moves_goes_after_what_the_clien
     assert HalfCloseUpstream() not in machine.handle(Connected("n2:1", half_close=True))
     assert machine.handle(ClientEof()) == []  # (said again: still after the answer)
     answered = actions(machine.handle(UpstreamData(adopted_frame("n1:a:1"), 2.3, 2300)))
-    assert answered == [ToUpstream(b"late"), ClientReading(True), HalfCloseUpstream()]
+    assert answered == [ToUpstream(b"late"), ClientReading(True), Release("n2:1", "n1:a:1", HalfCloseUpstream())]
 
 
 def test_a_half_close_that_lands_while_the_relay_moves_here_goes_with_the_session() -> None:

@@ -155,14 +155,19 @@ def farewell_frame(session_id: str, leader: str, offset: int, version: str, secr
 # field of its own for it, and no client's offset can be negative.
 RELEASED = -1
 RELEASE_HEADER = "raftmq.release"
+# `release_frame(parks=True)`: the follower relaying the session goes (it stops), so the leader
+# parks the session at the half-close that follows, for the client to resume there itself.
+RELAY_GOES = -2
+PARK_HEADER = "raftmq.park"
 
 
-def release_frame(session_id: str, secret: str, now_ms: int) -> bytes:
+def release_frame(session_id: str, secret: str, now_ms: int, parks: bool = False) -> bytes:
     """Tell the leader that the client of `session_id`, adopted there, ended its side: the relay
     holding the client's socket half-closes or closes next, and that is the client's own end, not
-    a move (the session ends at once instead of waiting parked). Signed as a resume request."""
-    return encode_frame(Frame("CONNECT", [*resume_headers(session_id, secret, now_ms), (RELEASE_HEADER, "true")]),
-                        "1.2")
+    a move (the session ends at once instead of waiting parked). Signed as a resume request.
+    `parks`: instead, the follower relaying the session goes; its half-close asks for a park."""
+    notice = (PARK_HEADER if parks else RELEASE_HEADER, "true")
+    return encode_frame(Frame("CONNECT", [*resume_headers(session_id, secret, now_ms), notice]), "1.2")
 
 
 def resume_frame(session_id: str, secret: str, now_ms: int) -> bytes:
@@ -189,7 +194,7 @@ class Request:
     """What an adoption CONNECT asks of the leader: to take a session handed over (its `ticket`),
     or to resume one parked here, for a relay (no `offset`) or for the client itself (`offset`:
     how much of its stream was read, where it goes on); `RELEASED`: the client of a session
-    served here ended its side (`release_frame`)."""
+    served here ended its side (`release_frame`); `RELAY_GOES`: the follower relaying it goes."""
 
     session_id: str
     ticket: Ticket | None = None
@@ -203,6 +208,8 @@ def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> Request:
         session_id = read_resume(frame, secret, now_ms)
         if frame.get(RELEASE_HEADER) is not None:
             return Request(session_id, None, RELEASED)
+        if frame.get(PARK_HEADER) is not None:
+            return Request(session_id, None, RELAY_GOES)
         offset = frame.get(RESUME_OFFSET_HEADER)
         if offset is not None and not offset.isdigit():
             raise ProtocolError(REFUSED, f"{RESUME_OFFSET_HEADER} must be a count of bytes, got {offset!r}")

@@ -30,7 +30,7 @@ from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
-from raftmq.server.stomp.adoption import RELEASED
+from raftmq.server.stomp.adoption import RELAY_GOES, RELEASED
 from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
@@ -76,6 +76,8 @@ class Connection(asyncio.Protocol):
         self.proposals = Proposals(self, host.config.max_pending_commands)  # and their outcomes
         self.hops = 0  # relays between the client and this node (a session adopted: its ticket's)
         self.client_gone = False  # the relay holding its client's socket said the client ended (a release)
+        self.relay_goes = False  # the follower relaying it goes: its half-close parks the session
+        self.parting = False  # (a follower's) its relay parks the session as this node stops: the socket is the relay's
         # Bytes of the client's stream read on its socket, here or by its relay (a resumed
         # session's count goes on from the offset it resumed at): what a resuming client replays from.
         self.stream_bytes = 0
@@ -264,7 +266,7 @@ class Connection(asyncio.Protocol):
             return True  # the pending ERROR closes the connection
         movable = self.stomp.state == SessionState.OPEN and self.host.hand_over_secret is not None
         self._moves(HalfClosed(movable, self.stomp.via_relay, self.hops, self.host.commit_log.handing_over,
-                               self.client_gone))
+                               self.client_gone, self.relay_goes))
         return True
 
     def _notice_over(self) -> None:
@@ -326,8 +328,8 @@ class Connection(asyncio.Protocol):
                 checked.add_done_callback(self._login_checked)
             elif isinstance(decision, RelayToLeader):
                 self._relay(decision.prefix)
-            elif isinstance(decision, Adopt) and decision.offset == RELEASED:
-                handing.released(self, decision.session_id)
+            elif isinstance(decision, Adopt) and decision.offset in (RELEASED, RELAY_GOES):
+                handing.released(self, decision.session_id, parks=decision.offset == RELAY_GOES)
             elif isinstance(decision, Adopt):
                 self.update_reading()  # what follows the ticket waits for the claim
                 adopting = handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset)
@@ -483,7 +485,7 @@ class Connection(asyncio.Protocol):
 
     def shutdown(self) -> None:  # the node is stopping: tell the client and close
         if self.stomp.state.ended:
-            if not self.serving.handed_over:  # else its relay says goodbye (Relays.farewell)
+            if not (self.serving.handed_over or self.parting):  # else its relay says goodbye (Relays.farewell)
                 self.output.close_after_flush()
             return
         for refusal in self.stomp.fail("broker shutting down", "the node is stopping"):

@@ -61,6 +61,7 @@ class Handing(ClientConnection, Protocol):
     hops: int
     stream_bytes: int
     client_gone: bool  # its relay said the client ended: a half-close is the client's own
+    relay_goes: bool  # the follower relaying it goes: a half-close asks for a park
     @property
     def outcome_unknown(self) -> bool:
         """A command failed otherwise than NotLeader while held: the session cannot move."""
@@ -233,18 +234,25 @@ async def adopt(connection: Handing, ticket: Ticket | None, session_id: str, the
         connection.stream_bytes -= len(unfinished)  # counted when the client sent them
 
 
-def released(connection: Handing, session_id: str) -> None:
+def released(connection: Handing, session_id: str, parks: bool = False) -> None:
     """The relay holding the client's socket of `session_id`, adopted here, says (on `connection`,
     a notice of its own: raftmq.server.stomp.adoption.release_frame) that its client ended its side:
     the half-close that follows is the client's own, so the session ends at once (its
     unacknowledged deliveries go back to their queues), not parked for a move that will not come.
-    Answered once noted, so the relay half-closes after this."""
+    Answered once noted, so the relay half-closes after this. `parks`: the other way round, the
+    follower relaying the session goes (it stops): the half-close that follows parks it, for
+    its client to resume here (`park`, then `adopt` with the client's offset)."""
     sessions: dict[str, Any] = getattr(connection.host, "sessions", {})  # the node's connections by session id
     served = sessions.get(session_id)
-    noted = served is not None and bool(getattr(served, "hops", 0))  # adopted: a half-close there would park it
-    if served is not None and noted:
-        served.client_gone = True
-    log.info("client.released", session=session_id, via=connection.peer, noted=noted)
+    if parks:  # the client's own socket on a follower (no hop): its relay asks for the park
+        noted = served is not None and not getattr(served, "hops", 0) and served.stomp.via_relay
+        if served is not None and noted:
+            served.relay_goes = True
+    else:
+        noted = served is not None and bool(getattr(served, "hops", 0))  # adopted: a half-close there would park it
+        if served is not None and noted:
+            served.client_gone = True
+    log.info("client.released", session=session_id, via=connection.peer, noted=noted, relay_goes=parks)
     connection.write(adopted_frame(session_id))
     connection.input_ended()
 

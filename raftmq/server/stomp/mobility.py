@@ -354,7 +354,7 @@ class RelayMachine:
             decisions.append(ToUpstream(held))
         decisions.append(ClientReading(True))
         if self.client_eof:  # the client's half-close landed while it moved: after what it sent
-            decisions.append(HalfCloseUpstream() if self.half_close else CloseUpstream())  # (no release yet)
+            decisions.append(self._forward_eof())
         return decisions
 
     def _upstream_lost(self, event: UpstreamLost) -> list[Decision]:
@@ -409,8 +409,10 @@ class RelayMachine:
                 and self.secret is not None and self.outermost)
 
     def _farewell(self, event: Farewell) -> list[Decision]:
-        if self.kind is Kind.FOLLOWER or self.state is State.MOVING or self.state is State.FAREWELL:
-            return []  # a follower's relay closes with the node's other connections; a move goes on
+        if self.kind is Kind.FOLLOWER:
+            return self._follower_farewell()
+        if self.state is State.MOVING or self.state is State.FAREWELL:
+            return []  # a move goes on
         if self.state is not State.RELAYING:
             self.state = State.CLOSING
             return [CloseClient()]
@@ -420,11 +422,22 @@ class RelayMachine:
             return [ClientReading(False), HalfCloseUpstream()]
         return [ClientReading(False), CloseUpstream()]
 
+    def _follower_farewell(self) -> list[Decision]:
+        """A follower's relay whose node goes: the leader hears so first (a notice), parks the
+        session at the half-close, and the client resumes it there (`_send_off` once the leader
+        closes). One that cannot (not relaying yet, no half-close over TLS, the client's own
+        half-close, no secret) closes with the node's other connections."""
+        if not (self.state is State.RELAYING and self.half_close and not self.client_eof and self.leader
+                and self.session_id and self.secret is not None):
+            return []
+        self.state, self.parks = State.FAREWELL, True
+        return [ClientReading(False), Release(self.leader, self.session_id, HalfCloseUpstream(), parks=True)]
+
     def _send_off(self, offset: int | None, now_ms: int) -> list[Decision]:
         """This node goes: the client hears where the leader is and, with `offset`, where its session
         waits for it to resume (parked as the relay's side closed, or as it arrived)."""
         self.state = State.CLOSING
-        leader, session_id = self.target or "", self.session_id or ""
+        leader, session_id = self.target or self.leader or "", self.session_id or ""
         frame = self.refusal if offset is None else farewell_frame(session_id, leader, offset, self.version,
                                                                    self.secret or "", now_ms)
         return [Log("client.error", {"session": session_id, "message": "not the leader",

@@ -245,6 +245,8 @@ class Relay:
     def farewell(self) -> None:
         """The node stops: a session it handed over leaves with its client (raftmq.server.stomp.mobility, FAREWELL)."""
         self._handle(ev.Farewell(self._node.clock.now_ms()))
+        if self.machine.parks:  # its connection leaves the client's socket to this relay (`Connection.shutdown`)
+            setattr(self.session, "parting", True)  # (a flag of the node's connections, not of RelayedConnection)
 
     def _handle(self, event: ev.Event) -> None:
         carried = self.machine.carries_hand_over
@@ -360,7 +362,8 @@ class Relay:
                     host, port = split_address(release.leader)
                     reader, writer = await asyncio.open_connection(host, port)
                     try:
-                        writer.write(release_frame(release.session_id, secret, self._node.clock.now_ms()))
+                        now_ms = self._node.clock.now_ms()
+                        writer.write(release_frame(release.session_id, secret, now_ms, release.parks))
                         await reader.read(ANSWER_MAX_BYTES)  # its answer, or its close
                     finally:
                         writer.close()

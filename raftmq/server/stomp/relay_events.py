@@ -131,11 +131,14 @@ class Release:
     """The client of a session adopted at `leader` (this relay holds the client's own socket) ended
     its side: tell that node so (a signed notice on a connection of its own, answered), then carry
     out `then`, the half-close or close that follows. Its session then ends there at once, as an
-    ordinary session does, instead of being parked for a move that will not come."""
+    ordinary session does, instead of being parked for a move that will not come. `parks`: the
+    other way round, a follower's relay that goes (its node stops): the leader parks the session
+    at the half-close, for the client to resume it there itself."""
 
     leader: str
     session_id: str
     then: HalfCloseUpstream | CloseUpstream
+    parks: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ session is served on (raftmq.server.stomp.connection is its shell). What moves a
   over, and the relay resumes it at the successor) before it takes the half-close as the client's.
   The relay holding the client's own socket of a session adopted here tells this node first when
   the half-close is its client's (a release, `client_gone`): the session then ends, not parked.
+  A follower's relay that goes (its node stops) tells this node first too (`relay_goes`): the
+  session is parked at once, and its client resumes it here on a socket of its own.
 
 `SERVING_TRANSITIONS` is every move, as `mobility.TRANSITIONS` is for the relay.
 """
@@ -52,6 +54,7 @@ class HalfClosed:
     hops: int  # relays between the client and this node (an adopted session's)
     transferring: bool  # this node is handing its leadership over right now
     client_gone: bool = False  # the relay holding the client's socket said its client ended (a release)
+    relay_goes: bool = False  # the follower relaying it said it goes (it stops): park the session
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,7 @@ class ServingMachine:
             if event.client_gone:  # its relay said so first: the client's own, not a move
                 self.state = Serving.ENDING
                 return [EndInput()]
-            if event.movable and event.hops and not event.transferring:
+            if event.movable and (event.hops or event.relay_goes) and not event.transferring:
                 self.state = Serving.PARKING
                 return [Park()]
             if event.movable and (event.via_relay or event.hops):
