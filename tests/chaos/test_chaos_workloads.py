@@ -94,7 +94,7 @@ def test_a_transactions_run_under_kills_is_valid(tmp_path: Path) -> None:
     assert figures["committed"] > 50 and figures["aborted"] > 0 and figures["ack_transactions_committed"] > 0
     assert figures["partial"] == 0 and result.lost == 0
     assert "txn ok" not in (run_dir / "report.html").read_text()  # the plot names outcomes, not ops
-    assert "send (or transaction) latency" in (run_dir / "report.html").read_text()
+    assert "how long each send (or transaction) took" in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.integration
