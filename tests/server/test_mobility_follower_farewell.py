@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftmq.protocol.codec import first_frame
 from raftmq.server.stomp import serving as sv
-from raftmq.server.stomp.adoption import RELAY_GOES, read_adoption, release_frame
 from raftmq.server.stomp.mobility import Kind, RelayMachine, State
 from raftmq.server.stomp.relay_events import (
     ClientData,
@@ -74,13 +72,6 @@ def test_a_followers_relay_that_cannot_park_closes_with_the_node(why: str) -> No
         machine.handle(ClientEof())
     before = machine.state
     assert machine.handle(Farewell(2000)) == [] and machine.state is before and not machine.parks
-
-
-def test_the_notice_is_a_signed_request_the_leader_reads_as_the_relay_going() -> None:
-    parsed = first_frame(release_frame("n1:a:1", SECRET, 1000, parks=True))
-    assert parsed is not None
-    request = read_adoption(parsed[0], SECRET, 1000)
-    assert (request.session_id, request.ticket, request.offset) == ("n1:a:1", None, RELAY_GOES)
 
 
 def test_the_leader_parks_at_once_a_session_whose_followers_relay_said_it_goes() -> None:
