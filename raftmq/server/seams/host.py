@@ -100,9 +100,14 @@ class RelayedConnection(ClientConnection, Protocol):
     """A client connection a relay takes over."""
 
     stream_bytes: int  # bytes of the client's stream read on its socket (raftmq.server.stomp.adoption)
+    parting: bool  # its relay parks the session as this node stops: the socket is the relay's to close
     @property
     def eof_pending(self) -> bool:
         """Its client (a follower's relay) half-closed before the relay took it over."""
+
+    @property
+    def via_relay(self) -> bool:
+        """Another member's relay carries this connection (its CONNECT was marked relayed)."""
 
 
 class RelayStarter(Protocol):
@@ -202,6 +207,10 @@ class ConnectionHost(SessionHost, Protocol):
 
     @property
     def relays(self) -> RelayStarter: ...
+
+    @property
+    def sessions(self) -> Mapping[str, ClientConnection]:
+        """The node's client connections (and bridge sessions) by session id."""
 
     @property
     def connection_count(self) -> int: ...

@@ -295,6 +295,10 @@ class Connection(asyncio.Protocol):
         """A relay half-closed this connection (its move, or its client's half-close)."""
         return self.serving.eof_pending
 
+    @property
+    def via_relay(self) -> bool:
+        return self.stomp.via_relay
+
     def input_ended(self) -> None:
         """Keep our side open until what the client sent has committed (its receipts still go
         out), then close."""

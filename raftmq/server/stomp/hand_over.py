@@ -242,14 +242,15 @@ def released(connection: Handing, session_id: str, parks: bool = False) -> None:
     Answered once noted, so the relay half-closes after this. `parks`: the other way round, the
     follower relaying the session goes (it stops): the half-close that follows parks it, for
     its client to resume here (`park`, then `adopt` with the client's offset)."""
-    sessions: dict[str, Any] = getattr(connection.host, "sessions", {})  # the node's connections by session id
-    served = sessions.get(session_id)
+    found = connection.host.sessions.get(session_id)
+    # The node's client connections are of this connection's class; a bridge session is not one.
+    served = found if isinstance(found, type(connection)) else None
     if parks:  # the client's own socket on a follower (no hop): its relay asks for the park
-        noted = served is not None and not getattr(served, "hops", 0) and served.stomp.via_relay
+        noted = served is not None and not served.hops and served.stomp.via_relay
         if served is not None and noted:
             served.relay_goes = True
     else:
-        noted = served is not None and bool(getattr(served, "hops", 0))  # adopted: a half-close there would park it
+        noted = served is not None and served.hops > 0  # adopted: a half-close there would park it
         if served is not None and noted:
             served.client_gone = True
     log.info("client.released", session=session_id, via=connection.peer, noted=noted, relay_goes=parks)

@@ -94,7 +94,7 @@ class Relays:
                                own_address=node.own_client_address(), stream_bytes=session.stream_bytes,
                                client_eof=session.eof_pending, target=leader, session_id=session_id, refusal=refusal,
                                outermost=hops == 0, parked_at=parked_at,
-                               own_socket=hops == 0 and not via_relay(session))
+                               own_socket=hops == 0 and not session.via_relay)
         self._begin(Relay(self, node, session, transport, machine))
 
     def _begin(self, relay: Relay) -> None:
@@ -173,10 +173,6 @@ class Relays:
         return self._tls
 
 
-def via_relay(session: RelayedConnection) -> bool:
-    """Another member's relay carries this connection (its CONNECT was marked relayed)."""
-    stomp = getattr(session, "stomp", None)
-    return bool(getattr(stomp, "via_relay", False))
 
 
 class Relay:
@@ -246,7 +242,7 @@ class Relay:
         """The node stops: a session it handed over leaves with its client (raftmq.server.stomp.mobility, FAREWELL)."""
         self._handle(ev.Farewell(self._node.clock.now_ms()))
         if self.machine.parks:  # its connection leaves the client's socket to this relay (`Connection.shutdown`)
-            setattr(self.session, "parting", True)  # (a flag of the node's connections, not of RelayedConnection)
+            self.session.parting = True
 
     def _handle(self, event: ev.Event) -> None:
         carried = self.machine.carries_hand_over
