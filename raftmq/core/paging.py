@@ -128,9 +128,11 @@ def earliest_expiry(messages: list[Message]) -> int:
 
 
 class Tail:
-    """A store's paged messages in arrival order: sealed pages, oldest first, then the open list."""
+    """A store's paged messages in arrival order: sealed pages, oldest first, then the open list.
+    Their earliest expiry is kept as they come (a Tick asks for it and must not cost a pass over
+    the pages), and worked out again only after messages leave."""
 
-    __slots__ = ("bytes", "count", "open", "pages", "store")
+    __slots__ = ("_due", "bytes", "count", "open", "pages", "store")
 
     def __init__(self, store: PageStore) -> None:
         self.store = store
@@ -138,9 +140,13 @@ class Tail:
         self.open: list[Message] = []
         self.count = 0
         self.bytes = 0  # body bytes of its messages
+        self._due: int | None = 0  # the earliest expiry (0: none expires; None: to work out again)
 
     def append(self, message: Message, page_size: int) -> None:
         self.open.append(message)
+        expires = message.expires
+        if expires and self._due is not None and (not self._due or expires < self._due):
+            self._due = expires
         self.count += 1
         self.bytes += body_size(message.body)
         if len(self.open) >= page_size:
@@ -163,6 +169,7 @@ class Tail:
             self.store.drop(page.handle)
         else:
             messages, self.open = self.open, []
+        self._due = None
         self.count -= len(messages)
         self.bytes -= sum(body_size(m.body) for m in messages)
         return messages
@@ -179,16 +186,21 @@ class Tail:
             self.store.drop(page.handle)
         self.pages.clear()
         self.open = []
+        self._due = 0
         self.count = 0
         self.bytes = 0
 
     def min_expires(self) -> int:
-        return min((e for e in (*(p.min_expires for p in self.pages), earliest_expiry(self.open)) if e), default=0)
+        if self._due is None:
+            self._due = min((e for e in (*(p.min_expires for p in self.pages), earliest_expiry(self.open)) if e),
+                            default=0)
+        return self._due
 
     def expire(self, now: int) -> list[Message]:
         """Take out every message whose expiry is at or before `now`, in order; only the pages
         holding one are rewritten."""
         expired: list[Message] = []
+        self._due = None
         for page in self.pages:
             if page.min_expires and page.min_expires <= now:
                 messages = decode_page(self.store.get(page.handle))
