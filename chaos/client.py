@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from chaos.checker import QueueResult, check_queue
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
-from chaos.workload import Workload
+from chaos.workload import Env, Workload
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
@@ -105,6 +105,12 @@ class QueueWorkload(Workload):
     name = "queue"
     summary = "producers and crashing consumers on one queue (lost, unexpected, stored duplicates)"
 
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self._acknowledged: set[str] = set()
+        self._received: set[str] = set()
+        self._read = 0  # how far into the history `awaited` has read
+
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
         self.consumers = [Consumer(f"c{i}", env.urls[i % len(env.urls)], env.history) for i in range(env.concurrency)]
@@ -130,6 +136,16 @@ class QueueWorkload(Workload):
     @property
     def last_delivery(self) -> float:
         return max(c.last_delivery for c in self.consumers)
+
+    def awaited(self) -> int:
+        ops, acknowledged, received = self.env.history.ops, self._acknowledged, self._received
+        for op in ops[self._read:]:
+            if op.type == OK and op.f == "send":
+                acknowledged.add(op.value)
+            elif op.type == OK and op.f == "receive":
+                received.add(op.value)
+        self._read = len(ops)
+        return len(acknowledged - received)
 
     async def close(self) -> None:
         for consumer in self.consumers:

@@ -45,8 +45,17 @@ WORKLOADS: dict[str, type[Workload]] = {
     w.name: w for w in (QueueWorkload, TopicWorkload, TransactionsWorkload, CrossGroupWorkload, SharedQueueWorkload,
                         StaleWorkload, MqttWorkload)
 }
-DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long
+DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long,
+DRAIN_AWAITED_S = 12.0  # or this long while acknowledged values are still awaited
 DRAIN_MAX_S = 60.0
+
+
+def draining(idle_s: float, awaited: int) -> bool:
+    """Whether the drain goes on, `idle_s` after the latest delivery with `awaited` acknowledged
+    values not delivered yet: a group killed near the end may need a restart, an election and its
+    links' reconnection before what it holds flows again, longer than quiet alone would allow; a
+    value truly lost costs the run DRAIN_AWAITED_S."""
+    return idle_s < DRAIN_IDLE_S or (awaited > 0 and idle_s < DRAIN_AWAITED_S)
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,7 @@ async def _workload(options: RunOptions, deployment: Deployment, history: Histor
     await workload.before_drain(stop_all)
     report("draining")
     deadline = time.monotonic() + DRAIN_MAX_S
-    while time.monotonic() < deadline and time.monotonic() - workload.last_delivery < DRAIN_IDLE_S:
+    while time.monotonic() < deadline and draining(time.monotonic() - workload.last_delivery, workload.awaited()):
         report("draining")
         await asyncio.sleep(0.25)
     stop_all.set()

@@ -5,7 +5,7 @@ of load). `chaos.run` drives any `Workload` the same way:
     await workload.start(stop_all)            # consumers / subscribers connected, before any load
     tasks = workload.load(stop_producing)     # producers, crashes, migrations: until the event
     ... time limit, heal ...
-    drain while time.monotonic() - workload.last_delivery < DRAIN_IDLE_S
+    drain while draining(time.monotonic() - workload.last_delivery, workload.awaited())
     stop_all.set(); await workload.close()
     result = workload.check(history.ops)     # pure: the verdict, a QueueResult (or an extension)
 
@@ -62,6 +62,11 @@ class Workload(ABC):
     @abstractmethod
     def last_delivery(self) -> float:
         """Monotonic time of the latest delivery to any consumer: the drain waits for quiet."""
+
+    def awaited(self) -> int:
+        """How many acknowledged values no consumer has had yet (0 where the workload does not
+        count them): the drain waits longer for these than for quiet alone."""
+        return 0
 
     async def before_drain(self, stop: asyncio.Event) -> None:
         """The load stopped and the faults are healed; the drain begins next."""
