@@ -8,7 +8,7 @@ import pytest
 
 from raftmq.protocol.codec import first_frame
 from raftmq.server.stomp import serving as sv
-from raftmq.server.stomp.adoption import RELAY_GOES, RELEASED, adopted_frame, read_adoption, release_frame
+from raftmq.server.stomp.adoption import PARK, RELEASE, adopted_frame, read_adoption, release_frame
 from raftmq.server.stomp.mobility import Kind, RelayMachine, State
 from raftmq.server.stomp.relay_events import (
     ClientEof,
@@ -65,13 +65,13 @@ def test_a_followers_relay_announces_nothing_its_leader_serves_the_session_unado
     assert machine.handle(ClientEof()) == [HalfCloseUpstream()]
 
 
-@pytest.mark.parametrize(("parks", "offset"), [(False, RELEASED), (True, RELAY_GOES)])
+@pytest.mark.parametrize(("parks", "notice"), [(False, RELEASE), (True, PARK)])
 def test_the_notice_is_a_signed_request_the_leader_reads_as_a_release_or_as_the_relay_going(
-        parks: bool, offset: int) -> None:
+        parks: bool, notice: str) -> None:
     parsed = first_frame(release_frame("n1:a:1", SECRET, 1000, parks=parks))
     assert parsed is not None
     request = read_adoption(parsed[0], SECRET, 1000)
-    assert (request.session_id, request.ticket, request.offset) == ("n1:a:1", None, offset)
+    assert (request.session_id, request.ticket, request.offset, request.notice) == ("n1:a:1", None, None, notice)
 
 
 def test_a_half_close_said_to_be_the_clients_own_ends_an_adopted_session_rather_than_parking_it() -> None:

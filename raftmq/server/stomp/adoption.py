@@ -150,14 +150,13 @@ def farewell_frame(session_id: str, leader: str, offset: int, version: str, secr
     return error_frame("not the leader", detail, version, None, extra)
 
 
-# A release (`release_frame`) reaches the shell as a resume request with this offset: the
-# decision that carries a request (raftmq.server.stomp.decisions.Adopt, a compiled module) has no
-# field of its own for it, and no client's offset can be negative.
-RELEASED = -1
+# A relay's notices (`release_frame`) reach the shell as a resume request with one of these as
+# its `notice`: RELEASE, the client ended its side; PARK, the follower relaying the session goes
+# (it stops), so the leader parks the session at the half-close that follows, for the client to
+# resume there itself.
+RELEASE = "release"
 RELEASE_HEADER = "raftmq.release"
-# `release_frame(parks=True)`: the follower relaying the session goes (it stops), so the leader
-# parks the session at the half-close that follows, for the client to resume there itself.
-RELAY_GOES = -2
+PARK = "park"
 PARK_HEADER = "raftmq.park"
 
 
@@ -193,12 +192,13 @@ def read_resume(frame: Frame, secret: str | None, now_ms: int) -> str:
 class Request:
     """What an adoption CONNECT asks of the leader: to take a session handed over (its `ticket`),
     or to resume one parked here, for a relay (no `offset`) or for the client itself (`offset`:
-    how much of its stream was read, where it goes on); `RELEASED`: the client of a session
-    served here ended its side (`release_frame`); `RELAY_GOES`: the follower relaying it goes."""
+    how much of its stream was read, where it goes on); a `notice` instead (RELEASE: the client of
+    a session served here ended its side, `release_frame`; PARK: the follower relaying it goes)."""
 
     session_id: str
     ticket: Ticket | None = None
     offset: int | None = None
+    notice: str = ""
 
 
 def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> Request:
@@ -207,9 +207,9 @@ def read_adoption(frame: Frame, secret: str | None, now_ms: int) -> Request:
     if frame.get(RESUME_HEADER) is not None:
         session_id = read_resume(frame, secret, now_ms)
         if frame.get(RELEASE_HEADER) is not None:
-            return Request(session_id, None, RELEASED)
+            return Request(session_id, notice=RELEASE)
         if frame.get(PARK_HEADER) is not None:
-            return Request(session_id, None, RELAY_GOES)
+            return Request(session_id, notice=PARK)
         offset = frame.get(RESUME_OFFSET_HEADER)
         if offset is not None and not offset.isdigit():
             raise ProtocolError(REFUSED, f"{RESUME_OFFSET_HEADER} must be a count of bytes, got {offset!r}")

@@ -30,7 +30,7 @@ from raftmq.replication.commit_log import ignore_outcome
 from raftmq.security import Principal
 from raftmq.server.seams.host import ConnectionHost
 from raftmq.server.stomp import hand_over as handing
-from raftmq.server.stomp.adoption import RELAY_GOES, RELEASED
+from raftmq.server.stomp.adoption import PARK
 from raftmq.server.stomp.decisions import Adopt, CheckLogin, Decision, Note, Propose, Refuse, RelayToLeader
 from raftmq.server.stomp.frames import message_frame, receipt_frame
 from raftmq.server.stomp.heartbeat import HeartBeats
@@ -332,8 +332,8 @@ class Connection(asyncio.Protocol):
                 checked.add_done_callback(self._login_checked)
             elif isinstance(decision, RelayToLeader):
                 self._relay(decision.prefix)
-            elif isinstance(decision, Adopt) and decision.offset in (RELEASED, RELAY_GOES):
-                handing.released(self, decision.session_id, parks=decision.offset == RELAY_GOES)
+            elif isinstance(decision, Adopt) and decision.notice:
+                handing.released(self, decision.session_id, parks=decision.notice == PARK)
             elif isinstance(decision, Adopt):
                 self.update_reading()  # what follows the ticket waits for the claim
                 adopting = handing.adopt(self, decision.ticket, decision.session_id, offset=decision.offset)

@@ -62,6 +62,7 @@ class Adopt:
     ticket: Ticket | None  # checked: signed by this group, in date (None: resume the session parked here)
     session_id: str
     offset: int | None = None  # a client resumes it on its own socket: where its stream goes on
+    notice: str = ""  # instead a relay's notice, "release" or "park" (raftmq.server.stomp.adoption)
 
 
 @value

@@ -9,8 +9,9 @@ passes the time in and executes what comes out (the values: raftmq.server.stomp.
 - `Refuse(frame, ...)`: write this ERROR (after what was proposed before it committed) and close;
 - `CheckLogin(login, passcode)`: check the passcode off the event loop, then call `login_checked`;
 - `RelayToLeader(prefix)`: a follower's client: pipe the connection (and these bytes) to the leader;
-- `Adopt(ticket, session_id, offset)`: a member hands this session over, or it is resumed here (no
-  ticket; raftmq.server.stomp.adoption): claim it once this node may, then call `adopted`;
+- `Adopt(ticket, session_id, offset, notice)`: a member hands this session over, or it is resumed
+  here (no ticket; raftmq.server.stomp.adoption): claim it once this node may, then call
+  `adopted`; with a `notice`, a relay says the session's client ended or the relay goes;
 - `Note(event, fields)`: log it.
 
 Life of a session: AWAIT_CONNECT → (CONNECT proposed) CONNECTING → (Connect committed, CONNECTED
@@ -342,7 +343,7 @@ class StompSession:
             return self.fail(REFUSED, f"this node does not lead its group; leader: {hint or 'unknown'}")
         self._before_connect = None
         self.authenticating = True  # what follows the ticket waits, as behind a passcode check
-        return [Adopt(request.ticket, request.session_id, request.offset)]
+        return [Adopt(request.ticket, request.session_id, request.offset, request.notice)]
 
     def _new_translator(self, version: str, client_id: str | None) -> FrameTranslator:
         view = self.host.config.core.cluster
