@@ -10,7 +10,10 @@ where it is rendered: they are listed, each at its path on the host and with the
 it, in `HostFiles.to_place` and in the file `INSTANCE.to-place.txt` among the rendered ones.
 The operator puts them in place, as secrets are not copied into rendered files.
 `HostFiles.loopback_only` says when every address of the members is a loopback one (a
-configuration for one machine: other hosts could not reach them); nothing is resolved.
+configuration for one machine: other hosts could not reach them), and `loopback_among_others`
+names the client and Raft addresses that are loopback ones among addresses that are not (a
+member the others, on their hosts, could not reach; an admin port kept on loopback is no
+mistake); nothing is resolved.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class HostFiles:
     secrets: tuple[str, ...]  # environment variables the node needs (the files name them)
     to_place: tuple[NamedFile, ...]  # files the configuration names, which the operator puts in place
     addresses: tuple[str, ...]  # every member's client, raft, admin and mqtt address ("host:port")
+    reached: tuple[str, ...] = ()  # every member's client and raft address: the others reach these
 
     @property
     def env_name(self) -> str:
@@ -62,6 +66,13 @@ class HostFiles:
     def loopback_only(self) -> bool:
         """Every address is a loopback one (127.0.0.0/8, ::1, localhost): one machine's configuration."""
         return bool(self.addresses) and all(is_loopback_name(split_address(a)[0]) for a in self.addresses)
+
+    @property
+    def loopback_among_others(self) -> tuple[str, ...]:
+        """The client and Raft addresses that are loopback ones, where not all addresses are."""
+        if self.loopback_only:
+            return ()
+        return tuple(a for a in self.reached if is_loopback_name(split_address(a)[0]))
 
 
 def instance_name(topology: Topology, group: str, node: str) -> str:
@@ -136,7 +147,8 @@ def render_host(topology: Topology, node: str, *, group: str | None = None, conf
     files[f"{instance}.to-place.txt"] = _listing(instance, node, owner, placed)
     addresses = tuple(getattr(member, kind) for _, member in topology.members() for kind in _ADDRESS_KINDS
                       if getattr(member, kind) is not None)
-    return HostFiles(instance, owner, node, files, tuple(dict.fromkeys(secrets)), placed, addresses)
+    reached = tuple(getattr(member, kind) for _, member in topology.members() for kind in ("client", "raft"))
+    return HostFiles(instance, owner, node, files, tuple(dict.fromkeys(secrets)), placed, addresses, reached)
 
 
 def _listing(instance: str, node: str, group: str, placed: tuple[NamedFile, ...]) -> str:

@@ -75,3 +75,8 @@ def render_command(topology: str, node: str, group: str | None, out: str, config
         click.echo(f"warning: every address of the members is a loopback one ({host.addresses[0]}, ...): "
                    "only processes on one machine can reach them, so nodes on separate hosts would not "
                    "find each other; give each [[node]] its host's name or address", err=True)
+    elif host.loopback_among_others:
+        shown = ", ".join(host.loopback_among_others[:3]) + (", ..." if len(host.loopback_among_others) > 3 else "")
+        click.echo(f"warning: some client or raft addresses are loopback ones among addresses that are not "
+                   f"({shown}): members on other hosts could not reach them; give each [[node]] its host's "
+                   "name or address", err=True)

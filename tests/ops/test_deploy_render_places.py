@@ -1,6 +1,7 @@
 """`raftmq deploy render` of a configuration made for other hosts: the TLS files it names need
 not exist where it is rendered (they are listed, at their paths on the host, to be put in
-place), and a configuration whose every address is a loopback one renders with a warning."""
+place), and a configuration whose every address is a loopback one renders with a warning, as
+does one whose client or Raft addresses are loopback ones among others that are not."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from raftmq.ops.deploy_cli import deploy_command
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 LOOPBACK_WARNING = "warning: every address of the members is a loopback one"
+MIXED_WARNING = "warning: some client or raft addresses are loopback ones among addresses that are not"
 
 
 def render(*args: str) -> Result:
@@ -93,3 +95,21 @@ def test_localhost_and_ipv6_loopback_count_as_loopback_and_one_real_address_does
                      + member("n3", "host3.example.internal", 61633))
     result = render(str(group), "n1", "--out", str(tmp_path / "b"))
     assert result.exit_code == 0 and LOOPBACK_WARNING not in result.output, result.output
+
+
+def test_loopback_client_or_raft_addresses_among_real_ones_are_named_in_a_warning(tmp_path: Path) -> None:
+    group = tmp_path / "group.toml"
+    head = '[group]\nname = "g1"\ndata_dir = "d"\n\n'
+    group.write_text(head + member("n1", "127.0.0.1", 61613) + member("n2", "192.0.2.2", 61613)
+                     + member("n3", "192.0.2.3", 61613))
+    result = render(str(group), "n2", "--out", str(tmp_path / "a"))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"{MIXED_WARNING} (127.0.0.1:61613, 127.0.0.1:62613): members on other hosts could not reach "
+        "them; give each [[node]] its host's name or address\n")
+    # Each member's admin port kept on its own loopback is a choice, not a mistake: no warning.
+    group.write_text(head + "".join(
+        f'[[node]]\nid = "n{i}"\nclient = "192.0.2.{i}:61613"\nraft = "192.0.2.{i}:62613"\n'
+        f'admin = "127.0.0.1:816{i}"\n\n' for i in (1, 2, 3)))
+    result = render(str(group), "n2", "--out", str(tmp_path / "b"))
+    assert result.exit_code == 0 and result.stderr == "", result.output
