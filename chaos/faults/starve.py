@@ -24,6 +24,8 @@ class Starve(Strike):
         return {"cpu": params}
 
     def heal(self) -> dict[str, Any]:
+        throttled = {}
         for limit in self.limits:
+            throttled[limit.name] = limit.throttled()
             limit.release()
-        return {}
+        return {"throttled": throttled}

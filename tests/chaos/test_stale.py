@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cpu_fault import CpuLimit, Stutter, clear_stale, usable
+from chaos.cpu_fault import CpuLimit, Stutter, clear_stale, starve_params, usable
 from chaos.history import INVOKE, NEMESIS, OK, History, read_history
 from chaos.run import RunOptions, run
 from chaos.stale_checker import check_stale
@@ -80,6 +80,8 @@ def test_starve_holds_a_busy_process_to_its_quota_and_lets_it_go() -> None:
         before = _cpu_seconds(busy.pid)
         time.sleep(1.0)
         assert _cpu_seconds(busy.pid) - before < 0.15
+        bit = limit.throttled()  # what the heal records: the quota held it back, most of the time
+        assert bit["throttled_periods"] >= 3 and bit["throttled_ms"] >= 500, bit
         for round_ in range(4):
             if round_:
                 limit.apply(quota_us=10_000, period_us=200_000)
@@ -109,6 +111,26 @@ def test_a_v2_hierarchy_gets_cpu_max_and_the_controller_enabled(tmp_path: Path) 
     assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"
     assert (limit.path / "cpu.max").read_text() == "5000 100000"
     assert (limit.path / "cgroup.procs").read_text() == str(os.getpid())
+
+
+@pytest.mark.parametrize(("stat", "read"), [
+    ("usage_usec 900\nnr_periods 12\nnr_throttled 9\nthrottled_usec 2345678\n", (12, 9, 2345)),  # v2
+    ("nr_periods 12\nnr_throttled 9\nthrottled_time 2345678901\n", (12, 9, 2345)),  # v1: ns
+])
+def test_how_hard_the_quota_bit_is_read_from_cpu_stat(tmp_path: Path, stat: str, read: tuple[int, ...]) -> None:
+    limit = CpuLimit(os.getpid(), "g1/n1", root=tmp_path)
+    assert limit.throttled() == {}  # no cgroup (yet, or any more): nothing to say
+    limit.path.mkdir(parents=True)
+    (limit.path / "cpu.stat").write_text(stat)
+    assert tuple(limit.throttled().values()) == read
+
+
+def test_the_starve_quota_is_below_what_a_serving_node_needs() -> None:
+    # A leader under the chaos workload uses about 5 % of a core: a quota above that never bites.
+    for seed in range(500):
+        params = starve_params(random.Random(seed))
+        assert 200_000 <= params["period_us"] <= 1_000_000 and 1_000 <= params["quota_us"] <= 5_000
+        assert params["quota_us"] / params["period_us"] <= 0.025, params
 
 
 @pytest.mark.integration
