@@ -84,32 +84,30 @@ def test_a_configuration_of_loopback_addresses_renders_with_a_warning(tmp_path: 
     assert LOOPBACK_WARNING not in result.stdout
 
 
-def test_localhost_and_ipv6_loopback_count_as_loopback_and_one_real_address_does_not(tmp_path: Path) -> None:
+def render_members(tmp_path: Path, members: str, node: str, out: str) -> Result:
+    """Render `node` of a group g1 of these [[node]] tables into tmp_path/out."""
     group = tmp_path / "group.toml"
-    head = '[group]\nname = "g1"\ndata_dir = "d"\n\n'
-    group.write_text(head + member("n1", "localhost", 61613) + member("n2", "[::1]", 61623)
-                     + member("n3", "127.0.0.3", 61633))
-    result = render(str(group), "n1", "--out", str(tmp_path / "a"))
+    group.write_text('[group]\nname = "g1"\ndata_dir = "d"\n\n' + members)
+    return render(str(group), node, "--out", str(tmp_path / out))
+
+
+def test_localhost_and_ipv6_loopback_count_as_loopback_and_one_real_address_does_not(tmp_path: Path) -> None:
+    loopbacks = member("n1", "localhost", 61613) + member("n2", "[::1]", 61623)
+    result = render_members(tmp_path, loopbacks + member("n3", "127.0.0.3", 61633), "n1", "a")
     assert result.exit_code == 0 and LOOPBACK_WARNING in result.stderr, result.output
-    group.write_text(head + member("n1", "localhost", 61613) + member("n2", "[::1]", 61623)
-                     + member("n3", "host3.example.internal", 61633))
-    result = render(str(group), "n1", "--out", str(tmp_path / "b"))
+    result = render_members(tmp_path, loopbacks + member("n3", "host3.example.internal", 61633), "n1", "b")
     assert result.exit_code == 0 and LOOPBACK_WARNING not in result.output, result.output
 
 
 def test_loopback_client_or_raft_addresses_among_real_ones_are_named_in_a_warning(tmp_path: Path) -> None:
-    group = tmp_path / "group.toml"
-    head = '[group]\nname = "g1"\ndata_dir = "d"\n\n'
-    group.write_text(head + member("n1", "127.0.0.1", 61613) + member("n2", "192.0.2.2", 61613)
-                     + member("n3", "192.0.2.3", 61613))
-    result = render(str(group), "n2", "--out", str(tmp_path / "a"))
+    members = member("n1", "127.0.0.1", 61613) + member("n2", "192.0.2.2", 61613) + member("n3", "192.0.2.3", 61613)
+    result = render_members(tmp_path, members, "n2", "a")
     assert result.exit_code == 0, result.output
     assert result.stderr == (
         f"{MIXED_WARNING} (127.0.0.1:61613, 127.0.0.1:62613): members on other hosts could not reach "
         "them; give each [[node]] its host's name or address\n")
     # Each member's admin port kept on its own loopback is a choice, not a mistake: no warning.
-    group.write_text(head + "".join(
-        f'[[node]]\nid = "n{i}"\nclient = "192.0.2.{i}:61613"\nraft = "192.0.2.{i}:62613"\n'
-        f'admin = "127.0.0.1:816{i}"\n\n' for i in (1, 2, 3)))
-    result = render(str(group), "n2", "--out", str(tmp_path / "b"))
+    members = "".join(f'[[node]]\nid = "n{i}"\nclient = "192.0.2.{i}:61613"\nraft = "192.0.2.{i}:62613"\n'
+                      f'admin = "127.0.0.1:816{i}"\n\n' for i in (1, 2, 3))
+    result = render_members(tmp_path, members, "n2", "b")
     assert result.exit_code == 0 and result.stderr == "", result.output
