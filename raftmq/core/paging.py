@@ -142,6 +142,17 @@ class Tail:
         self.bytes = 0  # body bytes of its messages
         self._due: int | None = 0  # the earliest expiry (0: none expires; None: to work out again)
 
+    @classmethod
+    def restored(cls, store: PageStore, pages: list[Page], open_: list[Message], count: int) -> Tail:
+        """A tail as a snapshot held it; its earliest expiry is worked out when first asked for."""
+        tail = cls(store)
+        tail.pages.extend(pages)
+        tail.open = open_
+        tail.count = count
+        tail.bytes = sum(page.bytes for page in pages) + sum(body_size(m.body) for m in open_)
+        tail._due = None
+        return tail
+
     def append(self, message: Message, page_size: int) -> None:
         self.open.append(message)
         expires = message.expires

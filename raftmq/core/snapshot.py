@@ -83,12 +83,10 @@ def _dump_tail(tail: Tail) -> dict[str, Any]:
 
 
 def _load_tail(record: dict[str, Any], pages: PageStore) -> Tail:
-    tail = Tail(pages)
-    for count, min_expires, indexes, dumped, size in record["pages"]:
-        tail.pages.append(Page(pages.load(dumped), int(count), int(min_expires), [int(i) for i in indexes], int(size)))
-    tail.open = [load_message(message) for message in record["open"]]
-    tail.count = int(record["count"])
-    tail.bytes = sum(page.bytes for page in tail.pages) + sum(body_size(message.body) for message in tail.open)
+    tail = Tail.restored(
+        pages, [Page(pages.load(dumped), int(count), int(min_expires), [int(i) for i in indexes], int(size))
+                for count, min_expires, indexes, dumped, size in record["pages"]],
+        [load_message(message) for message in record["open"]], int(record["count"]))
     if tail.count != sum(page.count for page in tail.pages) + len(tail.open) or not tail.count:
         raise SnapshotError(f"a paged store counts {tail.count} messages but holds another number")
     return tail

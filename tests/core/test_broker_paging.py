@@ -124,3 +124,16 @@ def test_page_size_zero_never_pages() -> None:
     for n in range(50):
         h.send("p", "/queue/a", n)
     assert len(h.broker.state.queues["/queue/a"].ready) == 50 and h.broker.state.queues["/queue/a"].tail is None
+
+
+def test_a_restored_tail_still_expires_what_its_pages_and_open_page_hold() -> None:
+    # The restored tail works out its earliest expiry afresh: one kept as messages come would
+    # start at "none expires" when the snapshot's pages are put back.
+    h = deep(38, **{"29": {"expires": "5000"}, "36": {"expires": "5000"}})  # a sealed page, the open one
+    restored = Broker.restore(msgpack.unpackb(msgpack.packb(h.broker.snapshot(), use_bin_type=True), raw=False),
+                              h.config, MemoryPages())
+    other = Harness(page_size=PAGE)
+    other.broker, other.now = restored, h.now
+    other.tick(6_000)
+    assert other.stats("/queue/a")["expired"] == 2
+    assert other.drain("c", "/queue/a") == [n for n in range(38) if n not in (29, 36)]
