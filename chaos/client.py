@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from chaos.checker import QueueResult, check_queue
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
-from chaos.workload import Env, Workload
+from chaos.workload import AwaitedValues, Env, Workload
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
@@ -107,9 +107,7 @@ class QueueWorkload(Workload):
 
     def __init__(self, env: Env) -> None:
         super().__init__(env)
-        self._acknowledged: set[str] = set()
-        self._received: set[str] = set()
-        self._read = 0  # how far into the history `awaited` has read
+        self._awaited = AwaitedValues(env.history)
 
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
@@ -138,14 +136,7 @@ class QueueWorkload(Workload):
         return max(c.last_delivery for c in self.consumers)
 
     def awaited(self) -> int:
-        ops, acknowledged, received = self.env.history.ops, self._acknowledged, self._received
-        for op in ops[self._read:]:
-            if op.type == OK and op.f == "send":
-                acknowledged.add(op.value)
-            elif op.type == OK and op.f == "receive":
-                received.add(op.value)
-        self._read = len(ops)
-        return len(acknowledged - received)
+        return self._awaited.count()
 
     async def close(self) -> None:
         for consumer in self.consumers:

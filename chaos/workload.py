@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chaos.checker import QueueResult
-from chaos.history import History, Op
+from chaos.history import OK, History, Op
 from raftmq.errors import RaftmqError
 
 
@@ -79,6 +79,27 @@ class Workload(ABC):
     @abstractmethod
     def check(history: Iterable[Op]) -> QueueResult:
         """The verdict on a history of this workload (no I/O, no clock)."""
+
+
+class AwaitedValues:
+    """The acknowledged values (`send` ok) that no consumer has had yet (`receive` ok), read from
+    a history as it grows: what the queue, topic and mqtt workloads' drains wait for."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self._acknowledged: set[Any] = set()
+        self._received: set[Any] = set()
+        self._read = 0  # how far into the history it has read
+
+    def count(self) -> int:
+        ops, acknowledged, received = self.history.ops, self._acknowledged, self._received
+        for op in ops[self._read:]:
+            if op.type == OK and op.f == "send":
+                acknowledged.add(op.value)
+            elif op.type == OK and op.f == "receive":
+                received.add(op.value)
+        self._read = len(ops)
+        return len(acknowledged - received)
 
 
 class NeedsCluster(RaftmqError):

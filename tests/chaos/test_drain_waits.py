@@ -4,15 +4,31 @@ before what it holds flows again, and a value that is late is not a value lost."
 
 from __future__ import annotations
 
+import pytest
+
 from chaos.client import QueueWorkload
+from chaos.cross_group import CrossGroupWorkload, SharedQueueWorkload
 from chaos.history import INFO, INVOKE, OK, History
+from chaos.mqtt import MqttWorkload
 from chaos.run import DRAIN_AWAITED_S, DRAIN_IDLE_S, draining
-from chaos.workload import Env
+from chaos.topic import TopicWorkload
+from chaos.workload import Env, Workload
 
 
-def workload() -> tuple[QueueWorkload, History]:
+def workload(kind: type[Workload] = QueueWorkload) -> tuple[Workload, History]:
     history = History()
-    return QueueWorkload(Env(("stomp://127.0.0.1:1",), history, 1, 0.1, 1)), history
+    return kind(Env(("stomp://127.0.0.1:1",), history, 1, 0.1, 1, mqtt=(("127.0.0.1:1",),))), history
+
+
+@pytest.mark.parametrize("kind", [QueueWorkload, CrossGroupWorkload, SharedQueueWorkload, TopicWorkload,
+                                  MqttWorkload])
+def test_the_workloads_that_send_values_for_consumers_await_them(kind: type[Workload]) -> None:
+    w, history = workload(kind)
+    history.record("p0", INVOKE, "send", "p0-1")
+    history.record("p0", OK, "send", "p0-1")
+    assert w.awaited() == 1
+    history.record("c0", OK, "receive", "p0-1")
+    assert w.awaited() == 0
 
 
 def test_acknowledged_values_not_received_are_awaited_once_each() -> None:
@@ -55,6 +71,6 @@ def test_the_docs_say_how_long_the_drain_waits() -> None:
     from chaos.run import DRAIN_MAX_S
     text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "chaos.md").read_text().split())
     said = (f"The drain ends after {DRAIN_IDLE_S:g} s without a delivery, or, while acknowledged values of a queue "
-            f"workload (queue, cross-group, shared-queue) have not arrived, after {DRAIN_AWAITED_S:g} s without one "
-            f"(at most {DRAIN_MAX_S:g} s)")
+            "workload (queue, cross-group, shared-queue), the topic or the mqtt workload have reached no consumer "
+            f"yet, after {DRAIN_AWAITED_S:g} s without one (at most {DRAIN_MAX_S:g} s)")
     assert said in text
