@@ -8,19 +8,22 @@ fault schedule; `nemeses_asked`, `faults_struck` (kind -> count of faults that s
 under which the seed strikes every kind), `history.jsonl`, `nemesis.jsonl`,
 `results.json` (the checker's verdict), `report.html`, `topology/` (the topology's files as the
 nodes ran them: every node on an address of its own), `logs/` (every node's output, one file
-per start) and `data/<group>/<node>/` (every node's journals and snapshots, written there by the
-nodes themselves; `set-aside/` holds the files of members repaired after corruption). The Spark
-audit reads it.
+per start, and `clients.log`: what the workloads' independent clients logged) and
+`data/<group>/<node>/` (every node's journals and snapshots, written there by the nodes
+themselves; `set-aside/` holds the files of members repaired after corruption). The Spark audit
+reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,30 @@ WORKLOADS: dict[str, type[Workload]] = {
 DRAIN_IDLE_S = 3.0  # the drain ends once no delivery came for this long,
 DRAIN_AWAITED_S = 12.0  # or this long while acknowledged values are still awaited
 DRAIN_MAX_S = 60.0
+
+
+CLIENT_LOGGERS = ("stomp.py",)  # the independent clients' loggers (stomp.py logs errors itself)
+
+
+@contextlib.contextmanager
+def clients_logging_to(path: Path) -> Iterator[None]:
+    """What the workloads' independent clients log goes to `path`, not the terminal: stomp.py's
+    "error sending frame" with its traceback when a crash closes a socket under its heart-beat
+    thread, say, is the workload's own doing and the history holds what the checker needs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    loggers = [(logging.getLogger(name), logging.getLogger(name).propagate) for name in CLIENT_LOGGERS]
+    for logger, _ in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, propagate in loggers:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        handler.close()
 
 
 def draining(idle_s: float, awaited: int) -> bool:
@@ -168,7 +195,8 @@ def run(options: RunOptions, on_progress: Callable[[Progress], None] | None = No
             for group in deployment.groups():
                 deployment.leader(group, timeout=20)
             nemesis = Nemesis(deployment, history, faults, environment)
-            asyncio.run(_workload(options, deployment, history, nemesis, progress, on_progress))
+            with clients_logging_to(run_dir / "logs" / "clients.log"):
+                asyncio.run(_workload(options, deployment, history, nemesis, progress, on_progress))
         finally:
             deployment.stop()
             history.close()
