@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from chaos.checker import QueueResult, check_queue
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
-from chaos.workload import AwaitedValues, Env, Workload
+from chaos.workload import Workload
 from raftmq.client.failover import FailoverClient, connect_failover
 from raftmq.errors import BrokerRefused, ClientError
 from raftmq.protocol.frame import Frame
@@ -105,10 +105,6 @@ class QueueWorkload(Workload):
     name = "queue"
     summary = "producers and crashing consumers on one queue (lost, unexpected, stored duplicates)"
 
-    def __init__(self, env: Env) -> None:
-        super().__init__(env)
-        self._awaited = AwaitedValues(env.history)
-
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
         self.consumers = [Consumer(f"c{i}", env.urls[i % len(env.urls)], env.history) for i in range(env.concurrency)]
@@ -134,9 +130,6 @@ class QueueWorkload(Workload):
     @property
     def last_delivery(self) -> float:
         return max(c.last_delivery for c in self.consumers)
-
-    def awaited(self) -> int:
-        return self._awaited.count()
 
     async def close(self) -> None:
         for consumer in self.consumers:

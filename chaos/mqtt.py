@@ -43,7 +43,7 @@ from chaos.client import crash_some
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
 from chaos.mqtt_checker import MqttResult, check_mqtt
 from chaos.mqtt_client import LOOP_S, Leader, abort, alive, clients_of, code_of, disconnect, new_client, version_name
-from chaos.workload import AwaitedValues, Env, Workload
+from chaos.workload import Env, Workload
 from raftmq.errors import RaftmqError
 
 TOPIC_ROOT = "chaos"
@@ -350,7 +350,6 @@ class MqttWorkload(Workload):
         self.publishers = [Publisher(f"q{1 + i % 2}p{i}", 1 + i % 2, protocols[(i // 2) % 2], self.leader_of(),
                                      env.history, env.interval_s) for i in range(env.concurrency)]
         self._tasks: list[asyncio.Task[None]] = []
-        self._awaited = AwaitedValues(env.history)
 
     async def start(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -376,9 +375,6 @@ class MqttWorkload(Workload):
     @property
     def last_delivery(self) -> float:
         return max(s.last_delivery for s in self.subscribers)
-
-    def awaited(self) -> int:
-        return self._awaited.count()
 
     async def close(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -31,7 +31,7 @@ from chaos.checker import QueueResult
 from chaos.client import Producer, ack_quietly, close_quietly, connect, crash, crash_some, node_of
 from chaos.history import FAIL, INFO, INVOKE, OK, History, Op
 from chaos.topic_checker import check_topic
-from chaos.workload import AwaitedValues, Env, Workload
+from chaos.workload import Workload
 from raftmq.client.failover import FailoverClient
 from raftmq.client.failover_connector import FailoverEvent
 from raftmq.client.failover_subscription import Delivery, FailoverSubscription
@@ -145,10 +145,6 @@ class TopicWorkload(Workload):
     name = "topic"
     summary = "durable and non-durable topic subscribers that crash (owed values lost, unexpected, duplicates)"
 
-    def __init__(self, env: Env) -> None:
-        super().__init__(env)
-        self._awaited = AwaitedValues(env.history)
-
     async def start(self, stop: asyncio.Event) -> None:
         env = self.env
         durable = (env.concurrency + 1) // 2
@@ -170,9 +166,6 @@ class TopicWorkload(Workload):
     @property
     def last_delivery(self) -> float:
         return max(s.last_delivery for s in self.subscribers)
-
-    def awaited(self) -> int:
-        return self._awaited.count()  # durable subscribers are owed every value: one will have it
 
     async def close(self) -> None:
         for subscriber in self.subscribers:

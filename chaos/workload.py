@@ -49,6 +49,7 @@ class Workload(ABC):
 
     def __init__(self, env: Env) -> None:
         self.env = env
+        self._awaited = AwaitedValues(env.history)
 
     @abstractmethod
     async def start(self, stop: asyncio.Event) -> None:
@@ -64,9 +65,9 @@ class Workload(ABC):
         """Monotonic time of the latest delivery to any consumer: the drain waits for quiet."""
 
     def awaited(self) -> int:
-        """How many acknowledged values no consumer has had yet (0 where the workload does not
-        count them): the drain waits longer for these than for quiet alone."""
-        return 0
+        """How many acknowledged values no consumer has had yet: the drain waits longer for these
+        than for quiet alone."""
+        return self._awaited.count()
 
     async def before_drain(self, stop: asyncio.Event) -> None:
         """The load stopped and the faults are healed; the drain begins next."""
@@ -82,8 +83,8 @@ class Workload(ABC):
 
 
 class AwaitedValues:
-    """The acknowledged values (`send` ok) that no consumer has had yet (`receive` ok), read from
-    a history as it grows: what the queue, topic and mqtt workloads' drains wait for."""
+    """The acknowledged values (`send` ok, or the values of a `txn` ok: committed) that no
+    consumer has had yet (`receive` ok), read from a history as it grows: what the drains wait for."""
 
     def __init__(self, history: History) -> None:
         self.history = history
@@ -96,8 +97,10 @@ class AwaitedValues:
         for op in ops[self._read:]:
             if op.type == OK and op.f == "send":
                 acknowledged.add(op.value)
-            elif op.type == OK and op.f == "receive":
-                received.add(op.value)
+            elif op.type == OK and op.f == "txn":
+                acknowledged.update(op.value["values"])
+            elif op.type == OK and op.f == "receive":  # the value, or {"value": ..., "term": ...} (stale)
+                received.add(op.value["value"] if isinstance(op.value, dict) else op.value)
         self._read = len(ops)
         return len(acknowledged - received)
 

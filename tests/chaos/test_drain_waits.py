@@ -7,11 +7,8 @@ from __future__ import annotations
 import pytest
 
 from chaos.client import QueueWorkload
-from chaos.cross_group import CrossGroupWorkload, SharedQueueWorkload
-from chaos.history import INFO, INVOKE, OK, History
-from chaos.mqtt import MqttWorkload
-from chaos.run import DRAIN_AWAITED_S, DRAIN_IDLE_S, draining
-from chaos.topic import TopicWorkload
+from chaos.history import FAIL, INFO, INVOKE, OK, History
+from chaos.run import DRAIN_AWAITED_S, DRAIN_IDLE_S, WORKLOADS, draining
 from chaos.workload import Env, Workload
 
 
@@ -20,15 +17,31 @@ def workload(kind: type[Workload] = QueueWorkload) -> tuple[Workload, History]:
     return kind(Env(("stomp://127.0.0.1:1",), history, 1, 0.1, 1, mqtt=(("127.0.0.1:1",),))), history
 
 
-@pytest.mark.parametrize("kind", [QueueWorkload, CrossGroupWorkload, SharedQueueWorkload, TopicWorkload,
-                                  MqttWorkload])
-def test_the_workloads_that_send_values_for_consumers_await_them(kind: type[Workload]) -> None:
+@pytest.mark.parametrize("kind", WORKLOADS.values(), ids=WORKLOADS.keys())
+def test_every_workload_awaits_its_acknowledged_values(kind: type[Workload]) -> None:
     w, history = workload(kind)
     history.record("p0", INVOKE, "send", "p0-1")
     history.record("p0", OK, "send", "p0-1")
     assert w.awaited() == 1
     history.record("c0", OK, "receive", "p0-1")
     assert w.awaited() == 0
+    history.record("p0", OK, "send", "p0-2")
+    history.record("c0", OK, "receive", {"value": "p0-2", "term": 3, "plain": True})  # as the stale workload's
+    assert w.awaited() == 0
+
+
+def test_a_committed_transactions_values_are_awaited_and_an_aborted_ones_not() -> None:
+    w, history = workload()
+    committed = {"id": "p0-t0", "values": ["p0-0", "p0-1"], "abort": False}
+    history.record("p0", INVOKE, "txn", committed)
+    assert w.awaited() == 0  # not committed yet
+    history.record("p0", OK, "txn", committed)
+    aborted = {"id": "p0-t1", "values": ["p0-2"], "abort": True}
+    history.record("p0", INVOKE, "txn", aborted)
+    history.record("p0", FAIL, "txn", aborted, error="aborted")
+    assert w.awaited() == 2
+    history.record("c0", OK, "receive", "p0-1")
+    assert w.awaited() == 1
 
 
 def test_acknowledged_values_not_received_are_awaited_once_each() -> None:
@@ -70,7 +83,7 @@ def test_the_docs_say_how_long_the_drain_waits() -> None:
 
     from chaos.run import DRAIN_MAX_S
     text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "chaos.md").read_text().split())
-    said = (f"The drain ends after {DRAIN_IDLE_S:g} s without a delivery, or, while acknowledged values of a queue "
-            "workload (queue, cross-group, shared-queue), the topic or the mqtt workload have reached no consumer "
-            f"yet, after {DRAIN_AWAITED_S:g} s without one (at most {DRAIN_MAX_S:g} s)")
+    said = (f"The drain ends after {DRAIN_IDLE_S:g} s without a delivery, or, while acknowledged values (a receipted "
+            "send's, a committed transaction's) have reached no consumer yet, after "
+            f"{DRAIN_AWAITED_S:g} s without one (at most {DRAIN_MAX_S:g} s)")
     assert said in text
