@@ -88,21 +88,24 @@ class AwaitedValues:
 
     def __init__(self, history: History) -> None:
         self.history = history
-        self._acknowledged: set[Any] = set()
+        self._pending: set[Any] = set()  # acknowledged, not received yet
         self._received: set[Any] = set()
         self._read = 0  # how far into the history it has read
 
     def count(self) -> int:
-        ops, acknowledged, received = self.history.ops, self._acknowledged, self._received
+        ops, pending, received = self.history.ops, self._pending, self._received
         for op in ops[self._read:]:
-            if op.type == OK and op.f == "send":
-                acknowledged.add(op.value)
-            elif op.type == OK and op.f == "txn":
-                acknowledged.update(op.value["values"])
-            elif op.type == OK and op.f == "receive":  # the value, or {"value": ..., "term": ...} (stale)
-                received.add(op.value["value"] if isinstance(op.value, dict) else op.value)
+            if op.type != OK:
+                continue
+            if op.f in ("send", "txn"):
+                pending.update(value for value in (op.value["values"] if op.f == "txn" else (op.value,))
+                               if value not in received)
+            elif op.f == "receive":  # the value, or {"value": ..., "term": ...} (stale)
+                value = op.value["value"] if isinstance(op.value, dict) else op.value
+                received.add(value)
+                pending.discard(value)
         self._read = len(ops)
-        return len(acknowledged - received)
+        return len(pending)
 
 
 class NeedsCluster(RaftmqError):
