@@ -267,6 +267,14 @@ class RaftTimings:
         return max(self.tick_period_ms, (self.election_timeout_min_ms - 1) // 3)
 
 
+def console_url(admin: str | None) -> str | None:
+    """The web console's address in a browser (`/` of the admin port) from an admin address as
+    tools ask it ("host:port", or "https://host:port" with [tls]); None for none (None or "")."""
+    if not admin:
+        return None
+    return f"{admin}/" if admin.startswith("https://") else f"http://{admin}/"
+
+
 def split_address(address: str) -> tuple[str, int]:
     """"host:port" -> (host, port); raises ValueError with a readable message."""
     host, sep, port = address.rpartition(":")

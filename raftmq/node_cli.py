@@ -13,7 +13,7 @@ import sys
 import click
 from click.core import ParameterSource
 
-from raftmq.config import split_address
+from raftmq.config import console_url, split_address
 from raftmq.logs import LEVELS as LOG_LEVELS
 from raftmq.processes import bind_error
 
@@ -46,13 +46,6 @@ def _port_taken(address: str) -> bool:
     (SO_REUSEADDR, so a port in TIME_WAIT is free) fails with EADDRINUSE."""
     error = bind_error(*split_address(address))
     return error is not None and error.errno == errno.EADDRINUSE
-
-
-def _console_url(admin: str | None, tls: bool) -> str | None:
-    """The address a browser opens for the web console, served at `/` of the admin port."""
-    if admin is None:
-        return None
-    return f"{admin}/" if admin.startswith("https://") else f"{'https' if tls else 'http'}://{admin}/"
 
 
 @click.command("node")
@@ -138,7 +131,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         assert node_id is not None  # a group member is named (checked above)
         ready = functools.partial(_print_ready, f"durable: data in {config.member_dir(node_id)}",
                                   mqtt=config.member(node_id).mqtt,
-                                  console=_console_url(config.admin_endpoint(config.member(node_id)), False))
+                                  console=console_url(config.admin_endpoint(config.member(node_id))))
         from cluster.group_file import load_group_config
 
         assert config_path is not None  # a group comes from a file
@@ -182,7 +175,7 @@ def node_command(listen: str | None, config_path: str | None, node_id: str | Non
         host = f"[{config.host}]" if ":" in config.host else config.host
         config = dataclasses.replace(config, mqtt=f"{host}:{DEFAULT_MQTT_PORT}")
     source = config_path or "raftmq node --admin"
-    console = _console_url(config.admin, config.security.tls is not None)
+    console = console_url(f"https://{config.admin}" if config.admin and config.security.tls else config.admin)
     if in_memory or config.in_memory:
         if data_dir is not None:
             raise click.UsageError("--data-dir and --in-memory: choose one")

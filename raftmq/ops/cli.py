@@ -151,8 +151,8 @@ def _refuse_running(topology: Topology) -> None:
 def _print_endpoints(topology: Topology, state: DeploymentState, summary: dict[str, Any], hint: str,
                      detach: bool) -> None:
     from cluster.topology import failover_urls
+    from raftmq.config import console_url
     from raftmq.ops.launcher import state_path
-    from raftmq.ops.status_view import console_url
 
     groups = [[node for node in state.nodes if node.group == group.name] for group in topology.groups]
     per_group, whole = failover_urls(topology)

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from raftmq.client.admin import AdminAccess
+from raftmq.config import console_url
 from raftmq.errors import ClientError
 from raftmq.ops.cluster_view import cluster_table, cluster_view, links_table
 from raftmq.ops.tables import new_table
@@ -114,14 +115,6 @@ def summarise(answers: Sequence[tuple[NodeAddress, dict[str, Any] | None]]) -> d
             "links": list((_dict(leader[1].get("cluster")).get("links") or []) if leader is not None else []),
         })
     return {"ok": all(group["ok"] for group in summary), "groups": summary, "cluster": cluster_view(summary)}
-
-
-def console_url(admin: str) -> str | None:
-    """The web console's address in a browser (`/` of the admin port) from an admin address as
-    tools ask it ("host:port", or "https://host:port" with [tls]); None for none ("")."""
-    if not admin:
-        return None
-    return f"{admin}/" if admin.startswith("https://") else f"http://{admin}/"
 
 
 def held(status: dict[str, Any]) -> int:
